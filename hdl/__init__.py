@@ -1,0 +1,1 @@
+"""Tessera hardware: Amaranth components (one level of hierarchy per file)."""

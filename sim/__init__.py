@@ -1,0 +1,1 @@
+"""Tessera simulation: numpy golden models (no Amaranth import) and cocotb verification parts."""

@@ -1,0 +1,67 @@
+"""Configuration validation, presets, the block registry and the `tessera` CLI."""
+import dataclasses
+import json
+
+import pytest
+
+from hdl.cli import main
+from hdl.config import PRESET_NAMES, BFPConfig, FMACConfig
+from hdl.registry import blocks
+
+
+@pytest.mark.parametrize("cls", [BFPConfig, FMACConfig])
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_presets_build(cls, name):
+    cfg = cls.preset(name)
+    assert isinstance(cfg, cls)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.max_mantissa = 4
+
+
+def test_default_preset_is_fast_paper_point():
+    assert BFPConfig.preset("default").group_size == 16
+    assert BFPConfig.preset("default").max_mantissa == 8
+    assert BFPConfig.preset("tiny").group_size < 16
+
+
+@pytest.mark.parametrize("cls, field, value, exc", [
+    (BFPConfig, "group_size", 0, ValueError),
+    (BFPConfig, "group_size", 65, ValueError),
+    (BFPConfig, "group_size", 4.0, TypeError),
+    (BFPConfig, "max_mantissa", 5, ValueError),
+    (BFPConfig, "max_mantissa", 10, ValueError),
+    (BFPConfig, "exp_bits", 8, ValueError),
+    (BFPConfig, "noise_bits", 0, ValueError),
+    (BFPConfig, "lfsr_seed", 0, ValueError),
+    (FMACConfig, "lanes", 3, ValueError),
+    (FMACConfig, "lanes", 32, ValueError),
+    (FMACConfig, "lanes", True, TypeError),
+    (FMACConfig, "max_mantissa", 7, ValueError),
+    (FMACConfig, "acc_bits", 8, ValueError),
+])
+def test_invalid_config_names_parameter_and_value(cls, field, value, exc):
+    with pytest.raises(exc, match=rf"{cls.__name__}\.{field}.*{value!r}"):
+        cls(**{field: value})
+
+
+def test_unknown_preset_rejected():
+    with pytest.raises(ValueError, match="preset.*'huge'"):
+        BFPConfig.preset("huge")
+
+
+def test_unknown_block_rejected(tmp_path, capsys):
+    assert main(["generate", "--block", "nope", "-o", str(tmp_path / "x.v")]) == 2
+    assert "'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", sorted(blocks()))
+def test_generate_is_deterministic_with_params(name, tmp_path):
+    a, b = tmp_path / "a.v", tmp_path / "b.v"
+    assert main(["generate", "--block", name, "--config", "tiny", "-o", str(a)]) == 0
+    assert main(["generate", "--block", name, "--config", "tiny", "-o", str(b)]) == 0
+    text = a.read_text()
+    assert f"module tessera_{name}" in text
+    assert text == b.read_text()
+    params = json.loads(a.with_suffix(".json").read_text())
+    assert params["block"] == name and params["preset"] == "tiny"
+    assert "latency" in params

@@ -1,0 +1,1 @@
+"""Benchmarks: each writes docs/bench/<name>.json and a Markdown table."""

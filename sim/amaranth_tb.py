@@ -29,9 +29,9 @@ async def stream_get(ctx, stream, *, rng=None, stall_prob: float = 0.0):
 
 
 def run_sim(dut, *testbenches, processes=(), vcd: str | None = None, deadline=None):
-    """Simulate ``dut`` with a 1 MHz ``sync`` clock and the given testbenches."""
+    """Simulate ``dut`` with a 1 MHz ``sync`` clock (if it has one) and the given testbenches."""
     sim = Simulator(dut)
-    sim.add_clock(1e-6)
+    sim.add_clock(1e-6, if_exists=True)   # combinational harnesses have no sync domain
     for tb in testbenches:
         sim.add_testbench(tb)
     for p in processes:

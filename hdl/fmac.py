@@ -1,0 +1,291 @@
+"""Chunked fMAC: run-time-width sign/magnitude multiply-accumulate (DESIGN-NOTES §2).
+
+A ``m``-bit magnitude is split into ``m/2`` 2-bit chunks. A ``m_a x m_b`` product is the
+shifted sum of the ``(m_a/2)*(m_b/2)`` chunk products ``a_i * b_j << 2*(i+j)``. The fMAC has
+``lanes`` 2b x 2b chunk multipliers, so one product takes
+``ceil((m_a/2)*(m_b/2) / lanes)`` cycles: the *beat* of a product. Widths are run-time inputs.
+
+* :class:`FMACCore` - no streams; the building block of a systolic-array PE. One product per
+  beat, back to back.
+* :class:`FMAC` - a stream block for standalone use: operand pairs in, exact dot products out.
+
+Both are bit-exact with :mod:`sim.fmac`. See ``docs/fmac.md``.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from .config import FMACConfig
+from .registry import Block
+
+__all__ = ["FMACCore", "FMAC", "product_cycles", "fmac_operand_layout", "fmac_result_layout"]
+
+
+def product_cycles(m_a: int, m_b: int, lanes: int) -> int:
+    """Cycles one ``m_a x m_b`` product takes on ``lanes`` chunk multipliers (its beat)."""
+    pairs = (m_a // 2) * (m_b // 2)
+    return -(-pairs // lanes)
+
+
+def _width_shape(config: FMACConfig):
+    return unsigned(range(config.max_mantissa + 1).stop.bit_length())
+
+
+def fmac_operand_layout(config: FMACConfig) -> data.StructLayout:
+    """Payload of :class:`FMAC`'s ``i`` stream (LSB first, in this order)."""
+    m = config.max_mantissa
+    w = _width_shape(config)
+    return data.StructLayout({
+        "a_mag": unsigned(m), "a_sign": 1,
+        "b_mag": unsigned(m), "b_sign": 1,
+        "width_a": w, "width_b": w,
+        "last": 1,
+    })
+
+
+def fmac_result_layout(config: FMACConfig) -> data.StructLayout:
+    """Payload of :class:`FMAC`'s ``o`` stream: ``value`` (signed ``acc_bits``) | ``overflow``."""
+    return data.StructLayout({"value": signed(config.acc_bits), "overflow": 1})
+
+
+class FMACCore(wiring.Component):
+    """Chunked multiply-accumulate engine without streams (the systolic-array PE's MAC).
+
+    Protocol (all signals in the ``sync`` domain):
+
+    * When ``ready`` is 1, asserting ``start`` for one cycle begins a product of the operands
+      (``a_*``, ``b_*``, ``width_*``, ``accumulate``) present **in that same cycle**; they are
+      captured, so they may change afterwards. ``start`` while ``ready`` is 0 is ignored.
+    * A product started in cycle ``t`` takes ``B = cycles(width_a, width_b, lanes)`` cycles:
+      ``done`` is 1 for exactly one cycle, cycle ``t + B``, and ``product`` holds the signed
+      exact product from cycle ``t + B`` until the next product completes. ``ready`` is 1 again
+      in cycle ``t + B``, so a new ``start`` there gives back-to-back products, one per beat
+      (``latency = 0`` extra cycles beyond the beat).
+    * The accumulator is updated at the end of the ``done`` cycle: ``acc``/``overflow`` show the
+      product from cycle ``t + B + 1`` (``acc_latency = 1``). With ``accumulate = 0`` the
+      accumulator is *replaced* by the product and ``overflow`` cleared (first product of a dot
+      product); with ``accumulate = 1`` it becomes ``sat(acc + product)``.
+    * Overflow policy: the accumulator saturates to ``[-2**(acc_bits-1), 2**(acc_bits-1)-1]``;
+      ``overflow`` is a sticky flag set whenever a sum had to be clamped. Nothing wraps.
+    * ``clear`` (any cycle) zeroes ``acc`` and ``overflow`` at the end of the cycle, taking
+      priority over an accumulator update in the same cycle (``product``/``done`` unaffected).
+
+    Widths: ``width_a``/``width_b`` hold the mantissa width ``m`` in {2, 4, ..., max_mantissa}
+    and are chosen per product at run time. The hardware uses ``clamp(width // 2, 1,
+    max_mantissa // 2)`` chunks, so other codes behave like the nearest legal width below (0 and
+    1 like 2); magnitude bits at and above the used width are ignored.
+
+    Number format: operands are sign/magnitude integers (BFP elements without their shared
+    exponent); ``product`` and ``acc`` are two's complement integers, exact.
+
+    Parameters
+    ----------
+    config : FMACConfig
+        ``max_mantissa``, ``lanes``, ``acc_bits``.
+
+    Members
+    -------
+    start : In(1)
+        Begin a product with this cycle's operands (honoured when ``ready``).
+    a_sign, b_sign : In(1)
+        Operand signs (1 = negative).
+    a_mag, b_mag : In(max_mantissa)
+        Operand magnitudes.
+    width_a, width_b : In(unsigned(4)) (3 bits when ``max_mantissa`` < 8)
+        Run-time mantissa widths ``m`` of the operands.
+    accumulate : In(1)
+        0: the product replaces the accumulator (and clears ``overflow``); 1: it is added.
+    clear : In(1)
+        Zero ``acc`` and ``overflow``.
+    ready : Out(1)
+        No product in progress: ``start`` is accepted this cycle (1 again in the ``done``
+        cycle of the previous product).
+    busy : Out(1)
+        A product is in progress (``~ready``).
+    done : Out(1)
+        ``product`` holds a new product (one-cycle pulse).
+    product : Out(signed(2*max_mantissa + 1))
+        The last completed signed product.
+    acc : Out(signed(acc_bits))
+        Saturating accumulator.
+    overflow : Out(1)
+        Sticky: the accumulator saturated since the last ``accumulate = 0`` product or ``clear``.
+    """
+
+    #: extra cycles from ``done`` to ``acc``/``overflow`` showing the product
+    acc_latency = 1
+
+    def __init__(self, *, config: FMACConfig | None = None):
+        config = FMACConfig() if config is None else config
+        if not isinstance(config, FMACConfig):
+            raise TypeError(f"FMACCore.config must be an FMACConfig, not {config!r}")
+        self.config = config
+        m = config.max_mantissa
+        w = _width_shape(config)
+        #: cycles from the last beat of a product to ``done``/``product`` (the beat itself
+        #: is ``cycles(width_a, width_b)``)
+        self.latency = 0
+        super().__init__({
+            "start": In(1),
+            "a_sign": In(1), "a_mag": In(m),
+            "b_sign": In(1), "b_mag": In(m),
+            "width_a": In(w), "width_b": In(w),
+            "accumulate": In(1),
+            "clear": In(1),
+            "ready": Out(1),
+            "busy": Out(1),
+            "done": Out(1),
+            "product": Out(signed(2 * m + 1)),
+            "acc": Out(signed(config.acc_bits)),
+            "overflow": Out(1),
+        })
+
+    @staticmethod
+    def cycles(m_a: int, m_b: int, lanes: int) -> int:
+        """Cycles (the beat) of one ``m_a x m_b`` product with ``lanes`` chunk multipliers."""
+        return product_cycles(m_a, m_b, lanes)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        mm = cfg.max_mantissa
+        maxc = mm // 2
+        lanes = cfg.lanes
+        max_pairs = maxc * maxc
+        idx_w = max(1, (maxc - 1).bit_length())
+
+        # ---- operand capture ---------------------------------------------------------------
+        go = Signal(name="go")
+        m.d.comb += go.eq(self.start & self.ready)
+
+        def chunks_of(width, name):
+            n = Signal(range(maxc + 1), name=name)
+            half = width >> 1
+            with m.If(half == 0):
+                m.d.comb += n.eq(1)
+            with m.Elif(half > maxc):
+                m.d.comb += n.eq(maxc)
+            with m.Else():
+                m.d.comb += n.eq(half)
+            return n
+
+        in_na = chunks_of(self.width_a, "in_na")
+        in_nb = chunks_of(self.width_b, "in_nb")
+
+        r_amag = Signal(mm, name="r_amag")
+        r_bmag = Signal(mm, name="r_bmag")
+        r_neg = Signal(name="r_neg")
+        r_na = Signal(range(maxc + 1), name="r_na", init=1)
+        r_nb = Signal(range(maxc + 1), name="r_nb", init=1)
+        r_accum = Signal(name="r_accum")
+        busy = Signal(name="busy_r")
+        base = Signal(range(max_pairs + lanes + 1), name="pair_base")
+        psum = Signal(2 * mm, name="psum")
+
+        cur_amag = Signal(mm, name="cur_amag")
+        cur_bmag = Signal(mm, name="cur_bmag")
+        cur_neg = Signal(name="cur_neg")
+        cur_na = Signal(range(maxc + 1), name="cur_na")
+        cur_nb = Signal(range(maxc + 1), name="cur_nb")
+        cur_accum = Signal(name="cur_accum")
+        cur_base = Signal(range(max_pairs + lanes + 1), name="cur_base")
+        cur_psum = Signal(2 * mm, name="cur_psum")
+        active = Signal(name="active")
+
+        m.d.comb += [
+            self.busy.eq(busy),
+            active.eq(go | busy),
+        ]
+        with m.If(go):
+            m.d.comb += [
+                cur_amag.eq(self.a_mag), cur_bmag.eq(self.b_mag),
+                cur_neg.eq(self.a_sign ^ self.b_sign),
+                cur_na.eq(in_na), cur_nb.eq(in_nb),
+                cur_accum.eq(self.accumulate),
+                cur_base.eq(0), cur_psum.eq(0),
+            ]
+            m.d.sync += [
+                r_amag.eq(self.a_mag), r_bmag.eq(self.b_mag),
+                r_neg.eq(self.a_sign ^ self.b_sign),
+                r_na.eq(in_na), r_nb.eq(in_nb), r_accum.eq(self.accumulate),
+            ]
+        with m.Else():
+            m.d.comb += [
+                cur_amag.eq(r_amag), cur_bmag.eq(r_bmag), cur_neg.eq(r_neg),
+                cur_na.eq(r_na), cur_nb.eq(r_nb), cur_accum.eq(r_accum),
+                cur_base.eq(base), cur_psum.eq(psum),
+            ]
+
+        # ---- one step: `lanes` chunk products of pairs cur_base .. cur_base+lanes-1 ---------
+        # Pair p of an (na x nb) product is (i, j) = (p // nb, p % nb): a small table.
+        npairs = Signal(range(max_pairs + 1), name="npairs")
+        m.d.comb += npairs.eq(cur_na * cur_nb)
+        terms = []
+        for lane in range(lanes):
+            p = Signal(range(max_pairs + lanes + 1), name=f"lane_{lane}_pair")
+            i = Signal(idx_w, name=f"lane_{lane}_i")
+            j = Signal(idx_w, name=f"lane_{lane}_j")
+            en = Signal(name=f"lane_{lane}_en")
+            m.d.comb += p.eq(cur_base + lane)
+            with m.Switch(Cat(p[:max_pairs.bit_length()], cur_nb)):
+                for nb in range(1, maxc + 1):
+                    for pp in range(maxc * nb):
+                        key = pp | (nb << max_pairs.bit_length())
+                        with m.Case(key):
+                            m.d.comb += [i.eq(pp // nb), j.eq(pp % nb)]
+            m.d.comb += en.eq(p < npairs)
+            ca = Signal(2, name=f"lane_{lane}_ca")
+            cb = Signal(2, name=f"lane_{lane}_cb")
+            cp = Signal(4, name=f"lane_{lane}_cp")
+            term = Signal(2 * mm, name=f"lane_{lane}_term")
+            m.d.comb += [
+                ca.eq(cur_amag.word_select(i, 2)) if maxc > 1 else ca.eq(cur_amag),
+                cb.eq(cur_bmag.word_select(j, 2)) if maxc > 1 else cb.eq(cur_bmag),
+                cp.eq(Mux(en, ca * cb, 0)),
+            ]
+            shift = Signal(range(2 * (2 * maxc - 2) + 1), name=f"lane_{lane}_shift")
+            m.d.comb += shift.eq((i + j) << 1)
+            m.d.comb += term.eq(cp << shift)
+            terms.append(term)
+        psum_next = Signal(2 * mm, name="psum_next")
+        m.d.comb += psum_next.eq(sum(terms, cur_psum))
+        last = Signal(name="last_step")
+        m.d.comb += last.eq(cur_base + lanes >= npairs)
+
+        # ---- sequencing ---------------------------------------------------------------------
+        m.d.comb += self.ready.eq(~busy)
+        m.d.sync += self.done.eq(0)
+        done_accum = Signal(name="done_accum")
+        with m.If(active):
+            with m.If(last):
+                m.d.sync += [
+                    busy.eq(0),
+                    self.done.eq(1),
+                    self.product.eq(Mux(cur_neg, -psum_next, psum_next)),
+                    done_accum.eq(cur_accum),
+                ]
+            with m.Else():
+                m.d.sync += [
+                    busy.eq(1),
+                    psum.eq(psum_next),
+                    base.eq(cur_base + lanes),
+                ]
+
+        # ---- saturating accumulator (one cycle after `done`) ----------------------------------
+        ab = cfg.acc_bits
+        lo, hi = -(1 << (ab - 1)), (1 << (ab - 1)) - 1
+        total = Signal(signed(ab + 1), name="acc_sum")
+        m.d.comb += total.eq(Mux(done_accum, self.acc, 0) + self.product)
+        with m.If(self.clear):
+            m.d.sync += [self.acc.eq(0), self.overflow.eq(0)]
+        with m.Elif(self.done):
+            with m.If(total > hi):
+                m.d.sync += [self.acc.eq(hi), self.overflow.eq(1)]
+            with m.Elif(total < lo):
+                m.d.sync += [self.acc.eq(lo), self.overflow.eq(1)]
+            with m.Else():
+                m.d.sync += [self.acc.eq(total), self.overflow.eq(self.overflow & done_accum)]
+        return m

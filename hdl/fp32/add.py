@@ -1,0 +1,155 @@
+"""Pipelined IEEE 754 binary32 adder/subtractor (round-to-nearest-even, exact subnormals)."""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..formats import FP32
+from ..registry import Block
+from .config import FP32Config
+from .unpack import QNAN, CutPipeline, normalize_left, rounding_stage, unpack_fp32
+
+__all__ = ["FP32AddIn", "FP32Add"]
+
+#: Width of the aligned significands: 24 bits + guard, round and sticky positions.
+_ALIGN_W = 27
+
+
+class FP32AddIn(data.Struct):
+    """One operation of :class:`FP32Add`: ``a + b`` (``sub = 0``) or ``a - b`` (``sub = 1``)."""
+
+    a: FP32
+    b: FP32
+    sub: 1
+
+
+class FP32Add(wiring.Component):
+    """Pipelined FP32 adder/subtractor, one operation per cycle.
+
+    Computes ``a + b`` or ``a - b`` in IEEE 754 binary32 with round-to-nearest-even, bit-exact
+    with numpy ``float32``: subnormal inputs and outputs are exact (no flush to zero), results
+    that round past the largest finite value give ±Inf, an exact zero sum is ``+0`` unless both
+    addends are ``-0`` (``x + (-x) = +0``, ``(-0) + (-0) = -0``). NaN inputs and ``Inf - Inf``
+    give the quiet NaN ``0x7FC00000``.
+
+    Datapath steps (each boundary a register or a wire, :class:`~hdl.fp32.config.FP32Config`):
+    ``unpack`` (classify, order the operands by magnitude, exponent difference) | ``align``
+    (shift the smaller significand right into a 27-bit frame, OR the shifted-out bits into the
+    LSB) | ``add`` (28-bit add or subtract of magnitudes) | ``normalize`` (leading-zero count,
+    left shift) | round (:func:`~hdl.fp32.round.round_to_fp32`) and special-value select.
+
+    Parameters
+    ----------
+    config : FP32Config
+        ``add_stages`` sets the latency.
+
+    Attributes
+    ----------
+    latency : int
+        Cycles from accepting an operation to its result being valid (``config.add_stages``),
+        when the output is not stalled.
+
+    Members
+    -------
+    i : In(stream.Signature(FP32AddIn))
+        Operand pairs and the subtract bit.
+    o : Out(stream.Signature(FP32))
+        Results, in input order.
+    """
+
+    def __init__(self, *, config: "FP32Config | None" = None):
+        if config is None:
+            config = FP32Config()
+        if not isinstance(config, FP32Config):
+            raise TypeError(f"config must be an FP32Config, not {type(config).__name__}")
+        self.config = config
+        self.latency = config.latency("fp32_add")
+        super().__init__({
+            "i": In(stream.Signature(FP32AddIn)),
+            "o": Out(stream.Signature(FP32)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        p = CutPipeline(m, i=self.i, o=self.o, cuts=self.config.cuts("fp32_add"), name="add")
+        assert p.latency == self.latency
+
+        # --- unpack: classify, order by magnitude, exponent difference -----------------------
+        pay = self.i.payload
+        a = unpack_fp32(m, pay.a.as_value(), name="add_a")
+        b = unpack_fp32(m, pay.b.as_value(), name="add_b")
+        b_sign = Signal(name="add_b_sign_eff")          # sign of the subtrahend after `sub`
+        m.d.comb += b_sign.eq(b.sign ^ pay.sub)
+        swap = Signal(name="add_swap")                  # |b| > |a|: b becomes the big operand
+        m.d.comb += swap.eq(a.mag < b.mag)
+        big_sig = Signal(24, name="add_big_sig")
+        small_sig = Signal(24, name="add_small_sig")
+        big_exp = Signal(signed(10), name="add_big_exp")
+        big_sign = Signal(name="add_big_sign")
+        diff = Signal(9, name="add_exp_diff")           # 0..253
+        shift = Signal(range(_ALIGN_W + 1), name="add_align_shift")
+        m.d.comb += [
+            big_sig.eq(Mux(swap, b.sig, a.sig)),
+            small_sig.eq(Mux(swap, a.sig, b.sig)),
+            big_exp.eq(Mux(swap, b.exp, a.exp)),
+            big_sign.eq(Mux(swap, b_sign, a.sign)),
+            diff.eq(Mux(swap, b.exp - a.exp, a.exp - b.exp)),
+            shift.eq(Mux(diff > _ALIGN_W, _ALIGN_W, diff)),
+        ]
+        nan = Signal(name="add_nan")
+        m.d.comb += nan.eq(a.nan | b.nan | (a.inf & b.inf & (a.sign != b_sign)))
+        s = p.boundary(
+            "unpack", big_sig=big_sig, small_sig=small_sig, big_exp=big_exp, big_sign=big_sign,
+            shift=shift, sub_mag=a.sign != b_sign, zero_sign=a.sign & b_sign, nan=nan,
+            inf=a.inf | b.inf, inf_sign=Mux(a.inf, a.sign, b_sign))
+
+        # --- align: smaller significand right by the exponent difference, sticky jammed ------
+        wide = Signal(2 * _ALIGN_W, name="add_align_wide")
+        m.d.comb += wide.eq(Cat(Const(0, _ALIGN_W + 3), s.small_sig) >> s.shift)
+        small_al = Signal(_ALIGN_W, name="add_small_aligned")
+        m.d.comb += small_al.eq(Cat(wide[_ALIGN_W] | wide[:_ALIGN_W].any(), wide[_ALIGN_W + 1:]))
+        s = p.boundary(
+            "align", big=Cat(Const(0, 3), s.big_sig), small=small_al, big_exp=s.big_exp,
+            big_sign=s.big_sign, sub_mag=s.sub_mag, zero_sign=s.zero_sign, nan=s.nan,
+            inf=s.inf, inf_sign=s.inf_sign)
+
+        # --- add: magnitudes (|big| >= |small|, so the difference is >= 0) --------------------
+        total = Signal(_ALIGN_W + 1, name="add_sum")
+        m.d.comb += total.eq(Mux(s.sub_mag, s.big - s.small, s.big + s.small))
+        sum_exp = Signal(signed(12), name="add_sum_exp")   # weight of total's LSB
+        m.d.comb += sum_exp.eq(s.big_exp - 3)
+        s = p.boundary(
+            "add", total=total, exp=sum_exp, sign=s.big_sign, zero_sign=s.zero_sign, nan=s.nan,
+            inf=s.inf, inf_sign=s.inf_sign)
+
+        # --- normalize -----------------------------------------------------------------------
+        norm, norm_exp, zero = normalize_left(m, s.total, s.exp, name="add")
+        s = p.boundary(
+            "normalize", norm=norm, exp=norm_exp, zero=zero, sign=s.sign, zero_sign=s.zero_sign,
+            nan=s.nan, inf=s.inf, inf_sign=s.inf_sign)
+
+        # --- round and select special results --------------------------------------------------
+        rounded = rounding_stage(m, sign=s.sign, exp=s.exp, norm=s.norm, name="add_rnd")
+        result = Signal(32, name="add_result")
+        with m.If(s.nan):
+            m.d.comb += result.eq(QNAN)
+        with m.Elif(s.inf):
+            m.d.comb += result.eq(Cat(Const(0, 23), Const(0xFF, 8), s.inf_sign))
+        with m.Elif(s.zero):
+            m.d.comb += result.eq(Cat(Const(0, 31), s.zero_sign))
+        with m.Else():
+            m.d.comb += result.eq(rounded)
+        p.output(result)
+        return m
+
+
+def _params(preset: str) -> dict:
+    cfg = FP32Config.preset(preset)
+    return {**cfg.to_dict(), "latency": cfg.latency("fp32_add"), "in_width": 65,
+            "out_width": 32}
+
+
+TESSERA_BLOCKS = [
+    Block("fp32_add", build=lambda preset: FP32Add(config=FP32Config.preset(preset)),
+          params=_params),
+]

@@ -1,0 +1,194 @@
+"""Array-edge converter: exact integer partial sum with a power-of-two exponent -> FP32.
+
+A systolic-array partial-sum chain is an exact integer ``value`` whose LSB weighs ``2**exp``
+(DESIGN-NOTES §3). This block turns ``value * 2**exp`` into IEEE 754 binary32 with
+round-to-nearest-even, exact subnormal results, overflow to ±Inf and ``value == 0 -> +0.0``.
+Golden model: :func:`sim.edge.edge_to_fp32`, bit-exact. See ``docs/fmac.md``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import bits_for
+
+from .config import PresetMixin, check_int
+from .formats import FP32
+from .fp32.round import leading_zeros, round_to_fp32
+from .registry import Block
+
+__all__ = ["EdgeConfig", "EdgeConverter", "edge_input_layout"]
+
+
+@dataclass(frozen=True)
+class EdgeConfig(PresetMixin):
+    """Array-edge converter parameters.
+
+    Parameters
+    ----------
+    int_bits : int
+        Width of the signed integer ``value`` (two's complement), 2..64. The default matches
+        :class:`hdl.config.FMACConfig`'s ``acc_bits`` (32; ``tiny``: 24).
+    exp_bits : int
+        Width of the signed exponent ``exp`` (weight of ``value``'s LSB), 2..16. 10 bits hold the
+        sum of two BFP exponents minus the mantissa offsets (about -314..254).
+    """
+
+    int_bits: int = 32
+    exp_bits: int = 10
+
+    PRESETS: ClassVar[dict[str, dict]] = {"tiny": {"int_bits": 24}, "default": {}}
+
+    def __post_init__(self):
+        check_int("EdgeConfig", "int_bits", self.int_bits, lo=2, hi=64)
+        check_int("EdgeConfig", "exp_bits", self.exp_bits, lo=2, hi=16)
+
+
+def edge_input_layout(config: EdgeConfig) -> data.StructLayout:
+    """Payload of :class:`EdgeConverter`'s ``i``: ``value`` (low bits) | ``exp``."""
+    return data.StructLayout({"value": signed(config.int_bits), "exp": signed(config.exp_bits)})
+
+
+#: significand bits handed to the rounding stage: 24 result bits + guard; the rest is sticky
+_SIG = 25
+
+
+class EdgeConverter(wiring.Component):
+    """Pipelined ``int * 2**exp -> FP32`` converter (stream in, stream out).
+
+    Number format: input ``value`` is a two's complement integer of ``int_bits`` bits, ``exp``
+    a two's complement exponent of ``exp_bits`` bits; the output is the IEEE 754 binary32 bit
+    pattern of ``value * 2**exp`` rounded to nearest, ties to even. Subnormal results are exact
+    (correctly rounded, no flush to zero); results of magnitude ``>= 2**128`` after rounding are
+    ±Inf; a zero value gives ``+0.0``; a non-zero value that rounds to zero gives a signed zero.
+
+    Pipeline (``latency = 4`` register stages; one conversion per cycle; a bubble-collapsing
+    valid/ready chain, so each stage holds its data while the next one is full):
+
+    1. ``|value|`` and sign;
+    2. leading-zero count of ``|value|``;
+    3. normalise: the leading one to the top of a 25-bit significand, the lower bits OR-ed into
+       a sticky bit, the exponent of the significand's LSB;
+    4. :func:`hdl.fp32.round.round_to_fp32` (RNE, subnormals, overflow) into the output register.
+
+    A transfer on ``i`` in cycle ``t`` appears on ``o`` (``o.valid``) in cycle ``t + latency``
+    when ``o`` is not backpressured. ``o.valid`` is a register; ``i.ready`` is 1 when some
+    stage can move (it may depend on ``o.ready`` combinationally, never on ``i.valid``).
+
+    Parameters
+    ----------
+    config : EdgeConfig
+
+    Members
+    -------
+    i : In(stream.Signature(edge_input_layout(config)))
+        ``value`` (signed ``int_bits``) and ``exp`` (signed ``exp_bits``).
+    o : Out(stream.Signature(FP32))
+        FP32 result (``frac``, ``exp``, ``sign``; bit-compatible with ``numpy.float32``).
+    """
+
+    LATENCY = 4
+
+    def __init__(self, *, config: EdgeConfig | None = None):
+        config = EdgeConfig() if config is None else config
+        if not isinstance(config, EdgeConfig):
+            raise TypeError(f"EdgeConverter.config must be an EdgeConfig, not {config!r}")
+        self.config = config
+        self.latency = self.LATENCY
+        super().__init__({
+            "i": In(stream.Signature(edge_input_layout(config))),
+            "o": Out(stream.Signature(FP32)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        w = cfg.int_bits
+        ew = max(cfg.exp_bits, bits_for(w + _SIG)) + 2     # exponent after normalisation
+
+        # ---- valid/ready chain -----------------------------------------------------------------
+        n = self.LATENCY
+        valid = [Signal(name=f"s{k}_valid") for k in range(1, n)] + [self.o.valid]
+        move = [Signal(name=f"s{k}_move") for k in range(1, n + 1)]   # stage k loads this cycle
+        m.d.comb += move[n - 1].eq(~valid[n - 1] | self.o.ready)
+        for k in range(n - 2, -1, -1):
+            m.d.comb += move[k].eq(~valid[k] | move[k + 1])
+        m.d.comb += self.i.ready.eq(move[0])
+        incoming = [self.i.valid] + valid[:-1]
+        for k in range(n):
+            with m.If(move[k]):
+                m.d.sync += valid[k].eq(incoming[k])
+
+        # ---- stage 1: sign and magnitude ------------------------------------------------------
+        s1_sign = Signal(name="s1_sign")
+        s1_mag = Signal(w, name="s1_mag")
+        s1_exp = Signal(signed(cfg.exp_bits), name="s1_exp")
+        value = self.i.payload.value
+        with m.If(move[0]):
+            m.d.sync += [
+                s1_sign.eq(value < 0),
+                s1_mag.eq(Mux(value < 0, -value, value)),
+                s1_exp.eq(self.i.payload.exp),
+            ]
+
+        # ---- stage 2: leading zeros ----------------------------------------------------------
+        lz = leading_zeros(m, s1_mag, name="s2")
+        s2_sign = Signal(name="s2_sign")
+        s2_mag = Signal(w, name="s2_mag")
+        s2_exp = Signal(signed(cfg.exp_bits), name="s2_exp")
+        s2_lz = Signal(range(w + 1), name="s2_lz_r")
+        with m.If(move[1]):
+            m.d.sync += [s2_sign.eq(s1_sign), s2_mag.eq(s1_mag), s2_exp.eq(s1_exp),
+                         s2_lz.eq(lz)]
+
+        # ---- stage 3: normalise to a 25-bit significand + sticky ------------------------------
+        norm = Signal(w, name="s3_norm")
+        m.d.comb += norm.eq(s2_mag << s2_lz)
+        if w >= _SIG:
+            top = norm[w - _SIG:]
+            low_any = norm[:w - _SIG].any() if w > _SIG else Const(0, 1)
+        else:
+            top = Cat(Const(0, _SIG - w), norm)
+            low_any = Const(0, 1)
+        s3_sign = Signal(name="s3_sign")
+        s3_sig = Signal(_SIG, name="s3_sig")
+        s3_sticky = Signal(name="s3_sticky")
+        s3_exp = Signal(signed(ew), name="s3_exp")
+        with m.If(move[2]):
+            m.d.sync += [
+                s3_sign.eq(s2_sign),
+                s3_sig.eq(top),
+                s3_sticky.eq(low_any),
+                # the leading one (weight exp + w-1-lz) sits at bit _SIG-1 of the significand
+                s3_exp.eq(s2_exp + (w - _SIG) - s2_lz),
+            ]
+
+        # ---- stage 4: round to FP32 ----------------------------------------------------------
+        bits = round_to_fp32(m, sign=s3_sign, exp=s3_exp, sig=s3_sig, sticky=s3_sticky,
+                             name="s4")
+        with m.If(move[3]):
+            m.d.sync += self.o.payload.as_value().eq(bits)
+        return m
+
+
+def _edge_params(preset: str) -> dict:
+    cfg = EdgeConfig.preset(preset)
+    lay = edge_input_layout(cfg)
+    return {
+        **cfg.to_dict(),
+        "latency": EdgeConverter.LATENCY,
+        "i_payload_bits": lay.size,
+        "i_layout": {name: [f.offset, f.width] for name, f in lay},
+        "o_payload_bits": 32,
+        "throughput": 1,
+    }
+
+
+TESSERA_BLOCKS = [
+    Block(name="edge_converter",
+          build=lambda preset: EdgeConverter(config=EdgeConfig.preset(preset)),
+          params=_edge_params),
+]

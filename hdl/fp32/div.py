@@ -1,0 +1,194 @@
+"""Pipelined IEEE 754 binary32 divider, ``r = a / b``, one operation per cycle.
+
+Algorithm (radix-2 restoring digit recurrence, fully unrolled):
+
+1. Unpack both operands; normalize subnormal significands (leading-zero count and shift) so
+   that ``a = ma * 2**ea`` and ``b = mb * 2**eb`` with ``ma, mb`` in ``[2**23, 2**24)``.
+   Special operands (NaN, Inf, zero) select a precomputed result that rides along.
+2. ``Q = floor(ma * 2**K / mb)`` with ``K + 1 = config.div_quotient_bits >= 26`` quotient
+   bits: starting from ``R = ma``, each step sets ``q = (R >= mb)``, ``R -= q * mb``,
+   ``R *= 2``. ``config.div_bits_per_stage`` steps per pipeline register. ``Q`` has 25 or 26
+   significant bits (``ma < mb`` or not): 24 result bits and at least one guard bit.
+3. ``a / b = (Q + f) * 2**(ea - eb - K)`` with ``0 <= f < 1`` and ``f != 0`` exactly when the
+   final remainder is non-zero (the sticky bit). :func:`hdl.fp32.round.round_to_fp32` rounds
+   to nearest even with exact subnormals and overflow to Inf. This is IEEE-exact.
+
+Golden model: numpy ``float32`` division (:class:`sim.fp32_exp.FP32Div`).
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..formats import FP32
+from ..registry import Block
+from .divsqrt_config import FP32DivSqrtConfig
+from .round import round_to_fp32
+from .unpack import QNAN, unpack_fp32
+
+__all__ = ["FP32DivIn", "FP32Div", "StallPipeline"]
+
+
+class FP32DivIn(data.Struct):
+    """One operation of :class:`FP32Div`: dividend ``a`` (bits 0..31), divisor ``b`` (32..63)."""
+
+    a: FP32
+    b: FP32
+
+
+# ----------------------------------------------------------------------------------------------
+# Helpers shared by the divide, square root and exp units
+# ----------------------------------------------------------------------------------------------
+
+class StallPipeline:
+    """Stage registers of a pipeline that stalls as a whole.
+
+    Parameters
+    ----------
+    m : Module
+    en : Value
+        Advance enable (``~o.valid | o.ready``).
+    """
+
+    def __init__(self, m, en):
+        self.m = m
+        self.en = en
+
+    def reg(self, value, name: str, shape=None) -> Signal:
+        """A data register (no reset) loaded with ``value`` when the pipeline advances."""
+        if shape is None:
+            shape = value.shape() if hasattr(value, "shape") else Shape.cast(value)
+        sig = Signal(shape, name=name, reset_less=True)
+        self.m.d.sync += sig.eq(Mux(self.en, value, sig))
+        return sig
+
+    def valid(self, prev, name: str) -> Signal:
+        """A valid bit (reset to 0) that follows ``prev`` when the pipeline advances."""
+        sig = Signal(name=name)
+        with self.m.If(self.en):
+            self.m.d.sync += sig.eq(prev)
+        return sig
+
+
+class FP32Div(wiring.Component):
+    """IEEE 754 binary32 divide, round-to-nearest-even, fully pipelined.
+
+    Bit-exact with numpy ``float32`` division for every non-NaN result: exact subnormal inputs
+    and outputs (no flush), overflow to ``±Inf``, ``x / ±0 = ±Inf`` for ``x != 0``, ``±0 / x =
+    ±0``, ``x / ±Inf = ±0``. ``0 / 0``, ``Inf / Inf`` and any NaN operand give the canonical
+    quiet NaN ``0x7FC00000`` (``hdl.fp32.unpack.QNAN``).
+
+    Parameters
+    ----------
+    config : FP32DivSqrtConfig
+        ``div_bits_per_stage`` sets the number of recurrence stages.
+
+    Attributes
+    ----------
+    latency : int
+        ``config.div_latency`` = 1 (unpack) + ``config.div_stages`` + 1 (round): a result
+        leaves ``latency`` cycles after its operands were accepted when the output is not
+        stalled. One operation per cycle.
+
+    Members
+    -------
+    i : In(stream.Signature(FP32DivIn))
+        Operands ``a`` (dividend) and ``b`` (divisor), FP32.
+    o : Out(stream.Signature(FP32))
+        Quotients, in input order. The pipeline stalls as a whole while ``o.valid & ~o.ready``;
+        ``i.ready = ~o.valid | o.ready``.
+    """
+
+    def __init__(self, *, config: "FP32DivSqrtConfig | None" = None):
+        if config is None:
+            config = FP32DivSqrtConfig()
+        if not isinstance(config, FP32DivSqrtConfig):
+            raise TypeError(f"config must be an FP32DivSqrtConfig, not {type(config).__name__}")
+        self.config = config
+        self.latency = config.div_latency
+        super().__init__({
+            "i": In(stream.Signature(FP32DivIn)),
+            "o": Out(stream.Signature(FP32)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        nbits = cfg.div_quotient_bits
+        bps = cfg.div_bits_per_stage
+
+        en = Signal()
+        m.d.comb += [en.eq(~self.o.valid | self.o.ready), self.i.ready.eq(en)]
+        p = StallPipeline(m, en)
+
+        # --- stage 0: unpack, normalize, classify ------------------------------------------
+        a = unpack_fp32(m, self.i.payload.a.as_value(), name="div_a", normalize=True)
+        b = unpack_fp32(m, self.i.payload.b.as_value(), name="div_b", normalize=True)
+        sign = a.sign ^ b.sign
+        nan = a.nan | b.nan | (a.zero & b.zero) | (a.inf & b.inf)
+        inf = (a.inf & ~b.inf) | (b.zero & ~a.zero)
+        zero = (a.zero & ~b.zero) | (b.inf & ~a.inf)
+        special_val = Signal(32, name="special_val")
+        m.d.comb += special_val.eq(Mux(nan, QNAN,
+                                       Cat(Const(0, 23), Mux(inf, 0xFF, 0), sign)))
+
+        valid = p.valid(self.i.valid, "s0_valid")
+        rem = p.reg(Cat(a.sig, Const(0, 1)), "s0_rem")               # 25 bits
+        div = p.reg(b.sig, "s0_div")
+        exp = p.reg(a.exp - b.exp - (nbits - 1), "s0_exp", signed(11))
+        sgn = p.reg(sign, "s0_sign")
+        special = p.reg(nan | inf | zero, "s0_special")
+        spec_val = p.reg(special_val, "s0_special_val")
+        quot = None
+
+        # --- recurrence stages ---------------------------------------------------------------
+        for s in range(cfg.div_stages):
+            r = rem
+            bits = []
+            for k in range(bps):
+                step = s * bps + k
+                ge = Signal(name=f"st{s}_q{step}")
+                diff = Signal(25, name=f"st{s}_rem{step}")
+                m.d.comb += [
+                    ge.eq(r >= div),
+                    diff.eq(Mux(ge, r - div, r)),
+                ]
+                bits.append(ge)
+                nxt = Signal(25, name=f"st{s}_rsh{step}")
+                m.d.comb += nxt.eq(diff << 1)            # diff < div < 2**24: no bit lost
+                r = nxt
+            new_bits = Cat(*reversed(bits))              # first quotient bit is the MSB
+            q_next = new_bits if quot is None else Cat(new_bits, quot)
+            valid = p.valid(valid, f"st{s}_valid")
+            rem = p.reg(r, f"st{s}_rem")
+            quot = p.reg(q_next, f"st{s}_quot")
+            div = p.reg(div, f"st{s}_div")
+            exp = p.reg(exp, f"st{s}_exp")
+            sgn = p.reg(sgn, f"st{s}_sign")
+            special = p.reg(special, f"st{s}_special")
+            spec_val = p.reg(spec_val, f"st{s}_special_val")
+
+        # --- round and output ---------------------------------------------------------------
+        assert len(quot) == nbits
+        rounded = round_to_fp32(m, sign=sgn, exp=exp, sig=quot, sticky=rem.any(), name="rnd")
+        result = Mux(special, spec_val, rounded)
+        out_valid = p.valid(valid, "out_valid")
+        out = p.reg(result, "out_r", unsigned(32))
+        m.d.comb += [
+            self.o.valid.eq(out_valid),
+            self.o.payload.eq(out),
+        ]
+        return m
+
+
+def _params(preset: str) -> dict:
+    cfg = FP32DivSqrtConfig.preset(preset)
+    return {**cfg.to_dict(), "latency": cfg.div_latency, "stages": cfg.div_stages,
+            "quotient_bits": cfg.div_quotient_bits, "in_fields": [["a", 32], ["b", 32]],
+            "out_fields": [["r", 32]], "ops_per_cycle": 1}
+
+
+TESSERA_BLOCKS = [
+    Block("fp32_div", build=lambda preset: FP32Div(config=FP32DivSqrtConfig.preset(preset)),
+          params=_params),
+]

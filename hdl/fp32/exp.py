@@ -1,0 +1,169 @@
+"""Pipelined FP32 ``exp`` approximation (for softmax), one operation per cycle.
+
+Table + polynomial in 30-fraction-bit fixed point (``t = config.exp_table_bits``,
+``N = 2**t``; constants from :func:`hdl.fp32.divsqrt_config.exp_constants`, computed exactly with
+integers). The golden model :class:`sim.fp32_exp.FP32Exp` performs the same integer steps:
+
+======  ==========================================================================  ========
+stage   operation                                                                   register
+======  ==========================================================================  ========
+0       unpack; ``X = trunc(|x| * 2**30)`` (barrel shift), ``Xs = ±X``; specials     ``xs``
+1       ``n = ((Xs >> 14) * CINV + 2**31) >> 32`` ~ ``round(x * N / ln2)``           ``n``
+2       ``R = Xs - ((n * LN2N + 2**17) >> 18)``: ``r = x - n*ln2/N``, ``|r| < 0.51 ln2/N``  ``red``
+3       ``h1 = C2 + (R*C3 >> 30)``                                                   ``h1``
+4       ``h2 = C1 + (R*h1 >> 30)``                                                   ``h2``
+5       ``p = C0 + (R*h2 >> 30)`` (= e**r); ``T = TABLE[n mod N]`` (= 2**(j/N))       ``p, tab``
+6       ``P = T * p`` (62 bits, 60 fraction bits)                                   ``prod``
+7       round ``(P >> 28) * 2**(k - 32)``, sticky ``P mod 2**28 != 0``,              ``out``
+        ``k = n >> t``, with :func:`~hdl.fp32.round.round_to_fp32`; special override
+======  ==========================================================================  ========
+
+Measured accuracy against float64 ``exp``: see ``docs/fp32_div_sqrt_exp.md`` (under 1 ulp).
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..registry import Block
+from ..formats import FP32
+from .div import StallPipeline
+from .divsqrt_config import EXP_FRAC_BITS, FP32DivSqrtConfig, exp_constants
+from .round import round_to_fp32
+from .unpack import QNAN
+
+__all__ = ["FP32Exp"]
+
+F = EXP_FRAC_BITS  # fraction bits of the fixed-point datapath
+
+
+class FP32Exp(wiring.Component):
+    """FP32 ``exp(x)`` approximation, fully pipelined, bit-exact with its golden model.
+
+    Input and output are IEEE 754 binary32. The result is the round-to-nearest-even FP32
+    value of a fixed-point approximation whose relative error is below ``2**-26``, so the
+    error against the exact ``exp`` stays below one ulp (measured: see the docs). Specials:
+    NaN -> ``0x7FC00000``; ``+Inf`` and ``x >= 128`` -> ``+Inf``; ``-Inf`` and ``x <= -128`` ->
+    ``+0``; results overflow to ``+Inf`` above ``x ~ 88.7228`` and underflow through the
+    subnormals to ``+0`` below ``x ~ -103.97``; zeros and subnormal inputs give ``1.0``.
+
+    Parameters
+    ----------
+    config : FP32DivSqrtConfig
+        ``exp_table_bits`` = ``t``: a ``2**t``-entry table of ``2**(j/2**t)``.
+
+    Attributes
+    ----------
+    latency : int
+        ``config.exp_latency`` (8) cycles from an accepted operand to its result (no stall).
+        One operation per cycle.
+
+    Members
+    -------
+    i : In(stream.Signature(FP32))
+        Arguments ``a``.
+    o : Out(stream.Signature(FP32))
+        Results ``exp(a)``, in input order. Whole-pipeline stall while ``o.valid & ~o.ready``;
+        ``i.ready = ~o.valid | o.ready``.
+    """
+
+    def __init__(self, *, config: FP32DivSqrtConfig | None = None):
+        if config is None:
+            config = FP32DivSqrtConfig()
+        if not isinstance(config, FP32DivSqrtConfig):
+            raise TypeError(f"config must be an FP32DivSqrtConfig, not {type(config).__name__}")
+        self.config = config
+        self.latency = config.exp_latency
+        super().__init__({
+            "i": In(stream.Signature(FP32)),
+            "o": Out(stream.Signature(FP32)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        t = self.config.exp_table_bits
+        c = exp_constants(t)
+        nw = t + 10                                   # |n| <= 128 * 2**t / ln2 + 1
+
+        en = Signal()
+        m.d.comb += [en.eq(~self.o.valid | self.o.ready), self.i.ready.eq(en)]
+        p = StallPipeline(m, en)
+
+        # --- stage 0: unpack, fixed point, specials -----------------------------------------
+        bits = self.i.payload.as_value()
+        frac, efield, sign = bits[0:23], bits[23:31], bits[31]
+        nan = (efield == 0xFF) & (frac != 0)
+        big = (efield >= 134) & ~nan                  # |x| >= 128, Inf included
+        m24 = Signal(24, name="m24")
+        x_fix = Signal(37, name="x_fix")
+        m.d.comb += [
+            m24.eq(Cat(frac, efield != 0)),
+            x_fix.eq(Mux(efield <= 133, Cat(Const(0, 13), m24) >> (133 - efield)[:8], 0)),
+        ]
+        special_val = Mux(nan, QNAN, Mux(sign, 0, 0x7F800000))
+        valid = p.valid(self.i.valid, "s0_valid")
+        xs = p.reg(Mux(sign, -x_fix, x_fix), "s0_xs", signed(39))
+        special = p.reg(nan | big, "s0_special")
+        spec_val = p.reg(special_val, "s0_special_val", unsigned(32))
+
+        def carry(stage, *regs):
+            return [p.reg(r, f"s{stage}_{r.name.split('_', 1)[1]}") for r in regs]
+
+        # --- stage 1: n = round(x * N / ln2) ------------------------------------------------
+        n_val = ((xs >> 14) * c.CINV + (1 << 31)) >> 32
+        valid = p.valid(valid, "s1_valid")
+        n = p.reg(n_val, "s1_n", signed(nw))
+        xs, special, spec_val = carry(1, xs, special, spec_val)
+
+        # --- stage 2: reduced argument -------------------------------------------------------
+        red_val = xs - ((n * c.LN2N + (1 << 17)) >> 18)
+        valid = p.valid(valid, "s2_valid")
+        red = p.reg(red_val, "s2_red", signed(27))
+        n, special, spec_val = carry(2, n, special, spec_val)
+
+        # --- stages 3..5: Horner, degree 3 -----------------------------------------------------
+        valid = p.valid(valid, "s3_valid")
+        h1 = p.reg(c.C2 + ((red * c.C3) >> F), "s3_h1", signed(32))
+        red, n, special, spec_val = carry(3, red, n, special, spec_val)
+
+        valid = p.valid(valid, "s4_valid")
+        h2 = p.reg(c.C1 + ((red * h1) >> F), "s4_h2", signed(32))
+        red, n, special, spec_val = carry(4, red, n, special, spec_val)
+
+        table = Signal(F + 1, name="s5_table_lookup")
+        m.d.comb += table.eq(Array(Const(v, F + 1) for v in c.TABLE)[n[:t]])
+        valid = p.valid(valid, "s5_valid")
+        poly = p.reg((c.C0 + ((red * h2) >> F))[:F + 1], "s5_p", unsigned(F + 1))
+        tab = p.reg(table, "s5_tab")
+        n, special, spec_val = carry(5, n, special, spec_val)
+
+        # --- stage 6: table x polynomial -------------------------------------------------------
+        valid = p.valid(valid, "s6_valid")
+        prod = p.reg(tab * poly, "s6_prod", unsigned(2 * F + 2))
+        n, special, spec_val = carry(6, n, special, spec_val)
+
+        # --- stage 7: round, specials ---------------------------------------------------------
+        k = Signal(signed(nw - t + 1), name="s7_k")
+        m.d.comb += k.eq(n >> t)
+        rounded = round_to_fp32(m, sign=Const(0, 1), exp=k - 32, sig=prod[28:],
+                                sticky=prod[:28].any(), name="rnd")
+        out_valid = p.valid(valid, "out_valid")
+        out = p.reg(Mux(special, spec_val, rounded), "out_r", unsigned(32))
+        m.d.comb += [
+            self.o.valid.eq(out_valid),
+            self.o.payload.eq(out),
+        ]
+        return m
+
+
+def _params(preset: str) -> dict:
+    cfg = FP32DivSqrtConfig.preset(preset)
+    return {**cfg.to_dict(), "latency": cfg.exp_latency, "in_fields": [["a", 32]],
+            "out_fields": [["r", 32]], "ops_per_cycle": 1, "frac_bits": F}
+
+
+TESSERA_BLOCKS = [
+    Block("fp32_exp", build=lambda preset: FP32Exp(config=FP32DivSqrtConfig.preset(preset)),
+          params=_params),
+]

@@ -1,0 +1,171 @@
+"""Pipelined IEEE 754 binary32 square root, ``r = sqrt(a)``, one operation per cycle.
+
+Algorithm (radix-2 restoring digit-by-digit square root, fully unrolled):
+
+1. Unpack and normalize: ``a = ma * 2**ea``, ``ma`` in ``[2**23, 2**24)`` (subnormals
+   normalized). Make the exponent even: ``M = 2 * ma``, ``e2 = ea - 1`` when ``ea`` is odd,
+   else ``M = ma``, ``e2 = ea``.
+2. ``X = M * 2**(2n - 26)`` (``2n`` bits, ``n = config.sqrt_root_bits >= 26``). Compute
+   ``S = floor(sqrt(X))`` two radicand bits per step: ``R = 4R + next pair``; ``T = 4S + 1``;
+   if ``R >= T``: ``R -= T``, ``S = 2S + 1``, else ``S = 2S``. ``config.sqrt_bits_per_stage``
+   steps per pipeline register. ``S`` has 25 or 26 significant bits (24 + guard + spare), and
+   ``R = X - S**2`` is the exact remainder.
+3. ``sqrt(a) = (S + f) * 2**(e2/2 - n + 13)`` with ``f != 0`` exactly when ``R != 0`` (the
+   sticky bit); :func:`hdl.fp32.round.round_to_fp32` rounds to nearest even. The result is
+   never subnormal nor overflows, and ties cannot happen.
+
+Golden model: numpy ``float32`` square root (:class:`sim.fp32_exp.FP32Sqrt`).
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..formats import FP32
+from ..registry import Block
+from .div import StallPipeline
+from .divsqrt_config import FP32DivSqrtConfig
+from .round import round_to_fp32
+from .unpack import QNAN, unpack_fp32
+
+__all__ = ["FP32Sqrt"]
+
+
+class FP32Sqrt(wiring.Component):
+    """IEEE 754 binary32 square root, round-to-nearest-even, fully pipelined.
+
+    Bit-exact with ``numpy.sqrt`` on ``float32`` for every non-NaN result: exact for
+    subnormal inputs, ``sqrt(+0) = +0``, ``sqrt(-0) = -0``, ``sqrt(+Inf) = +Inf``. A negative
+    non-zero operand (including ``-Inf``) or a NaN gives the canonical quiet NaN
+    ``0x7FC00000`` (``hdl.fp32.unpack.QNAN``).
+
+    Parameters
+    ----------
+    config : FP32DivSqrtConfig
+        ``sqrt_bits_per_stage`` sets the number of recurrence stages.
+
+    Attributes
+    ----------
+    latency : int
+        ``config.sqrt_latency`` = 1 (unpack) + ``config.sqrt_stages`` + 1 (round), in cycles
+        from an accepted operand to its result (no stall). One operation per cycle.
+
+    Members
+    -------
+    i : In(stream.Signature(FP32))
+        Operands ``a``.
+    o : Out(stream.Signature(FP32))
+        Results ``sqrt(a)``, in input order. Whole-pipeline stall while ``o.valid & ~o.ready``;
+        ``i.ready = ~o.valid | o.ready``.
+    """
+
+    def __init__(self, *, config: FP32DivSqrtConfig | None = None):
+        if config is None:
+            config = FP32DivSqrtConfig()
+        if not isinstance(config, FP32DivSqrtConfig):
+            raise TypeError(f"config must be an FP32DivSqrtConfig, not {type(config).__name__}")
+        self.config = config
+        self.latency = config.sqrt_latency
+        super().__init__({
+            "i": In(stream.Signature(FP32)),
+            "o": Out(stream.Signature(FP32)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        n = cfg.sqrt_root_bits
+        bps = cfg.sqrt_bits_per_stage
+        shift = 2 * n - 26                     # X = M << shift, 2n bits
+        rw = n + 3                             # remainder width: R < 2**(n+1) after a step
+
+        en = Signal()
+        m.d.comb += [en.eq(~self.o.valid | self.o.ready), self.i.ready.eq(en)]
+        p = StallPipeline(m, en)
+
+        # --- stage 0: unpack, normalize, even exponent, classify -----------------------------
+        a = unpack_fp32(m, self.i.payload.as_value(), name="sqrt_a", normalize=True)
+        odd = a.exp[0]
+        mant = Signal(25, name="even_mant")
+        half_exp = Signal(signed(10), name="half_exp")
+        m.d.comb += [
+            mant.eq(Mux(odd, a.sig << 1, a.sig)),
+            half_exp.eq((a.exp - odd) >> 1),              # exact: even, arithmetic shift
+        ]
+        nan = a.nan | (a.sign & ~a.zero)
+        inf = a.inf & ~a.sign
+        special_val = Signal(32, name="special_val")
+        m.d.comb += special_val.eq(Mux(nan, QNAN,
+                                       Cat(Const(0, 23), Mux(inf, 0xFF, 0), a.sign)))
+
+        valid = p.valid(self.i.valid, "s0_valid")
+        radicand = p.reg(mant, "s0_mant")
+        exp = p.reg(half_exp - (n - 13), "s0_exp", signed(10))
+        sgn = p.reg(a.sign, "s0_sign")
+        special = p.reg(nan | inf | a.zero, "s0_special")
+        spec_val = p.reg(special_val, "s0_special_val")
+        rem = None
+        root = None
+
+        def xbit(i):
+            """Bit ``i`` of ``X = M << shift`` (M is 25 bits; bit 2n-1 of X is 0)."""
+            j = i - shift
+            return radicand[j] if 0 <= j < 25 else Const(0, 1)
+
+        # --- recurrence stages ---------------------------------------------------------------
+        for s in range(cfg.sqrt_stages):
+            r = Const(0, rw) if rem is None else rem
+            q = Const(0, 1) if root is None else root
+            for k in range(bps):
+                step = s * bps + k
+                pair = Cat(xbit(2 * n - 2 - 2 * step), xbit(2 * n - 1 - 2 * step))
+                shifted = Signal(rw, name=f"st{s}_rin{step}")
+                trial = Signal(rw, name=f"st{s}_trial{step}")
+                ge = Signal(name=f"st{s}_q{step}")
+                nr = Signal(rw, name=f"st{s}_rem{step}")
+                m.d.comb += [
+                    shifted.eq(Cat(pair, r)),                # 4R + pair
+                    trial.eq(Cat(Const(1, 2), q)),            # 4S + 1
+                    ge.eq(shifted >= trial),
+                    nr.eq(Mux(ge, shifted - trial, shifted)),
+                ]
+                r = nr
+                q = Cat(ge, q)
+            # drop the leading constant-zero bit of the first stage's seed
+            q = q[:(s + 1) * bps]
+            valid = p.valid(valid, f"st{s}_valid")
+            rem = p.reg(r, f"st{s}_rem")
+            root = p.reg(q, f"st{s}_root")
+            still_needed = 2 * (s + 1) * bps < 2 * n - shift    # radicand bits left to read
+            if still_needed:
+                radicand = p.reg(radicand, f"st{s}_mant")
+            exp = p.reg(exp, f"st{s}_exp")
+            sgn = p.reg(sgn, f"st{s}_sign")
+            special = p.reg(special, f"st{s}_special")
+            spec_val = p.reg(spec_val, f"st{s}_special_val")
+
+        # --- round and output ---------------------------------------------------------------
+        assert len(root) == n
+        rounded = round_to_fp32(m, sign=sgn, exp=exp, sig=root, sticky=rem.any(), name="rnd")
+        result = Mux(special, spec_val, rounded)
+        out_valid = p.valid(valid, "out_valid")
+        out = p.reg(result, "out_r", unsigned(32))
+        m.d.comb += [
+            self.o.valid.eq(out_valid),
+            self.o.payload.eq(out),
+        ]
+        return m
+
+
+def _params(preset: str) -> dict:
+    cfg = FP32DivSqrtConfig.preset(preset)
+    return {**cfg.to_dict(), "latency": cfg.sqrt_latency, "stages": cfg.sqrt_stages,
+            "root_bits": cfg.sqrt_root_bits, "in_fields": [["a", 32]],
+            "out_fields": [["r", 32]], "ops_per_cycle": 1}
+
+
+TESSERA_BLOCKS = [
+    Block("fp32_sqrt", build=lambda preset: FP32Sqrt(config=FP32DivSqrtConfig.preset(preset)),
+          params=_params),
+]

@@ -1,0 +1,288 @@
+"""Golden models of the FP32 divide, square root and exp units (pure numpy, no Amaranth).
+
+The exp constants (table, ``ln2/N``, ...) come from :func:`hdl.fp32.divsqrt_config.exp_constants`
+(plain Python, exact rational arithmetic), shared with the hardware.
+
+* :class:`FP32Div`, :class:`FP32Sqrt`: numpy ``float32`` division and square root (IEEE 754,
+  round-to-nearest-even, subnormals kept). The hardware matches them bit for bit on every
+  non-NaN result; every NaN is mapped to :data:`QNAN` (what the hardware returns).
+* :class:`FP32Exp`: the hardware's ``exp`` approximation, step for step in ``int64`` numpy
+  arithmetic (every intermediate fits in 63 bits), so it is bit-exact with
+  :class:`hdl.fp32.exp.FP32Exp`. :func:`exp_ulp_error` measures it against float64 ``exp``.
+
+The exp algorithm (``t = config.exp_table_bits``, ``N = 2**t``, ``F = 30`` fraction bits):
+
+1. ``X = trunc(|x| * 2**F)`` (``|x| < 128``; zero for ``|x| < 2**-30``), ``Xs = ±X``.
+2. ``n = round(x * N / ln2)``, from ``(Xs >> 14) * CINV`` with ``CINV = round(N/ln2 * 2**16)``
+   (``n`` may be off by one from the exact rounding; the range below allows for it).
+3. ``R = Xs - round(n * LN2N / 2**18)``, ``LN2N = round(ln2/N * 2**48)``: the reduced
+   argument ``r = x - n*ln2/N`` with ``|r| <= (1/2 + 2**-7) * ln2/N``, 30 fraction bits. The
+   constant is split as ``n * ln2/N`` evaluated with a 48-bit constant and rounded once, so the
+   reduction error is below ``2**-31`` for every ``|n| < 2**16``.
+4. ``p = e**r`` by Horner, degree 3 (Taylor), each product truncated to ``F`` bits:
+   ``h = C2 + (R*C3 >> F)``, ``h = C1 + (R*h >> F)``, ``p = C0 + (R*h >> F)``.
+5. ``P = T[j] * p`` with ``T[j] = round(2**(j/N) * 2**F)``, ``j = n mod N``, ``k = n >> t``.
+6. Round ``(P >> 28) * 2**(k - 32)`` (sticky: ``P mod 2**28 != 0``) to FP32 (RNE, exact
+   subnormals, overflow to Inf), as :func:`sim.fp32_round.round_to_fp32`.
+
+Specials: NaN -> :data:`QNAN`; ``+Inf`` and finite ``x >= 128`` -> ``+Inf``; ``-Inf`` and
+finite ``x <= -128`` -> ``+0``; ``|x| < 2**-30`` (zeros, subnormals) -> exactly ``1.0``.
+Results overflow to ``+Inf`` from ``x ~ 88.7228`` and underflow through the subnormals to
+``+0`` below ``x ~ -103.97`` by the rounding itself.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hdl.fp32.divsqrt_config import EXP_FRAC_BITS, ExpConstants, FP32DivSqrtConfig, exp_constants
+
+__all__ = ["QNAN", "EXP_FRAC_BITS", "ExpConstants", "exp_constants", "round_to_fp32_vec",
+           "FP32Div", "FP32Sqrt", "FP32Exp", "MODELS", "model_for", "exp_ulp_error",
+           "measure_exp_accuracy"]
+
+#: The NaN every unit returns (quiet, positive, zero payload).
+QNAN = 0x7FC00000
+_U32 = np.uint32
+
+
+def _bits(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.int64) & 0xFFFFFFFF
+
+
+def _f32(bits) -> np.ndarray:
+    return _bits(bits).astype(_U32).view(np.float32)
+
+
+def _canon(bits) -> np.ndarray:
+    b = _bits(bits)
+    return np.where((b & 0x7FFFFFFF) > 0x7F800000, QNAN, b).astype(np.int64)
+
+
+# ----------------------------------------------------------------------------------------------
+# Rounding (vectorised twin of sim.fp32_round.round_to_fp32)
+# ----------------------------------------------------------------------------------------------
+
+def round_to_fp32_vec(sign, exp, sig, sticky=0) -> np.ndarray:
+    """FP32 bits nearest to ``(-1)**sign * (sig + delta) * 2**exp`` (RNE), vectorised.
+
+    Same contract as :func:`sim.fp32_round.round_to_fp32` (``0 < delta < 1`` iff ``sticky``),
+    for ``0 <= sig < 2**52``; exact subnormals, ``±Inf`` on overflow, signed zero.
+    """
+    sig = np.asarray(sig, dtype=np.int64)
+    exp = np.broadcast_to(np.asarray(exp, dtype=np.int64), sig.shape)
+    sign = np.broadcast_to(np.asarray(sign, dtype=np.int64), sig.shape)
+    sticky = np.broadcast_to(np.asarray(sticky, dtype=np.int64) != 0, sig.shape)
+    if np.any(sig < 0) or np.any(sig >= 1 << 52):
+        raise ValueError("sig must be in [0, 2**52)")
+    # bit length: exact through float64 for sig < 2**53
+    _, length = np.frexp(sig.astype(np.float64))
+    length = length.astype(np.int64)
+    lead = exp + length - 1
+    lsb = np.maximum(lead - 23, -149)
+    shift = lsb - exp
+    pos = np.maximum(shift, 0)
+    q = np.where(shift > 0, sig >> np.minimum(pos, 62), sig << np.maximum(-shift, 0))
+    q = np.where(shift > 62, 0, q)
+    guard = np.where(shift > 0, (sig >> np.clip(pos - 1, 0, 62)) & 1, 0)
+    guard = np.where(shift > 63, 0, guard)
+    below = np.where(pos > 1, sig & ((np.int64(1) << np.clip(pos - 1, 0, 62)) - 1), 0)
+    below = np.where(pos - 1 > 62, sig, below)
+    rest = (below != 0) | sticky
+    q = q + (guard & (rest | (q & 1)).astype(np.int64))
+    carry = (q >> 24) != 0
+    q = np.where(carry, q >> 1, q)
+    lsb = lsb + carry
+    biased = np.where((q >> 23) != 0, lsb + 150, 0)
+    out = np.where(biased >= 255, 0x7F800000, (biased << 23) | (q & 0x7FFFFF))
+    out = np.where(sig == 0, 0, out)
+    return ((sign & 1) << 31) | out
+
+
+# ----------------------------------------------------------------------------------------------
+# Models
+# ----------------------------------------------------------------------------------------------
+
+class _Model:
+    NAME = ""
+    IN_FIELDS: tuple[tuple[str, int], ...] = ()
+    OUT_FIELDS = (("r", 32),)
+    LATENCY_ATTR = ""
+
+    def __init__(self, config: FP32DivSqrtConfig | None = None):
+        self.config = config if config is not None else FP32DivSqrtConfig()
+
+    @property
+    def latency(self) -> int:
+        return getattr(self.config, self.LATENCY_ATTR)
+
+    def pack_in(self, **fields) -> list[int]:
+        cols = [np.asarray(fields[name], dtype=np.int64) & ((1 << w) - 1)
+                for name, w in self.IN_FIELDS]
+        out = np.zeros(len(cols[0]), dtype=object)
+        shift = 0
+        for (name, w), col in zip(self.IN_FIELDS, cols):
+            out = out + (col.astype(object) << shift)
+            shift += w
+        return [int(v) for v in out]
+
+    def unpack_in(self, payloads) -> dict:
+        p = np.array([int(v) for v in payloads], dtype=object)
+        out, shift = {}, 0
+        for name, w in self.IN_FIELDS:
+            out[name] = ((p >> shift) & ((1 << w) - 1)).astype(np.int64)
+            shift += w
+        return out
+
+    def expected_payloads(self, in_payloads) -> list[int]:
+        return [int(v) for v in self(**self.unpack_in(in_payloads))["r"]]
+
+    def describe(self, in_payload: int) -> str:
+        f = self.unpack_in([in_payload])
+        return ", ".join(f"{k}={int(v[0]):#010x} ({float(_f32(v[0])):.9g})"
+                         for k, v in f.items())
+
+
+class FP32Div(_Model):
+    """``r = a / b`` in numpy float32, NaNs canonical."""
+
+    NAME = "fp32_div"
+    IN_FIELDS = (("a", 32), ("b", 32))
+    LATENCY_ATTR = "div_latency"
+
+    def __call__(self, a, b) -> dict:
+        with np.errstate(all="ignore"):
+            r = np.divide(_f32(a), _f32(b), dtype=np.float32)
+        return {"r": _canon(np.asarray(r).view(_U32))}
+
+
+class FP32Sqrt(_Model):
+    """``r = sqrt(a)`` in numpy float32, NaNs canonical."""
+
+    NAME = "fp32_sqrt"
+    IN_FIELDS = (("a", 32),)
+    LATENCY_ATTR = "sqrt_latency"
+
+    def __call__(self, a) -> dict:
+        with np.errstate(all="ignore"):
+            r = np.sqrt(_f32(a), dtype=np.float32)
+        return {"r": _canon(np.asarray(r).view(_U32))}
+
+
+class FP32Exp(_Model):
+    """The hardware exp approximation, bit-exact (see the module docstring for the steps).
+
+    :meth:`steps` returns every named intermediate (the hardware's signal names) for tests.
+    """
+
+    NAME = "fp32_exp"
+    IN_FIELDS = (("a", 32),)
+    LATENCY_ATTR = "exp_latency"
+
+    @property
+    def constants(self) -> ExpConstants:
+        return exp_constants(self.config.exp_table_bits)
+
+    def steps(self, a) -> dict:
+        c = self.constants
+        F = EXP_FRAC_BITS
+        a = _bits(a)
+        sign = (a >> 31) & 1
+        efield = (a >> 23) & 0xFF
+        frac = a & 0x7FFFFF
+        nan = (efield == 0xFF) & (frac != 0)
+        inf = (efield == 0xFF) & (frac == 0)
+        big = (efield >= 134) & ~nan            # |x| >= 128 (incl. Inf)
+        # 1. fixed point, F fraction bits, truncated toward zero
+        m24 = np.where(efield != 0, frac | (1 << 23), frac)
+        sh = np.clip(133 - efield, 0, 63)
+        x_fix = np.where(efield <= 133, (m24 << 13) >> sh, 0)
+        x_fix = np.where(sh >= 37, 0, x_fix)
+        xs = np.where(sign == 1, -x_fix, x_fix)
+        # 2. n = round(x * N / ln2)
+        n = ((xs >> 14) * c.CINV + (1 << 31)) >> 32
+        # 3. reduced argument
+        red = xs - ((n * c.LN2N + (1 << 17)) >> 18)
+        # 4. Horner
+        h1 = c.C2 + ((red * c.C3) >> F)
+        h2 = c.C1 + ((red * h1) >> F)
+        p = c.C0 + ((red * h2) >> F)
+        # 5. table
+        j = n & (c.N - 1)
+        k = n >> c.t
+        table = np.array(c.TABLE, dtype=np.int64)[j]
+        prod = table * p
+        # 6. round
+        sig = prod >> 28
+        sticky = (prod & ((1 << 28) - 1)) != 0
+        rounded = round_to_fp32_vec(0, k - 32, sig, sticky)
+        special = nan | big
+        special_val = np.where(nan, QNAN, np.where(sign == 1, 0, 0x7F800000))
+        r = np.where(special, special_val, rounded)
+        return {"x_fix": xs, "n": n, "red": red, "h1": h1, "h2": h2, "p": p, "j": j, "k": k,
+                "table": table, "prod": prod, "sig": sig, "sticky": sticky,
+                "rounded": rounded, "special": special, "r": r.astype(np.int64),
+                "inf": inf}
+
+    def __call__(self, a) -> dict:
+        return {"r": self.steps(a)["r"]}
+
+
+MODELS = {cls.NAME: cls for cls in (FP32Div, FP32Sqrt, FP32Exp)}
+
+
+def model_for(block: str, config: FP32DivSqrtConfig | None = None) -> _Model:
+    if block not in MODELS:
+        raise ValueError(f"block must be one of {tuple(MODELS)}, not {block!r}")
+    return MODELS[block](config)
+
+
+# ----------------------------------------------------------------------------------------------
+# Accuracy of exp against float64
+# ----------------------------------------------------------------------------------------------
+
+def exp_ulp_error(a_bits, r_bits) -> np.ndarray:
+    """|r - exp(x)| in units of the float32 ulp at ``exp(x)`` (float64 reference).
+
+    ``x = a_bits`` as float32; ``r_bits`` the result. The ulp of a value ``v`` is
+    ``2**(max(floor(log2 v), -126) - 23)``; ``+Inf`` counts as ``2**128`` (the IEEE overflow
+    point), and a true value past ``2**128`` counts as ``2**128`` too. Only for finite ``x``.
+    """
+    x = _f32(a_bits).astype(np.float64)
+    with np.errstate(over="ignore"):
+        true = np.minimum(np.exp(x), 2.0 ** 128)
+    r = _f32(r_bits).astype(np.float64)
+    r = np.where(np.isinf(r), 2.0 ** 128, r)
+    _, e = np.frexp(true)                    # true = f * 2**e, f in [0.5, 1)
+    ulp_exp = np.maximum(e - 1, -126) - 23
+    ulp_exp = np.minimum(ulp_exp, 104)
+    return np.abs(r - true) / np.ldexp(1.0, ulp_exp)
+
+
+def measure_exp_accuracy(config: FP32DivSqrtConfig | None = None, *, stride: int = 4099,
+                         band: tuple[int, int] | None = (0xBF000000, 0xBF800000),
+                         chunk: int = 1 << 21) -> dict:
+    """Worst ulp error of :class:`FP32Exp` against float64 ``exp``.
+
+    Samples every ``stride``-th float32 bit pattern with ``-128 < x < 128`` (both signs), plus
+    every float32 whose bit pattern is in ``band`` (default: all of ``[-1, -0.5)``, 2**23
+    values). Returns ``{"max_ulp", "argmax_bits", "count", "mean_ulp", ...}``.
+    """
+    model = FP32Exp(config)
+    pos = np.arange(0, 0x43000000, stride, dtype=np.int64)           # [0, 128)
+    sets = [pos, pos | 0x80000000]
+    if band is not None:
+        sets.append(np.arange(band[0], band[1], dtype=np.int64))
+    worst, worst_bits, total, count = -1.0, 0, 0.0, 0
+    for s in sets:
+        for i in range(0, len(s), chunk):
+            a = s[i:i + chunk]
+            err = exp_ulp_error(a, model(a)["r"])
+            j = int(np.argmax(err))
+            if err[j] > worst:
+                worst, worst_bits = float(err[j]), int(a[j])
+            total += float(err.sum())
+            count += len(a)
+    return {"max_ulp": worst, "argmax_bits": worst_bits,
+            "argmax_x": float(_f32(worst_bits)), "mean_ulp": total / count, "count": count,
+            "stride": stride, "band": [hex(b) for b in band] if band else None,
+            "exp_table_bits": model.config.exp_table_bits}

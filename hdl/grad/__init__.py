@@ -1,0 +1,2 @@
+"""FP32 gradient datapaths: elementwise ops, reductions, softmax + cross-entropy
+(see docs/datapaths.md)."""

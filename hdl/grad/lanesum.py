@@ -1,0 +1,146 @@
+"""Streaming FP32 sum (optionally of squares) with a fixed, documented summation order.
+
+An FP32 adder with latency ``La`` cannot close a one-cycle accumulation loop, so the sum keeps
+``lanes`` interleaved partial sums (``lanes > La``): element ``i`` (counted from the start of
+the reduction) is added into lane ``i mod lanes``; after the last element the partials are
+combined in order, ``((p0 + p1) + p2) + ...``. Partials start at +0. Golden model:
+:func:`sim.grad.lane_sum` (same order, bit-exact).
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Array, Module, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..fp32.config import FP32Config
+from ..optim.dataflow import member
+from .config import GradConfig
+
+__all__ = ["LaneSum", "LANESUM_IN_LAYOUT", "LANESUM_OUT_LAYOUT"]
+
+LANESUM_IN_LAYOUT = data.StructLayout({"x": 32, "last": 1})
+LANESUM_OUT_LAYOUT = data.StructLayout({"r": 32})
+
+
+class LaneSum(wiring.Component):
+    """Sum of a stream of FP32 values (or of their squares), RNE, fixed order.
+
+    Parameters
+    ----------
+    config : GradConfig
+        ``lanes`` partial sums.
+    square : bool
+        Sum ``x*x`` (one FP32 multiply per element, before the lanes) instead of ``x``.
+    fp32_config : FP32Config
+        Adder/multiplier pipelines; the adder latency must be below ``lanes``.
+
+    Attributes
+    ----------
+    latency : int
+        Cycles from accepting the ``last`` element to ``o.valid`` (the flush: in-flight adds,
+        then ``lanes - 1`` dependent adds).
+
+    Members
+    -------
+    i : In(stream.Signature(LANESUM_IN_LAYOUT))
+        ``x`` (FP32) and ``last`` (ends the reduction). One element per cycle; ``ready`` is low
+        from the ``last`` element until the result has been taken.
+    o : Out(stream.Signature(LANESUM_OUT_LAYOUT))
+        The sum ``r`` (FP32), held until taken.
+    """
+
+    def __init__(self, *, config: GradConfig | None = None, square: bool = False,
+                 fp32_config: FP32Config | None = None):
+        self.config = config or GradConfig()
+        self.fp32_config = fp32_config or FP32Config()
+        self.square = bool(square)
+        la = self.fp32_config.latency("fp32_add")
+        if la >= self.config.lanes:
+            raise ValueError(f"GradConfig.lanes ({self.config.lanes}) must exceed the FP32 adder "
+                             f"latency ({la})")
+        self.lm = self.fp32_config.latency("fp32_mul") if self.square else 0
+        self.la = la
+        # last accepted at c: WAIT until c+lm+la+1, then (lanes-1) adds of la+1 cycles, OUT.
+        self.latency = self.lm + la + 2 + (self.config.lanes - 1) * (la + 1) + 1
+        super().__init__({
+            "i": In(stream.Signature(LANESUM_IN_LAYOUT)),
+            "o": Out(stream.Signature(LANESUM_OUT_LAYOUT)),
+        })
+
+    def elaborate(self, platform):
+        from ..fp32.add import FP32Add
+        from ..fp32.mul import FP32Mul
+
+        m = Module()
+        lanes, la, lm = self.config.lanes, self.la, self.lm
+        m.submodules.add = add = FP32Add(config=self.fp32_config)
+        m.d.comb += add.o.ready.eq(1)
+
+        part = Array(Signal(32, name=f"lane_{j}") for j in range(lanes))
+        lane = Signal(range(lanes), name="lane_idx")
+        total = Signal(32, name="total")
+        k = Signal(range(lanes + 1), name="drain_k")
+        pending = Signal(name="drain_pending")
+        wait = Signal(range(lm + la + 2), name="flush_wait")
+        draining = Signal(name="draining")
+
+        accept = Signal(name="accept")
+        m.d.comb += accept.eq(self.i.valid & self.i.ready)
+
+        # Optional square stage: fixed latency lm (the multiplier never stalls: o.ready = 1).
+        if self.square:
+            m.submodules.sq = mul = FP32Mul(config=self.fp32_config)
+            m.d.comb += [
+                mul.o.ready.eq(1),
+                mul.i.valid.eq(accept),
+                mul.i.payload.a.eq(self.i.payload.x),
+                mul.i.payload.b.eq(self.i.payload.x),
+            ]
+            x_valid, x = mul.o.valid, member(mul.o.payload, "r")
+        else:
+            x_valid, x = accept, self.i.payload.x
+
+        # Lane of each add in flight, delayed to the adder's output.
+        tags = [lane]
+        for d in range(la):
+            t = Signal(range(lanes), name=f"lane_tag_{d + 1}", reset_less=True)
+            m.d.sync += t.eq(tags[-1])
+            tags.append(t)
+
+        with m.FSM(name="lanesum"):
+            with m.State("ACC"):
+                m.d.comb += self.i.ready.eq(1)
+                with m.If(accept & self.i.payload.last):
+                    m.d.sync += wait.eq(lm + la)
+                    m.next = "FLUSH"
+            with m.State("FLUSH"):
+                with m.If(wait == 0):
+                    m.d.sync += [total.eq(part[0]), k.eq(1), pending.eq(0), draining.eq(1)]
+                    m.next = "DRAIN"
+                with m.Else():
+                    m.d.sync += wait.eq(wait - 1)
+            with m.State("DRAIN"):
+                with m.If(~pending):
+                    with m.If(k == lanes):
+                        m.next = "OUT"
+                    with m.Else():
+                        m.d.comb += [add.i.valid.eq(1), add.i.payload.a.eq(total),
+                                     add.i.payload.b.eq(part[k])]
+                        m.d.sync += [pending.eq(1), k.eq(k + 1)]
+                with m.If(add.o.valid):
+                    m.d.sync += [total.eq(member(add.o.payload, "r")), pending.eq(0)]
+            with m.State("OUT"):
+                m.d.comb += [self.o.valid.eq(1), self.o.payload.r.eq(total)]
+                with m.If(self.o.ready):
+                    m.d.sync += [p.eq(0) for p in part]
+                    m.d.sync += [lane.eq(0), draining.eq(0)]
+                    m.next = "ACC"
+
+        # Accumulate (ACC and FLUSH): element -> lane, in arrival order.
+        with m.If(x_valid):
+            m.d.comb += [add.i.valid.eq(1), add.i.payload.a.eq(part[lane]),
+                         add.i.payload.b.eq(x)]
+            m.d.sync += lane.eq(lane + 1)       # wraps: lanes is a power of two
+        with m.If(add.o.valid & ~draining):
+            m.d.sync += part[tags[la]].eq(member(add.o.payload, "r"))
+        return m

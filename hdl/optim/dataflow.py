@@ -1,0 +1,189 @@
+"""Fixed-latency composition of pipelined FP32 units with automatic delay balancing.
+
+Not a component: a helper used inside ``elaborate`` of the datapath components (and, with
+``m=None``, at construction time to compute their ``latency`` from the units' latencies).
+
+Every FP32 unit (:mod:`hdl.fp32`) is a stall pipeline with ``i.ready = ~o.valid | o.ready``.
+A datapath built here holds every unit's ``o.ready`` at 1, so each unit accepts one operation
+per cycle and returns it exactly ``unit.latency`` cycles later. A :class:`Node` is a value with
+the cycle (relative to the datapath's input) at which it is valid; an operation delays its
+operands with shift registers to the latest operand's time (as soon as possible scheduling).
+Time-invariant operands (registers held constant during a pass) have time ``None`` and are never
+delayed. The resulting datapath accepts one element per cycle and never stalls; whoever feeds
+it must accept its output ``latency`` cycles later (the optimizer writes it to memory).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Mux, Signal, Value
+
+from ..fp32.config import FP32Config
+from ..fp32.divsqrt_config import FP32DivSqrtConfig
+
+__all__ = ["Node", "Dataflow", "member"]
+
+
+def member(payload, name):
+    """``payload.<name>``, or the whole payload for a unit whose payload is one bare FP32
+    (``a`` of a unary unit, ``r`` of the FP32 output of add/mul/exp)."""
+    try:
+        return getattr(payload, name)
+    except AttributeError:
+        return payload
+
+
+@dataclass
+class Node:
+    value: object        # Amaranth Value (None in timing-only mode)
+    t: int | None        # cycle at which ``value`` is valid; None = time-invariant
+    name: str = ""
+
+
+class Dataflow:
+    """Builder of a fixed-latency FP32 pipeline.
+
+    Parameters
+    ----------
+    m : Module or None
+        Module to add hardware to; ``None`` computes timing only.
+    valid : Value or None
+        Valid bit of the datapath input (time 0).
+    fp32_config, divsqrt_config : unit configurations (their latencies set the schedule).
+    prefix : str
+        Prefix of generated signal and submodule names.
+    """
+
+    def __init__(self, m, valid, *, fp32_config: FP32Config, divsqrt_config: FP32DivSqrtConfig,
+                 prefix: str = "df"):
+        self.m = m
+        self.fp32_config = fp32_config
+        self.divsqrt_config = divsqrt_config
+        self.prefix = prefix
+        self._valid = [valid]
+        self._delays: dict[int, list] = {}
+        self._count = 0
+
+    # -- basics ---------------------------------------------------------------------------------
+    @property
+    def hw(self) -> bool:
+        return self.m is not None
+
+    def _uname(self, name: str) -> str:
+        self._count += 1
+        return f"{self.prefix}_{name}_{self._count}"
+
+    def input(self, value, name: str, t: int = 0) -> Node:
+        return Node(value, t, name)
+
+    def const(self, value, name: str) -> Node:
+        return Node(value, None, name)
+
+    def valid_at(self, t: int):
+        """The input valid bit delayed by ``t`` cycles (reset to 0)."""
+        while len(self._valid) <= t:
+            prev = self._valid[-1]
+            if self.hw:
+                sig = Signal(name=f"{self.prefix}_valid_{len(self._valid)}")
+                self.m.d.sync += sig.eq(prev)
+            else:
+                sig = None
+            self._valid.append(sig)
+        return self._valid[t]
+
+    def at(self, node: Node, t: int):
+        """``node``'s value delayed to time ``t`` (``t >= node.t``)."""
+        if node.t is None:
+            return node.value
+        if t < node.t:
+            raise ValueError(f"{node.name} is valid at {node.t}, needed at {t}")
+        if not self.hw:
+            return None
+        chain = self._delays.setdefault(id(node), [node.value])
+        # keep the node alive so that id() stays unique
+        self._delays.setdefault(("keep", id(node)), node)
+        while len(chain) <= t - node.t:
+            prev = chain[-1]
+            sig = Signal(len(Value.cast(prev)), name=f"{self.prefix}_{node.name}_d{len(chain)}",
+                         reset_less=True)
+            self.m.d.sync += sig.eq(prev)
+            chain.append(sig)
+        return chain[t - node.t]
+
+    @staticmethod
+    def time(*nodes) -> int:
+        ts = [n.t for n in nodes if n.t is not None]
+        return max(ts) if ts else 0
+
+    def comb(self, fn, *nodes, name: str) -> Node:
+        """A combinational function of ``nodes`` (no latency); ``fn`` gets aligned values."""
+        t = self.time(*nodes)
+        if not self.hw:
+            return Node(None, t, name)
+        sig = Signal(32, name=self._uname(name))
+        self.m.d.comb += sig.eq(fn(*[self.at(n, t) for n in nodes]))
+        return Node(sig, t, name)
+
+    def select(self, sel, cases: dict, default: Node, *, name: str) -> Node:
+        """``cases[k]`` when the (time-invariant) ``sel == k``, else ``default``."""
+        nodes = list(cases.values()) + [default]
+        t = self.time(*nodes)
+        if not self.hw:
+            return Node(None, t, name)
+        sig = Signal(32, name=self._uname(name))
+        expr = self.at(default, t)
+        for k, n in cases.items():
+            expr = Mux(sel == k, self.at(n, t), expr)
+        self.m.d.comb += sig.eq(expr)
+        return Node(sig, t, name)
+
+    # -- units ----------------------------------------------------------------------------------
+    def _unit(self, factory, latency: int, name: str, operands: dict) -> Node:
+        t = self.time(*operands.values())
+        out_t = t + latency
+        if not self.hw:
+            return Node(None, out_t, name)
+        unit = factory()
+        assert unit.latency == latency, (name, unit.latency, latency)
+        uname = self._uname(name)
+        self.m.submodules[uname] = unit
+        self.m.d.comb += [unit.i.valid.eq(self.valid_at(t)), unit.o.ready.eq(1)]
+        for field, node in operands.items():
+            self.m.d.comb += member(unit.i.payload, field).eq(self.at(node, t))
+        res = Signal(32, name=f"{uname}_r")
+        self.m.d.comb += res.eq(member(unit.o.payload, "r"))
+        return Node(res, out_t, name)
+
+    def add(self, a: Node, b: Node, *, name: str, sub: bool = False) -> Node:
+        def make():
+            from ..fp32.add import FP32Add
+            return FP32Add(config=self.fp32_config)
+        return self._unit(make, self.fp32_config.latency("fp32_add"), name,
+                          {"a": a, "b": b, "sub": Node(int(sub), None, "sub")})
+
+    def sub(self, a: Node, b: Node, *, name: str) -> Node:
+        return self.add(a, b, name=name, sub=True)
+
+    def mul(self, a: Node, b: Node, *, name: str) -> Node:
+        def make():
+            from ..fp32.mul import FP32Mul
+            return FP32Mul(config=self.fp32_config)
+        return self._unit(make, self.fp32_config.latency("fp32_mul"), name, {"a": a, "b": b})
+
+    def div(self, a: Node, b: Node, *, name: str) -> Node:
+        def make():
+            from ..fp32.div import FP32Div
+            return FP32Div(config=self.divsqrt_config)
+        return self._unit(make, self.divsqrt_config.div_latency, name, {"a": a, "b": b})
+
+    def sqrt(self, a: Node, *, name: str) -> Node:
+        def make():
+            from ..fp32.sqrt import FP32Sqrt
+            return FP32Sqrt(config=self.divsqrt_config)
+        return self._unit(make, self.divsqrt_config.sqrt_latency, name, {"a": a})
+
+    def exp(self, a: Node, *, name: str) -> Node:
+        def make():
+            from ..fp32.exp import FP32Exp
+            return FP32Exp(config=self.divsqrt_config)
+        return self._unit(make, self.divsqrt_config.exp_latency, name, {"a": a})

@@ -1,0 +1,130 @@
+"""The unified FP32 optimizer update pipeline (SGD, momentum, Adam, AdamW).
+
+Per element, in exactly this order (golden model: :meth:`sim.optim.OptimEngineModel.step`)::
+
+    g  = (G * INV_SCALE) * CLIP
+    m' = B1*m + OMB1*g
+    v' = B2*v + OMB2*(g*g)
+    d  = sqrt(v') * RC2 + EPS
+    u  = g (SGD) | m' (momentum) | m' / d (Adam, AdamW)
+    w' = w*WDEC - LR*u
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..fp32.config import FP32Config
+from ..fp32.divsqrt_config import FP32DivSqrtConfig
+from .config import Mode
+from .dataflow import Dataflow
+
+__all__ = ["OptimDatapath", "datapath_in_layout", "datapath_out_layout", "HYPER_FIELDS"]
+
+#: FP32 hyperparameter inputs (constant during an update pass).
+HYPER_FIELDS = ("inv_scale", "clip", "lr", "b1", "omb1", "b2", "omb2", "rc2", "eps", "wdec")
+
+
+def datapath_in_layout(tag_bits: int) -> data.StructLayout:
+    return data.StructLayout({"w": 32, "m": 32, "v": 32, "g": 32, "tag": tag_bits})
+
+
+def datapath_out_layout(tag_bits: int) -> data.StructLayout:
+    return data.StructLayout({"w": 32, "m": 32, "v": 32, "tag": tag_bits})
+
+
+class OptimDatapath(wiring.Component):
+    """Fixed-latency FP32 optimizer update, one element per cycle, never stalls.
+
+    All values are IEEE binary32 bit patterns; every operation rounds to nearest even
+    (bit-exact with numpy float32 in the order above).
+
+    Parameters
+    ----------
+    tag_bits : int
+        Width of the ``tag`` carried alongside each element (the memory address).
+    fp32_config : FP32Config
+    divsqrt_config : FP32DivSqrtConfig
+
+    Attributes
+    ----------
+    latency : int
+        Cycles from an input element to its output (sum of the unit latencies on the critical
+        path: 6 multiplies, 3 adds, sqrt, divide).
+
+    Members
+    -------
+    i : In(stream.Signature(datapath_in_layout, always_ready=True))
+        ``w, m, v, g`` (FP32) and ``tag``; accepted every cycle it is valid.
+    o : Out(stream.Signature(datapath_out_layout, always_ready=True))
+        ``w', m', v'`` and the element's ``tag``, exactly ``latency`` cycles after input; the
+        consumer must take it (it cannot stall).
+    mode : In(2)
+        :class:`~hdl.optim.config.Mode` (constant during a pass).
+    inv_scale, clip, lr, b1, omb1, b2, omb2, rc2, eps, wdec : In(32)
+        FP32 hyperparameters (constant during a pass).
+    """
+
+    def __init__(self, *, tag_bits: int = 16, fp32_config: FP32Config | None = None,
+                 divsqrt_config: FP32DivSqrtConfig | None = None):
+        self.tag_bits = tag_bits
+        self.fp32_config = fp32_config or FP32Config()
+        self.divsqrt_config = divsqrt_config or FP32DivSqrtConfig()
+        sig = {
+            "i": In(stream.Signature(datapath_in_layout(tag_bits), always_ready=True)),
+            "o": Out(stream.Signature(datapath_out_layout(tag_bits), always_ready=True)),
+            "mode": In(2),
+        }
+        for name in HYPER_FIELDS:
+            sig[name] = In(32)
+        super().__init__(sig)
+        self.latency = self.latency_for(self.fp32_config, self.divsqrt_config)
+
+    @classmethod
+    def latency_for(cls, fp32_config: FP32Config, divsqrt_config: FP32DivSqrtConfig) -> int:
+        """The pipeline latency for these unit configurations (no hardware built)."""
+        df = Dataflow(None, None, fp32_config=fp32_config, divsqrt_config=divsqrt_config)
+        return cls._graph(df, {}, {}, None)[0].t
+
+    @staticmethod
+    def _graph(df, inputs: dict, hyper: dict, mode):
+        w, mm, v, graw, tag = (df.input(inputs.get(n), n) for n in ("w", "m", "v", "g", "tag"))
+        h = {n: df.const(hyper.get(n), n) for n in HYPER_FIELDS}
+        u = df.mul(graw, h["inv_scale"], name="unscale")
+        g = df.mul(u, h["clip"], name="clipped")
+        bm = df.mul(h["b1"], mm, name="b1m")
+        og = df.mul(h["omb1"], g, name="omb1g")
+        m1 = df.add(bm, og, name="m_new")
+        gg = df.mul(g, g, name="gsq")
+        bv = df.mul(h["b2"], v, name="b2v")
+        ogg = df.mul(h["omb2"], gg, name="omb2gsq")
+        v1 = df.add(bv, ogg, name="v_new")
+        sq = df.sqrt(v1, name="sqrt_v")
+        sr = df.mul(sq, h["rc2"], name="sqrt_v_rc2")
+        den = df.add(sr, h["eps"], name="denom")
+        q = df.div(m1, den, name="adam_ratio")
+        upd = df.select(mode, {Mode.SGD: g, Mode.MOMENTUM: m1}, q, name="upd")
+        lu = df.mul(h["lr"], upd, name="lr_upd")
+        wd = df.mul(w, h["wdec"], name="w_decay")
+        w1 = df.sub(wd, lu, name="w_new")
+        return w1, m1, v1, tag
+
+    def elaborate(self, platform):
+        m = Module()
+        df = Dataflow(m, self.i.valid, fp32_config=self.fp32_config,
+                      divsqrt_config=self.divsqrt_config, prefix="opt")
+        p = self.i.payload
+        w1, m1, v1, tag = self._graph(
+            df, {n: getattr(p, n) for n in ("w", "m", "v", "g", "tag")},
+            {n: getattr(self, n) for n in HYPER_FIELDS}, self.mode)
+        t_out = w1.t
+        assert t_out == self.latency
+        m.d.comb += [
+            self.o.valid.eq(df.valid_at(t_out)),
+            self.o.payload.w.eq(df.at(w1, t_out)),
+            self.o.payload.m.eq(df.at(m1, t_out)),
+            self.o.payload.v.eq(df.at(v1, t_out)),
+            self.o.payload.tag.eq(df.at(tag, t_out)),
+        ]
+        return m

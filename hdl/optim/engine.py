@@ -1,0 +1,419 @@
+"""The FP32 optimizer engine: scratchpads W, M, V, G + check pass + update pass.
+
+Commands arrive on ``cmd`` (:class:`~hdl.optim.config.Op`); data on ``wdata``/``rdata``.
+``STEP`` runs two passes over ``G[0:N]`` (docs/datapaths.md):
+
+1. **Check pass** (reads G only): ``u = G * 2**-k`` (exact), ``sumsq`` of ``u`` in
+   :class:`~hdl.grad.lanesum.LaneSum` order, sticky Inf/NaN detection on the raw ``G``. With
+   clipping enabled, :class:`~hdl.optim.clip.ClipFactor` turns ``sumsq`` into the factor.
+   Skip when any ``G`` is Inf/NaN, or clipping is on and ``sumsq`` is Inf/NaN.
+2. **Update pass** (only when not skipped): ``W, M, V, G`` at the same address stream through
+   :class:`~hdl.optim.datapath.OptimDatapath`, one element per cycle, and the results are
+   written back ``latency`` cycles later. A skipped step performs no memory write at all.
+
+Loss-scale bookkeeping (scale halves on a skip, doubles after ``GROWTH`` clean steps) and the
+counters are updated at the end of the step. Golden model: :class:`sim.optim.OptimEngineModel`.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..fp32.config import FP32Config
+from ..fp32.divsqrt_config import FP32DivSqrtConfig
+from ..grad.config import GradConfig
+from ..grad.lanesum import LaneSum
+from ..registry import Block
+from .clip import ONE_F32, ClipFactor
+from .config import (MODE_CLIP, MODE_DYNSCALE, SCALE_EXP_MAX, Mem, Mode, Op, OptimConfig, Reg)
+from .dataflow import Dataflow
+from .datapath import HYPER_FIELDS, OptimDatapath
+
+__all__ = ["OptimEngine", "cmd_layout", "OPTIM_STATUS_LAYOUT"]
+
+ADDR_BITS = 16
+COUNT_BITS = 17
+
+
+def cmd_layout() -> data.StructLayout:
+    return data.StructLayout({"op": 3, "mem": 2, "first": 1, "addr": ADDR_BITS,
+                              "count": COUNT_BITS, "data": 32})
+
+
+OPTIM_STATUS_LAYOUT = data.StructLayout({
+    "scale_exp": 8, "good_count": 16, "step_count": 32, "skip_count": 32, "last_skipped": 1,
+    "clipped": 1, "error": 1, "sumsq": 32, "clip_factor": 32,
+})
+
+_REG_NAMES = {Reg.LR: "lr", Reg.B1: "b1", Reg.OMB1: "omb1", Reg.B2: "b2", Reg.OMB2: "omb2",
+              Reg.RC2: "rc2", Reg.EPS: "eps", Reg.WDEC: "wdec", Reg.MAX_NORM: "max_norm",
+              Reg.CLIP_EPS: "clip_eps"}
+
+
+class OptimEngine(wiring.Component):
+    """FP32 optimizer engine (SGD, momentum, Adam, AdamW) over on-chip scratchpads.
+
+    Parameters
+    ----------
+    config : OptimConfig
+    fp32_config : FP32Config
+    divsqrt_config : FP32DivSqrtConfig
+
+    Attributes
+    ----------
+    latency : int
+        Latency of the update pipeline (memory read + :class:`OptimDatapath`): an element
+        read in cycle ``t`` is written back in cycle ``t + latency``. Both passes stream one
+        element per cycle.
+
+    Members
+    -------
+    cmd : In(stream.Signature(cmd_layout()))
+        ``op, mem, first, addr, count, data``; accepted only while idle (``busy = 0``).
+    wdata : In(stream.Signature(32))
+        Words for ``WRITE`` and ``ACCUM`` (FP32).
+    rdata : Out(stream.Signature(32))
+        Words of ``READ`` (FP32), through a FIFO; backpressure stalls the reads.
+    busy : Out(1)
+        A command is executing.
+    status : Out(OPTIM_STATUS_LAYOUT)
+        ``scale_exp`` (loss scale ``2**scale_exp``), ``good_count`` (clean steps since the last
+        scale change), ``step_count`` / ``skip_count`` (applied / skipped steps),
+        ``last_skipped``, ``clipped`` (last step's factor < 1), ``error`` (sticky: a command
+        with an out-of-range address/count/N or an invalid mode was ignored), ``sumsq`` and
+        ``clip_factor`` (FP32, last step).
+    """
+
+    def __init__(self, *, config: OptimConfig | None = None,
+                 fp32_config: FP32Config | None = None,
+                 divsqrt_config: FP32DivSqrtConfig | None = None):
+        self.config = config or OptimConfig()
+        if not isinstance(self.config, OptimConfig):
+            raise TypeError(f"config must be an OptimConfig, not {type(self.config).__name__}")
+        self.fp32_config = fp32_config or FP32Config()
+        self.divsqrt_config = divsqrt_config or FP32DivSqrtConfig()
+        la = self.fp32_config.latency("fp32_add")
+        if la >= self.config.reduce_lanes:
+            raise ValueError(f"OptimConfig.reduce_lanes ({self.config.reduce_lanes}) must exceed "
+                             f"the FP32 adder latency ({la})")
+        super().__init__({
+            "cmd": In(stream.Signature(cmd_layout())),
+            "wdata": In(stream.Signature(32)),
+            "rdata": Out(stream.Signature(32)),
+            "busy": Out(1),
+            "status": Out(OPTIM_STATUS_LAYOUT),
+        })
+        self.latency = 1 + OptimDatapath.latency_for(self.fp32_config, self.divsqrt_config)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        depth, ab = cfg.depth, cfg.addr_bits
+        st = self.status
+
+        # ---- scratchpads --------------------------------------------------------------------
+        rports, wports = [], []
+        raddr = Signal(ab, name="raddr")
+        waddr = Signal(ab, name="waddr")
+        for sel in Mem.ALL:
+            name = Mem.NAMES[sel]
+            mem = Memory(shape=32, depth=depth, init=[])
+            m.submodules[f"mem_{name}"] = mem
+            rp = mem.read_port()
+            wp = mem.write_port()
+            m.d.comb += [rp.addr.eq(raddr), wp.addr.eq(waddr)]
+            rports.append(rp)
+            wports.append(wp)
+
+        # ---- registers ----------------------------------------------------------------------
+        mode_reg = Signal(4, name="mode_reg")
+        n_reg = Signal(COUNT_BITS, name="n_reg")
+        growth = Signal(16, name="growth")
+        fregs = {a: Signal(32, name=f"reg_{n}") for a, n in _REG_NAMES.items()}
+        upd_mode = mode_reg[0:2]
+        clip_en = mode_reg[2]
+        dyn = mode_reg[3]
+        inv_scale = Signal(32, name="inv_scale")
+        # 2**-k: exponent field 127 - k (k <= 126 keeps it normal)
+        m.d.comb += inv_scale.eq(Cat(Const(0, 23), (127 - st.scale_exp)[0:8], Const(0, 1)))
+        clip = Signal(32, name="clip_factor", init=ONE_F32)
+        m.d.comb += st.clip_factor.eq(clip)
+
+        # ---- datapaths ----------------------------------------------------------------------
+        m.submodules.dp = dp = OptimDatapath(tag_bits=ab, fp32_config=self.fp32_config,
+                                             divsqrt_config=self.divsqrt_config)
+        for name in HYPER_FIELDS:
+            if name == "inv_scale":
+                m.d.comb += dp.inv_scale.eq(inv_scale)
+            elif name == "clip":
+                m.d.comb += dp.clip.eq(clip)
+            else:
+                addr = next(a for a, n in _REG_NAMES.items() if n == name)
+                m.d.comb += getattr(dp, name).eq(fregs[addr])
+        m.d.comb += dp.mode.eq(upd_mode)
+
+        m.submodules.sumsq = ss = LaneSum(config=GradConfig(lanes=cfg.reduce_lanes), square=True,
+                                          fp32_config=self.fp32_config)
+        m.submodules.clipf = cf = ClipFactor(fp32_config=self.fp32_config,
+                                             divsqrt_config=self.divsqrt_config)
+        m.d.comb += [cf.max_norm.eq(fregs[Reg.MAX_NORM]), cf.eps.eq(fregs[Reg.CLIP_EPS])]
+
+        # Check-pass front end: G (read) -> * 2**-k -> LaneSum (always ready while streaming).
+        chk_valid = Signal(name="chk_valid")       # read data of the check pass is valid
+        chk_last = Signal(name="chk_last")
+        cdf = Dataflow(m, chk_valid, fp32_config=self.fp32_config,
+                       divsqrt_config=self.divsqrt_config, prefix="chk")
+        g_raw = rports[Mem.G].data
+        un = cdf.mul(cdf.input(g_raw, "graw"), cdf.const(inv_scale, "inv_scale"), name="unscale")
+        last_n = cdf.input(chk_last, "last")
+        m.d.comb += [ss.i.valid.eq(cdf.valid_at(un.t)), ss.i.payload.x.eq(cdf.at(un, un.t)),
+                     ss.i.payload.last.eq(cdf.at(last_n, un.t))]
+        nonfinite = Signal(name="nonfinite")
+
+        # Accumulate front end: G (read) + g (delayed) -> write back.
+        acc_valid = Signal(name="acc_valid")
+        acc_first = Signal(name="acc_first")
+        acc_g = Signal(32, name="acc_g")
+        acc_addr = Signal(ab, name="acc_addr")
+        adf = Dataflow(m, acc_valid, fp32_config=self.fp32_config,
+                       divsqrt_config=self.divsqrt_config, prefix="acc")
+        gin = adf.input(acc_g, "gin")
+        gsum = adf.add(adf.input(rports[Mem.G].data, "gold"), gin, name="gsum")
+        acc_out = Signal(32, name="acc_out")
+        m.d.comb += acc_out.eq(Mux(acc_first, adf.at(gin, gsum.t), adf.at(gsum, gsum.t)))
+        acc_wvalid = adf.valid_at(gsum.t)
+        acc_waddr = adf.at(adf.input(acc_addr, "addr"), gsum.t)
+
+        # Update front end.
+        upd_valid = Signal(name="upd_valid")
+        upd_addr = Signal(ab, name="upd_addr")
+        m.d.comb += [
+            dp.i.valid.eq(upd_valid),
+            dp.i.payload.w.eq(rports[Mem.W].data),
+            dp.i.payload.m.eq(rports[Mem.M].data),
+            dp.i.payload.v.eq(rports[Mem.V].data),
+            dp.i.payload.g.eq(rports[Mem.G].data),
+            dp.i.payload.tag.eq(upd_addr),
+        ]
+
+        # ---- READ FIFO ------------------------------------------------------------------------
+        m.submodules.rfifo = rf = SyncFIFOBuffered(width=32, depth=cfg.rd_fifo_depth)
+        rd_pending = Signal(name="rd_pending")
+        rd_sel = Signal(2, name="rd_sel")
+        m.d.comb += [
+            rf.w_en.eq(rd_pending),
+            rf.w_data.eq(_sel_data(rports, rd_sel)),
+            self.rdata.valid.eq(rf.r_rdy),
+            self.rdata.payload.eq(rf.r_data),
+            rf.r_en.eq(self.rdata.ready),
+        ]
+
+        # ---- control --------------------------------------------------------------------------
+        cur = Signal(cmd_layout(), name="cur")
+        idx = Signal(COUNT_BITS, name="idx")
+        remaining = Signal(COUNT_BITS, name="remaining")
+        drain = Signal(range(self.latency + 8), name="drain")
+        cmd = self.cmd.payload
+        in_range = Signal(name="cmd_in_range")
+        m.d.comb += in_range.eq((cmd.count != 0) & (cmd.addr + cmd.count <= depth))
+        m.d.sync += [chk_valid.eq(0), chk_last.eq(0), acc_valid.eq(0), upd_valid.eq(0),
+                     rd_pending.eq(0)]
+
+        # Memory writes (defaults: none).
+        wdata_words = [Signal(32, name=f"wdata_{Mem.NAMES[s]}") for s in Mem.ALL]
+        for s in Mem.ALL:
+            m.d.comb += wports[s].data.eq(wdata_words[s])
+
+        with m.FSM(name="ctrl"):
+            with m.State("IDLE"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(self.cmd.valid):
+                    m.d.sync += [cur.eq(cmd), idx.eq(0), remaining.eq(cmd.count)]
+                    with m.Switch(cmd.op):
+                        with m.Case(Op.SETREG):
+                            with m.Switch(cmd.addr):
+                                with m.Case(Reg.MODE):
+                                    with m.If(cmd.data[0:2] == 3):
+                                        m.d.sync += st.error.eq(1)
+                                    with m.Else():
+                                        m.d.sync += mode_reg.eq(cmd.data[0:4])
+                                with m.Case(Reg.N):
+                                    with m.If((cmd.data == 0) | (cmd.data > depth)):
+                                        m.d.sync += st.error.eq(1)
+                                    with m.Else():
+                                        m.d.sync += n_reg.eq(cmd.data)
+                                with m.Case(Reg.SCALE_EXP):
+                                    k = cmd.data[0:8]
+                                    m.d.sync += [st.scale_exp.eq(
+                                        Mux(k > SCALE_EXP_MAX, SCALE_EXP_MAX, k)),
+                                        st.good_count.eq(0)]
+                                with m.Case(Reg.GROWTH):
+                                    m.d.sync += growth.eq(cmd.data[0:16])
+                                with m.Case(Reg.CLEAR):
+                                    m.d.sync += [st.step_count.eq(0), st.skip_count.eq(0)]
+                                for a, sig in fregs.items():
+                                    with m.Case(a):
+                                        m.d.sync += sig.eq(cmd.data)
+                                with m.Default():
+                                    m.d.sync += st.error.eq(1)
+                        with m.Case(Op.WRITE):
+                            with m.If(in_range):
+                                m.next = "WRITE"
+                            with m.Else():
+                                m.d.sync += st.error.eq(1)
+                        with m.Case(Op.READ):
+                            with m.If(in_range):
+                                m.next = "READ"
+                            with m.Else():
+                                m.d.sync += st.error.eq(1)
+                        with m.Case(Op.ACCUM):
+                            with m.If(in_range):
+                                m.next = "ACCUM"
+                            with m.Else():
+                                m.d.sync += st.error.eq(1)
+                        with m.Case(Op.STEP):
+                            with m.If(n_reg == 0):
+                                m.d.sync += st.error.eq(1)
+                            with m.Else():
+                                m.d.sync += [remaining.eq(n_reg), nonfinite.eq(0)]
+                                m.next = "CHECK"
+                        with m.Default():
+                            m.d.sync += st.error.eq(1)
+
+            with m.State("WRITE"):
+                m.d.comb += self.wdata.ready.eq(1)
+                with m.If(self.wdata.valid):
+                    m.d.comb += waddr.eq(cur.addr + idx)
+                    for s in Mem.ALL:
+                        m.d.comb += [wdata_words[s].eq(self.wdata.payload),
+                                     wports[s].en.eq(cur.mem == s)]
+                    m.d.sync += [idx.eq(idx + 1), remaining.eq(remaining - 1)]
+                    with m.If(remaining == 1):
+                        m.next = "IDLE"
+
+            with m.State("READ"):
+                m.d.comb += raddr.eq(cur.addr + idx)
+                with m.If(rf.level + rd_pending < cfg.rd_fifo_depth):
+                    m.d.sync += [rd_pending.eq(1), rd_sel.eq(cur.mem), idx.eq(idx + 1),
+                                 remaining.eq(remaining - 1)]
+                    with m.If(remaining == 1):
+                        m.next = "IDLE"
+
+            with m.State("ACCUM"):
+                m.d.comb += [self.wdata.ready.eq(1), raddr.eq(cur.addr + idx)]
+                with m.If(self.wdata.valid):
+                    m.d.sync += [acc_valid.eq(1), acc_g.eq(self.wdata.payload),
+                                 acc_addr.eq(cur.addr + idx), acc_first.eq(cur.first),
+                                 idx.eq(idx + 1), remaining.eq(remaining - 1)]
+                    with m.If(remaining == 1):
+                        m.d.sync += drain.eq(gsum.t + 2)
+                        m.next = "ACC_DRAIN"
+            with m.State("ACC_DRAIN"):
+                m.d.sync += drain.eq(drain - 1)
+                with m.If(drain == 0):
+                    m.next = "IDLE"
+
+            with m.State("CHECK"):
+                m.d.comb += raddr.eq(idx)
+                m.d.sync += [chk_valid.eq(1), chk_last.eq(remaining == 1), idx.eq(idx + 1),
+                             remaining.eq(remaining - 1)]
+                with m.If(remaining == 1):
+                    m.next = "SUMSQ"
+            with m.State("SUMSQ"):
+                m.d.comb += ss.o.ready.eq(1)
+                with m.If(ss.o.valid):
+                    sumsq = ss.o.payload.r
+                    sq_bad = sumsq[23:31] == 0xFF
+                    m.d.sync += st.sumsq.eq(sumsq)
+                    with m.If(nonfinite | (clip_en & sq_bad)):
+                        m.next = "SKIP"
+                    with m.Elif(clip_en):
+                        m.next = "CLIP"
+                    with m.Else():
+                        m.d.sync += [clip.eq(ONE_F32), st.clipped.eq(0)]
+                        m.next = "UPDATE_START"
+            with m.State("CLIP"):
+                m.d.comb += [cf.i.valid.eq(1), cf.i.payload.sumsq.eq(st.sumsq)]
+                with m.If(cf.i.ready):
+                    m.next = "CLIP_WAIT"
+            with m.State("CLIP_WAIT"):
+                m.d.comb += cf.o.ready.eq(1)
+                with m.If(cf.o.valid):
+                    m.d.sync += [clip.eq(cf.o.payload.factor),
+                                 st.clipped.eq(cf.o.payload.clipped)]
+                    m.next = "UPDATE_START"
+            with m.State("SKIP"):
+                m.d.sync += [st.skip_count.eq(st.skip_count + 1), st.last_skipped.eq(1),
+                             st.good_count.eq(0), clip.eq(ONE_F32), st.clipped.eq(0)]
+                with m.If(dyn & (st.scale_exp != 0)):
+                    m.d.sync += st.scale_exp.eq(st.scale_exp - 1)
+                m.next = "IDLE"
+            with m.State("UPDATE_START"):
+                m.d.sync += [idx.eq(0), remaining.eq(n_reg)]
+                m.next = "UPDATE"
+            with m.State("UPDATE"):
+                m.d.comb += raddr.eq(idx)
+                m.d.sync += [upd_valid.eq(1), upd_addr.eq(idx), idx.eq(idx + 1),
+                             remaining.eq(remaining - 1)]
+                with m.If(remaining == 1):
+                    m.d.sync += drain.eq(self.latency + 2)
+                    m.next = "UPD_DRAIN"
+            with m.State("UPD_DRAIN"):
+                m.d.sync += drain.eq(drain - 1)
+                with m.If(drain == 0):
+                    m.d.sync += [st.step_count.eq(st.step_count + 1), st.last_skipped.eq(0)]
+                    with m.If(dyn):
+                        with m.If(st.good_count + 1 >= growth):
+                            m.d.sync += st.good_count.eq(0)
+                            with m.If(st.scale_exp != SCALE_EXP_MAX):
+                                m.d.sync += st.scale_exp.eq(st.scale_exp + 1)
+                        with m.Else():
+                            m.d.sync += st.good_count.eq(st.good_count + 1)
+                    m.next = "IDLE"
+
+        # Sticky Inf/NaN of the raw gradients read in the check pass.
+        with m.If(chk_valid & (g_raw[23:31] == 0xFF)):
+            m.d.sync += nonfinite.eq(1)
+
+        # Write-back of ACCUM and of the update pass (never both at once: one command at a time).
+        with m.If(acc_wvalid):
+            m.d.comb += [waddr.eq(acc_waddr), wdata_words[Mem.G].eq(acc_out),
+                         wports[Mem.G].en.eq(1)]
+        with m.If(dp.o.valid):
+            m.d.comb += [
+                waddr.eq(dp.o.payload.tag),
+                wdata_words[Mem.W].eq(dp.o.payload.w),
+                wdata_words[Mem.M].eq(dp.o.payload.m),
+                wdata_words[Mem.V].eq(dp.o.payload.v),
+                wports[Mem.W].en.eq(1),
+                wports[Mem.M].en.eq(upd_mode != Mode.SGD),
+                wports[Mem.V].en.eq(upd_mode == Mode.ADAM),
+            ]
+
+        m.d.comb += self.busy.eq(~self.cmd.ready)
+        return m
+
+
+def _sel_data(rports, sel):
+    out = rports[0].data
+    for s in range(1, len(rports)):
+        out = Mux(sel == s, rports[s].data, out)
+    return out
+
+
+def _params(preset: str) -> dict:
+    eng = _build(preset)
+    return {**eng.config.to_dict(), "latency": eng.latency,
+            "fp32": eng.fp32_config.to_dict(), "divsqrt": eng.divsqrt_config.to_dict()}
+
+
+def _build(preset: str) -> OptimEngine:
+    return OptimEngine(config=OptimConfig.preset(preset),
+                       fp32_config=FP32Config.preset(preset),
+                       divsqrt_config=FP32DivSqrtConfig.preset(preset))
+
+
+TESSERA_BLOCKS = [Block("optim_engine", build=_build, params=_params)]

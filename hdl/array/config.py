@@ -1,0 +1,104 @@
+"""Configuration of the systolic array and the matmul engine."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..config import BFPConfig, FMACConfig, PresetMixin, check_int
+
+__all__ = ["ArrayConfig", "FWD", "BWD_DATA", "BWD_WEIGHT", "MODES", "MODE_NAMES"]
+
+#: Run-time dataflow modes (the ``mode`` input of the array, the ``mode`` command field).
+FWD = 0          #: ``Y = X . W``: X enters the left edge, partial sums flow down (along k)
+BWD_DATA = 1     #: ``dX = dY . W^T``: dY enters the top edge, partial sums flow right (along n)
+BWD_WEIGHT = 2   #: ``dW = X^T . dY``: X left, dY top, every PE accumulates over the batch
+MODES = (FWD, BWD_DATA, BWD_WEIGHT)
+MODE_NAMES = {FWD: "fwd", BWD_DATA: "bwd_data", BWD_WEIGHT: "bwd_weight"}
+
+
+@dataclass(frozen=True)
+class ArrayConfig(PresetMixin):
+    """In-place transposed systolic array and matmul engine (DESIGN-NOTES §3).
+
+    Parameters
+    ----------
+    size : int
+        ``S``: the array is ``S x S`` PEs; also the BFP group size of streamed operands and the
+        side of a weight tile sharing one exponent. One of 2, 4, 8, 16.
+    max_mantissa : int
+        Widest operand magnitude (2, 4, 6 or 8); pass widths are chosen at run time.
+    lanes : int
+        Chunk multipliers per PE (power of two, ``<= (max_mantissa/2)**2``).
+    exp_bits : int
+        Signed width of BFP shared exponents (>= 10: must hold -150..127).
+    noise_bits : int
+        Stochastic-rounding noise bits of the BFP converters.
+    lfsr_seed : int
+        Seed of the first converter's LFSR; the second converter uses ``lfsr_seed + 1``.
+    mem_depth : int
+        Lines (``S`` FP32 words each) in each of the three scratchpads A, B, C; a power of two.
+    dim_bits : int
+        Width of the ``M``, ``K``, ``N`` command fields (largest dimension ``2**dim_bits - 1``).
+    """
+
+    size: int = 8
+    max_mantissa: int = 8
+    lanes: int = 1
+    exp_bits: int = 10
+    noise_bits: int = 8
+    lfsr_seed: int = 0x1
+    mem_depth: int = 512
+    dim_bits: int = 10
+
+    PRESETS: ClassVar[dict[str, dict]] = {
+        "tiny": {"size": 4, "mem_depth": 256},
+        "default": {},
+    }
+
+    def __post_init__(self):
+        check_int("ArrayConfig", "size", self.size, choices=(2, 4, 8, 16))
+        check_int("ArrayConfig", "max_mantissa", self.max_mantissa, choices=(2, 4, 6, 8))
+        max_pairs = (self.max_mantissa // 2) ** 2
+        check_int("ArrayConfig", "lanes", self.lanes, lo=1, hi=max_pairs)
+        if self.lanes & (self.lanes - 1):
+            raise ValueError(f"ArrayConfig.lanes must be a power of two, not {self.lanes!r}")
+        check_int("ArrayConfig", "exp_bits", self.exp_bits, lo=10, hi=16)
+        check_int("ArrayConfig", "noise_bits", self.noise_bits, lo=1, hi=16)
+        check_int("ArrayConfig", "lfsr_seed", self.lfsr_seed, lo=1, hi=2**32 - 2)
+        check_int("ArrayConfig", "mem_depth", self.mem_depth, lo=4, hi=1 << 16)
+        if self.mem_depth & (self.mem_depth - 1):
+            raise ValueError(f"ArrayConfig.mem_depth must be a power of two, "
+                             f"not {self.mem_depth!r}")
+        check_int("ArrayConfig", "dim_bits", self.dim_bits, lo=2, hi=16)
+
+    # ---- derived -----------------------------------------------------------------------------
+    @property
+    def widths(self) -> tuple[int, ...]:
+        return tuple(range(2, self.max_mantissa + 1, 2))
+
+    @property
+    def acc_bits(self) -> int:
+        """Signed bits of an exact partial-sum chain: ``S`` products of ``max_mantissa``-bit
+        magnitudes need ``2*max_mantissa + log2(S)`` magnitude bits plus a sign."""
+        return 2 * self.max_mantissa + (self.size - 1).bit_length() + 1
+
+    @property
+    def edge_exp_bits(self) -> int:
+        """Signed bits of an output exponent ``E_a + E_b - (m_a - 1) - (m_b - 1)``."""
+        return self.exp_bits + 1
+
+    @property
+    def fmac(self) -> FMACConfig:
+        return FMACConfig(max_mantissa=self.max_mantissa, lanes=self.lanes,
+                          acc_bits=max(self.acc_bits, 2 * self.max_mantissa + 2))
+
+    def bfp(self, index: int = 0) -> BFPConfig:
+        """BFP converter ``index`` (0: the left/first operand, 1: weights or the top operand)."""
+        return BFPConfig(group_size=self.size, max_mantissa=self.max_mantissa,
+                         exp_bits=self.exp_bits, noise_bits=self.noise_bits,
+                         lfsr_seed=self.lfsr_seed + index)
+
+    def beat_cycles(self, width_a: int, width_b: int) -> int:
+        """Cycles of one beat: ``ceil((m_a/2)*(m_b/2)/lanes)``."""
+        pairs = (width_a // 2) * (width_b // 2)
+        return -(-pairs // self.lanes)

@@ -1,0 +1,368 @@
+"""Golden model of the in-place transposed systolic array and the matmul engine (pure numpy).
+
+Mirrors :mod:`hdl.array` bit-exactly (DESIGN-NOTES §3, ``docs/array.md``):
+
+* **Tiling.** ``S = config.size``. ``FWD`` (``C = A . B``, i.e. ``Y = X . W``) runs
+  ``for kt: for nt:`` over weight tiles; ``BWD_DATA`` (``A = C . B^T``, ``dX = dY . W^T``) runs
+  ``for nt: for kt:``; ``BWD_WEIGHT`` (``B = A^T . C``, ``dW = X^T . dY``) runs
+  ``for mt: for kt: for nt:`` over batch tiles. Contraction tiles are visited in ascending
+  order, which fixes the FP32 accumulation order of every output element.
+* **Quantization** (:mod:`sim.bfp`, two converters with their own LFSRs). Converter 0 (seed
+  ``lfsr_seed``) quantizes the streamed operand: ``FWD`` an ``X`` row group ``X[m, kt]``
+  per beat, ``BWD_DATA`` a ``dY`` row group ``dY[m, nt]`` per beat, ``BWD_WEIGHT`` the ``S``
+  column groups ``X[mt, kt + j]`` (along the batch) of a block. Converter 1 (seed
+  ``lfsr_seed + 1``) quantizes the weight tile rows ``W[kt + r, nt]`` (``FWD``/``BWD_DATA``) or
+  the ``dY`` column groups ``dY[mt, nt + j]`` (``BWD_WEIGHT``). Groups are ``S`` values along
+  the pass's contraction dimension, padding is ``+0.0``, and every group (padding groups too)
+  advances its converter's LFSR once, in every rounding mode.
+* **Weight tiles** share one exponent: each row is quantized as a group (exponent ``E_r``),
+  then ``E_t = max_r E_r`` and every magnitude is aligned ``M >> (E_t - E_r)`` with
+  round-to-nearest-even (:func:`align_rne`), in every rounding mode.
+* **Inside a tile** every partial-sum chain is an exact integer (numpy ``int64`` here).
+* **Edge**: chain ``v`` with exponent ``e = E_a + E_b - (m_a - 1) - (m_b - 1)`` becomes the
+  FP32 ``v * 2**e`` (RNE, exact subnormals, ``+0.0`` for ``v = 0``), then is added with RNE
+  (numpy ``float32``) into the output, which starts as ``+0.0`` or, with ``accumulate``, as the
+  existing contents.
+
+Also :func:`reference_f64` (no quantization) to state the BFP error. No Amaranth import.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, MODE_NAMES, MODES, ArrayConfig
+from sim.bfp import (LFSR, ROUND_NEAREST, ROUNDING_MODES, dequantize_group_bits,
+                     quantize)
+
+__all__ = ["FWD", "BWD_DATA", "BWD_WEIGHT", "MODES", "MODE_NAMES",
+           "OK", "ERR_MODE", "ERR_SHAPE", "ERR_WIDTH", "ERR_ROUNDING", "ERR_ADDR",
+           "STATUS_NAMES", "align_rne", "quantize_weight_tile", "edge_fp32",
+           "signed_ints", "pass_dims", "pass_beats", "useful_macs", "matmul_pass",
+           "PassResult", "reference_f64", "ArrayStreamModel", "MatmulCommand",
+           "MatmulEngineModel", "lines_of", "validate_command"]
+
+#: Status codes of a matmul command (``status`` field of the response).
+OK, ERR_MODE, ERR_SHAPE, ERR_WIDTH, ERR_ROUNDING, ERR_ADDR = 0, 1, 2, 3, 4, 5
+STATUS_NAMES = {OK: "ok", ERR_MODE: "bad mode", ERR_SHAPE: "bad shape", ERR_WIDTH: "bad width",
+                ERR_ROUNDING: "bad rounding", ERR_ADDR: "bad address"}
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def signed_ints(sign, mag) -> np.ndarray:
+    """``(-1)**sign * mag`` as int64."""
+    mag = np.asarray(mag, dtype=np.int64)
+    return np.where(np.asarray(sign) != 0, -mag, mag)
+
+
+def align_rne(mag, shift, max_mantissa: int) -> np.ndarray:
+    """``round(mag / 2**shift)`` to nearest, ties to even (``shift >= 0``).
+
+    Shifts above ``max_mantissa + 1`` behave like ``max_mantissa + 1`` (the result is 0:
+    ``mag < 2**max_mantissa``), which is how the hardware clamps the shift amount.
+    """
+    mag = np.asarray(mag, dtype=np.int64)
+    d = np.minimum(np.asarray(shift, dtype=np.int64), max_mantissa + 1)
+    q = mag >> d
+    rem = mag & ((np.int64(1) << d) - 1)
+    half = np.where(d > 0, np.int64(1) << np.maximum(d - 1, 0), 0)
+    up = (d > 0) & ((rem > half) | ((rem == half) & ((q & 1) == 1)))
+    return q + up
+
+
+def quantize_weight_tile(tile, config: ArrayConfig, *, width: int, rounding: int, lfsr: LFSR):
+    """One ``S x S`` weight tile with a single shared exponent.
+
+    Returns ``(exp, sign (S, S), mag (S, S), invalid, overflow)``. Rows go through converter 1
+    (``lfsr``) in row order; then magnitudes are aligned to the largest row exponent.
+    """
+    q = quantize(np.asarray(tile, np.float32), config.bfp(1), width=width, axis=-1,
+                 rounding=rounding, lfsr=lfsr)
+    row_exp = q.exp[:, 0].astype(np.int64)
+    e_t = int(row_exp.max())
+    mag = align_rne(q.mag, (e_t - row_exp)[:, None], config.max_mantissa)
+    sign = q.sign.astype(np.int64)
+    return e_t, sign, mag, bool(q.invalid.any()), bool(q.overflow.any())
+
+
+def edge_fp32(value, exp) -> np.ndarray:
+    """float32 of ``value * 2**exp`` (RNE, exact subnormals, Inf on overflow, ``+0.0`` for 0):
+    the array-edge converter, vectorised."""
+    v = np.asarray(value, dtype=np.int64)
+    bits = dequantize_group_bits(exp, (v < 0).astype(np.int64), np.abs(v), 1)
+    return bits.view(np.float32)
+
+
+def pass_dims(mode: int, M: int, K: int, N: int):
+    """``(contraction, rows, lanes)`` of a pass: the output matrix is ``rows x lanes``."""
+    return {FWD: (K, M, N), BWD_DATA: (N, M, K), BWD_WEIGHT: (M, K, N)}[mode]
+
+
+def useful_macs(M: int, K: int, N: int) -> int:
+    return M * K * N
+
+
+def pass_beats(mode: int, M: int, K: int, N: int, S: int) -> int:
+    """Array beats the pass streams (padding beats of ``BWD_WEIGHT`` batch tiles included)."""
+    if mode == BWD_WEIGHT:
+        return _cdiv(M, S) * _cdiv(K, S) * _cdiv(N, S) * S
+    return _cdiv(K, S) * _cdiv(N, S) * M
+
+
+def _pad(block, rows: int, cols: int) -> np.ndarray:
+    out = np.zeros((rows, cols), np.float32)
+    out[:block.shape[0], :block.shape[1]] = block
+    return out
+
+
+@dataclass
+class PassResult:
+    """Result of :func:`matmul_pass`."""
+
+    out: np.ndarray                     #: the new output matrix (float32)
+    invalid: bool = False               #: a NaN reached a converter
+    overflow: bool = False              #: an infinity reached a converter
+    weight_tiles: dict = field(default_factory=dict)  #: ``(kt, nt) -> (exp, sign, mag)``
+    beats: int = 0
+    macs: int = 0
+
+
+def matmul_pass(mode: int, A, B, C, config: ArrayConfig, *, width_a: int, width_b: int,
+                rounding: int = ROUND_NEAREST, accumulate: bool = False,
+                lfsrs: tuple[LFSR, LFSR] | None = None) -> PassResult:
+    """One engine pass on float32 matrices ``A (M x K)``, ``B (K x N)``, ``C (M x N)``.
+
+    ``FWD``: returns ``C' = [C +] A . B``; ``BWD_DATA``: ``A' = [A +] C . B^T``;
+    ``BWD_WEIGHT``: ``B' = [B +] A^T . C``, each computed exactly as the hardware does.
+    ``width_a`` is the mantissa width of the streamed operand (``X`` in ``FWD`` and
+    ``BWD_WEIGHT``, ``dY`` in ``BWD_DATA``), ``width_b`` that of ``W`` (``FWD``/``BWD_DATA``) or
+    ``dY`` (``BWD_WEIGHT``). ``lfsrs`` (converter 0 and 1) are advanced; fresh ones when None.
+    """
+    S = config.size
+    A = np.asarray(A, np.float32)
+    B = np.asarray(B, np.float32)
+    C = np.asarray(C, np.float32)
+    M, K = A.shape
+    K2, N = B.shape
+    if K2 != K or C.shape != (M, N):
+        raise ValueError(f"shapes do not match: A {A.shape}, B {B.shape}, C {C.shape}")
+    if lfsrs is None:
+        lfsrs = (LFSR(config.bfp(0)), LFSR(config.bfp(1)))
+    l0, l1 = lfsrs
+    cfg0, cfg1 = config.bfp(0), config.bfp(1)
+    shift = (width_a - 1) + (width_b - 1)
+    inv = ovf = False
+    res = PassResult(out=None, beats=pass_beats(mode, M, K, N, S), macs=useful_macs(M, K, N))
+
+    if mode in (FWD, BWD_DATA):
+        if mode == FWD:
+            out = C.copy() if accumulate else np.zeros((M, N), np.float32)
+            order = [(kt, nt) for kt in range(_cdiv(K, S)) for nt in range(_cdiv(N, S))]
+        else:
+            out = A.copy() if accumulate else np.zeros((M, K), np.float32)
+            order = [(kt, nt) for nt in range(_cdiv(N, S)) for kt in range(_cdiv(K, S))]
+        for kt, nt in order:
+            ks, ns = slice(kt * S, (kt + 1) * S), slice(nt * S, (nt + 1) * S)
+            e_w, w_s, w_m, i1, o1 = quantize_weight_tile(
+                _pad(B[ks, ns], S, S), config, width=width_b, rounding=rounding, lfsr=l1)
+            res.weight_tiles[(kt, nt)] = (e_w, w_s.copy(), w_m.copy())
+            w = signed_ints(w_s, w_m)                                     # [k, n]
+            src = A[:, ks] if mode == FWD else C[:, ns]
+            q = quantize(_pad(src, M, S), cfg0, width=width_a, axis=-1, rounding=rounding,
+                         lfsr=l0)
+            x = signed_ints(q.sign, q.mag)                                # [m, S]
+            chain = x @ w if mode == FWD else x @ w.T                     # [m, lanes]
+            exp = q.exp.astype(np.int64) + e_w - shift                    # [m, 1]
+            val = edge_fp32(chain, exp)
+            inv |= i1 or bool(q.invalid.any())
+            ovf |= o1 or bool(q.overflow.any())
+            lanes = ns if mode == FWD else ks
+            width_out = out[:, lanes].shape[1]
+            out[:, lanes] = (out[:, lanes] + val[:, :width_out]).astype(np.float32)
+    elif mode == BWD_WEIGHT:
+        out = B.copy() if accumulate else np.zeros((K, N), np.float32)
+        for mt in range(_cdiv(M, S)):
+            ms = slice(mt * S, (mt + 1) * S)
+            for kt in range(_cdiv(K, S)):
+                ks = slice(kt * S, (kt + 1) * S)
+                for nt in range(_cdiv(N, S)):
+                    ns = slice(nt * S, (nt + 1) * S)
+                    qx = quantize(_pad(A[ms, ks], S, S), cfg0, width=width_a, axis=0,
+                                  rounding=rounding, lfsr=l0)
+                    qd = quantize(_pad(C[ms, ns], S, S), cfg1, width=width_b, axis=0,
+                                  rounding=rounding, lfsr=l1)
+                    x = signed_ints(qx.sign, qx.mag)                      # [m, k]
+                    d = signed_ints(qd.sign, qd.mag)                      # [m, n]
+                    chain = x.T @ d                                       # [k, n]
+                    exp = (qx.exp.astype(np.int64).reshape(S, 1)
+                           + qd.exp.astype(np.int64).reshape(1, S) - shift)
+                    val = edge_fp32(chain, exp)
+                    inv |= bool(qx.invalid.any() or qd.invalid.any())
+                    ovf |= bool(qx.overflow.any() or qd.overflow.any())
+                    blk = out[ks, ns]
+                    out[ks, ns] = (blk + val[:blk.shape[0], :blk.shape[1]]).astype(np.float32)
+    else:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    res.out, res.invalid, res.overflow = out, inv, ovf
+    return res
+
+
+def reference_f64(mode: int, A, B, C, *, accumulate: bool = False) -> np.ndarray:
+    """The pass in float64 without quantization (to state the BFP error)."""
+    A, B, C = (np.asarray(t, np.float64) for t in (A, B, C))
+    if mode == FWD:
+        return (C if accumulate else 0) + A @ B
+    if mode == BWD_DATA:
+        return (A if accumulate else 0) + C @ B.T
+    if mode == BWD_WEIGHT:
+        return (B if accumulate else 0) + A.T @ C
+    raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+
+
+# ---- stream-level model of hdl.array.SystolicArray -----------------------------------------
+
+class ArrayStreamModel:
+    """Transaction model of :class:`hdl.array.array.SystolicArray`.
+
+    ``load(bank, row, sign, mag)`` mirrors a ``wload`` transfer; ``beat(...)`` mirrors an
+    ``inp`` transfer and returns the output vectors (signed ints, one per input beat, in order)
+    that become determined by it: ``FWD`` ``h . W[bank]`` (lane ``n``), ``BWD_DATA``
+    ``W[bank] . v`` (lane ``k``), ``BWD_WEIGHT`` nothing until the beat flagged ``last``, then
+    the ``S`` rows ``k`` of ``sum_m outer(h_m, v_m)`` over the batch tile (``first`` .. ``last``,
+    exactly ``S`` beats).
+    """
+
+    def __init__(self, config: ArrayConfig):
+        self.config = config
+        S = config.size
+        self.w = np.zeros((2, S, S), np.int64)
+        self.tile: list = []
+
+    def load(self, bank: int, row: int, sign, mag) -> None:
+        self.w[bank, row] = signed_ints(sign, mag)
+
+    def beat(self, mode: int, *, h=None, v=None, bank: int = 0, first: bool = False,
+             last: bool = False) -> list[np.ndarray]:
+        S = self.config.size
+        h = np.zeros(S, np.int64) if h is None else np.asarray(h, np.int64)
+        v = np.zeros(S, np.int64) if v is None else np.asarray(v, np.int64)
+        if mode == FWD:
+            return [h @ self.w[bank]]
+        if mode == BWD_DATA:
+            return [self.w[bank] @ v]
+        if first:
+            self.tile = []
+        self.tile.append((h, v))
+        if not last:
+            return []
+        if len(self.tile) != S:
+            raise ValueError(f"a BWD_WEIGHT batch tile must be exactly {S} beats")
+        acc = sum(np.outer(a, b) for a, b in self.tile)
+        self.tile = []
+        return [acc[k] for k in range(S)]
+
+
+# ---- engine-level model: memories, commands, status --------------------------------------
+
+def lines_of(rows: int, cols: int, S: int) -> int:
+    """Scratchpad lines of a ``rows x cols`` matrix (each row padded to whole lines)."""
+    return rows * _cdiv(cols, S)
+
+
+@dataclass(frozen=True)
+class MatmulCommand:
+    """A ``START`` command of :class:`hdl.array.engine.MatmulEngine`.
+
+    ``A`` (``M x K``, scratchpad A at line ``base_a``), ``B`` (``K x N``, B at ``base_b``), ``C``
+    (``M x N``, C at ``base_c``); rows of a matrix are padded to whole lines of ``S`` words and
+    stored consecutively. ``width_a``/``width_b`` as in :func:`matmul_pass`.
+    """
+
+    mode: int
+    M: int
+    K: int
+    N: int
+    width_a: int = 8
+    width_b: int = 8
+    rounding: int = ROUND_NEAREST
+    accumulate: bool = False
+    base_a: int = 0
+    base_b: int = 0
+    base_c: int = 0
+
+
+def validate_command(cmd: MatmulCommand, config: ArrayConfig) -> int:
+    """Status code of a command (first failing check in this order: mode, shape, widths,
+    rounding, addresses)."""
+    S, depth = config.size, config.mem_depth
+    if cmd.mode not in MODES:
+        return ERR_MODE
+    dmax = (1 << config.dim_bits) - 1
+    if not all(1 <= d <= dmax for d in (cmd.M, cmd.K, cmd.N)):
+        return ERR_SHAPE
+    if cmd.width_a not in config.widths or cmd.width_b not in config.widths:
+        return ERR_WIDTH
+    if cmd.rounding not in ROUNDING_MODES:
+        return ERR_ROUNDING
+    for base, r, c in ((cmd.base_a, cmd.M, cmd.K), (cmd.base_b, cmd.K, cmd.N),
+                       (cmd.base_c, cmd.M, cmd.N)):
+        if base + lines_of(r, c, S) > depth:
+            return ERR_ADDR
+    return OK
+
+
+class MatmulEngineModel:
+    """Transaction model of :class:`hdl.array.engine.MatmulEngine`.
+
+    Three scratchpads ``A``, ``B``, ``C`` of ``mem_depth`` lines x ``S`` FP32 words (uint32
+    bit patterns), the two converters' LFSRs (they run on across commands; reset restarts them)
+    and the sticky converter flags.
+    """
+
+    MEMS = ("a", "b", "c")
+
+    def __init__(self, config: ArrayConfig):
+        self.config = config
+        self.mem = {k: np.zeros((config.mem_depth, config.size), np.uint32) for k in self.MEMS}
+        self.reset()
+
+    def reset(self) -> None:
+        """Mirror ``rst``: LFSRs and flags restart; the scratchpads keep their contents."""
+        self.lfsrs = (LFSR(self.config.bfp(0)), LFSR(self.config.bfp(1)))
+        self.invalid = self.overflow = False
+
+    def get_matrix(self, mem: str, base: int, rows: int, cols: int) -> np.ndarray:
+        S = self.config.size
+        lines = self.mem[mem][base:base + lines_of(rows, cols, S)]
+        return lines.reshape(rows, -1)[:, :cols].view(np.float32).copy()
+
+    def set_matrix(self, mem: str, base: int, value) -> None:
+        value = np.asarray(value, np.float32)
+        rows, cols = value.shape
+        S = self.config.size
+        n = lines_of(rows, cols, S)
+        block = self.mem[mem][base:base + n].reshape(rows, -1).copy()
+        block[:, :cols] = value.view(np.uint32)
+        self.mem[mem][base:base + n] = block.reshape(n, S)
+
+    def run(self, cmd: MatmulCommand) -> tuple[int, PassResult | None]:
+        """Execute ``cmd``; returns ``(status, result)`` (memories untouched unless OK)."""
+        status = validate_command(cmd, self.config)
+        if status != OK:
+            return status, None
+        A = self.get_matrix("a", cmd.base_a, cmd.M, cmd.K)
+        B = self.get_matrix("b", cmd.base_b, cmd.K, cmd.N)
+        C = self.get_matrix("c", cmd.base_c, cmd.M, cmd.N)
+        res = matmul_pass(cmd.mode, A, B, C, self.config, width_a=cmd.width_a,
+                          width_b=cmd.width_b, rounding=cmd.rounding,
+                          accumulate=cmd.accumulate, lfsrs=self.lfsrs)
+        target = {FWD: ("c", cmd.base_c), BWD_DATA: ("a", cmd.base_a),
+                  BWD_WEIGHT: ("b", cmd.base_b)}[cmd.mode]
+        self.set_matrix(*target, res.out)
+        self.invalid |= res.invalid
+        self.overflow |= res.overflow
+        return OK, res

@@ -16,7 +16,6 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
 from .config import PresetMixin, check_int
-from .formats import FP32
 from .fp32.round import leading_zeros, round_to_fp32
 from .registry import Block
 
@@ -82,12 +81,15 @@ class EdgeConverter(wiring.Component):
     ----------
     config : EdgeConfig
 
+    Payloads are plain bit vectors (so every bit is a Verilog port): ``i`` holds the layout
+    :func:`edge_input_layout`, ``o`` the :class:`hdl.formats.FP32` bits.
+
     Members
     -------
-    i : In(stream.Signature(edge_input_layout(config)))
-        ``value`` (signed ``int_bits``) and ``exp`` (signed ``exp_bits``).
-    o : Out(stream.Signature(FP32))
-        FP32 result (``frac``, ``exp``, ``sign``; bit-compatible with ``numpy.float32``).
+    i : In(stream.Signature(unsigned(int_bits + exp_bits)))
+        ``value`` (signed ``int_bits``, low bits) and ``exp`` (signed ``exp_bits``, high bits).
+    o : Out(stream.Signature(unsigned(32)))
+        FP32 result bits (``hdl.formats.FP32``; bit-compatible with ``numpy.float32``).
     """
 
     LATENCY = 4
@@ -95,12 +97,13 @@ class EdgeConverter(wiring.Component):
     def __init__(self, *, config: EdgeConfig | None = None):
         config = EdgeConfig() if config is None else config
         if not isinstance(config, EdgeConfig):
+            self._MustUse__silence = True        # no "never used" warning for a rejected object
             raise TypeError(f"EdgeConverter.config must be an EdgeConfig, not {config!r}")
         self.config = config
         self.latency = self.LATENCY
         super().__init__({
-            "i": In(stream.Signature(edge_input_layout(config))),
-            "o": Out(stream.Signature(FP32)),
+            "i": In(stream.Signature(unsigned(edge_input_layout(config).size))),
+            "o": Out(stream.Signature(unsigned(32))),
         })
 
     def elaborate(self, platform):
@@ -126,12 +129,13 @@ class EdgeConverter(wiring.Component):
         s1_sign = Signal(name="s1_sign")
         s1_mag = Signal(w, name="s1_mag")
         s1_exp = Signal(signed(cfg.exp_bits), name="s1_exp")
-        value = self.i.payload.value
+        payload = data.View(edge_input_layout(cfg), self.i.payload)
+        value = payload.value
         with m.If(move[0]):
             m.d.sync += [
                 s1_sign.eq(value < 0),
                 s1_mag.eq(Mux(value < 0, -value, value)),
-                s1_exp.eq(self.i.payload.exp),
+                s1_exp.eq(payload.exp),
             ]
 
         # ---- stage 2: leading zeros ----------------------------------------------------------
@@ -170,7 +174,7 @@ class EdgeConverter(wiring.Component):
         bits = round_to_fp32(m, sign=s3_sign, exp=s3_exp, sig=s3_sig, sticky=s3_sticky,
                              name="s4")
         with m.If(move[3]):
-            m.d.sync += self.o.payload.as_value().eq(bits)
+            m.d.sync += self.o.payload.eq(bits)
         return m
 
 

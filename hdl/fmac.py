@@ -121,6 +121,7 @@ class FMACCore(wiring.Component):
     def __init__(self, *, config: FMACConfig | None = None):
         config = FMACConfig() if config is None else config
         if not isinstance(config, FMACConfig):
+            self._MustUse__silence = True        # no "never used" warning for a rejected object
             raise TypeError(f"FMACCore.config must be an FMACConfig, not {config!r}")
         self.config = config
         m = config.max_mantissa
@@ -314,12 +315,16 @@ class FMAC(wiring.Component):
     ----------
     config : FMACConfig
 
+    Payloads are plain bit vectors holding the struct layouts :func:`fmac_operand_layout` and
+    :func:`fmac_result_layout` (``data.View(layout, payload)`` reads them), so every payload bit
+    is a Verilog port.
+
     Members
     -------
-    i : In(stream.Signature(fmac_operand_layout(config)))
+    i : In(stream.Signature(unsigned(fmac_operand_layout(config).size)))
         ``a_mag``, ``a_sign``, ``b_mag``, ``b_sign`` (sign/magnitude operands), ``width_a``,
         ``width_b`` (run-time mantissa widths in {2, 4, ..., max_mantissa}), ``last``.
-    o : Out(stream.Signature(fmac_result_layout(config)))
+    o : Out(stream.Signature(unsigned(fmac_result_layout(config).size)))
         ``value`` (signed ``acc_bits``, exact unless saturated), ``overflow`` (the sum saturated).
     """
 
@@ -331,12 +336,13 @@ class FMAC(wiring.Component):
     def __init__(self, *, config: FMACConfig | None = None):
         config = FMACConfig() if config is None else config
         if not isinstance(config, FMACConfig):
+            self._MustUse__silence = True        # no "never used" warning for a rejected object
             raise TypeError(f"FMAC.config must be an FMACConfig, not {config!r}")
         self.config = config
         self.latency = self.LATENCY
         super().__init__({
-            "i": In(stream.Signature(fmac_operand_layout(config))),
-            "o": Out(stream.Signature(fmac_result_layout(config))),
+            "i": In(stream.Signature(unsigned(fmac_operand_layout(config).size))),
+            "o": Out(stream.Signature(unsigned(fmac_result_layout(config).size))),
         })
 
     def cycles(self, m_a: int, m_b: int) -> int:
@@ -356,7 +362,7 @@ class FMAC(wiring.Component):
         push = Signal(name="push")                   # acc holds a finished dot product
         inflight = Signal(range(depth + 1), name="inflight")
 
-        p = self.i.payload
+        p = data.View(fmac_operand_layout(cfg), self.i.payload)
         accept = Signal(name="accept")
         m.d.comb += [
             self.i.ready.eq(core.ready & (inflight + fifo.level < depth)),

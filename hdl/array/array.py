@@ -1,0 +1,282 @@
+"""The in-place transposed systolic array: ``S x S`` PEs, three dataflows on the same PEs."""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from ..registry import Block
+from .config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
+from .pe import PE, elem_layout, op_layout, psum_layout, width_shape
+
+__all__ = ["beat_layout", "wload_layout", "array_out_layout", "array_latency", "SystolicArray"]
+
+
+def array_latency(config: ArrayConfig, width_a: int, width_b: int) -> int:
+    """Cycles from an ``inp`` transfer to its ``out`` vector without backpressure:
+    ``(2*S + 1) * beat_cycles + 2``."""
+    return (2 * config.size + 1) * config.beat_cycles(width_a, width_b) + 2
+
+
+def beat_layout(config: ArrayConfig) -> data.StructLayout:
+    """One ``inp`` beat: ``h[k]`` enters row ``k`` at the left edge, ``v[n]`` column ``n`` at the
+    top edge (sign/magnitude, exponent-free); ``bank`` = weight bank of this beat
+    (``FWD``/``BWD_DATA``); ``first``/``last`` = first/last beat of a ``BWD_WEIGHT`` batch tile."""
+    S = config.size
+    return data.StructLayout({
+        "h": data.ArrayLayout(elem_layout(config), S),
+        "v": data.ArrayLayout(elem_layout(config), S),
+        "bank": 1, "first": 1, "last": 1,
+    })
+
+
+def wload_layout(config: ArrayConfig) -> data.StructLayout:
+    """One ``wload`` transfer: row ``row`` of stationary bank ``bank``: ``w[n]`` -> PE(row, n)."""
+    S = config.size
+    return data.StructLayout({
+        "w": data.ArrayLayout(elem_layout(config), S),
+        "row": range(S), "bank": 1,
+    })
+
+
+def array_out_layout(config: ArrayConfig) -> data.StructLayout:
+    """One ``out`` vector: ``value[l]`` (exact two's complement ``acc_bits`` integers)."""
+    return data.StructLayout({"value": data.ArrayLayout(signed(config.acc_bits), config.size)})
+
+
+class SystolicArray(wiring.Component):
+    """In-place transposed systolic array (DESIGN-NOTES §3): ``PE(k, n)`` holds ``W[k, n]``.
+
+    Dataflows (``mode``, constant during a pass; the skew and de-skew registers are inside):
+
+    * ``FWD`` (``Y = X . W``): beat ``m`` carries ``h = X[m, :]``; ``h[k]`` enters row ``k`` and
+      moves right (along n); partial sums move down (along k); the output vector of beat ``m``
+      is ``Y[m, :]`` (lane ``n``, leaving the bottom edge).
+    * ``BWD_DATA`` (``dX = dY . W^T``, the *same* stationary ``W``): beat ``m`` carries
+      ``v = dY[m, :]``; ``v[n]`` enters column ``n`` and moves down (along k); partial sums
+      move right (along n); the output is ``dX[m, :]`` (lane ``k``, leaving the right edge).
+    * ``BWD_WEIGHT`` (``dW = X^T . dY``): a batch tile is exactly ``S`` beats (``first`` on its
+      first, ``last`` on its last); beat ``j`` carries ``h = X[j, :]``, ``v = dY[j, :]``; every PE
+      accumulates ``X[j, k] * dY[j, n]``; when PE(k, n) finishes a tile its result leaves
+      through the column's drain bus while the next tile already accumulates (at most one PE per
+      column finishes per beat), and the output vector of the tile's beat ``j`` is row ``j`` of
+      the tile: ``dW[j, :]`` (lane ``n``, bottom edge).
+
+    Every valid ``inp`` beat produces exactly one ``out`` vector, in order.
+
+    Timing: a beat is ``B = ceil((width_a/2)(width_b/2)/lanes)`` cycles (``cycles(...)``);
+    the array starts a beat whenever the cores are ready, the output FIFO has room and either
+    ``inp`` is valid or beats are still in flight (bubbles flush the pipeline). Without
+    backpressure a beat accepted in cycle ``t`` leaves on ``out`` in cycle
+    ``t + (2*S + 1)*B + 2`` (:meth:`latency`). ``inp.ready`` depends only on state.
+
+    Stationary weights: two banks per PE. ``wload`` writes one row of a bank per cycle; it is
+    ready only while no beat tagged with that bank is still inside the array (up to the moment
+    PE(S-1, S-1) captured it). The source must not send beats tagged with a bank while it is
+    still loading that bank (load a tile, then stream it; load the next tile into the other
+    bank while the current one streams).
+
+    Members
+    -------
+    inp : In(stream.Signature(beat_layout(config)))
+        Operand beats.
+    wload : In(stream.Signature(wload_layout(config)))
+        Stationary-weight rows.
+    out : Out(stream.Signature(array_out_layout(config)))
+        Exact integer result vectors (4-entry FIFO).
+    mode : In(2)
+        :data:`~hdl.array.config.FWD`, ``BWD_DATA`` or ``BWD_WEIGHT``.
+    width_a, width_b : In(width_shape)
+        Mantissa widths: ``a`` is ``h`` (``FWD``, ``BWD_WEIGHT``) or ``v`` (``BWD_DATA``); ``b``
+        the weights (``FWD``/``BWD_DATA``) or ``v`` (``BWD_WEIGHT``).
+    busy : Out(1)
+        Beats in flight or results not yet taken.
+    beat : Out(1)
+        A beat starts this cycle (for counters).
+    """
+
+    OUT_DEPTH = 4
+
+    def __init__(self, *, config: ArrayConfig):
+        if not isinstance(config, ArrayConfig):
+            raise TypeError(f"SystolicArray.config must be an ArrayConfig, not {config!r}")
+        self.config = config
+        super().__init__({
+            "inp": In(stream.Signature(beat_layout(config))),
+            "wload": In(stream.Signature(wload_layout(config))),
+            "out": Out(stream.Signature(array_out_layout(config))),
+            "mode": In(2),
+            "width_a": In(width_shape(config)), "width_b": In(width_shape(config)),
+            "busy": Out(1),
+            "beat": Out(1),
+        })
+
+    def cycles(self, width_a: int, width_b: int) -> int:
+        return self.config.beat_cycles(width_a, width_b)
+
+    def latency(self, width_a: int, width_b: int) -> int:
+        """Cycles from an ``inp`` transfer to its ``out`` vector without backpressure."""
+        return array_latency(self.config, width_a, width_b)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        S = cfg.size
+        opl = op_layout(cfg)
+        psl = psum_layout(cfg)
+
+        pes = [[None] * S for _ in range(S)]
+        for k in range(S):
+            for n in range(S):
+                pe = PE(config=cfg, name=f"pe_{k}_{n}")
+                m.submodules[f"pe_{k}_{n}"] = pe
+                pes[k][n] = pe
+                m.d.comb += [pe.mode.eq(self.mode), pe.width_a.eq(self.width_a),
+                             pe.width_b.eq(self.width_b)]
+
+        fifo = m.submodules.out_fifo = SyncFIFO(width=array_out_layout(cfg).size,
+                                                depth=self.OUT_DEPTH)
+        inflight = Signal(range(4 * S + 2 * self.OUT_DEPTH + 8), name="inflight")
+        can_go = Signal(name="can_go")
+        start = Signal(name="start")
+        accept = Signal(name="accept")
+        push = Signal(name="push")
+        m.d.comb += [
+            can_go.eq(pes[0][0].ready & (fifo.level <= self.OUT_DEPTH - 3)),
+            self.inp.ready.eq(can_go),
+            accept.eq(self.inp.valid & can_go),
+            start.eq(can_go & (self.inp.valid | (inflight != 0))),
+            self.beat.eq(start),
+        ]
+        for row in pes:
+            for pe in row:
+                m.d.comb += pe.start.eq(start)
+
+        # ---- input edges with skew: row k delayed k beats, column n delayed n beats ---------
+        p = self.inp.payload
+
+        def entry(elem, name):
+            e = Signal(opl, name=name)
+            m.d.comb += [
+                e.mag.eq(Mux(accept, elem.mag, 0)), e.sign.eq(Mux(accept, elem.sign, 0)),
+                e.valid.eq(accept), e.bank.eq(p.bank), e.first.eq(p.first), e.last.eq(p.last),
+            ]
+            return e
+
+        for idx in range(S):
+            for edge, elem in (("left", p.h[idx]), ("top", p.v[idx])):
+                src = entry(elem, f"{edge}_{idx}_entry")
+                for j in range(idx):
+                    r = Signal(opl, name=f"{edge}_{idx}_skew_{j}")
+                    with m.If(start):
+                        m.d.sync += r.eq(src)
+                    src = r
+                if edge == "left":
+                    m.d.comb += pes[idx][0].h_in.eq(src)
+                else:
+                    m.d.comb += pes[0][idx].v_in.eq(src)
+
+        for k in range(S):
+            for n in range(S):
+                pe = pes[k][n]
+                if n > 0:
+                    m.d.comb += [pe.h_in.eq(pes[k][n - 1].h_out),
+                                 pe.ps_left.eq(pes[k][n - 1].ps_out)]
+                if k > 0:
+                    m.d.comb += [pe.v_in.eq(pes[k - 1][n].v_out),
+                                 pe.ps_up.eq(pes[k - 1][n].ps_out)]
+
+        # ---- stationary weight loading ------------------------------------------------------
+        bank_use = [Signal(range(4 * S + 4), name=f"bank_{b}_in_use") for b in range(2)]
+        wl = self.wload.payload
+        m.d.comb += self.wload.ready.eq(Mux(wl.bank, bank_use[1], bank_use[0]) == 0)
+        wl_go = Signal(name="wl_go")
+        m.d.comb += wl_go.eq(self.wload.valid & self.wload.ready)
+        for k in range(S):
+            for n in range(S):
+                pe = pes[k][n]
+                m.d.comb += [pe.wl_en.eq(wl_go & (wl.row == k)), pe.wl_bank.eq(wl.bank),
+                             pe.wl_sign.eq(wl.w[n].sign), pe.wl_mag.eq(wl.w[n].mag)]
+        corner = pes[S - 1][S - 1]
+        last_use = Signal(opl, name="corner_operand")
+        m.d.comb += last_use.eq(Mux(self.mode == BWD_DATA, corner.v_out, corner.h_out))
+        uses_w = Signal(name="uses_weights")
+        m.d.comb += uses_w.eq(self.mode != BWD_WEIGHT)
+        for b in range(2):
+            inc = Signal(name=f"bank_{b}_inc")
+            dec = Signal(name=f"bank_{b}_dec")
+            m.d.comb += [
+                inc.eq(accept & uses_w & (p.bank == b)),
+                dec.eq(start & uses_w & last_use.valid & (last_use.bank == b)),
+            ]
+            with m.If(inc & ~dec):
+                m.d.sync += bank_use[b].eq(bank_use[b] + 1)
+            with m.Elif(dec & ~inc):
+                m.d.sync += bank_use[b].eq(bank_use[b] - 1)
+
+        # ---- output edge: bottom (FWD), right (BWD_DATA) or drain buses (BWD_WEIGHT) --------
+        done = Signal(name="done")
+        done_d1 = Signal(name="done_d1")
+        m.d.comb += done.eq(pes[0][0].done)
+        m.d.sync += done_d1.eq(done)
+        finals = []
+        for lane in range(S):
+            bus = Signal(psl, name=f"drain_bus_{lane}")
+            m.d.comb += bus.valid.eq(Cat(*[pes[k][lane].drain.valid for k in range(S)]).any())
+            terms = [Mux(pes[k][lane].drain.valid, pes[k][lane].drain.value, 0)
+                     for k in range(S)]
+            acc = terms[0]
+            for t in terms[1:]:
+                acc = acc | t
+            m.d.comb += bus.value.eq(acc)
+            lane_in = Signal(psl, name=f"edge_{lane}_in")
+            with m.Switch(self.mode):
+                with m.Case(FWD):
+                    m.d.comb += lane_in.eq(pes[S - 1][lane].ps_out)
+                with m.Case(BWD_DATA):
+                    m.d.comb += lane_in.eq(pes[lane][S - 1].ps_out)
+                with m.Default():
+                    m.d.comb += lane_in.eq(bus)
+            src = lane_in
+            for j in range(S - lane):          # edge register + S-1-lane de-skew registers
+                r = Signal(psl, name=f"edge_{lane}_deskew_{j}")
+                with m.If(done):
+                    m.d.sync += r.eq(src)
+                src = r
+            finals.append(src)
+
+        m.d.comb += [
+            push.eq(done_d1 & finals[0].valid),
+            fifo.w_en.eq(push),
+            fifo.w_data.eq(Cat(*[f.value for f in finals])),
+            self.out.valid.eq(fifo.r_rdy),
+            self.out.payload.eq(fifo.r_data),
+            fifo.r_en.eq(self.out.ready),
+        ]
+        with m.If(accept & ~push):
+            m.d.sync += inflight.eq(inflight + 1)
+        with m.Elif(push & ~accept):
+            m.d.sync += inflight.eq(inflight - 1)
+        m.d.comb += self.busy.eq((inflight != 0) | fifo.r_rdy | ~pes[0][0].ready)
+        return m
+
+
+def _params(preset: str) -> dict:
+    cfg = ArrayConfig.preset(preset)
+    return {
+        **cfg.to_dict(),
+        "acc_bits": cfg.acc_bits,
+        "latency": array_latency(cfg, cfg.max_mantissa, cfg.max_mantissa),
+        "latency_formula": "(2*size + 1) * beat_cycles + 2",
+        "inp_bits": beat_layout(cfg).size,
+        "wload_bits": wload_layout(cfg).size,
+        "out_bits": array_out_layout(cfg).size,
+    }
+
+
+TESSERA_BLOCKS = [
+    Block(name="systolic_array",
+          build=lambda preset: SystolicArray(config=ArrayConfig.preset(preset)),
+          params=_params),
+]

@@ -1,0 +1,212 @@
+"""Fast tier: SystolicArray (and its PEs) in Amaranth's simulator vs sim.array.ArrayStreamModel.
+
+Every mode, S in {2, 4}, several width pairs, random idle cycles on ``inp``/``wload`` and random
+backpressure on ``out``; latency and beat timing; the same stationary load serving FWD and
+BWD_DATA; invalid configs. (S = 8 runs in the cocotb tier.)
+"""
+import random
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from hdl.array.array import SystolicArray, array_latency
+from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
+from hdl.array.pe import PE
+from sim.array import ArrayStreamModel
+
+
+def _elems(vals):
+    return [{"mag": abs(int(x)), "sign": int(x < 0)} for x in vals]
+
+
+def make_tiles(rng, S, mode, width_a, width_b, n_tiles, beats_per_tile):
+    """Random tiles: (weights (S, S) or None, list of beats (h, v, first, last))."""
+    ma, mb = (1 << width_a) - 1, (1 << width_b) - 1
+    tiles = []
+    for t in range(n_tiles):
+        w = None if mode == BWD_WEIGHT else rng.integers(-mb, mb + 1, (S, S))
+        nb = S if mode == BWD_WEIGHT else beats_per_tile[t % len(beats_per_tile)]
+        beats = []
+        for j in range(nb):
+            if mode == FWD:
+                h, v = rng.integers(-ma, ma + 1, S), np.zeros(S, int)
+            elif mode == BWD_DATA:
+                h, v = np.zeros(S, int), rng.integers(-ma, ma + 1, S)
+            else:
+                h, v = rng.integers(-ma, ma + 1, S), rng.integers(-mb, mb + 1, S)
+            beats.append((h, v, j == 0, j == nb - 1))
+        tiles.append((w, beats))
+    return tiles
+
+
+def expected(cfg, mode, tiles):
+    model = ArrayStreamModel(cfg)
+    out = []
+    for t, (w, beats) in enumerate(tiles):
+        bank = t % 2
+        if w is not None:
+            for r in range(cfg.size):
+                model.load(bank, r, (w[r] < 0).astype(int), np.abs(w[r]))
+        for h, v, first, last in beats:
+            out += model.beat(mode, h=h, v=v, bank=bank, first=first, last=last)
+    return [list(map(int, o)) for o in out]
+
+
+def run_array(cfg, mode, width_a, width_b, tiles, *, seed=0, idle=0.0, stall=0.0,
+              timing=None, mode_switch=None):
+    """Simulate; returns the list of output vectors. ``timing`` collects (accept, out) cycles
+    of every beat when given. ``mode_switch``: list of (mode, tiles) run after the first batch
+    *without reloading* (tiles carry w=None and reuse bank 0/1 contents)."""
+    S = cfg.size
+    dut = SystolicArray(config=cfg)
+    rng = random.Random(seed)
+    state = {"loaded": 0, "issued": 0, "cycle": 0}
+    results = []
+    accepts, outs = [], []
+    phases = [(mode, tiles)] + list(mode_switch or [])
+    total = sum(len(b) for _, ts in phases for _, b in ts)
+
+    async def clock(ctx):
+        while True:
+            await ctx.tick()
+            state["cycle"] += 1
+
+    async def loader(ctx):
+        for t, (w, _) in enumerate(tiles):
+            if w is None:
+                state["loaded"] = t + 1
+                continue
+            while state["issued"] < t - 1:       # bank t%2 held tile t-2: wait until issued
+                await ctx.tick()
+            for r in range(S):
+                while idle and rng.random() < idle:
+                    await ctx.tick()
+                ctx.set(dut.wload.payload, {"w": _elems(w[r]), "row": r, "bank": t % 2})
+                ctx.set(dut.wload.valid, 1)
+                await ctx.tick().until(dut.wload.ready)
+                ctx.set(dut.wload.valid, 0)
+            state["loaded"] = t + 1
+
+    async def streamer(ctx):
+        for ph, (md, ts) in enumerate(phases):
+            if ph > 0:
+                while ctx.get(dut.busy):
+                    await ctx.tick()
+            ctx.set(dut.mode, md)
+            ctx.set(dut.width_a, width_a)
+            ctx.set(dut.width_b, width_b)
+            for t, (_, beats) in enumerate(ts):
+                while ph == 0 and state["loaded"] <= t:
+                    await ctx.tick()
+                for h, v, first, last in beats:
+                    while idle and rng.random() < idle:
+                        await ctx.tick()
+                    ctx.set(dut.inp.payload, {"h": _elems(h), "v": _elems(v), "bank": t % 2,
+                                              "first": int(first), "last": int(last)})
+                    ctx.set(dut.inp.valid, 1)
+                    await ctx.tick().until(dut.inp.ready)
+                    accepts.append(state["cycle"] - 1)
+                    ctx.set(dut.inp.valid, 0)
+                if ph == 0:
+                    state["issued"] = t + 1
+
+    async def collector(ctx):
+        while len(results) < total:
+            while stall and rng.random() < stall:
+                ctx.set(dut.out.ready, 0)
+                await ctx.tick()
+            ctx.set(dut.out.ready, 1)
+            payload, = await ctx.tick().sample(dut.out.payload).until(dut.out.valid)
+            outs.append(state["cycle"] - 1)
+            results.append([int(payload.value[i]) for i in range(S)])
+        ctx.set(dut.out.ready, 0)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_process(clock)
+    sim.add_testbench(loader)
+    sim.add_testbench(streamer)
+    sim.add_testbench(collector)
+    sim.run_until(2e-6 * (total + 10) * (2 * S + 2) * cfg.beat_cycles(width_a, width_b) + 1e-3)
+    assert len(results) == total, f"only {len(results)} of {total} outputs"
+    if timing is not None:
+        timing.extend(zip(accepts, outs))
+    return results
+
+
+@pytest.mark.parametrize("mode", [FWD, BWD_DATA, BWD_WEIGHT])
+@pytest.mark.parametrize("S, wa, wb", [(2, 2, 2), (2, 8, 4), (4, 4, 6), (4, 8, 8)])
+def test_array_matches_model(mode, S, wa, wb):
+    cfg = ArrayConfig(size=S)
+    rng = np.random.default_rng(10 * S + mode + wa)
+    tiles = make_tiles(rng, S, mode, wa, wb, n_tiles=3, beats_per_tile=[3, 1, 2 * S])
+    got = run_array(cfg, mode, wa, wb, tiles, seed=S + mode)
+    assert got == expected(cfg, mode, tiles)
+
+
+@pytest.mark.parametrize("mode", [FWD, BWD_DATA, BWD_WEIGHT])
+def test_array_backpressure_and_idle(mode):
+    cfg = ArrayConfig(size=2)
+    rng = np.random.default_rng(50 + mode)
+    tiles = make_tiles(rng, 2, mode, 4, 2, n_tiles=4, beats_per_tile=[5, 2])
+    got = run_array(cfg, mode, 4, 2, tiles, seed=3, idle=0.3, stall=0.4)
+    assert got == expected(cfg, mode, tiles)
+
+
+def test_array_extreme_values_no_overflow():
+    """All magnitudes at 2**8 - 1 with equal signs: the exact chain needs all acc_bits."""
+    S = 4
+    cfg = ArrayConfig(size=S)
+    ones = np.full((S, S), 255)
+    for mode, sgn in ((FWD, 1), (BWD_DATA, -1), (BWD_WEIGHT, -1)):
+        beats = [(sgn * np.full(S, 255), np.full(S, 255), j == 0, j == S - 1) for j in range(S)]
+        tiles = [(None if mode == BWD_WEIGHT else ones, beats)]
+        got = run_array(cfg, mode, 8, 8, tiles)
+        want = expected(cfg, mode, tiles)
+        assert got == want
+        assert abs(want[0][0]) == S * 255 * 255
+
+
+@pytest.mark.parametrize("wa, wb", [(2, 2), (4, 6), (8, 8)])
+def test_latency_and_one_beat_per_product_time(wa, wb):
+    S = 2
+    cfg = ArrayConfig(size=S)
+    rng = np.random.default_rng(wa * wb)
+    tiles = make_tiles(rng, S, FWD, wa, wb, n_tiles=1, beats_per_tile=[12])
+    timing = []
+    got = run_array(cfg, FWD, wa, wb, tiles, timing=timing)
+    assert got == expected(cfg, FWD, tiles)
+    B = cfg.beat_cycles(wa, wb)
+    lat = array_latency(cfg, wa, wb)
+    assert [o - a for a, o in timing] == [lat] * len(timing)
+    assert [timing[i + 1][0] - timing[i][0] for i in range(len(timing) - 1)] == \
+        [B] * (len(timing) - 1)
+
+
+def test_same_stationary_load_serves_fwd_and_bwd_data():
+    """Weights loaded once; FWD beats, then BWD_DATA beats on the same banks, no reload:
+    outputs are X.W and dY.W^T of the very same stationary contents (no transposed copy)."""
+    S = 4
+    cfg = ArrayConfig(size=S)
+    rng = np.random.default_rng(99)
+    fwd_tiles = make_tiles(rng, S, FWD, 6, 8, n_tiles=2, beats_per_tile=[5])
+    bwd_beats = make_tiles(rng, S, BWD_DATA, 6, 8, n_tiles=2, beats_per_tile=[4])
+    bwd_tiles = [(None, beats) for _, beats in bwd_beats]
+    got = run_array(cfg, FWD, 6, 8, fwd_tiles, mode_switch=[(BWD_DATA, bwd_tiles)])
+    want = expected(cfg, FWD, fwd_tiles)
+    for t, (_, beats) in enumerate(bwd_tiles):
+        w = fwd_tiles[t][0]
+        want += [list(map(int, w @ v)) for _, v, _, _ in beats]
+    assert got == want
+
+
+def test_invalid_configs():
+    with pytest.raises(TypeError, match="SystolicArray.config"):
+        SystolicArray(config=None)
+    with pytest.raises(TypeError, match="PE.config"):
+        PE(config=3)
+    with pytest.raises(ValueError, match="ArrayConfig.size.*32"):
+        ArrayConfig(size=32)
+    with pytest.raises(ValueError, match="ArrayConfig.max_mantissa.*7"):
+        ArrayConfig(max_mantissa=7)

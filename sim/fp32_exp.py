@@ -38,7 +38,8 @@ from hdl.fp32.divsqrt_config import EXP_FRAC_BITS, ExpConstants, FP32DivSqrtConf
 
 __all__ = ["QNAN", "EXP_FRAC_BITS", "ExpConstants", "exp_constants", "round_to_fp32_vec",
            "FP32Div", "FP32Sqrt", "FP32Exp", "MODELS", "model_for", "exp_ulp_error",
-           "measure_exp_accuracy"]
+           "measure_exp_accuracy", "DIVSQRT_EXTRA", "EXP_SPECIALS", "special_operands",
+           "random_operands"]
 
 #: The NaN every unit returns (quiet, positive, zero payload).
 QNAN = 0x7FC00000
@@ -286,3 +287,139 @@ def measure_exp_accuracy(config: FP32DivSqrtConfig | None = None, *, stride: int
             "argmax_x": float(_f32(worst_bits)), "mean_ulp": total / count, "count": count,
             "stride": stride, "band": [hex(b) for b in band] if band else None,
             "exp_table_bits": model.config.exp_table_bits}
+
+
+# ----------------------------------------------------------------------------------------------
+# Operand sets (fixed seeds in the tests)
+# ----------------------------------------------------------------------------------------------
+
+def _pm(values) -> list[int]:
+    out = []
+    for v in values:
+        out += [int(v), int(v) | 0x80000000]
+    return out
+
+
+def _f2b(values) -> list[int]:
+    return [int(b) for b in np.asarray(values, dtype=np.float32).view(_U32)]
+
+
+#: Extra named operands for divide / square root, both signs: small integers and simple
+#: fractions (exact quotients and roots), perfect squares, 1/3 (inexact), the subnormals whose
+#: halves are exact ties (2**-149, 3 * 2**-149, 5 * 2**-149), even/odd-exponent subnormals
+#: (2**-148, 2**-149: exact/inexact roots), 2**-126 * 1.5, 2**126, 2**-127.
+DIVSQRT_EXTRA: tuple[int, ...] = tuple(_pm(_f2b([
+    2.0, 4.0, 0.75, 7.0, 9.0, 10.0, 0.25, 16777215.0, 1.0 / 3.0, 2.0 ** 126, 2.0 ** -127,
+    1.5 * 2.0 ** -126, 2.0 ** -148, 3 * 2.0 ** -149, 5 * 2.0 ** -149, 2.0 ** -140,
+    (1 + 2.0 ** -12) ** 2, 1.9999999, 0.1,
+])))
+
+#: Named exp arguments: zeros, subnormals, tiny values around the ``exp(x) -> 1.0`` limits
+#: (2**-24, 2**-25, 2**-30, 2**-31), ±1, ±0.5, ln 2, values at table boundaries, the overflow
+#: threshold neighbourhood (88.7228..), the normal/subnormal result boundary (-87.3365..), the
+#: smallest-subnormal and underflow-to-zero neighbourhood (-103.28.., -103.97..), ±128 and its
+#: neighbours (the special-case bound), huge values, ±Inf and NaNs.
+EXP_SPECIALS: tuple[int, ...] = tuple(_pm([
+    0x00000000, 0x00000001, 0x007FFFFF, 0x00800000, 0x2F800000, 0x30000000, 0x30800000,
+    0x33000000, 0x33800000, 0x34000000, 0x3F000000, 0x3F800000, 0x3F317218, 0x3F317217,
+    0x3C317218, 0x3CB17218, 0x40000000, 0x41200000, 0x42B17217, 0x42B17218, 0x42B17219,
+    0x42B17180, 0x42B20000, 0x42AEAC4F, 0x42AEAC50, 0x42AEAC51, 0x42CE8ED0, 0x42CFF1B4,
+    0x42CFF1B5, 0x42CFF1B6, 0x42D00000, 0x42FFFFFF, 0x43000000, 0x43000001, 0x4B000000,
+    0x7149F2CA, 0x7F7FFFFF, 0x7F800000, 0x7FC00000, 0x7F800001, 0x7FFFFFFF,
+]))
+
+
+def special_operands(block: str, base=()) -> dict:
+    """Input fields of the named special cases of ``block``.
+
+    ``fp32_div``: every pair of ``base + DIVSQRT_EXTRA`` (``base``: e.g.
+    :data:`sim.fp32.SPECIALS`); ``fp32_sqrt``: ``base + DIVSQRT_EXTRA``; ``fp32_exp``:
+    ``base + EXP_SPECIALS``.
+    """
+    if block == "fp32_div":
+        vals = np.array(sorted(set(base) | set(DIVSQRT_EXTRA)), dtype=np.int64)
+        a, b = np.meshgrid(vals, vals, indexing="ij")
+        return {"a": a.ravel(), "b": b.ravel()}
+    if block == "fp32_sqrt":
+        return {"a": np.array(sorted(set(base) | set(DIVSQRT_EXTRA)), dtype=np.int64)}
+    if block == "fp32_exp":
+        return {"a": np.array(sorted(set(base) | set(EXP_SPECIALS)), dtype=np.int64)}
+    raise ValueError(f"block must be one of {tuple(MODELS)}, not {block!r}")
+
+
+def _compose(sign, efield, frac) -> np.ndarray:
+    return ((np.asarray(sign, np.int64) << 31) | (np.clip(efield, 0, 255).astype(np.int64) << 23)
+            | (np.asarray(frac, np.int64) & 0x7FFFFF))
+
+
+def _structured_frac(rng, n) -> np.ndarray:
+    kind = rng.integers(0, 6, n)
+    uni = rng.integers(0, 1 << 23, n)
+    low = rng.integers(0, 8, n)
+    bit = np.left_shift(np.int64(1), rng.integers(0, 23, n))
+    return np.select([kind < 3, kind == 3, kind == 4], [uni, low, (1 << 23) - 1 - low],
+                     bit).astype(np.int64)
+
+
+def random_operands(block: str, rng: np.random.Generator, n: int, base=None) -> dict:
+    """``n`` random input fields for ``block``.
+
+    ``base(rng, n)`` gives generic FP32 patterns of every class (:func:`sim.fp32.random_fp32`
+    in the tests). On top of it:
+
+    * ``fp32_div``: 30 % generic pairs; 20 % exponent difference ``ea - eb`` in -160..-120
+      (subnormal and zero quotients, ties at the smallest subnormals) or 120..135 (overflow);
+      20 % quotients near a rounding boundary (``a = fl(m * b)`` for a random ``b`` and a
+      midpoint ``m`` between adjacent floats); 10 % ``a = b`` moved by a few ulps; 20 %
+      structured mantissas (all ones, single bits, low bits).
+    * ``fp32_sqrt``: 40 % generic; 20 % perfect squares ``y*y`` (exact roots, ``y`` with 12
+      significant bits); 20 % squares moved by ±1..3 ulps (near-ties); 20 % structured.
+    * ``fp32_exp``: 25 % generic; 35 % uniform in ``[-110, 95]``; 20 % uniform in ``[-20, 0]``
+      (softmax range); 10 % ``|x| < 2**-10``; 10 % random patterns with ``|x|`` in ``[64, 128)``.
+    """
+    if base is None:
+        raise TypeError("random_operands needs base=callable(rng, n) -> FP32 bit patterns")
+    kind = rng.random(n)
+    if block == "fp32_div":
+        a = base(rng, n).astype(np.int64)
+        b = base(rng, n).astype(np.int64)
+        sa, sb = rng.integers(0, 2, n), rng.integers(0, 2, n)
+        ea = rng.integers(1, 255, n)
+        d = np.where(rng.random(n) < 0.6, rng.integers(-160, -119, n), rng.integers(120, 136, n))
+        eb = np.clip(ea - d, 0, 254)
+        ea = np.clip(eb + d, 0, 254)
+        a_ex = _compose(sa, ea, _structured_frac(rng, n))
+        b_ex = _compose(sb, eb, _structured_frac(rng, n))
+        # near rounding boundaries: a = fl(mid * b)
+        bm = _compose(sb, rng.integers(100, 155, n), rng.integers(0, 1 << 23, n))
+        q = _compose(sa, rng.integers(100, 155, n), rng.integers(0, 1 << 23, n))
+        mid = _f32(q).astype(np.float64) * (1 + 2.0 ** -24)
+        with np.errstate(all="ignore"):
+            a_mid = _bits((mid * _f32(bm).astype(np.float64)).astype(np.float32).view(_U32))
+        a_eq = np.clip((bm & 0x7FFFFFFF) + rng.integers(-3, 4, n), 0, 0x7F7FFFFF) | (sa << 31)
+        a_st = _compose(sa, rng.integers(90, 165, n), _structured_frac(rng, n))
+        b_st = _compose(sb, rng.integers(90, 165, n), _structured_frac(rng, n))
+        a = np.select([kind < 0.3, kind < 0.5, kind < 0.7, kind < 0.8], [a, a_ex, a_mid, a_eq],
+                      a_st)
+        b = np.select([kind < 0.3, kind < 0.5, kind < 0.7, kind < 0.8], [b, b_ex, bm, bm], b_st)
+        return {"a": a & 0xFFFFFFFF, "b": b & 0xFFFFFFFF}
+    if block == "fp32_sqrt":
+        a = base(rng, n).astype(np.int64)
+        y = _compose(0, rng.integers(52, 191, n), rng.integers(0, 1 << 11, n) << 12)
+        with np.errstate(all="ignore"):
+            sq = _bits((_f32(y) * _f32(y)).view(_U32))
+        near = np.clip(sq + rng.choice(np.array([-3, -2, -1, 1, 2, 3]), n), 0, 0x7F7FFFFF)
+        st = _compose(rng.integers(0, 8, n) == 0, rng.integers(0, 255, n),
+                      _structured_frac(rng, n))
+        a = np.select([kind < 0.4, kind < 0.6, kind < 0.8], [a, sq, near], st)
+        return {"a": a & 0xFFFFFFFF}
+    if block == "fp32_exp":
+        a = base(rng, n).astype(np.int64)
+        wide = _f2b(rng.uniform(-110, 95, n))
+        soft = _f2b(rng.uniform(-20, 0, n))
+        tiny = _f2b(rng.uniform(-2.0 ** -10, 2.0 ** -10, n))
+        big = _compose(rng.integers(0, 2, n), 133, rng.integers(0, 1 << 23, n))
+        a = np.select([kind < 0.25, kind < 0.6, kind < 0.8, kind < 0.9],
+                      [a, np.array(wide), np.array(soft), np.array(tiny)], big)
+        return {"a": a & 0xFFFFFFFF}
+    raise ValueError(f"block must be one of {tuple(MODELS)}, not {block!r}")

@@ -1,0 +1,235 @@
+"""cocotb testbench of the FP32 divide, square root and exp units (``fp32_div``, ``fp32_sqrt``,
+``fp32_exp``), one module for all three: the runner sets ``TESSERA_BLOCK`` and
+``TESSERA_PRESET``, and every test works on the unit being simulated.
+
+:class:`TB` holds the driver (:class:`~sim.cocotb_stream.StreamDriver` on ``i``), the monitor
+(:class:`~sim.cocotb_stream.StreamMonitor` on ``o``), the golden model
+(:mod:`sim.fp32_exp`: numpy float32 for div/sqrt, the bit-exact exp algorithm) and the
+scoreboard (:meth:`TB.check`). Bulk random runs use :meth:`TB.stream_fast`, a combined
+driver+monitor that handles one transfer per cycle with a single trigger per cycle (no idle, no
+backpressure) so 100,000 vectors take seconds; the backpressure/idle and reset tests use the
+shared driver and monitor.
+
+Environment: ``TESSERA_VECTORS`` (random vectors, default 100000), ``TESSERA_BENCH_OUT`` (JSON
+path; enables :func:`bench_throughput`, skipped otherwise).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import cocotb
+import numpy as np
+from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
+
+from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
+from sim.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
+from sim.fp32 import SPECIALS, random_fp32
+from sim.fp32_exp import measure_exp_accuracy, model_for, random_operands, special_operands
+
+BLOCK = os.environ.get("TESSERA_BLOCK", "fp32_div")
+PRESET = os.environ.get("TESSERA_PRESET", "default")
+VECTORS = int(os.environ.get("TESSERA_VECTORS", "100000"))
+BENCH_OUT = os.environ.get("TESSERA_BENCH_OUT", "")
+SEEDS = {"fp32_div": 11, "fp32_sqrt": 22, "fp32_exp": 33}
+
+
+class TB:
+    """Driver, monitor, golden model and scoreboard for one of the three units."""
+
+    def __init__(self, dut, *, idle_prob: float = 0.0, stall_prob: float = 0.0, seed: int = 0):
+        self.dut = dut
+        self.config = FP32DivSqrtConfig.preset(PRESET)
+        self.model = model_for(BLOCK, self.config)
+        self.latency = self.model.latency
+        self.rng = np.random.default_rng(SEEDS[BLOCK] * 1000 + seed)
+        prng = random.Random(SEEDS[BLOCK] * 1000 + seed)
+        self.driver = StreamDriver(dut, "i", idle_prob=idle_prob, rng=prng)
+        self.monitor = StreamMonitor(dut, "o", stall_prob=stall_prob, rng=prng)
+        self.checked = 0
+
+    async def start(self):
+        start_clock(self.dut)
+        await reset(self.dut)
+
+    # ------------------------------------------------------------------ stimulus
+    def random_payloads(self, n: int) -> list[int]:
+        return self.model.pack_in(**random_operands(BLOCK, self.rng, n, base=random_fp32))
+
+    def special_payloads(self) -> list[int]:
+        return self.model.pack_in(**special_operands(BLOCK, SPECIALS))
+
+    # ------------------------------------------------------------------ scoreboard
+    def check(self, inputs: list[int], outputs: list[int], what: str) -> None:
+        expected = self.model.expected_payloads(inputs)
+        assert len(outputs) == len(expected), f"{what}: {len(outputs)} results for {len(inputs)}"
+        bad = [i for i, (g, e) in enumerate(zip(outputs, expected)) if g != e]
+        if bad:
+            lines = [f"  #{i}: {self.model.describe(inputs[i])}: got {outputs[i]:#010x}, "
+                     f"expected {expected[i]:#010x}" for i in bad[:10]]
+            raise AssertionError(f"{BLOCK} {what}: {len(bad)} of {len(inputs)} mismatches\n"
+                                 + "\n".join(lines))
+        self.checked += len(inputs)
+
+    # ------------------------------------------------------------------ runs
+    async def stream(self, payloads: list[int], what: str) -> None:
+        """Send with the shared driver (random idle), receive with the monitor (random
+        backpressure), check everything."""
+        self.monitor.start()
+        await self.driver.send_all(payloads)
+        outputs = await self.monitor.wait_for(len(payloads),
+                                              timeout_cycles=50 * len(payloads) + 1000)
+        self.monitor.stop()
+        await ClockCycles(self.dut.clk, self.latency + 3)
+        assert not self.monitor.queue, f"{BLOCK} {what}: extra results {list(self.monitor.queue)}"
+        self.check(payloads, outputs, what)
+
+    async def stream_fast(self, payloads: list[int], what: str) -> int:
+        """One transfer per cycle in and out (``o.ready = 1``, ``i.valid = 1``); returns the
+        cycles used. The handshake is sampled in ReadOnly before each rising edge."""
+        dut = self.dut
+        dut.o__ready.value = 1
+        outputs: list[int] = []
+        k, cycles = 0, 0
+        n = len(payloads)
+        limit = n + self.latency + 20
+        while len(outputs) < n:
+            if k < n:
+                dut.i__valid.value = 1
+                dut.i__payload.value = payloads[k]
+            else:
+                dut.i__valid.value = 0
+            await ReadOnly()
+            if k < n and dut.i__ready.value == 1:
+                k += 1
+            if dut.o__valid.value == 1:
+                outputs.append(dut.o__payload.value.to_unsigned())
+            await RisingEdge(dut.clk)
+            cycles += 1
+            assert cycles <= limit, f"{BLOCK} {what}: {len(outputs)} of {n} after {cycles} cycles"
+        dut.i__valid.value = 0
+        self.check(payloads, outputs, what)
+        return cycles
+
+
+@cocotb.test()
+async def test_specials(dut):
+    """Every named special case (all pairs of the special set for divide), twice: back to back,
+    then with random idle cycles and backpressure."""
+    tb = TB(dut)
+    await tb.start()
+    payloads = tb.special_payloads()
+    await tb.stream_fast(payloads, "specials")
+    tb2 = TB(dut, idle_prob=0.3, stall_prob=0.3, seed=1)
+    await tb2.stream(payloads[:1500], "specials with idle/backpressure")
+    dut._log.info(f"{BLOCK}: {len(payloads)} + {min(len(payloads), 1500)} special vectors ok")
+
+
+@cocotb.test()
+async def test_random(dut):
+    """``TESSERA_VECTORS`` random operands (100,000 by default), one per cycle, bit-exact."""
+    tb = TB(dut, seed=2)
+    await tb.start()
+    payloads = tb.random_payloads(VECTORS)
+    cycles = await tb.stream_fast(payloads, "random")
+    assert cycles <= VECTORS + tb.latency + 2, f"throughput: {cycles} cycles for {VECTORS}"
+    dut._log.info(f"{BLOCK}: {VECTORS} random vectors in {cycles} cycles ok")
+
+
+@cocotb.test()
+async def test_backpressure(dut):
+    """Random vectors with random idle (input) and backpressure (output) at several rates."""
+    for seed, (idle, stall) in enumerate([(0.0, 0.5), (0.5, 0.0), (0.3, 0.3), (0.1, 0.8)]):
+        tb = TB(dut, idle_prob=idle, stall_prob=stall, seed=10 + seed)
+        if seed == 0:
+            await tb.start()
+        await tb.stream(tb.random_payloads(1500), f"idle {idle} stall {stall}")
+
+
+@cocotb.test()
+async def test_latency_and_throughput(dut):
+    """One operation alone takes exactly ``latency`` cycles (input transfer edge to output
+    transfer edge); a full stream delivers one result per cycle after the fill."""
+    tb = TB(dut, seed=3)
+    await tb.start()
+    lat = await measure_latency(dut, tb.random_payloads(1)[0])
+    assert lat == tb.latency, f"{BLOCK}: latency {lat}, published {tb.latency}"
+    n = 500
+    cycles = await tb.stream_fast(tb.random_payloads(n), "throughput")
+    assert cycles == n + tb.latency, f"{BLOCK}: {n} results took {cycles} cycles"
+
+
+@cocotb.test()
+async def test_reset_midstream(dut):
+    """Reset while a stream is in flight under backpressure, then a clean, correct run: no
+    stale result may appear after the reset."""
+    tb = TB(dut, idle_prob=0.2, stall_prob=0.3, seed=4)
+    await tb.start()
+    tb.monitor.start()
+    sender = cocotb.start_soon(tb.driver.send_all(tb.random_payloads(400)))
+    await ClockCycles(dut.clk, 150)
+    dut.rst.value = 1
+    sender.cancel()
+    tb.monitor.stop()
+    dut.i__valid.value = 0
+    await ClockCycles(dut.clk, 3)
+    dut.rst.value = 0
+    await RisingEdge(dut.clk)
+    await ReadOnly()
+    assert dut.o__valid.value == 0, "output valid right after reset"
+    await RisingEdge(dut.clk)
+    tb.monitor.queue.clear()
+    tb2 = TB(dut, idle_prob=0.2, stall_prob=0.3, seed=5)
+    await tb2.stream(tb2.random_payloads(1000), "after reset")
+
+
+async def measure_latency(dut, payload: int) -> int:
+    """Edges from the input transfer to the output transfer of a single operation."""
+    dut.o__ready.value = 1
+    dut.i__valid.value = 0
+    await ClockCycles(dut.clk, 30)            # drain
+    dut.i__valid.value = 1
+    dut.i__payload.value = payload
+    await ReadOnly()
+    assert dut.i__ready.value == 1
+    await RisingEdge(dut.clk)                 # input transfer
+    dut.i__valid.value = 0
+    edges = 0
+    while True:
+        await ReadOnly()
+        if dut.o__valid.value == 1:
+            break
+        await RisingEdge(dut.clk)
+        edges += 1
+        assert edges < 200, "no output"
+    await RisingEdge(dut.clk)                 # output transfer
+    return edges + 1
+
+
+@cocotb.test(skip=not BENCH_OUT)
+async def bench_throughput(dut):
+    """Benchmark hook (``make bench-datapaths``): latency and results per cycle measured on the
+    DUT, plus (exp) the model's worst ulp error; merged into ``TESSERA_BENCH_OUT`` (JSON,
+    ``{block: {...}}``)."""
+    tb = TB(dut, seed=6)
+    await tb.start()
+    lat = await measure_latency(dut, tb.random_payloads(1)[0])
+    n = 4000
+    cycles = await tb.stream_fast(tb.random_payloads(n), "bench")
+    entry = {
+        "preset": PRESET, "config": tb.config.to_dict(), "latency_cycles": lat,
+        "published_latency": tb.latency, "ops": n, "cycles": cycles,
+        "results_per_cycle": n / (cycles - lat),
+    }
+    if BLOCK == "fp32_exp":
+        acc = measure_exp_accuracy(tb.config, stride=40009, band=None)
+        entry["exp_max_ulp"] = acc["max_ulp"]
+        entry["exp_accuracy"] = acc
+    path = Path(BENCH_OUT)
+    data = json.loads(path.read_text()) if path.exists() and path.stat().st_size else {}
+    data[BLOCK] = entry
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    dut._log.info(f"{BLOCK}: {entry}")

@@ -9,6 +9,7 @@ os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
 
 from amaranth.back import verilog  # noqa: E402
 from amaranth.hdl import Signal  # noqa: E402
+from amaranth.lib import data  # noqa: E402
 
 __all__ = ["port_signals", "to_verilog"]
 
@@ -18,9 +19,16 @@ def port_signals(component):
 
     ``verilog.convert(component)`` fails on constant members (a stream with
     ``always_ready=True``, amaranth#1574), so the port list is built from the signature.
+    Members with a data layout (``data.View``, e.g. a struct-shaped stream payload) are ports
+    too: their underlying signal is taken; constants are skipped.
     """
-    return [value for _path, _member, value in component.signature.flatten(component)
-            if isinstance(value, Signal)]
+    ports = []
+    for _path, _member, value in component.signature.flatten(component):
+        if isinstance(value, data.View):
+            value = value.as_value()
+        if isinstance(value, Signal):
+            ports.append(value)
+    return ports
 
 
 def to_verilog(component, name: str) -> str:

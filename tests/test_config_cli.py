@@ -65,3 +65,28 @@ def test_generate_is_deterministic_with_params(name, tmp_path):
     params = json.loads(a.with_suffix(".json").read_text())
     assert params["block"] == name and params["preset"] == "tiny"
     assert "latency" in params
+
+
+def test_struct_payload_streams_keep_their_ports():
+    """A stream whose payload has a data layout must appear in the Verilog (regression)."""
+    from amaranth.hdl import Module
+    from amaranth.lib import stream, wiring
+    from amaranth.lib.wiring import In, Out
+
+    from hdl.formats import FP32
+    from hdl.gen import to_verilog
+
+    class Pass(wiring.Component):
+        i: In(stream.Signature(FP32))
+        o: Out(stream.Signature(FP32, always_ready=True))
+
+        def elaborate(self, platform):
+            m = Module()
+            m.d.sync += [self.o.payload.eq(self.i.payload), self.o.valid.eq(self.i.valid)]
+            m.d.comb += self.i.ready.eq(1)
+            return m
+
+    text = to_verilog(Pass(), "pass_through")
+    assert "input [31:0] i__payload;" in text
+    assert "output [31:0] o__payload;" in text
+    assert "o__ready" not in text          # a constant member is not a port

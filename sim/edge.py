@@ -12,7 +12,7 @@ import numpy as np
 from sim.fp32_round import round_to_fp32
 
 __all__ = ["edge_to_fp32", "edge_to_fp32_array", "check_edge_input", "numpy_reference",
-           "reference_applies", "named_edge_cases", "random_vectors"]
+           "reference_applies", "named_edge_cases", "random_vectors", "is_tie"]
 
 
 def check_edge_input(value: int, exp: int, config) -> None:
@@ -103,36 +103,51 @@ def named_edge_cases(config) -> list[tuple[str, int, int]]:
 
 def random_vectors(rng, n: int, config) -> list[tuple[int, int]]:
     """``n`` random ``(value, exp)`` pairs biased to interesting results: a mix of normal,
-    subnormal, underflowing and overflowing results, exact ties and uniform exponents.
-    ``rng`` is a :class:`random.Random`."""
+    subnormal, underflowing and overflowing results, exact ties (about 12 %), zeros, uniform
+    and extreme exponents. ``rng`` is a :class:`random.Random`."""
     vb, eb = config.int_bits, config.exp_bits
     emax, emin = (1 << (eb - 1)) - 1, -(1 << (eb - 1))
     vmax = (1 << (vb - 1)) - 1
     out = []
     for _ in range(n):
-        kind = rng.random()
         bits = rng.randrange(1, vb)                       # magnitude bit length
         mag = rng.randrange(1 << (bits - 1), 1 << bits) if bits > 1 else 1
-        if kind < 0.1 and bits >= 3:                      # exact tie at the rounding point
-            keep = rng.randrange(1, min(bits - 1, 24) + 1)
-            drop = bits - keep
-            mag = (mag >> drop << drop) | (1 << (drop - 1))
-        if kind < 0.05:
-            mag = 0
-        value = -mag if rng.random() < 0.5 else mag
-        value = max(min(value, vmax), -vmax - 1)
         r = rng.random()
-        if r < 0.15:
+        if r < 0.03:
+            exp = rng.choice((emin, emax))                # exponent extremes
+        elif r < 0.15:
             exp = rng.randint(emin, emax)                 # anything (mostly 0 or Inf)
         elif r < 0.45:
-            lead = rng.randint(-152, -126)                # subnormal / underflow results
-            exp = lead - (bits - 1)
+            exp = rng.randint(-152, -126) - (bits - 1)    # subnormal / underflow results
         elif r < 0.6:
-            lead = rng.randint(124, 130)                  # near overflow
-            exp = lead - (bits - 1)
+            exp = rng.randint(124, 130) - (bits - 1)      # near overflow
         else:
-            lead = rng.randint(-126, 127)                 # normal
-            exp = lead - (bits - 1)
+            exp = rng.randint(-126, 127) - (bits - 1)     # normal
         exp = max(min(exp, emax), emin)
-        out.append((value, exp))
+        if rng.random() < 0.12:                           # make it an exact tie
+            lead = exp + bits - 1
+            shift = max(lead - 23, -149) - exp            # bits below the result's LSB
+            if not 1 <= shift <= bits:                    # no rounding here: a subnormal tie
+                shift = rng.randint(max(1, bits - 24), bits)
+                exp = max(-149 - shift, emin)
+            if 1 <= shift <= bits:
+                mag = (mag >> shift << shift) | (1 << (shift - 1))
+        if rng.random() < 0.04:
+            mag = 0
+        value = -mag if rng.random() < 0.5 else mag
+        out.append((max(min(value, vmax), -vmax - 1), exp))
     return out
+
+
+def is_tie(value: int, exp: int) -> bool:
+    """True when ``value * 2**exp`` lies exactly halfway between two FP32 neighbours (the
+    rounding decision is a tie; includes ties at subnormal and zero results)."""
+    mag = abs(int(value))
+    if mag == 0:
+        return False
+    lead = exp + mag.bit_length() - 1
+    lsb = max(lead - 23, -149)
+    shift = lsb - exp
+    if shift <= 0:
+        return False
+    return mag & ((1 << shift) - 1) == 1 << (shift - 1)

@@ -13,7 +13,7 @@ import cocotb
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
 from sim.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
-from sim.edge import edge_to_fp32, named_edge_cases, random_vectors
+from sim.edge import edge_to_fp32, is_tie, named_edge_cases, random_vectors
 
 PRESET = os.environ.get("TESSERA_PRESET", "default")
 
@@ -93,16 +93,20 @@ async def random_vectors_with_backpressure(dut):
     await tb.start()
     vecs = random_vectors(tb.rng, 10_500, CONFIG)
     kinds = {"inf": 0, "zero": 0, "subnormal": 0, "normal": 0}
-    neg = 0
+    neg = ties = extreme = 0
+    emin, emax = -(1 << (CONFIG.exp_bits - 1)), (1 << (CONFIG.exp_bits - 1)) - 1
     for k, (v, e) in enumerate(vecs):
         await tb.send(v, e)
         kinds[_classify(tb.expected[-1][2])] += 1
         neg += v < 0
+        ties += is_tie(v, e)
+        extreme += e in (emin, emax)
         if len(tb.expected) >= 256:
             await tb.check()
     await tb.check()
-    dut._log.info(f"{len(vecs)} vectors: {kinds}, {neg} negative")
-    assert min(kinds.values()) >= 500 and neg >= 3000
+    dut._log.info(f"{len(vecs)} vectors: {kinds}, {neg} negative, {ties} exact ties, "
+                  f"{extreme} at an exponent extreme")
+    assert min(kinds.values()) >= 500 and neg >= 3000 and ties >= 300 and extreme >= 50
 
 
 @cocotb.test()

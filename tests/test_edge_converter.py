@@ -7,8 +7,8 @@ import pytest
 
 from hdl.edge_converter import EdgeConfig, EdgeConverter, edge_input_layout
 from sim.amaranth_tb import run_sim, stream_get, stream_put
-from sim.edge import (edge_to_fp32, edge_to_fp32_array, named_edge_cases, numpy_reference,
-                      random_vectors, reference_applies)
+from sim.edge import (edge_to_fp32, edge_to_fp32_array, is_tie, named_edge_cases,
+                      numpy_reference, random_vectors, reference_applies)
 
 
 def _pack(cfg, value, exp):
@@ -43,6 +43,12 @@ def test_model_matches_numpy_reference(preset):
     assert np.isinf(f).sum() > 500
     assert ((f != 0) & (np.abs(f) < np.float32(2.0 ** -126))).sum() > 1000
     assert (np.signbit(f) & (f == 0)).sum() > 50            # negative values rounding to -0
+    assert sum(is_tie(v, e) for v, e in vecs) > 500         # exact ties (RNE decides)
+
+
+def test_is_tie_helper():
+    assert is_tie(3, -150) and is_tie((1 << 24) + 1, 0) and is_tie(1, -150)
+    assert not is_tie(3, -151) and not is_tie((1 << 24) + 2, 0) and not is_tie(7, 0)
 
 
 def test_model_named_values():

@@ -17,10 +17,10 @@ from sim.amaranth_tb import run_sim, stream_get, stream_put
 W = (2, 4, 6, 8)
 
 
-def _core_ops(rng, n_mags=2):
+def _core_ops(rng, n_mags=2, widths=W):
     """Every width pair x every sign pair x (max, zero, random) magnitudes."""
     ops = []
-    for m_a, m_b in itertools.product(W, W):
+    for m_a, m_b in itertools.product(widths, widths):
         for sa, sb in itertools.product((0, 1), repeat=2):
             mags = [((1 << m_a) - 1, (1 << m_b) - 1), (0, rng.randrange(1 << m_b))]
             mags += [(rng.randrange(1 << m_a), rng.randrange(1 << m_b)) for _ in range(n_mags)]
@@ -96,6 +96,27 @@ def test_core_all_widths_signs_back_to_back(lanes):
         assert n0 == t1
     assert log[-1][1] - log[0][0] == sum(
         FMACCore.cycles(o["width_a"], o["width_b"], lanes) for o in ops)
+
+
+@pytest.mark.parametrize("max_mantissa, lanes", [(2, 1), (4, 2), (4, 4), (6, 1), (6, 8)])
+def test_core_smaller_max_mantissa(max_mantissa, lanes):
+    cfg = FMACConfig(max_mantissa=max_mantissa, lanes=lanes, acc_bits=2 * max_mantissa + 2)
+    widths = cfg.widths
+    ops = _core_ops(random.Random(max_mantissa), n_mags=3, widths=widths)
+    mx = dict(a_mag=(1 << max_mantissa) - 1, b_mag=(1 << max_mantissa) - 1,
+              width_a=max_mantissa, width_b=max_mantissa, accumulate=1)
+    ops += [dict(mx, a_sign=0, b_sign=0, accumulate=0)] + [dict(mx, a_sign=0, b_sign=0)] * 4 \
+        + [dict(mx, a_sign=1, b_sign=0)] * 10
+    log = run_core(cfg, ops)
+    assert len(log) == len(ops)
+    # the smallest legal accumulator really saturated somewhere in this run
+    acc, ovf, sat = 0, False, 0
+    for op in ops:
+        p = g.signed_product(op["a_sign"], op["a_mag"], op["b_sign"], op["b_mag"],
+                             op["width_a"], op["width_b"])
+        acc, ovf = g.saturating_add(acc, ovf, p, op["accumulate"], cfg.acc_bits)
+        sat += acc in g.acc_limits(cfg.acc_bits) and ovf
+    assert sat > 0
 
 
 def test_core_with_gaps_and_start_while_busy_ignored():

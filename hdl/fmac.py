@@ -237,6 +237,8 @@ class FMACCore(wiring.Component):
                         key = pp | (nb << max_pairs.bit_length())
                         with m.Case(key):
                             m.d.comb += [i.eq(pp // nb), j.eq(pp % nb)]
+                with m.Default():                   # pair past the product: lane disabled
+                    m.d.comb += [i.eq(0), j.eq(0)]
             m.d.comb += en.eq(p < npairs)
             ca = Signal(2, name=f"lane_{lane}_ca")
             cb = Signal(2, name=f"lane_{lane}_cb")
@@ -280,15 +282,15 @@ class FMACCore(wiring.Component):
         lo, hi = -(1 << (ab - 1)), (1 << (ab - 1)) - 1
         total = Signal(signed(ab + 1), name="acc_sum")
         m.d.comb += total.eq(Mux(done_accum, self.acc, 0) + self.product)
-        with m.If(self.clear):
-            m.d.sync += [self.acc.eq(0), self.overflow.eq(0)]
-        with m.Elif(self.done):
-            with m.If(total > hi):
-                m.d.sync += [self.acc.eq(hi), self.overflow.eq(1)]
-            with m.Elif(total < lo):
-                m.d.sync += [self.acc.eq(lo), self.overflow.eq(1)]
-            with m.Else():
-                m.d.sync += [self.acc.eq(total), self.overflow.eq(self.overflow & done_accum)]
+        acc_next = Signal(signed(ab), name="acc_next")
+        ovf_next = Signal(name="ovf_next")
+        m.d.comb += [
+            acc_next.eq(Mux(total > hi, hi, Mux(total < lo, lo, total))),
+            ovf_next.eq((total > hi) | (total < lo) | (self.overflow & done_accum)),
+        ]
+        with m.If(self.done | self.clear):
+            m.d.sync += [self.acc.eq(Mux(self.clear, 0, acc_next)),
+                         self.overflow.eq(ovf_next & ~self.clear)]
         return m
 
 

@@ -38,7 +38,7 @@ from hdl.fp32.divsqrt_config import EXP_FRAC_BITS, ExpConstants, FP32DivSqrtConf
 
 __all__ = ["QNAN", "EXP_FRAC_BITS", "ExpConstants", "exp_constants", "round_to_fp32_vec",
            "FP32Div", "FP32Sqrt", "FP32Exp", "MODELS", "model_for", "exp_ulp_error",
-           "measure_exp_accuracy", "DIVSQRT_EXTRA", "EXP_SPECIALS", "special_operands",
+           "measure_exp_accuracy", "EXP_BANDS", "DIVSQRT_EXTRA", "EXP_SPECIALS", "special_operands",
            "random_operands"]
 
 #: The NaN every unit returns (quiet, positive, zero payload).
@@ -259,25 +259,35 @@ def exp_ulp_error(a_bits, r_bits) -> np.ndarray:
     return np.abs(r - true) / np.ldexp(1.0, ulp_exp)
 
 
-def measure_exp_accuracy(config: FP32DivSqrtConfig | None = None, *, stride: int = 4099,
-                         band: tuple[int, int] | None = (0xBF000000, 0xBF800000),
-                         chunk: int = 1 << 21) -> dict:
-    """Worst ulp error of :class:`FP32Exp` against float64 ``exp``.
+#: Float32 bit-pattern ranges measured exhaustively by :func:`measure_exp_accuracy`:
+#: ``[-1, -0.5)`` (2**23 values, the softmax range), ``[-104, -96)`` (2**20 values: subnormal
+#: results and the underflow to zero), ``[88, 89)`` (2**17 values: the overflow threshold).
+EXP_BANDS = ((0xBF000000, 0xBF800000), (0xC2C00000, 0xC2D00000), (0x42B00000, 0x42B20000))
 
-    Samples every ``stride``-th float32 bit pattern with ``-128 < x < 128`` (both signs), plus
-    every float32 whose bit pattern is in ``band`` (default: all of ``[-1, -0.5)``, 2**23
-    values). Returns ``{"max_ulp", "argmax_bits", "count", "mean_ulp", ...}``.
+
+def measure_exp_accuracy(config: FP32DivSqrtConfig | None = None, *, stride: int = 4099,
+                         bands=EXP_BANDS, chunk: int = 1 << 21) -> dict:
+    """Worst ulp error of :class:`FP32Exp` against float64 ``exp`` (:func:`exp_ulp_error`).
+
+    Samples every ``stride``-th float32 bit pattern with ``|x| < 128`` (both signs; beyond,
+    the result is a special case) plus every float32 in each ``(lo, hi)`` bit-pattern range
+    of ``bands``. Returns ``{"max_ulp", "argmax_bits", "argmax_x", "mean_ulp", "count",
+    "not_correctly_rounded", ...}`` (the last: results that differ from float64 ``exp``
+    rounded to float32).
     """
     model = FP32Exp(config)
     pos = np.arange(0, 0x43000000, stride, dtype=np.int64)           # [0, 128)
     sets = [pos, pos | 0x80000000]
-    if band is not None:
-        sets.append(np.arange(band[0], band[1], dtype=np.int64))
-    worst, worst_bits, total, count = -1.0, 0, 0.0, 0
+    sets += [np.arange(lo, hi, dtype=np.int64) for lo, hi in bands]
+    worst, worst_bits, total, count, wrong = -1.0, 0, 0.0, 0, 0
     for s in sets:
         for i in range(0, len(s), chunk):
             a = s[i:i + chunk]
-            err = exp_ulp_error(a, model(a)["r"])
+            r = model(a)["r"]
+            err = exp_ulp_error(a, r)
+            with np.errstate(over="ignore"):
+                nearest = np.exp(_f32(a).astype(np.float64)).astype(np.float32).view(_U32)
+            wrong += int(np.count_nonzero(nearest != r))
             j = int(np.argmax(err))
             if err[j] > worst:
                 worst, worst_bits = float(err[j]), int(a[j])
@@ -285,7 +295,8 @@ def measure_exp_accuracy(config: FP32DivSqrtConfig | None = None, *, stride: int
             count += len(a)
     return {"max_ulp": worst, "argmax_bits": worst_bits,
             "argmax_x": float(_f32(worst_bits)), "mean_ulp": total / count, "count": count,
-            "stride": stride, "band": [hex(b) for b in band] if band else None,
+            "not_correctly_rounded": wrong,
+            "stride": stride, "bands": [[hex(lo), hex(hi)] for lo, hi in bands],
             "exp_table_bits": model.config.exp_table_bits}
 
 

@@ -32,9 +32,17 @@ from .divsqrt_config import EXP_FRAC_BITS, FP32DivSqrtConfig, exp_constants
 from .round import round_to_fp32
 from .unpack import QNAN
 
-__all__ = ["FP32Exp"]
+__all__ = ["FP32Exp", "exp_register_widths"]
 
 F = EXP_FRAC_BITS  # fraction bits of the fixed-point datapath
+
+
+def exp_register_widths(t: int) -> dict:
+    """``{register: (bits, signed)}`` of the exp datapath for ``exp_table_bits = t`` (the
+    golden model's intermediates must fit; ``tests/test_fp32_exp_model.py`` checks it)."""
+    return {"x_fix": (39, True), "n": (t + 10, True), "red": (27, True), "h1": (32, True),
+            "h2": (32, True), "p": (F + 1, False), "table": (F + 1, False),
+            "prod": (2 * F + 2, False)}
 
 
 class FP32Exp(wiring.Component):
@@ -83,7 +91,8 @@ class FP32Exp(wiring.Component):
         m = Module()
         t = self.config.exp_table_bits
         c = exp_constants(t)
-        nw = t + 10                                   # |n| <= 128 * 2**t / ln2 + 1
+        w = exp_register_widths(t)
+        nw = w["n"][0]                                # |n| <= 128 * 2**t / ln2 + 1
 
         en = Signal()
         m.d.comb += [en.eq(~self.o.valid | self.o.ready), self.i.ready.eq(en)]
@@ -102,7 +111,7 @@ class FP32Exp(wiring.Component):
         ]
         special_val = Mux(nan, QNAN, Mux(sign, 0, 0x7F800000))
         valid = p.valid(self.i.valid, "s0_valid")
-        xs = p.reg(Mux(sign, -x_fix, x_fix), "s0_xs", signed(39))
+        xs = p.reg(Mux(sign, -x_fix, x_fix), "s0_xs", signed(w["x_fix"][0]))
         special = p.reg(nan | big, "s0_special")
         spec_val = p.reg(special_val, "s0_special_val", unsigned(32))
 
@@ -118,28 +127,28 @@ class FP32Exp(wiring.Component):
         # --- stage 2: reduced argument -------------------------------------------------------
         red_val = xs - ((n * c.LN2N + (1 << 17)) >> 18)
         valid = p.valid(valid, "s2_valid")
-        red = p.reg(red_val, "s2_red", signed(27))
+        red = p.reg(red_val, "s2_red", signed(w["red"][0]))
         n, special, spec_val = carry(2, n, special, spec_val)
 
         # --- stages 3..5: Horner, degree 3 -----------------------------------------------------
         valid = p.valid(valid, "s3_valid")
-        h1 = p.reg(c.C2 + ((red * c.C3) >> F), "s3_h1", signed(32))
+        h1 = p.reg(c.C2 + ((red * c.C3) >> F), "s3_h1", signed(w["h1"][0]))
         red, n, special, spec_val = carry(3, red, n, special, spec_val)
 
         valid = p.valid(valid, "s4_valid")
-        h2 = p.reg(c.C1 + ((red * h1) >> F), "s4_h2", signed(32))
+        h2 = p.reg(c.C1 + ((red * h1) >> F), "s4_h2", signed(w["h2"][0]))
         red, n, special, spec_val = carry(4, red, n, special, spec_val)
 
-        table = Signal(F + 1, name="s5_table_lookup")
-        m.d.comb += table.eq(Array(Const(v, F + 1) for v in c.TABLE)[n[:t]])
+        table = Signal(w["table"][0], name="s5_table_lookup")
+        m.d.comb += table.eq(Array(Const(v, w["table"][0]) for v in c.TABLE)[n[:t]])
         valid = p.valid(valid, "s5_valid")
-        poly = p.reg((c.C0 + ((red * h2) >> F))[:F + 1], "s5_p", unsigned(F + 1))
+        poly = p.reg((c.C0 + ((red * h2) >> F))[:w["p"][0]], "s5_p", unsigned(w["p"][0]))
         tab = p.reg(table, "s5_tab")
         n, special, spec_val = carry(5, n, special, spec_val)
 
         # --- stage 6: table x polynomial -------------------------------------------------------
         valid = p.valid(valid, "s6_valid")
-        prod = p.reg(tab * poly, "s6_prod", unsigned(2 * F + 2))
+        prod = p.reg(tab * poly, "s6_prod", unsigned(w["prod"][0]))
         n, special, spec_val = carry(6, n, special, spec_val)
 
         # --- stage 7: round, specials ---------------------------------------------------------

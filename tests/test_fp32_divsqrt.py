@@ -1,0 +1,200 @@
+"""Fast tier (Amaranth simulator) of the FP32 divide, square root and exp units.
+
+Per unit and preset: the named special cases (all pairs of a small special set for divide), a
+few hundred random vectors back to back and with random idle/backpressure, all bit-exact
+against :mod:`sim.fp32_exp`; the published latency and one-result-per-cycle throughput; the exp
+stage splits that do not divide the quotient width; the exp table; invalid configs.
+"""
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from hdl.fp32.div import FP32Div
+from hdl.fp32.divsqrt_config import (DIV_QUOTIENT_BITS, SQRT_ROOT_BITS, FP32DivSqrtConfig,
+                                     exp_constants)
+from hdl.fp32.exp import FP32Exp
+from hdl.fp32.sqrt import FP32Sqrt
+from hdl.registry import get_block
+from sim.amaranth_tb import stream_get, stream_put
+from sim.fp32 import SPECIALS_SMALL, random_fp32
+from sim.fp32_exp import model_for, random_operands, special_operands
+
+UNITS = {"fp32_div": FP32Div, "fp32_sqrt": FP32Sqrt, "fp32_exp": FP32Exp}
+SEEDS = {"fp32_div": 101, "fp32_sqrt": 202, "fp32_exp": 303}
+
+
+def simulate(dut, payloads, *, idle_prob=0.0, stall_prob=0.0, seed=0):
+    """Stream ``payloads`` through ``dut`` (random idle/backpressure); return the results."""
+    rng = random.Random(seed)
+    outputs = []
+
+    async def producer(ctx):
+        for p in payloads:
+            await stream_put(ctx, dut.i, p, rng=rng, idle_prob=idle_prob)
+
+    async def consumer(ctx):
+        for _ in payloads:
+            outputs.append(int(await stream_get(ctx, dut.o, rng=rng, stall_prob=stall_prob)))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(producer)
+    sim.add_testbench(consumer)
+    sim.run()
+    return outputs
+
+
+def check(block, cfg, inputs, outputs):
+    model = model_for(block, cfg)
+    expected = model.expected_payloads(inputs)
+    bad = [i for i, (g, e) in enumerate(zip(outputs, expected)) if g != e]
+    assert len(outputs) == len(inputs)
+    assert not bad, "\n".join(f"{model.describe(inputs[i])}: got {outputs[i]:#010x}, expected "
+                              f"{expected[i]:#010x}" for i in bad[:10])
+
+
+@pytest.mark.parametrize("preset", ["tiny", "default"])
+@pytest.mark.parametrize("block", sorted(UNITS))
+def test_specials(block, preset):
+    cfg = FP32DivSqrtConfig.preset(preset)
+    model = model_for(block, cfg)
+    fields = special_operands(block, SPECIALS_SMALL)
+    if block == "fp32_div" and preset == "tiny":      # all pairs once, at the default preset
+        fields = {k: v[::7] for k, v in fields.items()}
+    inputs = model.pack_in(**fields)
+    outputs = simulate(UNITS[block](config=cfg), inputs)
+    check(block, cfg, inputs, outputs)
+
+
+@pytest.mark.parametrize("preset", ["tiny", "default"])
+@pytest.mark.parametrize("block", sorted(UNITS))
+def test_random_with_backpressure(block, preset):
+    cfg = FP32DivSqrtConfig.preset(preset)
+    model = model_for(block, cfg)
+    rng = np.random.default_rng(SEEDS[block] + (preset == "tiny"))
+    inputs = model.pack_in(**random_operands(block, rng, 300, base=random_fp32))
+    outputs = simulate(UNITS[block](config=cfg), inputs[:200])
+    check(block, cfg, inputs[:200], outputs)
+    outputs = simulate(UNITS[block](config=cfg), inputs[200:], idle_prob=0.3, stall_prob=0.4,
+                       seed=SEEDS[block])
+    check(block, cfg, inputs[200:], outputs)
+
+
+@pytest.mark.parametrize("block", sorted(UNITS))
+def test_latency_and_throughput(block):
+    """A lone operation leaves exactly ``latency`` edges after its input transfer; ``n``
+    operations back to back take ``n + latency`` edges, with ``i.ready`` high throughout."""
+    cfg = FP32DivSqrtConfig.preset("default")
+    dut = UNITS[block](config=cfg)
+    model = model_for(block, cfg)
+    inputs = model.pack_in(**random_operands(block, np.random.default_rng(5), 40,
+                                             base=random_fp32))
+    log = {}
+
+    async def tb(ctx):
+        ctx.set(dut.o.ready, 1)
+        ctx.set(dut.i.valid, 1)
+        ctx.set(dut.i.payload, inputs[0])
+        edges = 0
+        _, _, ready = await ctx.tick().sample(dut.i.ready)
+        assert ready
+        ctx.set(dut.i.valid, 0)
+        while True:
+            edges += 1
+            _, _, valid = await ctx.tick().sample(dut.o.valid)
+            if valid:
+                break
+            assert edges < 100
+        log["latency"] = edges
+        # back to back
+        got, sent, edges = [], 0, 0
+        while len(got) < len(inputs):
+            ctx.set(dut.i.valid, sent < len(inputs))
+            if sent < len(inputs):
+                ctx.set(dut.i.payload, inputs[sent])
+            _, _, iv, ir, ov, op = await ctx.tick().sample(dut.i.valid, dut.i.ready,
+                                                           dut.o.valid, dut.o.payload)
+            edges += 1
+            if iv:
+                assert ir, "i.ready dropped without backpressure"
+                sent += 1
+            if ov:
+                got.append(int(op))
+        log["edges"] = edges
+        log["got"] = got
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(tb)
+    sim.run()
+    assert log["latency"] == dut.latency == model.latency
+    assert log["edges"] == len(inputs) + dut.latency
+    check(block, cfg, inputs, log["got"])
+
+
+def test_invalid_configs():
+    for field, value, exc in [("div_bits_per_stage", 0, ValueError),
+                              ("div_bits_per_stage", 9, ValueError),
+                              ("div_bits_per_stage", 2.0, TypeError),
+                              ("sqrt_bits_per_stage", True, TypeError),
+                              ("sqrt_bits_per_stage", 0, ValueError),
+                              ("exp_table_bits", 3, ValueError),
+                              ("exp_table_bits", 9, ValueError),
+                              ("exp_table_bits", "6", TypeError)]:
+        with pytest.raises(exc, match=rf"FP32DivSqrtConfig\.{field}.*{value!r}"):
+            FP32DivSqrtConfig(**{field: value})
+    with pytest.raises(ValueError, match="preset.*'huge'"):
+        FP32DivSqrtConfig.preset("huge")
+    for cls in UNITS.values():
+        with pytest.raises(TypeError, match="config must be an FP32DivSqrtConfig"):
+            cls(config={"div_bits_per_stage": 2})
+        with pytest.raises(TypeError):
+            cls(FP32DivSqrtConfig())                     # keyword-only
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+@pytest.mark.parametrize("bps", [1, 2, 3, 4, 5, 8])
+def test_config_sizes(bps):
+    cfg = FP32DivSqrtConfig(div_bits_per_stage=bps, sqrt_bits_per_stage=bps)
+    assert cfg.div_quotient_bits >= DIV_QUOTIENT_BITS
+    assert cfg.div_quotient_bits - DIV_QUOTIENT_BITS < bps
+    assert cfg.sqrt_root_bits >= SQRT_ROOT_BITS
+    assert cfg.div_latency == cfg.div_stages + 2 == FP32Div(config=cfg).latency
+    assert cfg.sqrt_latency == cfg.sqrt_stages + 2 == FP32Sqrt(config=cfg).latency
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.div_bits_per_stage = 1
+
+
+@pytest.mark.parametrize("bps", [1, 3, 5])
+def test_odd_stage_splits_are_exact(bps):
+    """Bits-per-stage values that do not divide 26 compute extra quotient/root bits."""
+    cfg = FP32DivSqrtConfig(div_bits_per_stage=bps, sqrt_bits_per_stage=bps)
+    rng = np.random.default_rng(40 + bps)
+    for block in ("fp32_div", "fp32_sqrt"):
+        model = model_for(block, cfg)
+        inputs = model.pack_in(**random_operands(block, rng, 60, base=random_fp32))
+        check(block, cfg, inputs, simulate(UNITS[block](config=cfg), inputs))
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+@pytest.mark.parametrize("block", sorted(UNITS))
+def test_registered_block_params(block):
+    for preset in ("tiny", "default"):
+        b = get_block(block)
+        params = b.params(preset)
+        assert params["latency"] == b.build(preset).latency
+        assert params["ops_per_cycle"] == 1
+
+
+@pytest.mark.parametrize("t", [4, 5, 6, 7, 8])
+def test_exp_table_is_correctly_rounded(t):
+    """``TABLE[j] = round(2**(j/N) * 2**30)``, checked with exact integer powers:
+    ``(2T - 1)**N < 2**(j + 31N) < (2T + 1)**N``."""
+    c = exp_constants(t)
+    n = c.N
+    for j, v in enumerate(c.TABLE):
+        target = 1 << (j + 31 * n)
+        assert (2 * v - 1) ** n < target < (2 * v + 1) ** n, j

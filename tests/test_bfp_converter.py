@@ -1,0 +1,387 @@
+"""Fast tier: BFPConverter (FP32 -> BFP) in Amaranth's simulator, against sim.bfp.
+
+Preset "tiny" (group_size 4) plus one odd non-preset config. Every output payload is compared
+bit for bit with :class:`sim.bfp.BFPConverterModel`; a protocol checker watches the output
+stream (valid held and payload stable while not ready).
+"""
+import random
+
+import numpy as np
+import pytest
+from amaranth.hdl import ClockDomain, Module
+from amaranth.sim import Simulator
+
+from hdl.bfp import (BFPConverter, BFPNoise, BFPToFP32, Rounding, bfp_stream_layout,
+                     fp32_out_layout, fp32_stream_layout, lfsr_lane_seed)
+from hdl.config import BFPConfig, FMACConfig
+from hdl.registry import get_block
+from sim import bfp
+
+TINY = BFPConfig.preset("tiny")
+MODES = (bfp.ROUND_NEAREST, bfp.ROUND_STOCHASTIC, bfp.ROUND_TRUNCATE)
+
+
+def run_stream(dut, words, *, seed=0, idle=0.0, stall=0.0, max_cycles=20_000, during=None):
+    """Send ``words`` on ``dut.i`` and collect as many payloads from ``dut.o``.
+
+    Returns ``{"out": [...], "in_cycles": [...], "out_cycles": [...], "flags": int | None}``
+    (cycle numbers of each input/output transfer; ``flags`` is the DUT's ``flags`` port after
+    the last output when it has one). ``during(ctx, cd)`` is an optional extra testbench.
+    """
+    top = Module()
+    top.domains.sync = cd = ClockDomain("sync")
+    top.submodules.dut = dut
+    rng_in, rng_out = random.Random(seed), random.Random(seed + 1)
+    res = {"out": [], "in_cycles": [], "out_cycles": [], "flags": None, "violations": []}
+    o_payload = dut.o.payload.as_value()
+
+    async def producer(ctx):
+        cycle = 0
+        for w in words:
+            while idle and rng_in.random() < idle:
+                ctx.set(dut.i.valid, 0)
+                await ctx.tick()
+                cycle += 1
+            ctx.set(dut.i.valid, 1)
+            ctx.set(dut.i.payload.as_value(), w)
+            while True:
+                *_, ready = await ctx.tick().sample(dut.i.ready)
+                cycle += 1
+                if ready:
+                    res["in_cycles"].append(cycle - 1)
+                    break
+        ctx.set(dut.i.valid, 0)
+
+    async def consumer(ctx):
+        cycle = 0
+        while len(res["out"]) < len(words):
+            ready = not (stall and rng_out.random() < stall)
+            ctx.set(dut.o.ready, ready)
+            *_, valid, payload = await ctx.tick().sample(dut.o.valid, o_payload)
+            cycle += 1
+            if valid and ready:
+                res["out"].append(payload)
+                res["out_cycles"].append(cycle - 1)
+            assert cycle < max_cycles, f"only {len(res['out'])} of {len(words)} outputs"
+        ctx.set(dut.o.ready, 0)
+        if hasattr(dut, "flags"):
+            await ctx.tick()
+            res["flags"] = ctx.get(dut.flags.as_value())
+
+    async def checker(ctx):             # stream rule: a pending transfer stays put
+        pending = None
+        async for _clk, rst, valid, ready, payload in ctx.tick().sample(
+                dut.o.valid, dut.o.ready, o_payload):
+            if pending is not None and not rst and (not valid or payload != pending):
+                res["violations"].append((valid, payload, pending))
+            pending = payload if (valid and not ready and not rst) else None
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6)
+    sim.add_testbench(producer)
+    sim.add_testbench(consumer)
+    sim.add_testbench(checker, background=True)
+    if during is not None:
+        sim.add_testbench(lambda ctx: during(ctx, cd), background=True)
+    sim.run()
+    assert not res["violations"], res["violations"][:3]
+    return res
+
+
+def fmt(word, cfg):
+    return bfp.unpack_bfp_group(word, cfg)
+
+
+def check_outputs(got, want, cfg, labels=None):
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g == w, (k, labels[k] if labels else None, fmt(g, cfg), fmt(w, cfg))
+
+
+def random_words(cfg, n, rng, *, illegal_prob=0.0):
+    """``n`` random input payloads; every (width, mode) pair appears equally often, in random
+    order; with ``illegal_prob`` a group uses an illegal width or the reserved mode code 3."""
+    vals = bfp.random_fp32_groups(rng, n, cfg.group_size, special_prob=0.05)
+    combos = [(w, r) for w in cfg.widths for r in MODES] * (-(-n // (3 * len(cfg.widths))))
+    combos = combos[:n]
+    rng.shuffle(combos)
+    words = []
+    wb = cfg.max_mantissa.bit_length()
+    for v, (w, r) in zip(vals, combos):
+        if illegal_prob and rng.random() < illegal_prob:
+            w = int(rng.choice([c for c in range(1 << wb) if c not in cfg.widths]))
+        if illegal_prob and rng.random() < illegal_prob:
+            r = 3
+        words.append(bfp.pack_fp32_group(v, cfg, w, r))
+    return words, combos
+
+
+def expected(cfg, words):
+    model = bfp.BFPConverterModel(cfg)
+    out = [model.accept(w) for w in words]
+    return out, model.flags
+
+
+def test_random_stream_every_width_and_mode_with_idle_and_backpressure():
+    rng = np.random.default_rng(2024)
+    words, combos = random_words(TINY, 240, rng, illegal_prob=0.05)
+    assert set(combos) == {(w, r) for w in TINY.widths for r in MODES}
+    want, flags = expected(TINY, words)
+    res = run_stream(BFPConverter(config=TINY), words, seed=1, idle=0.3, stall=0.3)
+    check_outputs(res["out"], want, TINY)
+    assert res["flags"] == flags[0] | (flags[1] << 1)
+    assert flags[0] and flags[1]           # the random stream does contain NaN and Inf groups
+    decoded = [fmt(w, TINY) for w in res["out"]]
+    assert {(d["width"], d["rounding"]) for d in decoded} == set(combos)
+
+
+def test_named_edge_cases_every_width_and_mode():
+    words, labels = [], []
+    for w in TINY.widths:
+        for name, groups in bfp.edge_case_groups(TINY, w).items():
+            for g in groups:
+                for r in MODES:
+                    words.append(bfp.pack_fp32_group(g, TINY, w, r))
+                    labels.append((name, w, r))
+    want, _ = expected(TINY, words)
+    res = run_stream(BFPConverter(config=TINY), words, seed=2, idle=0.1, stall=0.2)
+    check_outputs(res["out"], want, TINY, labels)
+    # the edge cases reach the corners they are named for
+    by = {lab: fmt(o, TINY) for lab, o in zip(labels, res["out"])}
+    assert by[("all_zero", 4, 0)]["exp"] == -150
+    assert by[("nan", 8, 0)]["invalid"] and by[("nan", 8, 0)]["exp"] == -150
+    assert by[("negative_inf", 2, 1)]["overflow"] and not by[("negative_inf", 2, 1)]["mag"].any()
+    assert by[("saturation", 6, 0)]["mag"][0] == 63
+    assert by[("largest_normal", 8, 2)]["exp"] == 127
+    assert by[("smallest_subnormal", 8, 0)]["exp"] == -149
+    assert list(by[("negative_zero", 4, 0)]["sign"]) == [1, 0, 1, 0]
+
+
+def test_illegal_codes_are_decoded_and_echoed():
+    cfg = TINY
+    v = np.array([1.7, -0.3, 0.05, 1e-3], np.float32)
+    words = [bfp.pack_fp32_group(v, cfg, code, r) for code in range(16) for r in range(4)]
+    want, _ = expected(cfg, words)
+    res = run_stream(BFPConverter(config=cfg), words)
+    check_outputs(res["out"], want, cfg)
+    for code in range(16):
+        for r in range(4):
+            d = fmt(res["out"][4 * code + r], cfg)
+            assert d["width"] == bfp.decode_width(code, cfg) and d["rounding"] == min(r, 2)
+
+
+def test_latency_and_one_group_per_cycle():
+    dut = BFPConverter(config=TINY)
+    words, _ = random_words(TINY, 40, np.random.default_rng(5))
+    res = run_stream(dut, words)
+    assert res["in_cycles"] == list(range(res["in_cycles"][0], res["in_cycles"][0] + 40))
+    assert [o - i for i, o in zip(res["in_cycles"], res["out_cycles"])] == [dut.latency] * 40
+    check_outputs(res["out"], expected(TINY, words)[0], TINY)
+
+
+def test_reset_mid_stream_then_correct_run():
+    cfg = TINY
+    rng = np.random.default_rng(9)
+    first = [bfp.pack_fp32_group(v, cfg, 8, bfp.ROUND_STOCHASTIC)
+             for v in bfp.random_fp32_groups(rng, 6, cfg.group_size)]
+    second, _ = random_words(cfg, 36, rng)
+    dut = BFPConverter(config=cfg)
+    top = Module()
+    top.domains.sync = cd = ClockDomain("sync")
+    top.submodules.dut = dut
+    got = []
+    nan_group = bfp.pack_fp32_group(np.array([np.nan, 1, 2, 3], np.float32), cfg, 4, 0)
+
+    async def bench(ctx):
+        # a NaN group goes through and sets the sticky flag
+        ctx.set(dut.o.ready, 1)
+        ctx.set(dut.i.valid, 1)
+        ctx.set(dut.i.payload.as_value(), nan_group)
+        await ctx.tick()
+        ctx.set(dut.i.valid, 0)
+        await ctx.tick().repeat(3)
+        assert ctx.get(dut.flags.invalid) == 1
+        # fill the pipeline with stochastic groups under backpressure (LFSR advanced)
+        ctx.set(dut.o.ready, 0)
+        for w in first:
+            ctx.set(dut.i.valid, 1)
+            ctx.set(dut.i.payload.as_value(), w)
+            await ctx.tick()
+        ctx.set(dut.i.valid, 0)
+        assert ctx.get(dut.o.valid) == 1
+        ctx.set(cd.rst, 1)
+        await ctx.delay(2e-6)                  # two clock edges in reset (tick() would raise)
+        ctx.set(cd.rst, 0)
+        assert ctx.get(dut.o.valid) == 0 and ctx.get(dut.flags.as_value()) == 0
+        ctx.set(dut.o.ready, 1)
+        for w in second:
+            ctx.set(dut.i.valid, 1)
+            ctx.set(dut.i.payload.as_value(), w)
+            *_, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload.as_value())
+            if valid:
+                got.append(payload)
+        ctx.set(dut.i.valid, 0)
+        for _ in range(5):
+            *_, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload.as_value())
+            if valid:
+                got.append(payload)
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    check_outputs(got, expected(cfg, second)[0], cfg)     # fresh model: LFSR back at seed
+
+
+def test_sticky_flags_set_and_clear():
+    cfg = TINY
+    clean = bfp.pack_fp32_group(np.array([1, 2, 3, 4], np.float32), cfg, 4, 0)
+    nan = bfp.pack_fp32_group(np.array([1, np.nan, 3, 4], np.float32), cfg, 4, 0)
+    inf = bfp.pack_fp32_group(np.array([1, 2, -np.inf, 4], np.float32), cfg, 4, 0)
+    dut = BFPConverter(config=cfg)
+    seen = []
+
+    async def bench(ctx):
+        ctx.set(dut.o.ready, 1)
+
+        async def send(word, clear=0):
+            ctx.set(dut.i.valid, 1)
+            ctx.set(dut.i.payload.as_value(), word)
+            await ctx.tick()
+            ctx.set(dut.i.valid, 0)
+
+        async def settle(clear_in_transfer_cycle=False):
+            for k in range(dut.latency + 1):
+                # the group reaches the output `latency` cycles after acceptance
+                ctx.set(dut.clear_flags, int(clear_in_transfer_cycle and k == dut.latency - 1))
+                await ctx.tick()
+            ctx.set(dut.clear_flags, 0)
+            seen.append(ctx.get(dut.flags.as_value()))
+
+        await send(clean)
+        await settle()
+        await send(nan)
+        await settle()
+        await send(clean)
+        await settle()                         # still set: sticky
+        ctx.set(dut.clear_flags, 1)
+        await ctx.tick()
+        ctx.set(dut.clear_flags, 0)
+        seen.append(ctx.get(dut.flags.as_value()))
+        await send(inf)
+        await settle()
+        await send(nan)
+        await settle(clear_in_transfer_cycle=True)   # clear and a flagged transfer: set wins
+        ctx.set(dut.clear_flags, 1)
+        await ctx.tick()
+        ctx.set(dut.clear_flags, 0)
+        seen.append(ctx.get(dut.flags.as_value()))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == [0b00, 0b01, 0b01, 0b00, 0b10, 0b01, 0b00]
+
+
+def test_noise_source_matches_model_lfsr():
+    cfg = BFPConfig(group_size=5, noise_bits=11, lfsr_seed=0x1234567)
+    dut = BFPNoise(config=cfg)
+    model = bfp.LFSR(cfg)
+    rng = random.Random(4)
+
+    async def bench(ctx):
+        for _ in range(120):
+            adv = rng.random() < 0.6
+            ctx.set(dut.advance, adv)
+            got = [ctx.get(dut.noise[j]) for j in range(cfg.group_size)]
+            want = model.state & ((1 << cfg.noise_bits) - 1)
+            assert got == list(want)
+            if adv:
+                model.noise()
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+@pytest.mark.parametrize("seed", [1, 0xFFFFFFFF, 0x9E3779B9])
+def test_lane_seeds_match_model(seed):
+    for j in range(64):
+        s = lfsr_lane_seed(seed, j)
+        assert s == bfp.lfsr_lane_seed(seed, j) and 0 < s < 2 ** 32
+
+
+@pytest.mark.parametrize("cfg", [TINY, BFPConfig.preset("default"),
+                                 BFPConfig(group_size=3, max_mantissa=4, exp_bits=12),
+                                 BFPConfig(group_size=1, max_mantissa=2)])
+def test_layouts_match_model_offsets(cfg):
+    def fields(layout):
+        return {name: (f.offset, f.width) for name, f in layout}
+    i = fields(fp32_stream_layout(cfg))
+    assert i == bfp.fp32_stream_fields(cfg)
+    o = fields(bfp_stream_layout(cfg))
+    mf = bfp.bfp_stream_fields(cfg)
+    group = dict(fields(bfp_stream_layout(cfg)["group"].shape))
+    assert group["exp"] == mf["exp"] and group["elems"] == mf["elems"]
+    assert o["width"] == mf["width"] and o["rounding"] == mf["rounding"]
+    assert o["flags"][0] == mf["invalid"][0] and o["flags"][0] + 1 == mf["overflow"][0]
+    assert bfp_stream_layout(cfg).size == mf["overflow"][0] + 1
+    elem = bfp_stream_layout(cfg)["group"].shape["elems"].shape.elem_shape
+    assert dict(fields(elem)) == {"mag": (0, cfg.max_mantissa), "sign": (cfg.max_mantissa, 1)}
+    f = fields(fp32_out_layout(cfg))
+    mo = bfp.fp32_out_fields(cfg)
+    assert f["data"] == mo["data"] and f["flags"][0] == mo["invalid"][0]
+    assert [m.value for m in Rounding] == [bfp.ROUND_NEAREST, bfp.ROUND_STOCHASTIC,
+                                            bfp.ROUND_TRUNCATE]
+
+
+def test_other_config_odd_group_one_noise_bit():
+    """A non-preset shape: odd group (comparator tree with a leftover), 4-bit max mantissa,
+    1 noise bit (RNE sticky has no fraction bits beside the guard), wider exponent field."""
+    cfg = BFPConfig(group_size=3, max_mantissa=4, exp_bits=12, noise_bits=1, lfsr_seed=77)
+    rng = np.random.default_rng(8)
+    words, _ = random_words(cfg, 60, rng, illegal_prob=0.1)
+    for w in cfg.widths:
+        for groups in bfp.edge_case_groups(cfg, w).values():
+            words += [bfp.pack_fp32_group(g, cfg, w, r) for g in groups for r in MODES]
+    res = run_stream(BFPConverter(config=cfg), words, seed=3, idle=0.2, stall=0.2)
+    check_outputs(res["out"], expected(cfg, words)[0], cfg)
+
+
+def test_registered_blocks_and_params():
+    for name, cls in [("bfp_converter", BFPConverter), ("bfp_to_fp32", BFPToFP32)]:
+        block = get_block(name)
+        for preset in ("tiny", "default"):
+            cfg = BFPConfig.preset(preset)
+            p = block.params(preset)
+            assert p["latency"] == cls.latency and p["group_size"] == cfg.group_size
+            assert p["widths"] == list(cfg.widths)
+            comp = block.build(preset)
+            assert isinstance(comp, cls) and comp.config == cfg
+    p = get_block("bfp_converter").params("default")
+    assert p["rounding"] == {"nearest": 0, "stochastic": 1, "truncate": 2}
+    assert p["i_payload_bits"] == 16 * 32 + 4 + 2
+    assert p["o_payload_bits"] == 10 + 16 * 9 + 4 + 2 + 2
+
+
+@pytest.mark.parametrize("cls", [BFPConverter, BFPToFP32, BFPNoise])
+def test_invalid_component_config_rejected(cls):
+    with pytest.raises(TypeError, match=rf"{cls.__name__}\.config.*FMACConfig"):
+        cls(config=FMACConfig())
+    with pytest.raises(TypeError, match=rf"{cls.__name__}\.config"):
+        cls(config="tiny")
+    with pytest.raises(TypeError):
+        cls(TINY)                                  # config is keyword-only
+
+
+@pytest.mark.parametrize("field, value, exc", [
+    ("max_mantissa", 3, ValueError), ("noise_bits", 17, ValueError),
+    ("exp_bits", 17, ValueError), ("lfsr_seed", 2 ** 32, ValueError),
+    ("group_size", "16", TypeError),
+])
+def test_invalid_bfp_config_names_parameter(field, value, exc):
+    with pytest.raises(exc, match=rf"BFPConfig\.{field}.*{value!r}"):
+        BFPConfig(**{field: value})

@@ -57,17 +57,21 @@ class FMACCore(wiring.Component):
     Protocol (all signals in the ``sync`` domain):
 
     * When ``ready`` is 1, asserting ``start`` for one cycle begins a product of the operands
-      (``a_*``, ``b_*``, ``width_*``, ``accumulate``) present **in that same cycle**; they are
-      captured, so they may change afterwards. ``start`` while ``ready`` is 0 is ignored.
-    * A product started in cycle ``t`` takes ``B = cycles(width_a, width_b, lanes)`` cycles:
-      ``done`` is 1 for exactly one cycle, cycle ``t + B``, and ``product`` holds the signed
-      exact product from cycle ``t + B`` until the next product completes. ``ready`` is 1 again
-      in cycle ``t + B``, so a new ``start`` there gives back-to-back products, one per beat
-      (``latency = 0`` extra cycles beyond the beat).
+      (``a_*``, ``b_*``, ``width_*``, ``accumulate``, ``last``) present **in that same cycle**;
+      they are captured, so they may change afterwards. ``start`` while ``ready`` is 0 is
+      ignored.
+    * A product started in cycle ``t`` runs its ``B = cycles(width_a, width_b, lanes)`` chunk
+      steps in cycles ``t+1 .. t+B``. ``done`` is 1 for exactly one cycle, cycle
+      ``t + B + latency`` (``latency = 1``), and ``product``/``product_last`` hold the result
+      from then until the next product completes.
+    * ``ready`` is 1 when idle and in the cycle of a product's last step (cycle ``t + B``), so
+      starting whenever ``ready`` is 1 gives back-to-back products, one per beat of ``B``
+      cycles: every PE of an array can start together every ``B`` cycles (lockstep).
     * The accumulator is updated at the end of the ``done`` cycle: ``acc``/``overflow`` show the
-      product from cycle ``t + B + 1`` (``acc_latency = 1``). With ``accumulate = 0`` the
-      accumulator is *replaced* by the product and ``overflow`` cleared (first product of a dot
-      product); with ``accumulate = 1`` it becomes ``sat(acc + product)``.
+      product from cycle ``t + B + latency + acc_latency`` (``acc_latency = 1``). With
+      ``accumulate = 0`` the accumulator is *replaced* by the product and ``overflow`` cleared
+      (first product of a dot product); with ``accumulate = 1`` it becomes
+      ``sat(acc + product)``.
     * Overflow policy: the accumulator saturates to ``[-2**(acc_bits-1), 2**(acc_bits-1)-1]``;
       ``overflow`` is a sticky flag set whenever a sum had to be clamped. Nothing wraps.
     * ``clear`` (any cycle) zeroes ``acc`` and ``overflow`` at the end of the cycle, taking
@@ -80,6 +84,12 @@ class FMACCore(wiring.Component):
 
     Number format: operands are sign/magnitude integers (BFP elements without their shared
     exponent); ``product`` and ``acc`` are two's complement integers, exact.
+
+    Datapath: every step multiplies ``lanes`` chunk pairs whose chunks, shifts and enables
+    were selected into registers in the previous cycle; each lane's signed 2b x 2b product
+    (a 6-input table of sign, enable and the two chunks, so no negation carry chain) is
+    shifted by
+    ``2*(i+j)`` and added into the signed partial sum.
 
     Parameters
     ----------
@@ -98,23 +108,28 @@ class FMACCore(wiring.Component):
         Run-time mantissa widths ``m`` of the operands.
     accumulate : In(1)
         0: the product replaces the accumulator (and clears ``overflow``); 1: it is added.
+    last : In(1)
+        A user flag carried with the product to ``product_last`` (e.g. end of a dot product).
     clear : In(1)
         Zero ``acc`` and ``overflow``.
     ready : Out(1)
-        No product in progress: ``start`` is accepted this cycle (1 again in the ``done``
-        cycle of the previous product).
+        ``start`` is accepted this cycle (idle, or the current product's last step).
     busy : Out(1)
-        A product is in progress (``~ready``).
+        A chunk step runs this cycle.
     done : Out(1)
         ``product`` holds a new product (one-cycle pulse).
     product : Out(signed(2*max_mantissa + 1))
         The last completed signed product.
+    product_last : Out(1)
+        The ``last`` flag given with that product.
     acc : Out(signed(acc_bits))
         Saturating accumulator.
     overflow : Out(1)
         Sticky: the accumulator saturated since the last ``accumulate = 0`` product or ``clear``.
     """
 
+    #: cycles from the end of a product's beat (its last step) to ``done``/``product``
+    LATENCY = 1
     #: extra cycles from ``done`` to ``acc``/``overflow`` showing the product
     acc_latency = 1
 
@@ -126,20 +141,20 @@ class FMACCore(wiring.Component):
         self.config = config
         m = config.max_mantissa
         w = _width_shape(config)
-        #: cycles from the last beat of a product to ``done``/``product`` (the beat itself
-        #: is ``cycles(width_a, width_b)``)
-        self.latency = 0
+        self.latency = self.LATENCY
         super().__init__({
             "start": In(1),
             "a_sign": In(1), "a_mag": In(m),
             "b_sign": In(1), "b_mag": In(m),
             "width_a": In(w), "width_b": In(w),
             "accumulate": In(1),
+            "last": In(1),
             "clear": In(1),
             "ready": Out(1),
             "busy": Out(1),
             "done": Out(1),
             "product": Out(signed(2 * m + 1)),
+            "product_last": Out(1),
             "acc": Out(signed(config.acc_bits)),
             "overflow": Out(1),
         })
@@ -157,10 +172,9 @@ class FMACCore(wiring.Component):
         lanes = cfg.lanes
         max_pairs = maxc * maxc
         idx_w = max(1, (maxc - 1).bit_length())
-
-        # ---- operand capture ---------------------------------------------------------------
-        go = Signal(name="go")
-        m.d.comb += go.eq(self.start & self.ready)
+        pw = max_pairs.bit_length()
+        pshape = range(max_pairs + 2 * lanes + 1)
+        prod_shape = signed(2 * mm + 1)
 
         def chunks_of(width, name):
             n = Signal(range(maxc + 1), name=name)
@@ -173,120 +187,137 @@ class FMACCore(wiring.Component):
                 m.d.comb += n.eq(half)
             return n
 
-        in_na = chunks_of(self.width_a, "in_na")
-        in_nb = chunks_of(self.width_b, "in_nb")
+        def pair_of(p, nb, name):
+            """(i, j) = (p // nb, p % nb) for p < maxc*nb, as a table; (0, 0) elsewhere."""
+            i = Signal(idx_w, name=f"{name}_i")
+            j = Signal(idx_w, name=f"{name}_j")
+            with m.Switch(Cat(p[:pw], nb)):
+                for nbv in range(1, maxc + 1):
+                    for pp in range(maxc * nbv):
+                        with m.Case(pp | (nbv << pw)):
+                            m.d.comb += [i.eq(pp // nbv), j.eq(pp % nbv)]
+                with m.Default():
+                    m.d.comb += [i.eq(0), j.eq(0)]
+            return i, j
 
+        def chunk(mag, k):
+            return mag.word_select(k, 2) if maxc > 1 else mag[:2]
+
+        # ---- state -------------------------------------------------------------------------
+        busy = Signal(name="busy_r")                  # a step runs this cycle
+        last = Signal(name="last_step")               # ... and it is the product's last
         r_amag = Signal(mm, name="r_amag")
         r_bmag = Signal(mm, name="r_bmag")
         r_neg = Signal(name="r_neg")
-        r_na = Signal(range(maxc + 1), name="r_na", init=1)
         r_nb = Signal(range(maxc + 1), name="r_nb", init=1)
+        r_npairs = Signal(range(max_pairs + 1), name="r_npairs", init=1)
         r_accum = Signal(name="r_accum")
-        busy = Signal(name="busy_r")
-        base = Signal(range(max_pairs + lanes + 1), name="pair_base")
-        psum = Signal(2 * mm, name="psum")
+        r_last = Signal(name="r_last")
+        base = Signal(pshape, name="pair_base")       # first pair of this step
+        psum = Signal(prod_shape, name="psum")
+        lane_ca = [Signal(2, name=f"lane_{k}_ca") for k in range(lanes)]
+        lane_cb = [Signal(2, name=f"lane_{k}_cb") for k in range(lanes)]
+        lane_sh = [Signal(range(2 * maxc - 1), name=f"lane_{k}_ij") for k in range(lanes)]
+        lane_en = [Signal(name=f"lane_{k}_en") for k in range(lanes)]
 
-        cur_amag = Signal(mm, name="cur_amag")
-        cur_bmag = Signal(mm, name="cur_bmag")
-        cur_neg = Signal(name="cur_neg")
-        cur_na = Signal(range(maxc + 1), name="cur_na")
-        cur_nb = Signal(range(maxc + 1), name="cur_nb")
-        cur_accum = Signal(name="cur_accum")
-        cur_base = Signal(range(max_pairs + lanes + 1), name="cur_base")
-        cur_psum = Signal(2 * mm, name="cur_psum")
-        active = Signal(name="active")
-
+        go = Signal(name="go")
         m.d.comb += [
+            self.ready.eq(~busy | last),
             self.busy.eq(busy),
-            active.eq(go | busy),
+            go.eq(self.start & self.ready),
         ]
-        with m.If(go):
-            m.d.comb += [
-                cur_amag.eq(self.a_mag), cur_bmag.eq(self.b_mag),
-                cur_neg.eq(self.a_sign ^ self.b_sign),
-                cur_na.eq(in_na), cur_nb.eq(in_nb),
-                cur_accum.eq(self.accumulate),
-                cur_base.eq(0), cur_psum.eq(0),
-            ]
+
+        # ---- this step: signed chunk products, shifted, summed -------------------------------
+        terms = []
+        for k in range(lanes):
+            sp = Signal(signed(5), name=f"lane_{k}_sprod")   # (-1)^neg * ca * cb, or 0
+            with m.Switch(Cat(lane_ca[k], lane_cb[k], r_neg, lane_en[k])):
+                for key in range(64):
+                    x, y, neg, en = key & 3, (key >> 2) & 3, (key >> 4) & 1, key >> 5
+                    v = (-(x * y) if neg else x * y) if en else 0
+                    if v:
+                        with m.Case(key):
+                            m.d.comb += sp.eq(v)
+                with m.Default():
+                    m.d.comb += sp.eq(0)
+            term = Signal(prod_shape, name=f"lane_{k}_term")
+            with m.Switch(lane_sh[k]):
+                for ij in range(2 * maxc - 1):
+                    with m.Case(ij):
+                        m.d.comb += term.eq(sp << (2 * ij))
+                with m.Default():
+                    m.d.comb += term.eq(0)
+            terms.append(term)
+        step_sum = Signal(prod_shape, name="step_sum")
+        m.d.comb += step_sum.eq(sum(terms, psum))
+
+        m.d.sync += self.done.eq(0)
+        with m.If(busy & last):
             m.d.sync += [
+                self.product.eq(step_sum), self.product_last.eq(r_last),
+                self.done.eq(1), busy.eq(0),
+            ]
+        # done_accum: the finishing product's accumulate flag, for the accumulator stage
+        done_accum = Signal(name="done_accum")
+        with m.If(busy & last):
+            m.d.sync += done_accum.eq(r_accum)
+
+        # ---- next step's lane selection (registered) -----------------------------------------
+        with m.If(busy & ~last):
+            nxt = Signal(pshape, name="next_base")
+            m.d.comb += nxt.eq(base + lanes)
+            m.d.sync += [psum.eq(step_sum), base.eq(nxt),
+                         last.eq(nxt + lanes >= r_npairs)]
+            for k in range(lanes):
+                p = Signal(pshape, name=f"lane_{k}_next_pair")
+                m.d.comb += p.eq(nxt + k)
+                i, j = pair_of(p, r_nb, f"lane_{k}_next")
+                m.d.sync += [lane_ca[k].eq(chunk(r_amag, i)), lane_cb[k].eq(chunk(r_bmag, j)),
+                             lane_sh[k].eq(i + j), lane_en[k].eq(p < r_npairs)]
+
+        # ---- start: capture operands and the first step's lanes -----------------------------
+        in_na = chunks_of(self.width_a, "in_na")
+        in_nb = chunks_of(self.width_b, "in_nb")
+        in_npairs = Signal(range(max_pairs + 1), name="in_npairs")
+        m.d.comb += in_npairs.eq(in_na * in_nb)
+        with m.If(go):
+            m.d.sync += [
+                busy.eq(1), last.eq(in_npairs <= lanes), base.eq(0), psum.eq(0),
                 r_amag.eq(self.a_mag), r_bmag.eq(self.b_mag),
                 r_neg.eq(self.a_sign ^ self.b_sign),
-                r_na.eq(in_na), r_nb.eq(in_nb), r_accum.eq(self.accumulate),
+                r_nb.eq(in_nb), r_npairs.eq(in_npairs),
+                r_accum.eq(self.accumulate), r_last.eq(self.last),
             ]
-        with m.Else():
-            m.d.comb += [
-                cur_amag.eq(r_amag), cur_bmag.eq(r_bmag), cur_neg.eq(r_neg),
-                cur_na.eq(r_na), cur_nb.eq(r_nb), cur_accum.eq(r_accum),
-                cur_base.eq(base), cur_psum.eq(psum),
-            ]
+            for k in range(lanes):
+                if k >= max_pairs:
+                    m.d.sync += lane_en[k].eq(0)
+                    continue
+                i = Signal(idx_w, name=f"lane_{k}_first_i")
+                j = Signal(idx_w, name=f"lane_{k}_first_j")
+                with m.Switch(in_nb):
+                    for nbv in range(1, maxc + 1):
+                        with m.Case(nbv):
+                            m.d.comb += [i.eq(min(k // nbv, maxc - 1)), j.eq(k % nbv)]
+                    with m.Default():
+                        m.d.comb += [i.eq(0), j.eq(0)]
+                m.d.sync += [lane_ca[k].eq(chunk(self.a_mag, i)),
+                             lane_cb[k].eq(chunk(self.b_mag, j)),
+                             lane_sh[k].eq(i + j), lane_en[k].eq(k < in_npairs)]
 
-        # ---- one step: `lanes` chunk products of pairs cur_base .. cur_base+lanes-1 ---------
-        # Pair p of an (na x nb) product is (i, j) = (p // nb, p % nb): a small table.
-        npairs = Signal(range(max_pairs + 1), name="npairs")
-        m.d.comb += npairs.eq(cur_na * cur_nb)
-        terms = []
-        for lane in range(lanes):
-            p = Signal(range(max_pairs + lanes + 1), name=f"lane_{lane}_pair")
-            i = Signal(idx_w, name=f"lane_{lane}_i")
-            j = Signal(idx_w, name=f"lane_{lane}_j")
-            en = Signal(name=f"lane_{lane}_en")
-            m.d.comb += p.eq(cur_base + lane)
-            with m.Switch(Cat(p[:max_pairs.bit_length()], cur_nb)):
-                for nb in range(1, maxc + 1):
-                    for pp in range(maxc * nb):
-                        key = pp | (nb << max_pairs.bit_length())
-                        with m.Case(key):
-                            m.d.comb += [i.eq(pp // nb), j.eq(pp % nb)]
-                with m.Default():                   # pair past the product: lane disabled
-                    m.d.comb += [i.eq(0), j.eq(0)]
-            m.d.comb += en.eq(p < npairs)
-            ca = Signal(2, name=f"lane_{lane}_ca")
-            cb = Signal(2, name=f"lane_{lane}_cb")
-            cp = Signal(4, name=f"lane_{lane}_cp")
-            term = Signal(2 * mm, name=f"lane_{lane}_term")
-            m.d.comb += [
-                ca.eq(cur_amag.word_select(i, 2)) if maxc > 1 else ca.eq(cur_amag),
-                cb.eq(cur_bmag.word_select(j, 2)) if maxc > 1 else cb.eq(cur_bmag),
-                cp.eq(Mux(en, ca * cb, 0)),
-            ]
-            shift = Signal(range(2 * (2 * maxc - 2) + 1), name=f"lane_{lane}_shift")
-            m.d.comb += shift.eq((i + j) << 1)
-            m.d.comb += term.eq(cp << shift)
-            terms.append(term)
-        psum_next = Signal(2 * mm, name="psum_next")
-        m.d.comb += psum_next.eq(sum(terms, cur_psum))
-        last = Signal(name="last_step")
-        m.d.comb += last.eq(cur_base + lanes >= npairs)
-
-        # ---- sequencing ---------------------------------------------------------------------
-        m.d.comb += self.ready.eq(~busy)
-        m.d.sync += self.done.eq(0)
-        done_accum = Signal(name="done_accum")
-        with m.If(active):
-            with m.If(last):
-                m.d.sync += [
-                    busy.eq(0),
-                    self.done.eq(1),
-                    self.product.eq(Mux(cur_neg, -psum_next, psum_next)),
-                    done_accum.eq(cur_accum),
-                ]
-            with m.Else():
-                m.d.sync += [
-                    busy.eq(1),
-                    psum.eq(psum_next),
-                    base.eq(cur_base + lanes),
-                ]
-
-        # ---- saturating accumulator (one cycle after `done`) ----------------------------------
+        # ---- saturating accumulator (the cycle after `done`) ----------------------------------
         ab = cfg.acc_bits
         lo, hi = -(1 << (ab - 1)), (1 << (ab - 1)) - 1
         total = Signal(signed(ab + 1), name="acc_sum")
         m.d.comb += total.eq(Mux(done_accum, self.acc, 0) + self.product)
+        pos_ovf = Signal(name="acc_pos_ovf")
+        neg_ovf = Signal(name="acc_neg_ovf")
+        m.d.comb += [pos_ovf.eq(~total[ab] & total[ab - 1]),     # sum fits ab+1 bits: the
+                     neg_ovf.eq(total[ab] & ~total[ab - 1])]     # top two bits differ
         acc_next = Signal(signed(ab), name="acc_next")
         ovf_next = Signal(name="ovf_next")
         m.d.comb += [
-            acc_next.eq(Mux(total > hi, hi, Mux(total < lo, lo, total))),
-            ovf_next.eq((total > hi) | (total < lo) | (self.overflow & done_accum)),
+            acc_next.eq(Mux(pos_ovf, hi, Mux(neg_ovf, lo, total[:ab]))),
+            ovf_next.eq(pos_ovf | neg_ovf | (self.overflow & done_accum)),
         ]
         with m.If(self.done | self.clear):
             m.d.sync += [self.acc.eq(Mux(self.clear, 0, acc_next)),
@@ -306,7 +337,8 @@ class FMAC(wiring.Component):
     one per beat: the element accepted in cycle ``t`` blocks ``i`` until cycle
     ``t + product_cycles(width_a, width_b, lanes)``. The result of a dot product whose last
     element is accepted in cycle ``t`` is valid on ``o`` in cycle ``t + beat + latency``
-    (``latency = 2``: accumulator update, then the result FIFO). A 4-entry result FIFO with
+    (``latency = 3``: the core's product register, the accumulator update, then the result
+    FIFO). A 4-entry result FIFO with
     credit counting keeps ``i`` flowing while results wait; under backpressure ``i.ready``
     drops only when the results in flight plus those queued would exceed the FIFO.
 
@@ -333,7 +365,7 @@ class FMAC(wiring.Component):
     #: result FIFO depth (results in flight + queued never exceed it)
     RESULT_DEPTH = 4
     #: cycles from the end of the last element's beat to ``o.valid`` (FIFO empty)
-    LATENCY = 1 + FMACCore.acc_latency
+    LATENCY = FMACCore.LATENCY + FMACCore.acc_latency + 1
 
     def __init__(self, *, config: FMACConfig | None = None):
         config = FMACConfig() if config is None else config
@@ -360,7 +392,6 @@ class FMAC(wiring.Component):
         fifo = m.submodules.results = SyncFIFO(width=res_layout.size, depth=depth)
 
         first = Signal(init=1, name="first")          # next element starts a dot product
-        r_last = Signal(name="prod_last")            # the product in flight ends a dot product
         push = Signal(name="push")                   # acc holds a finished dot product
         inflight = Signal(range(depth + 1), name="inflight")
 
@@ -374,11 +405,12 @@ class FMAC(wiring.Component):
             core.b_sign.eq(p.b_sign), core.b_mag.eq(p.b_mag),
             core.width_a.eq(p.width_a), core.width_b.eq(p.width_b),
             core.accumulate.eq(~first),
+            core.last.eq(p.last),
             core.clear.eq(0),
         ]
         with m.If(accept):
-            m.d.sync += [first.eq(p.last), r_last.eq(p.last)]
-        m.d.sync += push.eq(core.done & r_last)
+            m.d.sync += first.eq(p.last)
+        m.d.sync += push.eq(core.done & core.product_last)
 
         res = Signal(res_layout, name="result")
         m.d.comb += [

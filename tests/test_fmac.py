@@ -47,7 +47,7 @@ def run_core(cfg, ops, *, gap_prob=0.0, seed=0, clears=()):
         while todo or pending:
             # state visible this cycle: products done up to cycle-1 are in the accumulator
             assert ctx.get(dut.acc) == acc and ctx.get(dut.overflow) == ovf, cycle
-            assert ctx.get(dut.busy) == (not ctx.get(dut.ready))
+            assert ctx.get(dut.ready) or ctx.get(dut.busy)      # idle implies ready
             clear = cycle in clears
             ctx.set(dut.clear, int(clear))
             if ctx.get(dut.done):
@@ -91,11 +91,11 @@ def test_core_all_widths_signs_back_to_back(lanes):
     ops = _core_ops(random.Random(lanes))
     log = run_core(cfg, ops)
     assert len(log) == len(ops)
-    # back to back: the next product starts in the done cycle of the previous one (one per beat)
-    for (t0, t1), (n0, _) in zip(log, log[1:]):
-        assert n0 == t1
-    assert log[-1][1] - log[0][0] == sum(
-        FMACCore.cycles(o["width_a"], o["width_b"], lanes) for o in ops)
+    # back to back: each product starts one beat after the previous one (one per beat)
+    beats = [FMACCore.cycles(o["width_a"], o["width_b"], lanes) for o in ops]
+    for (t0, _), (n0, _), beat in zip(log, log[1:], beats):
+        assert n0 - t0 == beat
+    assert log[-1][1] - log[0][0] == sum(beats) + FMACCore.LATENCY
 
 
 @pytest.mark.parametrize("max_mantissa, lanes", [(2, 1), (4, 2), (4, 4), (6, 1), (6, 8)])
@@ -124,22 +124,24 @@ def test_core_with_gaps_and_start_while_busy_ignored():
     ops = _core_ops(random.Random(9), n_mags=0)[:80]
     dut = FMACCore(config=cfg)
 
-    # start held high while busy: only products started while ready count
+    # start held high with other operands while not ready: ignored
     async def tb(ctx):
         for op in ops[:10]:
             for k, v in op.items():
                 ctx.set(getattr(dut, k), v)
             ctx.set(dut.start, 1)
             await ctx.tick()
-            t = 1
-            # keep start high and change the operands: must be ignored while busy
+            t, held = 1, 0
             ctx.set(dut.a_mag, (op["a_mag"] + 1) % (1 << op["width_a"]))
+            ctx.set(dut.width_a, 2)
             while not ctx.get(dut.done):
-                assert not ctx.get(dut.ready)
+                ctx.set(dut.start, int(not ctx.get(dut.ready)))
+                held += not ctx.get(dut.ready)
                 await ctx.tick()
                 t += 1
             ctx.set(dut.start, 0)
-            assert t == FMACCore.cycles(op["width_a"], op["width_b"], cfg.lanes)
+            beat = FMACCore.cycles(op["width_a"], op["width_b"], cfg.lanes)
+            assert t == beat + dut.latency and held == beat - 1
             p = (-1) ** (op["a_sign"] ^ op["b_sign"]) * op["a_mag"] * op["b_mag"]
             assert ctx.get(dut.product) == p
             await ctx.tick()
@@ -179,7 +181,7 @@ def test_core_width_codes_outside_the_legal_set():
             while not ctx.get(dut.done):
                 await ctx.tick()
                 t += 1
-            assert t == g.product_cycles(eff, 8, 1)
+            assert t == g.product_cycles(eff, 8, 1) + dut.latency
             assert ctx.get(dut.product) == ((1 << eff) - 1) * 0xFF
     run_sim(dut, tb)
 

@@ -26,14 +26,7 @@ from .divsqrt_config import FP32DivSqrtConfig
 from .round import round_to_fp32
 from .unpack import QNAN, unpack_fp32
 
-__all__ = ["FP32DivIn", "FP32Div", "StallPipeline", "PAYLOAD_FP32", "PAYLOAD_DIV_IN"]
-
-
-#: Payload shapes. The streams carry plain bit vectors with the layouts of ``hdl.formats.FP32``
-#: and :class:`FP32DivIn` (bit-identical): ``hdl.gen.port_signals`` does not yet turn
-#: ``data.View`` members (struct payloads) into Verilog ports.
-PAYLOAD_FP32 = unsigned(32)
-PAYLOAD_DIV_IN = unsigned(64)
+__all__ = ["FP32DivIn", "FP32Div", "StallPipeline"]
 
 
 class FP32DivIn(data.Struct):
@@ -99,10 +92,9 @@ class FP32Div(wiring.Component):
 
     Members
     -------
-    i : In(stream.Signature(unsigned(64)))
-        Operands, :class:`FP32DivIn` bit layout: dividend ``a`` in bits 0..31, divisor ``b`` in
-        bits 32..63 (FP32 bit patterns).
-    o : Out(stream.Signature(unsigned(32)))
+    i : In(stream.Signature(FP32DivIn))
+        Operands: dividend ``a`` (bits 0..31), divisor ``b`` (bits 32..63), FP32.
+    o : Out(stream.Signature(FP32))
         Quotients, in input order. The pipeline stalls as a whole while ``o.valid & ~o.ready``;
         ``i.ready = ~o.valid | o.ready``.
     """
@@ -115,8 +107,8 @@ class FP32Div(wiring.Component):
         self.config = config
         self.latency = config.div_latency
         super().__init__({
-            "i": In(stream.Signature(PAYLOAD_DIV_IN)),
-            "o": Out(stream.Signature(PAYLOAD_FP32)),
+            "i": In(stream.Signature(FP32DivIn)),
+            "o": Out(stream.Signature(FP32)),
         })
 
     def elaborate(self, platform):
@@ -130,8 +122,8 @@ class FP32Div(wiring.Component):
         p = StallPipeline(m, en)
 
         # --- stage 0: unpack, normalize, classify ------------------------------------------
-        a = unpack_fp32(m, self.i.payload[0:32], name="div_a", normalize=True)
-        b = unpack_fp32(m, self.i.payload[32:64], name="div_b", normalize=True)
+        a = unpack_fp32(m, self.i.payload.a.as_value(), name="div_a", normalize=True)
+        b = unpack_fp32(m, self.i.payload.b.as_value(), name="div_b", normalize=True)
         sign = a.sign ^ b.sign
         nan = a.nan | b.nan | (a.zero & b.zero) | (a.inf & b.inf)
         inf = (a.inf & ~b.inf) | (b.zero & ~a.zero)

@@ -26,8 +26,9 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigne
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..formats import FP32
 from ..registry import Block
-from .div import PAYLOAD_FP32, StallPipeline
+from .div import StallPipeline
 from .divsqrt_config import EXP_FRAC_BITS, FP32DivSqrtConfig, exp_constants
 from .round import round_to_fp32
 from .unpack import QNAN
@@ -68,9 +69,9 @@ class FP32Exp(wiring.Component):
 
     Members
     -------
-    i : In(stream.Signature(unsigned(32)))
+    i : In(stream.Signature(FP32))
         Arguments ``a``.
-    o : Out(stream.Signature(unsigned(32)))
+    o : Out(stream.Signature(FP32))
         Results ``exp(a)``, in input order. Whole-pipeline stall while ``o.valid & ~o.ready``;
         ``i.ready = ~o.valid | o.ready``.
     """
@@ -83,8 +84,8 @@ class FP32Exp(wiring.Component):
         self.config = config
         self.latency = config.exp_latency
         super().__init__({
-            "i": In(stream.Signature(PAYLOAD_FP32)),
-            "o": Out(stream.Signature(PAYLOAD_FP32)),
+            "i": In(stream.Signature(FP32)),
+            "o": Out(stream.Signature(FP32)),
         })
 
     def elaborate(self, platform):
@@ -99,7 +100,7 @@ class FP32Exp(wiring.Component):
         p = StallPipeline(m, en)
 
         # --- stage 0: unpack, fixed point, specials -----------------------------------------
-        bits = self.i.payload
+        bits = self.i.payload.as_value()
         frac, efield, sign = bits[0:23], bits[23:31], bits[31]
         nan = (efield == 0xFF) & (frac != 0)
         big = (efield >= 134) & ~nan                  # |x| >= 128, Inf included

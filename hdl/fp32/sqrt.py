@@ -22,8 +22,9 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..formats import FP32
 from ..registry import Block
-from .div import PAYLOAD_FP32, StallPipeline
+from .div import StallPipeline
 from .divsqrt_config import FP32DivSqrtConfig
 from .round import round_to_fp32
 from .unpack import QNAN, unpack_fp32
@@ -52,9 +53,9 @@ class FP32Sqrt(wiring.Component):
 
     Members
     -------
-    i : In(stream.Signature(unsigned(32)))
+    i : In(stream.Signature(FP32))
         Operands ``a``.
-    o : Out(stream.Signature(unsigned(32)))
+    o : Out(stream.Signature(FP32))
         Results ``sqrt(a)``, in input order. Whole-pipeline stall while ``o.valid & ~o.ready``;
         ``i.ready = ~o.valid | o.ready``.
     """
@@ -67,8 +68,8 @@ class FP32Sqrt(wiring.Component):
         self.config = config
         self.latency = config.sqrt_latency
         super().__init__({
-            "i": In(stream.Signature(PAYLOAD_FP32)),
-            "o": Out(stream.Signature(PAYLOAD_FP32)),
+            "i": In(stream.Signature(FP32)),
+            "o": Out(stream.Signature(FP32)),
         })
 
     def elaborate(self, platform):
@@ -84,7 +85,7 @@ class FP32Sqrt(wiring.Component):
         p = StallPipeline(m, en)
 
         # --- stage 0: unpack, normalize, even exponent, classify -----------------------------
-        a = unpack_fp32(m, self.i.payload, name="sqrt_a", normalize=True)
+        a = unpack_fp32(m, self.i.payload.as_value(), name="sqrt_a", normalize=True)
         odd = a.exp[0]
         mant = Signal(25, name="even_mant")
         half_exp = Signal(signed(10), name="half_exp")

@@ -77,7 +77,8 @@ def _check_float(owner, name, value, *, lo=None, hi=None, lo_open=False, hi_open
         raise ValueError(f"{owner}.{name} must be {'>' if lo_open else '>='} {lo}, not {value!r}")
     if hi is not None and (v >= hi if hi_open else v > hi):
         raise ValueError(f"{owner}.{name} must be {'<' if hi_open else '<='} {hi}, not {value!r}")
-    f = F32(v)
+    with np.errstate(over="ignore"):
+        f = F32(v)
     if v != 0 and (not np.isfinite(f) or f == 0):
         raise ValueError(f"{owner}.{name} is not representable in FP32: {value!r}")
 

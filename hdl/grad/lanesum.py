@@ -8,12 +8,12 @@ combined in order, ``((p0 + p1) + p2) + ...``. Partials start at +0. Golden mode
 """
 from __future__ import annotations
 
-from amaranth.hdl import Array, Module, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..fp32.config import FP32Config
-from ..optim.dataflow import member
+from ..optim.dataflow import operands, result
 from .config import GradConfig
 
 __all__ = ["LaneSum", "LANESUM_IN_LAYOUT", "LANESUM_OUT_LAYOUT"]
@@ -93,10 +93,9 @@ class LaneSum(wiring.Component):
             m.d.comb += [
                 mul.o.ready.eq(1),
                 mul.i.valid.eq(accept),
-                mul.i.payload.a.eq(self.i.payload.x),
-                mul.i.payload.b.eq(self.i.payload.x),
+                operands(mul.i.payload).eq(Cat(self.i.payload.x, self.i.payload.x)),
             ]
-            x_valid, x = mul.o.valid, member(mul.o.payload, "r")
+            x_valid, x = mul.o.valid, result(mul.o.payload)
         else:
             x_valid, x = accept, self.i.payload.x
 
@@ -124,11 +123,11 @@ class LaneSum(wiring.Component):
                     with m.If(k == lanes):
                         m.next = "OUT"
                     with m.Else():
-                        m.d.comb += [add.i.valid.eq(1), add.i.payload.a.eq(total),
-                                     add.i.payload.b.eq(part[k])]
+                        m.d.comb += [add.i.valid.eq(1),
+                                     operands(add.i.payload).eq(Cat(total, part[k], Const(0, 1)))]
                         m.d.sync += [pending.eq(1), k.eq(k + 1)]
                 with m.If(add.o.valid):
-                    m.d.sync += [total.eq(member(add.o.payload, "r")), pending.eq(0)]
+                    m.d.sync += [total.eq(result(add.o.payload)), pending.eq(0)]
             with m.State("OUT"):
                 m.d.comb += [self.o.valid.eq(1), self.o.payload.r.eq(total)]
                 with m.If(self.o.ready):
@@ -138,9 +137,8 @@ class LaneSum(wiring.Component):
 
         # Accumulate (ACC and FLUSH): element -> lane, in arrival order.
         with m.If(x_valid):
-            m.d.comb += [add.i.valid.eq(1), add.i.payload.a.eq(part[lane]),
-                         add.i.payload.b.eq(x)]
+            m.d.comb += [add.i.valid.eq(1), operands(add.i.payload).eq(Cat(part[lane], x, Const(0, 1)))]
             m.d.sync += lane.eq(lane + 1)       # wraps: lanes is a power of two
         with m.If(add.o.valid & ~draining):
-            m.d.sync += part[tags[la]].eq(member(add.o.payload, "r"))
+            m.d.sync += part[tags[la]].eq(result(add.o.payload))
         return m

@@ -10,7 +10,8 @@ from typing import ClassVar
 
 from hdl.config import PresetMixin, check_int
 
-__all__ = ["OptimConfig", "Op", "Mem", "Reg", "Mode", "SCALE_EXP_MAX", "STATUS_FIELDS"]
+__all__ = ["OptimConfig", "Op", "Mem", "Reg", "Mode", "SCALE_EXP_MAX", "STATUS_FIELDS",
+           "unpack_status", "MODE_CLIP", "MODE_DYNSCALE"]
 
 
 class Op:
@@ -66,9 +67,19 @@ class Reg:
 #: Largest loss-scale exponent: 2**-k must stay a normal FP32 number.
 SCALE_EXP_MAX = 126
 
-#: Status outputs of the engine (all ``Out`` signals, names as in the hardware).
-STATUS_FIELDS = ("scale_exp", "good_count", "step_count", "skip_count", "last_skipped",
-                 "clipped", "sumsq", "clip_factor")
+#: The engine's ``status`` output: (field, width), LSB first.
+STATUS_FIELDS = (("scale_exp", 8), ("good_count", 16), ("step_count", 32), ("skip_count", 32),
+                 ("last_skipped", 1), ("clipped", 1), ("error", 1), ("sumsq", 32),
+                 ("clip_factor", 32))
+
+
+def unpack_status(word: int) -> dict:
+    """The ``status`` port's integer value as ``{field: int}``."""
+    out, shift = {}, 0
+    for name, width in STATUS_FIELDS:
+        out[name] = (word >> shift) & ((1 << width) - 1)
+        shift += width
+    return out
 
 MODE_CLIP = 1 << 2
 MODE_DYNSCALE = 1 << 3

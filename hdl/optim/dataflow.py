@@ -16,21 +16,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Mux, Signal, Value
+from amaranth.hdl import Cat, Const, Mux, Signal, Value
 
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
 
-__all__ = ["Node", "Dataflow", "member"]
+__all__ = ["Node", "Dataflow", "operands", "result"]
 
 
-def member(payload, name):
-    """``payload.<name>``, or the whole payload for a unit whose payload is one bare FP32
-    (``a`` of a unary unit, ``r`` of the FP32 output of add/mul/exp)."""
-    try:
-        return getattr(payload, name)
-    except AttributeError:
-        return payload
+def operands(payload):
+    """The unit input payload as a plain Value. Every FP32 unit's input is bit-positional:
+    ``a`` in bits 0..31, ``b`` in 32..63, then ``sub`` (add) -- whether the payload is declared
+    as a struct or as plain bits."""
+    return Value.cast(payload)
+
+
+def result(payload):
+    """The FP32 result (bits 0..31) of a unit's output payload."""
+    return Value.cast(payload)[0:32]
 
 
 @dataclass
@@ -138,8 +141,8 @@ class Dataflow:
         return Node(sig, t, name)
 
     # -- units ----------------------------------------------------------------------------------
-    def _unit(self, factory, latency: int, name: str, operands: dict) -> Node:
-        t = self.time(*operands.values())
+    def _unit(self, factory, latency: int, name: str, ops: dict) -> Node:
+        t = self.time(*ops.values())
         out_t = t + latency
         if not self.hw:
             return Node(None, out_t, name)
@@ -148,10 +151,13 @@ class Dataflow:
         uname = self._uname(name)
         self.m.submodules[uname] = unit
         self.m.d.comb += [unit.i.valid.eq(self.valid_at(t)), unit.o.ready.eq(1)]
-        for field, node in operands.items():
-            self.m.d.comb += member(unit.i.payload, field).eq(self.at(node, t))
+        # operands in bit order a, b, sub (see :func:`operands`)
+        self.m.d.comb += operands(unit.i.payload).eq(Cat(*[self.at(n, t) if n.t is not None
+                                                         else Const(n.value, 1) if
+                                                         isinstance(n.value, int) else n.value
+                                                         for n in ops.values()]))
         res = Signal(32, name=f"{uname}_r")
-        self.m.d.comb += res.eq(member(unit.o.payload, "r"))
+        self.m.d.comb += res.eq(result(unit.o.payload))
         return Node(res, out_t, name)
 
     def add(self, a: Node, b: Node, *, name: str, sub: bool = False) -> Node:

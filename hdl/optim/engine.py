@@ -28,7 +28,8 @@ from ..grad.config import GradConfig
 from ..grad.lanesum import LaneSum
 from ..registry import Block
 from .clip import ONE_F32, ClipFactor
-from .config import (MODE_CLIP, MODE_DYNSCALE, SCALE_EXP_MAX, Mem, Mode, Op, OptimConfig, Reg)
+from .config import (MODE_CLIP, MODE_DYNSCALE, SCALE_EXP_MAX, STATUS_FIELDS, Mem, Mode, Op,
+                     OptimConfig, Reg)
 from .dataflow import Dataflow
 from .datapath import HYPER_FIELDS, OptimDatapath
 
@@ -43,10 +44,7 @@ def cmd_layout() -> data.StructLayout:
                               "count": COUNT_BITS, "data": 32})
 
 
-OPTIM_STATUS_LAYOUT = data.StructLayout({
-    "scale_exp": 8, "good_count": 16, "step_count": 32, "skip_count": 32, "last_skipped": 1,
-    "clipped": 1, "error": 1, "sumsq": 32, "clip_factor": 32,
-})
+OPTIM_STATUS_LAYOUT = data.StructLayout(dict(STATUS_FIELDS))
 
 _REG_NAMES = {Reg.LR: "lr", Reg.B1: "b1", Reg.OMB1: "omb1", Reg.B2: "b2", Reg.OMB2: "omb2",
               Reg.RC2: "rc2", Reg.EPS: "eps", Reg.WDEC: "wdec", Reg.MAX_NORM: "max_norm",

@@ -1,0 +1,258 @@
+"""Fast tier of the optimizer engine: golden model checks and Amaranth-simulator runs.
+
+The simulator runs use the *default* FP32 unit pipelines (deep latencies) on a small engine,
+so the delay balancing of the datapath is checked at realistic latencies; the cocotb tier
+runs the long trajectories on the tiny preset.
+"""
+import math
+
+import numpy as np
+import pytest
+
+from hdl.fp32.config import FP32Config
+from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
+from hdl.optim.config import Mem, Mode, Op, OptimConfig, Reg
+from hdl.optim.datapath import OptimDatapath
+from hdl.optim.engine import OptimEngine
+from sim.amaranth_tb import run_sim, stream_get, stream_put
+from sim.optim import (SGD, Adam, AdamW, Clip, LossScale, Momentum, OptimEngineModel, f32_bits,
+                       lane_sum, optimizer_registers, reference_step_f64, reg_word)
+
+
+# ---------------------------------------------------------------------------------------------
+# Config and hyperparameter validation
+
+@pytest.mark.parametrize("kw, exc, match", [
+    ({"depth": 1000}, ValueError, r"OptimConfig\.depth.*1000"),
+    ({"depth": 8}, ValueError, r"OptimConfig\.depth.*8"),
+    ({"depth": 64.0}, TypeError, r"OptimConfig\.depth"),
+    ({"reduce_lanes": 3}, ValueError, r"OptimConfig\.reduce_lanes.*3"),
+    ({"reduce_lanes": 128}, ValueError, r"OptimConfig\.reduce_lanes.*128"),
+    ({"rd_fifo_depth": 1}, ValueError, r"OptimConfig\.rd_fifo_depth.*1"),
+])
+def test_invalid_config(kw, exc, match):
+    with pytest.raises(exc, match=match):
+        OptimConfig(**kw)
+
+
+def test_lanes_must_exceed_adder_latency():
+    with pytest.raises(ValueError, match="reduce_lanes.*adder latency"):
+        OptimEngine(config=OptimConfig(reduce_lanes=4), fp32_config=FP32Config(add_stages=5))
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: SGD(lr=0), r"SGD\.lr.*0"),
+    (lambda: SGD(lr=float("nan")), r"SGD\.lr.*nan"),
+    (lambda: SGD(lr="0.1"), r"SGD\.lr"),
+    (lambda: SGD(lr=1e50), r"SGD\.lr.*not representable"),
+    (lambda: Momentum(lr=0.1, momentum=1.0), r"Momentum\.momentum.*1\.0"),
+    (lambda: Adam(beta1=1.0), r"Adam\.beta1.*1\.0"),
+    (lambda: Adam(beta2=-0.1), r"Adam\.beta2.*-0\.1"),
+    (lambda: Adam(eps=0.0), r"Adam\.eps.*0\.0"),
+    (lambda: Adam(weight_decay=0.1), r"Adam\.weight_decay.*AdamW"),
+    (lambda: AdamW(lr=0.5, weight_decay=4.0), r"AdamW\.weight_decay \* lr"),
+    (lambda: Clip(max_norm=0.0), r"Clip\.max_norm.*0\.0"),
+    (lambda: Clip(max_norm=1.0, eps=-1.0), r"Clip\.eps.*-1\.0"),
+    (lambda: LossScale(init_exp=127), r"LossScale\.init_exp.*127"),
+    (lambda: LossScale(growth_interval=0), r"LossScale\.growth_interval.*0"),
+    (lambda: LossScale(init_exp=2.0), r"LossScale\.init_exp"),
+    (lambda: Adam().registers(0), r"step t.*0"),
+])
+def test_invalid_hyperparameters(make, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        make()
+
+
+def test_model_rejects_bad_registers():
+    model = OptimEngineModel(OptimConfig(depth=16))
+    with pytest.raises(ValueError, match="Reg.N"):
+        model.step()
+    model.setreg(Reg.N, 4)
+    model.setreg(Reg.MODE, 3)
+    with pytest.raises(ValueError, match="Reg.MODE"):
+        model.step()
+    with pytest.raises(ValueError, match="register address"):
+        model.setreg(99, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Golden model properties
+
+def test_lane_sum_order():
+    x = np.array([1e8, 1.0, -1e8, 1.0, 3.0], np.float32)
+    # lanes=2: p0 = (1e8 + -1e8) + 3 = 3, p1 = 1 + 1 = 2 -> 5
+    assert lane_sum(x, 2) == np.float32(5.0)
+    # lanes=4: p0 = 1e8 + 3, p1 = 1, p2 = -1e8, p3 = 1 -> ((1e8+3 + 1) - 1e8) + 1
+    p0 = np.float32(np.float32(1e8) + np.float32(3))
+    want = np.float32(np.float32(np.float32(p0 + np.float32(1)) + np.float32(-1e8)) + 1)
+    assert lane_sum(x, 4) == want
+
+
+@pytest.mark.parametrize("opt", [SGD(0.05), Momentum(0.05, 0.9), Adam(1e-2),
+                                 AdamW(1e-2, weight_decay=0.1)], ids=lambda o: type(o).__name__)
+def test_model_tracks_float64_reference(opt):
+    """20 steps of the FP32 model stay within a relative 1e-4 of the float64 textbook update."""
+    cfg = OptimConfig(depth=256)
+    model = OptimEngineModel(cfg)
+    rng = np.random.default_rng(5)
+    n = 200
+    w = rng.standard_normal(n).astype(np.float32)
+    model.write(Mem.W, 0, w)
+    w64, m64, v64 = w.astype(np.float64), np.zeros(n), np.zeros(n)
+    for t in range(1, 21):
+        regs = optimizer_registers(opt, t, n, first=(t == 1))
+        for a, v in regs.items():
+            model.setreg(a, v)
+        g = rng.standard_normal(n).astype(np.float32)
+        model.accum(0, g, True)
+        assert not model.step()
+        w64, m64, v64 = reference_step_f64(opt, w64, m64, v64, g, t)
+    err = np.abs(model.w[:n] - w64) / np.maximum(np.abs(w64), 1e-3)
+    assert err.max() < 1e-4, err.max()
+
+
+def test_model_scale_halves_on_skip_and_grows():
+    cfg = OptimConfig(depth=16)
+    model = OptimEngineModel(cfg)
+    for a, v in optimizer_registers(SGD(0.1), 1, 8, LossScale(5, 2)).items():
+        model.setreg(a, v)
+    g = np.ones(8, np.float32)
+    model.accum(0, g, True)
+    model.step()
+    model.step()                       # two clean steps -> 2**6
+    assert model.scale_exp == 6
+    g[3] = np.inf
+    model.accum(0, g, True)
+    w = model.w.copy()
+    assert model.step()
+    assert model.scale_exp == 5 and np.array_equal(model.w, w) and model.skip_count == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Amaranth simulator: the engine with deep (default) FP32 pipelines
+
+def _engine():
+    cfg = OptimConfig(depth=16, reduce_lanes=8)
+    return cfg, OptimEngine(config=cfg, fp32_config=FP32Config(),
+                            divsqrt_config=FP32DivSqrtConfig.preset("tiny"))
+
+
+def _cmd(op, **kw):
+    d = dict(op=op, mem=0, first=0, addr=0, count=0, data=0)
+    d.update(kw)
+    return d
+
+
+def _run_engine(script):
+    cfg, dut = _engine()
+    model = OptimEngineModel(cfg)
+    rng_np = np.random.default_rng(3)
+    import random
+    rng = random.Random(4)
+
+    async def tb(ctx):
+        class H:
+            pass
+        h = H()
+
+        async def cmd(op, **kw):
+            await stream_put(ctx, dut.cmd, _cmd(op, **kw))
+
+        async def idle():
+            await ctx.tick()
+            while ctx.get(dut.busy):
+                await ctx.tick()
+
+        async def setregs(regs):
+            for a, v in regs.items():
+                model.setreg(a, v)
+                await cmd(Op.SETREG, addr=a, data=reg_word(v))
+
+        async def words(op, data, **kw):
+            await cmd(op, count=len(data), **kw)
+            for x in np.asarray(data, np.float32):
+                await stream_put(ctx, dut.wdata, f32_bits(x), rng=rng, idle_prob=0.3)
+            await idle()
+
+        async def write(mem, data):
+            model.write(mem, 0, data)
+            await words(Op.WRITE, data, mem=mem)
+
+        async def accum(data, first):
+            model.accum(0, data, first)
+            await words(Op.ACCUM, data, first=int(first))
+
+        async def step():
+            skipped = model.step()
+            await cmd(Op.STEP)
+            await idle()
+            for name, v in model.status().items():
+                got = ctx.get(getattr(dut.status, name))
+                assert got == v, f"status.{name}: {got:#x} != {v:#x}"
+            return skipped
+
+        async def check(n):
+            for mem in (Mem.W, Mem.M, Mem.V):
+                await cmd(Op.READ, mem=mem, count=n)
+                got = [await stream_get(ctx, dut.rdata, rng=rng, stall_prob=0.4)
+                       for _ in range(n)]
+                assert got == [f32_bits(x) for x in model.mems[mem][:n]], Mem.NAMES[mem]
+            await idle()
+
+        h.setregs, h.write, h.accum, h.step, h.check = setregs, write, accum, step, check
+        h.rng, h.model = rng_np, model
+        await script(h)
+
+    run_sim(dut, tb)
+
+
+def test_engine_adamw_clip_scale_skip():
+    """AdamW with clipping and loss scaling over 12 params: 3 steps (one skipped by an Inf,
+    which halves the scale and leaves memory unchanged), every word checked."""
+    n = 12
+
+    async def script(h):
+        opt = AdamW(lr=1e-2, weight_decay=0.1)
+        await h.write(Mem.W, h.rng.standard_normal(n).astype(np.float32))
+        await h.setregs(optimizer_registers(opt, 1, n, LossScale(6, 2), Clip(1.0)))
+        t = 1
+        for step in range(3):
+            if step:
+                await h.setregs(optimizer_registers(opt, t, n, first=False))
+            g = (h.rng.standard_normal(n) * 2.0 ** h.model.scale_exp).astype(np.float32)
+            if step == 1:
+                g[5] = np.inf
+            await h.accum(g, True)
+            k = h.model.scale_exp
+            skipped = await h.step()
+            assert skipped == (step == 1)
+            if skipped:
+                assert h.model.scale_exp == k - 1
+            else:
+                t += 1
+            await h.check(n)
+
+    _run_engine(script)
+
+
+def test_engine_momentum_accumulation():
+    """Momentum over gradients accumulated from two micro-batches."""
+    n = 10
+
+    async def script(h):
+        opt = Momentum(lr=0.1, momentum=0.9)
+        await h.write(Mem.W, h.rng.standard_normal(n).astype(np.float32))
+        await h.setregs(optimizer_registers(opt, 1, n))
+        for _ in range(2):
+            await h.accum(h.rng.standard_normal(n).astype(np.float32), True)
+            await h.accum(h.rng.standard_normal(n).astype(np.float32), False)
+            assert not await h.step()
+        await h.check(n)
+
+    _run_engine(script)
+
+
+def test_datapath_latency_matches_units():
+    f, d = FP32Config(), FP32DivSqrtConfig()
+    lm, la = f.latency("fp32_mul"), f.latency("fp32_add")
+    assert OptimDatapath.latency_for(f, d) == 6 * lm + 3 * la + d.sqrt_latency + d.div_latency

@@ -278,11 +278,23 @@ class FMACCore(wiring.Component):
         # ---- start: capture operands and the first step's lanes -----------------------------
         in_na = chunks_of(self.width_a, "in_na")
         in_nb = chunks_of(self.width_b, "in_nb")
+        # pair count, "one step only" and the first step's lane enables: a table of the two
+        # chunk counts (no multiplier or comparator on the start path)
         in_npairs = Signal(range(max_pairs + 1), name="in_npairs")
-        m.d.comb += in_npairs.eq(in_na * in_nb)
+        in_last = Signal(name="in_last")
+        in_en = Signal(lanes, name="in_lane_en")
+        with m.Switch(Cat(in_na, in_nb)):
+            for na in range(1, maxc + 1):
+                for nbv in range(1, maxc + 1):
+                    with m.Case(na | (nbv << len(in_na))):
+                        npr = na * nbv
+                        m.d.comb += [in_npairs.eq(npr), in_last.eq(npr <= lanes),
+                                     in_en.eq(sum(1 << k for k in range(min(lanes, npr))))]
+            with m.Default():
+                m.d.comb += [in_npairs.eq(1), in_last.eq(1), in_en.eq(1)]
         with m.If(go):
             m.d.sync += [
-                busy.eq(1), last.eq(in_npairs <= lanes), base.eq(0), psum.eq(0),
+                busy.eq(1), last.eq(in_last), base.eq(0), psum.eq(0),
                 r_amag.eq(self.a_mag), r_bmag.eq(self.b_mag),
                 r_neg.eq(self.a_sign ^ self.b_sign),
                 r_nb.eq(in_nb), r_npairs.eq(in_npairs),
@@ -302,7 +314,7 @@ class FMACCore(wiring.Component):
                         m.d.comb += [i.eq(0), j.eq(0)]
                 m.d.sync += [lane_ca[k].eq(chunk(self.a_mag, i)),
                              lane_cb[k].eq(chunk(self.b_mag, j)),
-                             lane_sh[k].eq(i + j), lane_en[k].eq(k < in_npairs)]
+                             lane_sh[k].eq(i + j), lane_en[k].eq(in_en[k])]
 
         # ---- saturating accumulator (the cycle after `done`) ----------------------------------
         ab = cfg.acc_bits

@@ -21,7 +21,7 @@ from amaranth.hdl import Cat, Const, Mux, Signal, Value
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
 
-__all__ = ["Node", "Dataflow", "operands", "result"]
+__all__ = ["Node", "Dataflow", "operands", "result", "credit_fifo"]
 
 
 def operands(payload):
@@ -152,10 +152,16 @@ class Dataflow:
         self.m.submodules[uname] = unit
         self.m.d.comb += [unit.i.valid.eq(self.valid_at(t)), unit.o.ready.eq(1)]
         # operands in bit order a, b, sub (see :func:`operands`)
-        self.m.d.comb += operands(unit.i.payload).eq(Cat(*[self.at(n, t) if n.t is not None
-                                                         else Const(n.value, 1) if
-                                                         isinstance(n.value, int) else n.value
-                                                         for n in ops.values()]))
+        parts = []
+        for field, n in ops.items():
+            width = 1 if field == "sub" else 32       # every FP operand is exactly 32 bits
+            if isinstance(n.value, int):
+                parts.append(Const(n.value, width))
+            else:
+                sig = Signal(width, name=f"{uname}_{field}")
+                self.m.d.comb += sig.eq(self.at(n, t))
+                parts.append(sig)
+        self.m.d.comb += operands(unit.i.payload).eq(Cat(*parts))
         res = Signal(32, name=f"{uname}_r")
         self.m.d.comb += res.eq(result(unit.o.payload))
         return Node(res, out_t, name)
@@ -193,3 +199,27 @@ class Dataflow:
             from ..fp32.exp import FP32Exp
             return FP32Exp(config=self.divsqrt_config)
         return self._unit(make, self.divsqrt_config.exp_latency, name, {"a": a})
+
+
+def credit_fifo(m, name: str, *, latency: int, accept, done_valid, done_data, o):
+    """Output FIFO for a never-stalling fixed-latency pipeline feeding a stream ``o``.
+
+    The FIFO holds ``latency + 2`` entries; the pipeline may accept an element only while
+    ``FIFO level + elements in flight < depth`` (the returned ``can_accept``), so every result
+    has a slot when it leaves the pipeline and backpressure on ``o`` never drops data.
+    ``accept``: an element enters the pipeline this cycle; ``done_valid``/``done_data``: the
+    pipeline output. Returns ``can_accept``.
+    """
+    from amaranth.lib.fifo import SyncFIFOBuffered
+    depth = latency + 2
+    fifo = SyncFIFOBuffered(width=len(Value.cast(done_data)), depth=depth)
+    m.submodules[name] = fifo
+    inflight = Signal(range(depth + 2), name=f"{name}_inflight")
+    m.d.sync += inflight.eq(inflight + accept - done_valid)
+    can = Signal(name=f"{name}_can_accept")
+    m.d.comb += [
+        fifo.w_en.eq(done_valid), fifo.w_data.eq(done_data),
+        o.valid.eq(fifo.r_rdy), Value.cast(o.payload).eq(fifo.r_data), fifo.r_en.eq(o.ready),
+        can.eq(fifo.level + inflight < depth),
+    ]
+    return can

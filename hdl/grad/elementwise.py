@@ -1,0 +1,103 @@
+"""Elementwise FP32 stream operations: bias add, ReLU, ReLU derivative, scaling.
+
+Golden model: :func:`sim.grad.elementwise` (bit-exact).
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..fp32.config import FP32Config
+from ..fp32.divsqrt_config import FP32DivSqrtConfig
+from ..optim.dataflow import Dataflow, credit_fifo
+
+__all__ = ["Elementwise", "EW_IN_LAYOUT", "EW_OUT_LAYOUT", "EW_ADD", "EW_RELU", "EW_RELU_GRAD",
+           "EW_SCALE", "EW_ADD_RELU"]
+
+EW_ADD, EW_RELU, EW_RELU_GRAD, EW_SCALE, EW_ADD_RELU = range(5)
+EW_IN_LAYOUT = data.StructLayout({"a": 32, "b": 32})
+EW_OUT_LAYOUT = data.StructLayout({"r": 32})
+
+
+def _is_nan(x):
+    return (x[23:31] == 0xFF) & (x[0:23] != 0)
+
+
+def _gt_zero(x):
+    """``x > 0`` for FP32 bits (false for NaN and both zeros)."""
+    return ~x[31] & (x[0:31] != 0) & ~_is_nan(x)
+
+
+def _relu(x):
+    return Mux(_gt_zero(x) | _is_nan(x), x, 0)
+
+
+class Elementwise(wiring.Component):
+    """One FP32 elementwise operation per cycle, selected by ``op``.
+
+    ``ADD: a + b`` (bias add: ``b`` is the column's bias); ``RELU: relu(a)``;
+    ``RELU_GRAD: a if b > 0 else +0`` (``a = dY``, ``b`` = stored forward output, the mask);
+    ``SCALE: a * scale``; ``ADD_RELU: relu(a + b)``. ``relu(x) = x if x > 0 or NaN else +0``.
+    RNE, exact subnormals (the FP32 add/mul units).
+
+    Parameters
+    ----------
+    fp32_config : FP32Config
+
+    Attributes
+    ----------
+    latency : int
+        ``max(add latency, mul latency)`` cycles from input to output FIFO (+1 through the FIFO
+        when the output is not stalled).
+
+    Members
+    -------
+    i : In(stream.Signature(EW_IN_LAYOUT))
+        Operands ``a``, ``b`` (FP32).
+    o : Out(stream.Signature(EW_OUT_LAYOUT))
+        Result ``r`` (FP32), in order; backpressure stalls ``i`` through credits.
+    op : In(3)
+        Operation (constant while elements are in flight).
+    scale : In(32)
+        FP32 factor of ``SCALE``.
+    """
+
+    def __init__(self, *, fp32_config: FP32Config | None = None):
+        self.fp32_config = fp32_config or FP32Config()
+        self.latency = max(self.fp32_config.latency("fp32_add"),
+                           self.fp32_config.latency("fp32_mul"))
+        super().__init__({
+            "i": In(stream.Signature(EW_IN_LAYOUT)),
+            "o": Out(stream.Signature(EW_OUT_LAYOUT)),
+            "op": In(3),
+            "scale": In(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        accept = Signal(name="accept")
+        df = Dataflow(m, accept, fp32_config=self.fp32_config,
+                      divsqrt_config=FP32DivSqrtConfig(), prefix="ew")
+        a = df.input(self.i.payload.a, "a")
+        b = df.input(self.i.payload.b, "b")
+        s = df.add(a, b, name="sum")
+        p = df.mul(a, df.const(self.scale, "scale"), name="prod")
+        t = self.latency
+        av, bv, sv, pv = (df.at(n, t) for n in (a, b, s, p))
+        r = Signal(32, name="r")
+        with m.Switch(self.op):
+            with m.Case(EW_ADD):
+                m.d.comb += r.eq(sv)
+            with m.Case(EW_RELU):
+                m.d.comb += r.eq(_relu(av))
+            with m.Case(EW_RELU_GRAD):
+                m.d.comb += r.eq(Mux(_gt_zero(bv), av, 0))
+            with m.Case(EW_SCALE):
+                m.d.comb += r.eq(pv)
+            with m.Default():
+                m.d.comb += r.eq(_relu(sv))
+        can = credit_fifo(m, "ofifo", latency=t, accept=accept, done_valid=df.valid_at(t),
+                          done_data=r, o=self.o)
+        m.d.comb += [self.i.ready.eq(can), accept.eq(self.i.valid & can)]
+        return m

@@ -1,0 +1,143 @@
+"""Golden models of the FP32 gradient datapaths (pure numpy; mirror :mod:`hdl.grad`).
+
+Each function performs one IEEE binary32 RNE operation per step in the hardware's order, so it
+is bit-exact with the hardware (NaN payloads excepted: compare with :func:`canon`).
+
+* :func:`elementwise` -- :class:`hdl.grad.elementwise.Elementwise` (bias add, ReLU, ReLU
+  derivative, scaling, fused bias add + ReLU).
+* :func:`bias_grad` -- :class:`hdl.grad.biasgrad.BiasGrad`: ``db = ((0 + dY[0]) + dY[1]) + ...``
+  column by column, rows in order.
+* :func:`sum_squares` -- :class:`hdl.grad.lanesum.LaneSum` with ``square=True``.
+* :func:`softmax_xent` -- :class:`hdl.grad.softmax.SoftmaxXent`: per row
+  ``mx = max z`` (ordered bit keys; NaN if any NaN), ``e = exp(z - mx)`` (the hardware exp,
+  :class:`sim.fp32_exp.FP32Exp`), ``s = lane_sum(e)``, ``grad = (e / s - onehot) * gscale`` and
+  the loss terms ``s`` and ``zt = z[label] - mx``; the loss is ``log(s) - zt`` (host, float64).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hdl.grad.config import GradConfig
+from sim.optim import lane_sum
+
+__all__ = ["EW_ADD", "EW_RELU", "EW_RELU_GRAD", "EW_SCALE", "EW_ADD_RELU", "EW_OPS", "canon",
+           "elementwise", "bias_grad", "sum_squares", "f32_max", "softmax_xent", "xent_loss",
+           "softmax_xent_f64", "lane_sum"]
+
+F32 = np.float32
+QNAN = 0x7FC00000
+
+#: Elementwise opcodes (``op`` input of the hardware).
+EW_ADD, EW_RELU, EW_RELU_GRAD, EW_SCALE, EW_ADD_RELU = range(5)
+EW_OPS = (EW_ADD, EW_RELU, EW_RELU_GRAD, EW_SCALE, EW_ADD_RELU)
+
+
+def canon(x) -> np.ndarray:
+    """FP32 bit patterns with every NaN replaced by the canonical quiet NaN."""
+    b = np.asarray(x)
+    b = b.view(np.uint32) if b.dtype == F32 else b.astype(np.uint64).astype(np.uint32)
+    return np.where((b & 0x7FFFFFFF) > 0x7F800000, np.uint32(QNAN), b)
+
+
+def _relu(x):
+    return np.where((x > 0) | np.isnan(x), x, F32(0)).astype(F32)
+
+
+def elementwise(op: int, a, b=None, scale=None) -> np.ndarray:
+    """``ADD: a + b``; ``RELU: relu(a)``; ``RELU_GRAD: a if b > 0 else +0`` (``a = dY``,
+    ``b`` = stored forward output); ``SCALE: a * scale``; ``ADD_RELU: relu(a + b)``.
+    ``relu(x) = x if x > 0 or x is NaN else +0``."""
+    a = np.asarray(a, F32)
+    with np.errstate(all="ignore"):
+        if op == EW_ADD:
+            return (a + np.asarray(b, F32)).astype(F32)
+        if op == EW_RELU:
+            return _relu(a)
+        if op == EW_RELU_GRAD:
+            return np.where(np.asarray(b, F32) > 0, a, F32(0)).astype(F32)
+        if op == EW_SCALE:
+            return (a * F32(scale)).astype(F32)
+        if op == EW_ADD_RELU:
+            return _relu((a + np.asarray(b, F32)).astype(F32))
+    raise ValueError(f"elementwise op must be one of {EW_OPS}, not {op!r}")
+
+
+def bias_grad(dy) -> np.ndarray:
+    """Column sums of ``dy`` (rows x cols) in row order, starting from +0."""
+    dy = np.asarray(dy, F32)
+    if dy.ndim != 2 or dy.shape[0] < 1 or dy.shape[1] < 1:
+        raise ValueError(f"dy must be a non-empty 2-D array, not shape {dy.shape}")
+    acc = np.zeros(dy.shape[1], F32)
+    with np.errstate(all="ignore"):
+        for row in dy:
+            acc = (acc + row).astype(F32)
+    return acc
+
+
+def sum_squares(x, config: GradConfig) -> np.float32:
+    x = np.asarray(x, F32)
+    with np.errstate(all="ignore"):
+        return lane_sum(x * x, config.lanes)
+
+
+def _key(bits):
+    bits = np.asarray(bits, np.uint32).astype(np.uint64)
+    return np.where(bits >> 31, (~bits) & 0xFFFFFFFF, bits | 0x80000000)
+
+
+def f32_max(z) -> np.float32:
+    """Maximum by the hardware's ordered keys (``-0 < +0``); NaN (canonical) if any NaN."""
+    z = np.asarray(z, F32)
+    if np.any(np.isnan(z)):
+        return np.array(QNAN, np.uint32).view(F32)[()]
+    return z[int(np.argmax(_key(z.view(np.uint32))))]
+
+
+def softmax_xent(z, labels, gscale, config: GradConfig, exp_config=None):
+    """Golden softmax + cross-entropy. Returns ``(grad, s, zt)`` (float32 arrays)."""
+    from sim.fp32_exp import FP32Exp
+    z = np.asarray(z, F32)
+    labels = np.asarray(labels)
+    if z.ndim != 2:
+        raise ValueError(f"z must be 2-D (rows x classes), not shape {z.shape}")
+    rows, c = z.shape
+    if not 2 <= c <= config.max_classes:
+        raise ValueError(f"classes must be in 2..{config.max_classes}, not {c}")
+    if labels.shape != (rows,) or np.any(labels < 0) or np.any(labels >= c):
+        raise ValueError(f"labels must be {rows} ints in 0..{c - 1}")
+    exp = FP32Exp(exp_config)
+    grad = np.zeros_like(z)
+    s_out = np.zeros(rows, F32)
+    zt = np.zeros(rows, F32)
+    with np.errstate(all="ignore"):
+        for r in range(rows):
+            mx = f32_max(z[r])
+            d = (z[r] - mx).astype(F32)
+            e = np.asarray(exp(a=d.view(np.uint32).astype(np.int64))["r"],
+                           np.int64).astype(np.uint32).view(F32)
+            s = lane_sum(e, config.lanes)
+            p = (e / s).astype(F32)
+            onehot = np.zeros(c, F32)
+            onehot[labels[r]] = 1
+            grad[r] = ((p - onehot).astype(F32) * F32(gscale)).astype(F32)
+            s_out[r] = s
+            zt[r] = F32(z[r, labels[r]] - mx)
+    return grad, s_out, zt
+
+
+def xent_loss(s, zt) -> np.ndarray:
+    """Per-row cross-entropy from the hardware's loss terms: ``log(s) - zt`` in float64."""
+    return np.log(np.asarray(s, np.float64)) - np.asarray(zt, np.float64)
+
+
+def softmax_xent_f64(z, labels, gscale):
+    """float64 reference: ``(softmax(z) - onehot) * gscale`` and per-row loss."""
+    z = np.asarray(z, np.float64)
+    mx = z.max(axis=1, keepdims=True)
+    e = np.exp(z - mx)
+    s = e.sum(axis=1, keepdims=True)
+    p = e / s
+    onehot = np.zeros_like(p)
+    onehot[np.arange(len(z)), labels] = 1
+    loss = np.log(s[:, 0]) - (z[np.arange(len(z)), labels] - mx[:, 0])
+    return (p - onehot) * gscale, loss

@@ -1,0 +1,194 @@
+"""cocotb testbench of ``grad_unit`` (elementwise, bias gradient, softmax cross-entropy)
+against :mod:`sim.grad`, with random idle cycles and backpressure."""
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import cocotb
+import numpy as np
+from cocotb.triggers import ClockCycles
+
+from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
+from hdl.grad.config import GradConfig
+from sim.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
+from sim.grad import (EW_OPS, bias_grad, canon, elementwise, softmax_xent, softmax_xent_f64,
+                      xent_loss)
+
+F32 = np.float32
+
+
+def _bits(a):
+    return np.asarray(a, F32).view(np.uint32).astype(np.int64).tolist()
+
+
+class TB:
+    """Drivers/monitors of the three sub-blocks, golden model and scoreboard."""
+
+    def __init__(self, dut, seed=1, idle=0.2, stall=0.3):
+        preset = os.environ.get("TESSERA_PRESET", "tiny")
+        self.dut = dut
+        self.config = GradConfig.preset(preset)
+        self.divsqrt = FP32DivSqrtConfig.preset(preset)
+        self.rng = np.random.default_rng(seed)
+        r = random.Random(seed)
+        self.ew_i = StreamDriver(dut, "ew_i", idle_prob=idle, rng=random.Random(r.random()))
+        self.ew_o = StreamMonitor(dut, "ew_o", stall_prob=stall, rng=random.Random(r.random()))
+        self.bg_cmd = StreamDriver(dut, "bg_cmd")
+        self.bg_dy = StreamDriver(dut, "bg_dy", idle_prob=idle, rng=random.Random(r.random()))
+        self.bg_db = StreamMonitor(dut, "bg_db", stall_prob=stall, rng=random.Random(r.random()))
+        self.sx_i = StreamDriver(dut, "sx_i", idle_prob=idle, rng=random.Random(r.random()))
+        self.sx_o = StreamMonitor(dut, "sx_o", stall_prob=stall, rng=random.Random(r.random()))
+
+    async def start(self):
+        start_clock(self.dut)
+        await reset(self.dut)
+        for mon in (self.ew_o, self.bg_db, self.sx_o):
+            mon.start()
+
+    async def elementwise(self, op, a, b, scale):
+        self.dut.ew_op.value = op
+        self.dut.ew_scale.value = int(np.array(scale, F32).view(np.uint32))
+        payloads = [x | (y << 32) for x, y in zip(_bits(a), _bits(b))]
+        await self.ew_i.send_all(payloads)
+        got = await self.ew_o.wait_for(len(payloads))
+        exp = canon(elementwise(op, a, b, scale))
+        got = canon(np.array([g & 0xFFFFFFFF for g in got], np.uint64))
+        bad = np.nonzero(got != exp)[0]
+        assert len(bad) == 0, (f"op {op}: {len(bad)} mismatches, first a={a[bad[0]]!r} "
+                               f"b={b[bad[0]]!r}: {int(got[bad[0]]):#x} != {int(exp[bad[0]]):#x}")
+
+    async def bias_grad(self, dy):
+        rows, cols = dy.shape
+        await self.bg_cmd.send(rows | (cols << 16))
+        await self.bg_dy.send_all(_bits(dy.ravel()))
+        got = await self.bg_db.wait_for(cols)
+        assert [g & 0xFFFFFFFF for g in got] == _bits(bias_grad(dy)), f"db {rows}x{cols}"
+        assert [g >> 32 for g in got] == [0] * (cols - 1) + [1]
+        ref = dy.astype(np.float64).sum(axis=0)
+        tol = rows * 2.0 ** -24 * np.abs(dy.astype(np.float64)).sum(axis=0)
+        assert np.all(np.abs(bias_grad(dy) - ref) <= tol)
+
+    async def softmax(self, z, labels, gscale):
+        rows, c = z.shape
+        self.dut.sx_gscale.value = int(np.array(gscale, F32).view(np.uint32))
+        grad, s, zt = softmax_xent(z, labels, gscale, self.config, self.divsqrt)
+        zb = _bits(z)
+        got_rows = []
+        for r in range(rows):
+            await self.sx_i.send_all(
+                [zb[r * c + j] | (int(labels[r]) << 32) | (int(j == c - 1) << 48)
+                 for j in range(c)])
+            got_rows.append(await self.sx_o.wait_for(c))
+        got = np.array([[g & 0xFFFFFFFF for g in row] for row in got_rows], np.uint64)
+        assert np.array_equal(canon(got), canon(grad.reshape(rows, c))), "softmax grad"
+        lasts = [row[-1] for row in got_rows]
+        assert all((row[j] >> 32) & 1 == int(j == c - 1) for row in got_rows for j in range(c))
+        got_s = np.array([(x >> 33) & 0xFFFFFFFF for x in lasts], np.uint32).view(F32)
+        got_zt = np.array([(x >> 65) & 0xFFFFFFFF for x in lasts], np.uint32).view(F32)
+        assert np.array_equal(canon(got_s), canon(s)) and np.array_equal(canon(got_zt), canon(zt))
+        # stated tolerance vs float64 (docs/datapaths.md)
+        g64, loss64 = softmax_xent_f64(z, labels, float(gscale))
+        tol = (c + 8) * 2.0 ** -24
+        assert np.abs(grad - g64).max() <= tol * float(gscale)
+        assert np.all(np.abs(xent_loss(got_s, got_zt) - loss64) <= tol * (1 + np.abs(zt)))
+
+
+SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.17549435e-38,
+                     3.4028235e38, -3.4028235e38, 1.0, -1.0], F32)
+
+
+@cocotb.test()
+async def elementwise_random(dut):
+    """Every op: 2,000 random pairs (normal, subnormal, huge) plus all special pairs."""
+    tb = TB(dut, seed=1)
+    await tb.start()
+    rng = tb.rng
+    for op in EW_OPS:
+        a = (rng.standard_normal(2000) * 10.0 ** rng.uniform(-40, 38, 2000)).astype(F32)
+        b = (rng.standard_normal(2000) * 10.0 ** rng.uniform(-40, 38, 2000)).astype(F32)
+        sa, sb = np.meshgrid(SPECIALS, SPECIALS)
+        a = np.concatenate([a, sa.ravel()])
+        b = np.concatenate([b, sb.ravel()])
+        await tb.elementwise(op, a, b, F32(rng.uniform(-4, 4)))
+
+
+@cocotb.test()
+async def bias_grad_random(dut):
+    """Batches with short rows (adder-loop pauses), long rows and one row."""
+    tb = TB(dut, seed=2)
+    await tb.start()
+    for rows, cols in ((16, 3), (32, tb.config.max_cols), (1, 7), (64, 10), (5, 1)):
+        await tb.bias_grad((tb.rng.standard_normal((rows, cols)) * 3).astype(F32))
+    # invalid command: dropped, sticky error
+    assert dut.bg_error.value == 0
+    await tb.bg_cmd.send(0 | (4 << 16))
+    await ClockCycles(dut.clk, 2)
+    assert dut.bg_error.value == 1
+
+
+@cocotb.test()
+async def softmax_random(dut):
+    """128 rows of 10 classes, 8 rows of max_classes, extreme logits; bit-exact with the
+    golden model, within the stated tolerance of float64."""
+    tb = TB(dut, seed=3)
+    await tb.start()
+    rng = tb.rng
+    z = (rng.standard_normal((128, 10)) * 4).astype(F32)
+    await tb.softmax(z, rng.integers(0, 10, 128), F32(1 / 128))
+    c = tb.config.max_classes
+    z = (rng.standard_normal((8, c)) * 20).astype(F32)
+    await tb.softmax(z, rng.integers(0, c, 8), F32(2.0 ** 10 / 8))    # loss scale 2**10, B=8
+    z = np.array([[80.0, -80.0, 0.0, 1e-30], [-1e30, -1e30, -1e30, -1e30],
+                  [3.0, 3.0, 3.0, 3.0]], F32)
+    await tb.softmax(z, np.array([0, 2, 3]), F32(1 / 3))
+
+
+@cocotb.test()
+async def reset_mid_softmax(dut):
+    """Reset in the middle of a row's output phase, then a correct run."""
+    tb = TB(dut, seed=4, stall=0.9)
+    await tb.start()
+    z = (tb.rng.standard_normal((1, 40)) * 4).astype(F32)
+    await tb.sx_i.send_all([int(x) | (3 << 32) | (int(j == 39) << 48)
+                            for j, x in enumerate(_bits(z[0]))])
+    await ClockCycles(dut.clk, 100)
+    await reset(dut)
+    tb.sx_o.queue.clear()
+    tb.sx_o.stall_prob = 0.3
+    z = (tb.rng.standard_normal((4, 12)) * 4).astype(F32)
+    await tb.softmax(z, tb.rng.integers(0, 12, 4), F32(0.25))
+
+
+@cocotb.test(skip=os.environ.get("TESSERA_BENCH_OUT") is None)
+async def bench_throughput(dut):
+    """Latency and elements/cycle of each sub-block without stalls."""
+    from hdl.registry import get_block
+    preset = os.environ.get("TESSERA_PRESET", "tiny")
+    lat = get_block("grad_unit").params(preset)["latencies"]
+    tb = TB(dut, seed=5, idle=0.0, stall=0.0)
+    await tb.start()
+    out = {"block": "grad_unit", "preset": preset, "latency": lat}
+
+    def now():
+        return cocotb.utils.get_sim_time("ns") // 10
+
+    n = 2000
+    a = tb.rng.standard_normal(n).astype(F32)
+    t0 = now()
+    await tb.elementwise(0, a, a, F32(1))
+    out["elementwise"] = {"n": n, "cycles": int(now() - t0),
+                          "elements_per_cycle": n / (now() - t0)}
+    dy = tb.rng.standard_normal((64, 32)).astype(F32)
+    t0 = now()
+    await tb.bias_grad(dy)
+    out["biasgrad_64x32"] = {"cycles": int(now() - t0), "elements_per_cycle": dy.size / (now() - t0)}
+    for c in (10, tb.config.max_classes):
+        z = tb.rng.standard_normal((16, c)).astype(F32)
+        t0 = now()
+        await tb.softmax(z, tb.rng.integers(0, c, 16), F32(1 / 16))
+        out[f"softmax_16x{c}"] = {"cycles": int(now() - t0),
+                                  "elements_per_cycle": z.size / (now() - t0)}
+    with open(os.environ["TESSERA_BENCH_OUT"], "w") as f:
+        json.dump(out, f, indent=2)

@@ -208,12 +208,12 @@ class EdgeConverter(wiring.Component):
         s4_sign = Signal(name="s4_sign")
         s4_sig = Signal(_SIG, name="s4_sig")
         s4_sticky = Signal(name="s4_sticky")
-        s4_shift = Signal(range(_SIG + 2), name="s4_shift")
+        s4_sm1 = Signal(range(_SIG + 1), name="s4_shift_m1")   # alignment shift - 1
         s4_biased = Signal(9, name="s4_biased")            # lead + 127 for normal results
         s4_subnormal = Signal(name="s4_subnormal")
         s4_huge = Signal(name="s4_huge")                   # lead > 127: Inf whatever rounding
-        sub_shift = Signal(signed(ew + 1), name="s4_sub_shift")
-        m.d.comb += sub_shift.eq(-149 - s3_exp)
+        sub_sm1 = Signal(signed(ew + 1), name="s4_sub_shift_m1")
+        m.d.comb += sub_sm1.eq(-150 - s3_exp)
         lead = s3_exp + (_SIG - 1)
         with m.If(move[3]):
             m.d.sync += [
@@ -222,16 +222,16 @@ class EdgeConverter(wiring.Component):
                 s4_subnormal.eq((lead < -126) | ~s3_sig[_SIG - 1]),
                 s4_huge.eq((lead > 127) & s3_sig[_SIG - 1]),
                 s4_biased.eq(lead + 127),
-                s4_shift.eq(Mux(lead >= -126, 1, Mux(sub_shift > _SIG + 1, _SIG + 1, sub_shift))),
+                s4_sm1.eq(Mux(lead >= -126, 0, Mux(sub_sm1 > _SIG, _SIG, sub_sm1))),
             ]
 
         # ---- stage 5: align -> 24-bit q, guard, rest ------------------------------------------
+        # shift = sm1 + 1: q = sig >> shift, guard = sig bit sm1, rest = bits below sm1 | sticky
         x = Signal(_SIG + 1, name="s5_x")
         m.d.comb += x.eq(s4_sig)
-        sm1 = Signal(range(_SIG + 1), name="s5_shift_m1")
-        m.d.comb += sm1.eq(s4_shift - 1)
+        sm1 = s4_sm1
         below = Signal(_SIG + 1, name="s5_below")          # bits under the guard
-        m.d.comb += below.eq((Const(1, _SIG + 2) << sm1) - 1)
+        m.d.comb += below.eq(Cat(*[sm1 > k for k in range(_SIG + 1)]))   # no carry chain
         s5_q = Signal(24, name="s5_q")
         s5_guard = Signal(name="s5_guard")
         s5_rest = Signal(name="s5_rest")
@@ -241,7 +241,7 @@ class EdgeConverter(wiring.Component):
         s5_huge = Signal(name="s5_huge")
         with m.If(move[4]):
             m.d.sync += [
-                s5_q.eq(x >> s4_shift),
+                s5_q.eq(x[1:] >> sm1),
                 s5_guard.eq((x >> sm1)[0]),
                 s5_rest.eq(s4_sticky | (x & below).any()),
                 s5_sign.eq(s4_sign), s5_biased.eq(s4_biased),

@@ -354,16 +354,17 @@ class FP32Mul(_Model):
 class FP32Compare(_Model):
     """IEEE comparison flags and max/min.
 
-    ``lt = a < b``, ``eq = a == b``, ``le = a <= b`` (all false if either is NaN; ``-0 == +0``),
-    ``unord`` = either is NaN. ``max``/``min``: NaN if either operand is NaN (like
-    ``np.maximum``); otherwise the larger/smaller; equal operands per
+    ``less = a < b``, ``equal = a == b``, ``less_equal = a <= b`` (all false if either is NaN;
+    ``-0 == +0``), ``unordered`` = either is NaN. ``max``/``min``: NaN if either operand is
+    NaN (like ``np.maximum``); otherwise the larger/smaller; equal operands per
     :attr:`~hdl.fp32.config.FP32Config.cmp_zero_order` (``"numpy"``: ``b``, exactly
     ``np.maximum(a, b)``; ``"ieee"``: ``-0 < +0``).
     """
 
     NAME = "fp32_compare"
     IN_FIELDS = (("a", 32), ("b", 32))
-    OUT_FIELDS = (("max", 32), ("min", 32), ("lt", 1), ("eq", 1), ("le", 1), ("unord", 1))
+    OUT_FIELDS = (("max", 32), ("min", 32), ("less", 1), ("equal", 1), ("less_equal", 1),
+                  ("unordered", 1))
     FP_OUT = ("max", "min")
 
     def __call__(self, a, b) -> dict:
@@ -377,8 +378,8 @@ class FP32Compare(_Model):
                 both_zero = ((a | b) & _U32(0x7FFFFFFF)) == 0
                 mx = np.where(both_zero, a & b, mx)   # -0 only if both are -0
                 mn = np.where(both_zero, a | b, mn)   # +0 only if both are +0
-            out = {"max": canon(mx), "min": canon(mn), "lt": (fa < fb), "eq": (fa == fb),
-                   "le": (fa <= fb), "unord": np.isnan(fa) | np.isnan(fb)}
+            out = {"max": canon(mx), "min": canon(mn), "less": (fa < fb), "equal": (fa == fb),
+                   "less_equal": (fa <= fb), "unordered": np.isnan(fa) | np.isnan(fb)}
         return {k: np.asarray(v).astype(np.int64) if k not in self.FP_OUT else v
                 for k, v in out.items()}
 

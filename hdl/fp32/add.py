@@ -7,7 +7,8 @@ from amaranth.lib.wiring import In, Out
 from ..formats import FP32
 from ..registry import Block
 from .config import FP32Config
-from .unpack import QNAN, CutPipeline, normalize_left, rounding_stage, unpack_fp32
+from .unpack import (QNAN, CutPipeline, FlatStreams, normalize_left, rounding_stage,
+                     unpack_fp32)
 
 __all__ = ["FP32AddIn", "FP32Add"]
 
@@ -150,6 +151,7 @@ def _params(preset: str) -> dict:
 
 
 TESSERA_BLOCKS = [
-    Block("fp32_add", build=lambda preset: FP32Add(config=FP32Config.preset(preset)),
+    Block("fp32_add",
+          build=lambda preset: FlatStreams(FP32Add(config=FP32Config.preset(preset))),
           params=_params),
 ]

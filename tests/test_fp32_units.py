@@ -1,0 +1,365 @@
+"""Fast tier of the pipelined FP32 units (Amaranth simulator) against the numpy golden models.
+
+Every unit at presets ``tiny`` (one register) and ``default`` (full pipeline): a few hundred
+random operands plus all pairs of a special-value set, checked bit for bit (NaN results only as
+NaN), and the exact published latency of every operation at full rate. Random idle/backpressure,
+reset in mid-stream, the IEEE zero order of max/min, named edge cases, config validation, and
+the payload layouts shared with the golden models.
+"""
+import dataclasses
+import itertools
+import random
+from collections import deque
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from amaranth.hdl import ClockDomain, Module
+from amaranth.lib import data
+from amaranth.sim import Simulator
+
+from hdl.fp32.add import FP32Add, FP32AddIn
+from hdl.fp32.compare import FP32Compare, FP32CompareIn, FP32CompareOut
+from hdl.fp32.config import CUT_PRIORITY, STEP_BOUNDARIES, UNIT_NAMES, FP32Config
+from hdl.fp32.convert import FP32ToInt, FP32ToIntIn, FP32ToIntOut, IntToFP32
+from hdl.fp32.mul import FP32Mul, FP32MulIn
+from hdl.registry import get_block
+from sim import fp32 as gold
+
+HW = {"fp32_add": FP32Add, "fp32_mul": FP32Mul, "fp32_compare": FP32Compare,
+      "int_to_fp32": IntToFP32, "fp32_to_int": FP32ToInt}
+
+
+# ----------------------------------------------------------------------------------------------
+# Harness
+# ----------------------------------------------------------------------------------------------
+
+def _raw(st):
+    payload = st.payload.as_value() if isinstance(st.payload, data.View) else st.payload
+    return SimpleNamespace(valid=st.valid, ready=st.ready, payload=payload)
+
+
+def simulate(dut, payloads, *, seed=0, idle_prob=0.0, stall_prob=0.0, reset_after=None):
+    """Drive ``payloads`` cycle by cycle; return ``(outputs, in_cycles, out_cycles)``.
+
+    With ``reset_after=k`` the domain reset is pulsed for 2 cycles once ``k`` payloads were
+    accepted; the outputs still pending are lost and the rest of the run is recorded afresh
+    (``outputs`` then holds only results of payloads accepted after the reset).
+    """
+    top = Module()
+    top.domains.sync = cd = ClockDomain("sync")
+    top.submodules.dut = dut
+    i, o = _raw(dut.i), _raw(dut.o)
+    rng = random.Random(seed)
+    result = SimpleNamespace(out=[], in_cycles=[], out_cycles=[])
+
+    async def bench(ctx):
+        pending = deque(payloads)
+        accepted = 0
+        expected = len(payloads)
+        cycle = 0
+        did_reset = False
+        while len(result.out) < expected:
+            if reset_after is not None and not did_reset and accepted == reset_after:
+                did_reset = True
+                ctx.set(i.valid, 0)
+                ctx.set(cd.rst, 1)
+                await ctx.tick()
+                await ctx.tick()
+                ctx.set(cd.rst, 0)
+                expected = len(pending)       # results of earlier payloads are gone
+                result.out.clear(), result.in_cycles.clear(), result.out_cycles.clear()
+                cycle += 2
+                continue
+            send = bool(pending) and not (idle_prob and rng.random() < idle_prob)
+            ready = not (stall_prob and rng.random() < stall_prob)
+            ctx.set(i.valid, send)
+            if send:
+                ctx.set(i.payload, pending[0])
+            ctx.set(o.ready, ready)
+            if send and ctx.get(i.ready):
+                pending.popleft()
+                accepted += 1
+                result.in_cycles.append(cycle)
+            if ready and ctx.get(o.valid):
+                result.out.append(ctx.get(o.payload))
+                result.out_cycles.append(cycle)
+            await ctx.tick()
+            cycle += 1
+            assert cycle < 50 * len(payloads) + 200, "pipeline stuck"
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6, domain="sync")
+    sim.add_testbench(bench)
+    sim.run()
+    return result
+
+
+def check(model, ins, outs, what=""):
+    exp = model.expected_payloads(ins)
+    got = model.canon_out(outs)
+    assert len(got) == len(exp)
+    bad = [k for k, (g, e) in enumerate(zip(got, exp)) if g != e]
+    if bad:
+        lines = [f"{model.describe(ins[k])}: got {got[k]:#x}, expected {exp[k]:#x}"
+                 for k in bad[:8]]
+        raise AssertionError(f"{model.NAME} {what}: {len(bad)} of {len(ins)} wrong\n"
+                             + "\n".join(lines))
+
+
+def random_inputs(block, model, rng, n):
+    if block in ("fp32_add", "fp32_mul", "fp32_compare"):
+        a, b = gold.random_pairs(rng, n, {"fp32_add": "add", "fp32_mul": "mul",
+                                          "fp32_compare": "cmp"}[block])
+        if block == "fp32_add":
+            return model.pack_in(a=a, b=b, sub=rng.integers(0, 2, n))
+        return model.pack_in(a=a, b=b)
+    if block == "int_to_fp32":
+        return model.pack_in(i=gold.random_int32(rng, n))
+    return model.pack_in(a=gold.random_ftoi(rng, n), rne=rng.integers(0, 2, n))
+
+
+def special_inputs(block, model):
+    if block in ("fp32_add", "fp32_mul", "fp32_compare"):
+        pairs = np.array(list(itertools.product(gold.SPECIALS_SMALL, repeat=2)), dtype=np.int64)
+        a, b = pairs[:, 0], pairs[:, 1]
+        if block == "fp32_add":
+            n = len(a)
+            return model.pack_in(a=np.tile(a, 2), b=np.tile(b, 2),
+                                 sub=np.repeat([0, 1], n))
+        return model.pack_in(a=a, b=b)
+    if block == "int_to_fp32":
+        return model.pack_in(i=np.array(gold.INT_SPECIALS, dtype=np.int64))
+    n = len(gold.FTOI_SPECIALS)
+    return model.pack_in(a=np.tile(gold.FTOI_SPECIALS, 2), rne=np.repeat([0, 1], n))
+
+
+# ----------------------------------------------------------------------------------------------
+# Results at full rate, exact latency
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("preset", ["tiny", "default"])
+@pytest.mark.parametrize("block", UNIT_NAMES)
+def test_unit_full_rate_random_and_specials(block, preset):
+    cfg = FP32Config.preset(preset)
+    model = gold.model_for(block, cfg)
+    rng = np.random.default_rng(1000 + UNIT_NAMES.index(block))
+    ins = special_inputs(block, model) + random_inputs(block, model, rng, 300)
+    dut = HW[block](config=cfg)
+    assert dut.latency == cfg.latency(block) == model.latency
+    r = simulate(dut, ins)
+    check(model, ins, r.out, f"preset {preset}")
+    # one operation per cycle, each result exactly `latency` cycles after its input
+    assert r.in_cycles == list(range(len(ins)))
+    assert [o - i for i, o in zip(r.in_cycles, r.out_cycles)] == [dut.latency] * len(ins)
+
+
+@pytest.mark.parametrize("block", UNIT_NAMES)
+def test_unit_backpressure_and_idle(block):
+    cfg = FP32Config.preset("default")
+    model = gold.model_for(block, cfg)
+    rng = np.random.default_rng(2000 + UNIT_NAMES.index(block))
+    ins = random_inputs(block, model, rng, 250)
+    r = simulate(HW[block](config=cfg), ins, seed=7, idle_prob=0.3, stall_prob=0.4)
+    check(model, ins, r.out, "under backpressure")
+    assert all(o - i >= cfg.latency(block) for i, o in zip(r.in_cycles, r.out_cycles))
+
+
+@pytest.mark.parametrize("block", UNIT_NAMES)
+def test_unit_reset_mid_stream(block):
+    cfg = FP32Config.preset("default")
+    model = gold.model_for(block, cfg)
+    rng = np.random.default_rng(3000 + UNIT_NAMES.index(block))
+    ins = random_inputs(block, model, rng, 120)
+    r = simulate(HW[block](config=cfg), ins, seed=3, stall_prob=0.2, reset_after=40)
+    # everything in flight at the reset is dropped; the 80 later operations are all correct
+    check(model, ins[40:], r.out, "after reset")
+
+
+# ----------------------------------------------------------------------------------------------
+# Semantics
+# ----------------------------------------------------------------------------------------------
+
+def _f(x):
+    return int(gold.f32_to_bits(x))
+
+
+NAMED_ADD = {
+    "x + (-x) = +0": (_f(1.5), _f(-1.5), 0),
+    "x - x = +0": (_f(-3.0), _f(-3.0), 1),
+    "(-0) + (-0) = -0": (0x80000000, 0x80000000, 0),
+    "(+0) + (-0) = +0": (0x00000000, 0x80000000, 0),
+    "(-0) - (+0) = -0": (0x80000000, 0x00000000, 1),
+    "1 + 2^-24 tie to even (down)": (_f(1.0), 0x33800000, 0),
+    "(1 + 2^-23) + 2^-24 tie to even (up)": (0x3F800001, 0x33800000, 0),
+    "max + max overflows to +Inf": (0x7F7FFFFF, 0x7F7FFFFF, 0),
+    "-max - ulp/2 ties to -max": (0xFF7FFFFF, 0x73000000, 1),
+    "min normal - min subnormal = largest subnormal": (0x00800000, 0x00000001, 1),
+    "subnormal + subnormal = normal": (0x00400000, 0x00400000, 0),
+    "catastrophic cancellation to one ulp": (0x3F800001, _f(1.0), 1),
+    "cancellation leaving a subnormal": (0x00800001, 0x00800000, 1),
+    "Inf - Inf = NaN": (0x7F800000, 0x7F800000, 1),
+    "Inf + (-Inf) = NaN": (0x7F800000, 0xFF800000, 0),
+    "-Inf + max = -Inf": (0xFF800000, 0x7F7FFFFF, 0),
+    "sNaN + 1 = NaN": (0x7F800001, _f(1.0), 0),
+    "alignment distance 26, sticky decides": (_f(1.0), 0xB2800001, 0),
+    "alignment distance 200": (0x7E000000, 0x00000003, 1),
+}
+
+NAMED_MUL = {
+    "min subnormal * 0.5 ties to +0": (0x00000001, _f(0.5), None),
+    "min subnormal * -0.75 rounds to -min subnormal": (0x00000001, _f(-0.75), None),
+    "min normal * (1 - 2^-24) rounds up to min normal": (0x00800000, 0x3F7FFFFF, None),
+    "subnormal * 2^24 is exact normal": (0x00000003, 0x4B800000, None),
+    "max * 2 overflows to Inf": (0x7F7FFFFF, _f(-2.0), None),
+    "0 * Inf = NaN": (0x00000000, 0xFF800000, None),
+    "-0 * 5 = -0": (0x80000000, _f(5.0), None),
+    "subnormal * subnormal underflows to zero": (0x007FFFFF, 0x807FFFFF, None),
+    "2^-63 * 2^-63 -> subnormal 2^-126": (0x20000000, 0x20000000, None),
+}
+
+
+@pytest.mark.parametrize("block, cases", [("fp32_add", NAMED_ADD), ("fp32_mul", NAMED_MUL)])
+def test_named_edge_cases(block, cases):
+    cfg = FP32Config.preset("default")
+    model = gold.model_for(block, cfg)
+    names = list(cases)
+    if block == "fp32_add":
+        ins = model.pack_in(**{k: [cases[n][j] for n in names]
+                               for j, k in enumerate(("a", "b", "sub"))})
+    else:
+        ins = model.pack_in(a=[cases[n][0] for n in names], b=[cases[n][1] for n in names])
+    r = simulate(HW[block](config=cfg), ins)
+    exp = model.expected_payloads(ins)
+    got = model.canon_out(r.out)
+    wrong = [n for n, g, e in zip(names, got, exp) if g != e]
+    assert not wrong, wrong
+    # sanity of the named facts themselves (zero signs, ties, NaN) against the golden model
+    if block == "fp32_add":
+        res = dict(zip(names, exp))
+        assert res["x + (-x) = +0"] == 0 and res["(-0) + (-0) = -0"] == 0x80000000
+        assert res["1 + 2^-24 tie to even (down)"] == _f(1.0)
+        assert res["Inf - Inf = NaN"] == gold.QNAN
+
+
+@pytest.mark.parametrize("order", ["numpy", "ieee"])
+def test_compare_zero_order(order):
+    cfg = FP32Config(cmp_zero_order=order)
+    model = gold.model_for("fp32_compare", cfg)
+    vals = [0x00000000, 0x80000000, _f(1.0), _f(-1.0), gold.QNAN]
+    pairs = list(itertools.product(vals, repeat=2))
+    ins = model.pack_in(a=[p[0] for p in pairs], b=[p[1] for p in pairs])
+    r = simulate(FP32Compare(config=cfg), ins)
+    check(model, ins, r.out, f"zero order {order}")
+    out = model.unpack_out(model.canon_out(r.out))
+    k = pairs.index((0x00000000, 0x80000000))          # max(+0, -0)
+    assert out["equal"][k] == 1 and out["less"][k] == 0
+    assert out["max"][k] == (0x80000000 if order == "numpy" else 0)
+    assert out["min"][k] == 0x80000000
+
+
+def test_golden_compare_numpy_order_is_numpy():
+    a = gold.f32_to_bits([0.0, -0.0, np.nan, 1.0])
+    b = gold.f32_to_bits([-0.0, 0.0, 1.0, np.nan])
+    out = gold.FP32Compare(FP32Config())(a, b)
+    with np.errstate(all="ignore"):
+        ref = np.maximum(gold.bits_to_f32(a), gold.bits_to_f32(b)).view(np.uint32)
+    assert out["max"].tolist() == gold.canon(ref).tolist()
+
+
+def test_golden_ftoi_saturation_rules():
+    m = gold.FP32ToInt()
+    a = gold.f32_to_bits([2.5, 2.5, -2.5, -2147483648.0, 2147483648.0, np.inf, -np.inf])
+    a = np.concatenate([a, [gold.QNAN]])
+    out = m(a, np.array([0, 1, 1, 0, 0, 0, 0, 0]))
+    vals = [v - (1 << 32) if v >> 31 else v for v in out["value"].tolist()]
+    assert vals[:3] == [int(np.trunc(2.5)), int(np.rint(2.5)), int(np.rint(-2.5))]
+    assert vals[3] == -(1 << 31) and out["invalid"][3] == 0
+    assert vals[4:] == [(1 << 31) - 1, (1 << 31) - 1, -(1 << 31), 0]
+    assert out["invalid"][4:].tolist() == [1, 1, 1, 1]
+
+
+def test_random_generators_cover_classes():
+    rng = np.random.default_rng(5)
+    a, b = gold.random_pairs(rng, 20000, "add")
+    ea, eb = (a >> 23) & 0xFF, (b >> 23) & 0xFF
+    diff = np.abs(ea.astype(int) - eb.astype(int))
+    assert all(np.any(diff == d) for d in range(0, 31))
+    assert np.any(diff > 40)
+    for x in (a, b):
+        assert np.mean(gold.is_nan(x)) > 0.002
+        assert np.mean((x & 0x7FFFFFFF) == 0x7F800000) > 0.001
+        assert np.mean((x & 0x7FFFFFFF) == 0) > 0.005
+        assert np.mean((((x >> 23) & 0xFF) == 0) & ((x & 0x7FFFFF) != 0)) > 0.03
+        assert np.mean(((x >> 23) & 0xFF) >= 253) > 0.02
+    r = gold.FP32Add()(a, b, np.zeros(len(a), dtype=np.int64))["r"]
+    assert np.mean((r & 0x7FFFFFFF) == 0x7F800000) > 0.002          # overflow happens
+    assert np.mean((((r >> 23) & 0xFF) == 0) & ((r & 0x7FFFFF) != 0)) > 0.02
+    a, b = gold.random_pairs(rng, 20000, "mul")
+    r = gold.FP32Mul()(a, b)["r"]
+    er = (r >> 23) & 0xFF
+    assert np.mean((er == 0) & ((r & 0x7FFFFF) != 0)) > 0.02        # subnormal products
+    assert np.mean((r & 0x7FFFFFFF) == 0) > 0.02                    # underflow to zero
+    assert np.mean((r & 0x7FFFFFFF) == 0x7F800000) > 0.02           # overflow
+
+
+# ----------------------------------------------------------------------------------------------
+# Configuration, layouts, registry
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("field, value, exc", [
+    ("add_stages", 0, ValueError), ("add_stages", 6, ValueError), ("mul_stages", 5, ValueError),
+    ("cmp_stages", 3, ValueError), ("itof_stages", 4, ValueError), ("ftoi_stages", 0, ValueError),
+    ("add_stages", 2.0, TypeError), ("mul_stages", True, TypeError),
+    ("cmp_zero_order", "ties", ValueError), ("cmp_zero_order", 1, TypeError),
+])
+def test_invalid_config_rejected(field, value, exc):
+    with pytest.raises(exc, match=rf"FP32Config\.{field}.*{value!r}"):
+        FP32Config(**{field: value})
+
+
+def test_config_presets_cuts_and_latency():
+    tiny, default = FP32Config.preset("tiny"), FP32Config.preset("default")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        default.add_stages = 2
+    for unit in UNIT_NAMES:
+        assert tiny.latency(unit) == 1 and not any(tiny.cuts(unit).values())
+        cuts = default.cuts(unit)
+        assert list(cuts) == list(STEP_BOUNDARIES[unit])
+        assert default.latency(unit) == 1 + sum(cuts.values())
+        assert set(CUT_PRIORITY[unit]) == set(STEP_BOUNDARIES[unit])
+    cfg = FP32Config(add_stages=3)
+    assert cfg.cuts("fp32_add") == {"unpack": False, "align": False, "add": True,
+                                    "normalize": True}
+    with pytest.raises(ValueError, match="unit must be one of"):
+        cfg.latency("fp32_div")
+    with pytest.raises(TypeError, match="FP32Config"):
+        FP32Add(config=object())
+
+
+def test_layouts_match_golden_fields():
+    layouts = {"fp32_add": (FP32AddIn, None), "fp32_mul": (FP32MulIn, None),
+               "fp32_compare": (FP32CompareIn, FP32CompareOut),
+               "fp32_to_int": (FP32ToIntIn, FP32ToIntOut)}
+    for block, (lin, lout) in layouts.items():
+        model = gold.model_for(block)
+        for layout, fields in ((lin, model.IN_FIELDS), (lout, model.OUT_FIELDS)):
+            if layout is None:
+                assert fields == (("r", 32),)
+                continue
+            offset = 0
+            for name, width in fields:
+                f = data.Layout.cast(layout)[name]
+                assert (f.offset, f.width) == (offset, width), (block, name)
+                offset += width
+            assert data.Layout.cast(layout).size == offset
+
+
+@pytest.mark.parametrize("block", UNIT_NAMES)
+def test_registered_blocks_publish_latency(block):
+    for preset in ("tiny", "default"):
+        b = get_block(block)
+        params = b.params(preset)
+        comp = b.build(preset)
+        comp._MustUse__silence = True       # built for its attributes only, never elaborated
+        assert params["latency"] == comp.latency == FP32Config.preset(preset).latency(block)

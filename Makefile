@@ -52,8 +52,9 @@ verilog: setup
 #   DECLFILENAME - Amaranth names the file after nothing; one module per top and submodules.
 #   WIDTHEXPAND/WIDTHTRUNC - Amaranth relies on Verilog's implicit zero-extension/truncation in
 #                  its generated assignments; widths are checked by Amaranth at elaboration.
-#   UNUSEDPARAM  - none emitted today; kept out (no waiver).
-LINT_WAIVERS := -Wno-UNUSEDSIGNAL -Wno-DECLFILENAME -Wno-WIDTHEXPAND -Wno-WIDTHTRUNC
+#   PROCASSINIT  - Amaranth gives every register its reset value both as an `initial` value and
+#                  in the reset branch of its always block; Verilator flags the pairing.
+LINT_WAIVERS := -Wno-UNUSEDSIGNAL -Wno-DECLFILENAME -Wno-WIDTHEXPAND -Wno-WIDTHTRUNC -Wno-PROCASSINIT
 lint: verilog
 	@set -e; for f in build/verilog/*/*.v; do \
 	  echo "lint $$f"; \

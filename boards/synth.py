@@ -96,7 +96,9 @@ def place_and_route(block: str, preset: str, work: Path) -> dict:
 
     harness = SynthHarness(get_block(block).build(preset))
     os.environ.update(_tool_env())
-    Platform().build(harness, name="top", build_dir=str(work / "pnr"), do_program=False)
+    # A block slower than the target is a result to report, not an error.
+    Platform().build(harness, name="top", build_dir=str(work / "pnr"), do_program=False,
+                     nextpnr_opts="--timing-allow-fail")
     log = (work / "pnr" / "top.tim").read_text()
     fmax = re.findall(r"Max frequency for clock\s+'[^']*':\s+([0-9.]+) MHz", log)
     util = dict(re.findall(r"^Info:\s+(\w+):\s+(\d+)/\s*\d+", log, re.M))

@@ -74,7 +74,7 @@ class TB:
         rows, c = z.shape
         self.dut.sx_gscale.value = int(np.array(gscale, F32).view(np.uint32))
         grad, s, zt = softmax_xent(z, labels, gscale, self.config, self.divsqrt)
-        zb = _bits(z)
+        zb = _bits(np.asarray(z, F32).ravel())
         got_rows = []
         for r in range(rows):
             await self.sx_i.send_all(

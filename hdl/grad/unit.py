@@ -18,6 +18,11 @@ from .softmax import SX_IN_LAYOUT, SX_OUT_LAYOUT, SoftmaxXent
 __all__ = ["GradUnit"]
 
 
+def _used(elaboratable):
+    elaboratable._MustUse__used = True
+    return elaboratable
+
+
 class GradUnit(wiring.Component):
     """Elementwise ops, bias gradient and softmax cross-entropy (independent, concurrent).
 
@@ -44,10 +49,12 @@ class GradUnit(wiring.Component):
         self.config = config or GradConfig()
         self.fp32_config = fp32_config or FP32Config()
         self.divsqrt_config = divsqrt_config or FP32DivSqrtConfig()
-        self._ew = Elementwise(fp32_config=self.fp32_config)
-        self._bg = BiasGrad(config=self.config, fp32_config=self.fp32_config)
-        self._sx = SoftmaxXent(config=self.config, fp32_config=self.fp32_config,
-                               divsqrt_config=self.divsqrt_config)
+        # Sub-blocks are elaborated as part of this block (marked used as soon as made, so a
+        # config error in a later one leaves no "never used" warning).
+        self._ew = _used(Elementwise(fp32_config=self.fp32_config))
+        self._bg = _used(BiasGrad(config=self.config, fp32_config=self.fp32_config))
+        self._sx = _used(SoftmaxXent(config=self.config, fp32_config=self.fp32_config,
+                                     divsqrt_config=self.divsqrt_config))
         self.latency = {"elementwise": self._ew.latency, "biasgrad": self._bg.latency,
                         "softmax": self._sx.latency}
         super().__init__({
@@ -88,6 +95,7 @@ def _build(preset: str) -> GradUnit:
 
 def _params(preset: str) -> dict:
     u = _build(preset)
+    u._MustUse__used = True                  # built for its parameters only
     return {**u.config.to_dict(), "latency": u.latency["softmax"],
             "latencies": u.latency}
 

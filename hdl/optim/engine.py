@@ -403,9 +403,10 @@ def _sel_data(rports, sel):
 
 
 def _params(preset: str) -> dict:
-    eng = _build(preset)
-    return {**eng.config.to_dict(), "latency": eng.latency,
-            "fp32": eng.fp32_config.to_dict(), "divsqrt": eng.divsqrt_config.to_dict()}
+    cfg, fc, dc = (OptimConfig.preset(preset), FP32Config.preset(preset),
+                   FP32DivSqrtConfig.preset(preset))
+    return {**cfg.to_dict(), "latency": 1 + OptimDatapath.latency_for(fc, dc),
+            "fp32": fc.to_dict(), "divsqrt": dc.to_dict()}
 
 
 def _build(preset: str) -> OptimEngine:

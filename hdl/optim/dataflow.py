@@ -204,14 +204,16 @@ class Dataflow:
 def credit_fifo(m, name: str, *, latency: int, accept, done_valid, done_data, o):
     """Output FIFO for a never-stalling fixed-latency pipeline feeding a stream ``o``.
 
-    The FIFO holds ``latency + 2`` entries; the pipeline may accept an element only while
+    The FIFO holds ``latency + 4`` entries; the pipeline may accept an element only while
     ``FIFO level + elements in flight < depth`` (the returned ``can_accept``), so every result
-    has a slot when it leaves the pipeline and backpressure on ``o`` never drops data.
+    has a slot when it leaves the pipeline and backpressure on ``o`` never drops data. The
+    margin of 4 over the latency covers the FIFO's own write-to-read delay, so an unstalled
+    stream runs at one element per cycle.
     ``accept``: an element enters the pipeline this cycle; ``done_valid``/``done_data``: the
     pipeline output. Returns ``can_accept``.
     """
     from amaranth.lib.fifo import SyncFIFOBuffered
-    depth = latency + 2
+    depth = latency + 4
     fifo = SyncFIFOBuffered(width=len(Value.cast(done_data)), depth=depth)
     m.submodules[name] = fifo
     inflight = Signal(range(depth + 2), name=f"{name}_inflight")

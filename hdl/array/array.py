@@ -6,6 +6,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
+from ..fmac import FMACCore
 from ..registry import Block
 from .config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
 from .pe import PE, elem_layout, op_layout, psum_layout, width_shape
@@ -15,8 +16,9 @@ __all__ = ["beat_layout", "wload_layout", "array_out_layout", "array_latency", "
 
 def array_latency(config: ArrayConfig, width_a: int, width_b: int) -> int:
     """Cycles from an ``inp`` transfer to its ``out`` vector without backpressure:
-    ``(2*S + 1) * beat_cycles + 2``."""
-    return (2 * config.size + 1) * config.beat_cycles(width_a, width_b) + 2
+    ``(2*S + 1) * beat_cycles + 2 + FMACCore.LATENCY``."""
+    return ((2 * config.size + 1) * config.beat_cycles(width_a, width_b) + 2
+            + getattr(FMACCore, "LATENCY", 0))
 
 
 def beat_layout(config: ArrayConfig) -> data.StructLayout:
@@ -69,7 +71,7 @@ class SystolicArray(wiring.Component):
     the array starts a beat whenever the cores are ready, the output FIFO has room and either
     ``inp`` is valid or beats are still in flight (bubbles flush the pipeline). Without
     backpressure a beat accepted in cycle ``t`` leaves on ``out`` in cycle
-    ``t + (2*S + 1)*B + 2`` (:meth:`latency`). ``inp.ready`` depends only on state.
+    ``t + (2*S + 1)*B + 2 + FMACCore.LATENCY`` (:meth:`latency`). ``inp.ready`` depends only on state.
 
     Stationary weights: two banks per PE. ``wload`` writes one row of a bank per cycle; it is
     ready only while no beat tagged with that bank is still inside the array (up to the moment
@@ -100,6 +102,7 @@ class SystolicArray(wiring.Component):
 
     def __init__(self, *, config: ArrayConfig):
         if not isinstance(config, ArrayConfig):
+            self._MustUse__silence = True        # no "never used" warning when rejected
             raise TypeError(f"SystolicArray.config must be an ArrayConfig, not {config!r}")
         self.config = config
         super().__init__({
@@ -134,6 +137,7 @@ class SystolicArray(wiring.Component):
                 pes[k][n] = pe
                 m.d.comb += [pe.mode.eq(self.mode), pe.width_a.eq(self.width_a),
                              pe.width_b.eq(self.width_b)]
+        self.pes = pes           # for simulation-time introspection in tests
 
         fifo = m.submodules.out_fifo = SyncFIFO(width=array_out_layout(cfg).size,
                                                 depth=self.OUT_DEPTH)
@@ -268,7 +272,7 @@ def _params(preset: str) -> dict:
         **cfg.to_dict(),
         "acc_bits": cfg.acc_bits,
         "latency": array_latency(cfg, cfg.max_mantissa, cfg.max_mantissa),
-        "latency_formula": "(2*size + 1) * beat_cycles + 2",
+        "latency_formula": "(2*size + 1) * beat_cycles + 2 + FMACCore.LATENCY",
         "inp_bits": beat_layout(cfg).size,
         "wload_bits": wload_layout(cfg).size,
         "out_bits": array_out_layout(cfg).size,

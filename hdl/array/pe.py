@@ -41,8 +41,9 @@ class PE(wiring.Component):
 
     All PEs of an array run in lockstep: the array pulses ``start`` for every PE in the same
     cycle (a *beat* begins), the chunked :class:`hdl.fmac.FMACCore` multiplies for
-    ``B = ceil((m_a/2)(m_b/2)/lanes)`` cycles and raises ``done``; the partial sum is updated at
-    the end of the ``done`` cycle, which is also the earliest next ``start``.
+    ``B = ceil((m_a/2)(m_b/2)/lanes)`` cycles (the next beat may start then) and raises ``done``
+    ``FMACCore.LATENCY`` cycles later; the partial sum is updated at the end of the ``done``
+    cycle. The tags of the products in flight wait in a small queue.
 
     * On ``start`` the operand registers shift (``h_reg <= h_in``, ``v_reg <= v_in``) and the
       core captures this PE's current operands:
@@ -92,6 +93,7 @@ class PE(wiring.Component):
 
     def __init__(self, *, config: ArrayConfig, name: str = "pe"):
         if not isinstance(config, ArrayConfig):
+            self._MustUse__silence = True        # no "never used" warning when rejected
             raise TypeError(f"PE.config must be an ArrayConfig, not {config!r}")
         self.config = config
         self._name = name
@@ -141,16 +143,37 @@ class PE(wiring.Component):
             core.b_sign.eq(Mux(is_bww, v.sign, wb_sign)),
             core.b_mag.eq(Mux(is_bww, v.mag, wb_mag)),
             core.width_a.eq(self.width_a), core.width_b.eq(self.width_b),
-            core.accumulate.eq(0), core.clear.eq(0),
+            core.accumulate.eq(0), core.clear.eq(0), core.last.eq(0),
             self.ready.eq(core.ready), self.done.eq(core.done),
         ]
 
-        cur_valid = Signal(name=f"{nm}_cur_valid")
-        cur_first = Signal(name=f"{nm}_cur_first")
-        cur_last = Signal(name=f"{nm}_cur_last")
-        with m.If(self.start & core.ready):
-            m.d.sync += [h.eq(self.h_in), v.eq(self.v_in),
-                         cur_valid.eq(a.valid), cur_first.eq(a.first), cur_last.eq(a.last)]
+        # Flags of the products in flight, oldest first: the core's ``done`` for beat j can come
+        # after the start of beat j+1 (FMACCore.LATENCY), so they queue (depth latency + 2).
+        depth = 2 + getattr(FMACCore, "LATENCY", 0)
+        fl = data.StructLayout({"valid": 1, "first": 1, "last": 1})
+        q = [Signal(fl, name=f"{nm}_flags_{j}") for j in range(depth)]
+        cnt = Signal(range(depth + 1), name=f"{nm}_flags_count")
+        push = Signal(name=f"{nm}_push")
+        pop = Signal(name=f"{nm}_pop")
+        new = Signal(fl, name=f"{nm}_flags_new")
+        m.d.comb += [push.eq(self.start & core.ready), pop.eq(core.done),
+                     new.valid.eq(a.valid), new.first.eq(a.first), new.last.eq(a.last)]
+        with m.If(push):
+            m.d.sync += [h.eq(self.h_in), v.eq(self.v_in)]
+        for j in range(depth):
+            nxt = q[j + 1] if j + 1 < depth else q[j]
+            with m.If(pop):
+                with m.If(push & (cnt == j + 1)):
+                    m.d.sync += q[j].eq(new)
+                with m.Else():
+                    m.d.sync += q[j].eq(nxt)
+            with m.Elif(push & (cnt == j)):
+                m.d.sync += q[j].eq(new)
+        with m.If(push & ~pop):
+            m.d.sync += cnt.eq(cnt + 1)
+        with m.Elif(pop & ~push):
+            m.d.sync += cnt.eq(cnt - 1)
+        cur_valid, cur_first, cur_last = q[0].valid, q[0].first, q[0].last
 
         addend = Signal(signed(cfg.acc_bits), name=f"{nm}_addend")
         total = Signal(signed(cfg.acc_bits), name=f"{nm}_sum")

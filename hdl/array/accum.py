@@ -1,0 +1,167 @@
+"""Output accumulator: exact array results -> FP32 (edge converters) -> RNE add into the output
+scratchpad (read-modify-write of one line per cycle)."""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from ..edge_converter import EdgeConfig, EdgeConverter
+from ..fp32.add import FP32Add
+from .config import ArrayConfig
+
+__all__ = ["acc_in_layout", "OutputAccumulator"]
+
+
+def acc_in_layout(config: ArrayConfig) -> data.StructLayout:
+    """One result line: exact chains ``value[l]`` with exponents ``exp[l]`` (value
+    ``value * 2**exp``), the target line ``addr``, lanes to write ``mask``, ``first`` (add to
+    ``+0.0`` instead of the stored word) and ``write`` (0: drop the line, e.g. padding rows)."""
+    S = config.size
+    return data.StructLayout({
+        "value": data.ArrayLayout(signed(config.acc_bits), S),
+        "exp": data.ArrayLayout(signed(config.edge_exp_bits), S),
+        "addr": range(config.mem_depth), "mask": S, "first": 1, "write": 1,
+    })
+
+
+class OutputAccumulator(wiring.Component):
+    """``mem[addr][l] = fp32(mem[addr][l] or +0.0) + fp32(value[l] * 2**exp[l])`` per line.
+
+    ``S`` :class:`hdl.edge_converter.EdgeConverter` (RNE) and ``S`` :class:`hdl.fp32.add.FP32Add`
+    (RNE, bit-exact with numpy float32) work in lockstep, one line per cycle. A line whose
+    ``addr`` is still in flight (read but not yet written back) waits, so repeated updates of
+    one line are applied in arrival order (the golden model's accumulation order). At most
+    ``DEPTH`` lines are in flight.
+
+    Members
+    -------
+    i : In(stream.Signature(acc_in_layout(config)))
+        Result lines.
+    rd_addr : Out(range(mem_depth)), rd_en : Out(1), rd_data : In(S * 32)
+        Read port of the output scratchpad (synchronous, one cycle).
+    wr_addr : Out(range(mem_depth)), wr_en : Out(S), wr_data : Out(S * 32)
+        Write port (one enable per 32-bit lane).
+    busy : Out(1)
+        Lines in flight.
+    hazard : Out(1)
+        A valid input waits for an in-flight line (for the stall counter).
+    """
+
+    DEPTH = 16
+
+    def __init__(self, *, config: ArrayConfig):
+        self.config = config
+        self.edge_config = EdgeConfig(int_bits=config.acc_bits, exp_bits=config.edge_exp_bits)
+        super().__init__({
+            "i": In(stream.Signature(acc_in_layout(config))),
+            "rd_addr": Out(range(config.mem_depth)), "rd_en": Out(1),
+            "rd_data": In(config.size * 32),
+            "wr_addr": Out(range(config.mem_depth)), "wr_en": Out(config.size),
+            "wr_data": Out(config.size * 32),
+            "busy": Out(1), "hazard": Out(1),
+        })
+
+    @property
+    def latency(self) -> int:
+        return EdgeConverter.LATENCY + FP32Add().latency + 1
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        S, D = cfg.size, self.DEPTH
+        edges = [EdgeConverter(config=self.edge_config) for _ in range(S)]
+        adds = [FP32Add() for _ in range(S)]
+        for lane in range(S):
+            m.submodules[f"edge_{lane}"] = edges[lane]
+            m.submodules[f"add_{lane}"] = adds[lane]
+
+        meta = data.StructLayout({"addr": range(cfg.mem_depth), "mask": S, "first": 1,
+                                  "write": 1})
+        meta1 = m.submodules.meta1 = SyncFIFO(width=meta.size, depth=D)
+        meta2 = m.submodules.meta2 = SyncFIFO(width=meta.size, depth=D)
+        old = m.submodules.old = SyncFIFO(width=S * 32, depth=D)
+
+        # ---- in-flight addresses (in order: a ring of DEPTH entries) -------------------------
+        ring_addr = [Signal(range(cfg.mem_depth), name=f"inflight_{j}_addr") for j in range(D)]
+        ring_valid = [Signal(name=f"inflight_{j}_valid") for j in range(D)]
+        tail = Signal(range(D), name="ring_tail")
+        head = Signal(range(D), name="ring_head")
+        count = Signal(range(D + 1), name="inflight")
+        p = self.i.payload
+        hit = Signal(name="addr_hit")
+        m.d.comb += hit.eq(Cat(*[ring_valid[j] & (ring_addr[j] == p.addr)
+                                 for j in range(D)]).any())
+        in_ok = Signal(name="in_ok")
+        accept = Signal(name="accept")
+        m.d.comb += [
+            in_ok.eq((count < D) & ~(hit & p.write)),
+            self.hazard.eq(self.i.valid & hit & p.write),
+            # the S lanes are identical pipelines in lockstep: lane 0's ready stands for all
+            self.i.ready.eq(edges[0].i.ready & in_ok),
+            accept.eq(self.i.valid & self.i.ready),
+            self.rd_addr.eq(p.addr),
+            self.rd_en.eq(accept),
+        ]
+        for lane in range(S):
+            m.d.comb += [
+                edges[lane].i.valid.eq(self.i.valid & in_ok),
+                edges[lane].i.payload.eq(Cat(p.value[lane], p.exp[lane])),
+            ]
+        m.d.comb += [meta1.w_en.eq(accept),
+                     meta1.w_data.eq(Cat(p.addr, p.mask, p.first, p.write))]
+        read_pending = Signal(name="read_pending")
+        m.d.sync += read_pending.eq(accept)
+        m.d.comb += [old.w_en.eq(read_pending), old.w_data.eq(self.rd_data)]
+        with m.If(accept):
+            for j in range(D):
+                with m.If(tail == j):
+                    m.d.sync += [ring_addr[j].eq(p.addr), ring_valid[j].eq(p.write)]
+            m.d.sync += tail.eq(Mux(tail == D - 1, 0, tail + 1))
+
+        # ---- join edge outputs with the old line: FP32 adds ---------------------------------
+        m1 = Signal(meta, name="meta1_head")
+        m.d.comb += m1.eq(meta1.r_data)
+        join_v = Signal(name="add_valid")
+        join = Signal(name="add_join")
+        m.d.comb += [
+            join_v.eq(Cat(*[e.o.valid for e in edges]).all() & old.r_rdy & meta1.r_rdy
+                      & meta2.w_rdy),
+            join.eq(join_v & adds[0].i.ready),
+        ]
+        for lane in range(S):
+            m.d.comb += [
+                edges[lane].o.ready.eq(join),
+                adds[lane].i.valid.eq(join_v),
+                adds[lane].i.payload.a.eq(Mux(m1.first, 0, old.r_data.word_select(lane, 32))),
+                adds[lane].i.payload.b.eq(edges[lane].o.payload),
+                adds[lane].i.payload.sub.eq(0),
+            ]
+        m.d.comb += [old.r_en.eq(join), meta1.r_en.eq(join),
+                     meta2.w_en.eq(join), meta2.w_data.eq(meta1.r_data)]
+
+        # ---- write back ---------------------------------------------------------------------
+        m2 = Signal(meta, name="meta2_head")
+        m.d.comb += m2.eq(meta2.r_data)
+        done = Signal(name="write_back")
+        m.d.comb += done.eq(Cat(*[a.o.valid for a in adds]).all() & meta2.r_rdy)
+        for lane in range(S):
+            m.d.comb += [adds[lane].o.ready.eq(done),
+                         self.wr_data.word_select(lane, 32).eq(adds[lane].o.payload)]
+        m.d.comb += [
+            meta2.r_en.eq(done),
+            self.wr_addr.eq(m2.addr),
+            self.wr_en.eq(Mux(done & m2.write, m2.mask, 0)),
+        ]
+        with m.If(done):
+            for j in range(D):
+                with m.If(head == j):
+                    m.d.sync += ring_valid[j].eq(0)
+            m.d.sync += head.eq(Mux(head == D - 1, 0, head + 1))
+        with m.If(accept & ~done):
+            m.d.sync += count.eq(count + 1)
+        with m.Elif(done & ~accept):
+            m.d.sync += count.eq(count - 1)
+        m.d.comb += self.busy.eq(count != 0)
+        return m

@@ -1,0 +1,133 @@
+"""Weight-tile aligner: ``S`` row groups -> one shared tile exponent -> stationary rows."""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .array import wload_layout
+from .config import ArrayConfig
+from .quant import group_out_layout
+
+__all__ = ["tile_row_layout", "TileAligner"]
+
+
+def tile_row_layout(config: ArrayConfig) -> data.StructLayout:
+    """One aligned row: the array's ``wload`` payload, the tile exponent, ``last`` row flag and
+    the tile's invalid/overflow flags."""
+    return data.StructLayout({
+        "wl": wload_layout(config), "exp": signed(config.exp_bits), "last": 1,
+        "invalid": 1, "overflow": 1,
+    })
+
+
+class TileAligner(wiring.Component):
+    """Collects the ``S`` row groups of a weight tile (row ``r`` = ``W[k0 + r, n0:n0+S]``,
+    exponent ``E_r``), takes ``E_t = max_r E_r`` and emits the rows with every magnitude
+    aligned to ``E_t``: ``M' = round(M / 2**(E_t - E_r))``, round to nearest even (shifts
+    above ``max_mantissa + 1`` clamp there and give 0). Bit-exact with
+    :func:`sim.array.align_rne` / :func:`sim.array.quantize_weight_tile`.
+
+    Tiles alternate between stationary banks 0, 1, 0, ... from ``clear`` on. One tile is held
+    at a time: ``S`` cycles to collect, ``S`` cycles to emit.
+
+    Members
+    -------
+    i : In(stream.Signature(group_out_layout(config, 1, side_bits)))
+        Row groups from converter 1.
+    o : Out(stream.Signature(tile_row_layout(config)))
+        Aligned rows (``o.payload.wl`` is the array's ``wload`` payload).
+    clear : In(1)
+        Restart at bank 0 (pass start).
+    """
+
+    def __init__(self, *, config: ArrayConfig, side_bits: int):
+        self.config = config
+        self.side_bits = side_bits
+        super().__init__({
+            "i": In(stream.Signature(group_out_layout(config, 1, side_bits))),
+            "o": Out(stream.Signature(tile_row_layout(config))),
+            "clear": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        S, mm, eb = cfg.size, cfg.max_mantissa, cfg.exp_bits
+        exps = [Signal(signed(eb), name=f"row_{r}_exp") for r in range(S)]
+        rows = [Signal(data.ArrayLayout(data.StructLayout({"mag": mm, "sign": 1}), S),
+                       name=f"row_{r}_elems") for r in range(S)]
+        count = Signal(range(S + 1), name="collected")
+        emit = Signal(range(S), name="emit_row")
+        bank = Signal(name="bank")
+        inv = Signal(name="tile_invalid")
+        ovf = Signal(name="tile_overflow")
+        full = Signal(name="full")
+        m.d.comb += full.eq(count == S)
+
+        m.d.comb += self.i.ready.eq(~full)
+        with m.If(self.i.valid & self.i.ready):
+            for r in range(S):
+                with m.If(count == r):
+                    m.d.sync += [exps[r].eq(self.i.payload.group.exp),
+                                 rows[r].eq(self.i.payload.group.elems)]
+            m.d.sync += count.eq(count + 1)
+            with m.If(count == 0):
+                m.d.sync += [inv.eq(self.i.payload.invalid), ovf.eq(self.i.payload.overflow)]
+            with m.Else():
+                m.d.sync += [inv.eq(inv | self.i.payload.invalid),
+                             ovf.eq(ovf | self.i.payload.overflow)]
+
+        # tile exponent: maximum of the row exponents (a comparator tree)
+        level = list(exps)
+        stage = 0
+        while len(level) > 1:
+            nxt = []
+            for j in range(0, len(level), 2):
+                if j + 1 == len(level):
+                    nxt.append(level[j])
+                    continue
+                mx = Signal(signed(eb), name=f"max_{stage}_{j // 2}")
+                m.d.comb += mx.eq(Mux(level[j] > level[j + 1], level[j], level[j + 1]))
+                nxt.append(mx)
+            level, stage = nxt, stage + 1
+        e_t = level[0]
+
+        # the row being emitted, aligned with round-to-nearest-even
+        cur_exp = Signal(signed(eb), name="cur_exp")
+        cur = Signal.like(rows[0], name="cur_elems")
+        for r in range(S):
+            with m.If(emit == r):
+                m.d.comb += [cur_exp.eq(exps[r]), cur.eq(rows[r])]
+        diff = Signal(signed(eb + 1), name="exp_diff")
+        d = Signal(range(mm + 2), name="align_shift")
+        m.d.comb += [diff.eq(e_t - cur_exp), d.eq(Mux(diff > mm + 1, mm + 1, diff))]
+        out = self.o.payload
+        for n in range(S):
+            ext = Signal(2 * mm + 1, name=f"ext_{n}")
+            sh = Signal(2 * mm + 1, name=f"shifted_{n}")
+            q = Signal(mm, name=f"q_{n}")
+            frac = Signal(mm + 1, name=f"frac_{n}")
+            up = Signal(name=f"up_{n}")
+            m.d.comb += [
+                ext.eq(cur[n].mag << (mm + 1)),
+                sh.eq(ext >> d),
+                q.eq(sh[mm + 1:]),
+                frac.eq(sh[:mm + 1]),
+                up.eq((frac > (1 << mm)) | ((frac == (1 << mm)) & q[0])),
+                out.wl.w[n].mag.eq(q + up),
+                out.wl.w[n].sign.eq(cur[n].sign),
+            ]
+        m.d.comb += [
+            self.o.valid.eq(full),
+            out.wl.row.eq(emit), out.wl.bank.eq(bank), out.exp.eq(e_t),
+            out.last.eq(emit == S - 1), out.invalid.eq(inv), out.overflow.eq(ovf),
+        ]
+        with m.If(self.o.valid & self.o.ready):
+            with m.If(emit == S - 1):
+                m.d.sync += [emit.eq(0), count.eq(0), bank.eq(~bank)]
+            with m.Else():
+                m.d.sync += emit.eq(emit + 1)
+        with m.If(self.clear):
+            m.d.sync += [bank.eq(0), count.eq(0), emit.eq(0)]
+        return m

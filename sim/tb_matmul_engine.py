@@ -1,0 +1,343 @@
+"""cocotb testbench of the generated ``matmul_engine`` (Verilator tier) and the array benchmark.
+
+The host side only loads scratchpads, sends ``START`` and waits for its response (Python never
+drives the array). ``TB`` = command driver + response monitor (random idle cycles and
+backpressure) + :class:`sim.array.MatmulEngineModel` (golden) + scoreboard. The payload
+packing mirrors :func:`hdl.array.engine.cmd_layout` / ``rsp_layout`` (checked by
+tests/test_matmul_engine.py).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+
+import cocotb
+import numpy as np
+from cocotb.triggers import ClockCycles, RisingEdge
+
+from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, MODE_NAMES, ArrayConfig
+from sim import array as G
+from sim.bfp import ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE
+from sim.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
+
+OP_WRITE, OP_READ, OP_START, OP_STATUS = 0, 1, 2, 3
+MEMS = {"a": 0, "b": 1, "c": 2}
+
+
+def _fields(spec):
+    out, off = {}, 0
+    for name, width in spec:
+        out[name] = (off, width)
+        off += width
+    return out
+
+
+def CMD_FIELDS(cfg: ArrayConfig) -> dict:  # noqa: N802 - mirrors a layout
+    ab = (cfg.mem_depth - 1).bit_length() + 1
+    db, wb = cfg.dim_bits, cfg.max_mantissa.bit_length()
+    return _fields([("op", 2), ("mem", 2), ("addr", ab), ("data", 32 * cfg.size), ("mode", 2),
+                    ("M", db), ("K", db), ("N", db), ("width_a", wb), ("width_b", wb),
+                    ("rounding", 2), ("accumulate", 1), ("base_a", ab), ("base_b", ab),
+                    ("base_c", ab)])
+
+
+def RSP_FIELDS(cfg: ArrayConfig) -> dict:  # noqa: N802
+    return _fields([("op", 2), ("status", 3), ("data", 32 * cfg.size), ("invalid", 1),
+                    ("overflow", 1)])
+
+
+def COUNTER_FIELDS() -> dict:  # noqa: N802
+    return _fields([("macs", 48), ("beats", 32), ("cycles", 32), ("stalls", 32)])
+
+
+def pack(fields: dict, **values) -> int:
+    word = 0
+    for name, v in values.items():
+        off, width = fields[name]
+        word |= (int(v) & ((1 << width) - 1)) << off
+    return word
+
+
+def unpack(fields: dict, word: int) -> dict:
+    return {name: (word >> off) & ((1 << width) - 1) for name, (off, width) in fields.items()}
+
+
+def config() -> ArrayConfig:
+    return ArrayConfig.preset(os.environ.get("TESSERA_PRESET", "tiny"))
+
+
+def rand_matrix(rng, shape, spread=4):
+    return (rng.standard_normal(shape) * np.exp2(rng.integers(-spread, spread + 1, shape))
+            ).astype(np.float32)
+
+
+class TB:
+    """Host driver (``cmd``), response monitor (``rsp``), golden model, scoreboard."""
+
+    def __init__(self, dut, *, seed=1, idle=0.0, stall=0.0):
+        self.dut = dut
+        self.cfg = config()
+        self.cmd_f = CMD_FIELDS(self.cfg)
+        self.rsp_f = RSP_FIELDS(self.cfg)
+        self.drv = StreamDriver(dut, "cmd", idle_prob=idle, rng=random.Random(seed))
+        self.mon = StreamMonitor(dut, "rsp", stall_prob=stall, rng=random.Random(seed + 1))
+        self.model = G.MatmulEngineModel(self.cfg)
+
+    async def start(self):
+        start_clock(self.dut)
+        await reset(self.dut)
+        self.mon.start()
+
+    async def command(self, timeout=5_000_000, **fields) -> dict:
+        await self.drv.send(pack(self.cmd_f, **fields))
+        word, = await self.mon.wait_for(1, timeout_cycles=timeout)
+        return unpack(self.rsp_f, word)
+
+    async def write_line(self, mem, addr, words):
+        line = sum(int(w) << (32 * i) for i, w in enumerate(words))
+        r = await self.command(op=OP_WRITE, mem=MEMS[mem], addr=addr, data=line)
+        assert r["status"] == G.OK, r
+
+    async def read_line(self, mem, addr):
+        r = await self.command(op=OP_READ, mem=MEMS[mem], addr=addr)
+        assert r["status"] == G.OK, r
+        return [(r["data"] >> (32 * i)) & 0xFFFFFFFF for i in range(self.cfg.size)]
+
+    async def load_all(self, rng):
+        """Random FP32 contents in every line of A, B and C (model and DUT)."""
+        for k in ("a", "b", "c"):
+            words = rand_matrix(rng, (self.cfg.mem_depth, self.cfg.size)).view(np.uint32)
+            self.model.mem[k][:] = words
+            for addr in range(self.cfg.mem_depth):
+                await self.write_line(k, addr, words[addr])
+
+    async def load_matrix(self, mem, base, value):
+        self.model.set_matrix(mem, base, value)
+        n = G.lines_of(*value.shape, self.cfg.size)
+        for addr in range(base, base + n):
+            await self.write_line(mem, addr, self.model.mem[mem][addr])
+
+    async def read_region(self, mem, base, n):
+        return np.array([await self.read_line(mem, a) for a in range(base, base + n)],
+                        np.uint32).reshape(n, self.cfg.size)
+
+    def counters(self) -> dict:
+        return unpack(COUNTER_FIELDS(), self.dut.counters.value.to_unsigned())
+
+    async def run(self, cmd: G.MatmulCommand, *, check=True):
+        """START ``cmd`` on DUT and model; check status, flags, counters and the output region."""
+        status, res = self.model.run(cmd)
+        r = await self.command(op=OP_START, mode=cmd.mode, M=cmd.M, K=cmd.K, N=cmd.N,
+                               width_a=cmd.width_a, width_b=cmd.width_b, rounding=cmd.rounding,
+                               accumulate=int(cmd.accumulate), base_a=cmd.base_a,
+                               base_b=cmd.base_b, base_c=cmd.base_c)
+        assert r["status"] == status, f"{cmd}: status {r['status']}, expected {status}"
+        if status != G.OK:
+            return r, None
+        cnt = self.counters()
+        S = self.cfg.size
+        assert cnt["macs"] == cmd.M * cmd.K * cmd.N, cnt
+        assert cnt["beats"] == G.pass_beats(cmd.mode, cmd.M, cmd.K, cmd.N, S), (cmd, cnt)
+        B = self.cfg.beat_cycles(cmd.width_a, cmd.width_b)
+        assert cnt["stalls"] == cnt["cycles"] - cnt["beats"] * B, cnt
+        assert (r["invalid"], r["overflow"]) == (int(res.invalid), int(res.overflow)), r
+        if check:
+            mem, base, rows, cols = {FWD: ("c", cmd.base_c, cmd.M, cmd.N),
+                                     BWD_DATA: ("a", cmd.base_a, cmd.M, cmd.K),
+                                     BWD_WEIGHT: ("b", cmd.base_b, cmd.K, cmd.N)}[cmd.mode]
+            n = G.lines_of(rows, cols, S)
+            got = await self.read_region(mem, base, n)
+            want = self.model.mem[mem][base:base + n]
+            if not (got == want).all():
+                bad = np.argwhere(got != want)[:4]
+                raise AssertionError(f"{cmd}: output mismatch at lines/lanes {bad.tolist()}: "
+                                     f"got {got[tuple(bad[0])]:#x}, want {want[tuple(bad[0])]:#x}")
+        return r, cnt
+
+    async def check_all_memories(self):
+        for k in ("a", "b", "c"):
+            got = await self.read_region(k, 0, self.cfg.mem_depth)
+            assert (got == self.model.mem[k]).all(), f"scratchpad {k} differs from the model"
+
+
+def random_command(rng, cfg, mode=None, max_dim=None):
+    S = cfg.size
+    max_dim = max_dim or 3 * S
+    for _ in range(1000):
+        mode_ = int(rng.integers(0, 3)) if mode is None else mode
+        M, K, N = (int(rng.integers(1, max_dim + 1)) for _ in range(3))
+        la, lb, lc = (G.lines_of(M, K, S), G.lines_of(K, N, S), G.lines_of(M, N, S))
+        depth = cfg.mem_depth
+        if max(la, lb, lc) > depth:
+            continue
+        cmd = G.MatmulCommand(
+            mode=mode_, M=M, K=K, N=N,
+            width_a=int(rng.choice(cfg.widths)), width_b=int(rng.choice(cfg.widths)),
+            rounding=int(rng.choice([ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE])),
+            accumulate=bool(rng.integers(0, 2)),
+            base_a=int(rng.integers(0, depth - la + 1)), base_b=int(rng.integers(0, depth - lb + 1)),
+            base_c=int(rng.integers(0, depth - lc + 1)))
+        return cmd
+    raise RuntimeError("no command fits")
+
+
+@cocotb.test()
+async def named_shapes_every_mode(dut):
+    """1x1x1, K < S, multiples and non-multiples of S; every mode, width pair corners,
+    every rounding mode, accumulate on/off."""
+    tb = TB(dut, seed=2, idle=0.2, stall=0.2)
+    await tb.start()
+    rng = np.random.default_rng(1)
+    await tb.load_all(rng)
+    S = tb.cfg.size
+    shapes = [(1, 1, 1), (S, S, S), (3, S - 1, 2), (S + 1, 2 * S + 1, S - 1), (2 * S, 1, S + 2)]
+    i = 0
+    for mode in (FWD, BWD_DATA, BWD_WEIGHT):
+        for M, K, N in shapes:
+            wa, wb = [(2, 2), (8, 8), (2, 8), (8, 4), (6, 2)][i % 5]
+            rnd = [ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE][i % 3]
+            await tb.run(G.MatmulCommand(mode, M, K, N, wa, wb, rnd, bool(i % 2),
+                                         base_a=i % 3, base_b=(5 * i) % 7, base_c=i % 5))
+            i += 1
+    await tb.check_all_memories()
+
+
+@cocotb.test()
+async def random_passes(dut):
+    """Random modes, shapes, widths, roundings, addresses, accumulate; random idle cycles and
+    backpressure on the host streams; every scratchpad compared at the end."""
+    tb = TB(dut, seed=3, idle=0.3, stall=0.3)
+    await tb.start()
+    rng = np.random.default_rng(int(os.environ.get("TB_SEED", "2")))
+    await tb.load_all(rng)
+    for _ in range(int(os.environ.get("TB_PASSES", "24"))):
+        await tb.run(random_command(rng, tb.cfg))
+    await tb.check_all_memories()
+
+
+@cocotb.test()
+async def bwd_data_uses_fwd_weight_image(dut):
+    """FWD then BWD_DATA with the same W: the W scratchpad image is byte-for-byte what FWD used
+    (read back before and after), and BWD_DATA equals the golden dY . W^T."""
+    tb = TB(dut, seed=4)
+    await tb.start()
+    rng = np.random.default_rng(4)
+    S = tb.cfg.size
+    M, K, N = 2 * S + 1, 2 * S - 1, S + 3
+    W = rand_matrix(rng, (K, N))
+    X = rand_matrix(rng, (M, K))
+    await tb.load_matrix("b", 0, W)
+    await tb.load_matrix("a", 0, X)
+    nb = G.lines_of(K, N, S)
+    w_image = await tb.read_region("b", 0, nb)
+    await tb.run(G.MatmulCommand(FWD, M, K, N, 8, 8, ROUND_NEAREST, False, 0, 0, 0))
+    assert (await tb.read_region("b", 0, nb) == w_image).all()
+    dY = rand_matrix(rng, (M, N))
+    await tb.load_matrix("c", 0, dY)
+    await tb.run(G.MatmulCommand(BWD_DATA, M, K, N, 8, 8, ROUND_NEAREST, False, 0, 0, 0))
+    assert (await tb.read_region("b", 0, nb) == w_image).all()
+    got = tb.model.get_matrix("a", 0, M, K)
+    direct = G.matmul_pass(BWD_DATA, np.zeros((M, K), np.float32), W, dY, tb.cfg, width_a=8,
+                           width_b=8, lfsrs=None).out
+    assert (got.view(np.uint32) == direct.view(np.uint32)).all()
+    ref = dY.astype(np.float64) @ W.astype(np.float64).T
+    err = np.abs(got - ref).max() / np.abs(ref).max()
+    dut._log.info(f"BWD_DATA vs float64 dY.W^T: max error {err:.2e} of max |dX|")
+    assert err < 0.05
+
+
+@cocotb.test()
+async def reset_mid_operation(dut):
+    """Reset during a pass, then a correct run (memories reloaded; LFSRs restart)."""
+    tb = TB(dut, seed=5)
+    await tb.start()
+    rng = np.random.default_rng(5)
+    S = tb.cfg.size
+    await tb.load_all(rng)
+    cmd = G.MatmulCommand(FWD, 3 * S, 2 * S, 2 * S, 8, 8, ROUND_STOCHASTIC, True, 0, 0, 0)
+    await tb.drv.send(pack(tb.cmd_f, op=OP_START, mode=cmd.mode, M=cmd.M, K=cmd.K, N=cmd.N,
+                           width_a=8, width_b=8, rounding=cmd.rounding, accumulate=1))
+    await ClockCycles(dut.clk, 200)
+    assert dut.busy.value == 1
+    await reset(dut)
+    await RisingEdge(dut.clk)
+    assert dut.busy.value == 0
+    tb.mon.queue.clear()
+    tb.model.reset()
+    await tb.load_all(rng)
+    for mode in (FWD, BWD_DATA, BWD_WEIGHT):
+        await tb.run(G.MatmulCommand(mode, S + 2, S + 1, 2 * S, 4, 8, ROUND_STOCHASTIC, True))
+    await tb.check_all_memories()
+
+
+@cocotb.test()
+async def invalid_commands(dut):
+    """Invalid mode/shape/width/rounding/address: error status, nothing written."""
+    tb = TB(dut, seed=6, idle=0.2, stall=0.2)
+    await tb.start()
+    rng = np.random.default_rng(6)
+    await tb.load_all(rng)
+    depth, S = tb.cfg.mem_depth, tb.cfg.size
+    bad = [G.MatmulCommand(3, 1, 1, 1), G.MatmulCommand(FWD, 0, 4, 4),
+           G.MatmulCommand(FWD, 4, 0, 4), G.MatmulCommand(BWD_DATA, 4, 4, 0),
+           G.MatmulCommand(FWD, 2, 2, 2, width_a=5), G.MatmulCommand(FWD, 2, 2, 2, width_b=0),
+           G.MatmulCommand(FWD, 2, 2, 2, width_a=10), G.MatmulCommand(FWD, 2, 2, 2, rounding=3),
+           G.MatmulCommand(FWD, S, S, S, base_c=depth - 1),
+           G.MatmulCommand(BWD_WEIGHT, S, S, S, base_b=depth),
+           G.MatmulCommand(BWD_DATA, 2 * S, S, S, base_a=depth - 1)]
+    for cmd in bad:
+        r, _ = await tb.run(cmd)
+        assert r["status"] != G.OK
+    r = await tb.command(op=OP_WRITE, mem=3, addr=0, data=1)
+    assert r["status"] == G.ERR_ADDR
+    r = await tb.command(op=OP_WRITE, mem=0, addr=depth, data=1)
+    assert r["status"] == G.ERR_ADDR
+    await tb.check_all_memories()
+
+
+# ---- benchmark (sim/bench/array.py runs this with TESSERA_BENCH_OUT set) ---------------------
+
+@cocotb.test()
+async def bench(dut):
+    """Every mode x all dims (1, 2, 4, 8) x S x widths 2/4/8 (square widths): cycles,
+    utilization; results appended as JSON lines to ``TESSERA_BENCH_OUT``."""
+    out = os.environ.get("TESSERA_BENCH_OUT")
+    if not out:
+        return
+    tb = TB(dut, seed=7)
+    await tb.start()
+    cfg, S = tb.cfg, tb.cfg.size
+    rng = np.random.default_rng(7)
+    scales = [int(x) for x in os.environ.get("TESSERA_BENCH_SCALES", "1,2,4,8").split(",")]
+    widths = [int(x) for x in os.environ.get("TESSERA_BENCH_WIDTHS", "2,4,8").split(",")]
+    rows = []
+    for scale in scales:
+        D = scale * S
+        X, W, Y = rand_matrix(rng, (D, D), 2), rand_matrix(rng, (D, D), 2), \
+            rand_matrix(rng, (D, D), 2)
+        await tb.load_matrix("a", 0, X)
+        await tb.load_matrix("b", 0, W)
+        await tb.load_matrix("c", 0, Y)
+        for mode in (FWD, BWD_DATA, BWD_WEIGHT):
+            for w in widths:
+                cmd = G.MatmulCommand(mode, D, D, D, w, w, ROUND_NEAREST, False, 0, 0, 0)
+                t0 = time.perf_counter()
+                r, cnt = await tb.run(cmd, check=(scale <= 2))
+                wall = time.perf_counter() - t0
+                B = cfg.beat_cycles(w, w)
+                util = cnt["macs"] / (S * S * cnt["cycles"] / B)
+                rows.append({
+                    "size": S, "mode": MODE_NAMES[mode], "M": D, "K": D, "N": D,
+                    "width": w, "beat_cycles": B, "cycles": cnt["cycles"],
+                    "beats": cnt["beats"], "stalls": cnt["stalls"], "macs": cnt["macs"],
+                    "utilization": round(util, 4),
+                    "macs_per_cycle": round(cnt["macs"] / cnt["cycles"], 3),
+                    "sim_cycles_per_s": round(cnt["cycles"] / wall),
+                })
+                dut._log.info(json.dumps(rows[-1]))
+        # restore operands overwritten by the passes
+    with open(out, "a") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")

@@ -1,0 +1,200 @@
+"""Fast tier: MatmulEngine in Amaranth's simulator vs sim.array.MatmulEngineModel.
+
+Small shapes only (the Python simulator runs a few thousand cycles per second); the large
+random sweeps are in tests/test_matmul_engine_cocotb.py.
+"""
+import random
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
+from hdl.array.engine import (MEM_A, MEM_B, MEM_C, OP_READ, OP_START, OP_WRITE, MatmulEngine,
+                              cmd_layout, counters_layout, rsp_layout)
+from sim import array as G
+from sim.bfp import ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE
+from sim.tb_matmul_engine import CMD_FIELDS, RSP_FIELDS, COUNTER_FIELDS
+
+MEMS = {"a": MEM_A, "b": MEM_B, "c": MEM_C}
+
+
+def _line(words) -> int:
+    return sum(int(w) << (32 * i) for i, w in enumerate(words))
+
+
+class Host:
+    """Host side in the Amaranth simulator: commands in, responses out (random idle/stall)."""
+
+    def __init__(self, dut, ctx, rng, idle=0.0, stall=0.0):
+        self.dut, self.ctx, self.rng, self.idle, self.stall = dut, ctx, rng, idle, stall
+
+    async def command(self, **fields):
+        ctx, dut = self.ctx, self.dut
+        while self.idle and self.rng.random() < self.idle:
+            await ctx.tick()
+        ctx.set(dut.cmd.payload, fields)
+        ctx.set(dut.cmd.valid, 1)
+        await ctx.tick().until(dut.cmd.ready)
+        ctx.set(dut.cmd.valid, 0)
+        while self.stall and self.rng.random() < self.stall:
+            await ctx.tick()
+        ctx.set(dut.rsp.ready, 1)
+        payload, = await ctx.tick().sample(dut.rsp.payload).until(dut.rsp.valid)
+        ctx.set(dut.rsp.ready, 0)
+        return payload
+
+    async def write_lines(self, mem, lines: np.ndarray, base=0):
+        for i, words in enumerate(lines):
+            r = await self.command(op=OP_WRITE, mem=MEMS[mem], addr=base + i, data=_line(words))
+            assert r.status == G.OK
+
+    async def read_lines(self, mem, n, base=0):
+        out = []
+        for i in range(n):
+            r = await self.command(op=OP_READ, mem=MEMS[mem], addr=base + i)
+            assert r.status == G.OK
+            v = int(r.data)
+            out.append([(v >> (32 * j)) & 0xFFFFFFFF for j in range(self.dut.config.size)])
+        return np.array(out, np.uint32)
+
+    async def start(self, cmd: G.MatmulCommand):
+        return await self.command(
+            op=OP_START, mode=cmd.mode, M=cmd.M, K=cmd.K, N=cmd.N, width_a=cmd.width_a,
+            width_b=cmd.width_b, rounding=cmd.rounding, accumulate=int(cmd.accumulate),
+            base_a=cmd.base_a, base_b=cmd.base_b, base_c=cmd.base_c)
+
+
+def _rand(rng, shape):
+    return (rng.standard_normal(shape) * np.exp2(rng.integers(-4, 5, shape))).astype(np.float32)
+
+
+def run_engine(cfg, body, *, deadline_cycles=400_000):
+    dut = MatmulEngine(config=cfg)
+    box = {}
+
+    async def tb(ctx):
+        box["result"] = await body(dut, ctx)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(tb)
+    t = 0
+    while "result" not in box and t < deadline_cycles:     # stop as soon as the bench is done
+        t += 500
+        sim.run_until(t * 1e-6)
+    assert "result" in box, "testbench did not finish"
+    return box["result"]
+
+
+def passes_scenario(cfg, cmds, seed, *, idle=0.0, stall=0.0):
+    """Fill A, B, C with random data, run ``cmds`` in order; compare every memory afterwards."""
+    model = G.MatmulEngineModel(cfg)
+    rng = np.random.default_rng(seed)
+    for k in model.mem:
+        words = _rand(rng, (cfg.mem_depth, cfg.size)).view(np.uint32)
+        model.mem[k][:] = words
+    init = {k: v.copy() for k, v in model.mem.items()}
+    expected = []
+    for cmd in cmds:
+        status, res = model.run(cmd)
+        expected.append((status, res))
+
+    async def body(dut, ctx):
+        host = Host(dut, ctx, random.Random(seed), idle, stall)
+        for k, v in init.items():
+            await host.write_lines(k, v)
+        got = []
+        for cmd in cmds:
+            r = await host.start(cmd)
+            got.append((int(r.status), int(r.invalid), int(r.overflow),
+                        {f: int(getattr(ctx.get(dut.counters), f)) for f in
+                         ("macs", "beats", "cycles", "stalls")}))
+        mems = {k: await host.read_lines(k, cfg.mem_depth) for k in init}
+        return got, mems
+
+    got, mems = run_engine(cfg, body)
+    for (status, inv, ovf, counters), (st, res), cmd in zip(got, expected, cmds):
+        assert status == st, (cmd, status, st)
+        if st == G.OK:
+            assert counters["macs"] == cmd.M * cmd.K * cmd.N
+            assert counters["beats"] == G.pass_beats(cmd.mode, cmd.M, cmd.K, cmd.N, cfg.size)
+            B = cfg.beat_cycles(cmd.width_a, cmd.width_b)
+            assert counters["stalls"] == counters["cycles"] - counters["beats"] * B
+            assert (inv, ovf) == (int(res.invalid), int(res.overflow))
+    for k in mems:
+        np.testing.assert_array_equal(mems[k], model.mem[k], err_msg=f"scratchpad {k}")
+    return got
+
+
+@pytest.mark.parametrize("mode", [FWD, BWD_DATA, BWD_WEIGHT])
+def test_engine_modes_s2(mode):
+    cfg = ArrayConfig(size=2, mem_depth=32, dim_bits=5)
+    cmds = [
+        G.MatmulCommand(mode, 1, 1, 1, 2, 2, ROUND_NEAREST, False, 0, 0, 0),
+        G.MatmulCommand(mode, 3, 5, 4, 8, 4, ROUND_STOCHASTIC, True, 2, 12, 20),
+        G.MatmulCommand(mode, 4, 2, 3, 4, 6, ROUND_TRUNCATE, False, 16, 0, 8),
+    ]
+    passes_scenario(cfg, cmds, seed=mode)
+
+
+@pytest.mark.parametrize("mode", [FWD, BWD_DATA, BWD_WEIGHT])
+def test_engine_modes_s4(mode):
+    cfg = ArrayConfig(size=4, mem_depth=32, dim_bits=5)
+    cmds = [
+        G.MatmulCommand(mode, 5, 3, 6, 8, 8, ROUND_NEAREST, False, 0, 8, 16),
+        G.MatmulCommand(mode, 2, 9, 4, 2, 4, ROUND_STOCHASTIC, True, 4, 0, 24),
+    ]
+    passes_scenario(cfg, cmds, seed=10 + mode, idle=0.2, stall=0.3)
+
+
+def test_invalid_commands_rejected_memory_untouched():
+    cfg = ArrayConfig(size=2, mem_depth=16, dim_bits=5)
+    cmds = [
+        G.MatmulCommand(3, 1, 1, 1),
+        G.MatmulCommand(FWD, 0, 1, 1),
+        G.MatmulCommand(FWD, 1, 1, 1, width_a=3),
+        G.MatmulCommand(FWD, 1, 1, 1, width_b=10),
+        G.MatmulCommand(FWD, 1, 1, 1, width_a=0),
+        G.MatmulCommand(FWD, 1, 1, 1, rounding=3),
+        G.MatmulCommand(FWD, 4, 4, 4, base_c=10),
+        G.MatmulCommand(BWD_WEIGHT, 4, 4, 4, base_b=9),
+        G.MatmulCommand(BWD_DATA, 2, 2, 2, base_a=15),
+        G.MatmulCommand(FWD, 2, 3, 2, 4, 4, ROUND_NEAREST, False, 1, 2, 3),     # valid
+    ]
+    got = passes_scenario(cfg, cmds, seed=5)
+    assert [g[0] for g in got] == [G.ERR_MODE, G.ERR_SHAPE, G.ERR_WIDTH, G.ERR_WIDTH,
+                                   G.ERR_WIDTH, G.ERR_ROUNDING, G.ERR_ADDR, G.ERR_ADDR,
+                                   G.ERR_ADDR, G.OK]
+
+
+def test_host_bad_address_rejected():
+    cfg = ArrayConfig(size=2, mem_depth=16, dim_bits=5)
+
+    async def body(dut, ctx):
+        host = Host(dut, ctx, random.Random(0))
+        r1 = await host.command(op=OP_WRITE, mem=MEM_A, addr=16, data=123)
+        r2 = await host.command(op=OP_WRITE, mem=3, addr=0, data=123)
+        r3 = await host.command(op=OP_READ, mem=MEM_C, addr=20)
+        r4 = await host.command(op=OP_WRITE, mem=MEM_B, addr=15, data=0xABCDEF)
+        r5 = await host.command(op=OP_READ, mem=MEM_B, addr=15)
+        a = await host.read_lines("a", 16)
+        return [int(r.status) for r in (r1, r2, r3, r4, r5)], int(r5.data), a
+
+    statuses, data5, a = run_engine(cfg, body)
+    assert statuses == [G.ERR_ADDR, G.ERR_ADDR, G.ERR_ADDR, G.OK, G.OK]
+    assert data5 == 0xABCDEF
+    assert not a.any()                       # the rejected writes went nowhere
+
+
+def test_python_packing_matches_layouts():
+    for cfg in (ArrayConfig(size=2, mem_depth=16), ArrayConfig.preset("tiny"),
+                ArrayConfig.preset("default")):
+        assert CMD_FIELDS(cfg) == {n: (f.offset, f.width) for n, f in cmd_layout(cfg)}
+        assert RSP_FIELDS(cfg) == {n: (f.offset, f.width) for n, f in rsp_layout(cfg)}
+    assert COUNTER_FIELDS() == {n: (f.offset, f.width) for n, f in counters_layout()}
+
+
+def test_engine_invalid_config():
+    with pytest.raises(TypeError, match="MatmulEngine.config"):
+        MatmulEngine(config=None)

@@ -95,6 +95,7 @@ class OptimEngine(wiring.Component):
         self.divsqrt_config = divsqrt_config or FP32DivSqrtConfig()
         la = self.fp32_config.latency("fp32_add")
         if la >= self.config.reduce_lanes:
+            self._MustUse__used = True       # rejected: no "never used" warning
             raise ValueError(f"OptimConfig.reduce_lanes ({self.config.reduce_lanes}) must exceed "
                              f"the FP32 adder latency ({la})")
         super().__init__({

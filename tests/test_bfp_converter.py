@@ -14,7 +14,8 @@ from amaranth.sim import Simulator
 from hdl.bfp import (BFPConverter, BFPNoise, BFPToFP32, Rounding, bfp_stream_layout,
                      fp32_out_layout, fp32_stream_layout, lfsr_lane_seed)
 from hdl.config import BFPConfig, FMACConfig
-from hdl.registry import get_block
+from hdl.bfp import converter as converter_module
+from hdl.bfp import to_fp32 as to_fp32_module
 from sim import bfp
 
 TINY = BFPConfig.preset("tiny")
@@ -352,6 +353,11 @@ def test_other_config_odd_group_one_noise_bit():
 
 
 def test_registered_blocks_and_params():
+    # the module-level lists the registry collects (hdl.registry imports every hdl module,
+    # so this test does not depend on other blocks importing cleanly)
+    blocks = {b.name: b for b in converter_module.TESSERA_BLOCKS + to_fp32_module.TESSERA_BLOCKS}
+    assert set(blocks) == {"bfp_converter", "bfp_to_fp32"}
+    get_block = blocks.__getitem__
     for name, cls in [("bfp_converter", BFPConverter), ("bfp_to_fp32", BFPToFP32)]:
         block = get_block(name)
         for preset in ("tiny", "default"):

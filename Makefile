@@ -11,7 +11,7 @@ FPGA_STAMP := $(VENV)/.tessera-fpga
 PYTEST_JOBS ?= 2
 export AMARANTH_USE_YOSYS := builtin
 
-.PHONY: setup setup-fpga test test-fast demo verilog lint waves bench-blocks synth clean
+.PHONY: setup setup-fpga test test-fast demo verilog lint waves bench-blocks bench-datapaths bench-array synth clean
 
 setup: $(STAMP)
 
@@ -76,3 +76,9 @@ synth: setup-fpga
 clean:
 	rm -rf build .pytest_cache
 	find . -name __pycache__ -prune -exec rm -rf {} +
+
+bench-datapaths: setup
+	$(PY) -m sim.bench.datapaths
+
+bench-array: setup
+	$(PY) -m sim.bench.array

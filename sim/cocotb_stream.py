@@ -2,7 +2,7 @@
 
 A stream member ``i`` of a component appears in the Verilog as ``i__payload``, ``i__valid`` and
 ``i__ready``. Payloads are handled as integers, packed and unpacked with the layouts of
-:mod:`hdl.formats` (see :mod:`sim.packing`).
+:mod:`hdl.formats` and the blocks' own layout functions.
 
 Stream rules kept here: the driver never drops ``valid`` or changes ``payload`` while a
 transfer is pending; transfers happen on a rising edge where ``valid`` and ``ready`` are both 1.

@@ -5,25 +5,34 @@ with optional random idle cycles and backpressure from a seeded :class:`random.R
 """
 from __future__ import annotations
 
+from amaranth.lib import data
 from amaranth.sim import Simulator
 
 __all__ = ["stream_put", "stream_get", "run_sim"]
 
 
+def _raw(value):
+    """The bits under a layout-typed member, so plain integers can be set and read."""
+    return value.as_value() if isinstance(value, data.View) else value
+
+
 async def stream_put(ctx, stream, payload, *, rng=None, idle_prob: float = 0.0):
+    """Send ``payload`` (an int, or a value of the payload's shape) on ``stream``."""
     while rng is not None and idle_prob and rng.random() < idle_prob:
         await ctx.tick()
     ctx.set(stream.valid, 1)
-    ctx.set(stream.payload, payload)
+    ctx.set(_raw(stream.payload) if isinstance(payload, int) else stream.payload, payload)
     await ctx.tick().until(stream.ready)
     ctx.set(stream.valid, 0)
 
 
-async def stream_get(ctx, stream, *, rng=None, stall_prob: float = 0.0):
+async def stream_get(ctx, stream, *, rng=None, stall_prob: float = 0.0, raw: bool = False):
+    """Receive one payload from ``stream`` (as an int when ``raw``)."""
     while rng is not None and stall_prob and rng.random() < stall_prob:
         await ctx.tick()
     ctx.set(stream.ready, 1)
-    payload, = await ctx.tick().sample(stream.payload).until(stream.valid)
+    target = _raw(stream.payload) if raw else stream.payload
+    payload, = await ctx.tick().sample(target).until(stream.valid)
     ctx.set(stream.ready, 0)
     return payload
 

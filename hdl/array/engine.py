@@ -426,13 +426,20 @@ class MatmulEngine(wiring.Component):
         m.d.comb += s0o.eq(o0.side)
         # BWD_WEIGHT block registers: S X groups (columns k) and S dY groups (columns n)
         elem_l = data.ArrayLayout(data.StructLayout({"mag": mm, "sign": 1}), S)
-        xblk = [Signal(elem_l, name=f"xblk_{j}") for j in range(S)]
-        dblk = [Signal(elem_l, name=f"dblk_{j}") for j in range(S)]
-        xexp = [Signal(signed(cfg.exp_bits), name=f"xexp_{j}") for j in range(S)]
-        dexp = [Signal(signed(cfg.exp_bits), name=f"dexp_{j}") for j in range(S)]
-        xside = Signal(side0, name="xblk_side")
-        xcnt = Signal(range(S + 1), name="xblk_count")
-        dcnt = Signal(range(S + 1), name="dblk_count")
+        xblk = [[Signal(elem_l, name=f"xblk_{b}_{j}") for j in range(S)] for b in range(2)]
+        dblk = [[Signal(elem_l, name=f"dblk_{b}_{j}") for j in range(S)] for b in range(2)]
+        xexp = [[Signal(signed(cfg.exp_bits), name=f"xexp_{b}_{j}") for j in range(S)]
+                for b in range(2)]
+        dexp = [[Signal(signed(cfg.exp_bits), name=f"dexp_{b}_{j}") for j in range(S)]
+                for b in range(2)]
+        xside = [Signal(side0, name=f"xblk_{b}_side") for b in range(2)]
+        xfull = [Signal(name=f"xblk_{b}_full") for b in range(2)]
+        dfull = [Signal(name=f"dblk_{b}_full") for b in range(2)]
+        xcnt = Signal(range(S), name="xblk_count")
+        dcnt = Signal(range(S), name="dblk_count")
+        xbank = Signal(name="xblk_bank")
+        dbank = Signal(name="dblk_bank")
+        ebank = Signal(name="emit_bank")
         emit = Signal(range(S), name="bww_beat")
         issue_v = Signal(name="issue_valid")
         issue = Signal(name="issue")
@@ -465,44 +472,60 @@ class MatmulEngine(wiring.Component):
                 with m.If(s0o.last):
                     m.d.sync += tiles_issued.eq(tiles_issued + 1)
         with m.Else():
-            xfull = Signal(name="xblk_full")
-            dfull = Signal(name="dblk_full")
-            m.d.comb += [xfull.eq(xcnt == S), dfull.eq(dcnt == S),
-                         q0.o.ready.eq(~xfull), q1.o.ready.eq(~dfull)]
-            with m.If(q0.o.valid & ~xfull):
-                for j in range(S):
-                    with m.If(xcnt == j):
-                        m.d.sync += [xblk[j].eq(o0.group.elems), xexp[j].eq(o0.group.exp)]
-                m.d.sync += [xcnt.eq(xcnt + 1), xside.eq(o0.side),
-                             flags_inv.eq(flags_inv | o0.invalid),
-                             flags_ovf.eq(flags_ovf | o0.overflow)]
-            with m.If(q1.o.valid & ~dfull):
-                for j in range(S):
-                    with m.If(dcnt == j):
-                        m.d.sync += [dblk[j].eq(q1.o.payload.group.elems),
-                                     dexp[j].eq(q1.o.payload.group.exp)]
-                m.d.sync += [dcnt.eq(dcnt + 1),
-                             flags_inv.eq(flags_inv | q1.o.payload.invalid),
-                             flags_ovf.eq(flags_ovf | q1.o.payload.overflow)]
+            # double-buffered X and dY blocks: bank `xbank`/`dbank` fills, bank `ebank` is emitted
+            x_room = Signal(name="x_room")
+            d_room = Signal(name="d_room")
+            m.d.comb += [x_room.eq(~Mux(xbank, xfull[1], xfull[0])),
+                         d_room.eq(~Mux(dbank, dfull[1], dfull[0])),
+                         q0.o.ready.eq(x_room), q1.o.ready.eq(d_room)]
+            for blk_, exp_, full_, cnt_, bank_, src, room, side_ in (
+                    (xblk, xexp, xfull, xcnt, xbank, q0.o, x_room, xside),
+                    (dblk, dexp, dfull, dcnt, dbank, q1.o, d_room, None)):
+                with m.If(src.valid & room):
+                    for b in range(2):
+                        with m.If(bank_ == b):
+                            for j in range(S):
+                                with m.If(cnt_ == j):
+                                    m.d.sync += [blk_[b][j].eq(src.payload.group.elems),
+                                                 exp_[b][j].eq(src.payload.group.exp)]
+                            if side_ is not None:
+                                m.d.sync += side_[b].eq(src.payload.side)
+                            with m.If(cnt_ == S - 1):
+                                m.d.sync += full_[b].eq(1)
+                    with m.If(cnt_ == S - 1):
+                        m.d.sync += [cnt_.eq(0), bank_.eq(~bank_)]
+                    with m.Else():
+                        m.d.sync += cnt_.eq(cnt_ + 1)
+                    m.d.sync += [flags_inv.eq(flags_inv | src.payload.invalid),
+                                 flags_ovf.eq(flags_ovf | src.payload.overflow)]
             cur_xexp = Signal(signed(cfg.exp_bits), name="cur_xexp")
             for j in range(S):
                 with m.If(emit == j):
-                    m.d.comb += cur_xexp.eq(xexp[j])
+                    m.d.comb += cur_xexp.eq(Mux(ebank, xexp[1][j], xexp[0][j]))
+            es = Signal(side0, name="emit_side")
+            m.d.comb += es.eq(Mux(ebank, xside[1], xside[0]))
             m.d.comb += [
-                issue_v.eq(xfull & dfull & desc.w_rdy),
+                issue_v.eq(Mux(ebank, xfull[1] & dfull[1], xfull[0] & dfull[0]) & desc.w_rdy),
                 inp.bank.eq(0), inp.first.eq(emit == 0), inp.last.eq(emit == S - 1),
-                dsc.addr.eq(xside.addr + emit * ldb), dsc.mask.eq(xside.mask),
-                dsc.first.eq(xside.first), dsc.write.eq(emit < xside.rows),
+                dsc.addr.eq(es.addr + emit * ldb), dsc.mask.eq(es.mask),
+                dsc.first.eq(es.first), dsc.write.eq(emit < es.rows),
             ]
             for j in range(S):
+                xs = Signal(elem_l, name=f"emit_x_{j}")
+                ds = Signal(elem_l, name=f"emit_d_{j}")
                 m.d.comb += [
-                    inp.h[j].eq(xblk[j][emit].as_value()),
-                    inp.v[j].eq(dblk[j][emit].as_value()),
-                    dsc.exp[j].eq(cur_xexp + dexp[j] - shift),
+                    xs.eq(Mux(ebank, xblk[1][j], xblk[0][j])),
+                    ds.eq(Mux(ebank, dblk[1][j], dblk[0][j])),
+                    inp.h[j].eq(xs[emit].as_value()),
+                    inp.v[j].eq(ds[emit].as_value()),
+                    dsc.exp[j].eq(cur_xexp + Mux(ebank, dexp[1][j], dexp[0][j]) - shift),
                 ]
             with m.If(issue):
                 with m.If(emit == S - 1):
-                    m.d.sync += [emit.eq(0), xcnt.eq(0), dcnt.eq(0)]
+                    m.d.sync += [emit.eq(0), ebank.eq(~ebank)]
+                    for b in range(2):
+                        with m.If(ebank == b):
+                            m.d.sync += [xfull[b].eq(0), dfull[b].eq(0)]
                 with m.Else():
                     m.d.sync += emit.eq(emit + 1)
         m.d.comb += [arr.inp.valid.eq(issue_v & running),
@@ -511,7 +534,8 @@ class MatmulEngine(wiring.Component):
             m.d.sync += beats.eq(beats + 1)
         with m.If(start):
             m.d.sync += [tiles_loaded.eq(0), tiles_issued.eq(0), emit.eq(0), xcnt.eq(0),
-                         dcnt.eq(0)]
+                         dcnt.eq(0), xbank.eq(0), dbank.eq(0), ebank.eq(0)]
+            m.d.sync += [f.eq(0) for f in xfull + dfull]
 
         # ---- results: array out + descriptor -> accumulator ------------------------------------
         dh = Signal(desc_fields, name="desc_head")

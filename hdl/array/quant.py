@@ -41,7 +41,9 @@ class LineQuantizer(wiring.Component):
       ``mask`` replaced by ``+0.0``) is one group along the line.
     * **Block mode** (``transpose = 1``): ``S`` consecutive requests are the rows of an
       ``S x S`` block; it is sent to the converter column by column (group ``j`` = column ``j``,
-      along the rows), each output carrying the last row's ``side`` and ``col = j``.
+      along the rows), each output carrying the last row's ``side`` and ``col = j``. Two
+      block registers: the next block fills while the current one is sent (one line and one
+      group per cycle).
 
     The memory read port is synchronous (data one cycle after ``rd_en``); reads are issued only
     when the 4-entry line FIFO has room, so no data is ever dropped under backpressure. The
@@ -115,13 +117,18 @@ class LineQuantizer(wiring.Component):
         head = Signal(line, name="line_head")
         m.d.comb += head.eq(lf.r_data)
 
-        # ---- block register (transpose mode) ------------------------------------------------
-        blk = [Signal(S * 32, name=f"block_row_{r}") for r in range(S)]
-        blk_side = Signal(sb, name="block_side")
-        fill = Signal(range(S + 1), name="block_fill")
+        # ---- block registers (transpose mode), double-buffered: one fills while one is sent ---
+        blk = [[Signal(S * 32, name=f"block_{b}_row_{r}") for r in range(S)] for b in range(2)]
+        blk_side = [Signal(sb, name=f"block_{b}_side") for b in range(2)]
+        blk_full = [Signal(name=f"block_{b}_full") for b in range(2)]
+        fill_bank = Signal(name="fill_bank")
+        send_bank = Signal(name="send_bank")
+        fill = Signal(range(S), name="block_fill")
         col = Signal(range(S), name="block_col")
-        full = Signal(name="block_full")
-        m.d.comb += full.eq(fill == S)
+        fill_ok = Signal(name="fill_ok")
+        send_full = Signal(name="send_full")
+        m.d.comb += [fill_ok.eq(~Mux(fill_bank, blk_full[1], blk_full[0])),
+                     send_full.eq(Mux(send_bank, blk_full[1], blk_full[0]))]
 
         col_bits = max(1, (S - 1).bit_length())
         side_fifo = m.submodules.side_fifo = SyncFIFO(width=sb + col_bits, depth=self.SIDE_FIFO)
@@ -145,17 +152,30 @@ class LineQuantizer(wiring.Component):
                          cin_col.eq(0), lf.r_en.eq(cin_go)]
         with m.Else():
             for r in range(S):
-                m.d.comb += cin_data.word_select(r, 32).eq(blk[r].word_select(col, 32))
-            m.d.comb += [cin_valid.eq(full), cin_side.eq(blk_side), cin_col.eq(col),
-                         lf.r_en.eq(~full & lf.r_rdy)]
-            with m.If(~full & lf.r_rdy):
-                for r in range(S):
-                    with m.If(fill == r):
-                        m.d.sync += blk[r].eq(head.data)
-                m.d.sync += [fill.eq(fill + 1), blk_side.eq(head.side)]
+                m.d.comb += cin_data.word_select(r, 32).eq(
+                    Mux(send_bank, blk[1][r], blk[0][r]).word_select(col, 32))
+            m.d.comb += [cin_valid.eq(send_full),
+                         cin_side.eq(Mux(send_bank, blk_side[1], blk_side[0])),
+                         cin_col.eq(col), lf.r_en.eq(fill_ok & lf.r_rdy)]
+            with m.If(fill_ok & lf.r_rdy):
+                for b in range(2):
+                    with m.If(fill_bank == b):
+                        for r in range(S):
+                            with m.If(fill == r):
+                                m.d.sync += blk[b][r].eq(head.data)
+                        m.d.sync += blk_side[b].eq(head.side)
+                        with m.If(fill == S - 1):
+                            m.d.sync += blk_full[b].eq(1)
+                with m.If(fill == S - 1):
+                    m.d.sync += [fill.eq(0), fill_bank.eq(~fill_bank)]
+                with m.Else():
+                    m.d.sync += fill.eq(fill + 1)
             with m.If(cin_go):
                 with m.If(col == S - 1):
-                    m.d.sync += [col.eq(0), fill.eq(0)]
+                    m.d.sync += [col.eq(0), send_bank.eq(~send_bank)]
+                    for b in range(2):
+                        with m.If(send_bank == b):
+                            m.d.sync += blk_full[b].eq(0)
                 with m.Else():
                     m.d.sync += col.eq(col + 1)
 
@@ -170,5 +190,6 @@ class LineQuantizer(wiring.Component):
             self.o.payload.col.eq(side_fifo.r_data[sb:]),
             side_fifo.r_en.eq(self.o.valid & self.o.ready),
         ]
-        m.d.comb += self.busy.eq(pending | lf.r_rdy | (fill != 0) | side_fifo.r_rdy)
+        m.d.comb += self.busy.eq(pending | lf.r_rdy | (fill != 0) | blk_full[0] | blk_full[1]
+                                 | side_fifo.r_rdy)
         return m

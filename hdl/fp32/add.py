@@ -7,8 +7,8 @@ from amaranth.lib.wiring import In, Out
 from ..formats import FP32
 from ..registry import Block
 from .config import FP32Config
-from .unpack import (QNAN, CutPipeline, FlatStreams, normalize_left, rounding_stage,
-                     unpack_fp32)
+from .unpack import (QNAN, CutPipeline, FlatStreams, count_leading_zeros, round_finish,
+                     round_plan_lz, round_plan_pre, round_prepare, unpack_fp32)
 
 __all__ = ["FP32AddIn", "FP32Add"]
 
@@ -36,8 +36,10 @@ class FP32Add(wiring.Component):
     Datapath steps (each boundary a register or a wire, :class:`~hdl.fp32.config.FP32Config`):
     ``unpack`` (classify, order the operands by magnitude, exponent difference) | ``align``
     (shift the smaller significand right into a 27-bit frame, OR the shifted-out bits into the
-    LSB) | ``add`` (28-bit add or subtract of magnitudes) | ``normalize`` (leading-zero count,
-    left shift) | round (:func:`~hdl.fp32.round.round_to_fp32`) and special-value select.
+    LSB) | ``add`` (28-bit add or subtract of magnitudes; exponent terms of the rounding,
+    :func:`~hdl.fp32.unpack.round_plan_pre`) | ``lzc`` (leading-zero count) | ``normalize``
+    (left shift; result exponent and subnormal shift: :func:`~hdl.fp32.unpack.round_plan_lz`) | ``round``: exponent and subnormal shift (:func:`~hdl.fp32.unpack.round_prepare`)
+    | nearest-even increment (:func:`~hdl.fp32.unpack.round_finish`) and special-value select.
 
     Parameters
     ----------
@@ -119,18 +121,33 @@ class FP32Add(wiring.Component):
         m.d.comb += total.eq(Mux(s.sub_mag, s.big - s.small, s.big + s.small))
         sum_exp = Signal(signed(12), name="add_sum_exp")   # weight of total's LSB
         m.d.comb += sum_exp.eq(s.big_exp - 3)
+        pre = round_plan_pre(m, exp=sum_exp, width=_ALIGN_W + 1, name="add_rnd")
         s = p.boundary(
-            "add", total=total, exp=sum_exp, sign=s.big_sign, zero_sign=s.zero_sign, nan=s.nan,
-            inf=s.inf, inf_sign=s.inf_sign)
+            "add", total=total, base_pre=pre.base_pre, ovf_lim=pre.ovf_lim, sign=s.big_sign,
+            zero_sign=s.zero_sign, nan=s.nan, inf=s.inf, inf_sign=s.inf_sign)
 
-        # --- normalize -----------------------------------------------------------------------
-        norm, norm_exp, zero = normalize_left(m, s.total, s.exp, name="add")
+        # --- leading-zero count ---------------------------------------------------------------
+        lz = count_leading_zeros(m, s.total, name="add")
         s = p.boundary(
-            "normalize", norm=norm, exp=norm_exp, zero=zero, sign=s.sign, zero_sign=s.zero_sign,
-            nan=s.nan, inf=s.inf, inf_sign=s.inf_sign)
+            "lzc", total=s.total, lz=lz, base_pre=s.base_pre, ovf_lim=s.ovf_lim, sign=s.sign,
+            zero_sign=s.zero_sign, nan=s.nan, inf=s.inf, inf_sign=s.inf_sign)
 
-        # --- round and select special results --------------------------------------------------
-        rounded = rounding_stage(m, sign=s.sign, exp=s.exp, norm=s.norm, name="add_rnd")
+        # --- normalize: left shift; result exponent and subnormal shift, in parallel ----------
+        norm = Signal(_ALIGN_W + 1, name="add_norm")
+        zero = Signal(name="add_is_zero")
+        m.d.comb += [norm.eq(s.total << s.lz), zero.eq(s.lz == _ALIGN_W + 1)]
+        plan = round_plan_lz(m, pre=s, lz=s.lz, width=len(norm), name="add_rnd")
+        s = p.boundary(
+            "normalize", norm=norm, shift=plan.shift, base=plan.base, ovf=plan.ovf, zero=zero,
+            sign=s.sign, zero_sign=s.zero_sign, nan=s.nan, inf=s.inf, inf_sign=s.inf_sign)
+
+        # --- round: subnormal shift, guard/sticky | nearest-even increment, specials ---------
+        r = round_prepare(m, norm=s.norm, plan=s, name="add_rnd")
+        s = p.boundary(
+            "round", frame=r.frame, base=r.base, ovf=r.ovf, zero=s.zero, sign=s.sign,
+            zero_sign=s.zero_sign, nan=s.nan, inf=s.inf, inf_sign=s.inf_sign)
+        rounded = round_finish(m, sign=s.sign, frame=s.frame, base=s.base, ovf=s.ovf,
+                               name="add_rnd")
         result = Signal(32, name="add_result")
         with m.If(s.nan):
             m.d.comb += result.eq(QNAN)

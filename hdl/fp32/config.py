@@ -26,31 +26,28 @@ UNIT_NAMES = ("fp32_add", "fp32_mul", "fp32_compare", "int_to_fp32", "fp32_to_in
 #: the last step is not listed: it always exists).
 STEP_BOUNDARIES: dict[str, tuple[str, ...]] = {
     # unpack + classify + order by magnitude | align (shift + sticky) | add/subtract |
-    # normalize (leading-zero count + left shift) | round
-    "fp32_add": ("unpack", "align", "add", "normalize"),
+    # leading-zero count | normalize (left shift, result exponent) | round: prepare
+    # (subnormal shift) | round: finish (nearest-even increment and packing) + specials
+    "fp32_add": ("unpack", "align", "add", "lzc", "normalize", "round"),
     # unpack + normalize subnormal operands | 12x12 partial products | sum of partial products |
-    # one-bit normalize + round
-    "fp32_mul": ("unpack", "partial", "product"),
+    # one-bit normalize + round: prepare | round: finish
+    "fp32_mul": ("unpack", "partial", "product", "round"),
     # magnitude compare | flags and max/min select
     "fp32_compare": ("magnitude",),
-    # absolute value | normalize | round
-    "int_to_fp32": ("abs", "normalize"),
+    # absolute value | normalize | round: prepare | round: finish
+    "int_to_fp32": ("abs", "normalize", "round"),
     # unpack + shift amount | shift with round/sticky bits | increment, negate, saturate
     "fp32_to_int": ("unpack", "shift"),
 }
 
 #: Which boundaries get a register first as a unit's stage count grows (longest logic first).
 CUT_PRIORITY: dict[str, tuple[str, ...]] = {
-    "fp32_add": ("add", "normalize", "align", "unpack"),
-    "fp32_mul": ("product", "partial", "unpack"),
+    "fp32_add": ("round", "lzc", "add", "normalize", "align", "unpack"),
+    "fp32_mul": ("round", "product", "partial", "unpack"),
     "fp32_compare": ("magnitude",),
-    "int_to_fp32": ("normalize", "abs"),
+    "int_to_fp32": ("round", "normalize", "abs"),
     "fp32_to_int": ("shift", "unpack"),
 }
-
-#: The two FP32 -> int32 rounding modes of :class:`~hdl.fp32.convert.FP32ToInt`, chosen per
-#: operation by its ``rne`` input bit (0: toward zero like a C cast, 1: nearest-even).
-FTOI_ROUNDING = ("trunc", "rne")
 
 #: Legal values of :attr:`FP32Config.cmp_zero_order`.
 ZERO_ORDERS = ("numpy", "ieee")
@@ -63,13 +60,13 @@ class FP32Config(PresetMixin):
     Parameters
     ----------
     add_stages : int
-        Pipeline registers (= latency in cycles) of :class:`~hdl.fp32.add.FP32Add`, 1..5.
+        Pipeline registers (= latency in cycles) of :class:`~hdl.fp32.add.FP32Add`, 1..7.
     mul_stages : int
-        Latency of :class:`~hdl.fp32.mul.FP32Mul`, 1..4.
+        Latency of :class:`~hdl.fp32.mul.FP32Mul`, 1..5.
     cmp_stages : int
         Latency of :class:`~hdl.fp32.compare.FP32Compare`, 1..2.
     itof_stages : int
-        Latency of :class:`~hdl.fp32.convert.IntToFP32`, 1..3.
+        Latency of :class:`~hdl.fp32.convert.IntToFP32`, 1..4.
     ftoi_stages : int
         Latency of :class:`~hdl.fp32.convert.FP32ToInt`, 1..3.
     cmp_zero_order : str
@@ -83,10 +80,10 @@ class FP32Config(PresetMixin):
     register per unit), for fast tests and small builds.
     """
 
-    add_stages: int = 5
-    mul_stages: int = 4
+    add_stages: int = 7
+    mul_stages: int = 5
     cmp_stages: int = 1
-    itof_stages: int = 3
+    itof_stages: int = 4
     ftoi_stages: int = 3
     cmp_zero_order: str = "numpy"
 

@@ -6,8 +6,8 @@ from amaranth.lib.wiring import In, Out
 from ..formats import FP32
 from ..registry import Block
 from .config import FP32Config
-from .unpack import (CutPipeline, FlatStreams, jam_sticky, normalize_left, rounding_stage,
-                     unpack_fp32)
+from .unpack import (CutPipeline, FlatStreams, jam_sticky, normalize_left, round_finish,
+                     round_prepare, unpack_fp32)
 
 __all__ = ["IntToFP32", "FP32ToIntIn", "FP32ToIntOut", "FP32ToInt"]
 
@@ -30,8 +30,9 @@ class IntToFP32(wiring.Component):
     ``int32.astype(float32)``; ``0`` gives ``+0``.
 
     Datapath steps: ``abs`` (sign and 32-bit magnitude, ``-2**31`` included) | ``normalize``
-    (leading-zero count, left shift) | sticky compression, round
-    (:func:`~hdl.fp32.round.round_to_fp32`).
+    (leading-zero count, left shift) | sticky compression, exponent
+    (:func:`~hdl.fp32.unpack.round_prepare`) | ``round``: nearest-even increment
+    (:func:`~hdl.fp32.unpack.round_finish`).
 
     Parameters
     ----------
@@ -69,14 +70,17 @@ class IntToFP32(wiring.Component):
         m.d.comb += mag.eq(Mux(value < 0, -value, value))
         s = p.boundary("abs", sign=value[31], mag=mag)
 
-        norm, norm_exp, zero = normalize_left(m, s.mag, Const(0, signed(2)), name="itof",
+        norm, norm_exp, zero, _ = normalize_left(m, s.mag, Const(0, signed(2)), name="itof",
                                               exp_shape=signed(8))
         s = p.boundary("normalize", sign=s.sign, norm=norm, exp=norm_exp, zero=zero)
 
         jammed, dropped = jam_sticky(m, s.norm, 27, name="itof")
         rnd_exp = Signal(signed(8), name="itof_rnd_exp")
         m.d.comb += rnd_exp.eq(s.exp + dropped)
-        rounded = rounding_stage(m, sign=s.sign, exp=rnd_exp, norm=jammed, name="itof_rnd")
+        r = round_prepare(m, norm=jammed, exp=rnd_exp, name="itof_rnd")
+        s = p.boundary("round", frame=r.frame, base=r.base, ovf=r.ovf, sign=s.sign, zero=s.zero)
+        rounded = round_finish(m, sign=s.sign, frame=s.frame, base=s.base, ovf=s.ovf,
+                               name="itof_rnd")
         p.output(Mux(s.zero, 0, rounded))
         return m
 

@@ -1,4 +1,6 @@
 """Pipelined IEEE 754 binary32 multiplier (round-to-nearest-even, exact subnormals)."""
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -6,9 +8,14 @@ from amaranth.lib.wiring import In, Out
 from ..formats import FP32
 from ..registry import Block
 from .config import FP32Config
-from .unpack import QNAN, CutPipeline, FlatStreams, jam_sticky, rounding_stage, unpack_fp32
+from .unpack import (QNAN, CutPipeline, FlatStreams, jam_sticky, round_finish, round_plan,
+                     round_prepare, unpack_fp32)
 
 __all__ = ["FP32MulIn", "FP32Mul"]
+
+#: The normalised 48-bit product is compressed to 27 bits (24 + guard + round + jammed sticky).
+_JAM_KEEP = 27
+_JAM_DROP = 48 - _JAM_KEEP
 
 
 class FP32MulIn(data.Struct):
@@ -28,9 +35,12 @@ class FP32Mul(wiring.Component):
 
     Datapath steps (each boundary a register or a wire, :class:`~hdl.fp32.config.FP32Config`):
     ``unpack`` (classify; normalise subnormal significands so both have bit 23 set; exponent
-    sum) | ``partial`` (four 12 x 12-bit partial products: one ECP5 DSP each) | ``product``
+    sum) | ``partial`` (four 12 x 12-bit partial products: one ECP5 DSP each; in parallel the
+    result exponent for both positions of the product's leading one,
+    :func:`~hdl.fp32.unpack.round_plan`) | ``product``
     (48-bit sum, leading one in bit 47 or 46) | one-bit normalize, sticky compression to 27 bits,
-    round (:func:`~hdl.fp32.round.round_to_fp32`) and special-value select.
+    exponent and subnormal shift (:func:`~hdl.fp32.unpack.round_prepare`) | ``round``:
+    nearest-even increment (:func:`~hdl.fp32.unpack.round_finish`) and special-value select.
 
     Parameters
     ----------
@@ -86,8 +96,14 @@ class FP32Mul(wiring.Component):
                 pp = Signal(24, name=f"mul_pp_{an}{bn}")
                 m.d.comb += pp.eq(asl * bsl)
                 parts[f"pp_{an}{bn}"] = pp
-        s = p.boundary("partial", **parts, exp=s.exp, sign=s.sign, nan=s.nan, inf=s.inf,
-                       zero=s.zero)
+        # Exponent part of the rounding, for both positions of the product's leading one (bit
+        # 47: LSB weight exp; bit 46: the product is shifted left by one, exp - 1), computed
+        # here in parallel with the multipliers. `_JAM_DROP` low bits are jammed into one.
+        plan1 = round_plan(m, exp=s.exp + _JAM_DROP, width=_JAM_KEEP, name="mul_rnd_top1")
+        plan0 = round_plan(m, exp=s.exp + (_JAM_DROP - 1), width=_JAM_KEEP, name="mul_rnd_top0")
+        s = p.boundary("partial", **parts, sign=s.sign, nan=s.nan, inf=s.inf, zero=s.zero,
+                       shift1=plan1.shift, base1=plan1.base, ovf1=plan1.ovf,
+                       shift0=plan0.shift, base0=plan0.base, ovf0=plan0.ovf)
 
         # --- product: sum of the partial products ------------------------------------------------
         prod = Signal(48, name="mul_product")
@@ -96,21 +112,23 @@ class FP32Mul(wiring.Component):
             mid.eq(s.pp_lh + s.pp_hl),
             prod.eq(s.pp_ll + (mid << 12) + (s.pp_hh << 24)),
         ]
-        s = p.boundary("product", prod=prod, exp=s.exp, sign=s.sign, nan=s.nan, inf=s.inf,
-                       zero=s.zero)
+        s = p.boundary("product", prod=prod, sign=s.sign, nan=s.nan, inf=s.inf, zero=s.zero,
+                       shift1=s.shift1, base1=s.base1, ovf1=s.ovf1,
+                       shift0=s.shift0, base0=s.base0, ovf0=s.ovf0)
 
-        # --- one-bit normalize, sticky compression, round, specials -----------------------------
+        # --- one-bit normalize, sticky compression, round (two halves), specials --------------
         top = s.prod[47]
         norm = Signal(48, name="mul_norm")
-        norm_exp = Signal(signed(12), name="mul_norm_exp")
-        m.d.comb += [
-            norm.eq(Mux(top, s.prod, s.prod << 1)),
-            norm_exp.eq(s.exp - ~top),
-        ]
-        jammed, dropped = jam_sticky(m, norm, 27, name="mul")
-        rnd_exp = Signal(signed(12), name="mul_rnd_exp")
-        m.d.comb += rnd_exp.eq(norm_exp + dropped)
-        rounded = rounding_stage(m, sign=s.sign, exp=rnd_exp, norm=jammed, name="mul_rnd")
+        m.d.comb += norm.eq(Mux(top, s.prod, s.prod << 1))
+        jammed, dropped = jam_sticky(m, norm, _JAM_KEEP, name="mul")
+        assert dropped == _JAM_DROP
+        plan = SimpleNamespace(shift=Mux(top, s.shift1, s.shift0), base=Mux(top, s.base1, s.base0),
+                               ovf=Mux(top, s.ovf1, s.ovf0))
+        r = round_prepare(m, norm=jammed, plan=plan, name="mul_rnd")
+        s = p.boundary("round", frame=r.frame, base=r.base, ovf=r.ovf, sign=s.sign, nan=s.nan,
+                       inf=s.inf, zero=s.zero)
+        rounded = round_finish(m, sign=s.sign, frame=s.frame, base=s.base, ovf=s.ovf,
+                               name="mul_rnd")
         result = Signal(32, name="mul_result")
         with m.If(s.nan):
             m.d.comb += result.eq(QNAN)

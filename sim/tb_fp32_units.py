@@ -7,7 +7,7 @@ the matching numpy model of :mod:`sim.fp32`. Payloads are packed with the model'
 
 Tests (the pytest tier runs all but ``bench_throughput``):
 
-* ``specials``: every pair of :data:`sim.fp32.SPECIALS` (64 x 64; both operations for add) or
+* ``specials``: every pair of :data:`sim.fp32.SPECIALS` (58 x 58; both operations for add) or
   every named int/float special, at full rate.
 * ``random_full_rate``: ``TESSERA_FP32_N`` (default 100,000) random operands from the
   class-covering generators, back to back, ``ready`` always high.

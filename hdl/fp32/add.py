@@ -38,8 +38,10 @@ class FP32Add(wiring.Component):
     (shift the smaller significand right into a 27-bit frame, OR the shifted-out bits into the
     LSB) | ``add`` (28-bit add or subtract of magnitudes; exponent terms of the rounding,
     :func:`~hdl.fp32.unpack.round_plan_pre`) | ``lzc`` (leading-zero count) | ``normalize``
-    (left shift; result exponent and subnormal shift: :func:`~hdl.fp32.unpack.round_plan_lz`) | ``round``: exponent and subnormal shift (:func:`~hdl.fp32.unpack.round_prepare`)
-    | nearest-even increment (:func:`~hdl.fp32.unpack.round_finish`) and special-value select.
+    (left shift; result exponent and subnormal shift amount:
+    :func:`~hdl.fp32.unpack.round_plan_lz`) | ``round`` (subnormal right shift, guard and sticky
+    bits: :func:`~hdl.fp32.unpack.round_prepare`) | nearest-even increment and packing
+    (:func:`~hdl.fp32.unpack.round_finish`), special-value select.
 
     Parameters
     ----------

@@ -74,10 +74,11 @@ class FP32Config(PresetMixin):
         equal (``+0`` and ``-0``, or identical values). ``"numpy"`` (default): like
         ``np.maximum(a, b)`` / ``np.minimum(a, b)``, the result is ``b``. ``"ieee"``: IEEE
         754-2019 ``maximum``/``minimum``, ``-0 < +0`` (``max(+0, -0) = +0``, ``min = -0``).
-        The ``lt``/``eq``/``le`` flags are IEEE in both modes (``-0 == +0``).
+        The ``less``/``equal``/``less_equal`` flags are IEEE in both modes (``-0 == +0``).
 
-    The ``default`` preset aims at ~100 MHz on ECP5; ``tiny`` is the shortest pipeline (one
-    register per unit), for fast tests and small builds.
+    The ``default`` preset (every boundary registered) reaches 101..136 MHz on ECP5 (see
+    ``docs/fp32.md``); ``tiny`` is the shortest pipeline (one register per unit), for fast
+    tests and small builds.
     """
 
     add_stages: int = 7

@@ -238,6 +238,30 @@ def test_split_rounding_matches_shared_round_golden():
             assert g == e, (width, sign, exp, hex(norm), hex(g), hex(e))
 
 
+@pytest.mark.parametrize("width", [1, 2, 5, 24, 28, 32])
+def test_count_leading_zeros(width):
+    from amaranth.hdl import Signal
+
+    from hdl.fp32.unpack import count_leading_zeros
+
+    m = Module()
+    value = Signal(width)
+    lz = count_leading_zeros(m, value, name="t")
+    rng = random.Random(width)
+    vals = [0] + [1 << k for k in range(width)] + [rng.getrandbits(width) for _ in range(40)]
+    got = []
+
+    async def bench(ctx):
+        for v in vals:
+            ctx.set(value, v)
+            got.append(ctx.get(lz))
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == [width - v.bit_length() for v in vals]
+
+
 def test_split_rounding_with_late_normalization_matches_golden():
     """normalize_left + round_plan_pre/round_plan_lz + round_prepare/finish (the adder's
     arrangement) on un-normalised 28-bit significands == sim.fp32_round.round_to_fp32."""

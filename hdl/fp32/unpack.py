@@ -42,13 +42,13 @@ def count_leading_zeros(m, value, *, name: str):
     """
     value = Value.cast(value)
     width = len(value)
-    levels = max(1, (width - 1).bit_length())
+    levels = max(1, (width - 1).bit_length())        # tree over 2**levels >= 2 bits
     padded = Cat(Const(0, (1 << levels) - width), value)     # zeros below the LSB
 
     def tree(bits, lo, n):
         # (all-zero flag, leading-zero count of bits[lo:lo+n] as a Value of log2(n) bits)
-        if n == 1:
-            return ~bits[lo], Const(0, 0)
+        if n == 2:                                # count is the 1-bit "upper bit is 0"
+            return ~bits[lo + 1] & ~bits[lo], ~bits[lo + 1]
         half = n // 2
         hz, hc = tree(bits, lo + half, half)      # upper half holds the leading bits
         lz_, lc = tree(bits, lo, half)

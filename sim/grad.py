@@ -8,9 +8,11 @@ is bit-exact with the hardware (NaN payloads excepted: compare with :func:`canon
 * :func:`bias_grad` -- :class:`hdl.grad.biasgrad.BiasGrad`: ``db = ((0 + dY[0]) + dY[1]) + ...``
   column by column, rows in order.
 * :func:`sum_squares` -- :class:`hdl.grad.lanesum.LaneSum` with ``square=True``.
+* :func:`row_sum` -- :func:`hdl.grad.rowsum.row_sum`: interleaved lanes, then a pairwise tree
+  over the lanes' final values in the order they leave the adder.
 * :func:`softmax_xent` -- :class:`hdl.grad.softmax.SoftmaxXent`: per row
   ``mx = max z`` (ordered bit keys; NaN if any NaN), ``e = exp(z - mx)`` (the hardware exp,
-  :class:`sim.fp32_exp.FP32Exp`), ``s = lane_sum(e)``, ``grad = (e / s - onehot) * gscale`` and
+  :class:`sim.fp32_exp.FP32Exp`), ``s = row_sum(e)``, ``grad = (e / s - onehot) * gscale`` and
   the loss terms ``s`` and ``zt = z[label] - mx``; the loss is ``log(s) - zt`` (host, float64).
 """
 from __future__ import annotations
@@ -22,7 +24,7 @@ from sim.optim import lane_sum
 
 __all__ = ["EW_ADD", "EW_RELU", "EW_RELU_GRAD", "EW_SCALE", "EW_ADD_RELU", "EW_OPS", "canon",
            "elementwise", "bias_grad", "sum_squares", "f32_max", "softmax_xent", "xent_loss",
-           "softmax_xent_f64", "lane_sum"]
+           "softmax_xent_f64", "lane_sum", "row_sum"]
 
 F32 = np.float32
 QNAN = 0x7FC00000
@@ -93,6 +95,32 @@ def f32_max(z) -> np.float32:
     return z[int(np.argmax(_key(z.view(np.uint32))))]
 
 
+def row_sum(x, lanes: int) -> np.ndarray:
+    """Per-row sums of ``x`` (rows x C, float32) in the order of :func:`hdl.grad.rowsum.row_sum`.
+
+    ``M = max(C, lanes)`` slots (slots ``C..M-1`` are ``+0``); slot ``i`` is added into lane
+    ``i mod lanes`` (lanes start at ``+0``); the lanes' finals, in the order they leave the
+    adder, are ``f_k = part[(M + k) mod lanes]``; then pairwise:
+    ``f = [f0 + f1, f2 + f3, ...]`` until one value is left.
+    """
+    x = np.asarray(x, F32)
+    if x.ndim != 2 or lanes < 2 or lanes & (lanes - 1):
+        raise ValueError(f"row_sum needs a 2-D array and a power-of-two lanes >= 2, not "
+                         f"shape {x.shape}, lanes {lanes}")
+    rows, c = x.shape
+    slots = max(c, lanes)
+    padded = np.zeros((rows, slots), F32)
+    padded[:, :c] = x
+    part = np.zeros((rows, lanes), F32)
+    with np.errstate(all="ignore"):
+        for i in range(slots):
+            part[:, i % lanes] = (part[:, i % lanes] + padded[:, i]).astype(F32)
+        f = part[:, [(slots + k) % lanes for k in range(lanes)]]
+        while f.shape[1] > 1:
+            f = (f[:, 0::2] + f[:, 1::2]).astype(F32)
+    return f[:, 0]
+
+
 def softmax_xent(z, labels, gscale, config: GradConfig, exp_config=None):
     """Golden softmax + cross-entropy. Returns ``(grad, s, zt)`` (float32 arrays)."""
     from sim.fp32_exp import FP32Exp
@@ -101,27 +129,22 @@ def softmax_xent(z, labels, gscale, config: GradConfig, exp_config=None):
     if z.ndim != 2:
         raise ValueError(f"z must be 2-D (rows x classes), not shape {z.shape}")
     rows, c = z.shape
-    if not 2 <= c <= config.max_classes:
-        raise ValueError(f"classes must be in 2..{config.max_classes}, not {c}")
+    if not 1 <= c <= config.max_classes:
+        raise ValueError(f"classes must be in 1..{config.max_classes}, not {c}")
     if labels.shape != (rows,) or np.any(labels < 0) or np.any(labels >= c):
         raise ValueError(f"labels must be {rows} ints in 0..{c - 1}")
     exp = FP32Exp(exp_config)
-    grad = np.zeros_like(z)
-    s_out = np.zeros(rows, F32)
-    zt = np.zeros(rows, F32)
     with np.errstate(all="ignore"):
-        for r in range(rows):
-            mx = f32_max(z[r])
-            d = (z[r] - mx).astype(F32)
-            e = np.asarray(exp(a=d.view(np.uint32).astype(np.int64))["r"],
-                           np.int64).astype(np.uint32).view(F32)
-            s = lane_sum(e, config.lanes)
-            p = (e / s).astype(F32)
-            onehot = np.zeros(c, F32)
-            onehot[labels[r]] = 1
-            grad[r] = ((p - onehot).astype(F32) * F32(gscale)).astype(F32)
-            s_out[r] = s
-            zt[r] = F32(z[r, labels[r]] - mx)
+        mx = np.array([f32_max(row) for row in z], F32)
+        d = (z - mx[:, None]).astype(F32)
+        e = np.asarray(exp(a=d.view(np.uint32).astype(np.int64).ravel())["r"],
+                       np.int64).astype(np.uint32).view(F32).reshape(rows, c)
+        s_out = row_sum(e, config.lanes)
+        p = (e / s_out[:, None]).astype(F32)
+        onehot = np.zeros((rows, c), F32)
+        onehot[np.arange(rows), labels] = 1
+        grad = ((p - onehot).astype(F32) * F32(gscale)).astype(F32)
+        zt = (z[np.arange(rows), labels] - mx).astype(F32)
     return grad, s_out, zt
 
 

@@ -7,11 +7,12 @@ import pytest
 from hdl.fp32.config import FP32Config
 from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
 from hdl.grad.config import GradConfig
+from hdl.grad.softmax import SoftmaxXent
 from hdl.grad.unit import GradUnit
 from sim.amaranth_tb import run_sim, stream_get, stream_put
 from sim.grad import (EW_OPS, EW_RELU_GRAD, bias_grad, canon, elementwise, f32_max,
-                      softmax_xent, softmax_xent_f64, sum_squares, xent_loss)
-from sim.optim import f32_bits
+                      row_sum, softmax_xent, softmax_xent_f64, sum_squares, xent_loss)
+from sim.optim import f32_bits, lane_sum
 
 F32 = np.float32
 
@@ -56,7 +57,8 @@ def _unit():
 
 def test_grad_unit_all_blocks():
     """Deep (default) add/mul pipelines: elementwise (every op, specials, backpressure), bias
-    gradient (a short-row batch that exercises the stall and a longer one), softmax rows."""
+    gradient (a short-row batch that exercises the stall and a longer one), two softmax rows
+    (the overlapped-row tests below use :class:`SoftmaxXent` directly)."""
     dut = _unit()
     rng = np.random.default_rng(7)
     prng = random.Random(8)
@@ -100,13 +102,13 @@ def test_grad_unit_all_blocks():
         await stream_put(ctx, dut.bg_cmd, {"rows": 1, "cols": 17})     # > max_cols
         await ctx.tick()
         assert ctx.get(dut.bg_error) == 1
-        # softmax cross-entropy: 3 rows of 10 classes
-        z = (rng.standard_normal((3, 10)) * 4).astype(F32)
-        labels = rng.integers(0, 10, 3)
+        # softmax cross-entropy through the unit's sx_* ports: 2 rows of 10 classes
+        z = (rng.standard_normal((2, 10)) * 4).astype(F32)
+        labels = rng.integers(0, 10, 2)
         gscale = F32(1 / 4)
         ctx.set(dut.sx_gscale, f32_bits(gscale))
         grad, s, zt = softmax_xent(z, labels, gscale, dut.config, dut.divsqrt_config)
-        for r in range(3):
+        for r in range(2):
             for c in range(10):
                 await stream_put(ctx, dut.sx_i, {"x": f32_bits(z[r, c]), "label": int(labels[r]),
                                                  "last": int(c == 9)}, rng=prng, idle_prob=0.2)
@@ -144,3 +146,134 @@ def test_golden_sum_squares_and_bias_grad_vs_float64():
     db = bias_grad(dy)
     ref = dy.astype(np.float64).sum(axis=0)
     assert np.all(np.abs(db - ref) <= 64 * 2.0 ** -24 * np.abs(dy).sum(axis=0))
+
+
+# ------------------------------------------------------------------------------------------------
+# Softmax cross-entropy: overlapped rows
+# ------------------------------------------------------------------------------------------------
+
+def _softmax(preset_units: str, max_classes=16):
+    return SoftmaxXent(config=GradConfig(max_cols=16, max_classes=max_classes),
+                       fp32_config=FP32Config.preset(preset_units),
+                       divsqrt_config=FP32DivSqrtConfig.preset("tiny"))
+
+
+def _sx_payloads(rows):
+    return [{"x": f32_bits(x), "label": int(lab), "last": int(j == len(z) - 1)}
+            for z, lab in rows for j, x in enumerate(z)]
+
+
+def _check_rows(dut, rows, got, gscale):
+    k = 0
+    for z, lab in rows:
+        grad, s, zt = softmax_xent(z[None, :], [lab], gscale, dut.config, dut.divsqrt_config)
+        out = got[k:k + len(z)]
+        k += len(z)
+        assert list(canon(np.array([g["r"] for g in out], np.uint64))) == list(canon(grad[0])), \
+            f"row of {len(z)}: {z}"
+        assert [g["last"] for g in out] == [0] * (len(z) - 1) + [1]
+        assert {g["sum"] for g in out} == {f32_bits(s[0])}
+        assert {g["zt"] for g in out} == {f32_bits(zt[0])}
+
+
+@pytest.mark.parametrize("units, idle, stall", [("default", 0.2, 0.3), ("tiny", 0.0, 0.7)])
+def test_softmax_rows_back_to_back(units, idle, stall):
+    """Rows of 1..16 classes (shorter and longer than the 8 lanes; a full 16-class bank) sent
+    without waiting for results, with random idle cycles and backpressure, deep (default) and
+    1-cycle (tiny) add/mul pipelines: every gradient, sum and zt bit-exact with the golden
+    model."""
+    dut = _softmax(units)
+    rng = np.random.default_rng(21)
+    prng = random.Random(22)
+    rows = []
+    for c in (3, 16, 5, 1, 12, 16, 16, 8, 2, 9, 16, 7):
+        z = (rng.standard_normal(c) * 4).astype(F32)
+        rows.append((z, int(rng.integers(0, c))))
+    rows.append((np.array([1.0, np.nan, 2.0], F32), 0))
+    rows.append((np.array([-0.0, 0.0, np.inf], F32), 1))
+    gscale = F32(1 / 8)
+    payloads = _sx_payloads(rows)
+    got = []
+
+    async def producer(ctx):
+        ctx.set(dut.gscale, f32_bits(gscale))
+        for p in payloads:
+            await stream_put(ctx, dut.i, p, rng=prng, idle_prob=idle)
+
+    async def consumer(ctx):
+        for _ in payloads:
+            got.append(await stream_get(ctx, dut.o, rng=prng, stall_prob=stall))
+
+    run_sim(dut, producer, consumer)
+    _check_rows(dut, rows, got, gscale)
+
+
+def _timed_run(dut, z, label=0):
+    """Rows of ``z`` at full rate, ``o.ready`` held high; returns (cycle of each accepted
+    input, cycle of each output) and the outputs."""
+    t_in, t_out, got = [], [], []
+    rows, c = z.shape
+
+    async def tb(ctx):
+        ctx.set(dut.o.ready, 1)
+        ctx.set(dut.gscale, f32_bits(F32(1)))
+        cycle, k = 0, 0
+        while len(t_out) < z.size:
+            if k < z.size:
+                ctx.set(dut.i.valid, 1)
+                ctx.set(dut.i.payload, {"x": f32_bits(z.flat[k]), "label": label,
+                                        "last": int(k % c == c - 1)})
+            else:
+                ctx.set(dut.i.valid, 0)
+            _, _, iv, ir, ov, op = await ctx.tick().sample(dut.i.valid, dut.i.ready,
+                                                           dut.o.valid, dut.o.payload)
+            if iv and ir:
+                t_in.append(cycle)
+                k += 1
+            if ov:
+                t_out.append(cycle)
+                got.append(op)
+            cycle += 1
+            assert cycle < 20 * z.size + 500, "softmax stalled"
+
+    run_sim(dut, tb)
+    return t_in, t_out, got
+
+
+@pytest.mark.parametrize("units", ["tiny", "default"])
+def test_softmax_latency_and_throughput(units):
+    """An idle block delivers a row's first gradient exactly ``latency + max(C, lanes)``
+    cycles after the row's last logit; 12 rows of 16 classes stream in and out at exactly
+    one element per cycle (no bubble between rows after the first row's latency); the results
+    are bit-exact."""
+    dut = _softmax(units)
+    rng = np.random.default_rng(23)
+    z = rng.standard_normal((1, 16)).astype(F32)
+    t_in, t_out, got = _timed_run(dut, z)
+    assert t_out[0] - t_in[-1] == dut.latency + 16
+    z = rng.standard_normal((1, 3)).astype(F32)
+    t_in, t_out, got = _timed_run(_softmax(units), z)
+    assert t_out[0] - t_in[-1] == dut.latency + dut.config.lanes     # short row: lanes slots
+    z = rng.standard_normal((12, 16)).astype(F32)
+    t_in, t_out, got = _timed_run(_softmax(units), z)
+    assert t_in == list(range(z.size)), "input stalled"
+    assert t_out == list(range(t_out[0], t_out[0] + z.size)), "output not one per cycle"
+    _check_rows(dut, [(row, 0) for row in z], got, F32(1))
+
+
+def test_golden_row_sum_order():
+    """The documented order: lanes of slots ``i mod lanes`` (short rows padded with +0), finals
+    rotated by ``max(C, lanes) mod lanes``, pairwise tree. Values chosen so that a different
+    order gives a different FP32 result."""
+    big, one = F32(2.0 ** 24), F32(1.0)
+    # 4 lanes, C = 5: part = [big + 0, 1, 1, -big]; finals rotated by 5 mod 4 = 1
+    x = np.array([[big, one, one, -big, F32(0)]], F32)
+    f = [one, one, -big, big]                                   # part[1], part[2], part[3], part[0]
+    want = F32(F32(f[0] + f[1]) + F32(f[2] + f[3]))             # (1 + 1) + (-big + big) = 2
+    assert row_sum(x, 4)[0] == want == F32(2)
+    unrotated = F32(F32(big + one) + F32(one - big))            # big + (1 - big) = 1
+    assert unrotated == F32(1) and lane_sum(x[0], 4) == F32(0)  # ((big + 1) + 1) - big = 0
+    # short row: padded to `lanes` slots
+    assert row_sum(np.array([[1.5, 2.5]], F32), 8)[0] == F32(4.0)
+    with pytest.raises(ValueError, match="power-of-two"):
+        row_sum(np.zeros((2, 3), F32), 3)

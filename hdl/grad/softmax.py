@@ -1,22 +1,32 @@
-"""Softmax + cross-entropy gradient per row, with the max subtraction.
+"""Softmax + cross-entropy gradient per row, with the max subtraction; rows overlap.
 
 For each row ``z[0..C-1]`` with label ``y`` (golden model :func:`sim.grad.softmax_xent`)::
 
     mx   = max_j z_j                 (ordered bit keys, -0 < +0; NaN if any z is NaN)
     e_j  = exp(z_j - mx)             (FP32 sub, then the hardware exp approximation)
-    s    = lane_sum(e)               (:class:`~hdl.grad.lanesum.LaneSum` order)
+    s    = row_sum(e)                (:mod:`hdl.grad.rowsum` order)
     g_j  = (e_j / s - [j == y]) * gscale     (gscale = loss scale / batch size, a register)
     zt   = z_y - mx
 
-The loss value is ``log(s) - zt``: the block outputs ``s`` and ``zt`` with the row's last
-gradient and the host takes one float64 log per row (no FP32 log unit; see
-docs/datapaths.md). Phases per row, sharing one row buffer: LOAD (C cycles, stores z, max),
-EXP (C cycles + latency; stores e, sums), OUT (C cycles + latency, streams g).
+Three stages work on three different rows at once (one element per cycle each):
+
+* **LOAD** (row r+2): accepts logits, writes them into one of two row banks (double-buffered
+  memory), tracks the max, the NaN flag, the label and ``z_y``.
+* **EXP** (row r+1): reads the other bank, ``e = exp(z - mx)``; ``e`` goes into the *e FIFO*
+  (a circular buffer in memory) and into the row sum (:func:`~hdl.grad.rowsum.row_sum`,
+  ``max(C, lanes)`` slots per row). Row descriptors go into a FIFO for OUT.
+* **OUT** (row r): once the row's sum has arrived, reads ``e`` back from the e FIFO and streams
+  ``g`` out through a credit FIFO (backpressure never drops data).
+
+The EXP stage starts only when the e FIFO has room and fewer than ``rows_in_flight`` rows are
+between EXP and the end of OUT; both bounds are sized so that rows of ``C >= lanes`` classes
+stream at one element per cycle.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -24,7 +34,7 @@ from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
 from ..optim.dataflow import Dataflow, credit_fifo
 from .config import GradConfig
-from .lanesum import LaneSum
+from .rowsum import row_sum, row_sum_latency
 
 __all__ = ["SoftmaxXent", "SX_IN_LAYOUT", "SX_OUT_LAYOUT"]
 
@@ -39,30 +49,45 @@ def _key(x):
     return Mux(x[31], ~x, x | 0x80000000)
 
 
+def _is_nan(x):
+    return (x[23:31] == 0xFF) & (x[0:23] != 0)
+
+
 class SoftmaxXent(wiring.Component):
-    """Softmax cross-entropy gradient and loss terms, one row at a time.
+    """Softmax cross-entropy gradient and loss terms, rows streamed back to back.
 
     Parameters
     ----------
     config : GradConfig
-        ``max_classes`` (row buffer depth) and ``lanes`` (denominator summation order).
+        ``max_classes`` (row bank depth) and ``lanes`` (denominator summation order).
     fp32_config, divsqrt_config : unit configurations.
 
     Attributes
     ----------
     latency : int
-        Cycles from reading ``e_j`` to ``g_j`` entering the output FIFO (OUT phase pipeline).
+        With the block idle and no backpressure, a row's first gradient is valid on ``o``
+        ``latency + max(C, lanes)`` cycles after its last logit was accepted (the EXP pass
+        over the row, the sum, the OUT pipeline and the output FIFO).
+    exp_latency, out_latency, sum_latency : int
+        Depths of the EXP dataflow (``z`` to ``e``), of the OUT dataflow (``e`` to ``g``) and
+        of the row sum (last slot to ``s``).
+    efifo_depth : int
+        Entries of the e FIFO: ``max_classes`` plus the EXP-to-OUT delay of a row.
+    rows_in_flight : int
+        Rows allowed between the start of EXP and the end of OUT.
 
     Members
     -------
     i : In(stream.Signature(SX_IN_LAYOUT))
         Logits ``x`` (FP32) of one row, ``last`` on the row's final class; ``label`` is taken
-        from the row's first element. Rows of 2..max_classes classes.
+        from the row's first element. Rows of 1..max_classes classes (a longer row is cut after
+        ``max_classes`` elements: the rest forms a new row).
     o : Out(stream.Signature(SX_OUT_LAYOUT))
-        Gradient ``r`` (FP32) per class in order; on ``last`` also ``sum`` = s and
-        ``zt`` = z_y - max (FP32) of the row.
+        Gradient ``r`` (FP32) per class in order; ``last`` on the row's final class; ``sum``
+        = s and ``zt`` = z_y - max (FP32) of the row (valid on every element of the row).
     gscale : In(32)
         FP32 factor applied to the gradient (``1/B``, or ``2**k / B`` with loss scaling).
+        Sampled as each element enters the OUT pipeline.
     """
 
     def __init__(self, *, config: GradConfig | None = None,
@@ -73,117 +98,196 @@ class SoftmaxXent(wiring.Component):
         self.divsqrt_config = divsqrt_config or FP32DivSqrtConfig()
         la = self.fp32_config.latency("fp32_add")
         if la >= self.config.lanes:
+            self._MustUse__used = True       # rejected: no "never used" warning
             raise ValueError(f"GradConfig.lanes ({self.config.lanes}) must exceed the FP32 adder "
                              f"latency ({la})")
-        self.latency = (1 + self.divsqrt_config.div_latency + la
-                        + self.fp32_config.latency("fp32_mul"))
+        self.exp_latency = self._exp_dataflow(None).t
+        self.out_latency = self._out_dataflow(None)
+        self.sum_latency = row_sum_latency(self.config.lanes, self.fp32_config)
+        # EXP issue (+1 memory read) -> e -> sum -> s FIFO (+1) -> OUT issue (+1 read) -> g
+        # -> credit FIFO (2 cycles: SyncFIFOBuffered).
+        self.latency = 2 + self.exp_latency + self.sum_latency + 1 + self.out_latency + 2
+        delay = 2 + self.exp_latency + self.sum_latency + 2   # last EXP slot -> first OUT read
+        self.efifo_depth = self.config.max_classes + delay + 4
+        self.rows_in_flight = 4 + -(-delay // self.config.lanes)
         super().__init__({
             "i": In(stream.Signature(SX_IN_LAYOUT)),
             "o": Out(stream.Signature(SX_OUT_LAYOUT)),
             "gscale": In(32),
         })
 
+    # -- the two dataflows (m=None: timing only) -----------------------------------------------
+    def _exp_dataflow(self, m, valid=None, z=None, mx=None):
+        df = Dataflow(m, valid, fp32_config=self.fp32_config,
+                      divsqrt_config=self.divsqrt_config, prefix="sx_exp")
+        d = df.sub(df.input(z, "z"), df.input(mx, "max"), name="z_minus_max")
+        e = df.exp(d, name="exp")
+        if m is None:
+            return e
+        return df, e
+
+    def _out_dataflow(self, m, valid=None, e=None, s=None, onehot=None, zy=None, mx=None):
+        df = Dataflow(m, valid, fp32_config=self.fp32_config,
+                      divsqrt_config=self.divsqrt_config, prefix="sx_out")
+        p = df.div(df.input(e, "e"), df.input(s, "s"), name="p")
+        g = df.sub(p, df.input(onehot, "onehot"), name="p_minus_onehot")
+        r = df.mul(g, df.const(self.gscale if m is not None else None, "gscale"), name="grad")
+        zt = df.sub(df.input(zy, "zy"), df.input(mx, "mx"), name="zt")
+        t = df.time(r, zt)
+        if m is None:
+            return t
+        return df, t, r, zt
+
     def elaborate(self, platform):
         m = Module()
-        cfg = self.config
-        fc, dc = self.fp32_config, self.divsqrt_config
-        m.submodules.buf = mem = Memory(shape=32, depth=cfg.max_classes, init=[])
-        rp = mem.read_port()
-        wp = mem.write_port()
-        m.submodules.sum = ls = LaneSum(config=cfg, fp32_config=fc)
+        cfg, fc = self.config, self.fp32_config
+        C, lanes = cfg.max_classes, cfg.lanes
+        lane_bits = lanes.bit_length() - 1
+        col_bits = max(1, (C - 1).bit_length())
+        slots = max(C, lanes)
 
-        cb = range(cfg.max_classes + 1)
-        n = Signal(cb, name="ncols")
-        j = Signal(cb, name="col")
-        label = Signal(16, name="label")
-        mx = Signal(32, name="max")
-        any_nan = Signal(name="any_nan")
-        zy = Signal(32, name="z_label")
-        s = Signal(32, name="s")
-        zt = Signal(32, name="zt")
-        mx_eff = Signal(32, name="max_eff")
-        m.d.comb += mx_eff.eq(Mux(any_nan, QNAN, mx))
+        # ---------------------------------------------------------------- row banks (z)
+        m.submodules.zbuf = zmem = Memory(shape=32, depth=2 << col_bits, init=[])
+        zw = zmem.write_port()
+        zr = zmem.read_port()
+        full = Array(Signal(name=f"bank{b}_full") for b in range(2))
+        b_n = Array(Signal(range(C + 1), name=f"bank{b}_n") for b in range(2))
+        b_label = Array(Signal(16, name=f"bank{b}_label") for b in range(2))
+        b_mx = Array(Signal(32, name=f"bank{b}_max") for b in range(2))
+        b_zy = Array(Signal(32, name=f"bank{b}_z_label") for b in range(2))
 
-        # EXP phase pipeline: read z_j -> (z_j - mx) -> exp -> write e_j, LaneSum.
-        ev = Signal(name="exp_v")
-        ecol = Signal(cb, name="exp_col")
-        elast = Signal(name="exp_last")
-        m.d.sync += ev.eq(0)
-        edf = Dataflow(m, ev, fp32_config=fc, divsqrt_config=dc, prefix="sx_exp")
-        d = edf.sub(edf.input(rp.data, "z"), edf.const(mx_eff, "max"), name="z_minus_max")
-        e = edf.exp(d, name="exp")
-        dzt = edf.sub(edf.const(zy, "zy"), edf.const(mx_eff, "max2"), name="zt")
-        te = e.t
-        e_valid = edf.valid_at(te)
+        # ---------------------------------------------------------------- LOAD
+        wb = Signal(name="load_bank")
+        lj = Signal(col_bits, name="load_col")
+        l_label = Signal(16, name="load_label")
+        l_mx = Signal(32, name="load_max")
+        l_nan = Signal(name="load_any_nan")
+        l_zy = Signal(32, name="load_z_label")
+        x = self.i.payload.x
+        first = lj == 0
+        lab = Signal(16, name="load_label_now")
+        mx_next = Signal(32, name="load_max_next")
+        nan_next = Signal(name="load_nan_next")
+        zy_next = Signal(32, name="load_zy_next")
         m.d.comb += [
-            ls.i.valid.eq(e_valid), ls.i.payload.x.eq(edf.at(e, te)),
-            ls.i.payload.last.eq(edf.at(edf.input(elast, "last"), te)),
+            lab.eq(Mux(first, self.i.payload.label, l_label)),
+            mx_next.eq(Mux(first | (_key(x) > _key(l_mx)), x, l_mx)),
+            nan_next.eq((l_nan & ~first) | _is_nan(x)),
+            zy_next.eq(Mux(lj == lab, x, Mux(first, 0, l_zy))),
+            self.i.ready.eq(~full[wb]),
+            zw.addr.eq(Cat(lj, wb)), zw.data.eq(x),
         ]
-        e_waddr = edf.at(edf.input(ecol, "col"), te)
-        zt_first = edf.at(edf.input(ecol == 0, "first"), dzt.t)
-        with m.If(edf.valid_at(dzt.t) & zt_first):
-            m.d.sync += zt.eq(edf.at(dzt, dzt.t))
+        with m.If(self.i.valid & self.i.ready):
+            m.d.comb += zw.en.eq(1)
+            m.d.sync += [l_label.eq(lab), l_mx.eq(mx_next), l_nan.eq(nan_next),
+                         l_zy.eq(zy_next), lj.eq(lj + 1)]
+            with m.If(self.i.payload.last | (lj == C - 1)):
+                m.d.sync += [
+                    lj.eq(0), wb.eq(~wb), full[wb].eq(1),
+                    b_n[wb].eq(lj + 1), b_label[wb].eq(lab),
+                    b_mx[wb].eq(Mux(nan_next, QNAN, mx_next)), b_zy[wb].eq(zy_next),
+                ]
 
-        # OUT phase pipeline: read e_j -> e_j / s -> - onehot -> * gscale -> FIFO.
-        ov = Signal(name="out_v")
-        ocol = Signal(cb, name="out_col")
-        olast = Signal(name="out_last")
-        m.d.sync += ov.eq(0)
-        odf = Dataflow(m, ov, fp32_config=fc, divsqrt_config=dc, prefix="sx_out")
-        p = odf.div(odf.input(rp.data, "e"), odf.const(s, "s"), name="p")
-        oh = odf.input(Mux(ocol == label, ONE, 0), "onehot")
-        g = odf.sub(p, oh, name="p_minus_onehot")
-        r = odf.mul(g, odf.const(self.gscale, "gscale"), name="grad")
-        tr = r.t
+        # ---------------------------------------------------------------- EXP
+        desc_layout = data.StructLayout({"n": range(C + 1), "label": 16, "zy": 32, "mx": 32})
+        K = self.rows_in_flight
+        m.submodules.desc_fifo = dfifo = SyncFIFO(width=desc_layout.size, depth=K)
+        m.submodules.sum_fifo = sfifo = SyncFIFO(width=32, depth=K)
+        D = self.efifo_depth
+        m.submodules.efifo = emem = Memory(shape=32, depth=D, init=[])
+        ew = emem.write_port()
+        er = emem.read_port()
+
+        rb = Signal(name="exp_bank")
+        ei = Signal(range(slots), name="exp_slot")
+        rows = Signal(range(K + 1), name="rows_in_flight")
+        eres = Signal(range(D + 1), name="efifo_reserved")
+        row_start = Signal(name="exp_row_start")
+        row_done = Signal(name="out_row_done")
+        e_take = Signal(name="exp_take")          # an e FIFO slot reserved (non-pad slot)
+        o_take = Signal(name="out_take")          # an e FIFO entry read by OUT
+        n_r = Signal(range(C + 1), name="exp_n")
+        last_slot = Signal(range(slots), name="exp_last_slot")
+        can_exp = Signal(name="exp_issue")
+        m.d.comb += [
+            n_r.eq(b_n[rb]),
+            last_slot.eq(Mux(n_r > lanes, n_r, lanes) - 1),
+            can_exp.eq(full[rb] & (eres < D) & ((ei != 0) | (rows < K))),
+            zr.addr.eq(Cat(ei, rb)),
+            row_start.eq(can_exp & (ei == 0)),
+            e_take.eq(can_exp & (ei < n_r)),
+        ]
+        ev = Signal(name="exp_valid")
+        e_mx = Signal(32, name="exp_max")
+        e_pad = Signal(name="exp_pad")
+        e_first = Signal(name="exp_first")
+        e_final = Signal(name="exp_final")
+        e_lane = Signal(max(1, lane_bits), name="exp_lane")
+        m.d.sync += ev.eq(can_exp)
+        with m.If(can_exp):
+            m.d.sync += [
+                e_mx.eq(b_mx[rb]), e_pad.eq(ei >= n_r), e_first.eq(ei < lanes),
+                e_final.eq(ei + lanes > last_slot), e_lane.eq(ei[:lane_bits] if lane_bits else 0),
+                ei.eq(ei + 1),
+            ]
+            with m.If(ei == last_slot):
+                m.d.sync += [ei.eq(0), rb.eq(~rb), full[rb].eq(0)]
+        desc_in = data.View(desc_layout, dfifo.w_data)
+        m.d.comb += [
+            dfifo.w_en.eq(row_start),
+            desc_in.n.eq(n_r), desc_in.label.eq(b_label[rb]), desc_in.zy.eq(b_zy[rb]),
+            desc_in.mx.eq(b_mx[rb]),
+        ]
+        m.d.sync += [rows.eq(rows + row_start - row_done), eres.eq(eres + e_take - o_take)]
+
+        edf, e = self._exp_dataflow(m, ev, zr.data, e_mx)
+        te = e.t
+        v_e = edf.valid_at(te)
+        pad_e = edf.at(edf.input(e_pad, "pad"), te)
+        e_val = edf.at(e, te)
+        ewp = Signal(range(D), name="efifo_wptr")
+        m.d.comb += [ew.addr.eq(ewp), ew.data.eq(e_val)]
+        with m.If(v_e & ~pad_e):
+            m.d.comb += ew.en.eq(1)
+            m.d.sync += ewp.eq(Mux(ewp == D - 1, 0, ewp + 1))
+        s_valid, s_val = row_sum(
+            m, valid=v_e, x=Mux(pad_e, 0, e_val),
+            first=edf.at(edf.input(e_first, "first"), te),
+            final=edf.at(edf.input(e_final, "final"), te),
+            lane=edf.at(edf.input(e_lane, "lane"), te),
+            lanes=lanes, fp32_config=fc, prefix="sx_sum")
+        m.d.comb += [sfifo.w_en.eq(s_valid), sfifo.w_data.eq(s_val)]
+
+        # ---------------------------------------------------------------- OUT
+        desc = data.View(desc_layout, dfifo.r_data)
+        oj = Signal(col_bits, name="out_col")
+        erp = Signal(range(D), name="efifo_rptr")
         out_accept = Signal(name="out_accept")
+        ov = Signal(name="out_valid")
+        o_onehot = Signal(name="out_onehot")
+        o_last = Signal(name="out_last")
+        o_s = Signal(32, name="out_s")
+        o_zy = Signal(32, name="out_zy")
+        o_mx = Signal(32, name="out_max")
+        m.d.comb += er.addr.eq(erp)
+        m.d.sync += ov.eq(out_accept)
+        with m.If(out_accept):
+            m.d.comb += o_take.eq(1)
+            m.d.sync += [
+                o_onehot.eq(oj == desc.label), o_last.eq(oj == desc.n - 1),
+                o_s.eq(sfifo.r_data), o_zy.eq(desc.zy), o_mx.eq(desc.mx),
+                erp.eq(Mux(erp == D - 1, 0, erp + 1)), oj.eq(oj + 1),
+            ]
+            with m.If(oj == desc.n - 1):
+                m.d.comb += [row_done.eq(1), sfifo.r_en.eq(1), dfifo.r_en.eq(1)]
+                m.d.sync += oj.eq(0)
+
+        odf, tr, r, zt = self._out_dataflow(m, ov, er.data, o_s, Mux(o_onehot, ONE, 0),
+                                            o_zy, o_mx)
         can = credit_fifo(m, "ofifo", latency=tr + 1, accept=out_accept,
                           done_valid=odf.valid_at(tr),
-                          done_data=Cat(odf.at(r, tr), odf.at(odf.input(olast, "last"), tr),
-                                        odf.at(odf.input(s, "s_row"), tr),
-                                        odf.at(odf.input(zt, "zt_row"), tr)),
+                          done_data=Cat(odf.at(r, tr), odf.at(odf.input(o_last, "last"), tr),
+                                        odf.at(odf.input(o_s, "s_row"), tr), odf.at(zt, tr)),
                           o=self.o)
-
-        x = self.i.payload.x
-        with m.FSM(name="sx"):
-            with m.State("LOAD"):
-                m.d.comb += [self.i.ready.eq(1), wp.addr.eq(j), wp.data.eq(x)]
-                with m.If(self.i.valid):
-                    m.d.comb += wp.en.eq(1)
-                    m.d.sync += j.eq(j + 1)
-                    first = j == 0
-                    lab = Mux(first, self.i.payload.label, label)
-                    with m.If(first):
-                        m.d.sync += [label.eq(self.i.payload.label), mx.eq(x),
-                                     any_nan.eq(0)]
-                    with m.Elif(_key(x) > _key(mx)):
-                        m.d.sync += mx.eq(x)
-                    with m.If((x[23:31] == 0xFF) & (x[0:23] != 0)):
-                        m.d.sync += any_nan.eq(1)
-                    with m.If(j == lab):
-                        m.d.sync += zy.eq(x)
-                    with m.If(self.i.payload.last):
-                        m.d.sync += [n.eq(j + 1), j.eq(0)]
-                        m.next = "EXP"
-            with m.State("EXP"):
-                m.d.comb += rp.addr.eq(j)
-                m.d.sync += [ev.eq(1), ecol.eq(j), elast.eq(j == n - 1), j.eq(j + 1)]
-                with m.If(j == n - 1):
-                    m.next = "SUM"
-            with m.State("SUM"):
-                m.d.comb += ls.o.ready.eq(1)
-                with m.If(ls.o.valid):
-                    m.d.sync += [s.eq(ls.o.payload.r), j.eq(0)]
-                    m.next = "OUT"
-            with m.State("OUT"):
-                m.d.comb += rp.addr.eq(j)
-                with m.If(can):
-                    m.d.comb += out_accept.eq(1)
-                    m.d.sync += [ov.eq(1), ocol.eq(j), olast.eq(j == n - 1), j.eq(j + 1)]
-                    with m.If(j == n - 1):
-                        m.d.sync += j.eq(0)
-                        m.next = "LOAD"
-
-        # e_j written back over z_j (EXP phase only; LOAD drives the port otherwise).
-        with m.If(e_valid):
-            m.d.comb += [wp.addr.eq(e_waddr), wp.data.eq(edf.at(e, te)), wp.en.eq(1)]
+        m.d.comb += out_accept.eq(sfifo.r_rdy & dfifo.r_rdy & can)
         return m

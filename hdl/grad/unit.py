@@ -51,10 +51,14 @@ class GradUnit(wiring.Component):
         self.divsqrt_config = divsqrt_config or FP32DivSqrtConfig()
         # Sub-blocks are elaborated as part of this block (marked used as soon as made, so a
         # config error in a later one leaves no "never used" warning).
-        self._ew = _used(Elementwise(fp32_config=self.fp32_config))
-        self._bg = _used(BiasGrad(config=self.config, fp32_config=self.fp32_config))
-        self._sx = _used(SoftmaxXent(config=self.config, fp32_config=self.fp32_config,
-                                     divsqrt_config=self.divsqrt_config))
+        try:
+            self._ew = _used(Elementwise(fp32_config=self.fp32_config))
+            self._bg = _used(BiasGrad(config=self.config, fp32_config=self.fp32_config))
+            self._sx = _used(SoftmaxXent(config=self.config, fp32_config=self.fp32_config,
+                                         divsqrt_config=self.divsqrt_config))
+        except (ValueError, TypeError):
+            _used(self)                      # rejected: no "never used" warning
+            raise
         self.latency = {"elementwise": self._ew.latency, "biasgrad": self._bg.latency,
                         "softmax": self._sx.latency}
         super().__init__({

@@ -1,0 +1,108 @@
+"""Per-row FP32 sum for back-to-back rows: interleaved lanes, then a pipelined pairwise tree.
+
+Used by :class:`~hdl.grad.softmax.SoftmaxXent` for the softmax denominator. Unlike
+:class:`~hdl.grad.lanesum.LaneSum` (one reduction at a time, a sequential combine that stalls
+the input), this sums a *stream of rows* with no pause between rows, so every row costs only
+its own element cycles.
+
+Order (golden model :func:`sim.grad.row_sum`, bit-exact). A row of ``C`` values is fed as
+``M = max(C, lanes)`` slots; slots ``C..M-1`` carry ``+0`` (rows shorter than ``lanes``).
+Slot ``i`` goes to lane ``i mod lanes``: the lane's first slot (``i < lanes``) computes
+``+0 + x``, later slots ``part + x``. The *final* value of each lane (its last slot,
+``i >= M - lanes``) leaves the adder in slot order, so the finals arrive as
+``f_k = part[(M + k) mod lanes]`` for ``k = 0..lanes-1``. A tree of ``log2(lanes)`` adders
+combines consecutive pairs: ``((f0 + f1) + (f2 + f3)) + ((f4 + f5) + (f6 + f7))`` for 8 lanes.
+
+Hardware: one accumulation adder (``lanes > La``: a lane's next add is issued after its
+previous result is back) and one adder per tree level. Nothing stalls: a row's sum appears a
+fixed :func:`row_sum_latency` cycles after its last slot, and rows may follow each other
+without a gap. Not a component: :func:`row_sum` adds the logic to the caller's module.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Const, Mux, Signal
+
+from ..fp32.config import FP32Config
+from ..optim.dataflow import operands, result
+
+__all__ = ["row_sum", "row_sum_latency"]
+
+
+def row_sum_latency(lanes: int, fp32_config: FP32Config) -> int:
+    """Cycles from the last slot of a row entering :func:`row_sum` to its sum's ``valid``:
+    the accumulation add, then one add per tree level (each issued the cycle its second
+    operand arrives)."""
+    la = fp32_config.latency("fp32_add")
+    return la * (1 + (lanes.bit_length() - 1))
+
+
+def row_sum(m, *, valid, x, first, final, lane, lanes: int, fp32_config: FP32Config,
+            prefix: str = "rowsum"):
+    """Add the row-sum pipeline to ``m``.
+
+    Parameters
+    ----------
+    valid : Value
+        A slot enters this cycle (any number of idle cycles between slots is allowed).
+    x : Value, 32 bits
+        The slot's FP32 value (``+0`` for padding slots).
+    first, final : Value, 1 bit
+        The slot is its lane's first (``i < lanes``) / last (``i >= M - lanes``) in the row.
+    lane : Value
+        ``i mod lanes``.
+    lanes : int
+        Power of two, greater than the adder latency.
+
+    Returns
+    -------
+    (Signal, Signal)
+        ``(sum_valid, sum)``: one pulse per row, ``row_sum_latency`` cycles after the row's
+        last slot, in row order.
+    """
+    from ..fp32.add import FP32Add
+
+    la = fp32_config.latency("fp32_add")
+    if lanes & (lanes - 1) or lanes <= la:
+        raise ValueError(f"row_sum: lanes ({lanes}) must be a power of two above the adder "
+                         f"latency ({la})")
+    levels = lanes.bit_length() - 1
+
+    # --- accumulation: interleaved lanes ---------------------------------------------------
+    m.submodules[f"{prefix}_acc_add"] = acc = FP32Add(config=fp32_config)
+    part = Array(Signal(32, name=f"{prefix}_lane_{j}") for j in range(lanes))
+    m.d.comb += [
+        acc.o.ready.eq(1),
+        acc.i.valid.eq(valid),
+        operands(acc.i.payload).eq(Cat(Mux(first, Const(0, 32), part[lane]), x, Const(0, 1))),
+    ]
+    lane_tag, final_tag = lane, final
+    for d in range(la):
+        t = Signal(len(lane), name=f"{prefix}_lane_tag_{d + 1}", reset_less=True)
+        f = Signal(name=f"{prefix}_final_tag_{d + 1}", reset_less=True)
+        m.d.sync += [t.eq(lane_tag), f.eq(final_tag)]
+        lane_tag, final_tag = t, f
+    acc_r = Signal(32, name=f"{prefix}_acc_r")
+    m.d.comb += acc_r.eq(result(acc.o.payload))
+    with m.If(acc.o.valid):
+        m.d.sync += part[lane_tag].eq(acc_r)
+
+    # --- pipelined pairwise tree over the lanes' finals, in arrival order ---------------------
+    v, val = Signal(name=f"{prefix}_final_valid"), Signal(32, name=f"{prefix}_final")
+    m.d.comb += [v.eq(acc.o.valid & final_tag), val.eq(acc_r)]
+    for lvl in range(levels):
+        m.submodules[f"{prefix}_tree_add_{lvl}"] = add = FP32Add(config=fp32_config)
+        hold = Signal(32, name=f"{prefix}_tree_{lvl}_hold", reset_less=True)
+        half = Signal(name=f"{prefix}_tree_{lvl}_half")
+        m.d.comb += [
+            add.o.ready.eq(1),
+            add.i.valid.eq(v & half),
+            operands(add.i.payload).eq(Cat(hold, val, Const(0, 1))),
+        ]
+        with m.If(v):
+            m.d.sync += half.eq(~half)
+            with m.If(~half):
+                m.d.sync += hold.eq(val)
+        nv, nval = Signal(name=f"{prefix}_tree_{lvl}_valid"), Signal(32, name=f"{prefix}_tree_{lvl}_r")
+        m.d.comb += [nv.eq(add.o.valid), nval.eq(result(add.o.payload))]
+        v, val = nv, nval
+    return v, val

@@ -76,7 +76,7 @@ class FP32Config(PresetMixin):
         754-2019 ``maximum``/``minimum``, ``-0 < +0`` (``max(+0, -0) = +0``, ``min = -0``).
         The ``less``/``equal``/``less_equal`` flags are IEEE in both modes (``-0 == +0``).
 
-    The ``default`` preset (every boundary registered) reaches 101..136 MHz on ECP5 (see
+    The ``default`` preset (every boundary registered) reaches 100..136 MHz on ECP5 (see
     ``docs/fp32.md``); ``tiny`` is the shortest pipeline (one register per unit), for fast
     tests and small builds.
     """

@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 from ..formats import FP32
 from ..registry import Block
 from .config import FP32Config
-from .unpack import (QNAN, CutPipeline, FlatStreams, count_leading_zeros, round_finish,
+from .unpack import (QNAN, CutPipeline, count_leading_zeros, round_finish,
                      round_plan_lz, round_plan_pre, round_prepare, unpack_fp32)
 
 __all__ = ["FP32AddIn", "FP32Add"]
@@ -171,6 +171,6 @@ def _params(preset: str) -> dict:
 
 TESSERA_BLOCKS = [
     Block("fp32_add",
-          build=lambda preset: FlatStreams(FP32Add(config=FP32Config.preset(preset))),
+          build=lambda preset: FP32Add(config=FP32Config.preset(preset)),
           params=_params),
 ]

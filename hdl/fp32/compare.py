@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 from ..formats import FP32
 from ..registry import Block
 from .config import FP32Config
-from .unpack import QNAN, CutPipeline, FlatStreams, unpack_fp32
+from .unpack import QNAN, CutPipeline, unpack_fp32
 
 __all__ = ["FP32CompareIn", "FP32CompareOut", "FP32Compare"]
 
@@ -132,6 +132,6 @@ def _params(preset: str) -> dict:
 
 TESSERA_BLOCKS = [
     Block("fp32_compare",
-          build=lambda preset: FlatStreams(FP32Compare(config=FP32Config.preset(preset))),
+          build=lambda preset: FP32Compare(config=FP32Config.preset(preset)),
           params=_params),
 ]

@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 from ..formats import FP32
 from ..registry import Block
 from .config import FP32Config
-from .unpack import (CutPipeline, FlatStreams, jam_sticky, normalize_left, round_finish,
+from .unpack import (CutPipeline, jam_sticky, normalize_left, round_finish,
                      round_prepare, unpack_fp32)
 
 __all__ = ["IntToFP32", "FP32ToIntIn", "FP32ToIntOut", "FP32ToInt"]
@@ -201,9 +201,9 @@ def _ftoi_params(preset: str) -> dict:
 
 TESSERA_BLOCKS = [
     Block("int_to_fp32",
-          build=lambda preset: FlatStreams(IntToFP32(config=FP32Config.preset(preset))),
+          build=lambda preset: IntToFP32(config=FP32Config.preset(preset)),
           params=_itof_params),
     Block("fp32_to_int",
-          build=lambda preset: FlatStreams(FP32ToInt(config=FP32Config.preset(preset))),
+          build=lambda preset: FP32ToInt(config=FP32Config.preset(preset)),
           params=_ftoi_params),
 ]

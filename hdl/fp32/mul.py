@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 from ..formats import FP32
 from ..registry import Block
 from .config import FP32Config
-from .unpack import (QNAN, CutPipeline, FlatStreams, jam_sticky, round_finish, round_plan,
+from .unpack import (QNAN, CutPipeline, jam_sticky, round_finish, round_plan,
                      round_prepare, unpack_fp32)
 
 __all__ = ["FP32MulIn", "FP32Mul"]
@@ -150,6 +150,6 @@ def _params(preset: str) -> dict:
 
 TESSERA_BLOCKS = [
     Block("fp32_mul",
-          build=lambda preset: FlatStreams(FP32Mul(config=FP32Config.preset(preset))),
+          build=lambda preset: FP32Mul(config=FP32Config.preset(preset)),
           params=_params),
 ]

@@ -12,7 +12,6 @@
   :mod:`~hdl.fp32.mul`, :mod:`~hdl.fp32.compare` and :mod:`~hdl.fp32.convert`: named step
   boundaries, each a register or a wire (see :class:`~hdl.fp32.config.FP32Config`), one global
   stall.
-* :class:`FlatStreams` wraps a unit with plain bit-vector stream payloads for Verilog.
 
 All functions add *combinational* logic to a module ``m`` and give every signal they create a
 name derived from the ``name`` argument.
@@ -21,14 +20,13 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.hdl import Cat, Const, Mux, Signal, Value, signed
+from amaranth.lib import data
 
 
 __all__ = ["QNAN", "count_leading_zeros", "unpack_fp32", "normalize_left", "jam_sticky",
            "round_plan", "round_plan_pre", "round_plan_lz", "round_prepare", "round_finish",
-           "CutPipeline", "FlatStreams"]
+           "CutPipeline"]
 
 #: The NaN every FP32 unit of this package produces (quiet, positive, zero payload).
 QNAN = 0x7FC00000
@@ -363,40 +361,3 @@ class CutPipeline:
         with self.m.If(self.en):
             self.m.d.sync += [self.o.valid.eq(self.valid), self.o.payload.eq(payload)]
 
-
-class FlatStreams(wiring.Component):
-    """Top-level wrapper giving a unit plain bit-vector stream payloads (for Verilog).
-
-    The units' payloads are :mod:`amaranth.lib.data` structs (``i.payload.a`` ...), which
-    Amaranth users connect by field. :func:`hdl.gen.port_signals` keeps only ``Signal`` ports,
-    and a struct payload is a ``View``, so the registered blocks generate this wrapper: the
-    same ``i``/``o`` streams with ``unsigned(width)`` payloads (bit positions as in the
-    layouts, LSB first), the same ``latency``.
-
-    Members
-    -------
-    i : In(stream.Signature(unsigned(len(unit.i.payload))))
-    o : Out(stream.Signature(unsigned(len(unit.o.payload))))
-    """
-
-    def __init__(self, unit: wiring.Component):
-        self.unit = unit
-        self.latency = unit.latency
-        self.config = unit.config
-        super().__init__({
-            "i": In(stream.Signature(len(Value.cast(unit.i.payload)))),
-            "o": Out(stream.Signature(len(Value.cast(unit.o.payload)))),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.unit = unit = self.unit
-        m.d.comb += [
-            unit.i.valid.eq(self.i.valid),
-            Value.cast(unit.i.payload).eq(self.i.payload),
-            self.i.ready.eq(unit.i.ready),
-            self.o.valid.eq(unit.o.valid),
-            self.o.payload.eq(Value.cast(unit.o.payload)),
-            unit.o.ready.eq(self.o.ready),
-        ]
-        return m

@@ -1,0 +1,189 @@
+"""Pipelined FP32 natural logarithm, one operation per cycle (for the cross-entropy loss).
+
+Table + polynomial, integer datapath (``t = config.table_bits``, ``N = 2**t``; constants from
+:func:`hdl.fp32.log_config.log_constants`, computed exactly). The golden model
+:class:`sim.fp32_log.FP32Log` performs the same integer steps (its docstring explains the
+algorithm and why results near ``x = 1`` keep full relative accuracy):
+
+======  =========================================================================  ==========
+stage   operation                                                                  register
+======  =========================================================================  ==========
+0       unpack, normalise subnormals: ``x = M * 2**(E-23)``, ``M`` in               ``m, e``
+        ``[2**23, 2**24)``; specials (NaN, negative, zero, +Inf)
+1       ``j = (frac(M) + 2**(22-t)) >> (23-t)`` (nearest table point, ``0..N``)     ``j``
+2       ``R = M * INV[j] - 2**RF`` (``r = m/c_j - 1``, exact); ``LOGT[j]``          ``red, logt``
+3..6    Horner ``h = H[i] + (R*h >> RF)``, ``i = 1..4`` (``w ~ log1p(r)/r``)         ``h1..h3, w``
+7       ``P = R * w`` (``log1p(r)``); ``A = E * LN2 + LOGT[j]``                     ``prod, big``
+8       ``S = A + (P >> (RF+W-F))``, sticky = dropped bits of ``P``; sign-magnitude,  ``out``
+        :func:`~hdl.fp32.round.round_to_fp32` (``2**-F``); special override
+======  =========================================================================  ==========
+
+Measured accuracy against float64 ``log``: see ``docs/fp32_log.md`` (max 0.504 ulp, default).
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..formats import FP32
+from ..registry import Block
+from .div import StallPipeline
+from .log_config import FP32LogConfig, log_constants
+from .round import round_to_fp32
+from .unpack import QNAN, unpack_fp32
+
+__all__ = ["FP32Log", "log_register_widths"]
+
+NEG_INF = 0xFF800000
+POS_INF = 0x7F800000
+
+
+def log_register_widths(t: int) -> dict:
+    """``{register: (bits, signed)}`` of the log datapath for ``table_bits = t`` (the golden
+    model's intermediates must fit; ``tests/test_fp32_log.py`` checks it over many inputs)."""
+    c = log_constants(t)
+    # |R| <= max over j of |M * INV[j] - 2**RF| with M/2**23 in [c_j - 1/(2N), c_j + 1/(2N)]
+    bound = 0
+    for j in range(c.N + 1):
+        for mm in (Fraction(2 * c.N + 2 * j - 1, 2 * c.N), Fraction(2 * c.N + 2 * j + 1, 2 * c.N)):
+            mm = min(max(mm, Fraction(1)), Fraction(2))
+            bound = max(bound, abs(mm * c.INV[j] * (1 << 23) - (1 << c.RF)))
+    red = int(bound).bit_length() + 1
+    return {"m": (24, False), "e": (9, True), "j": (t + 1, False), "red": (red, True),
+            "h": (c.W + 2, True), "w": (c.W + 2, True), "prod": (red + c.W + 2, True),
+            "logt": (c.F + 1, False), "big": (c.F + 9, True), "s": (c.F + 10, True)}
+
+
+class FP32Log(wiring.Component):
+    """FP32 natural logarithm, fully pipelined, bit-exact with its golden model.
+
+    Input and output are IEEE 754 binary32. The result is the round-to-nearest-even FP32 value
+    of a fixed-point approximation accurate to about ``2**-30`` relative (measured max error
+    0.504 ulp against float64 at the default configuration; see ``docs/fp32_log.md``).
+    Subnormal inputs are exact (normalised). Specials: NaN -> ``0x7FC00000``; ``±0`` ->
+    ``-Inf``; negative non-zero (``-Inf`` included) -> ``0x7FC00000``; ``+Inf`` -> ``+Inf``;
+    ``log(1) = +0``.
+
+    Parameters
+    ----------
+    config : FP32LogConfig
+        ``table_bits`` = ``t``: ``2**t + 1`` reciprocal / log table entries.
+
+    Attributes
+    ----------
+    latency : int
+        ``config.latency`` (9) cycles from an accepted operand to its result (no stall).
+        One operation per cycle.
+
+    Members
+    -------
+    i : In(stream.Signature(FP32))
+        Arguments ``a``.
+    o : Out(stream.Signature(FP32))
+        Results ``log(a)``, in input order. Whole-pipeline stall while ``o.valid & ~o.ready``;
+        ``i.ready = ~o.valid | o.ready``.
+    """
+
+    def __init__(self, *, config: FP32LogConfig | None = None):
+        if config is None:
+            config = FP32LogConfig()
+        if not isinstance(config, FP32LogConfig):
+            raise TypeError(f"config must be an FP32LogConfig, not {type(config).__name__}")
+        self.config = config
+        self.latency = config.latency
+        super().__init__({
+            "i": In(stream.Signature(FP32)),
+            "o": Out(stream.Signature(FP32)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        t = self.config.table_bits
+        c = log_constants(t)
+        w = log_register_widths(t)
+
+        en = Signal()
+        m.d.comb += [en.eq(~self.o.valid | self.o.ready), self.i.ready.eq(en)]
+        p = StallPipeline(m, en)
+
+        # --- stage 0: unpack, normalise, specials -------------------------------------------
+        u = unpack_fp32(m, self.i.payload.as_value(), name="in", normalize=True)
+        special_val = Signal(32, name="s0_special_val_now")
+        m.d.comb += special_val.eq(Mux(u.nan, QNAN, Mux(u.zero, NEG_INF,
+                                                        Mux(u.sign, QNAN, POS_INF))))
+        valid = p.valid(self.i.valid, "s0_valid")
+        mant = p.reg(u.sig, "s0_m", unsigned(24))
+        e = p.reg(u.exp + 23, "s0_e", signed(w["e"][0]))
+        special = p.reg(u.nan | u.inf | u.zero | u.sign, "s0_special")
+        spec_val = p.reg(special_val, "s0_special_val")
+
+        def carry(stage, *regs):
+            return [p.reg(r, f"s{stage}_{r.name.split('_', 1)[1]}") for r in regs]
+
+        # --- stage 1: table index -------------------------------------------------------------
+        valid = p.valid(valid, "s1_valid")
+        j = p.reg((mant[:23] + (1 << (22 - t))) >> (23 - t), "s1_j", unsigned(w["j"][0]))
+        mant, e, special, spec_val = carry(1, mant, e, special, spec_val)
+
+        # --- stage 2: reduced argument, log table ---------------------------------------------
+        inv = Signal(c.K + 1, name="s2_inv_lookup")
+        logt_now = Signal(w["logt"][0], name="s2_logt_lookup")
+        m.d.comb += [
+            inv.eq(Array(Const(v, c.K + 1) for v in c.INV)[j]),
+            logt_now.eq(Array(Const(v, w["logt"][0]) for v in c.LOGT)[j]),
+        ]
+        valid = p.valid(valid, "s2_valid")
+        red = p.reg(mant * inv - (1 << c.RF), "s2_red", signed(w["red"][0]))
+        logt = p.reg(logt_now, "s2_logt")
+        e, special, spec_val = carry(2, e, special, spec_val)
+
+        # --- stages 3..6: Horner, w ~ log1p(r) / r ----------------------------------------------
+        h = Const(c.H[0], signed(w["h"][0]))
+        for i, coef in enumerate(c.H[1:], start=1):
+            stage = 2 + i
+            valid = p.valid(valid, f"s{stage}_valid")
+            name = f"s{stage}_h{i}" if i < 4 else f"s{stage}_w"
+            h_new = p.reg(coef + ((red * h) >> c.RF), name, signed(w["h"][0]))
+            red, logt, e, special, spec_val = carry(stage, red, logt, e, special, spec_val)
+            h = h_new
+
+        # --- stage 7: log1p(r) = r * w, table part ----------------------------------------------
+        valid = p.valid(valid, "s7_valid")
+        prod = p.reg(red * h, "s7_prod", signed(w["prod"][0]))
+        big = p.reg(e * c.LN2 + logt, "s7_big", signed(w["big"][0]))
+        special, spec_val = carry(7, special, spec_val)
+
+        # --- stage 8: sum, round, specials ------------------------------------------------------
+        drop = c.RF + c.W - c.F
+        s = Signal(signed(w["s"][0]), name="s8_s")
+        sticky = Signal(name="s8_sticky")
+        neg = Signal(name="s8_neg")
+        mag = Signal(w["s"][0] - 1, name="s8_mag")
+        m.d.comb += [
+            s.eq(big + (prod >> drop)),
+            sticky.eq(prod[:drop].any()),
+            neg.eq(s < 0),
+            mag.eq(Mux(neg, -s - sticky, s)),
+        ]
+        rounded = round_to_fp32(m, sign=neg, exp=Const(-c.F, signed(8)), sig=mag, sticky=sticky,
+                                name="rnd")
+        out_valid = p.valid(valid, "out_valid")
+        out = p.reg(Mux(special, spec_val, rounded), "out_r", unsigned(32))
+        m.d.comb += [self.o.valid.eq(out_valid), self.o.payload.eq(out)]
+        return m
+
+
+def _params(preset: str) -> dict:
+    cfg = FP32LogConfig.preset(preset)
+    c = log_constants(cfg.table_bits)
+    return {**cfg.to_dict(), "latency": cfg.latency, "in_fields": [["a", 32]],
+            "out_fields": [["r", 32]], "ops_per_cycle": 1, "frac_bits": c.F}
+
+
+TESSERA_BLOCKS = [
+    Block("fp32_log", build=lambda preset: FP32Log(config=FP32LogConfig.preset(preset)),
+          params=_params),
+]

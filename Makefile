@@ -56,10 +56,11 @@ verilog: setup
 #                  in the reset branch of its always block; Verilator flags the pairing.
 LINT_WAIVERS := -Wno-UNUSEDSIGNAL -Wno-DECLFILENAME -Wno-WIDTHEXPAND -Wno-WIDTHTRUNC -Wno-PROCASSINIT
 lint: verilog
-	@set -e; for f in build/verilog/*/*.v; do \
-	  echo "lint $$f"; \
-	  $(BIN)/verilator --lint-only -Wall $(LINT_WAIVERS) "$$f"; \
-	done; echo "lint: all files clean"
+	@failed=""; for f in build/verilog/*/*.v; do \
+	  $(BIN)/verilator --lint-only -Wall $(LINT_WAIVERS) "$$f" > "$${f%.v}.lint.log" 2>&1 \
+	    && echo "lint ok   $$f" || { echo "lint FAIL $$f"; cat "$${f%.v}.lint.log"; failed="$$failed $$f"; }; \
+	done; \
+	if [ -n "$$failed" ]; then echo "lint: failed:$$failed"; exit 1; fi; echo "lint: all files clean"
 
 # One test with a waveform file (FST/VCD in build/sim/runs/<test>/).
 WAVE_TEST ?= tests/test_bfp_converter_cocotb.py

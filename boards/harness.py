@@ -8,6 +8,7 @@ constant), and every path the harness adds is a one-LUT register-to-register hop
 critical path reported by nextpnr is the block's own.
 """
 from amaranth.hdl import Elaboratable, Module, Signal
+from amaranth.lib import data
 from amaranth.lib.wiring import Flow
 
 __all__ = ["SynthHarness"]
@@ -26,6 +27,8 @@ class SynthHarness(Elaboratable):
         self.block = block
         self.inputs, self.outputs = [], []
         for _path, member, value in block.signature.flatten(block):
+            if isinstance(value, data.View):   # layout-typed members (struct payloads)
+                value = value.as_value()
             if not isinstance(value, Signal):
                 continue                       # constant members (e.g. always_ready)
             (self.inputs if member.flow == Flow.In else self.outputs).append(value)

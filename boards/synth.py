@@ -102,10 +102,11 @@ def place_and_route(block: str, preset: str, work: Path) -> dict:
     log = (work / "pnr" / "top.tim").read_text()
     fmax = re.findall(r"Max frequency for clock\s+'[^']*':\s+([0-9.]+) MHz", log)
     util = dict(re.findall(r"^Info:\s+(\w+):\s+(\d+)/\s*\d+", log, re.M))
+    comb = int(util.get("TRELLIS_COMB", 0))
     return {
         "fmax_mhz": float(fmax[-1]) if fmax else None,
         "target_mhz": TARGET_MHZ,
-        "pnr_comb": int(util.get("TRELLIS_COMB", 0)),
+        "pnr_comb": comb,
         "pnr_ff": int(util.get("TRELLIS_FF", 0)),
         "harness_ff": harness.harness_ffs,
     }
@@ -154,6 +155,12 @@ def main(argv=None) -> int:
         t0 = time.monotonic()
         res = {"block": block, "preset": preset, **synth_resources(block, preset, work)}
         res.update(place_and_route(block, preset, work))
+        # The harness must keep the whole block: if place and route holds far less logic than
+        # the block's own synthesis, ports were left undriven and the Fmax would be meaningless.
+        logic = res["LUT4"] + res["CARRY (CCU2C)"]
+        if res["pnr_comb"] < 0.5 * logic:
+            raise RuntimeError(f"{block}-{preset}: P&R kept {res['pnr_comb']} cells of {logic}: "
+                               "the harness lost part of the block")
         res["seconds"] = round(time.monotonic() - t0, 1)
         print(json.dumps(res), flush=True)
         previous[(block, preset)] = res

@@ -12,8 +12,9 @@ is bit-exact with the hardware (NaN payloads excepted: compare with :func:`canon
   over the lanes' final values in the order they leave the adder.
 * :func:`softmax_xent` -- :class:`hdl.grad.softmax.SoftmaxXent`: per row
   ``mx = max z`` (ordered bit keys; NaN if any NaN), ``e = exp(z - mx)`` (the hardware exp,
-  :class:`sim.fp32_exp.FP32Exp`), ``s = row_sum(e)``, ``grad = (e / s - onehot) * gscale`` and
-  the loss terms ``s`` and ``zt = z[label] - mx``; the loss is ``log(s) - zt`` (host, float64).
+  :class:`sim.fp32_exp.FP32Exp`), ``s = row_sum(e)``, ``grad = (e / s - onehot) * gscale``,
+  ``zt = z[label] - mx`` and the loss ``log(s) - zt`` (the hardware log,
+  :class:`sim.fp32_log.FP32Log`, then an FP32 subtract).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from sim.optim import lane_sum
 
 __all__ = ["EW_ADD", "EW_RELU", "EW_RELU_GRAD", "EW_SCALE", "EW_ADD_RELU", "EW_OPS", "canon",
            "elementwise", "bias_grad", "sum_squares", "f32_max", "softmax_xent", "xent_loss",
+           "softmax_tolerance",
            "softmax_xent_f64", "lane_sum", "row_sum"]
 
 F32 = np.float32
@@ -121,9 +123,12 @@ def row_sum(x, lanes: int) -> np.ndarray:
     return f[:, 0]
 
 
-def softmax_xent(z, labels, gscale, config: GradConfig, exp_config=None):
-    """Golden softmax + cross-entropy. Returns ``(grad, s, zt)`` (float32 arrays)."""
+def softmax_xent(z, labels, gscale, config: GradConfig, exp_config=None, log_config=None):
+    """Golden softmax + cross-entropy. Returns ``(grad, s, zt, loss)`` (float32 arrays; the
+    last three per row). ``exp_config``: :class:`~hdl.fp32.divsqrt_config.FP32DivSqrtConfig`,
+    ``log_config``: :class:`~hdl.fp32.log_config.FP32LogConfig` (defaults if ``None``)."""
     from sim.fp32_exp import FP32Exp
+    from sim.fp32_log import FP32Log
     z = np.asarray(z, F32)
     labels = np.asarray(labels)
     if z.ndim != 2:
@@ -145,12 +150,28 @@ def softmax_xent(z, labels, gscale, config: GradConfig, exp_config=None):
         onehot[np.arange(rows), labels] = 1
         grad = ((p - onehot).astype(F32) * F32(gscale)).astype(F32)
         zt = (z[np.arange(rows), labels] - mx).astype(F32)
-    return grad, s_out, zt
+        log_s = np.asarray(FP32Log(log_config)(s_out.view(np.uint32).astype(np.int64))["r"],
+                           np.int64).astype(np.uint32).view(F32)
+        loss = (log_s - zt).astype(F32)
+    return grad, s_out, zt, loss
 
 
 def xent_loss(s, zt) -> np.ndarray:
-    """Per-row cross-entropy from the hardware's loss terms: ``log(s) - zt`` in float64."""
+    """Per-row cross-entropy from the loss terms in float64, ``log(s) - zt`` (a reference for
+    the hardware's FP32 ``loss``)."""
     return np.log(np.asarray(s, np.float64)) - np.asarray(zt, np.float64)
+
+
+def softmax_tolerance(c: int, gscale, zt, loss64):
+    """The stated float64 tolerances of :func:`softmax_xent` for rows of ``c`` classes
+    (docs/datapaths.md): ``(grad_tol, loss_tol)`` with
+    ``grad_tol = (c + 8) * 2**-24 * |gscale|`` and, per row,
+    ``loss_tol = 2**-24 * (c + 8 + 3 * (|zt| + |loss64|))``."""
+    u = 2.0 ** -24
+    grad_tol = (c + 8) * u * abs(float(gscale))
+    loss_tol = u * (c + 8 + 3 * (np.abs(np.asarray(zt, np.float64))
+                                 + np.abs(np.asarray(loss64, np.float64))))
+    return grad_tol, loss_tol
 
 
 def softmax_xent_f64(z, labels, gscale):

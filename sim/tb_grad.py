@@ -11,10 +11,11 @@ import numpy as np
 from cocotb.triggers import ClockCycles
 
 from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
+from hdl.fp32.log_config import FP32LogConfig
 from hdl.grad.config import GradConfig
 from sim.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
 from sim.grad import (EW_OPS, bias_grad, canon, elementwise, softmax_xent, softmax_xent_f64,
-                      xent_loss)
+                      softmax_tolerance)
 
 F32 = np.float32
 
@@ -31,6 +32,7 @@ class TB:
         self.dut = dut
         self.config = GradConfig.preset(preset)
         self.divsqrt = FP32DivSqrtConfig.preset(preset)
+        self.log_config = FP32LogConfig.preset(preset)
         self.rng = np.random.default_rng(seed)
         r = random.Random(seed)
         self.ew_i = StreamDriver(dut, "ew_i", idle_prob=idle, rng=random.Random(r.random()))
@@ -77,7 +79,8 @@ class TB:
         first and last output."""
         rows, c = z.shape
         self.dut.sx_gscale.value = int(np.array(gscale, F32).view(np.uint32))
-        grad, s, zt = softmax_xent(z, labels, gscale, self.config, self.divsqrt)
+        grad, s, zt, loss = softmax_xent(z, labels, gscale, self.config, self.divsqrt,
+                                         self.log_config)
         zb = _bits(np.asarray(z, F32).ravel())
         payloads = [zb[r * c + j] | (int(labels[r]) << 32) | (int(j == c - 1) << 48)
                     for r in range(rows) for j in range(c)]
@@ -94,6 +97,8 @@ class TB:
         last = np.array([(int(x) >> 32) & 1 for x in g]).reshape(rows, c)
         got_s = np.array([(int(x) >> 33) & 0xFFFFFFFF for x in g], np.uint32).reshape(rows, c)
         got_zt = np.array([(int(x) >> 65) & 0xFFFFFFFF for x in g], np.uint32).reshape(rows, c)
+        got_loss = np.array([(int(x) >> 97) & 0xFFFFFFFF for x in g],
+                            np.uint32).reshape(rows, c)
         bad = np.argwhere(canon(r_bits) != canon(grad))
         assert len(bad) == 0, (f"softmax grad {rows}x{c}: {len(bad)} mismatches, first at "
                                f"{tuple(bad[0])}")
@@ -102,14 +107,15 @@ class TB:
         assert np.array_equal(last, want_last), "softmax last flags"
         assert np.array_equal(canon(got_s), np.repeat(canon(s)[:, None], c, 1)), "softmax sum"
         assert np.array_equal(canon(got_zt), np.repeat(canon(zt)[:, None], c, 1)), "softmax zt"
+        assert np.array_equal(canon(got_loss), np.repeat(canon(loss)[:, None], c, 1)), "loss"
         # stated tolerance vs float64 (docs/datapaths.md), finite rows only
         ok = np.all(np.isfinite(z), axis=1)
         if ok.any():
             g64, loss64 = softmax_xent_f64(z[ok], labels[ok], float(gscale))
-            tol = (c + 8) * 2.0 ** -24
-            assert np.abs(grad[ok] - g64).max() <= tol * float(gscale)
-            loss = xent_loss(got_s[:, 0].view(F32)[ok], got_zt[:, 0].view(F32)[ok])
-            assert np.all(np.abs(loss - loss64) <= tol * (1 + np.abs(zt[ok])))
+            grad_tol, loss_tol = softmax_tolerance(c, gscale, zt[ok], loss64)
+            assert np.abs(grad[ok] - g64).max() <= grad_tol
+            hw_loss = got_loss[:, 0].view(F32)[ok].astype(np.float64)
+            assert np.all(np.abs(hw_loss - loss64) <= loss_tol), "loss vs float64"
 
 
 def _now():

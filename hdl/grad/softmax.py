@@ -7,6 +7,7 @@ For each row ``z[0..C-1]`` with label ``y`` (golden model :func:`sim.grad.softma
     s    = row_sum(e)                (:mod:`hdl.grad.rowsum` order)
     g_j  = (e_j / s - [j == y]) * gscale     (gscale = loss scale / batch size, a register)
     zt   = z_y - mx
+    loss = log(s) - zt               (the hardware log, :class:`hdl.fp32.log.FP32Log`)
 
 Three stages work on three different rows at once (one element per cycle each):
 
@@ -16,7 +17,7 @@ Three stages work on three different rows at once (one element per cycle each):
   (a circular buffer in memory) and into the row sum (:func:`~hdl.grad.rowsum.row_sum`,
   ``max(C, lanes)`` slots per row). Row descriptors go into a FIFO for OUT.
 * **OUT** (row r): once the row's sum has arrived, reads ``e`` back from the e FIFO and streams
-  ``g`` out through a credit FIFO (backpressure never drops data).
+  ``g`` (and the row's loss) out through a credit FIFO (backpressure never drops data).
 
 The EXP stage starts only when the e FIFO has room and fewer than ``rows_in_flight`` rows are
 between EXP and the end of OUT; both bounds are sized so that rows of ``C >= lanes`` classes
@@ -32,6 +33,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
+from ..fp32.log_config import FP32LogConfig
 from ..optim.dataflow import Dataflow, credit_fifo
 from .config import GradConfig
 from .rowsum import row_sum, row_sum_latency
@@ -39,7 +41,7 @@ from .rowsum import row_sum, row_sum_latency
 __all__ = ["SoftmaxXent", "SX_IN_LAYOUT", "SX_OUT_LAYOUT"]
 
 SX_IN_LAYOUT = data.StructLayout({"x": 32, "label": 16, "last": 1})
-SX_OUT_LAYOUT = data.StructLayout({"r": 32, "last": 1, "sum": 32, "zt": 32})
+SX_OUT_LAYOUT = data.StructLayout({"r": 32, "last": 1, "sum": 32, "zt": 32, "loss": 32})
 ONE = 0x3F800000
 QNAN = 0x7FC00000
 
@@ -53,6 +55,21 @@ def _is_nan(x):
     return (x[23:31] == 0xFF) & (x[0:23] != 0)
 
 
+class GradDataflow(Dataflow):
+    """:class:`~hdl.optim.dataflow.Dataflow` with the FP32 natural log
+    (:class:`hdl.fp32.log.FP32Log`, latency ``log_config.latency``)."""
+
+    def __init__(self, m, valid, *, log_config: FP32LogConfig, **kwargs):
+        super().__init__(m, valid, **kwargs)
+        self.log_config = log_config
+
+    def log(self, a, *, name: str):
+        def make():
+            from ..fp32.log import FP32Log
+            return FP32Log(config=self.log_config)
+        return self._unit(make, self.log_config.latency, name, {"a": a})
+
+
 class SoftmaxXent(wiring.Component):
     """Softmax cross-entropy gradient and loss terms, rows streamed back to back.
 
@@ -60,7 +77,7 @@ class SoftmaxXent(wiring.Component):
     ----------
     config : GradConfig
         ``max_classes`` (row bank depth) and ``lanes`` (denominator summation order).
-    fp32_config, divsqrt_config : unit configurations.
+    fp32_config, divsqrt_config, log_config : unit configurations.
 
     Attributes
     ----------
@@ -84,7 +101,8 @@ class SoftmaxXent(wiring.Component):
         ``max_classes`` elements: the rest forms a new row).
     o : Out(stream.Signature(SX_OUT_LAYOUT))
         Gradient ``r`` (FP32) per class in order; ``last`` on the row's final class; ``sum``
-        = s and ``zt`` = z_y - max (FP32) of the row (valid on every element of the row).
+        = s, ``zt`` = z_y - max and ``loss`` = log(s) - zt (FP32) of the row (the same on
+        every element of the row).
     gscale : In(32)
         FP32 factor applied to the gradient (``1/B``, or ``2**k / B`` with loss scaling).
         Sampled as each element enters the OUT pipeline.
@@ -92,10 +110,12 @@ class SoftmaxXent(wiring.Component):
 
     def __init__(self, *, config: GradConfig | None = None,
                  fp32_config: FP32Config | None = None,
-                 divsqrt_config: FP32DivSqrtConfig | None = None):
+                 divsqrt_config: FP32DivSqrtConfig | None = None,
+                 log_config: FP32LogConfig | None = None):
         self.config = config or GradConfig()
         self.fp32_config = fp32_config or FP32Config()
         self.divsqrt_config = divsqrt_config or FP32DivSqrtConfig()
+        self.log_config = log_config or FP32LogConfig()
         la = self.fp32_config.latency("fp32_add")
         if la >= self.config.lanes:
             self._MustUse__used = True       # rejected: no "never used" warning
@@ -127,16 +147,19 @@ class SoftmaxXent(wiring.Component):
         return df, e
 
     def _out_dataflow(self, m, valid=None, e=None, s=None, onehot=None, zy=None, mx=None):
-        df = Dataflow(m, valid, fp32_config=self.fp32_config,
-                      divsqrt_config=self.divsqrt_config, prefix="sx_out")
-        p = df.div(df.input(e, "e"), df.input(s, "s"), name="p")
+        df = GradDataflow(m, valid, fp32_config=self.fp32_config,
+                          divsqrt_config=self.divsqrt_config, log_config=self.log_config,
+                          prefix="sx_out")
+        s_in = df.input(s, "s")
+        p = df.div(df.input(e, "e"), s_in, name="p")
         g = df.sub(p, df.input(onehot, "onehot"), name="p_minus_onehot")
         r = df.mul(g, df.const(self.gscale if m is not None else None, "gscale"), name="grad")
         zt = df.sub(df.input(zy, "zy"), df.input(mx, "mx"), name="zt")
-        t = df.time(r, zt)
+        loss = df.sub(df.log(s_in, name="log_s"), zt, name="loss")
+        t = df.time(r, zt, loss)
         if m is None:
             return t
-        return df, t, r, zt
+        return df, t, r, zt, loss
 
     def elaborate(self, platform):
         m = Module()
@@ -282,12 +305,13 @@ class SoftmaxXent(wiring.Component):
                 m.d.comb += [row_done.eq(1), sfifo.r_en.eq(1), dfifo.r_en.eq(1)]
                 m.d.sync += oj.eq(0)
 
-        odf, tr, r, zt = self._out_dataflow(m, ov, er.data, o_s, Mux(o_onehot, ONE, 0),
+        odf, tr, r, zt, loss = self._out_dataflow(m, ov, er.data, o_s, Mux(o_onehot, ONE, 0),
                                             o_zy, o_mx)
         can = credit_fifo(m, "ofifo", latency=tr + 1, accept=out_accept,
                           done_valid=odf.valid_at(tr),
                           done_data=Cat(odf.at(r, tr), odf.at(odf.input(o_last, "last"), tr),
-                                        odf.at(odf.input(o_s, "s_row"), tr), odf.at(zt, tr)),
+                                        odf.at(odf.input(o_s, "s_row"), tr), odf.at(zt, tr),
+                                        odf.at(loss, tr)),
                           o=self.o)
         m.d.comb += out_accept.eq(sfifo.r_rdy & dfifo.r_rdy & can)
         return m

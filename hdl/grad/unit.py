@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
+from ..fp32.log_config import FP32LogConfig
 from ..registry import Block
 from .biasgrad import BG_CMD_LAYOUT, BG_OUT_LAYOUT, BiasGrad
 from .config import GradConfig
@@ -29,7 +30,7 @@ class GradUnit(wiring.Component):
     Parameters
     ----------
     config : GradConfig
-    fp32_config, divsqrt_config : unit configurations.
+    fp32_config, divsqrt_config, log_config : unit configurations.
 
     Attributes
     ----------
@@ -45,17 +46,20 @@ class GradUnit(wiring.Component):
 
     def __init__(self, *, config: GradConfig | None = None,
                  fp32_config: FP32Config | None = None,
-                 divsqrt_config: FP32DivSqrtConfig | None = None):
+                 divsqrt_config: FP32DivSqrtConfig | None = None,
+                 log_config: FP32LogConfig | None = None):
         self.config = config or GradConfig()
         self.fp32_config = fp32_config or FP32Config()
         self.divsqrt_config = divsqrt_config or FP32DivSqrtConfig()
+        self.log_config = log_config or FP32LogConfig()
         # Sub-blocks are elaborated as part of this block (marked used as soon as made, so a
         # config error in a later one leaves no "never used" warning).
         try:
             self._ew = _used(Elementwise(fp32_config=self.fp32_config))
             self._bg = _used(BiasGrad(config=self.config, fp32_config=self.fp32_config))
             self._sx = _used(SoftmaxXent(config=self.config, fp32_config=self.fp32_config,
-                                         divsqrt_config=self.divsqrt_config))
+                                         divsqrt_config=self.divsqrt_config,
+                                         log_config=self.log_config))
         except (ValueError, TypeError):
             _used(self)                      # rejected: no "never used" warning
             raise
@@ -94,7 +98,8 @@ class GradUnit(wiring.Component):
 
 def _build(preset: str) -> GradUnit:
     return GradUnit(config=GradConfig.preset(preset), fp32_config=FP32Config.preset(preset),
-                    divsqrt_config=FP32DivSqrtConfig.preset(preset))
+                    divsqrt_config=FP32DivSqrtConfig.preset(preset),
+                    log_config=FP32LogConfig.preset(preset))
 
 
 def _params(preset: str) -> dict:

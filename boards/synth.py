@@ -30,11 +30,23 @@ TARGET_MHZ = 125
 
 #: (block, preset) pairs `make synth` measures, grouped by the issue that added them.
 TARGETS = [
+    # Foundation (issue 2): fMAC, converters, array-edge converter.
     ("fmac", "default"),
+    ("fmac_lanes4", "default"),
     ("bfp_converter", "default"),
     ("bfp_converter", "tiny"),
     ("bfp_to_fp32", "default"),
     ("edge_converter", "default"),
+    # Systolic array (issue 3): S = 4 (tiny) and S = 8 (default), default widths.
+    ("systolic_array", "tiny"),
+    ("systolic_array", "default"),
+    # FP32 units and the optimizer engine with its Adam/AdamW datapath (issue 4).
+    ("fp32_add", "default"),
+    ("fp32_mul", "default"),
+    ("fp32_div", "default"),
+    ("fp32_sqrt", "default"),
+    ("fp32_exp", "default"),
+    ("optim_engine", "default"),
 ]
 
 def _tool_env() -> dict:

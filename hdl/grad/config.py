@@ -22,7 +22,8 @@ class GradConfig(PresetMixin):
     max_cols : int
         Columns of the bias-gradient accumulator (its memory depth), 2..65536.
     max_classes : int
-        Longest softmax row (row buffer depth), 2..65536.
+        Longest softmax row, 2..65536: depth of each of the two softmax row banks; the e FIFO
+        holds ``max_classes`` plus the EXP-to-OUT delay.
     """
 
     lanes: int = 8

@@ -98,14 +98,16 @@ class SoftmaxXent(wiring.Component):
     i : In(stream.Signature(SX_IN_LAYOUT))
         Logits ``x`` (FP32) of one row, ``last`` on the row's final class; ``label`` is taken
         from the row's first element. Rows of 1..max_classes classes (a longer row is cut after
-        ``max_classes`` elements: the rest forms a new row).
+        ``max_classes`` elements: the rest forms a new row). A label ``>= C`` gives no onehot
+        term and ``z_y = +0``.
     o : Out(stream.Signature(SX_OUT_LAYOUT))
         Gradient ``r`` (FP32) per class in order; ``last`` on the row's final class; ``sum``
         = s, ``zt`` = z_y - max and ``loss`` = log(s) - zt (FP32) of the row (the same on
         every element of the row).
     gscale : In(32)
         FP32 factor applied to the gradient (``1/B``, or ``2**k / B`` with loss scaling).
-        Sampled as each element enters the OUT pipeline.
+        Read when an element reaches the final multiply: change it only while no row is in
+        flight.
     """
 
     def __init__(self, *, config: GradConfig | None = None,

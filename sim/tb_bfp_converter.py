@@ -217,10 +217,11 @@ async def reset_mid_stream(dut):
     assert tb.flags()[0]
     # fill the pipeline with stochastic groups and stall the output
     tb.monitor.stop()
-    vals = bfp.random_fp32_groups(tb.rng, 8, CFG.group_size)
+    # (more groups than the pipeline holds, and enough cycles to fill it despite idle cycles)
+    vals = bfp.random_fp32_groups(tb.rng, LATENCY + 6, CFG.group_size)
     pending = cocotb.start_soon(tb.driver.send_all(
         [bfp.pack_fp32_group(v, CFG, 6, bfp.ROUND_STOCHASTIC) for v in vals]))
-    await ClockCycles(dut.clk, 6)
+    await ClockCycles(dut.clk, LATENCY + 4)
     assert dut.o__valid.value == 1 and dut.i__ready.value == 0
     dut.rst.value = 1
     pending.cancel()

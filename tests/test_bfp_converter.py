@@ -183,10 +183,11 @@ def test_latency_and_one_group_per_cycle():
 def test_reset_mid_stream_then_correct_run():
     cfg = TINY
     rng = np.random.default_rng(9)
-    first = [bfp.pack_fp32_group(v, cfg, 8, bfp.ROUND_STOCHASTIC)
-             for v in bfp.random_fp32_groups(rng, 6, cfg.group_size)]
-    second, _ = random_words(cfg, 36, rng)
     dut = BFPConverter(config=cfg)
+    # more groups than the pipeline holds, so it fills and the output stalls
+    first = [bfp.pack_fp32_group(v, cfg, 8, bfp.ROUND_STOCHASTIC)
+             for v in bfp.random_fp32_groups(rng, dut.latency + 2, cfg.group_size)]
+    second, _ = random_words(cfg, 36, rng)
     top = Module()
     top.domains.sync = cd = ClockDomain("sync")
     top.submodules.dut = dut
@@ -200,7 +201,7 @@ def test_reset_mid_stream_then_correct_run():
         ctx.set(dut.i.payload.as_value(), nan_group)
         await ctx.tick()
         ctx.set(dut.i.valid, 0)
-        await ctx.tick().repeat(3)
+        await ctx.tick().repeat(dut.latency + 1)     # delivered, then the sticky flag register
         assert ctx.get(dut.flags.invalid) == 1
         # fill the pipeline with stochastic groups under backpressure (LFSR advanced)
         ctx.set(dut.o.ready, 0)
@@ -209,7 +210,7 @@ def test_reset_mid_stream_then_correct_run():
             ctx.set(dut.i.payload.as_value(), w)
             await ctx.tick()
         ctx.set(dut.i.valid, 0)
-        assert ctx.get(dut.o.valid) == 1
+        assert ctx.get(dut.o.valid) == 1 and ctx.get(dut.i.ready) == 0
         ctx.set(cd.rst, 1)
         await ctx.delay(2e-6)                  # two clock edges in reset (tick() would raise)
         ctx.set(cd.rst, 0)
@@ -222,7 +223,7 @@ def test_reset_mid_stream_then_correct_run():
             if valid:
                 got.append(payload)
         ctx.set(dut.i.valid, 0)
-        for _ in range(5):
+        for _ in range(dut.latency + 1):          # drain the pipeline
             *_, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload.as_value())
             if valid:
                 got.append(payload)
@@ -363,10 +364,11 @@ def test_registered_blocks_and_params():
         for preset in ("tiny", "default"):
             cfg = BFPConfig.preset(preset)
             p = block.params(preset)
-            assert p["latency"] == cls.latency and p["group_size"] == cfg.group_size
+            assert p["group_size"] == cfg.group_size
             assert p["widths"] == list(cfg.widths)
             comp = block.build(preset)
             assert isinstance(comp, cls) and comp.config == cfg
+            assert p["latency"] == comp.latency
     p = get_block("bfp_converter").params("default")
     assert p["rounding"] == {"nearest": 0, "stochastic": 1, "truncate": 2}
     assert p["i_payload_bits"] == 16 * 32 + 4 + 2

@@ -13,9 +13,11 @@ from ..config import BFPConfig
 from ..formats import BFPFlags, bfp_group_layout, fp32_group_layout
 from ..registry import Block
 from .lfsr import LFSR_TAPS, LFSR_WIDTH, BFPNoise
+from .pipeline import StallAll
 
 __all__ = ["Rounding", "E_ZERO", "width_shape", "fp32_stream_layout", "bfp_stream_layout",
-           "decode_width", "layout_fields", "BFPConverter"]
+           "decode_width", "layout_fields", "tree_levels", "converter_latency",
+           "BFPConverter"]
 
 #: Shared exponent of an all-zero (or NaN/Inf) group: one below any real group's exponent.
 E_ZERO = -150
@@ -82,6 +84,57 @@ def decode_rounding(m: Module, code, *, name: str):
     return eff
 
 
+def tree_levels(group_size: int) -> int:
+    """4-way levels of the group-maximum tree: ``ceil(log4(group_size))`` (0 for one value)."""
+    levels, n = 0, group_size
+    while n > 1:
+        n, levels = -(-n // 4), levels + 1
+    return levels
+
+
+def converter_latency(config: BFPConfig) -> int:
+    """:attr:`BFPConverter.latency` for ``config``: ``max(2, tree_levels(G)) + 4`` cycles
+    (6 for G <= 16, 7 for G <= 64)."""
+    return max(2, tree_levels(config.group_size)) + 4
+
+
+def _max4(m: Module, values: list, *, name: str) -> list:
+    """One level of the maximum tree: the maximum of each run of up to 4 ``values``.
+
+    All pairwise comparisons of a run are made in parallel; the winner (the value no other
+    beats, ties going to the lower index) is selected with an AND-OR mux, so a level costs one
+    comparator plus about three LUTs instead of two dependent comparator + mux levels.
+    """
+    out = []
+    for c in range(0, len(values), 4):
+        run = values[c:c + 4]
+        mx = Signal(len(run[0]), name=f"{name}_{c // 4}")
+        if len(run) == 1:
+            m.d.comb += mx.eq(run[0])
+        else:
+            ge = {}
+            for a in range(len(run)):
+                for b in range(a + 1, len(run)):
+                    g = Signal(name=f"{name}_{c // 4}_ge_{a}_{b}")
+                    m.d.comb += g.eq(run[a] >= run[b])
+                    ge[a, b] = g
+            terms = []
+            for a in range(len(run)):
+                win = Const(1, 1)
+                for b in range(len(run)):
+                    if b != a:
+                        win = win & (ge[a, b] if a < b else ~ge[b, a])
+                w = Signal(name=f"{name}_{c // 4}_win_{a}")
+                m.d.comb += w.eq(win)
+                terms.append(Mux(w, run[a], 0))
+            acc = terms[0]
+            for t in terms[1:]:
+                acc = acc | t
+            m.d.comb += mx.eq(acc)
+        out.append(mx)
+    return out
+
+
 class BFPConverter(wiring.Component):
     """Stream converter FP32 -> BFP, one group of ``group_size`` values per cycle.
 
@@ -92,15 +145,24 @@ class BFPConverter(wiring.Component):
     (Inf) sets its ``invalid`` (``overflow``) flag and is output as ``E = -150``, all
     ``sign = M = 0``. ``M`` rounding up to ``2**m`` saturates to ``2**m - 1``.
 
-    Pipeline: 2 stages (decode + group maximum + shared exponent | align + round + saturate),
-    ``latency = 2`` cycles from input transfer to output valid; one group per cycle without
-    backpressure; bubbles are squeezed out under backpressure. The LFSR (:class:`BFPNoise`)
-    advances once per accepted input group, in every rounding mode. Golden model: :mod:`sim.bfp`.
+    Pipeline (``docs/bfp.md``), ``latency = max(2, ceil(log4 G)) + 4`` cycles from input
+    transfer to output valid (6 for G <= 16): front stages (one 4-way level of the tree of
+    8-bit exponent fields each; OR of the fractions, NaN/Inf per element, then their group OR
+    and the OR's bit length) | per-element shift amount and shared exponent | align (variable
+    shift) and sticky bit | round-up decision and saturation | increment (output register).
+    Stall-all: every stage loads when ``~o.valid | o.ready``, so one group per cycle without
+    backpressure. The LFSR (:class:`BFPNoise`) advances once per group, when the group leaves
+    the alignment stage (the same group order as accepting it). Golden model: :mod:`sim.bfp`.
 
     Parameters
     ----------
     config : BFPConfig
         ``group_size``, ``max_mantissa``, ``exp_bits``, ``noise_bits``, ``lfsr_seed``.
+
+    Attributes
+    ----------
+    latency : int
+        :func:`converter_latency` of ``config``.
 
     Members
     -------
@@ -116,12 +178,11 @@ class BFPConverter(wiring.Component):
         sets them).
     """
 
-    latency = 2
-
     def __init__(self, *, config: BFPConfig):
         if not isinstance(config, BFPConfig):
             raise TypeError(f"BFPConverter.config must be a BFPConfig, not {config!r}")
         self.config = config
+        self.latency = converter_latency(config)
         super().__init__({
             "i": In(stream.Signature(fp32_stream_layout(config))),
             "o": Out(stream.Signature(bfp_stream_layout(config))),
@@ -132,143 +193,224 @@ class BFPConverter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
-        G, mm, r, eb = cfg.group_size, cfg.max_mantissa, cfg.noise_bits, cfg.exp_bits
+        G, mm, r = cfg.group_size, cfg.max_mantissa, cfg.noise_bits
+        low = mm - 1 + r                # zero bits appended below the significand
+        win = r + mm                    # aligned window: integer part | r fraction bits
+        front = max(2, tree_levels(G))
         m.submodules.noise = noise = BFPNoise(config=cfg)
 
-        # ---- handshakes: each stage loads when it is empty or its successor loads ----------
-        s1_valid = Signal()
-        s2_ready = Signal()
-        s1_ready = Signal()
-        m.d.comb += [
-            s2_ready.eq(~self.o.valid | self.o.ready),
-            s1_ready.eq(~s1_valid | s2_ready),
-            self.i.ready.eq(s1_ready),
-            noise.advance.eq(self.i.valid & s1_ready),
-        ]
+        # ---- stall-all handshake: every register advances together ---------------------------
+        st = StallAll(m, i=self.i, o=self.o, name="pipe")
+        en, step_valid = st.en, (lambda v, name: st.valid(v, name=name))
+        valid = self.i.valid
 
-        # ---- stage 1: classify, group maximum magnitude, shared exponent -------------------
+        # ---- front stage 0: decode every element; first tree level ---------------------------
         inp = self.i.payload
-        in_width = decode_width(m, inp.width, cfg, name="in_width")
-        in_rounding = decode_rounding(m, inp.rounding, name="in_rounding")
-        nan_any, inf_any = [], []
-        mags = []
+        width = decode_width(m, inp.width, cfg, name="in_width")
+        rounding = decode_rounding(m, inp.rounding, name="in_rounding")
+        d_in = Signal(range(mm + 1), name="in_width_short")          # mm - m
+        m.d.comb += d_in.eq(mm - width)
+        exps, sigs, signs, nans, infs = [], [], [], [], []
         for j in range(G):
             word = inp.data[j]
+            expnz = Signal(name=f"in_{j}_exp_nz")
             special = Signal(name=f"in_{j}_special")
-            mag = Signal(31, name=f"in_{j}_mag")
+            fracnz = Signal(name=f"in_{j}_frac_nz")
             m.d.comb += [
+                expnz.eq(word.exp != 0),
                 special.eq(word.exp == 0xFF),
-                mag.eq(Mux(special, 0, word.as_value()[:31])),
+                fracnz.eq(word.frac != 0),
             ]
-            nan_any.append(special & (word.frac != 0))
-            inf_any.append(special & (word.frac == 0))
-            mags.append(mag)
-        level = 0
-        while len(mags) > 1:          # comparator tree, IEEE magnitudes order as integers
-            nxt = []
-            for p in range(0, len(mags) - 1, 2):
-                a, b = mags[p], mags[p + 1]
-                mx = Signal(31, name=f"max_{level}_{p // 2}")
-                m.d.comb += mx.eq(Mux(a > b, a, b))
-                nxt.append(mx)
-            if len(mags) % 2:
-                nxt.append(mags[-1])
-            mags, level = nxt, level + 1
-        big = mags[0]
-        big_exp, big_frac = big[23:31], big[:23]
-        big_msb = Signal(range(23), name="big_frac_msb")
+            exps.append(word.exp)
+            sigs.append(Cat(word.frac, expnz))
+            signs.append(word.sign)
+            nans.append(special & fracnz)
+            infs.append(special & ~fracnz)
+        # OR of every fraction: when no exponent field is set (all zero or subnormal) its bit
+        # length gives the shared exponent; otherwise it is not used
+        fracor = Signal(23, name="in_frac_or")
+        acc = inp.data[0].frac
+        for j in range(1, G):
+            acc = acc | inp.data[j].frac
+        m.d.comb += fracor.eq(acc)
+
+        tree = exps
+        if len(tree) > 1:
+            tree = _max4(m, tree, name="max_0")
+        p = "s0"
+        v = step_valid(valid, f"{p}_valid")
+        tree = [st.reg(t, name=f"{p}_max_{i}") for i, t in enumerate(tree)]
+        sigs = [st.reg(s, name=f"{p}_e{j}_sig") for j, s in enumerate(sigs)]
+        signs = [st.reg(s, name=f"{p}_e{j}_sign") for j, s in enumerate(signs)]
+        exps = [st.reg(x, name=f"{p}_e{j}_exp") for j, x in enumerate(exps)]
+        nans = [st.reg(x, name=f"{p}_e{j}_nan") for j, x in enumerate(nans)]
+        infs = [st.reg(x, name=f"{p}_e{j}_inf") for j, x in enumerate(infs)]
+        fracor = st.reg(fracor, name=f"{p}_frac_or")
+        width = st.reg(width, name=f"{p}_width")
+        rounding = st.reg(rounding, name=f"{p}_rounding")
+        d = st.reg(d_in, name=f"{p}_width_short")
+        h_off = st.reg(d_in + 23, name=f"{p}_h_offset", shape=range(mm + 24))
+
+        # ---- front stage 1: next tree level; NaN/Inf of the group; bit length of the OR ------
+        if len(tree) > 1:
+            tree = _max4(m, tree, name="max_1")
+        hs = []
+        for j in range(G):
+            # h = max(exp, 1) - 23 - (mm - m): the shift amount will be (group max exp) - h
+            # (sig[23] is the hidden bit, exp != 0)
+            h = Signal(signed(10), name=f"e{j}_h")
+            m.d.comb += h.eq(Cat(exps[j][0] | ~sigs[j][23], exps[j][1:]) - h_off)
+            hs.append(h)
+        bitlen = Signal(range(24), name="frac_or_bitlen")   # 0 for 0, else msb + 1
+        m.d.comb += bitlen.eq(0)
         for b in range(23):                       # later statements win: the highest one
-            with m.If(big_frac[b]):
-                m.d.comb += big_msb.eq(b)
-        shared = Signal(signed(10), name="in_shared_exp")
-        with m.If(big_exp != 0):
-            m.d.comb += shared.eq(big_exp - 127)
-        with m.Elif(big_frac != 0):
-            m.d.comb += shared.eq(big_msb - 149)
-        with m.Else():
-            m.d.comb += shared.eq(E_ZERO)
+            with m.If(fracor[b]):
+                m.d.comb += bitlen.eq(b + 1)
+        p = "s1"
+        v = step_valid(v, f"{p}_valid")
+        tree = [st.reg(t, name=f"{p}_max_{i}") for i, t in enumerate(tree)]
+        sigs = [st.reg(s, name=f"{p}_e{j}_sig") for j, s in enumerate(sigs)]
+        signs = [st.reg(s, name=f"{p}_e{j}_sign") for j, s in enumerate(signs)]
+        hs = [st.reg(h, name=f"{p}_e{j}_h") for j, h in enumerate(hs)]
+        nan = st.reg(Cat(*nans).any(), name=f"{p}_nan")
+        inf = st.reg(Cat(*infs).any(), name=f"{p}_inf")
+        bitlen = st.reg(bitlen, name=f"{p}_frac_or_bitlen")
+        width = st.reg(width, name=f"{p}_width")
+        rounding = st.reg(rounding, name=f"{p}_rounding")
+        d = st.reg(d, name=f"{p}_width_short")
 
-        s1_data = Signal(fp32_group_layout(cfg), name="s1_data")
-        s1_width = Signal(width_shape(cfg), name="s1_width")
-        s1_rounding = Signal(Rounding, name="s1_rounding")
-        s1_noise = Signal(data.ArrayLayout(unsigned(r), G), name="s1_noise")
-        s1_exp = Signal(signed(10), name="s1_exp")
-        s1_nan = Signal(name="s1_nan")
-        s1_inf = Signal(name="s1_inf")
-        with m.If(s1_ready):
-            m.d.sync += [
-                s1_valid.eq(self.i.valid),
-                s1_data.eq(inp.data),
-                s1_width.eq(in_width),
-                s1_rounding.eq(in_rounding),
-                s1_noise.eq(noise.noise),
-                s1_exp.eq(shared),
-                s1_nan.eq(Cat(*nan_any).any()),
-                s1_inf.eq(Cat(*inf_any).any()),
-            ]
+        # ---- further front stages (G > 16): one tree level each ------------------------------
+        for s in range(2, front):
+            if len(tree) > 1:
+                tree = _max4(m, tree, name=f"max_{s}")
+            p = f"s{s}"
+            v = step_valid(v, f"{p}_valid")
+            tree = [st.reg(t, name=f"{p}_max_{i}") for i, t in enumerate(tree)]
+            sigs = [st.reg(x, name=f"{p}_e{j}_sig") for j, x in enumerate(sigs)]
+            signs = [st.reg(x, name=f"{p}_e{j}_sign") for j, x in enumerate(signs)]
+            hs = [st.reg(x, name=f"{p}_e{j}_h") for j, x in enumerate(hs)]
+            nan, inf = st.reg(nan, name=f"{p}_nan"), st.reg(inf, name=f"{p}_inf")
+            bitlen = st.reg(bitlen, name=f"{p}_frac_or_bitlen")
+            width = st.reg(width, name=f"{p}_width")
+            rounding = st.reg(rounding, name=f"{p}_rounding")
+            d = st.reg(d, name=f"{p}_width_short")
+        assert len(tree) == 1
 
-        # ---- stage 2: align each element to the shared exponent, round, saturate -----------
-        limit = Signal(mm, name="s1_limit")            # 2**m - 1
+        # ---- shift stage: shared exponent, per-element shift amount --------------------------
+        # P = maxexp + 23 if any normal, else the bit length of the OR of the (all subnormal)
+        # fractions (0 for an all-zero group); E = P - 150; element j shifts its significand
+        # (below `low` zero bits) right by k = P + (mm - m) - max(exp_j, 1).
+        maxexp = tree[0]
+        nz = Signal(name="max_exp_nz")
+        shared = Signal(signed(10), name="shared_exp")
+        z = Signal(signed(7), name="subnormal_shift")
+        m.d.comb += [
+            nz.eq(maxexp != 0),
+            shared.eq(Mux(nz, maxexp - 127, bitlen - 150)),
+            z.eq(bitlen + d - 1),
+        ]
+        limit = Signal(mm, name="limit")              # 2**m - 1
         m.d.comb += limit.eq(0)
         for w in cfg.widths:
-            with m.If(s1_width == w):
+            with m.If(width == w):
                 m.d.comb += limit.eq((1 << w) - 1)
-        bad = s1_nan | s1_inf
-        low = mm - 1 + r                     # zero bits appended below the significand
-        ext_w = 24 + low                     # ext = sig * 2**low; q * 2**r = ext >> k
-        out = self.o.payload
+        ks = []
         for j in range(G):
-            word = s1_data[j]
-            sig = Signal(24, name=f"e{j}_sig")
-            e_lsb = Signal(signed(10), name=f"e{j}_lsb_exp")
-            k_raw = Signal(signed(12), name=f"e{j}_shift_raw")
-            k = Signal(range(ext_w + 1), name=f"e{j}_shift")
-            ext = Signal(ext_w, name=f"e{j}_ext")
-            shifted = Signal(ext_w, name=f"e{j}_shifted")
-            sticky_low = Signal(name=f"e{j}_sticky_low")
+            kr = Signal(signed(11), name=f"e{j}_shift_raw")
+            k = Signal(6, name=f"e{j}_shift")
+            # k_raw < 0 only for an all-zero group (no bit to place) and k_raw >= 64 leaves
+            # nothing in the window but the sticky bit: both saturate to 63.
             m.d.comb += [
-                sig.eq(Cat(word.frac, word.exp != 0)),
-                e_lsb.eq(Mux(word.exp == 0, -149, word.exp - 150)),
-                k_raw.eq(s1_exp - e_lsb + (mm - s1_width)),
-                k.eq(Mux(k_raw < 0, 0, Mux(k_raw > ext_w, ext_w, k_raw))),
-                ext.eq(Cat(Const(0, low), sig)),
-                shifted.eq(ext >> k),
-                sticky_low.eq(Cat(*[ext[b] & (k > b) for b in range(low, ext_w)]).any()),
+                kr.eq(Mux(nz, maxexp - hs[j], z)),
+                k.eq(kr[:6] | Mux(kr[6:].any(), 0x3F, 0)),
             ]
-            integer = shifted[r:r + mm]
-            fraction = shifted[:r]
-            sticky = sticky_low if r == 1 else (fraction[:r - 1].any() | sticky_low)
-            up_rne = fraction[r - 1] & (sticky | integer[0])
+            ks.append(k)
+        p = f"s{front}"
+        v = step_valid(v, f"{p}_valid")
+        ks = [st.reg(x, name=f"{p}_e{j}_shift") for j, x in enumerate(ks)]
+        sigs = [st.reg(x, name=f"{p}_e{j}_sig") for j, x in enumerate(sigs)]
+        signs = [st.reg(x, name=f"{p}_e{j}_sign") for j, x in enumerate(signs)]
+        shared = st.reg(shared, name=f"{p}_shared_exp")
+        nan, inf = st.reg(nan, name=f"{p}_nan"), st.reg(inf, name=f"{p}_inf")
+        limit = st.reg(limit, name=f"{p}_limit")
+        width = st.reg(width, name=f"{p}_width")
+        rounding = st.reg(rounding, name=f"{p}_rounding")
+
+        # ---- align stage: window of (sig << low) >> k, sticky below the guard bit ------------
+        windows, stickies = [], []
+        for j in range(G):
+            ext = Cat(Const(0, low), sigs[j])
+            wdw = Signal(win, name=f"e{j}_window")
+            sticky = Signal(name=f"e{j}_sticky")
+            # bit b of sig lies below the guard bit (ext position < k + r - 1) iff k > b + mm
+            m.d.comb += [
+                wdw.eq((ext >> ks[j])[:win]),
+                sticky.eq(Cat(*[sigs[j][b] & (ks[j] > b + mm) for b in range(24)]).any()),
+            ]
+            windows.append(wdw)
+            stickies.append(sticky)
+        p = f"s{front + 1}"
+        v = step_valid(v, f"{p}_valid")
+        # the round stage reads the LFSR for the group in front of it; it steps as that group
+        # moves on, so the n-th group after reset gets the n-th draw
+        m.d.comb += noise.advance.eq(en & v)
+        windows = [st.reg(x, name=f"{p}_e{j}_window") for j, x in enumerate(windows)]
+        stickies = [st.reg(x, name=f"{p}_e{j}_sticky") for j, x in enumerate(stickies)]
+        signs = [st.reg(x, name=f"{p}_e{j}_sign") for j, x in enumerate(signs)]
+        shared = st.reg(shared, name=f"{p}_shared_exp")
+        nan, inf = st.reg(nan, name=f"{p}_nan"), st.reg(inf, name=f"{p}_inf")
+        limit = st.reg(limit, name=f"{p}_limit")
+        width = st.reg(width, name=f"{p}_width")
+        rounding = st.reg(rounding, name=f"{p}_rounding")
+
+        # ---- round stage: round-up decision, saturation, NaN/Inf override --------------------
+        bad = Signal(name="bad")
+        m.d.comb += bad.eq(nan | inf)
+        ints, ups, osigns = [], [], []
+        for j in range(G):
+            wdw = windows[j]
+            integer, fraction = wdw[r:], wdw[:r]
+            up_rne = wdw[r - 1] & (stickies[j] | integer[0])
             sum_sr = Signal(r + 1, name=f"e{j}_noise_sum")
-            m.d.comb += sum_sr.eq(fraction + s1_noise[j])
+            m.d.comb += sum_sr.eq(fraction + noise.noise[j])
             up = Signal(name=f"e{j}_round_up")
-            with m.Switch(s1_rounding):
+            with m.Switch(rounding):
                 with m.Case(Rounding.NEAREST):
                     m.d.comb += up.eq(up_rne)
                 with m.Case(Rounding.STOCHASTIC):
                     m.d.comb += up.eq(sum_sr[r])
                 with m.Default():
                     m.d.comb += up.eq(0)
-            total = Signal(mm + 1, name=f"e{j}_rounded")
-            mag = Signal(mm, name=f"e{j}_mag")
-            m.d.comb += [
-                total.eq(integer + up),
-                mag.eq(Mux(total > limit, limit, total)),
-            ]
-            with m.If(s2_ready):
-                m.d.sync += [
-                    out.group.elems[j].mag.eq(Mux(bad, 0, mag)),
-                    out.group.elems[j].sign.eq(Mux(bad, 0, word.sign)),
-                ]
-        with m.If(s2_ready):
+            # integer < 2**m, so integer + up > 2**m - 1 only when integer == 2**m - 1
+            ints.append(Mux(bad, 0, integer))
+            ups.append(up & ~bad & (integer != limit))
+            osigns.append(signs[j] & ~bad)
+        p = f"s{front + 2}"
+        v = step_valid(v, f"{p}_valid")
+        ints = [st.reg(x, name=f"{p}_e{j}_int", shape=mm) for j, x in enumerate(ints)]
+        ups = [st.reg(x, name=f"{p}_e{j}_up", shape=1) for j, x in enumerate(ups)]
+        osigns = [st.reg(x, name=f"{p}_e{j}_sign", shape=1) for j, x in enumerate(osigns)]
+        oexp = st.reg(Mux(bad, E_ZERO, shared), name=f"{p}_exp", shape=signed(10))
+        nan, inf = st.reg(nan, name=f"{p}_nan"), st.reg(inf, name=f"{p}_inf")
+        width = st.reg(width, name=f"{p}_width")
+        rounding = st.reg(rounding, name=f"{p}_rounding")
+
+        # ---- output stage: increment ---------------------------------------------------------
+        out = self.o.payload
+        with m.If(en):
             m.d.sync += [
-                self.o.valid.eq(s1_valid),
-                out.group.exp.eq(Mux(bad, E_ZERO, s1_exp)),
-                out.width.eq(s1_width),
-                out.rounding.eq(s1_rounding),
-                out.flags.invalid.eq(s1_nan),
-                out.flags.overflow.eq(s1_inf),
+                self.o.valid.eq(v),
+                out.group.exp.eq(oexp),
+                out.width.eq(width),
+                out.rounding.eq(rounding),
+                out.flags.invalid.eq(nan),
+                out.flags.overflow.eq(inf),
             ]
+            for j in range(G):
+                m.d.sync += [
+                    out.group.elems[j].mag.eq(ints[j] + ups[j]),
+                    out.group.elems[j].sign.eq(osigns[j]),
+                ]
 
         # ---- sticky status -------------------------------------------------------------------
         transfer = self.o.valid & self.o.ready
@@ -285,7 +427,8 @@ def _params(preset: str) -> dict:
     cfg = BFPConfig.preset(preset)
     return {
         **cfg.to_dict(),
-        "latency": BFPConverter.latency,
+        "latency": converter_latency(cfg),
+        "tree_levels": tree_levels(cfg.group_size),
         "widths": list(cfg.widths),
         "width_bits": width_shape(cfg).width,
         "rounding": {mode.name.lower(): mode.value for mode in Rounding},

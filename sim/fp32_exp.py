@@ -23,7 +23,9 @@ The exp algorithm (``t = config.exp_table_bits``, ``N = 2**t``, ``F = 30`` fract
    ``h = C2 + (R*C3 >> F)``, ``h = C1 + (R*h >> F)``, ``p = C0 + (R*h >> F)``.
 5. ``P = T[j] * p`` with ``T[j] = round(2**(j/N) * 2**F)``, ``j = n mod N``, ``k = n >> t``.
 6. Round ``(P >> 28) * 2**(k - 32)`` (sticky: ``P mod 2**28 != 0``) to FP32 (RNE, exact
-   subnormals, overflow to Inf), as :func:`sim.fp32_round.round_to_fp32`.
+   subnormals, overflow to Inf), as :func:`sim.fp32_round.round_to_fp32`. ``2**59 <= P <
+   2**61`` for every argument (:func:`exp_product_bounds`): the hardware relies on it to
+   round without a leading-zero count.
 
 Specials: NaN -> :data:`QNAN`; ``+Inf`` and finite ``x >= 128`` -> ``+Inf``; ``-Inf`` and
 finite ``x <= -128`` -> ``+0``; ``|x| < 2**-30`` (zeros, subnormals) -> exactly ``1.0``.
@@ -39,7 +41,7 @@ from hdl.fp32.divsqrt_config import EXP_FRAC_BITS, ExpConstants, FP32DivSqrtConf
 __all__ = ["QNAN", "EXP_FRAC_BITS", "ExpConstants", "exp_constants", "round_to_fp32_vec",
            "FP32Div", "FP32Sqrt", "FP32Exp", "MODELS", "model_for", "exp_ulp_error",
            "measure_exp_accuracy", "EXP_BANDS", "DIVSQRT_EXTRA", "EXP_SPECIALS", "special_operands",
-           "random_operands"]
+           "random_operands", "exp_product_bounds"]
 
 #: The NaN every unit returns (quiet, positive, zero payload).
 QNAN = 0x7FC00000
@@ -226,6 +228,39 @@ class FP32Exp(_Model):
 
     def __call__(self, a) -> dict:
         return {"r": self.steps(a)["r"]}
+
+
+def exp_product_bounds(t: int, *, chunk: int = 1 << 22) -> dict:
+    """Exhaustive bounds of the exp datapath's product ``P = T[j] * p`` for table bits ``t``.
+
+    Every argument ``|x| < 128`` (and every special, which enters as ``Xs = 0``) has
+    ``|Xs| < 2**37``, so ``u = Xs >> 14`` takes at most ``2**24`` values; ``n`` depends on
+    ``u`` only, and for one ``u`` the reduced argument ``R = Xs - c(n)`` covers an interval of
+    ``2**14`` integers. This enumerates every ``u`` for the range ``[r_min, r_max]`` of ``R``
+    (a superset of the reachable values), then every ``R`` in it for the range of ``p``, and
+    bounds ``P`` by ``min(T) * min(p)`` and ``max(T) * max(p)`` (all positive).
+
+    Returns ``{"r_min", "r_max", "p_min", "p_max", "P_min", "P_max"}`` (Python ints).
+    ``hdl.fp32.exp`` needs ``2**59 <= P_min`` and ``P_max < 2**61``.
+    """
+    c = exp_constants(t)
+    u = np.arange(-(1 << 23), 1 << 23, dtype=np.int64)
+    n = (u * c.CINV + (1 << 31)) >> 32
+    cn = (n * c.LN2N + (1 << 17)) >> 18
+    r_min = int(((u << 14) - cn).min())
+    r_max = int(((u << 14) + ((1 << 14) - 1) - cn).max())
+    del u, n, cn
+    p_min = p_max = None
+    for lo in range(r_min, r_max + 1, chunk):
+        red = np.arange(lo, min(lo + chunk, r_max + 1), dtype=np.int64)
+        h1 = c.C2 + ((red * c.C3) >> EXP_FRAC_BITS)
+        h2 = c.C1 + ((red * h1) >> EXP_FRAC_BITS)
+        p = c.C0 + ((red * h2) >> EXP_FRAC_BITS)
+        lo_p, hi_p = int(p.min()), int(p.max())
+        p_min = lo_p if p_min is None else min(p_min, lo_p)
+        p_max = hi_p if p_max is None else max(p_max, hi_p)
+    return {"r_min": r_min, "r_max": r_max, "p_min": p_min, "p_max": p_max,
+            "P_min": min(c.TABLE) * p_min, "P_max": max(c.TABLE) * p_max}
 
 
 MODELS = {cls.NAME: cls for cls in (FP32Div, FP32Sqrt, FP32Exp)}

@@ -176,8 +176,9 @@ def test_config_sizes(bps):
     assert cfg.div_quotient_bits >= DIV_QUOTIENT_BITS
     assert cfg.div_quotient_bits - DIV_QUOTIENT_BITS < bps
     assert cfg.sqrt_root_bits >= SQRT_ROOT_BITS
-    assert cfg.div_latency == cfg.div_stages + 2 == model_for("fp32_div", cfg).latency
-    assert cfg.sqrt_latency == cfg.sqrt_stages + 2 == model_for("fp32_sqrt", cfg).latency
+    # unpack + recurrence + round (prepare | finish)
+    assert cfg.div_latency == 1 + cfg.div_stages + 2 == model_for("fp32_div", cfg).latency
+    assert cfg.sqrt_latency == 1 + cfg.sqrt_stages + 2 == model_for("fp32_sqrt", cfg).latency
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.div_bits_per_stage = 1
 

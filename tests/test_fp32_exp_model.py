@@ -11,8 +11,8 @@ import pytest
 from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
 from hdl.fp32.exp import exp_register_widths
 from sim.fp32 import bits_to_f32, f32_to_bits, random_fp32
-from sim.fp32_exp import (EXP_SPECIALS, QNAN, FP32Exp, exp_ulp_error, measure_exp_accuracy,
-                          random_operands, round_to_fp32_vec)
+from sim.fp32_exp import (EXP_SPECIALS, QNAN, FP32Exp, exp_product_bounds, exp_ulp_error,
+                          measure_exp_accuracy, random_operands, round_to_fp32_vec)
 from sim.fp32_round import round_to_fp32
 
 #: The stated bound (docs/fp32_div_sqrt_exp.md); the measured worst case is well below.
@@ -124,6 +124,22 @@ def test_intermediates_fit_hardware_registers(preset):
     c = model.constants
     bound = (0.5 + 2 ** -7) * np.log(2) / c.N * 2 ** 30 + 2
     assert np.abs(steps["red"][finite]).max() <= bound
+
+
+@pytest.mark.parametrize("t", [4, 6, 8])
+def test_product_leading_one_in_bit_59_or_60(t):
+    """hdl.fp32.exp rounds P = T * p without a leading-zero count: 2**59 <= P < 2**61 for
+    every reachable reduced argument (exhaustive over a superset), with a sample cross-check
+    against the model's own products."""
+    b = exp_product_bounds(t)
+    assert b["P_min"] >= 1 << 59 and b["P_max"] < 1 << 61, b
+    # the enumerated range of R covers what the model computes, also at the extremes
+    model = FP32Exp(FP32DivSqrtConfig(exp_table_bits=t))
+    pos = np.arange(0, 0x43000000, 4093, dtype=np.int64)
+    a = np.concatenate([pos, pos | 0x80000000, [0x42FFFFFF, 0xC2FFFFFF, 0x7F800000, 0xFFC00000]])
+    steps = model.steps(a)
+    assert b["r_min"] <= steps["red"].min() and steps["red"].max() <= b["r_max"]
+    assert b["P_min"] <= steps["prod"].min() and steps["prod"].max() <= b["P_max"]
 
 
 def test_vectorised_rounding_matches_shared_golden():

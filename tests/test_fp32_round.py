@@ -1,4 +1,5 @@
-"""The shared FP32 rounding stage: golden model vs numpy, and hardware vs golden model."""
+"""The shared FP32 rounding (hdl.fp32.round): golden model vs numpy, and the hardware (the
+combinational round_to_fp32 at several widths, the staged arrangements) vs the golden model."""
 import random
 
 import numpy as np
@@ -84,3 +85,115 @@ def test_hardware_matches_golden():
             assert got == golden(sign, exp, sig, sticky), (sign, exp, sig, sticky, hex(got))
 
     run_sim(dut, bench)
+
+
+# ----------------------------------------------------------------------------------------------
+# Narrow and wide significands, and the staged arrangements of hdl.fp32.round
+# ----------------------------------------------------------------------------------------------
+
+def _run_comb(dut, cases, ports):
+    """Apply each case to the ``ports`` of ``dut``; return the ``result`` values."""
+    got = []
+
+    async def bench(ctx):
+        for case in cases:
+            for port, v in zip(ports, case):
+                ctx.set(getattr(dut, port), v)
+            got.append(ctx.get(dut.result))
+
+    run_sim(dut, bench)
+    return got
+
+
+@pytest.mark.parametrize("width", [1, 8, 25, 26, 33])
+def test_round_to_fp32_any_width(width):
+    """round_to_fp32 pads narrow significands (< 26 bits) and normalises any width; sig = 0
+    gives a signed zero even with the sticky bit set (as the golden model)."""
+
+    class Harness(wiring.Component):
+        def __init__(self):
+            super().__init__({"sign": In(1), "exp": In(signed(10)), "sig": In(width),
+                              "sticky": In(1), "result": Out(32)})
+
+        def elaborate(self, platform):
+            m = Module()
+            m.d.comb += self.result.eq(round_to_fp32(m, sign=self.sign, exp=self.exp,
+                                                     sig=self.sig, sticky=self.sticky, name="t"))
+            return m
+
+    rng = random.Random(100 + width)
+    cases = [(1, 5, 0, 1), (0, -200, 0, 1), (0, -149, 1, 0), (0, -150, 1, 1), (1, 127, 1, 0),
+             (0, 127 - (width - 1), (1 << width) - 1, 1), (0, -256, (1 << width) - 1, 1),
+             (0, 255, 1, 0)]
+    for _ in range(300):
+        sig = rng.getrandbits(rng.randint(1, width))
+        lead = rng.choice([rng.randint(-175, -120), rng.randint(-130, 130), rng.randint(120, 135)])
+        exp = max(-256, min(255, lead - max(sig.bit_length() - 1, 0)))
+        cases.append((rng.getrandbits(1), exp, sig, rng.getrandbits(1)))
+    got = _run_comb(Harness(), cases, ("sign", "exp", "sig", "sticky"))
+    for (sign, exp, sig, sticky), g in zip(cases, got):
+        assert g == golden(sign, exp, sig, sticky), (width, sign, exp, hex(sig), sticky, hex(g))
+
+
+@pytest.mark.parametrize("width", [26, 28])
+def test_top2_plan_with_sticky_matches_golden(width):
+    """The divider / square-root arrangement: a significand whose leading one is in one of its
+    two top bits, round_plan_top2 from the exponent, round_plan_select by the top bit, one-bit
+    normalise, round_prepare with a separate sticky input, round_finish."""
+    from amaranth.hdl import Mux, Signal
+
+    from hdl.fp32.round import round_finish, round_plan_select, round_plan_top2, round_prepare
+
+    class Harness(wiring.Component):
+        def __init__(self):
+            super().__init__({"sign": In(1), "exp": In(signed(11)), "sig": In(width),
+                              "sticky": In(1), "result": Out(32)})
+
+        def elaborate(self, platform):
+            m = Module()
+            plans = round_plan_top2(m, exp=self.exp, width=width, name="t")
+            top = self.sig[-1]
+            norm = Signal(width)
+            m.d.comb += norm.eq(Mux(top, self.sig, self.sig << 1))
+            r = round_prepare(m, norm=norm, plan=round_plan_select(top, plans.top, plans.low),
+                              sticky=self.sticky, name="t")
+            m.d.comb += self.result.eq(round_finish(m, sign=self.sign, frame=r.frame,
+                                                     base=r.base, ovf=r.ovf, name="t"))
+            return m
+
+    rng = random.Random(200 + width)
+    cases = []
+    for _ in range(500):
+        sig = (1 << (width - 1 - rng.getrandbits(1))) | rng.getrandbits(width - 2)
+        if rng.random() < 0.3:               # ties and near-ties at the normal position
+            low = sig.bit_length() - 24
+            sig = (sig >> low << low) | rng.choice([1 << (low - 1), 0, (1 << (low - 1)) - 1])
+        lead = rng.choice([rng.randint(-175, -120), rng.randint(-130, 130), rng.randint(120, 135)])
+        cases.append((rng.getrandbits(1), lead - (sig.bit_length() - 1), sig, rng.getrandbits(1)))
+    cases += [(0, -149 - (width - 2) + k, 1 << (width - 2), s) for k in (-2, -1, 0, 1)
+              for s in (0, 1)]
+    got = _run_comb(Harness(), cases, ("sign", "exp", "sig", "sticky"))
+    for (sign, exp, sig, sticky), g in zip(cases, got):
+        assert g == golden(sign, exp, sig, sticky), (width, sign, exp, hex(sig), sticky, hex(g))
+
+
+def test_unpack_reexports_the_rounding():
+    """hdl.fp32.unpack still offers the rounding helpers it used to define: the same objects."""
+    import hdl.fp32.round as rnd
+    import hdl.fp32.unpack as unpack
+
+    for name in ("count_leading_zeros", "normalize_left", "jam_sticky", "round_plan",
+                 "round_plan_pre", "round_plan_lz", "round_prepare", "round_finish"):
+        assert getattr(unpack, name) is getattr(rnd, name), name
+
+
+def test_round_prepare_rejects_bad_arguments():
+    from amaranth.hdl import Signal
+
+    from hdl.fp32.round import round_prepare
+    m = Module()
+    m._MustUse__silence = True               # never elaborated, by design
+    with pytest.raises(ValueError, match="at least 26 bits"):
+        round_prepare(m, norm=Signal(25), exp=Signal(signed(8)), name="t")
+    with pytest.raises(ValueError, match="exactly one of exp and plan"):
+        round_prepare(m, norm=Signal(30), name="t")

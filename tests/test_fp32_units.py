@@ -189,7 +189,7 @@ def test_split_rounding_matches_shared_round_golden():
     from amaranth.lib import wiring
     from amaranth.lib.wiring import In, Out
 
-    from hdl.fp32.unpack import round_finish, round_prepare
+    from hdl.fp32.round import round_finish, round_prepare
     from sim.fp32_round import round_to_fp32 as golden
 
     class Harness(wiring.Component):
@@ -242,7 +242,7 @@ def test_split_rounding_matches_shared_round_golden():
 def test_count_leading_zeros(width):
     from amaranth.hdl import Signal
 
-    from hdl.fp32.unpack import count_leading_zeros
+    from hdl.fp32.round import count_leading_zeros
 
     m = Module()
     value = Signal(width)
@@ -269,8 +269,8 @@ def test_split_rounding_with_late_normalization_matches_golden():
     from amaranth.lib import wiring
     from amaranth.lib.wiring import In, Out
 
-    from hdl.fp32.unpack import (normalize_left, round_finish, round_plan_lz, round_plan_pre,
-                                 round_prepare)
+    from hdl.fp32.round import (normalize_left, round_finish, round_plan_lz, round_plan_pre,
+                                round_prepare)
     from sim.fp32_round import round_to_fp32 as golden
 
     class Harness(wiring.Component):

@@ -7,8 +7,9 @@ from amaranth.lib.wiring import In, Out
 from ..formats import FP32
 from ..registry import Block
 from .config import FP32Config
-from .unpack import (QNAN, CutPipeline, count_leading_zeros, round_finish,
-                     round_plan_lz, round_plan_pre, round_prepare, unpack_fp32)
+from .round import (count_leading_zeros, round_finish, round_plan_lz, round_plan_pre,
+                    round_prepare)
+from .unpack import QNAN, CutPipeline, unpack_fp32
 
 __all__ = ["FP32AddIn", "FP32Add"]
 
@@ -37,11 +38,11 @@ class FP32Add(wiring.Component):
     ``unpack`` (classify, order the operands by magnitude, exponent difference) | ``align``
     (shift the smaller significand right into a 27-bit frame, OR the shifted-out bits into the
     LSB) | ``add`` (28-bit add or subtract of magnitudes; exponent terms of the rounding,
-    :func:`~hdl.fp32.unpack.round_plan_pre`) | ``lzc`` (leading-zero count) | ``normalize``
+    :func:`~hdl.fp32.round.round_plan_pre`) | ``lzc`` (leading-zero count) | ``normalize``
     (left shift; result exponent and subnormal shift amount:
-    :func:`~hdl.fp32.unpack.round_plan_lz`) | ``round`` (subnormal right shift, guard and sticky
-    bits: :func:`~hdl.fp32.unpack.round_prepare`) | nearest-even increment and packing
-    (:func:`~hdl.fp32.unpack.round_finish`), special-value select.
+    :func:`~hdl.fp32.round.round_plan_lz`) | ``round`` (subnormal right shift, guard and sticky
+    bits: :func:`~hdl.fp32.round.round_prepare`) | nearest-even increment and packing
+    (:func:`~hdl.fp32.round.round_finish`), special-value select.
 
     Parameters
     ----------

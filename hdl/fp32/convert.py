@@ -6,8 +6,8 @@ from amaranth.lib.wiring import In, Out
 from ..formats import FP32
 from ..registry import Block
 from .config import FP32Config
-from .unpack import (CutPipeline, jam_sticky, normalize_left, round_finish,
-                     round_prepare, unpack_fp32)
+from .round import jam_sticky, normalize_left, round_finish, round_prepare
+from .unpack import CutPipeline, unpack_fp32
 
 __all__ = ["IntToFP32", "FP32ToIntIn", "FP32ToIntOut", "FP32ToInt"]
 
@@ -31,8 +31,8 @@ class IntToFP32(wiring.Component):
 
     Datapath steps: ``abs`` (sign and 32-bit magnitude, ``-2**31`` included) | ``normalize``
     (leading-zero count, left shift) | sticky compression, exponent
-    (:func:`~hdl.fp32.unpack.round_prepare`) | ``round``: nearest-even increment
-    (:func:`~hdl.fp32.unpack.round_finish`).
+    (:func:`~hdl.fp32.round.round_prepare`) | ``round``: nearest-even increment
+    (:func:`~hdl.fp32.round.round_finish`).
 
     Parameters
     ----------

@@ -10,11 +10,19 @@ Algorithm (radix-2 restoring digit recurrence, fully unrolled):
    ``R *= 2``. ``config.div_bits_per_stage`` steps per pipeline register. ``Q`` has 25 or 26
    significant bits (``ma < mb`` or not): 24 result bits and at least one guard bit.
 3. ``a / b = (Q + f) * 2**(ea - eb - K)`` with ``0 <= f < 1`` and ``f != 0`` exactly when the
-   final remainder is non-zero (the sticky bit). :func:`hdl.fp32.round.round_to_fp32` rounds
-   to nearest even with exact subnormals and overflow to Inf. This is IEEE-exact.
+   final remainder is non-zero (the sticky bit). The staged rounding of
+   :mod:`hdl.fp32.round` rounds to nearest even with exact subnormals and overflow to Inf
+   (IEEE-exact): the exponent plans for both positions of ``Q``'s leading one
+   (:func:`~hdl.fp32.round.round_plan_top2`) are computed in the first recurrence stage and
+   one is selected in the second with ``Q``'s first bit (``ma >= mb``); after the recurrence
+   one stage normalises ``Q`` by at most one bit and prepares the rounding frame
+   (:func:`~hdl.fp32.round.round_prepare`, sticky = remainder != 0), the last one rounds
+   (:func:`~hdl.fp32.round.round_finish`) and selects the special-case result.
 
 Golden model: numpy ``float32`` division (:class:`sim.fp32_exp.FP32Div`).
 """
+
+from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
@@ -23,7 +31,7 @@ from amaranth.lib.wiring import In, Out
 from ..formats import FP32
 from ..registry import Block
 from .divsqrt_config import FP32DivSqrtConfig
-from .round import round_to_fp32
+from .round import round_finish, round_plan_select, round_plan_top2, round_prepare
 from .unpack import QNAN, unpack_fp32
 
 __all__ = ["FP32DivIn", "FP32Div", "StallPipeline"]
@@ -69,6 +77,12 @@ class StallPipeline:
             self.m.d.sync += sig.eq(prev)
         return sig
 
+    def reg_plan(self, plan, name: str) -> SimpleNamespace:
+        """Registers of a rounding plan (``shift``, ``base``, ``ovf`` of
+        :func:`hdl.fp32.round.round_plan`), named ``{name}_shift`` etc."""
+        return SimpleNamespace(**{k: self.reg(getattr(plan, k), f"{name}_{k}")
+                                  for k in ("shift", "base", "ovf")})
+
 
 class FP32Div(wiring.Component):
     """IEEE 754 binary32 divide, round-to-nearest-even, fully pipelined.
@@ -86,9 +100,9 @@ class FP32Div(wiring.Component):
     Attributes
     ----------
     latency : int
-        ``config.div_latency`` = 1 (unpack) + ``config.div_stages`` + 1 (round): a result
-        leaves ``latency`` cycles after its operands were accepted when the output is not
-        stalled. One operation per cycle.
+        ``config.div_latency`` = 1 (unpack) + ``config.div_stages`` + 2 (round: prepare,
+        finish): a result leaves ``latency`` cycles after its operands were accepted when the
+        output is not stalled. One operation per cycle.
 
     Members
     -------
@@ -142,16 +156,23 @@ class FP32Div(wiring.Component):
         quot = None
 
         # --- recurrence stages ---------------------------------------------------------------
+        # Q = quot has its leading one in bit nbits-1 (ma >= mb) or nbits-2: the rounding
+        # plans for both are computed from exp in stage st0, and stage st1 keeps the one that
+        # Q's first bit (known after st0) selects.
+        assert cfg.div_stages >= 2
+        plan = None
         for s in range(cfg.div_stages):
             r = rem
             bits = []
             for k in range(bps):
                 step = s * bps + k
                 ge = Signal(name=f"st{s}_q{step}")
+                trial = Signal(signed(26), name=f"st{s}_trial{step}")
                 diff = Signal(25, name=f"st{s}_rem{step}")
                 m.d.comb += [
-                    ge.eq(r >= div),
-                    diff.eq(Mux(ge, r - div, r)),
+                    trial.eq(r - div),               # one carry chain: ge is its sign
+                    ge.eq(~trial[-1]),
+                    diff.eq(Mux(ge, trial[:25], r)),
                 ]
                 bits.append(ge)
                 nxt = Signal(25, name=f"st{s}_rsh{step}")
@@ -159,18 +180,42 @@ class FP32Div(wiring.Component):
                 r = nxt
             new_bits = Cat(*reversed(bits))              # first quotient bit is the MSB
             q_next = new_bits if quot is None else Cat(new_bits, quot)
+            if s == 0:
+                plans = round_plan_top2(m, exp=exp, width=nbits, name="div_rnd")
+                plan_top = p.reg_plan(plans.top, "st0_plan_top1")
+                plan_low = p.reg_plan(plans.low, "st0_plan_top0")
+            elif s == 1:
+                plan = round_plan_select(quot[-1], plan_top, plan_low)
             valid = p.valid(valid, f"st{s}_valid")
             rem = p.reg(r, f"st{s}_rem")
             quot = p.reg(q_next, f"st{s}_quot")
-            div = p.reg(div, f"st{s}_div")
-            exp = p.reg(exp, f"st{s}_exp")
+            if s < cfg.div_stages - 1:
+                div = p.reg(div, f"st{s}_div")
+            if s >= 1:
+                plan = p.reg_plan(plan, f"st{s}_plan")
             sgn = p.reg(sgn, f"st{s}_sign")
             special = p.reg(special, f"st{s}_special")
             spec_val = p.reg(spec_val, f"st{s}_special_val")
 
-        # --- round and output ---------------------------------------------------------------
+        # --- round: one-bit normalize, subnormal shift, guard and sticky ---------------------
         assert len(quot) == nbits
-        rounded = round_to_fp32(m, sign=sgn, exp=exp, sig=quot, sticky=rem.any(), name="rnd")
+        norm = Signal(nbits, name="rnd_norm")
+        sticky = Signal(name="rnd_sticky")
+        m.d.comb += [
+            norm.eq(Mux(quot[-1], quot, quot << 1)),
+            sticky.eq(rem.any()),
+        ]
+        r = round_prepare(m, norm=norm, plan=plan, sticky=sticky, name="div_rnd")
+        valid = p.valid(valid, "rnd_valid")
+        frame = p.reg(r.frame, "rnd_frame")
+        base = p.reg(r.base, "rnd_base")
+        ovf = p.reg(r.ovf, "rnd_ovf")
+        sgn = p.reg(sgn, "rnd_sign")
+        special = p.reg(special, "rnd_special")
+        spec_val = p.reg(spec_val, "rnd_special_val")
+
+        # --- nearest-even increment, packing, specials, output ----------------------------------
+        rounded = round_finish(m, sign=sgn, frame=frame, base=base, ovf=ovf, name="div_rnd")
         result = Mux(special, spec_val, rounded)
         out_valid = p.valid(valid, "out_valid")
         out = p.reg(result, "out_r", unsigned(32))

@@ -14,13 +14,15 @@ from fractions import Fraction
 
 from ..config import PresetMixin, check_int
 
-__all__ = ["FP32DivSqrtConfig", "DIV_QUOTIENT_BITS", "SQRT_ROOT_BITS",
+__all__ = ["FP32DivSqrtConfig", "DIV_QUOTIENT_BITS", "SQRT_ROOT_BITS", "EXP_LATENCY",
            "EXP_FRAC_BITS", "ExpConstants", "exp_constants"]
 
 #: Minimum quotient bits of the divider: 24 significant bits + guard bit (+1 when a < b).
 DIV_QUOTIENT_BITS = 26
 #: Minimum root bits of the square root: 24 significant bits + guard bit (+1 spare).
 SQRT_ROOT_BITS = 26
+#: Latency of the exp unit (independent of the configuration).
+EXP_LATENCY = 9
 
 
 @dataclass(frozen=True)
@@ -69,8 +71,9 @@ class FP32DivSqrtConfig(PresetMixin):
 
     @property
     def div_latency(self) -> int:
-        """Unpack/normalize + recurrence stages + round."""
-        return 1 + self.div_stages + 1
+        """Cycles of :class:`~hdl.fp32.div.FP32Div`: unpack/normalize + recurrence stages +
+        two rounding stages (prepare | finish and output)."""
+        return 1 + self.div_stages + 2
 
     @property
     def sqrt_stages(self) -> int:
@@ -82,12 +85,15 @@ class FP32DivSqrtConfig(PresetMixin):
 
     @property
     def sqrt_latency(self) -> int:
-        return 1 + self.sqrt_stages + 1
+        """Cycles of :class:`~hdl.fp32.sqrt.FP32Sqrt`: unpack + recurrence stages + two
+        rounding stages (prepare | finish and output)."""
+        return 1 + self.sqrt_stages + 2
 
     @property
     def exp_latency(self) -> int:
-        """Convert, n, r, 3 Horner steps, table product, round (see ``hdl/fp32/exp.py``)."""
-        return 8
+        """Cycles of :class:`~hdl.fp32.exp.FP32Exp`: convert, n, r, 3 Horner steps, table
+        product, two rounding stages (prepare | finish and output); see ``hdl/fp32/exp.py``."""
+        return EXP_LATENCY
 
 
 

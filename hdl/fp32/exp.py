@@ -13,10 +13,20 @@ stage   operation                                                               
 3       ``h1 = C2 + (R*C3 >> 30)``                                                   ``h1``
 4       ``h2 = C1 + (R*h1 >> 30)``                                                   ``h2``
 5       ``p = C0 + (R*h2 >> 30)`` (= e**r); ``T = TABLE[n mod N]`` (= 2**(j/N))       ``p, tab``
-6       ``P = T * p`` (62 bits, 60 fraction bits)                                   ``prod``
-7       round ``(P >> 28) * 2**(k - 32)``, sticky ``P mod 2**28 != 0``,              ``out``
-        ``k = n >> t``, with :func:`~hdl.fp32.round.round_to_fp32`; special override
+6       ``P = T * p`` (62 bits, 60 fraction bits); rounding plans for ``P``'s        ``prod``,
+        leading one in bit 60 or 59 (:func:`~hdl.fp32.round.round_plan_top2`),      ``plan``
+        ``k = n >> t``
+7       round ``P * 2**(k - 60)`` (= ``(P >> 28) * 2**(k - 32)``, sticky              ``frame``
+        ``P mod 2**28 != 0``): one-bit normalize, jam to 27 bits, subnormal shift,
+        guard/sticky (:func:`~hdl.fp32.round.round_prepare`)
+8       nearest-even increment and packing (:func:`~hdl.fp32.round.round_finish`);   ``out``
+        special override
 ======  ==========================================================================  ========
+
+``2**59 <= P < 2**61`` for every argument (``P = T * p`` with ``T`` in ``[2**30, 2**31)`` and
+``p ~ e**r``, ``|r| <~ 0.51 ln2 / N``); :func:`sim.fp32_exp.exp_product_bounds` proves it by
+enumerating every reachable reduced argument, for every table size, and
+``tests/test_fp32_exp_model.py`` runs it. The rounding therefore needs no leading-zero count.
 
 Measured accuracy against float64 ``exp``: see ``docs/fp32_div_sqrt_exp.md`` (under 1 ulp).
 """
@@ -30,12 +40,15 @@ from ..formats import FP32
 from ..registry import Block
 from .div import StallPipeline
 from .divsqrt_config import EXP_FRAC_BITS, FP32DivSqrtConfig, exp_constants
-from .round import round_to_fp32
+from .round import jam_sticky, round_finish, round_plan_select, round_plan_top2, round_prepare
 from .unpack import QNAN
 
 __all__ = ["FP32Exp", "exp_register_widths"]
 
 F = EXP_FRAC_BITS  # fraction bits of the fixed-point datapath
+#: The normalised 61-bit product is compressed to 27 bits (24 + guard + round + jammed sticky).
+_JAM_KEEP = 27
+_JAM_DROP = 61 - _JAM_KEEP
 
 
 def exp_register_widths(t: int) -> dict:
@@ -64,7 +77,7 @@ class FP32Exp(wiring.Component):
     Attributes
     ----------
     latency : int
-        ``config.exp_latency`` (8) cycles from an accepted operand to its result (no stall).
+        ``config.exp_latency`` (9) cycles from an accepted operand to its result (no stall).
         One operation per cycle.
 
     Members
@@ -147,16 +160,36 @@ class FP32Exp(wiring.Component):
         tab = p.reg(table, "s5_tab")
         n, special, spec_val = carry(5, n, special, spec_val)
 
-        # --- stage 6: table x polynomial -------------------------------------------------------
+        # --- stage 6: table x polynomial; rounding plans ------------------------------------
+        # The value is P * 2**(k - 60) with P's leading one in bit 60 or 59. Normalised to 61
+        # bits and jammed to 27 (34 bits dropped), its LSB weighs 2**(k - 26) (bit 60 set) or
+        # 2**(k - 27) (bit 59: shifted left by one).
+        k = Signal(signed(nw - t + 1), name="s6_k")
+        m.d.comb += k.eq(n >> t)
+        plans = round_plan_top2(m, exp=k - (60 - _JAM_DROP), width=_JAM_KEEP, name="exp_rnd")
         valid = p.valid(valid, "s6_valid")
         prod = p.reg(tab * poly, "s6_prod", unsigned(w["prod"][0]))
-        n, special, spec_val = carry(6, n, special, spec_val)
+        plan_top = p.reg_plan(plans.top, "s6_plan_top1")
+        plan_low = p.reg_plan(plans.low, "s6_plan_top0")
+        special, spec_val = carry(6, special, spec_val)
 
-        # --- stage 7: round, specials ---------------------------------------------------------
-        k = Signal(signed(nw - t + 1), name="s7_k")
-        m.d.comb += k.eq(n >> t)
-        rounded = round_to_fp32(m, sign=Const(0, 1), exp=k - 32, sig=prod[28:],
-                                sticky=prod[:28].any(), name="rnd")
+        # --- stage 7: one-bit normalize, sticky compression, subnormal shift, guard/sticky ---
+        top = prod[60]
+        norm = Signal(61, name="s7_norm")
+        m.d.comb += norm.eq(Mux(top, prod[:61], prod[:61] << 1))
+        jammed, dropped = jam_sticky(m, norm, _JAM_KEEP, name="s7")
+        assert dropped == _JAM_DROP
+        r = round_prepare(m, norm=jammed, plan=round_plan_select(top, plan_top, plan_low),
+                          name="exp_rnd")
+        valid = p.valid(valid, "s7_valid")
+        frame = p.reg(r.frame, "s7_frame")
+        base = p.reg(r.base, "s7_base")
+        ovf = p.reg(r.ovf, "s7_ovf")
+        special, spec_val = carry(7, special, spec_val)
+
+        # --- stage 8: nearest-even increment and packing, specials ---------------------------
+        rounded = round_finish(m, sign=Const(0, 1), frame=frame, base=base, ovf=ovf,
+                               name="exp_rnd")
         out_valid = p.valid(valid, "out_valid")
         out = p.reg(Mux(special, spec_val, rounded), "out_r", unsigned(32))
         m.d.comb += [

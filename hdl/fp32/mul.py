@@ -8,8 +8,9 @@ from amaranth.lib.wiring import In, Out
 from ..formats import FP32
 from ..registry import Block
 from .config import FP32Config
-from .unpack import (QNAN, CutPipeline, jam_sticky, round_finish, round_plan,
-                     round_prepare, unpack_fp32)
+from .round import (jam_sticky, round_finish, round_plan_select, round_plan_top2,
+                    round_prepare)
+from .unpack import QNAN, CutPipeline, unpack_fp32
 
 __all__ = ["FP32MulIn", "FP32Mul"]
 
@@ -37,10 +38,10 @@ class FP32Mul(wiring.Component):
     ``unpack`` (classify; normalise subnormal significands so both have bit 23 set; exponent
     sum) | ``partial`` (four 12 x 12-bit partial products: one ECP5 DSP each; in parallel the
     result exponent for both positions of the product's leading one,
-    :func:`~hdl.fp32.unpack.round_plan`) | ``product``
+    :func:`~hdl.fp32.round.round_plan_top2`) | ``product``
     (48-bit sum, leading one in bit 47 or 46) | one-bit normalize, sticky compression to 27 bits,
-    exponent and subnormal shift (:func:`~hdl.fp32.unpack.round_prepare`) | ``round``:
-    nearest-even increment (:func:`~hdl.fp32.unpack.round_finish`) and special-value select.
+    exponent and subnormal shift (:func:`~hdl.fp32.round.round_prepare`) | ``round``:
+    nearest-even increment (:func:`~hdl.fp32.round.round_finish`) and special-value select.
 
     Parameters
     ----------
@@ -99,8 +100,8 @@ class FP32Mul(wiring.Component):
         # Exponent part of the rounding, for both positions of the product's leading one (bit
         # 47: LSB weight exp; bit 46: the product is shifted left by one, exp - 1), computed
         # here in parallel with the multipliers. `_JAM_DROP` low bits are jammed into one.
-        plan1 = round_plan(m, exp=s.exp + _JAM_DROP, width=_JAM_KEEP, name="mul_rnd_top1")
-        plan0 = round_plan(m, exp=s.exp + (_JAM_DROP - 1), width=_JAM_KEEP, name="mul_rnd_top0")
+        plans = round_plan_top2(m, exp=s.exp + _JAM_DROP, width=_JAM_KEEP, name="mul_rnd")
+        plan1, plan0 = plans.top, plans.low
         s = p.boundary("partial", **parts, sign=s.sign, nan=s.nan, inf=s.inf, zero=s.zero,
                        shift1=plan1.shift, base1=plan1.base, ovf1=plan1.ovf,
                        shift0=plan0.shift, base0=plan0.base, ovf0=plan0.ovf)
@@ -122,8 +123,9 @@ class FP32Mul(wiring.Component):
         m.d.comb += norm.eq(Mux(top, s.prod, s.prod << 1))
         jammed, dropped = jam_sticky(m, norm, _JAM_KEEP, name="mul")
         assert dropped == _JAM_DROP
-        plan = SimpleNamespace(shift=Mux(top, s.shift1, s.shift0), base=Mux(top, s.base1, s.base0),
-                               ovf=Mux(top, s.ovf1, s.ovf0))
+        plan = round_plan_select(
+            top, SimpleNamespace(shift=s.shift1, base=s.base1, ovf=s.ovf1),
+            SimpleNamespace(shift=s.shift0, base=s.base0, ovf=s.ovf0))
         r = round_prepare(m, norm=jammed, plan=plan, name="mul_rnd")
         s = p.boundary("round", frame=r.frame, base=r.base, ovf=r.ovf, sign=s.sign, nan=s.nan,
                        inf=s.inf, zero=s.zero)

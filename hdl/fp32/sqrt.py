@@ -11,8 +11,13 @@ Algorithm (radix-2 restoring digit-by-digit square root, fully unrolled):
    steps per pipeline register. ``S`` has 25 or 26 significant bits (24 + guard + spare), and
    ``R = X - S**2`` is the exact remainder.
 3. ``sqrt(a) = (S + f) * 2**(e2/2 - n + 13)`` with ``f != 0`` exactly when ``R != 0`` (the
-   sticky bit); :func:`hdl.fp32.round.round_to_fp32` rounds to nearest even. The result is
-   never subnormal nor overflows, and ties cannot happen.
+   sticky bit), rounded to nearest even by the staged rounding of :mod:`hdl.fp32.round`.
+   ``S``'s leading one is in bit ``n - 1`` exactly when ``M >= 2**24`` (odd ``ea``), else in
+   bit ``n - 2``, so the exponent plan (:func:`~hdl.fp32.round.round_plan_top2`) is chosen in
+   the first recurrence stage; after the recurrence one stage normalises ``S`` by at most
+   one bit and prepares the rounding frame (:func:`~hdl.fp32.round.round_prepare`), the last
+   rounds (:func:`~hdl.fp32.round.round_finish`) and selects specials. The result is never
+   subnormal nor overflows, and ties cannot happen.
 
 Golden model: numpy ``float32`` square root (:class:`sim.fp32_exp.FP32Sqrt`).
 """
@@ -26,7 +31,7 @@ from ..formats import FP32
 from ..registry import Block
 from .div import StallPipeline
 from .divsqrt_config import FP32DivSqrtConfig
-from .round import round_to_fp32
+from .round import round_finish, round_plan_select, round_plan_top2, round_prepare
 from .unpack import QNAN, unpack_fp32
 
 __all__ = ["FP32Sqrt"]
@@ -48,8 +53,9 @@ class FP32Sqrt(wiring.Component):
     Attributes
     ----------
     latency : int
-        ``config.sqrt_latency`` = 1 (unpack) + ``config.sqrt_stages`` + 1 (round), in cycles
-        from an accepted operand to its result (no stall). One operation per cycle.
+        ``config.sqrt_latency`` = 1 (unpack) + ``config.sqrt_stages`` + 2 (round: prepare,
+        finish), in cycles from an accepted operand to its result (no stall). One operation
+        per cycle.
 
     Members
     -------
@@ -123,31 +129,53 @@ class FP32Sqrt(wiring.Component):
                 shifted = Signal(rw, name=f"st{s}_rin{step}")
                 trial = Signal(rw, name=f"st{s}_trial{step}")
                 ge = Signal(name=f"st{s}_q{step}")
+                delta = Signal(signed(rw + 1), name=f"st{s}_delta{step}")
                 nr = Signal(rw, name=f"st{s}_rem{step}")
                 m.d.comb += [
                     shifted.eq(Cat(pair, r)),                # 4R + pair
                     trial.eq(Cat(Const(1, 2), q)),            # 4S + 1
-                    ge.eq(shifted >= trial),
-                    nr.eq(Mux(ge, shifted - trial, shifted)),
+                    delta.eq(shifted - trial),               # one carry chain: ge is its sign
+                    ge.eq(~delta[-1]),
+                    nr.eq(Mux(ge, delta[:rw], shifted)),
                 ]
                 r = nr
                 q = Cat(ge, q)
             # drop the leading constant-zero bit of the first stage's seed
             q = q[:(s + 1) * bps]
+            if s == 0:
+                # S's leading one: bit n-1 iff M >= 2**24 (radicand bit 24), else bit n-2
+                plans = round_plan_top2(m, exp=exp, width=n, name="sqrt_rnd")
+                plan = round_plan_select(radicand[24], plans.top, plans.low)
             valid = p.valid(valid, f"st{s}_valid")
             rem = p.reg(r, f"st{s}_rem")
             root = p.reg(q, f"st{s}_root")
             still_needed = 2 * (s + 1) * bps < 2 * n - shift    # radicand bits left to read
             if still_needed:
                 radicand = p.reg(radicand, f"st{s}_mant")
-            exp = p.reg(exp, f"st{s}_exp")
+            plan = p.reg_plan(plan, f"st{s}_plan")
             sgn = p.reg(sgn, f"st{s}_sign")
             special = p.reg(special, f"st{s}_special")
             spec_val = p.reg(spec_val, f"st{s}_special_val")
 
-        # --- round and output ---------------------------------------------------------------
+        # --- round: one-bit normalize, guard and sticky ------------------------------------
         assert len(root) == n
-        rounded = round_to_fp32(m, sign=sgn, exp=exp, sig=root, sticky=rem.any(), name="rnd")
+        norm = Signal(n, name="rnd_norm")
+        sticky = Signal(name="rnd_sticky")
+        m.d.comb += [
+            norm.eq(Mux(root[-1], root, root << 1)),
+            sticky.eq(rem.any()),
+        ]
+        r = round_prepare(m, norm=norm, plan=plan, sticky=sticky, name="sqrt_rnd")
+        valid = p.valid(valid, "rnd_valid")
+        frame = p.reg(r.frame, "rnd_frame")
+        base = p.reg(r.base, "rnd_base")
+        ovf = p.reg(r.ovf, "rnd_ovf")
+        sgn = p.reg(sgn, "rnd_sign")
+        special = p.reg(special, "rnd_special")
+        spec_val = p.reg(spec_val, "rnd_special_val")
+
+        # --- nearest-even increment, packing, specials, output ----------------------------------
+        rounded = round_finish(m, sign=sgn, frame=frame, base=base, ovf=ovf, name="sqrt_rnd")
         result = Mux(special, spec_val, rounded)
         out_valid = p.valid(valid, "out_valid")
         out = p.reg(result, "out_r", unsigned(32))

@@ -3,15 +3,15 @@
 * :func:`unpack_fp32` splits an IEEE 754 binary32 bit pattern into sign, significand and
   exponent (``value = (-1)**sign * sig * 2**exp``, subnormals exact) and classifies it (zero,
   subnormal, infinity, NaN), optionally normalising the significand of subnormals.
-* :func:`normalize_left` shifts a significand left until its top bit is set (leading-zero
-  count + barrel shift), lowering the exponent to keep the value.
-* :func:`jam_sticky` keeps the top bits of a wide significand and ORs the rest into its LSB.
-* :func:`round_plan` / :func:`round_prepare` / :func:`round_finish`: the shared FP32 rounding
-  (:func:`hdl.fp32.round.round_to_fp32`, same results) split in two pipeline stages.
 * :class:`CutPipeline` is the pipeline control shared by :mod:`hdl.fp32.add`,
   :mod:`~hdl.fp32.mul`, :mod:`~hdl.fp32.compare` and :mod:`~hdl.fp32.convert`: named step
   boundaries, each a register or a wire (see :class:`~hdl.fp32.config.FP32Config`), one global
   stall.
+
+The rounding helpers that used to live here (``count_leading_zeros``, ``normalize_left``,
+``jam_sticky``, ``round_plan``, ``round_plan_pre``, ``round_plan_lz``, ``round_prepare``,
+``round_finish``) are in :mod:`hdl.fp32.round`, the one home of FP32 rounding; they are
+re-exported from this module, unchanged, so existing imports keep working.
 
 All functions add *combinational* logic to a module ``m`` and give every signal they create a
 name derived from the ``name`` argument.
@@ -20,9 +20,12 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Const, Mux, Signal, Value, signed
+from amaranth.hdl import Cat, Mux, Signal, Value, signed
 from amaranth.lib import data
 
+# Re-exported for compatibility: the rounding lives in hdl.fp32.round.
+from .round import (count_leading_zeros, jam_sticky, normalize_left, round_finish,  # noqa: F401
+                    round_plan, round_plan_lz, round_plan_pre, round_prepare)
 
 __all__ = ["QNAN", "count_leading_zeros", "unpack_fp32", "normalize_left", "jam_sticky",
            "round_plan", "round_plan_pre", "round_plan_lz", "round_prepare", "round_finish",
@@ -30,32 +33,6 @@ __all__ = ["QNAN", "count_leading_zeros", "unpack_fp32", "normalize_left", "jam_
 
 #: The NaN every FP32 unit of this package produces (quiet, positive, zero payload).
 QNAN = 0x7FC00000
-
-
-def count_leading_zeros(m, value, *, name: str):
-    """Leading zeros of ``value`` as a balanced tree (log2 depth; ``len(value)`` when zero).
-
-    Same result as :func:`hdl.fp32.round.leading_zeros`, whose priority chain is linear in
-    depth: the tree is what keeps the normalize stages near 100 MHz on ECP5.
-    """
-    value = Value.cast(value)
-    width = len(value)
-    levels = max(1, (width - 1).bit_length())        # tree over 2**levels >= 2 bits
-    padded = Cat(Const(0, (1 << levels) - width), value)     # zeros below the LSB
-
-    def tree(bits, lo, n):
-        # (all-zero flag, leading-zero count of bits[lo:lo+n] as a Value of log2(n) bits)
-        if n == 2:                                # count is the 1-bit "upper bit is 0"
-            return ~bits[lo + 1] & ~bits[lo], ~bits[lo + 1]
-        half = n // 2
-        hz, hc = tree(bits, lo + half, half)      # upper half holds the leading bits
-        lz_, lc = tree(bits, lo, half)
-        return hz & lz_, Cat(Mux(hz, lc, hc), hz)
-
-    zero, count = tree(padded, 0, 1 << levels)
-    lz = Signal(range(width + 1), name=f"{name}_lz")
-    m.d.comb += lz.eq(Mux(zero, width, count))
-    return lz
 
 
 def unpack_fp32(m, bits, *, name: str, normalize: bool = False) -> SimpleNamespace:
@@ -110,184 +87,6 @@ def unpack_fp32(m, bits, *, name: str, normalize: bool = False) -> SimpleNamespa
         zero=e_zero & f_zero, sub=e_zero & ~f_zero, inf=e_ones & f_zero, nan=e_ones & ~f_zero,
         finite=~e_ones, sig=sig, exp=exp,
     )
-
-
-def normalize_left(m, sig, exp, *, name: str, exp_shape=signed(12)):
-    """Shift ``sig`` left until its top bit is set; lower ``exp`` by the same amount.
-
-    Returns ``(norm, exp_out, zero, lz)``: ``norm * 2**exp_out == sig * 2**exp``; ``zero`` is
-    set when ``sig == 0`` (then ``norm == 0``); ``lz`` is the shift amount.
-    """
-    sig = Value.cast(sig)
-    width = len(sig)
-    lz = count_leading_zeros(m, sig, name=name)
-    norm = Signal(width, name=f"{name}_norm")
-    exp_out = Signal(exp_shape, name=f"{name}_norm_exp")
-    zero = Signal(name=f"{name}_is_zero")
-    m.d.comb += [
-        norm.eq(sig << lz),
-        exp_out.eq(exp - lz),
-        zero.eq(sig == 0),
-    ]
-    return norm, exp_out, zero, lz
-
-
-def jam_sticky(m, sig, keep: int, *, name: str):
-    """Keep the top ``keep - 1`` bits of ``sig`` and OR all lower bits into a new LSB.
-
-    Returns ``(jammed, dropped)``: ``jammed`` is ``keep`` bits wide and its LSB weighs
-    ``2**(len(sig) - keep)`` times ``sig``'s LSB. Rounding ``jammed`` at a position at least two
-    bits above its LSB gives the same result as rounding ``sig`` (the jammed LSB only marks
-    "non-zero bits below").
-    """
-    sig = Value.cast(sig)
-    dropped = len(sig) - keep
-    if dropped < 0:
-        raise ValueError(f"jam_sticky: keep={keep} exceeds the width {len(sig)}")
-    jammed = Signal(keep, name=f"{name}_jammed")
-    if dropped == 0:
-        m.d.comb += jammed.eq(sig)
-    else:
-        m.d.comb += jammed.eq(Cat(sig[dropped] | sig[:dropped].any(), sig[dropped + 1:]))
-    return jammed, dropped
-
-
-def round_plan(m, *, exp, width: int, name: str) -> SimpleNamespace:
-    """Exponent part of :func:`round_prepare` for a ``width``-bit normalised significand whose
-    LSB weighs ``2**exp``; a caller may compute it one pipeline stage earlier than the
-    significand part (it depends on ``exp`` only).
-
-    Returns ``shift`` (right shift onto the subnormal grid, 0 for normal results), ``base``
-    (biased exponent minus one, 0 for a subnormal result) and ``ovf`` (biased exponent >= 255
-    before rounding). All are computed from ``exp`` in parallel (no chained carries).
-    """
-    exp = Value.cast(exp)
-    if not exp.shape().signed:
-        exp = exp.as_signed()
-    ew = max(len(exp), 10) + 2
-    # The biased exponent of the leading one is efield = exp + width + 126; a subnormal
-    # result needs a right shift by deficit = 1 - efield (at most `width` matters).
-    deficit = Signal(signed(ew), name=f"{name}_deficit")
-    sub = Signal(name=f"{name}_subnormal")
-    ovf = Signal(name=f"{name}_ovf")
-    base = Signal(8, name=f"{name}_base")
-    shift = Signal(range(width + 1), name=f"{name}_denorm_shift")
-    m.d.comb += [
-        deficit.eq(-(width + 125) - exp),
-        sub.eq(exp < -(width + 125)),
-        ovf.eq(exp >= 129 - width),
-        base.eq(Mux(sub, 0, exp + (width + 125))),
-        shift.eq(Mux(~sub, 0, Mux(exp < -(2 * width + 125), width, deficit))),
-    ]
-    return SimpleNamespace(shift=shift, base=base, ovf=ovf)
-
-
-def round_plan_pre(m, *, exp, width: int, name: str) -> SimpleNamespace:
-    """The part of :func:`round_plan` that depends on the exponent *before* a normalising
-    left shift: for a significand whose LSB weighs ``2**exp`` before it is shifted left by
-    ``lz`` (computed later), :func:`round_plan_lz` then needs one subtraction and compares.
-    Lets a unit compute these one stage before its leading-zero count.
-
-    Returns ``base_pre`` (``exp + width + 125``: ``base`` before subtracting ``lz``) and
-    ``ovf_lim`` (the result overflows iff ``lz <= ovf_lim``).
-    """
-    exp = Value.cast(exp)
-    if not exp.shape().signed:
-        exp = exp.as_signed()
-    ew = max(len(exp), 10) + 2
-    base_pre = Signal(signed(ew), name=f"{name}_base_pre")
-    ovf_lim = Signal(signed(ew), name=f"{name}_ovf_lim")
-    m.d.comb += [base_pre.eq(exp + (width + 125)), ovf_lim.eq(exp + (width - 129))]
-    return SimpleNamespace(base_pre=base_pre, ovf_lim=ovf_lim)
-
-
-def round_plan_lz(m, *, pre, lz, width: int, name: str) -> SimpleNamespace:
-    """:func:`round_plan` of ``exp - lz`` from :func:`round_plan_pre` of ``exp``."""
-    ew = len(pre.base_pre) + 1
-    deficit = Signal(signed(ew), name=f"{name}_deficit")        # 1 - biased exponent
-    shift = Signal(range(width + 1), name=f"{name}_denorm_shift")
-    base = Signal(8, name=f"{name}_base")
-    ovf = Signal(name=f"{name}_ovf")
-    m.d.comb += [
-        deficit.eq(lz - pre.base_pre),
-        shift.eq(Mux(deficit <= 0, 0, Mux(deficit > width, width, deficit))),
-        base.eq(Mux(deficit > 0, 0, -deficit)),
-        ovf.eq(lz <= pre.ovf_lim),
-    ]
-    return SimpleNamespace(shift=shift, base=base, ovf=ovf)
-
-
-def round_prepare(m, *, norm, name: str, exp=None, plan=None) -> SimpleNamespace:
-    """First half of FP32 rounding of ``norm * 2**exp`` for a *normalised* ``norm``.
-
-    Together with :func:`round_finish` this computes exactly what the shared
-    :func:`hdl.fp32.round.round_to_fp32` computes (round-to-nearest-even, exact subnormals,
-    overflow to Inf; verified against its golden model :func:`sim.fp32_round.round_to_fp32`),
-    split so that pipeline registers can sit between the parts: the single-stage function is
-    a chain of about ten carry chains and a barrel shifter (~29 ns, 34 MHz on ECP5 in the
-    adder), too long for one ~100 MHz stage.
-
-    This half (with :func:`round_plan`) finds the biased exponent of the leading one, shifts
-    subnormal results right onto the ``2**-149`` grid (the shifted-out bits become sticky) and
-    keeps 24 significand bits, a guard bit and a sticky bit.
-
-    Parameters
-    ----------
-    norm : Value, unsigned, at least 26 bits
-        Significand with its top bit set (the caller handles ``norm == 0`` itself). A jammed
-        sticky LSB (:func:`jam_sticky`) is fine.
-    exp : Value, signed
-        Weight of ``norm``'s LSB (give either ``exp`` or ``plan``).
-    plan : SimpleNamespace
-        :func:`round_plan` of ``exp`` for ``len(norm)``, computed earlier.
-
-    Returns
-    -------
-    SimpleNamespace
-        ``frame`` (26 bits: sticky, guard, 24-bit significand ``q``), ``base`` (8 bits: the
-        value to add, shifted by 23, to ``q`` -- biased exponent minus one, or 0 for a subnormal
-        result) and ``ovf`` (the biased exponent is >= 255 before rounding).
-    """
-    norm = Value.cast(norm)
-    width = len(norm)
-    if width < 26:
-        raise ValueError(f"round_prepare: norm must be at least 26 bits wide, not {width}")
-    if (exp is None) == (plan is None):
-        raise ValueError("round_prepare: give exactly one of exp and plan")
-    if plan is None:
-        plan = round_plan(m, exp=exp, width=width, name=name)
-    # Bits shifted out (sticky), from a thermometer mask in parallel with the shifter.
-    lost_mask = Signal(width, name=f"{name}_lost_mask")
-    for k in range(width):
-        m.d.comb += lost_mask[k].eq(plan.shift > k)
-    lost = Signal(name=f"{name}_lost")
-    m.d.comb += lost.eq((norm & lost_mask).any())
-    hi = Signal(width, name=f"{name}_denorm")
-    m.d.comb += hi.eq(norm >> plan.shift)
-    frame = Signal(26, name=f"{name}_frame")
-    m.d.comb += frame.eq(Cat(hi[:width - 25].any() | lost, hi[width - 25:]))
-    return SimpleNamespace(frame=frame, base=plan.base, ovf=plan.ovf)
-
-
-def round_finish(m, *, sign, frame, base, ovf, name: str):
-    """Second half of FP32 rounding (see :func:`round_prepare`): the nearest-even increment.
-
-    ``(base << 23) + q + inc`` packs exponent and fraction in one addition: the hidden bit of a
-    normal ``q`` brings the exponent from ``base`` to ``base + 1``, a carry out of the fraction
-    bumps it once more, a subnormal rounding up to ``2**-126`` becomes the smallest normal, and
-    rounding past the largest finite value lands exactly on Inf. Returns ``Signal(32)``.
-    """
-    frame = Value.cast(frame)
-    sticky, guard, q = frame[0], frame[1], frame[2:26]
-    inc = Signal(name=f"{name}_inc")
-    mag = Signal(31, name=f"{name}_mag")
-    result = Signal(32, name=f"{name}_result")
-    m.d.comb += [
-        inc.eq(guard & (sticky | q[0])),
-        mag.eq((Value.cast(base) << 23) + q + inc),
-        result.eq(Mux(ovf, Cat(Const(0, 23), Const(0xFF, 8), sign), Cat(mag, sign))),
-    ]
-    return result
 
 
 class CutPipeline:

@@ -207,7 +207,8 @@ async def reset_mid_stream(dut):
     tb.monitor.stop()
     words, _ = tb.converted(1)
     pending = cocotb.start_soon(tb.driver.send_all(words))
-    await ClockCycles(dut.clk, 4)
+    # long enough for the first group to reach the output (idle cycles included)
+    await ClockCycles(dut.clk, LATENCY + 4)
     assert dut.o__valid.value == 1
     dut.rst.value = 1
     pending.cancel()

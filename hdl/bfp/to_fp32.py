@@ -4,15 +4,18 @@ Golden model: :func:`sim.bfp.dequantize` / :class:`sim.bfp.BFPToFP32Model`. See 
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal, signed
+from types import SimpleNamespace
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import BFPConfig
 from ..formats import BFPFlags, fp32_group_layout
-from ..fp32.round import round_to_fp32
+from ..fp32.unpack import count_leading_zeros, round_finish, round_plan_lz, round_prepare
 from ..registry import Block
-from .converter import bfp_stream_layout, decode_width, layout_fields, width_shape
+from .converter import bfp_stream_layout, layout_fields, width_shape
+from .pipeline import StallAll
 
 __all__ = ["fp32_out_layout", "BFPToFP32"]
 
@@ -34,8 +37,13 @@ class BFPToFP32(wiring.Component):
     the converter never emits). ``M = 0`` gives a zero with the element's sign. The group's
     ``flags`` travel on unchanged; a NaN/Inf group (all ``M = 0``) comes out as zeros.
 
-    Pipeline: one stage (the shared :func:`hdl.fp32.round.round_to_fp32` logic, registered),
-    ``latency = 1``; one group per cycle without backpressure.
+    Pipeline: the shared FP32 rounding split in stages (:mod:`hdl.fp32.unpack`:
+    ``round_plan_lz`` / ``round_prepare`` / ``round_finish``, the same results as
+    :func:`hdl.fp32.round.round_to_fp32`): exponent terms of the group and leading-zero count
+    + normalising shift of every ``M`` | subnormal shift and biased exponent | subnormal
+    alignment to 24 bits + guard + sticky | nearest-even increment and packing (output
+    register). ``latency = 4``; stall-all (every stage loads when ``~o.valid | o.ready``), one
+    group per cycle without backpressure.
 
     Parameters
     ----------
@@ -50,7 +58,10 @@ class BFPToFP32(wiring.Component):
         FP32 groups and the group flags.
     """
 
-    latency = 1
+    latency = 4
+
+    #: Width of the normalised significand handed to the staged rounding (its minimum).
+    NORM_W = 26
 
     def __init__(self, *, config: BFPConfig):
         if not isinstance(config, BFPConfig):
@@ -64,26 +75,85 @@ class BFPToFP32(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
+        G, mm, eb = cfg.group_size, cfg.max_mantissa, cfg.exp_bits
+        nw = self.NORM_W
         inp = self.i.payload
-        load = Signal()
-        m.d.comb += [
-            load.eq(~self.o.valid | self.o.ready),
-            self.i.ready.eq(load),
-        ]
-        width = decode_width(m, inp.width, cfg, name="width")
-        lsb_exp = Signal(signed(cfg.exp_bits + 1), name="lsb_exp")   # E - (m - 1)
-        m.d.comb += lsb_exp.eq(inp.group.exp - width + 1)
-        with m.If(load):
-            m.d.sync += [
-                self.o.valid.eq(self.i.valid),
-                self.o.payload.flags.eq(inp.flags),
-            ]
-        for j in range(cfg.group_size):
+        st = StallAll(m, i=self.i, o=self.o, name="pipe")
+
+        # ---- stage 0: exponent terms of the group; normalise every magnitude -----------------
+        # norm = (M << lz) at the top of nw bits has its LSB at
+        # x = E - (m - 1) - lz - (nw - mm); round_plan_pre(x + lz) would give
+        # base_pre = x + lz + nw + 125 and ovf_lim = x + lz + nw - 129, i.e. E plus a constant
+        # of the width code: one adder each (no chained carries).
+        ew = max(eb, 10) + 2
+        c_base = Signal(signed(9), name="base_pre_const")
+        c_ovf = Signal(signed(9), name="ovf_lim_const")
+        with m.Switch(inp.width):
+            for code in range(1 << len(inp.width)):
+                w = _decoded_width(code, cfg)
+                with m.Case(code):
+                    m.d.comb += [c_base.eq(mm - w + 126), c_ovf.eq(mm - w - 128)]
+        base_pre = Signal(signed(ew), name="base_pre")
+        ovf_lim = Signal(signed(ew), name="ovf_lim")
+        m.d.comb += [base_pre.eq(inp.group.exp + c_base), ovf_lim.eq(inp.group.exp + c_ovf)]
+        lzs, nhs, zeros, signs = [], [], [], []
+        for j in range(G):
             elem = inp.group.elems[j]
-            bits = round_to_fp32(m, sign=elem.sign, exp=lsb_exp, sig=elem.mag, name=f"e{j}")
-            with m.If(load):
-                m.d.sync += self.o.payload.data[j].eq(bits)
+            lz = count_leading_zeros(m, elem.mag, name=f"e{j}")
+            nh = Signal(mm, name=f"e{j}_norm")
+            m.d.comb += nh.eq(elem.mag << lz)
+            lzs.append(lz)
+            nhs.append(nh)
+            zeros.append(elem.mag == 0)
+            signs.append(elem.sign)
+        v = st.valid(self.i.valid, name="s0_valid")
+        pre = SimpleNamespace(base_pre=st.reg(base_pre, name="s0_base_pre"),
+                              ovf_lim=st.reg(ovf_lim, name="s0_ovf_lim"))
+        flags = st.reg(inp.flags, name="s0_flags")
+        lzs = [st.reg(x, name=f"s0_e{j}_lz") for j, x in enumerate(lzs)]
+        nhs = [st.reg(x, name=f"s0_e{j}_norm") for j, x in enumerate(nhs)]
+        zeros = [st.reg(x, name=f"s0_e{j}_zero", shape=1) for j, x in enumerate(zeros)]
+        signs = [st.reg(x, name=f"s0_e{j}_sign") for j, x in enumerate(signs)]
+
+        # ---- stage 1: subnormal shift, biased exponent, overflow ----------------------------
+        plans = [round_plan_lz(m, pre=pre, lz=lzs[j], width=nw, name=f"e{j}_rnd")
+                 for j in range(G)]
+        v = st.valid(v, name="s1_valid")
+        flags = st.reg(flags, name="s1_flags")
+        plans = [SimpleNamespace(shift=st.reg(p.shift, name=f"s1_e{j}_shift"),
+                                 base=st.reg(p.base, name=f"s1_e{j}_base"),
+                                 ovf=st.reg(p.ovf, name=f"s1_e{j}_ovf"))
+                 for j, p in enumerate(plans)]
+        nhs = [st.reg(x, name=f"s1_e{j}_norm") for j, x in enumerate(nhs)]
+        zeros = [st.reg(x, name=f"s1_e{j}_zero") for j, x in enumerate(zeros)]
+        signs = [st.reg(x, name=f"s1_e{j}_sign") for j, x in enumerate(signs)]
+
+        # ---- stage 2: align subnormal results, keep 24 bits + guard + sticky ----------------
+        preps = [round_prepare(m, norm=Cat(Const(0, nw - mm), nhs[j]), plan=plans[j],
+                               name=f"e{j}_rnd") for j in range(G)]
+        v = st.valid(v, name="s2_valid")
+        flags = st.reg(flags, name="s2_flags")
+        preps = [SimpleNamespace(frame=st.reg(p.frame, name=f"s2_e{j}_frame"),
+                                 base=st.reg(p.base, name=f"s2_e{j}_base"),
+                                 ovf=st.reg(p.ovf, name=f"s2_e{j}_ovf"))
+                 for j, p in enumerate(preps)]
+        zeros = [st.reg(x, name=f"s2_e{j}_zero") for j, x in enumerate(zeros)]
+        signs = [st.reg(x, name=f"s2_e{j}_sign") for j, x in enumerate(signs)]
+
+        # ---- stage 3: nearest-even increment and packing (output register) ------------------
+        with m.If(st.en):
+            m.d.sync += [self.o.valid.eq(v), self.o.payload.flags.eq(flags)]
+            for j in range(G):
+                bits = round_finish(m, sign=signs[j], frame=preps[j].frame, base=preps[j].base,
+                                    ovf=preps[j].ovf, name=f"e{j}_rnd")
+                m.d.sync += self.o.payload.data[j].eq(
+                    Mux(zeros[j], Cat(Const(0, 31), signs[j]), bits))
         return m
+
+
+def _decoded_width(code: int, config: BFPConfig) -> int:
+    """:func:`decode_width` at elaboration time (the same clamp)."""
+    return 2 * min(max(code >> 1, 1), config.max_mantissa // 2)
 
 
 def _params(preset: str) -> dict:

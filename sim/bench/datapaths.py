@@ -13,16 +13,19 @@ measures on the Verilated DUT and asserts its results against the golden model):
   variants the cocotb tier builds).
 
 Writes ``docs/bench/datapaths.json`` and ``docs/bench/datapaths.md``. A block whose hook fails
-is reported in both files (``errors``) and the exit status is 1.
+is reported in both files (``errors``) and the exit status is 1. ``--only BLOCK ...`` reruns
+the named blocks and merges them into the existing JSON (the rest is kept as measured before).
 """
 from __future__ import annotations
 
+import argparse
+import json
 import platform
 import sys
 import time
 import traceback
 
-from sim.bench.common import run_bench, write_json, write_markdown
+from sim.bench.common import DOCS_BENCH, run_bench, write_json, write_markdown
 
 #: (block, preset, cocotb module) in run order.
 UNITS = [
@@ -61,13 +64,14 @@ def _unit_entry(block: str, raw: dict) -> dict:
     return out
 
 
-def run_all() -> dict:
-    data = {
-        "machine": f"{platform.machine()} {platform.python_implementation()} "
-                   f"{platform.python_version()}",
-        "units": {}, "errors": {},
-    }
+def run_all(only=None, data=None) -> dict:
+    data = data or {"units": {}, "errors": {}}
+    data["machine"] = (f"{platform.machine()} {platform.python_implementation()} "
+                       f"{platform.python_version()}")
     for block, preset, module in UNITS + DATAPATHS:
+        if only and block not in only:
+            continue
+        data["errors"].pop(block, None)
         t0 = time.perf_counter()
         print(f"bench-datapaths: {block} ({preset}) ...", flush=True)
         try:
@@ -170,8 +174,15 @@ def markdown(data: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    data = run_all()
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    names = [b for b, _, _ in UNITS + DATAPATHS]
+    ap.add_argument("--only", nargs="+", choices=names, help="rerun these blocks only (merge)")
+    args = ap.parse_args(argv)
+    old = None
+    if args.only and (DOCS_BENCH / "datapaths.json").exists():
+        old = json.loads((DOCS_BENCH / "datapaths.json").read_text())
+    data = run_all(args.only, old)
     write_json("datapaths", data)
     text = markdown(data)
     write_markdown("datapaths", text)

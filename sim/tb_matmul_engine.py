@@ -90,7 +90,7 @@ class TB:
         await reset(self.dut)
         self.mon.start()
 
-    async def command(self, timeout=5_000_000, **fields) -> dict:
+    async def command(self, timeout=500_000, **fields) -> dict:
         await self.drv.send(pack(self.cmd_f, **fields))
         word, = await self.mon.wait_for(1, timeout_cycles=timeout)
         return unpack(self.rsp_f, word)
@@ -212,8 +212,10 @@ async def random_passes(dut):
     await tb.start()
     rng = np.random.default_rng(int(os.environ.get("TB_SEED", "2")))
     await tb.load_all(rng)
-    for _ in range(int(os.environ.get("TB_PASSES", "24"))):
-        await tb.run(random_command(rng, tb.cfg))
+    for i in range(int(os.environ.get("TB_PASSES", "24"))):
+        cmd = random_command(rng, tb.cfg)
+        dut._log.info(f"pass {i}: {cmd}")
+        await tb.run(cmd)
     await tb.check_all_memories()
 
 
@@ -341,3 +343,4 @@ async def bench(dut):
     with open(out, "a") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
+

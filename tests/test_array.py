@@ -150,11 +150,14 @@ def test_array_matches_model(mode, S, wa, wb):
 
 
 @pytest.mark.parametrize("mode", [FWD, BWD_DATA, BWD_WEIGHT])
-def test_array_backpressure_and_idle(mode):
+@pytest.mark.parametrize("wa, wb, idle, stall", [(4, 2, 0.3, 0.4), (2, 2, 0.0, 0.7)])
+def test_array_backpressure_and_idle(mode, wa, wb, idle, stall):
+    """Random idle/backpressure; (2, 2) = one-cycle beats, no idle, heavy backpressure: the
+    output FIFO must never overflow (every valid beat in flight reserves a slot)."""
     cfg = ArrayConfig(size=2)
     rng = np.random.default_rng(50 + mode)
-    tiles = make_tiles(rng, 2, mode, 4, 2, n_tiles=4, beats_per_tile=[5, 2])
-    got = run_array(cfg, mode, 4, 2, tiles, seed=3, idle=0.3, stall=0.4)
+    tiles = make_tiles(rng, 2, mode, wa, wb, n_tiles=6, beats_per_tile=[5, 2])
+    got = run_array(cfg, mode, wa, wb, tiles, seed=3, idle=idle, stall=stall)
     assert got == expected(cfg, mode, tiles)
 
 

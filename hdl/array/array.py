@@ -68,8 +68,9 @@ class SystolicArray(wiring.Component):
     Every valid ``inp`` beat produces exactly one ``out`` vector, in order.
 
     Timing: a beat is ``B = ceil((width_a/2)(width_b/2)/lanes)`` cycles (``cycles(...)``);
-    the array starts a beat whenever the cores are ready, the output FIFO has room and either
-    ``inp`` is valid or beats are still in flight (bubbles flush the pipeline). Without
+    the array starts a beat whenever the cores are ready and either ``inp`` is valid and the
+    output FIFO can reserve a slot for it (valid beats in flight + FIFO level < ``out_depth``)
+    or beats are still in flight (bubbles flush the pipeline). Without
     backpressure a beat accepted in cycle ``t`` leaves on ``out`` in cycle
     ``t + (2*S + 1)*B + 2 + FMACCore.LATENCY`` (:meth:`latency`). ``inp.ready`` depends only on state.
 
@@ -86,7 +87,7 @@ class SystolicArray(wiring.Component):
     wload : In(stream.Signature(wload_layout(config)))
         Stationary-weight rows.
     out : Out(stream.Signature(array_out_layout(config)))
-        Exact integer result vectors (4-entry FIFO).
+        Exact integer result vectors (``out_depth``-entry FIFO).
     mode : In(2)
         :data:`~hdl.array.config.FWD`, ``BWD_DATA`` or ``BWD_WEIGHT``.
     width_a, width_b : In(width_shape)
@@ -98,7 +99,11 @@ class SystolicArray(wiring.Component):
         A beat starts this cycle (for counters).
     """
 
-    OUT_DEPTH = 4
+    @property
+    def out_depth(self) -> int:
+        """Output FIFO entries: every valid beat in flight reserves one, so the array never
+        stops for lack of room while its consumer keeps up (``2*S + 8``)."""
+        return 2 * self.config.size + 8
 
     def __init__(self, *, config: ArrayConfig):
         if not isinstance(config, ArrayConfig):
@@ -139,18 +144,19 @@ class SystolicArray(wiring.Component):
                              pe.width_b.eq(self.width_b)]
         self.pes = pes           # for simulation-time introspection in tests
 
-        fifo = m.submodules.out_fifo = SyncFIFO(width=array_out_layout(cfg).size,
-                                                depth=self.OUT_DEPTH)
-        inflight = Signal(range(4 * S + 2 * self.OUT_DEPTH + 8), name="inflight")
+        depth = self.out_depth
+        fifo = m.submodules.out_fifo = SyncFIFO(width=array_out_layout(cfg).size, depth=depth)
+        # valid beats accepted and not yet pushed into the FIFO: each holds a reserved slot
+        inflight = Signal(range(depth + 1), name="inflight")
         can_go = Signal(name="can_go")
         start = Signal(name="start")
         accept = Signal(name="accept")
         push = Signal(name="push")
         m.d.comb += [
-            can_go.eq(pes[0][0].ready & (fifo.level <= self.OUT_DEPTH - 3)),
+            can_go.eq(pes[0][0].ready & (inflight + fifo.level < depth)),
             self.inp.ready.eq(can_go),
             accept.eq(self.inp.valid & can_go),
-            start.eq(can_go & (self.inp.valid | (inflight != 0))),
+            start.eq(accept | (pes[0][0].ready & (inflight != 0))),
             self.beat.eq(start),
         ]
         for row in pes:

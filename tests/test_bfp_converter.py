@@ -4,6 +4,7 @@ Preset "tiny" (group_size 4) plus one odd non-preset config. Every output payloa
 bit for bit with :class:`sim.bfp.BFPConverterModel`; a protocol checker watches the output
 stream (valid held and payload stable while not ready).
 """
+import math
 import random
 
 import numpy as np
@@ -393,3 +394,25 @@ def test_invalid_component_config_rejected(cls):
 def test_invalid_bfp_config_names_parameter(field, value, exc):
     with pytest.raises(exc, match=rf"BFPConfig\.{field}.*{value!r}"):
         BFPConfig(**{field: value})
+
+
+@pytest.mark.parametrize("cfg", [BFPConfig(group_size=17, noise_bits=5, lfsr_seed=0xBEEF),
+                                 BFPConfig(group_size=1, max_mantissa=6)],
+                         ids=["G17_three_tree_levels", "G1_no_tree"])
+def test_tree_depths_other_than_the_presets(cfg):
+    """G = 17: three levels of the 4-way maximum tree (one more front stage; runs of 4 with a
+    leftover of 1 at two levels); G = 1: no tree at all. Bit-exact under idle/backpressure
+    (random groups and every edge case at the widest width), then the latency measured
+    without them equals ``dut.latency`` = max(2, ceil(log4 G)) + 3."""
+    rng = np.random.default_rng(10)
+    words, _ = random_words(cfg, 30, rng, illegal_prob=0.05)
+    w = cfg.max_mantissa
+    for groups in bfp.edge_case_groups(cfg, w).values():
+        words += [bfp.pack_fp32_group(g, cfg, w, r) for g in groups for r in MODES]
+    res = run_stream(BFPConverter(config=cfg), words, seed=7, idle=0.2, stall=0.2)
+    check_outputs(res["out"], expected(cfg, words)[0], cfg)
+    dut = BFPConverter(config=cfg)
+    res = run_stream(dut, words[:12])
+    assert [o - i for i, o in zip(res["in_cycles"], res["out_cycles"])] == [dut.latency] * 12
+    levels = math.ceil(math.log(cfg.group_size, 4)) if cfg.group_size > 1 else 0
+    assert dut.latency == max(2, levels) + 3

@@ -93,9 +93,9 @@ def tree_levels(group_size: int) -> int:
 
 
 def converter_latency(config: BFPConfig) -> int:
-    """:attr:`BFPConverter.latency` for ``config``: ``max(2, tree_levels(G)) + 4`` cycles
-    (6 for G <= 16, 7 for G <= 64)."""
-    return max(2, tree_levels(config.group_size)) + 4
+    """:attr:`BFPConverter.latency` for ``config``: ``max(2, tree_levels(G)) + 3`` cycles
+    (5 for G <= 16, 6 for G <= 64)."""
+    return max(2, tree_levels(config.group_size)) + 3
 
 
 def _max4(m: Module, values: list, *, name: str) -> list:
@@ -145,14 +145,18 @@ class BFPConverter(wiring.Component):
     (Inf) sets its ``invalid`` (``overflow``) flag and is output as ``E = -150``, all
     ``sign = M = 0``. ``M`` rounding up to ``2**m`` saturates to ``2**m - 1``.
 
-    Pipeline (``docs/bfp.md``), ``latency = max(2, ceil(log4 G)) + 4`` cycles from input
-    transfer to output valid (6 for G <= 16): front stages (one 4-way level of the tree of
-    8-bit exponent fields each; OR of the fractions, NaN/Inf per element, then their group OR
-    and the OR's bit length) | per-element shift amount and shared exponent | align (variable
-    shift) and sticky bit | round-up decision and saturation | increment (output register).
-    Stall-all: every stage loads when ``~o.valid | o.ready``, so one group per cycle without
-    backpressure. The LFSR (:class:`BFPNoise`) advances once per group, when the group leaves
-    the alignment stage (the same group order as accepting it). Golden model: :mod:`sim.bfp`.
+    Pipeline (``docs/bfp.md``): ``latency = max(2, ceil(log4 G)) + 3`` cycles from input
+    transfer to output valid (5 for G <= 16, 6 for G <= 64). Front stages, one 4-way level
+    of the maximum tree of the 8-bit exponent fields each (stage 0 also: per-element NaN/Inf,
+    OR of all fractions; stage 1: group NaN/Inf, bit length of that OR, per-element exponent
+    term) | shared exponent and per-element shift amount | alignment (variable shift of the
+    significand into an ``m + r``-bit window) and sticky bit | round-up decision, increment,
+    saturation, NaN/Inf override (output register). Stall-all: every register loads when
+    ``~o.valid | o.ready`` (``i.ready`` is that enable), so one group per cycle without
+    backpressure and nothing dropped with it. The LFSR (:class:`BFPNoise`) advances once per
+    group as the group leaves the alignment stage for the round stage, which reads it: the
+    n-th group after reset gets the n-th draw, as when it is accepted. Golden model:
+    :mod:`sim.bfp`.
 
     Parameters
     ----------
@@ -201,8 +205,7 @@ class BFPConverter(wiring.Component):
 
         # ---- stall-all handshake: every register advances together ---------------------------
         st = StallAll(m, i=self.i, o=self.o, name="pipe")
-        en, step_valid = st.en, (lambda v, name: st.valid(v, name=name))
-        valid = self.i.valid
+        en = st.en
 
         # ---- front stage 0: decode every element; first tree level ---------------------------
         inp = self.i.payload
@@ -234,11 +237,13 @@ class BFPConverter(wiring.Component):
             acc = acc | inp.data[j].frac
         m.d.comb += fracor.eq(acc)
 
+        # maximum of the exponent fields (a NaN/Inf's 255 takes part: such a group's output is
+        # overridden at the end anyway)
         tree = exps
         if len(tree) > 1:
             tree = _max4(m, tree, name="max_0")
         p = "s0"
-        v = step_valid(valid, f"{p}_valid")
+        v = st.valid(self.i.valid, name=f"{p}_valid")
         tree = [st.reg(t, name=f"{p}_max_{i}") for i, t in enumerate(tree)]
         sigs = [st.reg(s, name=f"{p}_e{j}_sig") for j, s in enumerate(sigs)]
         signs = [st.reg(s, name=f"{p}_e{j}_sign") for j, s in enumerate(signs)]
@@ -267,7 +272,7 @@ class BFPConverter(wiring.Component):
             with m.If(fracor[b]):
                 m.d.comb += bitlen.eq(b + 1)
         p = "s1"
-        v = step_valid(v, f"{p}_valid")
+        v = st.valid(v, name=f"{p}_valid")
         tree = [st.reg(t, name=f"{p}_max_{i}") for i, t in enumerate(tree)]
         sigs = [st.reg(s, name=f"{p}_e{j}_sig") for j, s in enumerate(sigs)]
         signs = [st.reg(s, name=f"{p}_e{j}_sign") for j, s in enumerate(signs)]
@@ -280,11 +285,11 @@ class BFPConverter(wiring.Component):
         d = st.reg(d, name=f"{p}_width_short")
 
         # ---- further front stages (G > 16): one tree level each ------------------------------
-        for s in range(2, front):
+        for level in range(2, front):
             if len(tree) > 1:
-                tree = _max4(m, tree, name=f"max_{s}")
-            p = f"s{s}"
-            v = step_valid(v, f"{p}_valid")
+                tree = _max4(m, tree, name=f"max_{level}")
+            p = f"s{level}"
+            v = st.valid(v, name=f"{p}_valid")
             tree = [st.reg(t, name=f"{p}_max_{i}") for i, t in enumerate(tree)]
             sigs = [st.reg(x, name=f"{p}_e{j}_sig") for j, x in enumerate(sigs)]
             signs = [st.reg(x, name=f"{p}_e{j}_sign") for j, x in enumerate(signs)]
@@ -326,7 +331,7 @@ class BFPConverter(wiring.Component):
             ]
             ks.append(k)
         p = f"s{front}"
-        v = step_valid(v, f"{p}_valid")
+        v = st.valid(v, name=f"{p}_valid")
         ks = [st.reg(x, name=f"{p}_e{j}_shift") for j, x in enumerate(ks)]
         sigs = [st.reg(x, name=f"{p}_e{j}_sig") for j, x in enumerate(sigs)]
         signs = [st.reg(x, name=f"{p}_e{j}_sign") for j, x in enumerate(signs)]
@@ -350,7 +355,7 @@ class BFPConverter(wiring.Component):
             windows.append(wdw)
             stickies.append(sticky)
         p = f"s{front + 1}"
-        v = step_valid(v, f"{p}_valid")
+        v = st.valid(v, name=f"{p}_valid")
         # the round stage reads the LFSR for the group in front of it; it steps as that group
         # moves on, so the n-th group after reset gets the n-th draw
         m.d.comb += noise.advance.eq(en & v)
@@ -358,21 +363,23 @@ class BFPConverter(wiring.Component):
         stickies = [st.reg(x, name=f"{p}_e{j}_sticky") for j, x in enumerate(stickies)]
         signs = [st.reg(x, name=f"{p}_e{j}_sign") for j, x in enumerate(signs)]
         shared = st.reg(shared, name=f"{p}_shared_exp")
+        bad = st.reg(nan | inf, name=f"{p}_bad")
         nan, inf = st.reg(nan, name=f"{p}_nan"), st.reg(inf, name=f"{p}_inf")
         limit = st.reg(limit, name=f"{p}_limit")
         width = st.reg(width, name=f"{p}_width")
         rounding = st.reg(rounding, name=f"{p}_rounding")
 
-        # ---- round stage: round-up decision, saturation, NaN/Inf override --------------------
-        bad = Signal(name="bad")
-        m.d.comb += bad.eq(nan | inf)
-        ints, ups, osigns = [], [], []
+        # ---- round stage (output register): round-up decision, saturation, NaN/Inf override --
+        # integer < 2**m, so integer + up > 2**m - 1 only when integer == 2**m - 1; the
+        # increment is computed beside the decision and selected by it
+        out = self.o.payload
         for j in range(G):
             wdw = windows[j]
             integer, fraction = wdw[r:], wdw[:r]
             up_rne = wdw[r - 1] & (stickies[j] | integer[0])
             sum_sr = Signal(r + 1, name=f"e{j}_noise_sum")
-            m.d.comb += sum_sr.eq(fraction + noise.noise[j])
+            inc = Signal(mm + 1, name=f"e{j}_inc")
+            m.d.comb += [sum_sr.eq(fraction + noise.noise[j]), inc.eq(integer + 1)]
             up = Signal(name=f"e{j}_round_up")
             with m.Switch(rounding):
                 with m.Case(Rounding.NEAREST):
@@ -381,36 +388,22 @@ class BFPConverter(wiring.Component):
                     m.d.comb += up.eq(sum_sr[r])
                 with m.Default():
                     m.d.comb += up.eq(0)
-            # integer < 2**m, so integer + up > 2**m - 1 only when integer == 2**m - 1
-            ints.append(Mux(bad, 0, integer))
-            ups.append(up & ~bad & (integer != limit))
-            osigns.append(signs[j] & ~bad)
-        p = f"s{front + 2}"
-        v = step_valid(v, f"{p}_valid")
-        ints = [st.reg(x, name=f"{p}_e{j}_int", shape=mm) for j, x in enumerate(ints)]
-        ups = [st.reg(x, name=f"{p}_e{j}_up", shape=1) for j, x in enumerate(ups)]
-        osigns = [st.reg(x, name=f"{p}_e{j}_sign", shape=1) for j, x in enumerate(osigns)]
-        oexp = st.reg(Mux(bad, E_ZERO, shared), name=f"{p}_exp", shape=signed(10))
-        nan, inf = st.reg(nan, name=f"{p}_nan"), st.reg(inf, name=f"{p}_inf")
-        width = st.reg(width, name=f"{p}_width")
-        rounding = st.reg(rounding, name=f"{p}_rounding")
-
-        # ---- output stage: increment ---------------------------------------------------------
-        out = self.o.payload
+            take_inc = Signal(name=f"e{j}_take_inc")
+            m.d.comb += take_inc.eq(up & (integer != limit))
+            with m.If(en):
+                m.d.sync += [
+                    out.group.elems[j].mag.eq(Mux(bad, 0, Mux(take_inc, inc[:mm], integer))),
+                    out.group.elems[j].sign.eq(signs[j] & ~bad),
+                ]
         with m.If(en):
             m.d.sync += [
                 self.o.valid.eq(v),
-                out.group.exp.eq(oexp),
+                out.group.exp.eq(Mux(bad, E_ZERO, shared)),
                 out.width.eq(width),
                 out.rounding.eq(rounding),
                 out.flags.invalid.eq(nan),
                 out.flags.overflow.eq(inf),
             ]
-            for j in range(G):
-                m.d.sync += [
-                    out.group.elems[j].mag.eq(ints[j] + ups[j]),
-                    out.group.elems[j].sign.eq(osigns[j]),
-                ]
 
         # ---- sticky status -------------------------------------------------------------------
         transfer = self.o.valid & self.o.ready

@@ -12,7 +12,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import BFPConfig
 from ..formats import BFPFlags, fp32_group_layout
-from ..fp32.unpack import count_leading_zeros, round_finish, round_plan_lz, round_prepare
+from ..fp32.round import (MIN_NORM_WIDTH, count_leading_zeros, round_finish, round_plan_lz,
+                          round_prepare)
 from ..registry import Block
 from .converter import bfp_stream_layout, layout_fields, width_shape
 from .pipeline import StallAll
@@ -37,13 +38,14 @@ class BFPToFP32(wiring.Component):
     the converter never emits). ``M = 0`` gives a zero with the element's sign. The group's
     ``flags`` travel on unchanged; a NaN/Inf group (all ``M = 0``) comes out as zeros.
 
-    Pipeline: the shared FP32 rounding split in stages (:mod:`hdl.fp32.unpack`:
-    ``round_plan_lz`` / ``round_prepare`` / ``round_finish``, the same results as
-    :func:`hdl.fp32.round.round_to_fp32`): exponent terms of the group and leading-zero count
-    + normalising shift of every ``M`` | subnormal shift and biased exponent | subnormal
-    alignment to 24 bits + guard + sticky | nearest-even increment and packing (output
-    register). ``latency = 4``; stall-all (every stage loads when ``~o.valid | o.ready``), one
-    group per cycle without backpressure.
+    Pipeline: the shared FP32 rounding of :mod:`hdl.fp32.round` in stages (the same results
+    as :func:`~hdl.fp32.round.round_to_fp32`): the group's exponent terms (``round_plan_pre``'s
+    ``base_pre``/``ovf_lim``, one adder each) and every ``M``'s leading-zero count and
+    normalising shift | ``round_plan_lz`` (subnormal shift, biased exponent, overflow) |
+    ``round_prepare`` (alignment onto the subnormal grid, 24 bits + guard + sticky) |
+    ``round_finish`` (nearest-even increment and packing; output register). ``latency = 4``;
+    stall-all (every register loads when ``~o.valid | o.ready``), one group per cycle without
+    backpressure.
 
     Parameters
     ----------
@@ -60,9 +62,6 @@ class BFPToFP32(wiring.Component):
 
     latency = 4
 
-    #: Width of the normalised significand handed to the staged rounding (its minimum).
-    NORM_W = 26
-
     def __init__(self, *, config: BFPConfig):
         if not isinstance(config, BFPConfig):
             raise TypeError(f"BFPToFP32.config must be a BFPConfig, not {config!r}")
@@ -76,7 +75,7 @@ class BFPToFP32(wiring.Component):
         m = Module()
         cfg = self.config
         G, mm, eb = cfg.group_size, cfg.max_mantissa, cfg.exp_bits
-        nw = self.NORM_W
+        nw = MIN_NORM_WIDTH             # width of the normalised significand (M at its top)
         inp = self.i.payload
         st = StallAll(m, i=self.i, o=self.o, name="pipe")
 

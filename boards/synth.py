@@ -151,19 +151,32 @@ def write_reports(results: list[dict]) -> None:
     (out_dir / "synth.md").write_text("\n".join(lines) + "\n")
 
 
+def collect() -> list[dict]:
+    """Every target's latest result (``build/synth/<block>-<preset>/result.json``), TARGETS order.
+
+    Each run writes only its own target's file, so concurrent or partial runs never overwrite
+    each other's rows; the report is rebuilt from the files.
+    """
+    found = {}
+    for path in WORK.glob("*/result.json"):
+        r = json.loads(path.read_text())
+        found[(r["block"], r["preset"])] = r
+    order = {t: i for i, t in enumerate(TARGETS)}
+    return [found[k] for k in sorted(found, key=lambda k: (order.get(k, len(order)), k))]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated block:preset pairs (default: all)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="rebuild docs/bench/synth.* from the stored results, run nothing")
     args = parser.parse_args(argv)
-    targets = TARGETS
+    targets = [] if args.report_only else TARGETS
     if args.only:
         targets = [tuple(t.split(":")) for t in args.only.split(",")]
-    previous = {}
-    report = ROOT / "docs" / "bench" / "synth.json"
-    if args.only and report.exists():
-        previous = {(r["block"], r["preset"]): r for r in json.loads(report.read_text())["results"]}
     for block, preset in targets:
         work = WORK / f"{block}-{preset}"
+        (work / "result.json").unlink(missing_ok=True)
         t0 = time.monotonic()
         res = {"block": block, "preset": preset, **synth_resources(block, preset, work)}
         res.update(place_and_route(block, preset, work))
@@ -174,12 +187,10 @@ def main(argv=None) -> int:
             raise RuntimeError(f"{block}-{preset}: P&R kept {res['pnr_comb']} cells of {logic}: "
                                "the harness lost part of the block")
         res["seconds"] = round(time.monotonic() - t0, 1)
+        (work / "result.json").write_text(json.dumps(res, indent=2) + "\n")
         print(json.dumps(res), flush=True)
-        previous[(block, preset)] = res
-    ordered = [previous[k] for k in sorted(previous, key=lambda k: (
-        [t for t in TARGETS].index(k) if k in TARGETS else len(TARGETS), k))]
-    write_reports(ordered)
-    print(f"wrote {report} and docs/bench/synth.md")
+    write_reports(collect())
+    print("wrote docs/bench/synth.json and docs/bench/synth.md")
     return 0
 
 

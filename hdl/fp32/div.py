@@ -12,9 +12,11 @@ Algorithm (radix-2 restoring digit recurrence, fully unrolled):
 3. ``a / b = (Q + f) * 2**(ea - eb - K)`` with ``0 <= f < 1`` and ``f != 0`` exactly when the
    final remainder is non-zero (the sticky bit). The staged rounding of
    :mod:`hdl.fp32.round` rounds to nearest even with exact subnormals and overflow to Inf
-   (IEEE-exact): the exponent plans for both positions of ``Q``'s leading one
-   (:func:`~hdl.fp32.round.round_plan_top2`) are computed in the first recurrence stage and
-   one is selected in the second with ``Q``'s first bit (``ma >= mb``); after the recurrence
+   (IEEE-exact): the first recurrence stage completes the exponent (stage 0 leaves the
+   normalising shifts out of it, to keep its path short), the second computes the exponent
+   plans for both positions of ``Q``'s leading one (:func:`~hdl.fp32.round.round_plan_top2`)
+   and selects one with ``Q``'s first bit (``ma >= mb``, known after the first); after the
+   recurrence
    one stage normalises ``Q`` by at most one bit and prepares the rounding frame
    (:func:`~hdl.fp32.round.round_prepare`, sticky = remainder != 0), the last one rounds
    (:func:`~hdl.fp32.round.round_finish`) and selects the special-case result.
@@ -24,7 +26,7 @@ Golden model: numpy ``float32`` division (:class:`sim.fp32_exp.FP32Div`).
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -34,7 +36,7 @@ from .divsqrt_config import FP32DivSqrtConfig
 from .round import round_finish, round_plan_select, round_plan_top2, round_prepare
 from .unpack import QNAN, unpack_fp32
 
-__all__ = ["FP32DivIn", "FP32Div", "StallPipeline"]
+__all__ = ["FP32DivIn", "FP32Div", "StallPipeline", "sum_products"]
 
 
 class FP32DivIn(data.Struct):
@@ -47,6 +49,34 @@ class FP32DivIn(data.Struct):
 # ----------------------------------------------------------------------------------------------
 # Helpers shared by the divide, square root and exp units
 # ----------------------------------------------------------------------------------------------
+
+def _mul_slices(x) -> list:
+    """``[(offset, slice)]`` with ``x == sum(slice << offset)``: 17-bit unsigned low slices and a
+    top slice of at most 18 bits, signed if ``x`` is (see
+    :meth:`StallPipeline.partial_products`)."""
+    if isinstance(x, int):
+        if x < 0:
+            raise ValueError(f"constant multiplier must be non-negative, not {x}")
+        x = Const(x, unsigned(max(1, x.bit_length())))
+    x = Value.cast(x)
+    top = 18 if x.shape().signed else 17
+    out, off = [], 0
+    while len(x) - off > top:
+        out.append((off, x[off:off + 17]))
+        off += 17
+    rest = x[off:]
+    out.append((off, rest.as_signed() if x.shape().signed else rest))
+    return out
+
+
+def sum_products(pps) -> Value:
+    """The exact product from :meth:`StallPipeline.partial_products`: the shifted sum."""
+    total = None
+    for shift, pp in pps:
+        term = pp if shift == 0 else pp << shift
+        total = term if total is None else total + term
+    return total
+
 
 class StallPipeline:
     """Stage registers of a pipeline that stalls as a whole.
@@ -76,6 +106,24 @@ class StallPipeline:
         with self.m.If(self.en):
             self.m.d.sync += sig.eq(prev)
         return sig
+
+    def partial_products(self, a, b, name: str) -> list:
+        """First stage of a pipelined product ``a * b``: the partial products of DSP-sized
+        operand slices, registered (``{name}_pp_{i}{j}``). :func:`sum_products` of the returned
+        ``[(shift, register)]`` is the exact product, for a later stage.
+
+        ``a`` and ``b`` are Values (signed or unsigned) or non-negative Python ints. Each is cut
+        into 17-bit unsigned low slices and a top slice of at most 18 bits (signed when the
+        operand is): every slice product fits one ECP5 ``MULT18X18D``, so this stage holds
+        only the DSPs and their output registers. Give the DSPs registered operands (whose
+        only other load is a pipeline copy): ECP5 DSPs sit in fixed rows, and the routes to and
+        from them take a large part of a 10 ns cycle.
+        """
+        out = []
+        for i, (oa, va) in enumerate(_mul_slices(a)):
+            for j, (ob, vb) in enumerate(_mul_slices(b)):
+                out.append((oa + ob, self.reg(va * vb, f"{name}_pp_{i}{j}")))
+        return out
 
     def reg_plan(self, plan, name: str) -> SimpleNamespace:
         """Registers of a rounding plan (``shift``, ``base``, ``ovf`` of
@@ -149,43 +197,71 @@ class FP32Div(wiring.Component):
         valid = p.valid(self.i.valid, "s0_valid")
         rem = p.reg(Cat(a.sig, Const(0, 1)), "s0_rem")               # 25 bits
         div = p.reg(b.sig, "s0_div")
-        exp = p.reg(a.exp - b.exp - (nbits - 1), "s0_exp", signed(11))
+        # exponent of Q's LSB without the normalising shifts (subtracted in stage st0)
+        exp = p.reg(a.exp_raw - b.exp_raw - (nbits - 1), "s0_exp_raw", signed(11))
+        lz_a = p.reg(a.lz, "s0_lz_a")
+        lz_b = p.reg(b.lz, "s0_lz_b")
         sgn = p.reg(sign, "s0_sign")
         special = p.reg(nan | inf | zero, "s0_special")
         spec_val = p.reg(special_val, "s0_special_val")
         quot = None
 
         # --- recurrence stages ---------------------------------------------------------------
-        # Q = quot has its leading one in bit nbits-1 (ma >= mb) or nbits-2: the rounding
-        # plans for both are computed from exp in stage st0, and stage st1 keeps the one that
-        # Q's first bit (known after st0) selects.
+        # Stage st0 completes the exponent of Q's LSB. Q = quot has its leading one in bit
+        # nbits-1 (ma >= mb) or nbits-2: stage st1 computes the rounding plans for both and
+        # keeps the one that Q's first bit (known after st0) selects.
         assert cfg.div_stages >= 2
         plan = None
         for s in range(cfg.div_stages):
             r = rem
             bits = []
-            for k in range(bps):
+            k = 0
+            while k < bps:
                 step = s * bps + k
-                ge = Signal(name=f"st{s}_q{step}")
-                trial = Signal(signed(26), name=f"st{s}_trial{step}")
-                diff = Signal(25, name=f"st{s}_rem{step}")
-                m.d.comb += [
-                    trial.eq(r - div),               # one carry chain: ge is its sign
-                    ge.eq(~trial[-1]),
-                    diff.eq(Mux(ge, trial[:25], r)),
-                ]
-                bits.append(ge)
+                if bps - k >= 2:
+                    # Two steps at once, both outcomes of the first in parallel:
+                    # A = R - d (q0 = A >= 0), B = 2R - d (q1 if not q0), C = 2A - d (q1 if q0).
+                    # C is chained after A bit by bit (no select in between), so the stage is
+                    # about one carry chain and two mux levels instead of two chains.
+                    a_ = Signal(signed(26), name=f"st{s}_a{step}")
+                    b_ = Signal(signed(27), name=f"st{s}_b{step}")
+                    c_ = Signal(signed(28), name=f"st{s}_c{step}")
+                    q0 = Signal(name=f"st{s}_q{step}")
+                    q1 = Signal(name=f"st{s}_q{step + 1}")
+                    sel = Signal(24, name=f"st{s}_rem{step + 1}")    # < d < 2**24
+                    m.d.comb += [
+                        a_.eq(r - div),
+                        b_.eq((r << 1) - div),
+                        c_.eq((a_ << 1) - div),
+                        q0.eq(~a_[-1]),
+                        q1.eq(Mux(q0, ~c_[-1], ~b_[-1])),
+                        # q1 (from the end of the C chain) is the latest signal: last mux
+                        sel.eq(Mux(q1, Mux(q0, c_[:24], b_[:24]),
+                                   Mux(q0, (a_ << 1)[:24], (r << 1)[:24]))),
+                    ]
+                    bits += [q0, q1]
+                    k += 2
+                else:
+                    ge = Signal(name=f"st{s}_q{step}")
+                    trial = Signal(signed(26), name=f"st{s}_trial{step}")
+                    sel = Signal(25, name=f"st{s}_rem{step}")
+                    m.d.comb += [
+                        trial.eq(r - div),           # one carry chain: ge is its sign
+                        ge.eq(~trial[-1]),
+                        sel.eq(Mux(ge, trial[:25], r)),
+                    ]
+                    bits.append(ge)
+                    k += 1
                 nxt = Signal(25, name=f"st{s}_rsh{step}")
-                m.d.comb += nxt.eq(diff << 1)            # diff < div < 2**24: no bit lost
+                m.d.comb += nxt.eq(sel << 1)             # sel < div < 2**24: no bit lost
                 r = nxt
             new_bits = Cat(*reversed(bits))              # first quotient bit is the MSB
             q_next = new_bits if quot is None else Cat(new_bits, quot)
             if s == 0:
-                plans = round_plan_top2(m, exp=exp, width=nbits, name="div_rnd")
-                plan_top = p.reg_plan(plans.top, "st0_plan_top1")
-                plan_low = p.reg_plan(plans.low, "st0_plan_top0")
+                exp = p.reg(exp - lz_a + lz_b, "st0_exp", signed(11))
             elif s == 1:
-                plan = round_plan_select(quot[-1], plan_top, plan_low)
+                plans = round_plan_top2(m, exp=exp, width=nbits, name="div_rnd")
+                plan = round_plan_select(quot[-1], plans.top, plans.low)
             valid = p.valid(valid, f"st{s}_valid")
             rem = p.reg(r, f"st{s}_rem")
             quot = p.reg(q_next, f"st{s}_quot")

@@ -22,7 +22,7 @@ DIV_QUOTIENT_BITS = 26
 #: Minimum root bits of the square root: 24 significant bits + guard bit (+1 spare).
 SQRT_ROOT_BITS = 26
 #: Latency of the exp unit (independent of the configuration).
-EXP_LATENCY = 9
+EXP_LATENCY = 21
 
 
 @dataclass(frozen=True)

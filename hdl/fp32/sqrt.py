@@ -14,7 +14,8 @@ Algorithm (radix-2 restoring digit-by-digit square root, fully unrolled):
    sticky bit), rounded to nearest even by the staged rounding of :mod:`hdl.fp32.round`.
    ``S``'s leading one is in bit ``n - 1`` exactly when ``M >= 2**24`` (odd ``ea``), else in
    bit ``n - 2``, so the exponent plan (:func:`~hdl.fp32.round.round_plan_top2`) is chosen in
-   the first recurrence stage; after the recurrence one stage normalises ``S`` by at most
+   the second recurrence stage (the first completes the exponent: stage 0 leaves the
+   normalising shift out of it, to keep its path short); after the recurrence one stage normalises ``S`` by at most
    one bit and prepares the rounding frame (:func:`~hdl.fp32.round.round_prepare`), the last
    rounds (:func:`~hdl.fp32.round.round_finish`) and selects specials. The result is never
    subnormal nor overflows, and ties cannot happen.
@@ -92,13 +93,8 @@ class FP32Sqrt(wiring.Component):
 
         # --- stage 0: unpack, normalize, even exponent, classify -----------------------------
         a = unpack_fp32(m, self.i.payload.as_value(), name="sqrt_a", normalize=True)
-        odd = a.exp[0]
-        mant = Signal(25, name="even_mant")
-        half_exp = Signal(signed(10), name="half_exp")
-        m.d.comb += [
-            mant.eq(Mux(odd, a.sig << 1, a.sig)),
-            half_exp.eq((a.exp - odd) >> 1),              # exact: even, arithmetic shift
-        ]
+        odd = Signal(name="odd_exp")
+        m.d.comb += odd.eq(a.exp_raw[0] ^ a.lz[0])       # a.exp = a.exp_raw - a.lz
         nan = a.nan | (a.sign & ~a.zero)
         inf = a.inf & ~a.sign
         special_val = Signal(32, name="special_val")
@@ -106,8 +102,13 @@ class FP32Sqrt(wiring.Component):
                                        Cat(Const(0, 23), Mux(inf, 0xFF, 0), a.sign)))
 
         valid = p.valid(self.i.valid, "s0_valid")
-        radicand = p.reg(mant, "s0_mant")
-        exp = p.reg(half_exp - (n - 13), "s0_exp", signed(10))
+        sig = p.reg(a.sig, "s0_sig")        # M = sig << odd, formed in stage st0
+        # (a.exp - odd) / 2 - (n - 13), completed in stage st0 (the shift lz is subtracted there)
+        exp = p.reg(a.exp_raw - 2 * (n - 13), "s0_exp_raw", signed(11))
+        lz = p.reg(a.lz, "s0_lz")
+        top = p.reg(odd, "s0_odd")          # S's leading one is in bit n-1 (else n-2)
+        radicand = Signal(25, name="even_mant")
+        m.d.comb += radicand.eq(Mux(top, sig << 1, sig))
         sgn = p.reg(a.sign, "s0_sign")
         special = p.reg(nan | inf | a.zero, "s0_special")
         spec_val = p.reg(special_val, "s0_special_val")
@@ -123,36 +124,69 @@ class FP32Sqrt(wiring.Component):
         for s in range(cfg.sqrt_stages):
             r = Const(0, rw) if rem is None else rem
             q = Const(0, 1) if root is None else root
-            for k in range(bps):
+            k = 0
+            while k < bps:
                 step = s * bps + k
                 pair = Cat(xbit(2 * n - 2 - 2 * step), xbit(2 * n - 1 - 2 * step))
-                shifted = Signal(rw, name=f"st{s}_rin{step}")
-                trial = Signal(rw, name=f"st{s}_trial{step}")
-                ge = Signal(name=f"st{s}_q{step}")
-                delta = Signal(signed(rw + 1), name=f"st{s}_delta{step}")
                 nr = Signal(rw, name=f"st{s}_rem{step}")
-                m.d.comb += [
-                    shifted.eq(Cat(pair, r)),                # 4R + pair
-                    trial.eq(Cat(Const(1, 2), q)),            # 4S + 1
-                    delta.eq(shifted - trial),               # one carry chain: ge is its sign
-                    ge.eq(~delta[-1]),
-                    nr.eq(Mux(ge, delta[:rw], shifted)),
-                ]
+                if bps - k >= 2:
+                    # Two steps at once, both outcomes of the first in parallel (R, S, radicand
+                    # pairs p0, p1; Y = 16R + 4 p0 + p1):
+                    #   DA = 4R + p0 - (4S + 1)              g0 = DA >= 0
+                    #   DB = Y - (8S + 1)                    g1 if not g0
+                    #   DC = 4 DA + p1 - (8S + 5)            g1 if g0 (chained after DA)
+                    # new R: g0 ? (g1 ? DC : 4 DA + p1) : (g1 ? DB : Y); new S = 4S + 2 g0 + g1.
+                    pair1 = Cat(xbit(2 * n - 4 - 2 * step), xbit(2 * n - 3 - 2 * step))
+                    da = Signal(signed(rw + 3), name=f"st{s}_da{step}")
+                    db = Signal(signed(rw + 5), name=f"st{s}_db{step}")
+                    dc = Signal(signed(rw + 5), name=f"st{s}_dc{step}")
+                    y = Signal(rw + 4, name=f"st{s}_y{step}")
+                    g0 = Signal(name=f"st{s}_q{step}")
+                    g1 = Signal(name=f"st{s}_q{step + 1}")
+                    m.d.comb += [
+                        y.eq(Cat(pair1, pair, r)),
+                        da.eq(Cat(pair, r) - Cat(Const(1, 2), q)),
+                        db.eq(y - Cat(Const(1, 3), q)),
+                        dc.eq(Cat(pair1, da[:rw + 2]) - Cat(Const(0b101, 3), q)),
+                        g0.eq(~da[-1]),
+                        g1.eq(Mux(g0, ~dc[-1], ~db[-1])),
+                        # g1 (from the end of the DC chain) is the latest signal: last mux
+                        nr.eq(Mux(g1, Mux(g0, dc, db), Mux(g0, Cat(pair1, da), y))),
+                    ]
+                    q = Cat(g1, g0, q)
+                    k += 2
+                else:
+                    shifted = Signal(rw, name=f"st{s}_rin{step}")
+                    trial = Signal(rw, name=f"st{s}_trial{step}")
+                    ge = Signal(name=f"st{s}_q{step}")
+                    delta = Signal(signed(rw + 1), name=f"st{s}_delta{step}")
+                    m.d.comb += [
+                        shifted.eq(Cat(pair, r)),            # 4R + pair
+                        trial.eq(Cat(Const(1, 2), q)),        # 4S + 1
+                        delta.eq(shifted - trial),           # one carry chain: ge is its sign
+                        ge.eq(~delta[-1]),
+                        nr.eq(Mux(ge, delta[:rw], shifted)),
+                    ]
+                    q = Cat(ge, q)
+                    k += 1
                 r = nr
-                q = Cat(ge, q)
             # drop the leading constant-zero bit of the first stage's seed
             q = q[:(s + 1) * bps]
             if s == 0:
-                # S's leading one: bit n-1 iff M >= 2**24 (radicand bit 24), else bit n-2
+                exp = p.reg((exp - lz - top) >> 1, "st0_exp", signed(10))   # exact: even
+                top = p.reg(top, "st0_odd")
+            elif s == 1:
+                # S's leading one: bit n-1 iff M >= 2**24 (odd exponent), else bit n-2
                 plans = round_plan_top2(m, exp=exp, width=n, name="sqrt_rnd")
-                plan = round_plan_select(radicand[24], plans.top, plans.low)
+                plan = round_plan_select(top, plans.top, plans.low)
             valid = p.valid(valid, f"st{s}_valid")
             rem = p.reg(r, f"st{s}_rem")
             root = p.reg(q, f"st{s}_root")
             still_needed = 2 * (s + 1) * bps < 2 * n - shift    # radicand bits left to read
             if still_needed:
                 radicand = p.reg(radicand, f"st{s}_mant")
-            plan = p.reg_plan(plan, f"st{s}_plan")
+            if s >= 1:
+                plan = p.reg_plan(plan, f"st{s}_plan")
             sgn = p.reg(sgn, f"st{s}_sign")
             special = p.reg(special, f"st{s}_special")
             spec_val = p.reg(spec_val, f"st{s}_special_val")

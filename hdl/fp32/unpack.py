@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Mux, Signal, Value, signed
+from amaranth.hdl import Cat, Const, Mux, Signal, Value, signed
 from amaranth.lib import data
 
 # Re-exported for compatibility: the rounding lives in hdl.fp32.round.
@@ -57,7 +57,9 @@ def unpack_fp32(m, bits, *, name: str, normalize: bool = False) -> SimpleNamespa
         integers orders the values' magnitudes); ``sig`` (24 bits, with the hidden bit) and
         ``exp`` (``signed(10)``, the weight of ``sig``'s LSB: ``max(efield, 1) - 150``, or
         lower by the normalising shift) so that a finite operand equals
-        ``(-1)**sign * sig * 2**exp`` exactly.
+        ``(-1)**sign * sig * 2**exp`` exactly; ``exp_raw`` (``signed(10)``, ``max(efield, 1) -
+        150``) and ``lz`` (the normalising shift, 0 without ``normalize``) with ``exp =
+        exp_raw - lz``, for units that subtract ``lz`` a stage later.
     """
     bits = Value.cast(bits)
     if len(bits) != 32:
@@ -69,6 +71,8 @@ def unpack_fp32(m, bits, *, name: str, normalize: bool = False) -> SimpleNamespa
     m.d.comb += [e_zero.eq(efield == 0), e_ones.eq(efield == 0xFF), f_zero.eq(frac == 0)]
     sig = Signal(24, name=f"{name}_sig")
     exp = Signal(signed(10), name=f"{name}_exp")
+    exp_raw = Signal(signed(10), name=f"{name}_exp_raw")
+    m.d.comb += exp_raw.eq(Mux(e_zero, 1, efield) - 150)
     if normalize:
         raw = Signal(24, name=f"{name}_sig_raw")
         m.d.comb += raw.eq(Cat(frac, ~e_zero))
@@ -78,14 +82,15 @@ def unpack_fp32(m, bits, *, name: str, normalize: bool = False) -> SimpleNamespa
             exp.eq(Mux(e_zero, 1, efield) - 150 - lz),
         ]
     else:
+        lz = Const(0, 1)
         m.d.comb += [
             sig.eq(Cat(frac, ~e_zero)),
-            exp.eq(Mux(e_zero, 1, efield) - 150),
+            exp.eq(exp_raw),
         ]
     return SimpleNamespace(
         sign=sign, efield=efield, frac=frac, mag=bits[0:31],
         zero=e_zero & f_zero, sub=e_zero & ~f_zero, inf=e_ones & f_zero, nan=e_ones & ~f_zero,
-        finite=~e_ones, sig=sig, exp=exp,
+        finite=~e_ones, sig=sig, exp=exp, exp_raw=exp_raw, lz=lz,
     )
 
 

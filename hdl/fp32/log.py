@@ -57,6 +57,12 @@ def log_register_widths(t: int) -> dict:
             "logt": (c.F + 1, False), "big": (c.F + 9, True), "s": (c.F + 10, True)}
 
 
+
+def _pad(table, size: int) -> list:
+    """``table`` extended to ``size`` entries by repeating its last entry."""
+    table = list(table)
+    return table + [table[-1]] * (size - len(table))
+
 class FP32Log(wiring.Component):
     """FP32 natural logarithm, fully pipelined, bit-exact with its golden model.
 
@@ -132,8 +138,10 @@ class FP32Log(wiring.Component):
         inv = Signal(c.K + 1, name="s2_inv_lookup")
         logt_now = Signal(w["logt"][0], name="s2_logt_lookup")
         m.d.comb += [
-            inv.eq(Array(Const(v, c.K + 1) for v in c.INV)[j]),
-            logt_now.eq(Array(Const(v, w["logt"][0]) for v in c.LOGT)[j]),
+            # j <= N always; the tables are padded to the index's full 2**(t+1) range (with
+            # the last entry) so the lookup is a complete case (Verilator CASEINCOMPLETE).
+            inv.eq(Array(Const(v, c.K + 1) for v in _pad(c.INV, 1 << len(j)))[j]),
+            logt_now.eq(Array(Const(v, w["logt"][0]) for v in _pad(c.LOGT, 1 << len(j)))[j]),
         ]
         valid = p.valid(valid, "s2_valid")
         red = p.reg(mant * inv - (1 << c.RF), "s2_red", signed(w["red"][0]))

@@ -7,8 +7,11 @@ Algorithm (radix-2 restoring digit recurrence, fully unrolled):
    Special operands (NaN, Inf, zero) select a precomputed result that rides along.
 2. ``Q = floor(ma * 2**K / mb)`` with ``K + 1 = config.div_quotient_bits >= 26`` quotient
    bits: starting from ``R = ma``, each step sets ``q = (R >= mb)``, ``R -= q * mb``,
-   ``R *= 2``. ``config.div_bits_per_stage`` steps per pipeline register. ``Q`` has 25 or 26
-   significant bits (``ma < mb`` or not): 24 result bits and at least one guard bit.
+   ``R *= 2``. ``config.div_bits_per_stage`` steps per pipeline register, computed in pairs
+   with both outcomes of the first step in parallel (``R - d``, ``2R - d`` and ``2(R - d) - d``,
+   the last chained after the first: about one carry chain per pair). ``Q`` has 25 or 26
+   significant bits (``ma < mb`` or not): 24 result bits and at least one guard bit. Stage 0
+   leaves the normalising shifts out of the exponent; the first recurrence stage subtracts them.
 3. ``a / b = (Q + f) * 2**(ea - eb - K)`` with ``0 <= f < 1`` and ``f != 0`` exactly when the
    final remainder is non-zero (the sticky bit). The staged rounding of
    :mod:`hdl.fp32.round` rounds to nearest even with exact subnormals and overflow to Inf

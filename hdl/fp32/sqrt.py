@@ -8,8 +8,11 @@ Algorithm (radix-2 restoring digit-by-digit square root, fully unrolled):
 2. ``X = M * 2**(2n - 26)`` (``2n`` bits, ``n = config.sqrt_root_bits >= 26``). Compute
    ``S = floor(sqrt(X))`` two radicand bits per step: ``R = 4R + next pair``; ``T = 4S + 1``;
    if ``R >= T``: ``R -= T``, ``S = 2S + 1``, else ``S = 2S``. ``config.sqrt_bits_per_stage``
-   steps per pipeline register. ``S`` has 25 or 26 significant bits (24 + guard + spare), and
-   ``R = X - S**2`` is the exact remainder.
+   steps per pipeline register, computed in pairs with both outcomes of the first step in
+   parallel (see the comment in :meth:`FP32Sqrt.elaborate`). ``S`` has 25 or 26 significant
+   bits (24 + guard + spare), and ``R = X - S**2`` is the exact remainder. Stage 0 registers
+   the normalised significand, the exponent without the normalising shift and the parity;
+   the first recurrence stage forms ``M`` and completes the exponent.
 3. ``sqrt(a) = (S + f) * 2**(e2/2 - n + 13)`` with ``f != 0`` exactly when ``R != 0`` (the
    sticky bit), rounded to nearest even by the staged rounding of :mod:`hdl.fp32.round`.
    ``S``'s leading one is in bit ``n - 1`` exactly when ``M >= 2**24`` (odd ``ea``), else in

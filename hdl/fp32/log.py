@@ -57,11 +57,11 @@ def log_register_widths(t: int) -> dict:
             "logt": (c.F + 1, False), "big": (c.F + 9, True), "s": (c.F + 10, True)}
 
 
-
 def _pad(table, size: int) -> list:
     """``table`` extended to ``size`` entries by repeating its last entry."""
     table = list(table)
     return table + [table[-1]] * (size - len(table))
+
 
 class FP32Log(wiring.Component):
     """FP32 natural logarithm, fully pipelined, bit-exact with its golden model.

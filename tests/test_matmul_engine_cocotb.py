@@ -3,20 +3,17 @@ default (S = 8) for one random sweep. See sim/tb_matmul_engine.py."""
 import pytest
 
 from sim.runner import run_cocotb
-from tests.test_array_cocotb import verilator_pch_workaround
 
 
 @pytest.mark.parametrize("testcase", ["named_shapes_every_mode", "random_passes",
                                       "bwd_data_uses_fwd_weight_image", "reset_mid_operation",
                                       "invalid_commands"])
 def test_matmul_engine_tiny(testcase):
-    verilator_pch_workaround()
     run_cocotb("matmul_engine", "tiny", "sim.tb_matmul_engine",
                name=f"matmul_engine_tiny_{testcase}", testcase=testcase)
 
 
 def test_matmul_engine_default_s8():
-    verilator_pch_workaround()
     run_cocotb("matmul_engine", "default", "sim.tb_matmul_engine",
                name="matmul_engine_default_random", testcase="random_passes",
                extra_env={"TB_PASSES": "6", "TB_SEED": "9"})

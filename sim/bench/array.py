@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import time
 from pathlib import Path
@@ -23,14 +22,7 @@ from sim.runner import ROOT, run_cocotb
 PRESETS = {"tiny": 4, "default": 8}
 
 
-def _pch_workaround():
-    flags = os.environ.get("MAKEFLAGS", "")
-    if "CFG_CXXFLAGS_PCH_I" not in flags:
-        os.environ["MAKEFLAGS"] = (flags + " CFG_CXXFLAGS_PCH_I=-include").strip()
-
-
 def run(presets, scales, widths) -> list[dict]:
-    _pch_workaround()
     rows = []
     for preset in presets:
         out = ROOT / "build" / "bench" / f"array-{preset}.jsonl"

@@ -40,7 +40,8 @@ def main() -> int:
     pairs = list(fmac[1]["cycles_per_product"])
     lines = ["# Foundation blocks: measured", "",
              "Regenerate with `make bench-blocks`. Every number is measured on the Verilated DUT "
-             "by a cocotb benchmark test that also asserts the results.", "",
+             "by a cocotb benchmark test that also asserts the results. Cycle counts are exact; "
+             "simulated cycles/s is wall-clock and falls with machine load.", "",
              "## fMAC cycles per product (m_a x m_b)", "",
              "| lanes | " + " | ".join(pairs) + " |",
              "|---|" + "---|" * len(pairs)]

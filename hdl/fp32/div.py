@@ -135,6 +135,40 @@ class StallPipeline:
                                   for k in ("shift", "base", "ovf")})
 
 
+
+def round_and_output(m, p, o, *, valid, q, rem, plan, sgn, special, spec_val, name: str):
+    """The common tail of the divide and square-root pipelines (two stages, then ``o``).
+
+    ``q`` holds the quotient/root bits with its leading one in the top or next bit, ``rem`` the
+    final remainder (non-zero = sticky). Stage ``rnd``: one-bit normalize, guard and sticky,
+    :func:`round_prepare` with the ``plan`` chosen early; stage ``out``: nearest-even increment
+    and packing (:func:`round_finish`), special-value override, the output register.
+    """
+    norm = Signal(len(q), name="rnd_norm")
+    sticky = Signal(name="rnd_sticky")
+    m.d.comb += [
+        norm.eq(Mux(q[-1], q, q << 1)),
+        sticky.eq(rem.any()),
+    ]
+    r = round_prepare(m, norm=norm, plan=plan, sticky=sticky, name=name)
+    valid = p.valid(valid, "rnd_valid")
+    frame = p.reg(r.frame, "rnd_frame")
+    base = p.reg(r.base, "rnd_base")
+    ovf = p.reg(r.ovf, "rnd_ovf")
+    sgn = p.reg(sgn, "rnd_sign")
+    special = p.reg(special, "rnd_special")
+    spec_val = p.reg(spec_val, "rnd_special_val")
+
+    rounded = round_finish(m, sign=sgn, frame=frame, base=base, ovf=ovf, name=name)
+    result = Mux(special, spec_val, rounded)
+    out_valid = p.valid(valid, "out_valid")
+    out = p.reg(result, "out_r", unsigned(32))
+    m.d.comb += [
+        o.valid.eq(out_valid),
+        o.payload.eq(out),
+    ]
+
+
 class FP32Div(wiring.Component):
     """IEEE 754 binary32 divide, round-to-nearest-even, fully pipelined.
 
@@ -276,32 +310,10 @@ class FP32Div(wiring.Component):
             special = p.reg(special, f"st{s}_special")
             spec_val = p.reg(spec_val, f"st{s}_special_val")
 
-        # --- round: one-bit normalize, subnormal shift, guard and sticky ---------------------
+        # --- round (normalize, guard, sticky) | nearest-even increment, specials, output -----
         assert len(quot) == nbits
-        norm = Signal(nbits, name="rnd_norm")
-        sticky = Signal(name="rnd_sticky")
-        m.d.comb += [
-            norm.eq(Mux(quot[-1], quot, quot << 1)),
-            sticky.eq(rem.any()),
-        ]
-        r = round_prepare(m, norm=norm, plan=plan, sticky=sticky, name="div_rnd")
-        valid = p.valid(valid, "rnd_valid")
-        frame = p.reg(r.frame, "rnd_frame")
-        base = p.reg(r.base, "rnd_base")
-        ovf = p.reg(r.ovf, "rnd_ovf")
-        sgn = p.reg(sgn, "rnd_sign")
-        special = p.reg(special, "rnd_special")
-        spec_val = p.reg(spec_val, "rnd_special_val")
-
-        # --- nearest-even increment, packing, specials, output ----------------------------------
-        rounded = round_finish(m, sign=sgn, frame=frame, base=base, ovf=ovf, name="div_rnd")
-        result = Mux(special, spec_val, rounded)
-        out_valid = p.valid(valid, "out_valid")
-        out = p.reg(result, "out_r", unsigned(32))
-        m.d.comb += [
-            self.o.valid.eq(out_valid),
-            self.o.payload.eq(out),
-        ]
+        round_and_output(m, p, self.o, valid=valid, q=quot, rem=rem, plan=plan, sgn=sgn,
+                         special=special, spec_val=spec_val, name="div_rnd")
         return m
 
 

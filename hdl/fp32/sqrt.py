@@ -33,9 +33,9 @@ from amaranth.lib.wiring import In, Out
 
 from ..formats import FP32
 from ..registry import Block
-from .div import StallPipeline
+from .div import StallPipeline, round_and_output
 from .divsqrt_config import FP32DivSqrtConfig
-from .round import round_finish, round_plan_select, round_plan_top2, round_prepare
+from .round import round_plan_select, round_plan_top2
 from .unpack import QNAN, unpack_fp32
 
 __all__ = ["FP32Sqrt"]
@@ -194,32 +194,10 @@ class FP32Sqrt(wiring.Component):
             special = p.reg(special, f"st{s}_special")
             spec_val = p.reg(spec_val, f"st{s}_special_val")
 
-        # --- round: one-bit normalize, guard and sticky ------------------------------------
+        # --- round (normalize, guard, sticky) | nearest-even increment, specials, output -----
         assert len(root) == n
-        norm = Signal(n, name="rnd_norm")
-        sticky = Signal(name="rnd_sticky")
-        m.d.comb += [
-            norm.eq(Mux(root[-1], root, root << 1)),
-            sticky.eq(rem.any()),
-        ]
-        r = round_prepare(m, norm=norm, plan=plan, sticky=sticky, name="sqrt_rnd")
-        valid = p.valid(valid, "rnd_valid")
-        frame = p.reg(r.frame, "rnd_frame")
-        base = p.reg(r.base, "rnd_base")
-        ovf = p.reg(r.ovf, "rnd_ovf")
-        sgn = p.reg(sgn, "rnd_sign")
-        special = p.reg(special, "rnd_special")
-        spec_val = p.reg(spec_val, "rnd_special_val")
-
-        # --- nearest-even increment, packing, specials, output ----------------------------------
-        rounded = round_finish(m, sign=sgn, frame=frame, base=base, ovf=ovf, name="sqrt_rnd")
-        result = Mux(special, spec_val, rounded)
-        out_valid = p.valid(valid, "out_valid")
-        out = p.reg(result, "out_r", unsigned(32))
-        m.d.comb += [
-            self.o.valid.eq(out_valid),
-            self.o.payload.eq(out),
-        ]
+        round_and_output(m, p, self.o, valid=valid, q=root, rem=rem, plan=plan, sgn=sgn,
+                         special=special, spec_val=spec_val, name="sqrt_rnd")
         return m
 
 

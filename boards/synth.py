@@ -155,9 +155,15 @@ def collect() -> list[dict]:
     """Every target's latest result (``build/synth/<block>-<preset>/result.json``), TARGETS order.
 
     Each run writes only its own target's file, so concurrent or partial runs never overwrite
-    each other's rows; the report is rebuilt from the files.
+    each other's rows; the report is rebuilt from the files and the previous report.
     """
     found = {}
+    # Rows of the committed report that this tree has not re-measured are kept (a fresh clone
+    # has no build/synth yet); a target measured here replaces its row.
+    report = ROOT / "docs" / "bench" / "synth.json"
+    if report.exists():
+        for r in json.loads(report.read_text()).get("results", []):
+            found[(r["block"], r["preset"])] = r
     for path in WORK.glob("*/result.json"):
         r = json.loads(path.read_text())
         found[(r["block"], r["preset"])] = r

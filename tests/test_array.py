@@ -122,9 +122,20 @@ def run_array(cfg, mode, width_a, width_b, tiles, *, seed=0, idle=0.0, stall=0.0
             results.append([int(payload.value[i]) for i in range(S)])
         ctx.set(dut.out.ready, 0)
 
+    async def lockstep(ctx):
+        """The array's beat timer must mirror every PE core's ``ready`` and ``done``."""
+        ready, done = dut.beat_timer
+        while True:
+            await ctx.tick()
+            r, d = ctx.get(ready), ctx.get(done)
+            for row in dut.pes:
+                for pe in row:
+                    assert (ctx.get(pe.ready), ctx.get(pe.done)) == (r, d), state["cycle"]
+
     sim = Simulator(dut)
     sim.add_clock(1e-6)
     sim.add_process(clock)
+    sim.add_testbench(lockstep, background=True)
     sim.add_testbench(loader)
     sim.add_testbench(streamer)
     sim.add_testbench(collector)

@@ -16,8 +16,8 @@ __all__ = ["beat_layout", "wload_layout", "array_out_layout", "array_latency", "
 
 def array_latency(config: ArrayConfig, width_a: int, width_b: int) -> int:
     """Cycles from an ``inp`` transfer to its ``out`` vector without backpressure:
-    ``(2*S + 1) * beat_cycles + 2 + FMACCore.LATENCY``."""
-    return ((2 * config.size + 1) * config.beat_cycles(width_a, width_b) + 2
+    ``(2*S + 1) * beat_cycles + 3 + FMACCore.LATENCY``."""
+    return ((2 * config.size + 1) * config.beat_cycles(width_a, width_b) + 3
             + getattr(FMACCore, "LATENCY", 0))
 
 
@@ -67,12 +67,16 @@ class SystolicArray(wiring.Component):
 
     Every valid ``inp`` beat produces exactly one ``out`` vector, in order.
 
-    Timing: a beat is ``B = ceil((width_a/2)(width_b/2)/lanes)`` cycles (``cycles(...)``);
-    the array starts a beat whenever the cores are ready and either ``inp`` is valid and the
-    output FIFO can reserve a slot for it (valid beats in flight + FIFO level < ``out_depth``)
-    or beats are still in flight (bubbles flush the pipeline). Without
-    backpressure a beat accepted in cycle ``t`` leaves on ``out`` in cycle
-    ``t + (2*S + 1)*B + 2 + FMACCore.LATENCY`` (:meth:`latency`). ``inp.ready`` depends only on state.
+    Timing: a beat is ``B = ceil((width_a/2)(width_b/2)/lanes)`` cycles (``cycles(...)``).
+    ``inp`` is ready in the cycle before the cores become ready (the array's beat timer) when
+    the output FIFO can reserve a slot (valid beats in flight + FIFO level, as registered one
+    cycle earlier, ``< out_depth - 1``); a beat accepted in cycle ``t`` starts in cycle ``t + 1``
+    from a register. The array also starts bubble beats while beats are in flight (they flush
+    the pipeline). ``start`` is thus a register: its fan-out to every PE and skew register is
+    the only wire that spans the array, and nothing combinational precedes it (this is what
+    lets the S = 8 array close timing). Without backpressure a beat accepted in cycle ``t``
+    leaves on ``out`` in cycle ``t + (2*S + 1)*B + 3 + FMACCore.LATENCY`` (:meth:`latency`).
+    ``inp.ready`` depends only on state and the (pass-constant) widths.
 
     Stationary weights: two banks per PE. ``wload`` writes one row of a bank per cycle; it is
     ready only while no beat tagged with that bank is still inside the array (up to the moment
@@ -102,8 +106,9 @@ class SystolicArray(wiring.Component):
     @property
     def out_depth(self) -> int:
         """Output FIFO entries: every valid beat in flight reserves one, so the array never
-        stops for lack of room while its consumer keeps up (``2*S + 8``)."""
-        return 2 * self.config.size + 8
+        stops for lack of room while its consumer keeps up (``2*S + 9``; one entry covers the
+        registered room check)."""
+        return 2 * self.config.size + 9
 
     def __init__(self, *, config: ArrayConfig):
         if not isinstance(config, ArrayConfig):
@@ -148,17 +153,60 @@ class SystolicArray(wiring.Component):
         fifo = m.submodules.out_fifo = SyncFIFO(width=array_out_layout(cfg).size, depth=depth)
         # valid beats accepted and not yet pushed into the FIFO: each holds a reserved slot
         inflight = Signal(range(depth + 1), name="inflight")
-        can_go = Signal(name="can_go")
-        start = Signal(name="start")
+        # registered one cycle early, so it keeps one spare slot: inflight + level grows by at
+        # most one per cycle
+        room = Signal(name="room")
+        m.d.sync += room.eq(inflight + fifo.level + 1 < depth)
+        # The array's beat timer: a local copy of the lockstep cores' ``ready``/``done`` (every
+        # PE starts together, so every core's equal these), one cycle ahead for ``ready``. The
+        # control reads it instead of a far-away PE, and ``start`` can be a register.
+        maxc = cfg.max_mantissa // 2
+
+        def chunks(width, name):          # FMACCore's clamp(width // 2, 1, max_mantissa // 2)
+            n = Signal(range(maxc + 1), name=name)
+            half = width >> 1
+            m.d.comb += n.eq(Mux(half == 0, 1, Mux(half > maxc, maxc, half)))
+            return n
+
+        na, nb = chunks(self.width_a, "chunks_a"), chunks(self.width_b, "chunks_b")
+        beat_m1 = Signal(range(maxc * maxc), name="beat_cycles_m1")
+        with m.Switch(Cat(na, nb)):
+            for ca in range(1, maxc + 1):
+                for cb in range(1, maxc + 1):
+                    with m.Case(ca | (cb << len(na))):
+                        m.d.comb += beat_m1.eq(cfg.beat_cycles(2 * ca, 2 * cb) - 1)
+            with m.Default():
+                m.d.comb += beat_m1.eq(0)
+        beat_busy = Signal(name="beat_busy")                # a beat's product steps run
+        beat_wait = Signal(range(maxc * maxc), name="beat_wait")   # steps left after this one
+        cores_ready = Signal(name="cores_ready")
+        ready_next = Signal(name="cores_ready_next")
+        beat_done = Signal(name="beat_done")                # every core's ``done``
+        m.d.comb += cores_ready.eq(~beat_busy | (beat_wait == 0))
+        self.beat_timer = (cores_ready, beat_done)          # for tests (lockstep check)
+        start = Signal(name="start")               # a register: a beat starts this cycle
         accept = Signal(name="accept")
         push = Signal(name="push")
+        hold = Signal(beat_layout(cfg), name="inp_hold")      # the beat that starts now
+        hold_valid = Signal(name="inp_hold_valid")
         m.d.comb += [
-            can_go.eq(pes[0][0].ready & (inflight + fifo.level < depth)),
-            self.inp.ready.eq(can_go),
-            accept.eq(self.inp.valid & can_go),
-            start.eq(accept | (pes[0][0].ready & (inflight != 0))),
+            ready_next.eq(Mux(start, beat_m1 == 0, ~beat_busy | (beat_wait <= 1))),
+            self.inp.ready.eq(ready_next & room),
+            accept.eq(self.inp.valid & self.inp.ready),
             self.beat.eq(start),
         ]
+        m.d.sync += [
+            hold.eq(self.inp.payload), hold_valid.eq(accept),
+            start.eq(ready_next & (accept | (inflight != 0))),
+        ]
+        with m.If(start):
+            m.d.sync += [beat_busy.eq(1), beat_wait.eq(beat_m1)]
+        with m.Elif(beat_busy):
+            with m.If(beat_wait == 0):
+                m.d.sync += beat_busy.eq(0)
+            with m.Else():
+                m.d.sync += beat_wait.eq(beat_wait - 1)
+        m.d.sync += beat_done.eq(beat_busy & (beat_wait == 0))
         for row in pes:
             for pe in row:
                 m.d.comb += pe.start.eq(start)
@@ -169,13 +217,14 @@ class SystolicArray(wiring.Component):
         def entry(elem, name):
             e = Signal(opl, name=name)
             m.d.comb += [
-                e.mag.eq(Mux(accept, elem.mag, 0)), e.sign.eq(Mux(accept, elem.sign, 0)),
-                e.valid.eq(accept), e.bank.eq(p.bank), e.first.eq(p.first), e.last.eq(p.last),
+                e.mag.eq(Mux(hold_valid, elem.mag, 0)), e.sign.eq(Mux(hold_valid, elem.sign, 0)),
+                e.valid.eq(hold_valid), e.bank.eq(hold.bank), e.first.eq(hold.first),
+                e.last.eq(hold.last),
             ]
             return e
 
         for idx in range(S):
-            for edge, elem in (("left", p.h[idx]), ("top", p.v[idx])):
+            for edge, elem in (("left", hold.h[idx]), ("top", hold.v[idx])):
                 src = entry(elem, f"{edge}_{idx}_entry")
                 for j in range(idx):
                     r = Signal(opl, name=f"{edge}_{idx}_skew_{j}")
@@ -228,7 +277,7 @@ class SystolicArray(wiring.Component):
         # ---- output edge: bottom (FWD), right (BWD_DATA) or drain buses (BWD_WEIGHT) --------
         done = Signal(name="done")
         done_d1 = Signal(name="done_d1")
-        m.d.comb += done.eq(pes[0][0].done)
+        m.d.comb += done.eq(beat_done)
         m.d.sync += done_d1.eq(done)
         finals = []
         for lane in range(S):
@@ -268,7 +317,7 @@ class SystolicArray(wiring.Component):
             m.d.sync += inflight.eq(inflight + 1)
         with m.Elif(push & ~accept):
             m.d.sync += inflight.eq(inflight - 1)
-        m.d.comb += self.busy.eq((inflight != 0) | fifo.r_rdy | ~pes[0][0].ready)
+        m.d.comb += self.busy.eq((inflight != 0) | fifo.r_rdy | ~cores_ready)
         return m
 
 
@@ -278,7 +327,7 @@ def _params(preset: str) -> dict:
         **cfg.to_dict(),
         "acc_bits": cfg.acc_bits,
         "latency": array_latency(cfg, cfg.max_mantissa, cfg.max_mantissa),
-        "latency_formula": "(2*size + 1) * beat_cycles + 2 + FMACCore.LATENCY",
+        "latency_formula": "(2*size + 1) * beat_cycles + 3 + FMACCore.LATENCY",
         "inp_bits": beat_layout(cfg).size,
         "wload_bits": wload_layout(cfg).size,
         "out_bits": array_out_layout(cfg).size,

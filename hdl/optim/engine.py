@@ -36,6 +36,8 @@ from .datapath import HYPER_FIELDS, OptimDatapath
 __all__ = ["OptimEngine", "cmd_layout", "OPTIM_STATUS_LAYOUT"]
 
 ADDR_BITS = 16
+#: cycles from a scratchpad read address to the registered read data the datapaths see
+READ_LATENCY = 2
 COUNT_BITS = 17
 
 
@@ -63,8 +65,9 @@ class OptimEngine(wiring.Component):
     Attributes
     ----------
     latency : int
-        Latency of the update pipeline (memory read + :class:`OptimDatapath`): an element
-        read in cycle ``t`` is written back in cycle ``t + latency``. Both passes stream one
+        Latency of the update pipeline (memory read, the read-data register, then
+        :class:`OptimDatapath`): an element read in cycle ``t`` is written back in cycle
+        ``t + latency``. Both passes stream one
         element per cycle.
 
     Members
@@ -105,7 +108,8 @@ class OptimEngine(wiring.Component):
             "busy": Out(1),
             "status": Out(OPTIM_STATUS_LAYOUT),
         })
-        self.latency = 1 + OptimDatapath.latency_for(self.fp32_config, self.divsqrt_config)
+        self.latency = READ_LATENCY + OptimDatapath.latency_for(self.fp32_config,
+                                                                self.divsqrt_config)
 
     def elaborate(self, platform):
         m = Module()
@@ -126,6 +130,11 @@ class OptimEngine(wiring.Component):
             m.d.comb += [rp.addr.eq(raddr), wp.addr.eq(waddr)]
             rports.append(rp)
             wports.append(wp)
+        # Every scratchpad's read data is registered before any logic sees it: a block RAM's
+        # output is slow (about 5.8 ns clock-to-out on the ECP5 without its output register),
+        # and the FP32 unpack logic behind it made the engine close at 56 MHz.
+        rdata = [Signal(32, name=f"rdata_{Mem.NAMES[s]}") for s in Mem.ALL]
+        m.d.sync += [rdata[s].eq(rports[s].data) for s in Mem.ALL]
 
         # ---- registers ----------------------------------------------------------------------
         mode_reg = Signal(4, name="mode_reg")
@@ -165,7 +174,7 @@ class OptimEngine(wiring.Component):
         chk_last = Signal(name="chk_last")
         cdf = Dataflow(m, chk_valid, fp32_config=self.fp32_config,
                        divsqrt_config=self.divsqrt_config, prefix="chk")
-        g_raw = rports[Mem.G].data
+        g_raw = rdata[Mem.G]
         un = cdf.mul(cdf.input(g_raw, "graw"), cdf.const(inv_scale, "inv_scale"), name="unscale")
         last_n = cdf.input(chk_last, "last")
         m.d.comb += [ss.i.valid.eq(cdf.valid_at(un.t)), ss.i.payload.x.eq(cdf.at(un, un.t)),
@@ -180,7 +189,7 @@ class OptimEngine(wiring.Component):
         adf = Dataflow(m, acc_valid, fp32_config=self.fp32_config,
                        divsqrt_config=self.divsqrt_config, prefix="acc")
         gin = adf.input(acc_g, "gin")
-        gsum = adf.add(adf.input(rports[Mem.G].data, "gold"), gin, name="gsum")
+        gsum = adf.add(adf.input(rdata[Mem.G], "gold"), gin, name="gsum")
         acc_out = Signal(32, name="acc_out")
         m.d.comb += acc_out.eq(Mux(acc_first, adf.at(gin, gsum.t), adf.at(gsum, gsum.t)))
         acc_wvalid = adf.valid_at(gsum.t)
@@ -191,10 +200,10 @@ class OptimEngine(wiring.Component):
         upd_addr = Signal(ab, name="upd_addr")
         m.d.comb += [
             dp.i.valid.eq(upd_valid),
-            dp.i.payload.w.eq(rports[Mem.W].data),
-            dp.i.payload.m.eq(rports[Mem.M].data),
-            dp.i.payload.v.eq(rports[Mem.V].data),
-            dp.i.payload.g.eq(rports[Mem.G].data),
+            dp.i.payload.w.eq(rdata[Mem.W]),
+            dp.i.payload.m.eq(rdata[Mem.M]),
+            dp.i.payload.v.eq(rdata[Mem.V]),
+            dp.i.payload.g.eq(rdata[Mem.G]),
             dp.i.payload.tag.eq(upd_addr),
         ]
 
@@ -204,7 +213,7 @@ class OptimEngine(wiring.Component):
         rd_sel = Signal(2, name="rd_sel")
         m.d.comb += [
             rf.w_en.eq(rd_pending),
-            rf.w_data.eq(_sel_data(rports, rd_sel)),
+            rf.w_data.eq(_sel_data(rdata, rd_sel)),
             self.rdata.valid.eq(rf.r_rdy),
             self.rdata.payload.eq(rf.r_data),
             rf.r_en.eq(self.rdata.ready),
@@ -218,8 +227,23 @@ class OptimEngine(wiring.Component):
         cmd = self.cmd.payload
         in_range = Signal(name="cmd_in_range")
         m.d.comb += in_range.eq((cmd.count != 0) & (cmd.addr + cmd.count <= depth))
-        m.d.sync += [chk_valid.eq(0), chk_last.eq(0), acc_valid.eq(0), upd_valid.eq(0),
-                     rd_pending.eq(0)]
+        # The FSM sets the ``*_rd`` flags in the cycle the read data leaves the memory; the
+        # flags the front ends use are one register later, with ``rdata``.
+        chk_valid_rd, chk_last_rd, acc_valid_rd, upd_valid_rd, rd_pending_rd = (
+            Signal(name=f"{n}_rd") for n in ("chk_valid", "chk_last", "acc_valid", "upd_valid",
+                                             "rd_pending"))
+        acc_g_rd = Signal(32, name="acc_g_rd")
+        acc_addr_rd = Signal(ab, name="acc_addr_rd")
+        acc_first_rd = Signal(name="acc_first_rd")
+        upd_addr_rd = Signal(ab, name="upd_addr_rd")
+        rd_sel_rd = Signal(2, name="rd_sel_rd")
+        m.d.sync += [chk_valid.eq(chk_valid_rd), chk_last.eq(chk_last_rd),
+                     acc_valid.eq(acc_valid_rd), acc_g.eq(acc_g_rd), acc_addr.eq(acc_addr_rd),
+                     acc_first.eq(acc_first_rd), upd_valid.eq(upd_valid_rd),
+                     upd_addr.eq(upd_addr_rd), rd_pending.eq(rd_pending_rd),
+                     rd_sel.eq(rd_sel_rd)]
+        m.d.sync += [chk_valid_rd.eq(0), chk_last_rd.eq(0), acc_valid_rd.eq(0),
+                     upd_valid_rd.eq(0), rd_pending_rd.eq(0)]
 
         # Memory writes (defaults: none).
         wdata_words = [Signal(32, name=f"wdata_{Mem.NAMES[s]}") for s in Mem.ALL]
@@ -295,8 +319,8 @@ class OptimEngine(wiring.Component):
 
             with m.State("READ"):
                 m.d.comb += raddr.eq(cur.addr + idx)
-                with m.If(rf.level + rd_pending < cfg.rd_fifo_depth):
-                    m.d.sync += [rd_pending.eq(1), rd_sel.eq(cur.mem), idx.eq(idx + 1),
+                with m.If(rf.level + rd_pending + rd_pending_rd < cfg.rd_fifo_depth):
+                    m.d.sync += [rd_pending_rd.eq(1), rd_sel_rd.eq(cur.mem), idx.eq(idx + 1),
                                  remaining.eq(remaining - 1)]
                     with m.If(remaining == 1):
                         m.next = "IDLE"
@@ -304,11 +328,11 @@ class OptimEngine(wiring.Component):
             with m.State("ACCUM"):
                 m.d.comb += [self.wdata.ready.eq(1), raddr.eq(cur.addr + idx)]
                 with m.If(self.wdata.valid):
-                    m.d.sync += [acc_valid.eq(1), acc_g.eq(self.wdata.payload),
-                                 acc_addr.eq(cur.addr + idx), acc_first.eq(cur.first),
+                    m.d.sync += [acc_valid_rd.eq(1), acc_g_rd.eq(self.wdata.payload),
+                                 acc_addr_rd.eq(cur.addr + idx), acc_first_rd.eq(cur.first),
                                  idx.eq(idx + 1), remaining.eq(remaining - 1)]
                     with m.If(remaining == 1):
-                        m.d.sync += drain.eq(gsum.t + 2)
+                        m.d.sync += drain.eq(gsum.t + READ_LATENCY + 1)
                         m.next = "ACC_DRAIN"
             with m.State("ACC_DRAIN"):
                 m.d.sync += drain.eq(drain - 1)
@@ -317,7 +341,7 @@ class OptimEngine(wiring.Component):
 
             with m.State("CHECK"):
                 m.d.comb += raddr.eq(idx)
-                m.d.sync += [chk_valid.eq(1), chk_last.eq(remaining == 1), idx.eq(idx + 1),
+                m.d.sync += [chk_valid_rd.eq(1), chk_last_rd.eq(remaining == 1), idx.eq(idx + 1),
                              remaining.eq(remaining - 1)]
                 with m.If(remaining == 1):
                     m.next = "SUMSQ"
@@ -355,7 +379,7 @@ class OptimEngine(wiring.Component):
                 m.next = "UPDATE"
             with m.State("UPDATE"):
                 m.d.comb += raddr.eq(idx)
-                m.d.sync += [upd_valid.eq(1), upd_addr.eq(idx), idx.eq(idx + 1),
+                m.d.sync += [upd_valid_rd.eq(1), upd_addr_rd.eq(idx), idx.eq(idx + 1),
                              remaining.eq(remaining - 1)]
                 with m.If(remaining == 1):
                     m.d.sync += drain.eq(self.latency + 2)
@@ -396,17 +420,17 @@ class OptimEngine(wiring.Component):
         return m
 
 
-def _sel_data(rports, sel):
-    out = rports[0].data
-    for s in range(1, len(rports)):
-        out = Mux(sel == s, rports[s].data, out)
+def _sel_data(words, sel):
+    out = words[0]
+    for s in range(1, len(words)):
+        out = Mux(sel == s, words[s], out)
     return out
 
 
 def _params(preset: str) -> dict:
     cfg, fc, dc = (OptimConfig.preset(preset), FP32Config.preset(preset),
                    FP32DivSqrtConfig.preset(preset))
-    return {**cfg.to_dict(), "latency": 1 + OptimDatapath.latency_for(fc, dc),
+    return {**cfg.to_dict(), "latency": READ_LATENCY + OptimDatapath.latency_for(fc, dc),
             "fp32": fc.to_dict(), "divsqrt": dc.to_dict()}
 
 

@@ -185,7 +185,7 @@ def test_split_rounding_matches_shared_round_golden():
     """round_prepare + round_finish == sim.fp32_round.round_to_fp32 (the golden model of the
     shared hdl.fp32.round.round_to_fp32) for normalised significands of 27 and 48 bits with a
     jammed sticky LSB, over every exponent region (deep underflow, subnormal, normal, overflow)."""
-    from amaranth.hdl import Signal, signed
+    from amaranth.hdl import signed
     from amaranth.lib import wiring
     from amaranth.lib.wiring import In, Out
 

@@ -4,14 +4,13 @@ The simulator runs use the *default* FP32 unit pipelines (deep latencies) on a s
 so the delay balancing of the datapath is checked at realistic latencies; the cocotb tier
 runs the long trajectories on the tiny preset.
 """
-import math
 
 import numpy as np
 import pytest
 
 from hdl.fp32.config import FP32Config
 from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
-from hdl.optim.config import Mem, Mode, Op, OptimConfig, Reg
+from hdl.optim.config import Mem, Op, OptimConfig, Reg
 from hdl.optim.datapath import OptimDatapath
 from hdl.optim.engine import OptimEngine
 from sim.amaranth_tb import run_sim, stream_get, stream_put

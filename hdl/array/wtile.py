@@ -1,7 +1,7 @@
 """Weight-tile aligner: ``S`` row groups -> one shared tile exponent -> stationary rows."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 

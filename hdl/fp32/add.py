@@ -1,15 +1,15 @@
 """Pipelined IEEE 754 binary32 adder/subtractor (round-to-nearest-even, exact subnormals)."""
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import data
 
 from ..formats import FP32
 from ..registry import Block
 from .config import FP32Config
 from .round import (count_leading_zeros, round_finish, round_plan_lz, round_plan_pre,
                     round_prepare)
-from .unpack import QNAN, CutPipeline, unpack_fp32
+from .unit import FP32CutUnit
+from .unpack import QNAN, unpack_fp32
 
 __all__ = ["FP32AddIn", "FP32Add"]
 
@@ -25,7 +25,7 @@ class FP32AddIn(data.Struct):
     sub: 1
 
 
-class FP32Add(wiring.Component):
+class FP32Add(FP32CutUnit):
     """Pipelined FP32 adder/subtractor, one operation per cycle.
 
     Computes ``a + b`` or ``a - b`` in IEEE 754 binary32 with round-to-nearest-even, bit-exact
@@ -63,22 +63,12 @@ class FP32Add(wiring.Component):
         Results, in input order.
     """
 
-    def __init__(self, *, config: "FP32Config | None" = None):
-        if config is None:
-            config = FP32Config()
-        if not isinstance(config, FP32Config):
-            raise TypeError(f"config must be an FP32Config, not {type(config).__name__}")
-        self.config = config
-        self.latency = config.latency("fp32_add")
-        super().__init__({
-            "i": In(stream.Signature(FP32AddIn)),
-            "o": Out(stream.Signature(FP32)),
-        })
+    UNIT = "fp32_add"
+    IN = FP32AddIn
 
     def elaborate(self, platform):
         m = Module()
-        p = CutPipeline(m, i=self.i, o=self.o, cuts=self.config.cuts("fp32_add"), name="add")
-        assert p.latency == self.latency
+        p = self.cut_pipeline(m, "add")
 
         # --- unpack: classify, order by magnitude, exponent difference -----------------------
         pay = self.i.payload

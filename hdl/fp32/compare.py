@@ -1,12 +1,12 @@
 """Pipelined IEEE 754 binary32 comparison with max/min."""
 from amaranth.hdl import Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import data
 
 from ..formats import FP32
 from ..registry import Block
 from .config import FP32Config
-from .unpack import QNAN, CutPipeline, unpack_fp32
+from .unit import FP32CutUnit
+from .unpack import QNAN, unpack_fp32
 
 __all__ = ["FP32CompareIn", "FP32CompareOut", "FP32Compare"]
 
@@ -29,7 +29,7 @@ class FP32CompareOut(data.Struct):
     unordered: 1
 
 
-class FP32Compare(wiring.Component):
+class FP32Compare(FP32CutUnit):
     """Pipelined FP32 comparator, one comparison per cycle.
 
     Flags (IEEE 754 quiet comparisons, numpy's ``<``, ``==``, ``<=``): ``less = a < b``,
@@ -64,23 +64,13 @@ class FP32Compare(wiring.Component):
         Flags and max/min, in input order.
     """
 
-    def __init__(self, *, config: "FP32Config | None" = None):
-        if config is None:
-            config = FP32Config()
-        if not isinstance(config, FP32Config):
-            raise TypeError(f"config must be an FP32Config, not {type(config).__name__}")
-        self.config = config
-        self.latency = config.latency("fp32_compare")
-        super().__init__({
-            "i": In(stream.Signature(FP32CompareIn)),
-            "o": Out(stream.Signature(FP32CompareOut)),
-        })
+    UNIT = "fp32_compare"
+    IN = FP32CompareIn
+    OUT = FP32CompareOut
 
     def elaborate(self, platform):
         m = Module()
-        p = CutPipeline(m, i=self.i, o=self.o, cuts=self.config.cuts("fp32_compare"),
-                        name="cmp")
-        assert p.latency == self.latency
+        p = self.cut_pipeline(m, "cmp")
 
         # --- magnitude: classify, compare magnitudes -------------------------------------------
         a_bits = self.i.payload.a.as_value()

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from ..config import PresetMixin, check_choice, check_int
 
-__all__ = ["FP32Config", "UNIT_NAMES", "STEP_BOUNDARIES", "CUT_PRIORITY", "FTOI_ROUNDING",
+__all__ = ["FP32Config", "UNIT_NAMES", "STEP_BOUNDARIES", "CUT_PRIORITY",
            "ZERO_ORDERS"]
 
 #: Registered block names, in the order used by docs and benchmarks.

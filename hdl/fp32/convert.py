@@ -1,13 +1,13 @@
 """Pipelined conversions between signed int32 and IEEE 754 binary32."""
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import data
 
 from ..formats import FP32
 from ..registry import Block
 from .config import FP32Config
 from .round import jam_sticky, normalize_left, round_finish, round_prepare
-from .unpack import CutPipeline, unpack_fp32
+from .unit import FP32CutUnit
+from .unpack import unpack_fp32
 
 __all__ = ["IntToFP32", "FP32ToIntIn", "FP32ToIntOut", "FP32ToInt"]
 
@@ -23,7 +23,7 @@ def _check_config(config):
     return config
 
 
-class IntToFP32(wiring.Component):
+class IntToFP32(FP32CutUnit):
     """Pipelined signed int32 to FP32 conversion, one per cycle.
 
     ``float32(i)`` with round-to-nearest-even (exact up to ``2**24``), bit-exact with numpy
@@ -52,18 +52,12 @@ class IntToFP32(wiring.Component):
         Their FP32 values, in input order.
     """
 
-    def __init__(self, *, config: "FP32Config | None" = None):
-        self.config = _check_config(config)
-        self.latency = self.config.latency("int_to_fp32")
-        super().__init__({
-            "i": In(stream.Signature(signed(32))),
-            "o": Out(stream.Signature(FP32)),
-        })
+    UNIT = "int_to_fp32"
+    IN = signed(32)
 
     def elaborate(self, platform):
         m = Module()
-        p = CutPipeline(m, i=self.i, o=self.o, cuts=self.config.cuts("int_to_fp32"), name="itof")
-        assert p.latency == self.latency
+        p = self.cut_pipeline(m, "itof")
 
         value = self.i.payload
         mag = Signal(32, name="itof_mag")
@@ -99,7 +93,7 @@ class FP32ToIntOut(data.Struct):
     invalid: 1
 
 
-class FP32ToInt(wiring.Component):
+class FP32ToInt(FP32CutUnit):
     """Pipelined FP32 to signed int32 conversion, one per cycle.
 
     Rounding per operation: ``rne = 0`` toward zero (a C cast, ``np.trunc``; equal to numpy
@@ -129,18 +123,13 @@ class FP32ToInt(wiring.Component):
         Integers and invalid flags, in input order.
     """
 
-    def __init__(self, *, config: "FP32Config | None" = None):
-        self.config = _check_config(config)
-        self.latency = self.config.latency("fp32_to_int")
-        super().__init__({
-            "i": In(stream.Signature(FP32ToIntIn)),
-            "o": Out(stream.Signature(FP32ToIntOut)),
-        })
+    UNIT = "fp32_to_int"
+    IN = FP32ToIntIn
+    OUT = FP32ToIntOut
 
     def elaborate(self, platform):
         m = Module()
-        p = CutPipeline(m, i=self.i, o=self.o, cuts=self.config.cuts("fp32_to_int"), name="ftoi")
-        assert p.latency == self.latency
+        p = self.cut_pipeline(m, "ftoi")
 
         # --- unpack: value = sig * 2**exp; |value| >= 2**32 cannot fit, |value| < 2**-1 -> 0/1.
         a = unpack_fp32(m, self.i.payload.a.as_value(), name="ftoi_a")

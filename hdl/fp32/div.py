@@ -30,13 +30,13 @@ Golden model: numpy ``float32`` division (:class:`sim.fp32_exp.FP32Div`).
 from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, Value, signed, unsigned
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import data
 
 from ..formats import FP32
 from ..registry import Block
 from .divsqrt_config import FP32DivSqrtConfig
 from .round import round_finish, round_plan_select, round_plan_top2, round_prepare
+from .unit import FP32StreamUnit
 from .unpack import QNAN, unpack_fp32
 
 __all__ = ["FP32DivIn", "FP32Div", "StallPipeline", "sum_products"]
@@ -169,7 +169,7 @@ def round_and_output(m, p, o, *, valid, q, rem, plan, sgn, special, spec_val, na
     ]
 
 
-class FP32Div(wiring.Component):
+class FP32Div(FP32StreamUnit):
     """IEEE 754 binary32 divide, round-to-nearest-even, fully pipelined.
 
     Bit-exact with numpy ``float32`` division for every non-NaN result: exact subnormal inputs
@@ -198,17 +198,9 @@ class FP32Div(wiring.Component):
         ``i.ready = ~o.valid | o.ready``.
     """
 
-    def __init__(self, *, config: "FP32DivSqrtConfig | None" = None):
-        if config is None:
-            config = FP32DivSqrtConfig()
-        if not isinstance(config, FP32DivSqrtConfig):
-            raise TypeError(f"config must be an FP32DivSqrtConfig, not {type(config).__name__}")
-        self.config = config
-        self.latency = config.div_latency
-        super().__init__({
-            "i": In(stream.Signature(FP32DivIn)),
-            "o": Out(stream.Signature(FP32)),
-        })
+    CONFIG = FP32DivSqrtConfig
+    IN = FP32DivIn
+    LATENCY_ATTR = "div_latency"
 
     def elaborate(self, platform):
         m = Module()
@@ -216,8 +208,7 @@ class FP32Div(wiring.Component):
         nbits = cfg.div_quotient_bits
         bps = cfg.div_bits_per_stage
 
-        en = Signal()
-        m.d.comb += [en.eq(~self.o.valid | self.o.ready), self.i.ready.eq(en)]
+        en = self.stall_enable(m)
         p = StallPipeline(m, en)
 
         # --- stage 0: unpack, normalize, classify ------------------------------------------

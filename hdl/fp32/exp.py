@@ -39,14 +39,12 @@ Measured accuracy against float64 ``exp``: see ``docs/fp32_div_sqrt_exp.md`` (un
 from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
 
-from ..formats import FP32
 from ..registry import Block
 from .div import StallPipeline, sum_products
 from .divsqrt_config import EXP_FRAC_BITS, FP32DivSqrtConfig, exp_constants
 from .round import jam_sticky, round_finish, round_plan_select, round_plan_top2, round_prepare
+from .unit import FP32StreamUnit
 from .unpack import QNAN
 
 __all__ = ["FP32Exp", "exp_register_widths"]
@@ -65,7 +63,7 @@ def exp_register_widths(t: int) -> dict:
             "prod": (2 * F + 2, False)}
 
 
-class FP32Exp(wiring.Component):
+class FP32Exp(FP32StreamUnit):
     """FP32 ``exp(x)`` approximation, fully pipelined, bit-exact with its golden model.
 
     Input and output are IEEE 754 binary32. The result is the round-to-nearest-even FP32
@@ -95,17 +93,8 @@ class FP32Exp(wiring.Component):
         ``i.ready = ~o.valid | o.ready``.
     """
 
-    def __init__(self, *, config: FP32DivSqrtConfig | None = None):
-        if config is None:
-            config = FP32DivSqrtConfig()
-        if not isinstance(config, FP32DivSqrtConfig):
-            raise TypeError(f"config must be an FP32DivSqrtConfig, not {type(config).__name__}")
-        self.config = config
-        self.latency = config.exp_latency
-        super().__init__({
-            "i": In(stream.Signature(FP32)),
-            "o": Out(stream.Signature(FP32)),
-        })
+    CONFIG = FP32DivSqrtConfig
+    LATENCY_ATTR = "exp_latency"
 
     def elaborate(self, platform):
         m = Module()
@@ -114,8 +103,7 @@ class FP32Exp(wiring.Component):
         w = exp_register_widths(t)
         nw = w["n"][0]                                # |n| <= 128 * 2**t / ln2 + 1
 
-        en = Signal()
-        m.d.comb += [en.eq(~self.o.valid | self.o.ready), self.i.ready.eq(en)]
+        en = self.stall_enable(m)
         p = StallPipeline(m, en)
 
         # --- stage 0: unpack, fixed-point magnitude, specials-----------------------------------

@@ -25,14 +25,12 @@ from __future__ import annotations
 from fractions import Fraction
 
 from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
 
-from ..formats import FP32
 from ..registry import Block
 from .div import StallPipeline
 from .log_config import FP32LogConfig, log_constants
 from .round import round_to_fp32
+from .unit import FP32StreamUnit
 from .unpack import QNAN, unpack_fp32
 
 __all__ = ["FP32Log", "log_register_widths"]
@@ -63,7 +61,7 @@ def _pad(table, size: int) -> list:
     return table + [table[-1]] * (size - len(table))
 
 
-class FP32Log(wiring.Component):
+class FP32Log(FP32StreamUnit):
     """FP32 natural logarithm, fully pipelined, bit-exact with its golden model.
 
     Input and output are IEEE 754 binary32. The result is the round-to-nearest-even FP32 value
@@ -93,17 +91,7 @@ class FP32Log(wiring.Component):
         ``i.ready = ~o.valid | o.ready``.
     """
 
-    def __init__(self, *, config: FP32LogConfig | None = None):
-        if config is None:
-            config = FP32LogConfig()
-        if not isinstance(config, FP32LogConfig):
-            raise TypeError(f"config must be an FP32LogConfig, not {type(config).__name__}")
-        self.config = config
-        self.latency = config.latency
-        super().__init__({
-            "i": In(stream.Signature(FP32)),
-            "o": Out(stream.Signature(FP32)),
-        })
+    CONFIG = FP32LogConfig
 
     def elaborate(self, platform):
         m = Module()
@@ -111,8 +99,7 @@ class FP32Log(wiring.Component):
         c = log_constants(t)
         w = log_register_widths(t)
 
-        en = Signal()
-        m.d.comb += [en.eq(~self.o.valid | self.o.ready), self.i.ready.eq(en)]
+        en = self.stall_enable(m)
         p = StallPipeline(m, en)
 
         # --- stage 0: unpack, normalise, specials -------------------------------------------

@@ -2,15 +2,15 @@
 from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import data
 
 from ..formats import FP32
 from ..registry import Block
 from .config import FP32Config
 from .round import (jam_sticky, round_finish, round_plan_select, round_plan_top2,
                     round_prepare)
-from .unpack import QNAN, CutPipeline, unpack_fp32
+from .unit import FP32CutUnit
+from .unpack import QNAN, unpack_fp32
 
 __all__ = ["FP32MulIn", "FP32Mul"]
 
@@ -26,7 +26,7 @@ class FP32MulIn(data.Struct):
     b: FP32
 
 
-class FP32Mul(wiring.Component):
+class FP32Mul(FP32CutUnit):
     """Pipelined FP32 multiplier, one operation per cycle.
 
     Computes ``a * b`` in IEEE 754 binary32 with round-to-nearest-even, bit-exact with numpy
@@ -61,22 +61,12 @@ class FP32Mul(wiring.Component):
         Products, in input order.
     """
 
-    def __init__(self, *, config: "FP32Config | None" = None):
-        if config is None:
-            config = FP32Config()
-        if not isinstance(config, FP32Config):
-            raise TypeError(f"config must be an FP32Config, not {type(config).__name__}")
-        self.config = config
-        self.latency = config.latency("fp32_mul")
-        super().__init__({
-            "i": In(stream.Signature(FP32MulIn)),
-            "o": Out(stream.Signature(FP32)),
-        })
+    UNIT = "fp32_mul"
+    IN = FP32MulIn
 
     def elaborate(self, platform):
         m = Module()
-        p = CutPipeline(m, i=self.i, o=self.o, cuts=self.config.cuts("fp32_mul"), name="mul")
-        assert p.latency == self.latency
+        p = self.cut_pipeline(m, "mul")
 
         # --- unpack: classify, normalise subnormals, exponent sum -----------------------------
         pay = self.i.payload

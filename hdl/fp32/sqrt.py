@@ -27,21 +27,19 @@ Golden model: numpy ``float32`` square root (:class:`sim.fp32_exp.FP32Sqrt`).
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 
-from ..formats import FP32
 from ..registry import Block
 from .div import StallPipeline, round_and_output
 from .divsqrt_config import FP32DivSqrtConfig
 from .round import round_plan_select, round_plan_top2
+from .unit import FP32StreamUnit
 from .unpack import QNAN, unpack_fp32
 
 __all__ = ["FP32Sqrt"]
 
 
-class FP32Sqrt(wiring.Component):
+class FP32Sqrt(FP32StreamUnit):
     """IEEE 754 binary32 square root, round-to-nearest-even, fully pipelined.
 
     Bit-exact with ``numpy.sqrt`` on ``float32`` for every non-NaN result: exact for
@@ -70,17 +68,8 @@ class FP32Sqrt(wiring.Component):
         ``i.ready = ~o.valid | o.ready``.
     """
 
-    def __init__(self, *, config: FP32DivSqrtConfig | None = None):
-        if config is None:
-            config = FP32DivSqrtConfig()
-        if not isinstance(config, FP32DivSqrtConfig):
-            raise TypeError(f"config must be an FP32DivSqrtConfig, not {type(config).__name__}")
-        self.config = config
-        self.latency = config.sqrt_latency
-        super().__init__({
-            "i": In(stream.Signature(FP32)),
-            "o": Out(stream.Signature(FP32)),
-        })
+    CONFIG = FP32DivSqrtConfig
+    LATENCY_ATTR = "sqrt_latency"
 
     def elaborate(self, platform):
         m = Module()
@@ -90,8 +79,7 @@ class FP32Sqrt(wiring.Component):
         shift = 2 * n - 26                     # X = M << shift, 2n bits
         rw = n + 3                             # remainder width: R < 2**(n+1) after a step
 
-        en = Signal()
-        m.d.comb += [en.eq(~self.o.valid | self.o.ready), self.i.ready.eq(en)]
+        en = self.stall_enable(m)
         p = StallPipeline(m, en)
 
         # --- stage 0: unpack, normalize, even exponent, classify -----------------------------

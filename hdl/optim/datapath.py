@@ -11,7 +11,7 @@ Per element, in exactly this order (golden model: :meth:`sim.optim.OptimEngineMo
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 

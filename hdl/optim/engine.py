@@ -28,8 +28,7 @@ from ..grad.config import GradConfig
 from ..grad.lanesum import LaneSum
 from ..registry import Block
 from .clip import ONE_F32, ClipFactor
-from .config import (MODE_CLIP, MODE_DYNSCALE, SCALE_EXP_MAX, STATUS_FIELDS, Mem, Mode, Op,
-                     OptimConfig, Reg)
+from .config import SCALE_EXP_MAX, STATUS_FIELDS, Mem, Mode, Op, OptimConfig, Reg
 from .dataflow import Dataflow
 from .datapath import HYPER_FIELDS, OptimDatapath
 

@@ -6,9 +6,9 @@ measures on the Verilated DUT and asserts its results against the golden model):
 
 * ``fp32_add``, ``fp32_mul``, ``fp32_compare``, ``int_to_fp32``, ``fp32_to_int``
   (``sim.tb_fp32_units``, preset default);
-* ``fp32_div``, ``fp32_sqrt``, ``fp32_exp`` (``sim.tb_fp32_divsqrt``, preset default; the exp
+* ``fp32_div``, ``fp32_sqrt``, ``fp32_exp`` (``sim.tb_fp32_func``, preset default; the exp
   hook also measures the exp error against float64);
-* ``fp32_log`` (``sim.tb_fp32_log``, preset default; with the log error);
+* ``fp32_log`` (``sim.tb_fp32_func``, preset default; with the log error);
 * ``optim_engine`` (``sim.tb_optim``) and ``grad_unit`` (``sim.tb_grad``), preset tiny (the
   variants the cocotb tier builds).
 
@@ -35,10 +35,10 @@ UNITS = [
     ("fp32_compare", "default", "sim.tb_fp32_units"),
     ("int_to_fp32", "default", "sim.tb_fp32_units"),
     ("fp32_to_int", "default", "sim.tb_fp32_units"),
-    ("fp32_div", "default", "sim.tb_fp32_divsqrt"),
-    ("fp32_sqrt", "default", "sim.tb_fp32_divsqrt"),
-    ("fp32_exp", "default", "sim.tb_fp32_divsqrt"),
-    ("fp32_log", "default", "sim.tb_fp32_log"),
+    ("fp32_div", "default", "sim.tb_fp32_func"),
+    ("fp32_sqrt", "default", "sim.tb_fp32_func"),
+    ("fp32_exp", "default", "sim.tb_fp32_func"),
+    ("fp32_log", "default", "sim.tb_fp32_func"),
 ]
 DATAPATHS = [
     ("optim_engine", "tiny", "sim.tb_optim"),
@@ -48,7 +48,7 @@ DATAPATHS = [
 
 def _unit_entry(block: str, raw: dict) -> dict:
     """One row of the unit table from a hook's JSON (``sim.tb_fp32_units`` writes the entry;
-    ``sim.tb_fp32_divsqrt`` / ``sim.tb_fp32_log`` write ``{block: entry}``)."""
+    ``sim.tb_fp32_func`` writes ``{block: entry}``)."""
     e = raw.get(block, raw)
     out = {
         "preset": e["preset"], "config": e.get("config"),

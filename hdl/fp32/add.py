@@ -9,7 +9,7 @@ from .config import FP32Config
 from .round import (count_leading_zeros, round_finish, round_plan_lz, round_plan_pre,
                     round_prepare)
 from .unit import FP32CutUnit
-from .unpack import QNAN, unpack_fp32
+from .unpack import special_or_rounded, unpack_fp32
 
 __all__ = ["FP32AddIn", "FP32Add"]
 
@@ -141,16 +141,8 @@ class FP32Add(FP32CutUnit):
             zero_sign=s.zero_sign, nan=s.nan, inf=s.inf, inf_sign=s.inf_sign)
         rounded = round_finish(m, sign=s.sign, frame=s.frame, base=s.base, ovf=s.ovf,
                                name="add_rnd")
-        result = Signal(32, name="add_result")
-        with m.If(s.nan):
-            m.d.comb += result.eq(QNAN)
-        with m.Elif(s.inf):
-            m.d.comb += result.eq(Cat(Const(0, 23), Const(0xFF, 8), s.inf_sign))
-        with m.Elif(s.zero):
-            m.d.comb += result.eq(Cat(Const(0, 31), s.zero_sign))
-        with m.Else():
-            m.d.comb += result.eq(rounded)
-        p.output(result)
+        p.output(special_or_rounded(m, nan=s.nan, inf=s.inf, inf_sign=s.inf_sign, zero=s.zero,
+                                    zero_sign=s.zero_sign, rounded=rounded, name="add"))
         return m
 
 

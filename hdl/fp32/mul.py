@@ -1,7 +1,7 @@
 """Pipelined IEEE 754 binary32 multiplier (round-to-nearest-even, exact subnormals)."""
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data
 
 from ..formats import FP32
@@ -10,7 +10,7 @@ from .config import FP32Config
 from .round import (jam_sticky, round_finish, round_plan_select, round_plan_top2,
                     round_prepare)
 from .unit import FP32CutUnit
-from .unpack import QNAN, unpack_fp32
+from .unpack import special_or_rounded, unpack_fp32
 
 __all__ = ["FP32MulIn", "FP32Mul"]
 
@@ -121,16 +121,8 @@ class FP32Mul(FP32CutUnit):
                        inf=s.inf, zero=s.zero)
         rounded = round_finish(m, sign=s.sign, frame=s.frame, base=s.base, ovf=s.ovf,
                                name="mul_rnd")
-        result = Signal(32, name="mul_result")
-        with m.If(s.nan):
-            m.d.comb += result.eq(QNAN)
-        with m.Elif(s.inf):
-            m.d.comb += result.eq(Cat(Const(0, 23), Const(0xFF, 8), s.sign))
-        with m.Elif(s.zero):
-            m.d.comb += result.eq(Cat(Const(0, 31), s.sign))
-        with m.Else():
-            m.d.comb += result.eq(rounded)
-        p.output(result)
+        p.output(special_or_rounded(m, nan=s.nan, inf=s.inf, inf_sign=s.sign, zero=s.zero,
+                                    zero_sign=s.sign, rounded=rounded, name="mul"))
         return m
 
 

@@ -27,7 +27,7 @@ from amaranth.lib import data
 from .round import (count_leading_zeros, jam_sticky, normalize_left, round_finish,  # noqa: F401
                     round_plan, round_plan_lz, round_plan_pre, round_prepare)
 
-__all__ = ["QNAN", "count_leading_zeros", "unpack_fp32", "normalize_left", "jam_sticky",
+__all__ = ["QNAN", "special_or_rounded", "count_leading_zeros", "unpack_fp32", "normalize_left", "jam_sticky",
            "round_plan", "round_plan_pre", "round_plan_lz", "round_prepare", "round_finish",
            "CutPipeline"]
 
@@ -92,6 +92,21 @@ def unpack_fp32(m, bits, *, name: str, normalize: bool = False) -> SimpleNamespa
         zero=e_zero & f_zero, sub=e_zero & ~f_zero, inf=e_ones & f_zero, nan=e_ones & ~f_zero,
         finite=~e_ones, sig=sig, exp=exp, exp_raw=exp_raw, lz=lz,
     )
+
+
+def special_or_rounded(m, *, nan, inf, inf_sign, zero, zero_sign, rounded, name: str) -> Signal:
+    """A unit's result word, by priority: the canonical quiet NaN, ``±Inf`` (``inf_sign``),
+    ``±0`` (``zero_sign``), else ``rounded``. The signal is named ``{name}_result``."""
+    result = Signal(32, name=f"{name}_result")
+    with m.If(nan):
+        m.d.comb += result.eq(QNAN)
+    with m.Elif(inf):
+        m.d.comb += result.eq(Cat(Const(0, 23), Const(0xFF, 8), inf_sign))
+    with m.Elif(zero):
+        m.d.comb += result.eq(Cat(Const(0, 31), zero_sign))
+    with m.Else():
+        m.d.comb += result.eq(rounded)
+    return result
 
 
 class CutPipeline:

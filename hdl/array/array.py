@@ -78,9 +78,10 @@ class SystolicArray(wiring.Component):
     leaves on ``out`` in cycle ``t + (2*S + 1)*B + 3 + FMACCore.LATENCY`` (:meth:`latency`).
     ``inp.ready`` depends only on state and the (pass-constant) widths.
 
-    Stationary weights: two banks per PE. ``wload`` writes one row of a bank per cycle; it is
-    ready only while no beat tagged with that bank is still inside the array (up to the moment
-    PE(S-1, S-1) captured it). The source must not send beats tagged with a bank while it is
+    Stationary weights: two banks per PE. ``wload`` writes one row of a bank per cycle (the
+    write lands one cycle after the transfer, before any beat accepted after the transfer can
+    start); it is ready only while no beat tagged with that bank is still inside the array (up
+    to the moment PE(S-1, S-1) captured it). The source must not send beats tagged with a bank while it is
     still loading that bank (load a tile, then stream it; load the next tile into the other
     bank while the current one streams).
 
@@ -252,11 +253,18 @@ class SystolicArray(wiring.Component):
         m.d.comb += self.wload.ready.eq(Mux(wl.bank, bank_use[1], bank_use[0]) == 0)
         wl_go = Signal(name="wl_go")
         m.d.comb += wl_go.eq(self.wload.valid & self.wload.ready)
+        # The accepted row is written into the PEs one cycle later from registers (a row
+        # strobe per row, the row's data once): the ready check and the row decode do not
+        # share a cycle with the fan-out to S*S weight registers. A beat accepted in the cycle
+        # after the last row's transfer still sees the new weights (it starts a cycle later).
+        wl_q = Signal(wload_layout(cfg), name="wload_q")
+        wl_row = [Signal(name=f"wload_row_{k}_en") for k in range(S)]
+        m.d.sync += [wl_q.eq(wl)] + [wl_row[k].eq(wl_go & (wl.row == k)) for k in range(S)]
         for k in range(S):
             for n in range(S):
                 pe = pes[k][n]
-                m.d.comb += [pe.wl_en.eq(wl_go & (wl.row == k)), pe.wl_bank.eq(wl.bank),
-                             pe.wl_sign.eq(wl.w[n].sign), pe.wl_mag.eq(wl.w[n].mag)]
+                m.d.comb += [pe.wl_en.eq(wl_row[k]), pe.wl_bank.eq(wl_q.bank),
+                             pe.wl_sign.eq(wl_q.w[n].sign), pe.wl_mag.eq(wl_q.w[n].mag)]
         corner = pes[S - 1][S - 1]
         last_use = Signal(opl, name="corner_operand")
         m.d.comb += last_use.eq(Mux(self.mode == BWD_DATA, corner.v_out, corner.h_out))

@@ -16,7 +16,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
-__all__ = ["start_clock", "reset", "StreamDriver", "StreamMonitor"]
+__all__ = ["start_clock", "reset", "StreamDriver", "StreamMonitor", "StreamTB"]
 
 
 def start_clock(dut, period_ns: int = 10):
@@ -112,3 +112,48 @@ class StreamMonitor:
                 return [self.queue.popleft() for _ in range(count)]
             await RisingEdge(self.clk)
         raise TimeoutError(f"got {len(self.queue)} of {count} payloads in {timeout_cycles} cycles")
+
+
+class StreamTB:
+    """Base of the one-stream-in, one-stream-out testbenches (``i`` -> ``o``).
+
+    Holds the driver (random idle cycles, ``idle_prob``) and the monitor (random backpressure,
+    ``stall_prob``), seeded from ``seed + 1`` and ``seed + 2``, and after :meth:`start` a watcher
+    that records the cycle of every ``i`` and ``o`` transfer in ``accepts`` / ``outputs``
+    (``cycle`` counts rising edges since :meth:`start`). Subclasses add the golden model, the
+    expected queue and the scoreboard.
+    """
+
+    def __init__(self, dut, *, seed: int, idle_prob: float = 0.0, stall_prob: float = 0.0):
+        self.dut = dut
+        self.seed = seed
+        self.idle_prob, self.stall_prob = idle_prob, stall_prob
+        self.cycle = 0
+        self.accepts: list[int] = []      # cycle of every i transfer
+        self.outputs: list[int] = []      # cycle of every o transfer
+        self.make_ports()
+
+    def make_ports(self) -> None:
+        """(Re)create the driver and the monitor, e.g. after a reset in mid-stream."""
+        self.driver = StreamDriver(self.dut, "i", idle_prob=self.idle_prob,
+                                   rng=random.Random(self.seed + 1))
+        self.monitor = StreamMonitor(self.dut, "o", stall_prob=self.stall_prob,
+                                     rng=random.Random(self.seed + 2))
+
+    async def start(self) -> None:
+        """Clock, reset, then start the monitor and the transfer watcher."""
+        start_clock(self.dut)
+        await reset(self.dut)
+        self.monitor.start()
+        self.watch_task = cocotb.start_soon(self._watch())
+
+    async def _watch(self) -> None:
+        d = self.dut
+        while True:
+            await ReadOnly()
+            if d.i__valid.value == 1 and d.i__ready.value == 1:
+                self.accepts.append(self.cycle)
+            if d.o__valid.value == 1 and d.o__ready.value == 1:
+                self.outputs.append(self.cycle)
+            await RisingEdge(d.clk)
+            self.cycle += 1

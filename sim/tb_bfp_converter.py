@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import time
 
 import cocotb
@@ -20,7 +19,7 @@ from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
 from hdl.config import BFPConfig
 from sim import bfp
-from sim.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
+from sim.cocotb_stream import StreamTB
 
 PRESET = os.environ.get("TESSERA_PRESET", "default")
 BENCH_OUT = os.environ.get("TESSERA_BENCH_OUT")
@@ -38,45 +37,19 @@ PARAMS = block_params()
 LATENCY = PARAMS["latency"]
 
 
-class TB:
+class TB(StreamTB):
     """Driver, monitor, golden model and scoreboard of one BFPConverter DUT."""
 
     def __init__(self, dut, *, seed: int, idle_prob: float = 0.0, stall_prob: float = 0.0):
-        self.dut = dut
-        self.seed = seed
+        super().__init__(dut, seed=seed, idle_prob=idle_prob, stall_prob=stall_prob)
         self.rng = np.random.default_rng(seed)
-        self.idle_prob, self.stall_prob = idle_prob, stall_prob
         self.model = bfp.BFPConverterModel(CFG)
         self.expected: list[tuple[int, object]] = []
         self.checked = 0
-        self.cycle = 0
-        self.accepts: list[int] = []
-        self.outputs: list[int] = []
-        self._make_ports()
-
-    def _make_ports(self):
-        self.driver = StreamDriver(self.dut, "i", idle_prob=self.idle_prob,
-                                   rng=random.Random(self.seed + 1))
-        self.monitor = StreamMonitor(self.dut, "o", stall_prob=self.stall_prob,
-                                     rng=random.Random(self.seed + 2))
 
     async def start(self):
-        start_clock(self.dut)
         self.dut.clear_flags.value = 0
-        await reset(self.dut)
-        self.monitor.start()
-        self._watch_task = cocotb.start_soon(self._watch())
-
-    async def _watch(self):
-        d = self.dut
-        while True:
-            await ReadOnly()
-            if d.i__valid.value == 1 and d.i__ready.value == 1:
-                self.accepts.append(self.cycle)
-            if d.o__valid.value == 1 and d.o__ready.value == 1:
-                self.outputs.append(self.cycle)
-            await RisingEdge(d.clk)
-            self.cycle += 1
+        await super().start()
 
     def expect(self, word: int, label=None) -> None:
         """Record the model's output for input ``word`` (call in send order)."""
@@ -233,7 +206,7 @@ async def reset_mid_stream(dut):
     await RisingEdge(dut.clk)
     tb.model.reset()
     tb.expected = []
-    tb._make_ports()
+    tb.make_ports()
     tb.monitor.start()
     words, labels = tb.random_words(20)
     await tb.send_all(words, labels)

@@ -8,7 +8,6 @@ round trip, :func:`sim.fp32_round.round_to_fp32` per element for arbitrary paylo
 from __future__ import annotations
 
 import os
-import random
 
 import cocotb
 import numpy as np
@@ -16,7 +15,7 @@ from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
 from hdl.config import BFPConfig
 from sim import bfp
-from sim.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
+from sim.cocotb_stream import StreamTB
 from sim.fp32_round import round_to_fp32
 
 PRESET = os.environ.get("TESSERA_PRESET", "default")
@@ -42,44 +41,15 @@ def independent(word: int) -> np.ndarray:
                      for s, M in zip(g["sign"], g["mag"])], np.uint32)
 
 
-class TB:
+class TB(StreamTB):
     """Driver, monitor, golden model and scoreboard of one BFPToFP32 DUT."""
 
     def __init__(self, dut, *, seed: int, idle_prob: float = 0.0, stall_prob: float = 0.0):
-        self.dut = dut
-        self.seed = seed
+        super().__init__(dut, seed=seed, idle_prob=idle_prob, stall_prob=stall_prob)
         self.rng = np.random.default_rng(seed)
-        self.idle_prob, self.stall_prob = idle_prob, stall_prob
         self.model = bfp.BFPToFP32Model(CFG)
         self.expected: list[tuple[int, int, object]] = []    # (input, expected output, label)
         self.checked = 0
-        self.cycle = 0
-        self.accepts: list[int] = []
-        self.outputs: list[int] = []
-        self._make_ports()
-
-    def _make_ports(self):
-        self.driver = StreamDriver(self.dut, "i", idle_prob=self.idle_prob,
-                                   rng=random.Random(self.seed + 1))
-        self.monitor = StreamMonitor(self.dut, "o", stall_prob=self.stall_prob,
-                                     rng=random.Random(self.seed + 2))
-
-    async def start(self):
-        start_clock(self.dut)
-        await reset(self.dut)
-        self.monitor.start()
-        cocotb.start_soon(self._watch())
-
-    async def _watch(self):
-        d = self.dut
-        while True:
-            await ReadOnly()
-            if d.i__valid.value == 1 and d.i__ready.value == 1:
-                self.accepts.append(self.cycle)
-            if d.o__valid.value == 1 and d.o__ready.value == 1:
-                self.outputs.append(self.cycle)
-            await RisingEdge(d.clk)
-            self.cycle += 1
 
     async def send_all(self, words, labels=None, *, check_every: int = 256) -> None:
         for k, w in enumerate(words):
@@ -218,7 +188,7 @@ async def reset_mid_stream(dut):
     await ReadOnly()
     assert dut.o__valid.value == 0
     await RisingEdge(dut.clk)
-    tb._make_ports()
+    tb.make_ports()
     tb.monitor.start()
     words, labels = tb.converted(20)
     await tb.send_all(words, labels)

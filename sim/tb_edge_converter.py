@@ -10,9 +10,9 @@ import os
 import random
 
 import cocotb
-from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
+from cocotb.triggers import ClockCycles
 
-from sim.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
+from sim.cocotb_stream import StreamTB, reset
 from sim.edge import edge_to_fp32, is_tie, named_edge_cases, random_vectors
 
 PRESET = os.environ.get("TESSERA_PRESET", "default")
@@ -26,36 +26,13 @@ def _config():
 CONFIG, LATENCY = _config()
 
 
-class TB:
+class TB(StreamTB):
     """Driver, monitor, golden model and scoreboard of one EdgeConverter."""
 
     def __init__(self, dut, *, seed: int, idle_prob: float = 0.0, stall_prob: float = 0.0):
-        self.dut = dut
+        super().__init__(dut, seed=seed, idle_prob=idle_prob, stall_prob=stall_prob)
         self.rng = random.Random(seed)
-        self.driver = StreamDriver(dut, "i", idle_prob=idle_prob, rng=random.Random(seed + 1))
-        self.monitor = StreamMonitor(dut, "o", stall_prob=stall_prob,
-                                     rng=random.Random(seed + 2))
         self.expected: list[tuple[int, int, int]] = []    # (value, exp, fp32 bits)
-        self.cycle = 0
-        self.accepts: list[int] = []
-        self.outputs: list[int] = []
-
-    async def start(self):
-        start_clock(self.dut)
-        await reset(self.dut)
-        self.monitor.start()
-        cocotb.start_soon(self._watch())
-
-    async def _watch(self):
-        d = self.dut
-        while True:
-            await ReadOnly()
-            if d.i__valid.value == 1 and d.i__ready.value == 1:
-                self.accepts.append(self.cycle)
-            if d.o__valid.value == 1 and d.o__ready.value == 1:
-                self.outputs.append(self.cycle)
-            await RisingEdge(d.clk)
-            self.cycle += 1
 
     @staticmethod
     def pack(value: int, exp: int) -> int:

@@ -16,10 +16,10 @@ import random
 import time
 
 import cocotb
-from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
+from cocotb.triggers import ClockCycles
 
 from sim import fmac as g
-from sim.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
+from sim.cocotb_stream import StreamTB, reset
 
 BLOCK = os.environ.get("TESSERA_BLOCK", "fmac")
 PRESET = os.environ.get("TESSERA_PRESET", "default")
@@ -44,40 +44,15 @@ SAT_CYCLES = _SAT_N * g.product_cycles(8, 8, LANES) if 8 in WIDTHS else 0
 SAT_FEASIBLE = 8 in WIDTHS and SAT_CYCLES <= 20_000
 
 
-class TB:
+class TB(StreamTB):
     """Driver, monitor, golden model and scoreboard of one FMAC DUT."""
 
     def __init__(self, dut, *, seed: int, idle_prob: float = 0.0, stall_prob: float = 0.0):
-        self.dut = dut
+        super().__init__(dut, seed=seed, idle_prob=idle_prob, stall_prob=stall_prob)
         self.rng = random.Random(seed)
         self.layout = PARAMS["i_layout"]
         self.latency = PARAMS["latency"]
-        self.driver = StreamDriver(dut, "i", idle_prob=idle_prob,
-                                   rng=random.Random(seed + 1))
-        self.monitor = StreamMonitor(dut, "o", stall_prob=stall_prob,
-                                     rng=random.Random(seed + 2))
         self.expected: list[tuple[int, bool]] = []
-        self.cycle = 0
-        self.accepts: list[int] = []      # cycle of every i transfer
-        self.outputs: list[int] = []      # cycle of every o transfer
-        self._tasks = []
-
-    async def start(self):
-        start_clock(self.dut)
-        await reset(self.dut)
-        self.monitor.start()
-        self._tasks.append(cocotb.start_soon(self._watch()))
-
-    async def _watch(self):
-        d = self.dut
-        while True:
-            await ReadOnly()
-            if d.i__valid.value == 1 and d.i__ready.value == 1:
-                self.accepts.append(self.cycle)
-            if d.o__valid.value == 1 and d.o__ready.value == 1:
-                self.outputs.append(self.cycle)
-            await RisingEdge(d.clk)
-            self.cycle += 1
 
     # ---- packing ---------------------------------------------------------------------------
     def pack(self, elem, last: bool) -> int:

@@ -5,10 +5,13 @@ with optional random idle cycles and backpressure from a seeded :class:`random.R
 """
 from __future__ import annotations
 
+import random
+from types import SimpleNamespace
+
 from amaranth.lib import data
 from amaranth.sim import Simulator
 
-__all__ = ["stream_put", "stream_get", "run_sim"]
+__all__ = ["stream_put", "stream_get", "run_sim", "stream_through", "assert_payloads"]
 
 
 def _raw(value):
@@ -50,3 +53,34 @@ def run_sim(dut, *testbenches, processes=(), vcd: str | None = None, deadline=No
             sim.run_until(deadline) if deadline else sim.run()
     else:
         sim.run_until(deadline) if deadline else sim.run()
+
+
+def stream_through(dut, payloads, *, idle_prob: float = 0.0, stall_prob: float = 0.0,
+                   seed: int = 0) -> list[int]:
+    """Stream ``payloads`` (ints) through a unit's ``i`` -> ``o`` with random idle cycles and
+    backpressure; return the ``o`` payloads as ints, in order."""
+    rng = random.Random(seed)
+    outputs = []
+    i, o = (SimpleNamespace(valid=st.valid, ready=st.ready, payload=_raw(st.payload))
+            for st in (dut.i, dut.o))
+
+    async def producer(ctx):
+        for p in payloads:
+            await stream_put(ctx, i, p, rng=rng, idle_prob=idle_prob)
+
+    async def consumer(ctx):
+        for _ in payloads:
+            outputs.append(int(await stream_get(ctx, o, rng=rng, stall_prob=stall_prob)))
+
+    run_sim(dut, producer, consumer)
+    return outputs
+
+
+def assert_payloads(model, inputs, outputs) -> None:
+    """Every output equals ``model.expected_payloads(inputs)``; names the first mismatches
+    with ``model.describe``."""
+    expected = model.expected_payloads(inputs)
+    assert len(outputs) == len(inputs), f"{len(outputs)} results for {len(inputs)} inputs"
+    bad = [k for k, (g, e) in enumerate(zip(outputs, expected)) if g != e]
+    assert not bad, "\n".join(f"{model.describe(inputs[k])}: got {outputs[k]:#010x}, expected "
+                              f"{expected[k]:#010x}" for k in bad[:10])

@@ -7,9 +7,7 @@ stage splits that do not divide the quotient width; the exp table; invalid confi
 """
 import dataclasses
 import gc
-import random
 import warnings
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -22,7 +20,7 @@ from hdl.fp32.divsqrt_config import (DIV_QUOTIENT_BITS, SQRT_ROOT_BITS, FP32DivS
 from hdl.fp32.exp import FP32Exp
 from hdl.fp32.sqrt import FP32Sqrt
 from hdl.registry import get_block
-from sim.amaranth_tb import stream_get, stream_put
+from sim.amaranth_tb import assert_payloads, stream_through
 from sim.fp32 import SPECIALS_SMALL, random_fp32
 from sim.fp32_exp import model_for, random_operands, special_operands
 
@@ -30,40 +28,11 @@ UNITS = {"fp32_div": FP32Div, "fp32_sqrt": FP32Sqrt, "fp32_exp": FP32Exp}
 SEEDS = {"fp32_div": 101, "fp32_sqrt": 202, "fp32_exp": 303}
 
 
-def raw(st):
-    """A stream interface whose payload is the raw bit vector (payloads are ints here)."""
-    return SimpleNamespace(valid=st.valid, ready=st.ready, payload=st.payload.as_value())
-
-
-def simulate(dut, payloads, *, idle_prob=0.0, stall_prob=0.0, seed=0):
-    """Stream ``payloads`` through ``dut`` (random idle/backpressure); return the results."""
-    rng = random.Random(seed)
-    outputs = []
-    i, o = raw(dut.i), raw(dut.o)
-
-    async def producer(ctx):
-        for p in payloads:
-            await stream_put(ctx, i, p, rng=rng, idle_prob=idle_prob)
-
-    async def consumer(ctx):
-        for _ in payloads:
-            outputs.append(int(await stream_get(ctx, o, rng=rng, stall_prob=stall_prob)))
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(producer)
-    sim.add_testbench(consumer)
-    sim.run()
-    return outputs
+simulate = stream_through
 
 
 def check(block, cfg, inputs, outputs):
-    model = model_for(block, cfg)
-    expected = model.expected_payloads(inputs)
-    bad = [i for i, (g, e) in enumerate(zip(outputs, expected)) if g != e]
-    assert len(outputs) == len(inputs)
-    assert not bad, "\n".join(f"{model.describe(inputs[i])}: got {outputs[i]:#010x}, expected "
-                              f"{expected[i]:#010x}" for i in bad[:10])
+    assert_payloads(model_for(block, cfg), inputs, outputs)
 
 
 @pytest.mark.parametrize("preset", ["tiny", "default"])

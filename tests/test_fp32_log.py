@@ -9,10 +9,8 @@ numpy, invalid configs.
 """
 import dataclasses
 import gc
-import random
 import warnings
 from decimal import Decimal, localcontext
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -22,7 +20,7 @@ from amaranth.sim import Simulator
 from hdl.fp32.log import FP32Log, log_register_widths
 from hdl.fp32.log_config import LOG_LATENCY, FP32LogConfig, log_constants
 from hdl.registry import get_block
-from sim.amaranth_tb import stream_get, stream_put
+from sim.amaranth_tb import assert_payloads, stream_through
 from sim.fp32 import SPECIALS_SMALL, random_fp32
 from sim.fp32_log import FP32Log as Model
 from sim.fp32_log import (LOG_SPECIALS, log_ulp_error, measure_log_accuracy, random_operands,
@@ -31,38 +29,11 @@ from sim.fp32_log import (LOG_SPECIALS, log_ulp_error, measure_log_accuracy, ran
 F32 = np.float32
 
 
-def raw(st):
-    return SimpleNamespace(valid=st.valid, ready=st.ready, payload=st.payload.as_value())
-
-
-def simulate(dut, payloads, *, idle_prob=0.0, stall_prob=0.0, seed=0):
-    rng = random.Random(seed)
-    outputs = []
-    i, o = raw(dut.i), raw(dut.o)
-
-    async def producer(ctx):
-        for p in payloads:
-            await stream_put(ctx, i, p, rng=rng, idle_prob=idle_prob)
-
-    async def consumer(ctx):
-        for _ in payloads:
-            outputs.append(int(await stream_get(ctx, o, rng=rng, stall_prob=stall_prob)))
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(producer)
-    sim.add_testbench(consumer)
-    sim.run()
-    return outputs
+simulate = stream_through
 
 
 def check(cfg, inputs, outputs):
-    model = Model(cfg)
-    expected = model.expected_payloads(inputs)
-    assert len(outputs) == len(inputs)
-    bad = [k for k, (g, e) in enumerate(zip(outputs, expected)) if g != e]
-    assert not bad, "\n".join(f"{model.describe(inputs[k])}: got {outputs[k]:#010x}, expected "
-                              f"{expected[k]:#010x}" for k in bad[:10])
+    assert_payloads(Model(cfg), inputs, outputs)
 
 
 @pytest.mark.parametrize("preset", ["tiny", "default"])

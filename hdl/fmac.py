@@ -172,8 +172,6 @@ class FMACCore(wiring.Component):
         lanes = cfg.lanes
         max_pairs = maxc * maxc
         idx_w = max(1, (maxc - 1).bit_length())
-        pw = max_pairs.bit_length()
-        pshape = range(max_pairs + 2 * lanes + 1)
         prod_shape = signed(2 * mm + 1)
 
         def chunks_of(width, name):
@@ -187,18 +185,19 @@ class FMACCore(wiring.Component):
                 m.d.comb += n.eq(half)
             return n
 
-        def pair_of(p, nb, name):
-            """(i, j) = (p // nb, p % nb) for p < maxc*nb, as a table; (0, 0) elsewhere."""
-            i = Signal(idx_w, name=f"{name}_i")
-            j = Signal(idx_w, name=f"{name}_j")
-            with m.Switch(Cat(p[:pw], nb)):
+        def advance(j, nb, name):
+            """Pair ``p = i*nb + j`` plus ``lanes``: ``(di, j')`` with ``p + lanes =
+            (i + di)*nb + j'``, as a table of ``(j, nb)`` (no adder on ``p``)."""
+            di = Signal(range(lanes + 1), name=f"{name}_di")
+            jn = Signal(idx_w, name=f"{name}_j")
+            with m.Switch(Cat(j, nb)):
                 for nbv in range(1, maxc + 1):
-                    for pp in range(maxc * nbv):
-                        with m.Case(pp | (nbv << pw)):
-                            m.d.comb += [i.eq(pp // nbv), j.eq(pp % nbv)]
+                    for jv in range(nbv):
+                        with m.Case(jv | (nbv << idx_w)):
+                            m.d.comb += [di.eq((jv + lanes) // nbv), jn.eq((jv + lanes) % nbv)]
                 with m.Default():
-                    m.d.comb += [i.eq(0), j.eq(0)]
-            return i, j
+                    m.d.comb += [di.eq(0), jn.eq(0)]
+            return di, jn
 
         def chunk(mag, k):
             return mag.word_select(k, 2) if maxc > 1 else mag[:2]
@@ -213,11 +212,15 @@ class FMACCore(wiring.Component):
         r_npairs = Signal(range(max_pairs + 1), name="r_npairs", init=1)
         r_accum = Signal(name="r_accum")
         r_last = Signal(name="r_last")
-        base = Signal(pshape, name="pair_base")       # first pair of this step
+        left = Signal(range(max_pairs + 1), name="pairs_left")   # npairs - this step's 1st pair
         psum = Signal(prod_shape, name="psum")
         lane_ca = [Signal(2, name=f"lane_{k}_ca") for k in range(lanes)]
         lane_cb = [Signal(2, name=f"lane_{k}_cb") for k in range(lanes)]
         lane_sh = [Signal(range(2 * maxc - 1), name=f"lane_{k}_ij") for k in range(lanes)]
+        # each lane's current pair (i, j) = (p // nb, p % nb); a lane past the last pair is
+        # disabled and its (i, j) are don't-cares
+        lane_i = [Signal(idx_w, name=f"lane_{k}_i") for k in range(lanes)]
+        lane_j = [Signal(idx_w, name=f"lane_{k}_j") for k in range(lanes)]
         lane_en = [Signal(name=f"lane_{k}_en") for k in range(lanes)]
 
         go = Signal(name="go")
@@ -263,17 +266,19 @@ class FMACCore(wiring.Component):
             m.d.sync += done_accum.eq(r_accum)
 
         # ---- next step's lane selection (registered) -----------------------------------------
+        # Every lane steps its own (i, j) by ``lanes`` pairs through a small table and counts
+        # the pairs left, so the path to the lane registers has no adder on a pair index.
         with m.If(busy & ~last):
-            nxt = Signal(pshape, name="next_base")
-            m.d.comb += nxt.eq(base + lanes)
-            m.d.sync += [psum.eq(step_sum), base.eq(nxt),
-                         last.eq(nxt + lanes >= r_npairs)]
+            left_next = Signal(range(max_pairs + 1), name="pairs_left_next")
+            m.d.comb += left_next.eq(left - lanes)       # > 0: this step was not the last
+            m.d.sync += [psum.eq(step_sum), left.eq(left_next), last.eq(left_next <= lanes)]
             for k in range(lanes):
-                p = Signal(pshape, name=f"lane_{k}_next_pair")
-                m.d.comb += p.eq(nxt + k)
-                i, j = pair_of(p, r_nb, f"lane_{k}_next")
-                m.d.sync += [lane_ca[k].eq(chunk(r_amag, i)), lane_cb[k].eq(chunk(r_bmag, j)),
-                             lane_sh[k].eq(i + j), lane_en[k].eq(p < r_npairs)]
+                di, jn = advance(lane_j[k], r_nb, f"lane_{k}_next")
+                i_n = Signal(idx_w, name=f"lane_{k}_next_i")
+                m.d.comb += i_n.eq(lane_i[k] + di)   # wraps only in a disabled lane
+                m.d.sync += [lane_i[k].eq(i_n), lane_j[k].eq(jn),
+                             lane_ca[k].eq(chunk(r_amag, i_n)), lane_cb[k].eq(chunk(r_bmag, jn)),
+                             lane_sh[k].eq(i_n + jn), lane_en[k].eq(left_next > k)]
 
         # ---- start: capture operands and the first step's lanes -----------------------------
         in_na = chunks_of(self.width_a, "in_na")
@@ -294,7 +299,7 @@ class FMACCore(wiring.Component):
                 m.d.comb += [in_npairs.eq(1), in_last.eq(1), in_en.eq(1)]
         with m.If(go):
             m.d.sync += [
-                busy.eq(1), last.eq(in_last), base.eq(0), psum.eq(0),
+                busy.eq(1), last.eq(in_last), left.eq(in_npairs), psum.eq(0),
                 r_amag.eq(self.a_mag), r_bmag.eq(self.b_mag),
                 r_neg.eq(self.a_sign ^ self.b_sign),
                 r_nb.eq(in_nb), r_npairs.eq(in_npairs),
@@ -312,7 +317,8 @@ class FMACCore(wiring.Component):
                             m.d.comb += [i.eq(min(k // nbv, maxc - 1)), j.eq(k % nbv)]
                     with m.Default():
                         m.d.comb += [i.eq(0), j.eq(0)]
-                m.d.sync += [lane_ca[k].eq(chunk(self.a_mag, i)),
+                m.d.sync += [lane_i[k].eq(i), lane_j[k].eq(j),
+                             lane_ca[k].eq(chunk(self.a_mag, i)),
                              lane_cb[k].eq(chunk(self.b_mag, j)),
                              lane_sh[k].eq(i + j), lane_en[k].eq(in_en[k])]
 

@@ -76,7 +76,9 @@ class SystolicArray(wiring.Component):
     the only wire that spans the array, and nothing combinational precedes it (this is what
     lets the S = 8 array close timing). Without backpressure a beat accepted in cycle ``t``
     leaves on ``out`` in cycle ``t + (2*S + 1)*B + 3 + FMACCore.LATENCY`` (:meth:`latency`).
-    ``inp.ready`` depends only on state and the (pass-constant) widths.
+    ``inp.ready`` depends only on state and the (pass-constant) widths. ``mode`` and the widths
+    reach row ``k`` of PEs through ``k + 1`` registers; after they change, ``inp`` is not ready
+    for ``S + 1`` cycles (change them only while the array is idle, ``busy = 0``).
 
     Stationary weights: two banks per PE. ``wload`` writes one row of a bank per cycle (the
     write lands one cycle after the transfer, before any beat accepted after the transfer can
@@ -140,14 +142,34 @@ class SystolicArray(wiring.Component):
         opl = op_layout(cfg)
         psl = psum_layout(cfg)
 
+        # Pass settings reach the PEs through a register chain down the rows (row k sees them
+        # k + 1 cycles after a change), so no input fans out to all S*S PEs in one cycle; the
+        # registers are distinct, so synthesis cannot merge them back into one. After a change
+        # ``inp`` is not ready for S + 1 cycles, so every row holds the new settings before the
+        # first beat starts (they change only while the array is idle).
+        setl = data.StructLayout({"mode": 2, "width_a": width_shape(cfg),
+                                  "width_b": width_shape(cfg)})
+        settings = Signal(setl, name="settings")
+        m.d.comb += [settings.mode.eq(self.mode), settings.width_a.eq(self.width_a),
+                     settings.width_b.eq(self.width_b)]
+        row_set = [Signal(setl, name=f"row_{k}_settings") for k in range(S)]
+        m.d.sync += [row_set[k].eq(row_set[k - 1] if k else settings) for k in range(S)]
+        changed = Signal(name="settings_changed")
+        settle = Signal(range(S + 1), name="settings_settle")
+        m.d.comb += changed.eq(settings.as_value() != row_set[0].as_value())
+        with m.If(changed):
+            m.d.sync += settle.eq(S)
+        with m.Elif(settle != 0):
+            m.d.sync += settle.eq(settle - 1)
+
         pes = [[None] * S for _ in range(S)]
         for k in range(S):
             for n in range(S):
                 pe = PE(config=cfg, name=f"pe_{k}_{n}")
                 m.submodules[f"pe_{k}_{n}"] = pe
                 pes[k][n] = pe
-                m.d.comb += [pe.mode.eq(self.mode), pe.width_a.eq(self.width_a),
-                             pe.width_b.eq(self.width_b)]
+                m.d.comb += [pe.mode.eq(row_set[k].mode), pe.width_a.eq(row_set[k].width_a),
+                             pe.width_b.eq(row_set[k].width_b)]
         self.pes = pes           # for simulation-time introspection in tests
 
         depth = self.out_depth
@@ -192,7 +214,7 @@ class SystolicArray(wiring.Component):
         hold_valid = Signal(name="inp_hold_valid")
         m.d.comb += [
             ready_next.eq(Mux(start, beat_m1 == 0, ~beat_busy | (beat_wait <= 1))),
-            self.inp.ready.eq(ready_next & room),
+            self.inp.ready.eq(ready_next & room & (settle == 0) & ~changed),
             accept.eq(self.inp.valid & self.inp.ready),
             self.beat.eq(start),
         ]

@@ -77,8 +77,9 @@ class SystolicArray(wiring.Component):
     lets the S = 8 array close timing). Without backpressure a beat accepted in cycle ``t``
     leaves on ``out`` in cycle ``t + (2*S + 1)*B + 3 + FMACCore.LATENCY`` (:meth:`latency`).
     ``inp.ready`` depends only on state and the (pass-constant) widths. ``mode`` and the widths
-    reach row ``k`` of PEs through ``k + 1`` registers; after they change, ``inp`` is not ready
-    for ``S + 1`` cycles (change them only while the array is idle, ``busy = 0``).
+    reach row ``k`` of PEs through ``k + 1`` registers; after they change, no beat starts for
+    ``S + 1`` cycles (a beat accepted in the cycle of the change waits; change them only while
+    the array is idle, ``busy = 0``).
 
     Stationary weights: two banks per PE. ``wload`` writes one row of a bank per cycle (the
     write lands one cycle after the transfer, before any beat accepted after the transfer can
@@ -156,11 +157,16 @@ class SystolicArray(wiring.Component):
         m.d.sync += [row_set[k].eq(row_set[k - 1] if k else settings) for k in range(S)]
         changed = Signal(name="settings_changed")
         settle = Signal(range(S + 1), name="settings_settle")
+        # quiet: a register, 1 when the settings have not changed for S + 1 cycles; beats start
+        # only while quiet (a beat accepted in the very cycle of a change waits in ``hold``), so
+        # the comparison never sits in front of ``start`` or ``inp.ready``
+        quiet = Signal(name="settings_quiet")
         m.d.comb += changed.eq(settings.as_value() != row_set[0].as_value())
         with m.If(changed):
             m.d.sync += settle.eq(S)
         with m.Elif(settle != 0):
             m.d.sync += settle.eq(settle - 1)
+        m.d.sync += quiet.eq(~changed & (settle <= 1))
 
         pes = [[None] * S for _ in range(S)]
         for k in range(S):
@@ -207,21 +213,26 @@ class SystolicArray(wiring.Component):
         beat_done = Signal(name="beat_done")                # every core's ``done``
         m.d.comb += cores_ready.eq(~beat_busy | (beat_wait == 0))
         self.beat_timer = (cores_ready, beat_done)          # for tests (lockstep check)
-        start = Signal(name="start")               # a register: a beat starts this cycle
+        start_q = Signal(name="start_q")           # a register: a beat may start this cycle
+        start = Signal(name="start")               # ... and does (settings quiet)
         accept = Signal(name="accept")
         push = Signal(name="push")
-        hold = Signal(beat_layout(cfg), name="inp_hold")      # the beat that starts now
-        hold_valid = Signal(name="inp_hold_valid")
+        hold = Signal(beat_layout(cfg), name="inp_hold")      # the accepted beat
+        hold_valid = Signal(name="inp_hold_valid")            # ... not started yet
+        waiting = Signal(name="inp_hold_waiting")             # ... and not starting now
         m.d.comb += [
+            start.eq(start_q & quiet),
+            waiting.eq(hold_valid & ~start),
             ready_next.eq(Mux(start, beat_m1 == 0, ~beat_busy | (beat_wait <= 1))),
-            self.inp.ready.eq(ready_next & room & (settle == 0) & ~changed),
+            self.inp.ready.eq(ready_next & room & quiet & ~waiting),
             accept.eq(self.inp.valid & self.inp.ready),
             self.beat.eq(start),
         ]
-        m.d.sync += [
-            hold.eq(self.inp.payload), hold_valid.eq(accept),
-            start.eq(ready_next & (accept | (inflight != 0))),
-        ]
+        with m.If(accept):
+            m.d.sync += [hold.eq(self.inp.payload), hold_valid.eq(1)]
+        with m.Elif(start):
+            m.d.sync += hold_valid.eq(0)
+        m.d.sync += start_q.eq(ready_next & (accept | waiting | (inflight != 0)))
         with m.If(start):
             m.d.sync += [beat_busy.eq(1), beat_wait.eq(beat_m1)]
         with m.Elif(beat_busy):

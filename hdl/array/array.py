@@ -157,16 +157,19 @@ class SystolicArray(wiring.Component):
         m.d.sync += [row_set[k].eq(row_set[k - 1] if k else settings) for k in range(S)]
         changed = Signal(name="settings_changed")
         settle = Signal(range(S + 1), name="settings_settle")
-        # quiet: a register, 1 when the settings have not changed for S + 1 cycles; beats start
-        # only while quiet (a beat accepted in the very cycle of a change waits in ``hold``), so
-        # the comparison never sits in front of ``start`` or ``inp.ready``
+        # quiet: 1 when the settings have not changed for S + 1 cycles (a register; ``quiet_d``
+        # is its next value). ``inp.ready`` uses the register, and ``start`` (a register too)
+        # is only set for a cycle that will be quiet, so a beat accepted in the very cycle of a
+        # change waits in ``hold`` until every row has the new settings.
         quiet = Signal(name="settings_quiet")
-        m.d.comb += changed.eq(settings.as_value() != row_set[0].as_value())
+        quiet_d = Signal(name="settings_quiet_next")
+        m.d.comb += [changed.eq(settings.as_value() != row_set[0].as_value()),
+                     quiet_d.eq(~changed & (settle <= 1))]
         with m.If(changed):
             m.d.sync += settle.eq(S)
         with m.Elif(settle != 0):
             m.d.sync += settle.eq(settle - 1)
-        m.d.sync += quiet.eq(~changed & (settle <= 1))
+        m.d.sync += quiet.eq(quiet_d)
 
         pes = [[None] * S for _ in range(S)]
         for k in range(S):
@@ -213,15 +216,13 @@ class SystolicArray(wiring.Component):
         beat_done = Signal(name="beat_done")                # every core's ``done``
         m.d.comb += cores_ready.eq(~beat_busy | (beat_wait == 0))
         self.beat_timer = (cores_ready, beat_done)          # for tests (lockstep check)
-        start_q = Signal(name="start_q")           # a register: a beat may start this cycle
-        start = Signal(name="start")               # ... and does (settings quiet)
+        start = Signal(name="start")               # a register: a beat starts this cycle
         accept = Signal(name="accept")
         push = Signal(name="push")
         hold = Signal(beat_layout(cfg), name="inp_hold")      # the accepted beat
         hold_valid = Signal(name="inp_hold_valid")            # ... not started yet
         waiting = Signal(name="inp_hold_waiting")             # ... and not starting now
         m.d.comb += [
-            start.eq(start_q & quiet),
             waiting.eq(hold_valid & ~start),
             ready_next.eq(Mux(start, beat_m1 == 0, ~beat_busy | (beat_wait <= 1))),
             self.inp.ready.eq(ready_next & room & quiet & ~waiting),
@@ -232,7 +233,7 @@ class SystolicArray(wiring.Component):
             m.d.sync += [hold.eq(self.inp.payload), hold_valid.eq(1)]
         with m.Elif(start):
             m.d.sync += hold_valid.eq(0)
-        m.d.sync += start_q.eq(ready_next & (accept | waiting | (inflight != 0)))
+        m.d.sync += start.eq(ready_next & quiet_d & (accept | waiting | (inflight != 0)))
         with m.If(start):
             m.d.sync += [beat_busy.eq(1), beat_wait.eq(beat_m1)]
         with m.Elif(beat_busy):

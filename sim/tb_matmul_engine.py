@@ -49,7 +49,8 @@ def RSP_FIELDS(cfg: ArrayConfig) -> dict:  # noqa: N802
 
 
 def COUNTER_FIELDS() -> dict:  # noqa: N802
-    return _fields([("macs", 48), ("beats", 32), ("cycles", 32), ("stalls", 32)])
+    return _fields([("macs", 48), ("beats", 32), ("cycles", 32), ("stalls", 32),
+                    ("interval", 32)])
 
 
 def pack(fields: dict, **values) -> int:
@@ -148,38 +149,84 @@ class TB:
         status, res = self.model.run(cmd)
         t0 = time.perf_counter()
         send = self.command if self.mon.stall_prob else self.command_quiet
-        r = await send(op=OP_START, mode=cmd.mode, M=cmd.M, K=cmd.K, N=cmd.N,
-                               width_a=cmd.width_a, width_b=cmd.width_b, rounding=cmd.rounding,
-                               accumulate=int(cmd.accumulate), base_a=cmd.base_a,
-                               base_b=cmd.base_b, base_c=cmd.base_c)
+        r = await send(**start_fields(cmd))
         self.last_wall = time.perf_counter() - t0     # wall time of the pass alone
-        assert r["status"] == status, f"{cmd}: status {r['status']}, expected {status}"
         if status != G.OK:
+            assert r["status"] == status, f"{cmd}: status {r['status']}, expected {status}"
             return r, None
         cnt = self.counters()
+        self.check_pass(cmd, status, res, r, cnt)
+        assert cnt["interval"] == cnt["cycles"], cnt          # nothing overlapped it
+        if check:
+            await self.check_output(cmd)
+        return r, cnt
+
+    def check_pass(self, cmd, status, res, r, cnt):
+        """Status, flags and counters of one START's response against the model."""
+        assert r["op"] == OP_START, r
+        assert r["status"] == status, f"{cmd}: status {r['status']}, expected {status}"
+        if status != G.OK:
+            return
         S = self.cfg.size
         assert cnt["macs"] == cmd.M * cmd.K * cmd.N, cnt
         assert cnt["beats"] == G.pass_beats(cmd.mode, cmd.M, cmd.K, cmd.N, S), (cmd, cnt)
         B = self.cfg.beat_cycles(cmd.width_a, cmd.width_b)
         assert cnt["stalls"] == cnt["cycles"] - cnt["beats"] * B, cnt
-        assert (r["invalid"], r["overflow"]) == (int(res.invalid), int(res.overflow)), r
-        if check:
-            mem, base, rows, cols = {FWD: ("c", cmd.base_c, cmd.M, cmd.N),
-                                     BWD_DATA: ("a", cmd.base_a, cmd.M, cmd.K),
-                                     BWD_WEIGHT: ("b", cmd.base_b, cmd.K, cmd.N)}[cmd.mode]
-            n = G.lines_of(rows, cols, S)
-            got = await self.read_region(mem, base, n)
-            want = self.model.mem[mem][base:base + n]
-            if not (got == want).all():
-                bad = np.argwhere(got != want)[:4]
-                raise AssertionError(f"{cmd}: output mismatch at lines/lanes {bad.tolist()}: "
-                                     f"got {got[tuple(bad[0])]:#x}, want {want[tuple(bad[0])]:#x}")
-        return r, cnt
+        assert cnt["interval"] <= cnt["cycles"], cnt
+        assert (r["invalid"], r["overflow"]) == (int(res.invalid), int(res.overflow)), (cmd, r)
+
+    async def check_output(self, cmd):
+        """The pass's output region on the DUT equals the model's (now)."""
+        S = self.cfg.size
+        mem, base, rows, cols = {FWD: ("c", cmd.base_c, cmd.M, cmd.N),
+                                 BWD_DATA: ("a", cmd.base_a, cmd.M, cmd.K),
+                                 BWD_WEIGHT: ("b", cmd.base_b, cmd.K, cmd.N)}[cmd.mode]
+        n = G.lines_of(rows, cols, S)
+        got = await self.read_region(mem, base, n)
+        want = self.model.mem[mem][base:base + n]
+        if not (got == want).all():
+            bad = np.argwhere(got != want)[:4]
+            raise AssertionError(f"{cmd}: output mismatch at lines/lanes {bad.tolist()}: "
+                                 f"got {got[tuple(bad[0])]:#x}, want {want[tuple(bad[0])]:#x}")
+
+    async def run_stream(self, cmds):
+        """Send the STARTs ``cmds`` back to back (the engine takes one while a pass runs and
+        overlaps it when the settings match) while collecting the responses with the counters
+        of each; every response is checked against the model run one pass after the other.
+        Returns the counters per pass."""
+        dut = self.dut
+        expected = [self.model.run(cmd) for cmd in cmds]
+        sender = cocotb.start_soon(self.drv.send_all(
+            [pack(self.cmd_f, **start_fields(cmd)) for cmd in cmds]))
+        self.mon.stop()
+        rng, stall = self.mon.rng, self.mon.stall_prob
+        got = []
+        t0 = time.perf_counter()
+        while len(got) < len(cmds):
+            dut.rsp__ready.value = int(not (stall and rng.random() < stall))
+            await ReadOnly()
+            if dut.rsp__valid.value == 1 and dut.rsp__ready.value == 1:
+                got.append((unpack(self.rsp_f, dut.rsp__payload.value.to_unsigned()),
+                            self.counters()))
+            await RisingEdge(dut.clk)
+        self.last_wall = time.perf_counter() - t0
+        dut.rsp__ready.value = 0
+        await sender
+        self.mon.start()
+        for cmd, (status, res), (r, cnt) in zip(cmds, expected, got):
+            self.check_pass(cmd, status, res, r, cnt)
+        return [cnt for _, cnt in got]
 
     async def check_all_memories(self):
         for k in ("a", "b", "c"):
             got = await self.read_region(k, 0, self.cfg.mem_depth)
             assert (got == self.model.mem[k]).all(), f"scratchpad {k} differs from the model"
+
+
+def start_fields(cmd: G.MatmulCommand) -> dict:
+    return dict(op=OP_START, mode=cmd.mode, M=cmd.M, K=cmd.K, N=cmd.N, width_a=cmd.width_a,
+                width_b=cmd.width_b, rounding=cmd.rounding, accumulate=int(cmd.accumulate),
+                base_a=cmd.base_a, base_b=cmd.base_b, base_c=cmd.base_c)
 
 
 def random_command(rng, cfg, mode=None, max_dim=None):
@@ -236,6 +283,37 @@ async def random_passes(dut):
         cmd = random_command(rng, tb.cfg)
         dut._log.info(f"pass {i}: {cmd}")
         await tb.run(cmd)
+    await tb.check_all_memories()
+
+
+@cocotb.test()
+async def back_to_back_passes(dut):
+    """Random STARTs sent without waiting for responses, in runs that share mode, widths and
+    rounding (those overlap the previous pass) and runs that change them (those wait); random
+    shapes, addresses and accumulate, so later passes read and accumulate into lines earlier
+    ones are still writing. Every response, flag and counter checked; every scratchpad
+    compared at the end; backpressure on the responses."""
+    tb = TB(dut, seed=8, stall=0.3)
+    await tb.start()
+    rng = np.random.default_rng(int(os.environ.get("TB_SEED", "8")))
+    await tb.load_all(rng)
+    cmds = []
+    for _ in range(int(os.environ.get("TB_RUNS", "6"))):
+        first = random_command(rng, tb.cfg, max_dim=2 * tb.cfg.size)
+        cmds.append(first)
+        for _ in range(int(rng.integers(1, 4))):
+            nxt = random_command(rng, tb.cfg, mode=first.mode, max_dim=2 * tb.cfg.size)
+            cmds.append(G.MatmulCommand(first.mode, nxt.M, nxt.K, nxt.N, first.width_a,
+                                        first.width_b, first.rounding, nxt.accumulate,
+                                        nxt.base_a, nxt.base_b, nxt.base_c))
+    counters = await tb.run_stream(cmds)
+    overlapped = [i for i, c in enumerate(counters) if c["interval"] < c["cycles"]]
+    same = [i for i in range(1, len(cmds))
+            if (cmds[i].mode, cmds[i].width_a, cmds[i].width_b, cmds[i].rounding)
+            == (cmds[i - 1].mode, cmds[i - 1].width_a, cmds[i - 1].width_b,
+                cmds[i - 1].rounding)]
+    dut._log.info(f"{len(cmds)} passes, overlapped: {overlapped}")
+    assert overlapped == same, (overlapped, same)
     await tb.check_all_memories()
 
 

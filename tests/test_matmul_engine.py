@@ -17,6 +17,7 @@ from sim.bfp import ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE
 from sim.tb_matmul_engine import CMD_FIELDS, RSP_FIELDS, COUNTER_FIELDS
 
 MEMS = {"a": MEM_A, "b": MEM_B, "c": MEM_C}
+COUNTERS = ("macs", "beats", "cycles", "stalls", "interval")
 
 
 def _line(words) -> int:
@@ -44,6 +45,28 @@ class Host:
         ctx.set(dut.rsp.ready, 0)
         return payload
 
+    async def queue(self, commands):
+        """Send ``commands`` (dicts of fields) back to back while collecting responses (random
+        idle cycles on ``cmd``, random backpressure on ``rsp``); returns, per response, the
+        payload and the counters sampled at its transfer."""
+        ctx, dut, rng = self.ctx, self.dut, self.rng
+        todo, got = list(commands), []
+        while len(got) < len(commands):
+            send = bool(todo) and not (self.idle and rng.random() < self.idle)
+            if send:
+                ctx.set(dut.cmd.payload, todo[0])
+            ctx.set(dut.cmd.valid, send)
+            ctx.set(dut.rsp.ready, not (self.stall and rng.random() < self.stall))
+            *_, c_rdy, r_val, r_rdy, r_pay, cnt = await ctx.tick().sample(
+                dut.cmd.ready, dut.rsp.valid, dut.rsp.ready, dut.rsp.payload, dut.counters)
+            if send and c_rdy:
+                todo.pop(0)
+            if r_val and r_rdy:
+                got.append((r_pay, {f: int(getattr(cnt, f)) for f in COUNTERS}))
+        ctx.set(dut.cmd.valid, 0)
+        ctx.set(dut.rsp.ready, 0)
+        return got
+
     async def write_lines(self, mem, lines: np.ndarray, base=0):
         for i, words in enumerate(lines):
             r = await self.command(op=OP_WRITE, mem=MEMS[mem], addr=base + i, data=_line(words))
@@ -59,10 +82,13 @@ class Host:
         return np.array(out, np.uint32)
 
     async def start(self, cmd: G.MatmulCommand):
-        return await self.command(
-            op=OP_START, mode=cmd.mode, M=cmd.M, K=cmd.K, N=cmd.N, width_a=cmd.width_a,
-            width_b=cmd.width_b, rounding=cmd.rounding, accumulate=int(cmd.accumulate),
-            base_a=cmd.base_a, base_b=cmd.base_b, base_c=cmd.base_c)
+        return await self.command(**start_fields(cmd))
+
+
+def start_fields(cmd: G.MatmulCommand) -> dict:
+    return dict(op=OP_START, mode=cmd.mode, M=cmd.M, K=cmd.K, N=cmd.N, width_a=cmd.width_a,
+                width_b=cmd.width_b, rounding=cmd.rounding, accumulate=int(cmd.accumulate),
+                base_a=cmd.base_a, base_b=cmd.base_b, base_c=cmd.base_c)
 
 
 def _rand(rng, shape):
@@ -108,8 +134,7 @@ def passes_scenario(cfg, cmds, seed, *, idle=0.0, stall=0.0):
         for cmd in cmds:
             r = await host.start(cmd)
             got.append((int(r.status), int(r.invalid), int(r.overflow),
-                        {f: int(getattr(ctx.get(dut.counters), f)) for f in
-                         ("macs", "beats", "cycles", "stalls")}))
+                        {f: int(getattr(ctx.get(dut.counters), f)) for f in COUNTERS}))
         mems = {k: await host.read_lines(k, cfg.mem_depth) for k in init}
         return got, mems
 
@@ -121,6 +146,7 @@ def passes_scenario(cfg, cmds, seed, *, idle=0.0, stall=0.0):
             assert counters["beats"] == G.pass_beats(cmd.mode, cmd.M, cmd.K, cmd.N, cfg.size)
             B = cfg.beat_cycles(cmd.width_a, cmd.width_b)
             assert counters["stalls"] == counters["cycles"] - counters["beats"] * B
+            assert counters["interval"] == counters["cycles"]     # one pass at a time
             assert (inv, ovf) == (int(res.invalid), int(res.overflow))
     for k in mems:
         np.testing.assert_array_equal(mems[k], model.mem[k], err_msg=f"scratchpad {k}")
@@ -146,6 +172,82 @@ def test_engine_modes_s4(mode):
         G.MatmulCommand(mode, 2, 9, 4, 2, 4, ROUND_STOCHASTIC, True, 4, 0, 24),
     ]
     passes_scenario(cfg, cmds, seed=10 + mode, idle=0.2, stall=0.3)
+
+
+def test_back_to_back_passes():
+    """Commands sent without waiting for responses. STARTs with the running pass's settings
+    overlap it (``interval < cycles``, proving the overlap), including one that accumulates
+    into lines the previous pass is still writing; a START with other widths, a WRITE and an
+    invalid START wait until the engine is idle. Every response in order, flags attributed
+    to the right pass (NaN/Inf planted in one pass's operands), memories bit-exact with the
+    model run one command after the other; random idle cycles and backpressure."""
+    S = 4
+    cfg = ArrayConfig(size=S, mem_depth=64, dim_bits=6)
+    model = G.MatmulEngineModel(cfg)
+    rng = np.random.default_rng(21)
+    for k in model.mem:
+        model.mem[k][:] = _rand(rng, (cfg.mem_depth, S)).view(np.uint32)
+    model.mem["a"][40, 1] = np.float32(np.nan).view(np.uint32)    # read by passes 3 and 10
+    model.mem["a"][41, 2] = np.float32(np.inf).view(np.uint32)
+    init = {k: v.copy() for k, v in model.mem.items()}
+    C = G.MatmulCommand
+    rn, sr, tr = ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE
+    new_line = _rand(rng, S).view(np.uint32)
+    items = [
+        C(FWD, 5, 6, 7, 4, 2, rn, False, 0, 0, 0),
+        C(FWD, 8, 4, 4, 4, 2, rn, True, 20, 10, 4),      # accumulates into pass 1's lines
+        C(FWD, 3, 7, 2, 4, 2, rn, False, 40, 16, 30),    # NaN/Inf in its X rows
+        C(FWD, 4, 4, 5, 4, 2, rn, False, 0, 20, 40),     # clean again
+        C(FWD, 4, 5, 5, 8, 8, rn, False, 0, 20, 0),      # other widths: waits for idle
+        ("write", 10, new_line),                          # waits; the next pass reads it
+        C(FWD, 6, 4, 3, 8, 8, rn, True, 8, 30, 50),
+        C(FWD, 2, 2, 2, 3, 8, rn, False, 0, 0, 0),       # invalid width: answered in order
+        C(BWD_WEIGHT, 6, 5, 7, 2, 4, sr, False, 0, 0, 0),
+        C(BWD_WEIGHT, 9, 3, 2, 2, 4, sr, True, 40, 8, 12),   # other strides; NaN in X
+        C(BWD_WEIGHT, 5, 6, 5, 2, 4, sr, True, 0, 2, 30),
+        C(BWD_DATA, 7, 5, 6, 6, 2, tr, False, 0, 0, 0),
+        C(BWD_DATA, 5, 3, 9, 6, 2, tr, True, 2, 20, 30),
+    ]
+    commands, expected = [], []
+    for it in items:
+        if isinstance(it, tuple):
+            model.mem["a"][it[1]] = it[2]
+            commands.append(dict(op=OP_WRITE, mem=MEM_A, addr=it[1], data=_line(it[2])))
+            expected.append((G.OK, None, None))
+        else:
+            status, res = model.run(it)
+            commands.append(start_fields(it))
+            expected.append((status, res, it))
+
+    async def body(dut, ctx):
+        host = Host(dut, ctx, random.Random(3), idle=0.1, stall=0.3)
+        for k, v in init.items():
+            await host.write_lines(k, v)
+        got = await host.queue(commands)
+        mems = {k: await host.read_lines(k, cfg.mem_depth) for k in init}
+        return got, mems
+
+    got, mems = run_engine(cfg, body)
+    overlapped = []
+    for i, ((r, cnt), (status, res, cmd)) in enumerate(zip(got, expected)):
+        assert int(r.op) == commands[i]["op"], i
+        assert int(r.status) == status, (i, cmd)
+        if res is None:
+            continue
+        assert (int(r.invalid), int(r.overflow)) == (int(res.invalid), int(res.overflow)), i
+        assert cnt["macs"] == cmd.M * cmd.K * cmd.N, i
+        assert cnt["beats"] == G.pass_beats(cmd.mode, cmd.M, cmd.K, cmd.N, S), i
+        B = cfg.beat_cycles(cmd.width_a, cmd.width_b)
+        assert cnt["stalls"] == cnt["cycles"] - cnt["beats"] * B, i
+        assert cnt["interval"] <= cnt["cycles"], i
+        if cnt["interval"] < cnt["cycles"]:
+            overlapped.append(i)
+    assert [bool(expected[i][1].invalid) for i in (2, 9)] == [True, True]
+    assert not expected[3][1].invalid and not expected[8][1].invalid
+    # every START with its predecessor's settings overlapped it; the others did not
+    assert overlapped == [1, 2, 3, 9, 10, 12], overlapped
+    for k in mems:
+        np.testing.assert_array_equal(mems[k], model.mem[k], err_msg=f"scratchpad {k}")
 
 
 def test_invalid_commands_rejected_memory_untouched():

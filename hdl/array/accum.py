@@ -45,6 +45,9 @@ class OutputAccumulator(wiring.Component):
         Write port (one enable per 32-bit lane).
     busy : Out(1)
         Lines in flight.
+    retire : Out(1)
+        A line leaves the accumulator this cycle (written back, or dropped when its ``write``
+        flag is clear): one strobe per accepted line, in order.
     hazard : Out(1)
         A valid input waits for an in-flight line (for the stall counter).
     """
@@ -60,7 +63,7 @@ class OutputAccumulator(wiring.Component):
             "rd_data": In(config.size * 32),
             "wr_addr": Out(range(config.mem_depth)), "wr_en": Out(config.size),
             "wr_data": Out(config.size * 32),
-            "busy": Out(1), "hazard": Out(1),
+            "busy": Out(1), "retire": Out(1), "hazard": Out(1),
         })
 
     @property
@@ -153,6 +156,7 @@ class OutputAccumulator(wiring.Component):
             meta2.r_en.eq(done),
             self.wr_addr.eq(m2.addr),
             self.wr_en.eq(Mux(done & m2.write, m2.mask, 0)),
+            self.retire.eq(done),
         ]
         with m.If(done):
             for j in range(D):

@@ -53,9 +53,12 @@ def rsp_layout(config: ArrayConfig) -> data.StructLayout:
 
 def counters_layout() -> data.StructLayout:
     """Counters of the last pass: ``macs`` (useful, ``M*K*N``), ``beats`` (valid array beats,
-    batch-tile padding included), ``cycles`` (START accepted to response valid), ``stalls``
-    (``cycles - beats * beat_cycles``: cycles in which the array did no valid beat)."""
-    return data.StructLayout({"macs": 48, "beats": 32, "cycles": 32, "stalls": 32})
+    batch-tile padding included), ``cycles`` (pass launch to response valid: its latency),
+    ``stalls`` (``cycles - beats * beat_cycles``), ``interval`` (cycles from the later of the
+    pass's launch and the previous pass's response to this response: what the pass adds to a
+    sequence of back-to-back passes; equal to ``cycles`` for a pass that did not overlap)."""
+    return data.StructLayout({"macs": 48, "beats": 32, "cycles": 32, "stalls": 32,
+                              "interval": 32})
 
 
 class _Loops:
@@ -118,7 +121,16 @@ class MatmulEngine(wiring.Component):
     with its ``status``; an invalid command - mode, shape, width, rounding or an address range
     outside its scratchpad - is answered at once with an error status and touches nothing),
     ``STATUS`` (no-op, answers ``OK``). A bad ``mem``/``addr`` on ``WRITE``/``READ`` answers
-    ``STATUS_ERR_ADDR`` and writes nothing. ``cmd`` is not ready during a pass.
+    ``STATUS_ERR_ADDR`` and writes nothing.
+
+    Back-to-back passes: while a pass runs, ``cmd`` takes one more command into a pending
+    register. A pending ``START`` that passes validation and has the running pass's ``mode``,
+    widths and rounding starts as soon as the running pass has issued all its scratchpad reads,
+    so its reads, quantization and first weight tile overlap the running pass's last beats and
+    drain (the two passes then share the pipeline in order; a pass reads two scratchpads and
+    writes the third, so passes of one mode never read what the other writes, and the
+    accumulator's address check orders updates of the same output line). Any other pending
+    command runs when the engine is idle. Responses stay one per command, in order.
 
     Members
     -------
@@ -166,7 +178,7 @@ class MatmulEngine(wiring.Component):
 
         # ---- blocks -------------------------------------------------------------------------
         side0 = data.StructLayout({"addr": range(depth), "mask": S, "first": 1, "last": 1,
-                                   "rows": range(S + 1)})
+                                   "rows": range(S + 1), "stride": db})
         q0 = m.submodules.quant0 = LineQuantizer(config=cfg, index=0, side_bits=side0.size)
         q1 = m.submodules.quant1 = LineQuantizer(config=cfg, index=1, side_bits=1)
         aligner = m.submodules.aligner = TileAligner(config=cfg, side_bits=1)
@@ -183,7 +195,12 @@ class MatmulEngine(wiring.Component):
                                             depth=4 * S + self.DESC_DEPTH_EXTRA)
 
         # ---- pass registers -----------------------------------------------------------------
-        c = self.cmd.payload
+        # One command can wait in ``pend`` while a pass runs; ``c`` is the command under
+        # consideration: the pending one if there is one, else the one on ``cmd``.
+        pend = Signal(cmd_layout(cfg), name="pend")
+        pend_valid = Signal(name="pend_valid")
+        c = Signal(cmd_layout(cfg), name="cur_cmd")
+        m.d.comb += c.eq(Mux(pend_valid, pend.as_value(), self.cmd.payload.as_value()))
         mode = Signal(2, name="mode")
         dM, dK, dN = (Signal(db, name=n) for n in ("dim_m", "dim_k", "dim_n"))
         wa = Signal(width_shape(cfg), name="width_a")
@@ -193,7 +210,6 @@ class MatmulEngine(wiring.Component):
         base_a, base_b, base_c = (Signal(ab, name=n) for n in ("base_a", "base_b", "base_c"))
         lda, ldb = Signal(db, name="ld_a"), Signal(db, name="ld_bc")   # lines per row
         MT, KT, NT = (Signal(db, name=n) for n in ("tiles_m", "tiles_k", "tiles_n"))
-        total_beats = Signal(32, name="total_beats")
         beat_cyc = Signal(range(mm * mm // 4 + 1), name="beat_cycles")
         shift = Signal(range(2 * mm), name="exp_shift")
 
@@ -237,17 +253,56 @@ class MatmulEngine(wiring.Component):
         read_mem = Signal(2, name="host_read_mem")
         finish = Signal(name="finish")
         m.d.comb += self.busy.eq(running)
-        start = Signal(name="start")
-        m.d.comb += self.cmd.ready.eq(~running & ~rsp_valid & ~read_wait)
+        start = Signal(name="start")          # a pass starts on an idle engine
+        ov_start = Signal(name="ov_start")    # a pass starts under the running pass's tail
+        launch = Signal(name="launch")
+        m.d.comb += launch.eq(start | ov_start)
+        # While a pass runs, one command is taken into ``pend``; on an idle engine a command is
+        # executed at once (the pending one first).
+        m.d.comb += self.cmd.ready.eq(~pend_valid & ~read_wait & (running | ~rsp_valid))
+        take = Signal(name="cmd_take")
         host_go = Signal(name="host_go")
-        m.d.comb += host_go.eq(self.cmd.valid & self.cmd.ready)
+        m.d.comb += [
+            take.eq(self.cmd.valid & self.cmd.ready),
+            host_go.eq((take & ~running) | (pend_valid & ~running & ~rsp_valid & ~read_wait)),
+        ]
+        with m.If(take & running):
+            m.d.sync += [pend.eq(self.cmd.payload), pend_valid.eq(1)]
+        with m.If((host_go | ov_start) & pend_valid):
+            m.d.sync += pend_valid.eq(0)
         addr_ok = Signal(name="host_addr_ok")
         m.d.comb += addr_ok.eq((c.mem <= 2) & (c.addr < depth))
+        cmd_total = Signal(32, name="cmd_total_beats")
+        m.d.comb += cmd_total.eq(Mux(c.mode == BWD_WEIGHT,
+                                     (cdiv(c.M) * cdiv(c.K) * cdiv(c.N)) << lg,
+                                     cdiv(c.K) * cdiv(c.N) * c.M))
 
-        flags_inv = Signal(name="pass_invalid")
-        flags_ovf = Signal(name="pass_overflow")
-        cycles = Signal(32, name="cycles")
-        beats = Signal(32, name="beats")
+        # Pass slots: ``a`` = the oldest pass (the next response), ``b`` = a pass started under
+        # a's tail. Beats and retired lines are counted from the idle start on; a pass ends at
+        # a cumulative beat count (``end``): issued beats below a's end belong to a, the rest
+        # to b, and a is complete when that many lines have left the accumulator.
+        slot_f = {"end": 32, "beats": 32, "macs": 48, "cycles": 32, "inv": 1, "ovf": 1}
+        sa = {k: Signal(w, name=f"pass_a_{k}") for k, w in slot_f.items()}
+        sb = {k: Signal(w, name=f"pass_b_{k}") for k, w in slot_f.items()}
+        b_valid = Signal(name="pass_b_valid")
+        interval = Signal(32, name="interval")
+        beats_iss = Signal(32, name="beats_issued")
+        lines_ret = Signal(32, name="lines_retired")
+        beat_inv = Signal(name="beat_invalid")      # flags of the beat issued this cycle
+        beat_ovf = Signal(name="beat_overflow")
+        issue = Signal(name="issue")
+        to_a = Signal(name="issue_to_a")
+        m.d.comb += to_a.eq(beats_iss < sa["end"])
+        b_inv = Signal(name="pass_b_inv_next")
+        b_ovf = Signal(name="pass_b_ovf_next")
+        m.d.comb += [b_inv.eq(sb["inv"] | (issue & ~to_a & beat_inv)),
+                     b_ovf.eq(sb["ovf"] | (issue & ~to_a & beat_ovf))]
+        m.d.sync += [sb["inv"].eq(b_inv), sb["ovf"].eq(b_ovf)]
+        with m.If(issue):
+            m.d.sync += beats_iss.eq(beats_iss + 1)
+            with m.If(to_a):
+                m.d.sync += [sa["inv"].eq(sa["inv"] | beat_inv),
+                             sa["ovf"].eq(sa["ovf"] | beat_ovf)]
 
         host_rd = [Signal(name=f"host_rd_{j}") for j in range(3)]
         host_wr = [Signal(name=f"host_wr_{j}") for j in range(3)]
@@ -280,31 +335,52 @@ class MatmulEngine(wiring.Component):
                 for j in range(3):
                     with m.Case(j):
                         m.d.sync += rsp.data.eq(rports[j].data)
-        with m.If(start):
+        with m.If(launch):      # the generators' registers: the new pass's shape and addresses
             m.d.sync += [
-                running.eq(1), mode.eq(c.mode), dM.eq(c.M), dK.eq(c.K), dN.eq(c.N),
-                wa.eq(c.width_a), wbw.eq(c.width_b), rnd.eq(c.rounding),
-                accum.eq(c.accumulate), base_a.eq(c.base_a), base_b.eq(c.base_b),
-                base_c.eq(c.base_c),
+                dM.eq(c.M), dK.eq(c.K), dN.eq(c.N), accum.eq(c.accumulate),
+                base_a.eq(c.base_a), base_b.eq(c.base_b), base_c.eq(c.base_c),
                 lda.eq(cdiv(c.K)), ldb.eq(cdiv(c.N)),
                 MT.eq(cdiv(c.M)), KT.eq(cdiv(c.K)), NT.eq(cdiv(c.N)),
-                total_beats.eq(Mux(c.mode == BWD_WEIGHT,
-                                   (cdiv(c.M) * cdiv(c.K) * cdiv(c.N)) << lg,
-                                   cdiv(c.K) * cdiv(c.N) * c.M)),
+            ]
+        with m.If(start):       # idle engine: the datapath settings, counters and slot a
+            m.d.sync += [
+                running.eq(1), mode.eq(c.mode),
+                wa.eq(c.width_a), wbw.eq(c.width_b), rnd.eq(c.rounding),
                 beat_cyc.eq(((c.width_a >> 1) * (c.width_b >> 1) + (cfg.lanes - 1))
                             >> (cfg.lanes - 1).bit_length()),
                 shift.eq(c.width_a + c.width_b - 2),
-                self.counters.macs.eq(c.M * c.K * c.N),
-                cycles.eq(0), beats.eq(0), flags_inv.eq(0), flags_ovf.eq(0),
+                sa["end"].eq(cmd_total), sa["beats"].eq(cmd_total),
+                sa["macs"].eq(c.M * c.K * c.N), sa["cycles"].eq(0),
+                sa["inv"].eq(0), sa["ovf"].eq(0),
+                interval.eq(0), beats_iss.eq(0), lines_ret.eq(0), b_valid.eq(0),
             ]
-        with m.If(finish):
-            m.d.sync += [running.eq(0), rsp_valid.eq(1), rsp.status.eq(STATUS_OK),
-                         rsp.invalid.eq(flags_inv), rsp.overflow.eq(flags_ovf),
-                         self.counters.cycles.eq(cycles + 1),
-                         self.counters.beats.eq(beats),
-                         self.counters.stalls.eq(cycles + 1 - beats * beat_cyc)]
+        with m.If(ov_start):    # same settings: only slot b
+            m.d.sync += [
+                b_valid.eq(1), sb["end"].eq(sa["end"] + cmd_total), sb["beats"].eq(cmd_total),
+                sb["macs"].eq(c.M * c.K * c.N), sb["cycles"].eq(0),
+                sb["inv"].eq(0), sb["ovf"].eq(0),
+            ]
+        with m.If(acc.retire):
+            m.d.sync += lines_ret.eq(lines_ret + 1)
+        m.d.comb += finish.eq(running & (lines_ret >= sa["end"]) & ~rsp_valid)
         with m.If(running):
-            m.d.sync += cycles.eq(cycles + 1)
+            m.d.sync += [sa["cycles"].eq(sa["cycles"] + 1), interval.eq(interval + 1),
+                         sb["cycles"].eq(sb["cycles"] + 1)]
+        with m.If(finish):
+            m.d.sync += [rsp_valid.eq(1), rsp.op.eq(OP_START), rsp.status.eq(STATUS_OK),
+                         rsp.data.eq(0), rsp.invalid.eq(sa["inv"]), rsp.overflow.eq(sa["ovf"]),
+                         self.counters.macs.eq(sa["macs"]),
+                         self.counters.cycles.eq(sa["cycles"] + 1),
+                         self.counters.interval.eq(interval + 1),
+                         self.counters.beats.eq(sa["beats"]),
+                         self.counters.stalls.eq(sa["cycles"] + 1 - sa["beats"] * beat_cyc)]
+            with m.If(b_valid):     # b becomes the oldest pass
+                m.d.sync += [b_valid.eq(0), interval.eq(0),
+                             sa["end"].eq(sb["end"]), sa["beats"].eq(sb["beats"]),
+                             sa["macs"].eq(sb["macs"]), sa["cycles"].eq(sb["cycles"] + 1),
+                             sa["inv"].eq(b_inv), sa["ovf"].eq(b_ovf)]
+            with m.Else():
+                m.d.sync += running.eq(0)
 
         # ---- static settings of the datapath ------------------------------------------------
         is_fwd, is_bwd, is_bww = (Signal(name=n) for n in ("is_fwd", "is_bwd_data", "is_bww"))
@@ -363,7 +439,7 @@ class MatmulEngine(wiring.Component):
                     r0.mask.eq(kmask0),
                     s0.addr.eq(base_b + ((g0_kt << lg) * ldb) + g0_nt), s0.mask.eq(nmask0),
                     s0.first.eq((g0.c[0] == 0) & ~accum), s0.last.eq(1),
-                    s0.rows.eq(Mux(krem0 > S, S, krem0)),
+                    s0.rows.eq(Mux(krem0 > S, S, krem0)), s0.stride.eq(ldb),
                 ]
         m.d.comb += [r0.side.eq(s0), q0.req.valid.eq(running & ~g0.done)]
         with m.If(q0.req.valid & q0.req.ready):
@@ -395,13 +471,26 @@ class MatmulEngine(wiring.Component):
         m.d.comb += [r1.mask.eq(nmask1), r1.side.eq(0), q1.req.valid.eq(running & ~g1.done)]
         with m.If(q1.req.valid & q1.req.ready):
             g1.step()
-        with m.If(start):
+        with m.If(launch):
             m.d.sync += g0.restart() + g1.restart()
+        # a pending START overlaps the running pass when the datapath settings are the same
+        # (mode, widths, rounding: nothing in flight sees a change) and the running pass has
+        # issued all its reads; the new pass then reads only memories the running one does
+        # not write (a mode reads two scratchpads and writes the third)
+        same = Signal(name="pend_same_settings")
+        m.d.comb += [
+            same.eq((c.mode == mode) & (c.width_a == wa) & (c.width_b == wbw)
+                    & (c.rounding == rnd)),
+            ov_start.eq(pend_valid & running & (c.op == OP_START) & (status == STATUS_OK)
+                        & same & g0.done & g1.done & ~b_valid & ~finish),
+        ]
 
         # ---- weight tiles into the array (FWD/BWD_DATA) -----------------------------------------
         tiles_loaded = Signal(32, name="tiles_loaded")
         tiles_issued = Signal(32, name="tiles_issued")
         tile_exp = [Signal(signed(cfg.exp_bits), name=f"tile_exp_{b}") for b in range(2)]
+        tile_inv = [Signal(name=f"tile_invalid_{b}") for b in range(2)]
+        tile_ovf = [Signal(name=f"tile_overflow_{b}") for b in range(2)]
         m.d.comb += [
             aligner.i.payload.eq(q1.o.payload),
             aligner.i.valid.eq(q1.o.valid & ~is_bww),
@@ -412,11 +501,16 @@ class MatmulEngine(wiring.Component):
         with m.If(arr.wload.valid & arr.wload.ready):
             with m.If(aligner.o.payload.last):
                 m.d.sync += tiles_loaded.eq(tiles_loaded + 1)
-                for b in range(2):
-                    with m.If(aligner.o.payload.wl.bank == b):
-                        m.d.sync += tile_exp[b].eq(aligner.o.payload.exp)
-            m.d.sync += [flags_inv.eq(flags_inv | aligner.o.payload.invalid),
-                         flags_ovf.eq(flags_ovf | aligner.o.payload.overflow)]
+            # the tile's flags travel with its bank and reach the pass with its beats
+            ao = aligner.o.payload
+            for b in range(2):
+                with m.If(ao.wl.bank == b):
+                    m.d.sync += tile_exp[b].eq(ao.exp)
+                    with m.If(ao.wl.row == 0):
+                        m.d.sync += [tile_inv[b].eq(ao.invalid), tile_ovf[b].eq(ao.overflow)]
+                    with m.Else():
+                        m.d.sync += [tile_inv[b].eq(tile_inv[b] | ao.invalid),
+                                     tile_ovf[b].eq(tile_ovf[b] | ao.overflow)]
 
         # ---- beat assembly + descriptors ---------------------------------------------------------
         inp = arr.inp.payload
@@ -434,6 +528,9 @@ class MatmulEngine(wiring.Component):
                 for b in range(2)]
         xside = [Signal(side0, name=f"xblk_{b}_side") for b in range(2)]
         xfull = [Signal(name=f"xblk_{b}_full") for b in range(2)]
+        # flags of the groups in each block (reach the pass with the block's beats)
+        xflag = [Signal(2, name=f"xblk_{b}_flags") for b in range(2)]
+        dflag = [Signal(2, name=f"dblk_{b}_flags") for b in range(2)]
         dfull = [Signal(name=f"dblk_{b}_full") for b in range(2)]
         xcnt = Signal(range(S), name="xblk_count")
         dcnt = Signal(range(S), name="dblk_count")
@@ -442,7 +539,6 @@ class MatmulEngine(wiring.Component):
         ebank = Signal(name="emit_bank")
         emit = Signal(range(S), name="bww_beat")
         issue_v = Signal(name="issue_valid")
-        issue = Signal(name="issue")
         m.d.comb += issue.eq(arr.inp.valid & arr.inp.ready)
         tile_ok = Signal(name="tile_loaded")
         m.d.comb += tile_ok.eq(tiles_issued < tiles_loaded)
@@ -466,9 +562,11 @@ class MatmulEngine(wiring.Component):
                     inp.h[j].eq(Mux(is_fwd, o0.group.elems[j].as_value(), 0)),
                     inp.v[j].eq(Mux(is_bwd, o0.group.elems[j].as_value(), 0)),
                 ]
+            m.d.comb += [
+                beat_inv.eq(o0.invalid | Mux(bank, tile_inv[1], tile_inv[0])),
+                beat_ovf.eq(o0.overflow | Mux(bank, tile_ovf[1], tile_ovf[0])),
+            ]
             with m.If(issue):
-                m.d.sync += [flags_inv.eq(flags_inv | o0.invalid),
-                             flags_ovf.eq(flags_ovf | o0.overflow)]
                 with m.If(s0o.last):
                     m.d.sync += tiles_issued.eq(tiles_issued + 1)
         with m.Else():
@@ -478,10 +576,11 @@ class MatmulEngine(wiring.Component):
             m.d.comb += [x_room.eq(~Mux(xbank, xfull[1], xfull[0])),
                          d_room.eq(~Mux(dbank, dfull[1], dfull[0])),
                          q0.o.ready.eq(x_room), q1.o.ready.eq(d_room)]
-            for blk_, exp_, full_, cnt_, bank_, src, room, side_ in (
-                    (xblk, xexp, xfull, xcnt, xbank, q0.o, x_room, xside),
-                    (dblk, dexp, dfull, dcnt, dbank, q1.o, d_room, None)):
+            for blk_, exp_, full_, cnt_, bank_, src, room, side_, flag_ in (
+                    (xblk, xexp, xfull, xcnt, xbank, q0.o, x_room, xside, xflag),
+                    (dblk, dexp, dfull, dcnt, dbank, q1.o, d_room, None, dflag)):
                 with m.If(src.valid & room):
+                    fl = Cat(src.payload.invalid, src.payload.overflow)
                     for b in range(2):
                         with m.If(bank_ == b):
                             for j in range(S):
@@ -490,14 +589,16 @@ class MatmulEngine(wiring.Component):
                                                  exp_[b][j].eq(src.payload.group.exp)]
                             if side_ is not None:
                                 m.d.sync += side_[b].eq(src.payload.side)
+                            with m.If(cnt_ == 0):
+                                m.d.sync += flag_[b].eq(fl)
+                            with m.Else():
+                                m.d.sync += flag_[b].eq(flag_[b] | fl)
                             with m.If(cnt_ == S - 1):
                                 m.d.sync += full_[b].eq(1)
                     with m.If(cnt_ == S - 1):
                         m.d.sync += [cnt_.eq(0), bank_.eq(~bank_)]
                     with m.Else():
                         m.d.sync += cnt_.eq(cnt_ + 1)
-                    m.d.sync += [flags_inv.eq(flags_inv | src.payload.invalid),
-                                 flags_ovf.eq(flags_ovf | src.payload.overflow)]
             cur_xexp = Signal(signed(cfg.exp_bits), name="cur_xexp")
             for j in range(S):
                 with m.If(emit == j):
@@ -507,8 +608,13 @@ class MatmulEngine(wiring.Component):
             m.d.comb += [
                 issue_v.eq(Mux(ebank, xfull[1] & dfull[1], xfull[0] & dfull[0]) & desc.w_rdy),
                 inp.bank.eq(0), inp.first.eq(emit == 0), inp.last.eq(emit == S - 1),
-                dsc.addr.eq(es.addr + emit * ldb), dsc.mask.eq(es.mask),
+                dsc.addr.eq(es.addr + emit * es.stride), dsc.mask.eq(es.mask),
                 dsc.first.eq(es.first), dsc.write.eq(emit < es.rows),
+            ]
+            bflag = Signal(2, name="emit_flags")
+            m.d.comb += [
+                bflag.eq(Mux(ebank, xflag[1] | dflag[1], xflag[0] | dflag[0])),
+                beat_inv.eq(bflag[0]), beat_ovf.eq(bflag[1]),
             ]
             for j in range(S):
                 xs = Signal(elem_l, name=f"emit_x_{j}")
@@ -530,8 +636,6 @@ class MatmulEngine(wiring.Component):
                     m.d.sync += emit.eq(emit + 1)
         m.d.comb += [arr.inp.valid.eq(issue_v & running),
                      desc.w_en.eq(issue), desc.w_data.eq(dsc)]
-        with m.If(issue):
-            m.d.sync += beats.eq(beats + 1)
         with m.If(start):
             m.d.sync += [tiles_loaded.eq(0), tiles_issued.eq(0), emit.eq(0), xcnt.eq(0),
                          dcnt.eq(0), xbank.eq(0), dbank.eq(0), ebank.eq(0)]
@@ -548,13 +652,6 @@ class MatmulEngine(wiring.Component):
             ai.value.eq(arr.out.payload.value), ai.exp.eq(dh.exp), ai.addr.eq(dh.addr),
             ai.mask.eq(dh.mask), ai.first.eq(dh.first), ai.write.eq(dh.write),
         ]
-        lines_done = Signal(32, name="lines_done")
-        with m.If(acc.i.valid & acc.i.ready):
-            m.d.sync += lines_done.eq(lines_done + 1)
-        with m.If(start):
-            m.d.sync += lines_done.eq(0)
-        m.d.comb += finish.eq(running & (lines_done == total_beats) & ~acc.busy & g0.done
-                              & g1.done)
 
         # ---- memory port muxes ----------------------------------------------------------------
         # read ports: A: q0 (FWD, BWD_WEIGHT) / accum (BWD_DATA); B: q1 (FWD, BWD_DATA) / accum

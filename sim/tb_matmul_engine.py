@@ -350,26 +350,40 @@ async def bwd_data_uses_fwd_weight_image(dut):
 
 @cocotb.test()
 async def reset_mid_operation(dut):
-    """Reset during a pass, then a correct run (memories reloaded; LFSRs restart)."""
+    """Reset during a pass (twice: once with one pass running, once with two overlapping
+    passes and a third command pending), each followed by correct runs (memories reloaded;
+    LFSRs restart)."""
     tb = TB(dut, seed=5)
     await tb.start()
     rng = np.random.default_rng(5)
     S = tb.cfg.size
-    await tb.load_all(rng)
-    cmd = G.MatmulCommand(FWD, 3 * S, 2 * S, 2 * S, 8, 8, ROUND_STOCHASTIC, True, 0, 0, 0)
-    await tb.drv.send(pack(tb.cmd_f, op=OP_START, mode=cmd.mode, M=cmd.M, K=cmd.K, N=cmd.N,
-                           width_a=8, width_b=8, rounding=cmd.rounding, accumulate=1))
-    await ClockCycles(dut.clk, 200)
-    assert dut.busy.value == 1
-    await reset(dut)
-    await RisingEdge(dut.clk)
-    assert dut.busy.value == 0
-    tb.mon.queue.clear()
-    tb.model.reset()
-    await tb.load_all(rng)
-    for mode in (FWD, BWD_DATA, BWD_WEIGHT):
-        await tb.run(G.MatmulCommand(mode, S + 2, S + 1, 2 * S, 4, 8, ROUND_STOCHASTIC, True))
-    await tb.check_all_memories()
+    for n_cmds, w in ((1, 8), (3, 2)):
+        await tb.load_all(rng)
+        cmd = G.MatmulCommand(FWD, 3 * S, 2 * S, 2 * S, w, w, ROUND_STOCHASTIC, True, 0, 0, 0)
+        sent0 = tb.drv.sent
+        sender = cocotb.start_soon(tb.drv.send_all([pack(tb.cmd_f, **start_fields(cmd))]
+                                                   * n_cmds))
+        if n_cmds == 1:
+            await ClockCycles(dut.clk, 200)
+        else:       # after the first response: the second pass runs, the third is taken
+            await tb.mon.wait_for(1)
+            await ClockCycles(dut.clk, 4)
+            assert tb.drv.sent == sent0 + 3          # all taken: one of them is pending
+        assert dut.busy.value == 1
+        sender.cancel()
+        tb.drv.valid.value = 0
+        await reset(dut)
+        await RisingEdge(dut.clk)
+        assert dut.busy.value == 0
+        tb.mon.queue.clear()
+        tb.model.reset()
+        await tb.load_all(rng)
+        for mode in (FWD, BWD_DATA, BWD_WEIGHT):
+            await tb.run(G.MatmulCommand(mode, S + 2, S + 1, 2 * S, 4, 8, ROUND_STOCHASTIC,
+                                         True))
+        await tb.run_stream([G.MatmulCommand(BWD_WEIGHT, 2 * S, S + 3, S, 2, 2, ROUND_STOCHASTIC,
+                                             True, 1, 2, 3)] * 3)
+        await tb.check_all_memories()
 
 
 @cocotb.test()

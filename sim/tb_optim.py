@@ -17,7 +17,7 @@ from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge
 
 from hdl.optim.config import Mem, Op, OptimConfig, Reg, unpack_status
 from sim.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
-from sim.optim import (SGD, Adam, AdamW, Clip, LossScale, Momentum, OptimEngineModel, f32_bits,
+from sim.optim import (SGD, Adam, AdamW, Clip, LossScale, Momentum, OptimEngineModel,
                        optimizer_registers, pack_cmd, reg_word)
 
 N_PARAMS = 1000

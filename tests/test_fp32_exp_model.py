@@ -11,7 +11,7 @@ import pytest
 from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
 from hdl.fp32.exp import exp_register_widths
 from sim.fp32 import bits_to_f32, f32_to_bits, random_fp32
-from sim.fp32_exp import (EXP_SPECIALS, QNAN, FP32Exp, exp_product_bounds, exp_ulp_error,
+from sim.fp32_exp import (QNAN, FP32Exp, exp_product_bounds, exp_ulp_error,
                           measure_exp_accuracy, random_operands, round_to_fp32_vec)
 from sim.fp32_round import round_to_fp32
 

@@ -10,7 +10,7 @@ from hdl.grad.config import GradConfig
 from hdl.grad.softmax import SoftmaxXent
 from hdl.grad.unit import GradUnit
 from sim.amaranth_tb import run_sim, stream_get, stream_put
-from sim.grad import (EW_OPS, EW_RELU_GRAD, bias_grad, canon, elementwise, f32_max,
+from sim.grad import (EW_OPS, bias_grad, canon, elementwise, f32_max,
                       row_sum, softmax_tolerance, softmax_xent, softmax_xent_f64, sum_squares,
                       xent_loss)
 from sim.optim import f32_bits, lane_sum

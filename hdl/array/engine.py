@@ -125,9 +125,10 @@ class MatmulEngine(wiring.Component):
 
     Back-to-back passes: while a pass runs, ``cmd`` takes one more command into a pending
     register. A pending ``START`` that passes validation and has the running pass's ``mode``,
-    widths and rounding starts as soon as the running pass has issued all its scratchpad reads,
-    so its reads, quantization and first weight tile overlap the running pass's last beats and
-    drain (the two passes then share the pipeline in order; a pass reads two scratchpads and
+    widths and rounding starts as soon as the running pass has issued its scratchpad reads
+    (its weight/dY generator once the running one's is done, its operand generator once that
+    one's is), so its reads, quantization and first weight tile overlap the running pass's last
+    beats and drain (the two passes then share the pipeline in order; a pass reads two scratchpads and
     writes the third, so passes of one mode never read what the other writes, and the
     accumulator's address check orders updates of the same output line). Any other pending
     command runs when the engine is idle. Responses stay one per command, in order.
@@ -255,8 +256,11 @@ class MatmulEngine(wiring.Component):
         m.d.comb += self.busy.eq(running)
         start = Signal(name="start")          # a pass starts on an idle engine
         ov_start = Signal(name="ov_start")    # a pass starts under the running pass's tail
+        ov_pre = Signal(name="ov_pre")        # ... its weight/dY generator a little earlier
+        g1_ahead = Signal(name="g1_ahead")    # the pending pass's generator 1 has started
         launch = Signal(name="launch")
-        m.d.comb += launch.eq(start | ov_start)
+        g1_launch = Signal(name="g1_launch")
+        m.d.comb += [launch.eq(start | ov_start), g1_launch.eq(start | ov_pre)]
         # While a pass runs, one command is taken into ``pend``; on an idle engine a command is
         # executed at once (the pending one first).
         m.d.comb += self.cmd.ready.eq(~pend_valid & ~read_wait & (running | ~rsp_valid))
@@ -354,6 +358,22 @@ class MatmulEngine(wiring.Component):
                 sa["inv"].eq(0), sa["ovf"].eq(0),
                 interval.eq(0), beats_iss.eq(0), lines_ret.eq(0), b_valid.eq(0),
             ]
+        # generator 1's own copy of the shape and addresses: it may start the next pass while
+        # generator 0 still works on the running one
+        g1_regs = {"MT": db, "KT": db, "NT": db, "dM": db, "dK": db, "dN": db, "base_b": ab,
+                   "base_c": ab, "ldb": db}
+        g1r = {k: Signal(w, name=f"g1_{k}") for k, w in g1_regs.items()}
+        with m.If(g1_launch):
+            m.d.sync += [
+                g1r["MT"].eq(cdiv(c.M)), g1r["KT"].eq(cdiv(c.K)), g1r["NT"].eq(cdiv(c.N)),
+                g1r["dM"].eq(c.M), g1r["dK"].eq(c.K), g1r["dN"].eq(c.N),
+                g1r["base_b"].eq(c.base_b), g1r["base_c"].eq(c.base_c),
+                g1r["ldb"].eq(cdiv(c.N)),
+            ]
+        with m.If(ov_pre):
+            m.d.sync += g1_ahead.eq(1)
+        with m.If(ov_start):
+            m.d.sync += g1_ahead.eq(0)
         with m.If(ov_start):    # same settings: only slot b
             m.d.sync += [
                 b_valid.eq(1), sb["end"].eq(sa["end"] + cmd_total), sb["beats"].eq(cmd_total),
@@ -362,7 +382,7 @@ class MatmulEngine(wiring.Component):
             ]
         with m.If(acc.retire):
             m.d.sync += lines_ret.eq(lines_ret + 1)
-        m.d.comb += finish.eq(running & (lines_ret >= sa["end"]) & ~rsp_valid)
+        m.d.comb += finish.eq(running & (lines_ret >= sa["end"]) & ~rsp_valid & ~g1_ahead)
         with m.If(running):
             m.d.sync += [sa["cycles"].eq(sa["cycles"] + 1), interval.eq(interval + 1),
                          sb["cycles"].eq(sb["cycles"] + 1)]
@@ -447,9 +467,9 @@ class MatmulEngine(wiring.Component):
 
         # ---- generator 1: weight-tile rows (FWD/BWD_DATA) or dY block rows (BWD_WEIGHT) -------
         g1 = _Loops(m, "g1", db + 1, [
-            Mux(is_bww, MT, 1),
-            Mux(is_bwd, NT, KT),
-            Mux(is_bwd, KT, NT),
+            Mux(is_bww, g1r["MT"], 1),
+            Mux(is_bwd, g1r["NT"], g1r["KT"]),
+            Mux(is_bwd, g1r["KT"], g1r["NT"]),
             S,
         ])
         g1_kt = Signal(db + 1, name="g1_kt")
@@ -462,17 +482,21 @@ class MatmulEngine(wiring.Component):
         ]
         r1 = q1.req.payload
         nrem1 = Signal(signed(db + 2), name="g1_nrem")
-        m.d.comb += nrem1.eq(dN - (g1_nt << lg))
+        m.d.comb += nrem1.eq(g1r["dN"] - (g1_nt << lg))
         nmask1 = lanes_below(nrem1, "g1_nmask")
         with m.If(is_bww):
-            m.d.comb += [r1.addr.eq(base_c + g1_row * ldb + g1_nt), r1.zero.eq(g1_row >= dM)]
+            m.d.comb += [r1.addr.eq(g1r["base_c"] + g1_row * g1r["ldb"] + g1_nt),
+                         r1.zero.eq(g1_row >= g1r["dM"])]
         with m.Else():
-            m.d.comb += [r1.addr.eq(base_b + g1_row * ldb + g1_nt), r1.zero.eq(g1_row >= dK)]
+            m.d.comb += [r1.addr.eq(g1r["base_b"] + g1_row * g1r["ldb"] + g1_nt),
+                         r1.zero.eq(g1_row >= g1r["dK"])]
         m.d.comb += [r1.mask.eq(nmask1), r1.side.eq(0), q1.req.valid.eq(running & ~g1.done)]
         with m.If(q1.req.valid & q1.req.ready):
             g1.step()
         with m.If(launch):
-            m.d.sync += g0.restart() + g1.restart()
+            m.d.sync += g0.restart()
+        with m.If(g1_launch):
+            m.d.sync += g1.restart()
         # a pending START overlaps the running pass when the datapath settings are the same
         # (mode, widths, rounding: nothing in flight sees a change) and the running pass has
         # issued all its reads; the new pass then reads only memories the running one does
@@ -481,8 +505,9 @@ class MatmulEngine(wiring.Component):
         m.d.comb += [
             same.eq((c.mode == mode) & (c.width_a == wa) & (c.width_b == wbw)
                     & (c.rounding == rnd)),
-            ov_start.eq(pend_valid & running & (c.op == OP_START) & (status == STATUS_OK)
-                        & same & g0.done & g1.done & ~b_valid & ~finish),
+            ov_pre.eq(pend_valid & running & (c.op == OP_START) & (status == STATUS_OK)
+                      & same & g1.done & ~b_valid & ~g1_ahead),
+            ov_start.eq(pend_valid & running & g1_ahead & g0.done & ~b_valid & ~finish),
         ]
 
         # ---- weight tiles into the array (FWD/BWD_DATA) -----------------------------------------

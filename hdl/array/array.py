@@ -72,12 +72,16 @@ class SystolicArray(wiring.Component):
     the output FIFO can reserve a slot (valid beats in flight + FIFO level, as registered one
     cycle earlier, ``< out_depth - 1``); a beat accepted in cycle ``t`` starts in cycle ``t + 1``
     from a register. The array also starts bubble beats while beats are in flight (they flush
-    the pipeline). ``start`` is thus a register: its fan-out to every PE and skew register is
-    the only wire that spans the array, and its D input is local control logic (this took the
-    S = 8 array from 55-67 MHz to 78-96 MHz on the ECP5; docs/array.md). Without backpressure a beat accepted in cycle ``t``
-    leaves on ``out`` in cycle ``t + (2*S + 1)*B + 3 + FMACCore.LATENCY`` (:meth:`latency`).
-    ``inp.ready`` depends only on state and the (pass-constant) widths. ``mode`` and the widths
-    reach row ``k`` of PEs through ``k + 1`` registers; after they change, no beat starts for
+    the pipeline). ``inp.ready`` is itself a register (its D input is the next cycle's value of
+    that condition, so the timing is exactly that of the combinational condition), and so is
+    ``start``: one copy for the control and one per PE row (the row's PEs and left skew
+    registers; row 0's also drives the top skew registers), kept apart in synthesis. No path
+    from ``start`` or the beat timer reaches the source in the same cycle, and each row's copy
+    drives only its row (with the per-PE settings copies below, this took the S = 8 array from
+    78-96 MHz to 102-111 MHz on the ECP5; docs/array.md). Without backpressure a beat
+    accepted in cycle ``t`` leaves on ``out`` in cycle
+    ``t + (2*S + 1)*B + 3 + FMACCore.LATENCY`` (:meth:`latency`). ``mode`` and the widths
+    reach PE row ``k`` through ``k + 2`` registers; after they change, no beat starts for
     ``S + 1`` cycles (a beat accepted in the cycle of the change waits; change them only while
     the array is idle, ``busy = 0``).
 
@@ -87,6 +91,11 @@ class SystolicArray(wiring.Component):
     to the moment PE(S-1, S-1) captured it). The source must not send beats tagged with a bank while it is
     still loading that bank (load a tile, then stream it; load the next tile into the other
     bank while the current one streams).
+
+    FPGA (ECP5-85F, ``make synth``, the array alone in the out-of-context harness): S = 8:
+    17,036 LUT4, 1,572 CCU2C, 13,257 FF, 80 TRELLIS_DPR16X4 (LUTRAM), 110.7 MHz after place and
+    route (102-111 MHz over four nextpnr seeds); S = 4: 4,357 LUT4, 420 CCU2C, 3,392 FF, 38
+    LUTRAM, 129.2 MHz.
 
     Members
     -------
@@ -143,19 +152,39 @@ class SystolicArray(wiring.Component):
         opl = op_layout(cfg)
         psl = psum_layout(cfg)
 
-        # Pass settings reach the PEs through a register chain down the rows (row k sees them
-        # k + 1 cycles after a change), so no input fans out to all S*S PEs in one cycle; the
-        # registers are distinct, so synthesis cannot merge them back into one. After a change
-        # ``inp`` is not ready for S + 1 cycles, so every row holds the new settings before the
-        # first beat starts (they change only while the array is idle).
+        # Pass settings reach the PEs through a register chain down the rows (``row_k_settings``
+        # holds them k + 1 cycles after a change) and one more register per PE, a copy of its
+        # row's (PE row k sees them k + 2 cycles after a change), so no input fans out to all
+        # S*S PEs in one cycle and the width decode inside every core is local instead of one
+        # decode shared by the whole row. After a change no beat starts for S + 1 cycles, so
+        # every PE holds the new settings by the first beat's start (they change only while the
+        # array is idle). Every one of these registers loads only when its input differs from
+        # its contents: the same values as a free-running register, but each register's enable
+        # depends on its own output, so synthesis merges neither the copies of a row nor the
+        # chain with a source's own shift register (the synthesis harness feeds the inputs from
+        # a scan chain).
         setl = data.StructLayout({"mode": 2, "width_a": width_shape(cfg),
                                   "width_b": width_shape(cfg)})
         settings = Signal(setl, name="settings")
         m.d.comb += [settings.mode.eq(self.mode), settings.width_a.eq(self.width_a),
                      settings.width_b.eq(self.width_b)]
+
+        def follow(reg, src, name):           # reg <= src, loading only when they differ
+            load = Signal(name=f"{name}_load")
+            m.d.comb += load.eq(src.as_value() != reg.as_value())
+            with m.If(load):
+                m.d.sync += reg.eq(src)
+            return load
+
         row_set = [Signal(setl, name=f"row_{k}_settings") for k in range(S)]
-        m.d.sync += [row_set[k].eq(row_set[k - 1] if k else settings) for k in range(S)]
-        changed = Signal(name="settings_changed")
+        pe_set = [[Signal(setl, name=f"pe_{k}_{n}_settings") for n in range(S)]
+                  for k in range(S)]
+        changed = follow(row_set[0], settings, "row_0_settings")
+        for k in range(S):
+            if k:
+                follow(row_set[k], row_set[k - 1], f"row_{k}_settings")
+            for n in range(S):
+                follow(pe_set[k][n], row_set[k], f"pe_{k}_{n}_settings")
         settle = Signal(range(S + 1), name="settings_settle")
         # quiet: 1 when the settings have not changed for S + 1 cycles (a register; ``quiet_d``
         # is its next value). ``inp.ready`` uses the register, and ``start`` (a register too)
@@ -163,8 +192,7 @@ class SystolicArray(wiring.Component):
         # change waits in ``hold`` until every row has the new settings.
         quiet = Signal(name="settings_quiet")
         quiet_d = Signal(name="settings_quiet_next")
-        m.d.comb += [changed.eq(settings.as_value() != row_set[0].as_value()),
-                     quiet_d.eq(~changed & (settle <= 1))]
+        m.d.comb += quiet_d.eq(~changed & (settle <= 1))
         with m.If(changed):
             m.d.sync += settle.eq(S)
         with m.Elif(settle != 0):
@@ -177,18 +205,23 @@ class SystolicArray(wiring.Component):
                 pe = PE(config=cfg, name=f"pe_{k}_{n}")
                 m.submodules[f"pe_{k}_{n}"] = pe
                 pes[k][n] = pe
-                m.d.comb += [pe.mode.eq(row_set[k].mode), pe.width_a.eq(row_set[k].width_a),
-                             pe.width_b.eq(row_set[k].width_b)]
+                m.d.comb += [pe.mode.eq(pe_set[k][n].mode),
+                             pe.width_a.eq(pe_set[k][n].width_a),
+                             pe.width_b.eq(pe_set[k][n].width_b)]
         self.pes = pes           # for simulation-time introspection in tests
 
         depth = self.out_depth
         fifo = m.submodules.out_fifo = SyncFIFO(width=array_out_layout(cfg).size, depth=depth)
         # valid beats accepted and not yet pushed into the FIFO: each holds a reserved slot
         inflight = Signal(range(depth + 1), name="inflight")
-        # registered one cycle early, so it keeps one spare slot: inflight + level grows by at
-        # most one per cycle
+        # inflight + FIFO level, counted directly (up on ``accept``, down when ``out`` transfers)
+        # so the room check is a compare of one register with a constant. The check enters
+        # ``inp_ready`` one cycle early (``room_next``), so it keeps one spare slot: inflight +
+        # level grows by at most one per cycle. ``room`` (the check as a register) is no longer
+        # read and synthesis drops it; it stays because the measured netlist (docs/array.md) was
+        # mapped with it (removing it moves the LUT4 count by about 1%, ABC noise).
         room = Signal(name="room")
-        m.d.sync += room.eq(inflight + fifo.level + 1 < depth)
+        used = Signal(range(depth + 1), name="slots_used")
         # The array's beat timer: a local copy of the lockstep cores' ``ready``/``done`` (every
         # PE starts together, so every core's equal these), one cycle ahead for ``ready``. The
         # control reads it instead of a far-away PE, and ``start`` can be a register.
@@ -216,24 +249,44 @@ class SystolicArray(wiring.Component):
         beat_done = Signal(name="beat_done")                # every core's ``done``
         m.d.comb += cores_ready.eq(~beat_busy | (beat_wait == 0))
         self.beat_timer = (cores_ready, beat_done)          # for tests (lockstep check)
+
+        # ``inp.ready`` is a register (``inp_ready``): its D input is the value the combinational
+        # ready (``cores_ready_next & room & quiet & ~waiting``) would have in the next cycle,
+        # computed from this cycle's next-state values, so the behaviour is cycle-identical to
+        # the combinational ready while nothing that ``start`` drives reaches the source in the
+        # same cycle (the source's ``valid`` only enters local control registers and counters).
         start = Signal(name="start")               # a register: a beat starts this cycle
+        start_d = Signal(name="start_next")
         accept = Signal(name="accept")
         push = Signal(name="push")
+        inp_ready = Signal(name="inp_ready")
         hold = Signal(beat_layout(cfg), name="inp_hold")      # the accepted beat
         hold_valid = Signal(name="inp_hold_valid")            # ... not started yet
         waiting = Signal(name="inp_hold_waiting")             # ... and not starting now
         m.d.comb += [
             waiting.eq(hold_valid & ~start),
             ready_next.eq(Mux(start, beat_m1 == 0, ~beat_busy | (beat_wait <= 1))),
-            self.inp.ready.eq(ready_next & room & quiet & ~waiting),
-            accept.eq(self.inp.valid & self.inp.ready),
+            self.inp.ready.eq(inp_ready),
+            accept.eq(self.inp.valid & inp_ready),
+            start_d.eq(ready_next & quiet_d & (accept | waiting | (inflight != 0))),
             self.beat.eq(start),
         ]
+        # next-cycle values of ``cores_ready_next``, the room check and ``waiting``
+        ready_next_n = Signal(name="cores_ready_next_next")
+        waiting_n = Signal(name="inp_hold_waiting_next")
+        room_d = Signal(name="room_next")
+        m.d.comb += [
+            ready_next_n.eq(Mux(start_d, beat_m1 == 0,
+                                Mux(start, beat_m1 <= 1, ~beat_busy | (beat_wait <= 2)))),
+            waiting_n.eq((accept | waiting) & ~start_d),
+            room_d.eq(used < depth - 1),
+        ]
+        m.d.sync += [room.eq(room_d), inp_ready.eq(ready_next_n & room_d & quiet_d & ~waiting_n)]
         with m.If(accept):
             m.d.sync += [hold.eq(self.inp.payload), hold_valid.eq(1)]
         with m.Elif(start):
             m.d.sync += hold_valid.eq(0)
-        m.d.sync += start.eq(ready_next & quiet_d & (accept | waiting | (inflight != 0)))
+        m.d.sync += start.eq(start_d)
         with m.If(start):
             m.d.sync += [beat_busy.eq(1), beat_wait.eq(beat_m1)]
         with m.Elif(beat_busy):
@@ -242,9 +295,18 @@ class SystolicArray(wiring.Component):
             with m.Else():
                 m.d.sync += beat_wait.eq(beat_wait - 1)
         m.d.sync += beat_done.eq(beat_busy & (beat_wait == 0))
-        for row in pes:
-            for pe in row:
-                m.d.comb += pe.start.eq(start)
+        # ``start`` drives the control above; each PE row (and its left skew registers; row 0
+        # also the top skew registers) has its own copy with the same value. Their D inputs
+        # differ only by a term that is 1 whenever ``start_d`` is (``quiet_d`` implies every
+        # row holds the current settings), so synthesis keeps them apart instead of merging
+        # them back into one register with a fan-out across the array.
+        start_row = [Signal(name=f"start_row_{k}") for k in range(S)]
+        for k in range(S):
+            same = Signal(name=f"row_{k}_settings_same")
+            m.d.comb += same.eq(row_set[k].as_value() == row_set[(k + 1) % S].as_value())
+            m.d.sync += start_row[k].eq(start_d & same)
+            for pe in pes[k]:
+                m.d.comb += pe.start.eq(start_row[k])
 
         # ---- input edges with skew: row k delayed k beats, column n delayed n beats ---------
         p = self.inp.payload
@@ -263,7 +325,7 @@ class SystolicArray(wiring.Component):
                 src = entry(elem, f"{edge}_{idx}_entry")
                 for j in range(idx):
                     r = Signal(opl, name=f"{edge}_{idx}_skew_{j}")
-                    with m.If(start):
+                    with m.If(start_row[idx] if edge == "left" else start_row[0]):
                         m.d.sync += r.eq(src)
                     src = r
                 if edge == "left":
@@ -355,6 +417,12 @@ class SystolicArray(wiring.Component):
             self.out.payload.eq(fifo.r_data),
             fifo.r_en.eq(self.out.ready),
         ]
+        taken = Signal(name="out_taken")
+        m.d.comb += taken.eq(self.out.valid & self.out.ready)
+        with m.If(accept & ~taken):
+            m.d.sync += used.eq(used + 1)
+        with m.Elif(taken & ~accept):
+            m.d.sync += used.eq(used - 1)
         with m.If(accept & ~push):
             m.d.sync += inflight.eq(inflight + 1)
         with m.Elif(push & ~accept):

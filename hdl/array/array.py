@@ -217,10 +217,7 @@ class SystolicArray(wiring.Component):
         # inflight + FIFO level, counted directly (up on ``accept``, down when ``out`` transfers)
         # so the room check is a compare of one register with a constant. The check enters
         # ``inp_ready`` one cycle early (``room_next``), so it keeps one spare slot: inflight +
-        # level grows by at most one per cycle. ``room`` (the check as a register) is no longer
-        # read and synthesis drops it; it stays because the measured netlist (docs/array.md) was
-        # mapped with it (removing it moves the LUT4 count by about 1%, ABC noise).
-        room = Signal(name="room")
+        # level grows by at most one per cycle.
         used = Signal(range(depth + 1), name="slots_used")
         # The array's beat timer: a local copy of the lockstep cores' ``ready``/``done`` (every
         # PE starts together, so every core's equal these), one cycle ahead for ``ready``. The
@@ -251,9 +248,9 @@ class SystolicArray(wiring.Component):
         self.beat_timer = (cores_ready, beat_done)          # for tests (lockstep check)
 
         # ``inp.ready`` is a register (``inp_ready``): its D input is the value the combinational
-        # ready (``cores_ready_next & room & quiet & ~waiting``) would have in the next cycle,
-        # computed from this cycle's next-state values, so the behaviour is cycle-identical to
-        # the combinational ready while nothing that ``start`` drives reaches the source in the
+        # ready (``cores_ready_next & room & quiet & ~waiting``, room = a free output slot) would
+        # have in the next cycle, computed from this cycle's next-state values, so the
+        # behaviour is cycle-identical to the combinational ready while nothing that ``start`` drives reaches the source in the
         # same cycle (the source's ``valid`` only enters local control registers and counters).
         start = Signal(name="start")               # a register: a beat starts this cycle
         start_d = Signal(name="start_next")
@@ -281,7 +278,7 @@ class SystolicArray(wiring.Component):
             waiting_n.eq((accept | waiting) & ~start_d),
             room_d.eq(used < depth - 1),
         ]
-        m.d.sync += [room.eq(room_d), inp_ready.eq(ready_next_n & room_d & quiet_d & ~waiting_n)]
+        m.d.sync += inp_ready.eq(ready_next_n & room_d & quiet_d & ~waiting_n)
         with m.If(accept):
             m.d.sync += [hold.eq(self.inp.payload), hold_valid.eq(1)]
         with m.Elif(start):

@@ -93,9 +93,9 @@ class SystolicArray(wiring.Component):
     bank while the current one streams).
 
     FPGA (ECP5-85F, ``make synth``, the array alone in the out-of-context harness): S = 8:
-    17,036 LUT4, 1,572 CCU2C, 13,257 FF, 80 TRELLIS_DPR16X4 (LUTRAM), 110.7 MHz after place and
-    route (102-111 MHz over four nextpnr seeds); S = 4: 4,357 LUT4, 420 CCU2C, 3,392 FF, 38
-    LUTRAM, 129.2 MHz.
+    17,163 LUT4, 1,572 CCU2C, 13,257 FF, 80 TRELLIS_DPR16X4 (LUTRAM), 102.4 MHz after place and
+    route (102-111 MHz over three nextpnr seeds); S = 4: 4,376 LUT4, 420 CCU2C, 3,392 FF, 38
+    LUTRAM, 127.1 MHz.
 
     Members
     -------

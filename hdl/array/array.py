@@ -95,7 +95,7 @@ class SystolicArray(wiring.Component):
     FPGA (ECP5-85F, ``make synth``, the array alone in the out-of-context harness): S = 8:
     17,163 LUT4, 1,572 CCU2C, 13,257 FF, 80 TRELLIS_DPR16X4 (LUTRAM), 102.4 MHz after place and
     route (102-111 MHz over three nextpnr seeds); S = 4: 4,376 LUT4, 420 CCU2C, 3,392 FF, 38
-    LUTRAM, 127.1 MHz.
+    LUTRAM, 127.0 MHz.
 
     Members
     -------

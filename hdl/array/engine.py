@@ -308,6 +308,11 @@ class MatmulEngine(wiring.Component):
                 m.d.sync += [sa["inv"].eq(sa["inv"] | beat_inv),
                              sa["ovf"].eq(sa["ovf"] | beat_ovf)]
 
+        def new_pass(slot, end):      # slot := the pass of command ``c``, ending at ``end``
+            return [slot["end"].eq(end), slot["beats"].eq(cmd_total),
+                    slot["macs"].eq(c.M * c.K * c.N), slot["cycles"].eq(0),
+                    slot["inv"].eq(0), slot["ovf"].eq(0)]
+
         host_rd = [Signal(name=f"host_rd_{j}") for j in range(3)]
         host_wr = [Signal(name=f"host_wr_{j}") for j in range(3)]
         with m.If(host_go):
@@ -339,13 +344,21 @@ class MatmulEngine(wiring.Component):
                 for j in range(3):
                     with m.Case(j):
                         m.d.sync += rsp.data.eq(rports[j].data)
-        with m.If(launch):      # the generators' registers: the new pass's shape and addresses
-            m.d.sync += [
-                dM.eq(c.M), dK.eq(c.K), dN.eq(c.N), accum.eq(c.accumulate),
-                base_a.eq(c.base_a), base_b.eq(c.base_b), base_c.eq(c.base_c),
-                lda.eq(cdiv(c.K)), ldb.eq(cdiv(c.N)),
-                MT.eq(cdiv(c.M)), KT.eq(cdiv(c.K)), NT.eq(cdiv(c.N)),
-            ]
+        # The generators' registers: the new pass's shape and addresses. Generator 0 uses all
+        # of them (loaded when the pass starts); generator 1 has its own copy of the ones it
+        # uses, so it can start the next pass while generator 0 still works on the running one.
+        shape_next = {"dM": c.M, "dK": c.K, "dN": c.N, "MT": cdiv(c.M), "KT": cdiv(c.K),
+                      "NT": cdiv(c.N), "lda": cdiv(c.K), "ldb": cdiv(c.N),
+                      "base_a": c.base_a, "base_b": c.base_b, "base_c": c.base_c,
+                      "accum": c.accumulate}
+        g0r = {"dM": dM, "dK": dK, "dN": dN, "MT": MT, "KT": KT, "NT": NT, "lda": lda,
+               "ldb": ldb, "base_a": base_a, "base_b": base_b, "base_c": base_c,
+               "accum": accum}
+        g1r = {k: Signal.like(g0r[k], name=f"g1_{k}")
+               for k in ("MT", "KT", "NT", "dM", "dK", "dN", "base_b", "base_c", "ldb")}
+        for regs, when in ((g0r, launch), (g1r, g1_launch)):
+            with m.If(when):
+                m.d.sync += [r.eq(shape_next[k]) for k, r in regs.items()]
         with m.If(start):       # idle engine: the datapath settings, counters and slot a
             m.d.sync += [
                 running.eq(1), mode.eq(c.mode),
@@ -353,32 +366,15 @@ class MatmulEngine(wiring.Component):
                 beat_cyc.eq(((c.width_a >> 1) * (c.width_b >> 1) + (cfg.lanes - 1))
                             >> (cfg.lanes - 1).bit_length()),
                 shift.eq(c.width_a + c.width_b - 2),
-                sa["end"].eq(cmd_total), sa["beats"].eq(cmd_total),
-                sa["macs"].eq(c.M * c.K * c.N), sa["cycles"].eq(0),
-                sa["inv"].eq(0), sa["ovf"].eq(0),
+                *new_pass(sa, cmd_total),
                 interval.eq(0), beats_iss.eq(0), lines_ret.eq(0), b_valid.eq(0),
-            ]
-        # generator 1's own copy of the shape and addresses: it may start the next pass while
-        # generator 0 still works on the running one
-        g1_regs = {"MT": db, "KT": db, "NT": db, "dM": db, "dK": db, "dN": db, "base_b": ab,
-                   "base_c": ab, "ldb": db}
-        g1r = {k: Signal(w, name=f"g1_{k}") for k, w in g1_regs.items()}
-        with m.If(g1_launch):
-            m.d.sync += [
-                g1r["MT"].eq(cdiv(c.M)), g1r["KT"].eq(cdiv(c.K)), g1r["NT"].eq(cdiv(c.N)),
-                g1r["dM"].eq(c.M), g1r["dK"].eq(c.K), g1r["dN"].eq(c.N),
-                g1r["base_b"].eq(c.base_b), g1r["base_c"].eq(c.base_c),
-                g1r["ldb"].eq(cdiv(c.N)),
             ]
         with m.If(ov_pre):
             m.d.sync += g1_ahead.eq(1)
-        with m.If(ov_start):
-            m.d.sync += g1_ahead.eq(0)
         with m.If(ov_start):    # same settings: only slot b
             m.d.sync += [
-                b_valid.eq(1), sb["end"].eq(sa["end"] + cmd_total), sb["beats"].eq(cmd_total),
-                sb["macs"].eq(c.M * c.K * c.N), sb["cycles"].eq(0),
-                sb["inv"].eq(0), sb["ovf"].eq(0),
+                g1_ahead.eq(0),
+                b_valid.eq(1), *new_pass(sb, sa["end"] + cmd_total),
             ]
         with m.If(acc.retire):
             m.d.sync += lines_ret.eq(lines_ret + 1)

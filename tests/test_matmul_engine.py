@@ -10,11 +10,12 @@ import pytest
 from amaranth.sim import Simulator
 
 from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
-from hdl.array.engine import (MEM_A, MEM_B, MEM_C, OP_READ, OP_START, OP_WRITE, MatmulEngine,
-                              cmd_layout, counters_layout, rsp_layout)
+from hdl.array.engine import (MEM_A, MEM_B, MEM_C, OP_READ, OP_START, OP_STATUS, OP_WRITE,
+                              MatmulEngine, cmd_layout, counters_layout, rsp_layout)
 from sim import array as G
 from sim.bfp import ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE
-from sim.tb_matmul_engine import CMD_FIELDS, RSP_FIELDS, COUNTER_FIELDS
+from sim import tb_matmul_engine as tbm
+from sim.tb_matmul_engine import CMD_FIELDS, COUNTER_FIELDS, RSP_FIELDS, start_fields
 
 MEMS = {"a": MEM_A, "b": MEM_B, "c": MEM_C}
 COUNTERS = ("macs", "beats", "cycles", "stalls", "interval")
@@ -83,12 +84,6 @@ class Host:
 
     async def start(self, cmd: G.MatmulCommand):
         return await self.command(**start_fields(cmd))
-
-
-def start_fields(cmd: G.MatmulCommand) -> dict:
-    return dict(op=OP_START, mode=cmd.mode, M=cmd.M, K=cmd.K, N=cmd.N, width_a=cmd.width_a,
-                width_b=cmd.width_b, rounding=cmd.rounding, accumulate=int(cmd.accumulate),
-                base_a=cmd.base_a, base_b=cmd.base_b, base_c=cmd.base_c)
 
 
 def _rand(rng, shape):
@@ -295,6 +290,8 @@ def test_python_packing_matches_layouts():
         assert CMD_FIELDS(cfg) == {n: (f.offset, f.width) for n, f in cmd_layout(cfg)}
         assert RSP_FIELDS(cfg) == {n: (f.offset, f.width) for n, f in rsp_layout(cfg)}
     assert COUNTER_FIELDS() == {n: (f.offset, f.width) for n, f in counters_layout()}
+    assert (tbm.OP_WRITE, tbm.OP_READ, tbm.OP_START, tbm.OP_STATUS) == \
+        (OP_WRITE, OP_READ, OP_START, OP_STATUS)
 
 
 def test_engine_invalid_config():

@@ -1,0 +1,99 @@
+"""Configuration of the training core (pure Python)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..array.config import ArrayConfig
+from ..config import PresetMixin, check_int
+
+__all__ = ["CoreConfig"]
+
+
+@dataclass(frozen=True)
+class CoreConfig(PresetMixin):
+    """Training core (docs/core.md).
+
+    Parameters
+    ----------
+    size : int
+        ``S``: array side, BFP group of streamed operands, and FP32 words per scratchpad line.
+    max_mantissa, lanes, exp_bits, noise_bits, lfsr_seed :
+        As in :class:`hdl.array.config.ArrayConfig`.
+    banks : int
+        Scratchpad banks (a power of two, 4..16). Each has one read and one write port; an
+        instruction owns the banks it touches while it runs.
+    bank_depth : int
+        Lines (``S`` FP32 words) per bank, a power of two. Global line address =
+        ``bank * bank_depth + line``; at most ``2**16`` lines in all (the ISA's address fields).
+    prog_depth : int
+        Instructions in the program memory (a power of two, 16..4096).
+    layers : int
+        Rows of the precision table (layer index of a MATMUL), 1..16.
+    dim_bits : int
+        Width of a matmul dimension inside the engine (``M, K, N <= 2**dim_bits - 1``).
+    """
+
+    size: int = 8
+    max_mantissa: int = 8
+    lanes: int = 1
+    exp_bits: int = 10
+    noise_bits: int = 8
+    lfsr_seed: int = 0x1
+    banks: int = 8
+    bank_depth: int = 1024
+    prog_depth: int = 256
+    layers: int = 8
+    dim_bits: int = 10
+
+    PRESETS: ClassVar[dict[str, dict]] = {
+        "tiny": {"size": 4, "bank_depth": 512},
+        "default": {},
+    }
+
+    def __post_init__(self):
+        for name in ("size", "max_mantissa", "lanes", "exp_bits", "noise_bits", "lfsr_seed",
+                     "dim_bits"):
+            check_int("CoreConfig", name, getattr(self, name))
+        check_int("CoreConfig", "banks", self.banks, choices=(4, 8, 16))
+        check_int("CoreConfig", "bank_depth", self.bank_depth, lo=16, hi=1 << 14)
+        if self.bank_depth & (self.bank_depth - 1):
+            raise ValueError(f"CoreConfig.bank_depth must be a power of two, "
+                             f"not {self.bank_depth!r}")
+        if self.banks * self.bank_depth > 1 << 16:
+            raise ValueError(f"CoreConfig.banks * bank_depth must be <= 65536 lines, not "
+                             f"{self.banks} * {self.bank_depth}")
+        check_int("CoreConfig", "prog_depth", self.prog_depth, lo=16, hi=4096)
+        if self.prog_depth & (self.prog_depth - 1):
+            raise ValueError(f"CoreConfig.prog_depth must be a power of two, "
+                             f"not {self.prog_depth!r}")
+        check_int("CoreConfig", "layers", self.layers, lo=1, hi=16)
+        self.array        # validates the array fields (their messages name ArrayConfig)
+
+    @property
+    def array(self) -> ArrayConfig:
+        """The matmul engine's config: one address space of ``banks * bank_depth`` lines."""
+        return ArrayConfig(size=self.size, max_mantissa=self.max_mantissa, lanes=self.lanes,
+                           exp_bits=self.exp_bits, noise_bits=self.noise_bits,
+                           lfsr_seed=self.lfsr_seed, mem_depth=self.lines,
+                           dim_bits=self.dim_bits)
+
+    @property
+    def lines(self) -> int:
+        return self.banks * self.bank_depth
+
+    @property
+    def line_bits(self) -> int:
+        return (self.lines - 1).bit_length()
+
+    @property
+    def bank_bits(self) -> int:
+        return (self.bank_depth - 1).bit_length()
+
+    @property
+    def words(self) -> int:
+        """FP32 words in the whole scratchpad."""
+        return self.lines * self.size
+
+    def bank_of(self, line: int) -> int:
+        return line // self.bank_depth

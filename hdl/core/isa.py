@@ -267,6 +267,7 @@ class Range:
     kind: str
     start: int
     lines: int
+    span: int = 0      #: lines added for the loop iterations after the first (static check)
 
     def banks(self, bank_depth: int) -> set[int]:
         if self.lines == 0:
@@ -287,7 +288,7 @@ def operand_ranges(op: int, f: dict, S: int, *, offset: int = 0, span: int = 0) 
         bit = LOOP_FIELDS.get(op, ()).index(field) if field in LOOP_FIELDS.get(op, ()) else None
         flagged = bit is not None and (f.get("loop", 0) >> bit) & 1
         return Range(port, kind, f[field] + (offset if flagged else 0),
-                     lines + (span if flagged else 0))
+                     lines + (span if flagged else 0), span if flagged else 0)
 
     if op == Op.MATMUL:
         M, K, N = f["M"], f["K"], f["N"]
@@ -366,11 +367,17 @@ def check_instruction(op: int, f: dict, *, S: int, lines: int, bank_depth: int, 
             if (reads or writes) and r.banks(bank_depth) & s.banks(bank_depth):
                 return Status.ERR_BANK
     # A read range and a write range of one instruction may overlap only exactly (in place:
-    # every element is read before it is written).
+    # every element is read before it is written). Two ranges that both move with the loop
+    # keep their relative position: they are compared without the loop span (so interleaved
+    # per-micro-batch records are legal); otherwise the ranges covering every iteration are.
     for r in ranges:
         for s in ranges:
-            if r.kind == "r" and s.kind == "w" and r.start < s.start + s.lines \
-                    and s.start < r.start + r.lines and (r.start, r.lines) != (s.start, s.lines):
+            if r.kind != "r" or s.kind != "w":
+                continue
+            both = r.span and s.span
+            r0, r1 = r.start, r.start + r.lines - (r.span if both else 0)
+            s0, s1 = s.start, s.start + s.lines - (s.span if both else 0)
+            if r0 < s1 and s0 < r1 and (r0, r1) != (s0, s1):
                 return Status.ERR_ADDR
     return Status.OK
 

@@ -1,0 +1,236 @@
+"""Instruction decoder: operand ranges, bank masks and the instruction check (combinational).
+
+The hardware twin of :func:`hdl.core.isa.operand_ranges` and
+:func:`hdl.core.isa.check_instruction`: the same ranges, bank sets and status for every
+instruction word (tests compare them on random and hand-made words).
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from .config import CoreConfig
+from .isa import ADDR_BITS, INSTR, Acc, Op, Rop, Status, Vop
+
+__all__ = ["Decoder", "PORTS", "range_layout"]
+
+#: Operand slots of the decoder, in the order of :func:`hdl.core.isa.operand_ranges`:
+#: MATMUL a b c; VEC a b d; REDUCE a d; SOFTMAX a b d e; OPT w m v g.
+PORTS = 4
+#: width of line arithmetic (ranges may run past the scratchpad: that is an error, not a wrap)
+WIDE = 34
+
+
+def range_layout(config: CoreConfig) -> data.StructLayout:
+    """One operand range: ``start`` (run-time address incl. the loop offset), ``lines`` (incl.
+    the loop span), ``read``/``write`` (bank ports used), ``banks`` (one bit per bank)."""
+    return data.StructLayout({"start": WIDE, "lines": WIDE, "read": 1, "write": 1,
+                              "banks": config.banks})
+
+
+class Decoder(wiring.Component):
+    """Decode one instruction word (purely combinational).
+
+    Members
+    -------
+    instr : In(INSTR)
+    offset : In(ADDR_BITS + 16)
+        Loop offset added to the fields flagged in ``loop`` (0 outside a loop).
+    span : In(ADDR_BITS + 16)
+        ``(count - 1) * stride`` of the enclosing loop during the program check (0 at run time).
+    iter0 : In(1)
+        The loop is in its first iteration (resolves ``Acc.AFTER_FIRST``).
+    status : Out(4)
+        :class:`~hdl.core.isa.Status` of the instruction (loop structure excluded).
+    ranges : Out(range_layout).array(PORTS)
+    banks : Out(config.banks)
+        Union of the ranges' bank masks.
+    acc : Out(1)
+        Resolved accumulate flag (MATMUL, REDUCE).
+    """
+
+    def __init__(self, *, config: CoreConfig):
+        if not isinstance(config, CoreConfig):
+            raise TypeError(f"Decoder.config must be a CoreConfig, not {config!r}")
+        self.config = config
+        super().__init__({
+            "instr": In(INSTR),
+            "offset": In(ADDR_BITS + 16),
+            "span": In(ADDR_BITS + 16),
+            "iter0": In(1),
+            "status": Out(4),
+            "ranges": Out(range_layout(config)).array(PORTS),
+            "banks": Out(config.banks),
+            "acc": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        S = cfg.size
+        lg = (S - 1).bit_length()
+        ins = self.instr
+        op = ins.op
+        mm, vec, red, sx, opt, lp = (ins.args.matmul, ins.args.vec, ins.args.reduce,
+                                     ins.args.softmax, ins.args.opt, ins.args.loop)
+
+        def cdiv(x):
+            return (x + (S - 1)) >> lg
+
+        # ---- per-slot field, base lines, kind, loop flag ------------------------------------
+        field = [Signal(ADDR_BITS, name=f"field{i}") for i in range(PORTS)]
+        base = [Signal(WIDE, name=f"base_lines{i}") for i in range(PORTS)]
+        rd = [Signal(name=f"rd{i}") for i in range(PORTS)]
+        wr = [Signal(name=f"wr{i}") for i in range(PORTS)]
+        flag = [Signal(name=f"flag{i}") for i in range(PORTS)]
+
+        def slot(i, f, lines, r, w, fl=0):
+            return [field[i].eq(f), base[i].eq(lines), rd[i].eq(r), wr[i].eq(w), flag[i].eq(fl)]
+
+        n_vec = Signal(WIDE, name="vec_lines")
+        n_red = Signal(WIDE, name="red_lines")
+        n_sx = Signal(WIDE, name="sx_lines")
+        m.d.comb += [n_vec.eq(vec.rows * cdiv(vec.cols)), n_red.eq(red.rows * cdiv(red.cols)),
+                     n_sx.eq(sx.rows * cdiv(sx.cols))]
+        reads_a = Signal(name="vec_reads_a")
+        reads_b = Signal(name="vec_reads_b")
+        m.d.comb += [
+            reads_a.eq(Cat(*[vec.vop == v for v in Vop.READS_A]).any()),
+            reads_b.eq(Cat(*[vec.vop == v for v in Vop.READS_B]).any()),
+        ]
+        with m.Switch(op):
+            with m.Case(Op.MATMUL):
+                la = mm.M * cdiv(mm.K)
+                lb = mm.K * cdiv(mm.N)
+                lc = mm.M * cdiv(mm.N)
+                valid_mode = mm.mode <= 2
+                m.d.comb += [
+                    *slot(0, mm.a, la, valid_mode, mm.mode == 1, mm.loop[0]),
+                    *slot(1, mm.b, lb, valid_mode, mm.mode == 2, mm.loop[1]),
+                    *slot(2, mm.c, lc, valid_mode, mm.mode == 0, mm.loop[2]),
+                ]
+            with m.Case(Op.VEC):
+                m.d.comb += [
+                    *slot(0, vec.a, n_vec, reads_a, 0, vec.loop[0]),
+                    *slot(1, vec.b, Mux(vec.bcast, cdiv(vec.cols), n_vec), reads_b, 0,
+                          vec.loop[1]),
+                    *slot(2, vec.d, n_vec, 0, 1, vec.loop[2]),
+                ]
+            with m.Case(Op.REDUCE):
+                sumsq = red.rop == Rop.SUMSQ
+                m.d.comb += [
+                    *slot(0, red.a, n_red, 1, 0, red.loop[0]),
+                    *slot(2, red.d, Mux(sumsq, 1, cdiv(red.cols)), ~sumsq & (red.acc != Acc.OFF),
+                          1, red.loop[1]),
+                ]
+            with m.Case(Op.SOFTMAX_XENT):
+                m.d.comb += [
+                    *slot(0, sx.a, n_sx, 1, 0, sx.loop[0]),
+                    *slot(1, sx.b, cdiv(sx.rows), 1, 0, sx.loop[1]),
+                    *slot(2, sx.d, n_sx, 0, 1, sx.loop[2]),
+                    *slot(3, sx.e, cdiv(sx.rows), 0, 1, sx.loop[3]),
+                ]
+            with m.Case(Op.OPT):
+                n = cdiv(opt.count)
+                m.d.comb += [
+                    *slot(0, opt.w, n, 1, 1), *slot(1, opt.m, n, 1, 1),
+                    *slot(2, opt.v, n, 1, 1), *slot(3, opt.g, n, 1, 0),
+                ]
+
+        # ---- ranges and bank masks ----------------------------------------------------------
+        span_nz = Signal(name="span_nonzero")
+        m.d.comb += span_nz.eq(self.span != 0)
+        present = [Signal(name=f"present{i}") for i in range(PORTS)]
+        end = [Signal(WIDE, name=f"end{i}") for i in range(PORTS)]
+        out_of_range = Signal(name="out_of_range")
+        oor = []
+        bank_bits = cfg.bank_bits
+        for i in range(PORTS):
+            r = self.ranges[i]
+            m.d.comb += [
+                present[i].eq(rd[i] | wr[i]),
+                r.start.eq(field[i] + Mux(flag[i], self.offset, 0)),
+                r.lines.eq(base[i] + Mux(flag[i], self.span, 0)),
+                r.read.eq(rd[i]), r.write.eq(wr[i]),
+                end[i].eq(r.start + r.lines),          # one past the last line
+            ]
+            oor.append(present[i] & (end[i] > cfg.lines))
+            first = Signal(WIDE, name=f"first_bank{i}")
+            last = Signal(WIDE, name=f"last_bank{i}")
+            m.d.comb += [first.eq(r.start >> bank_bits), last.eq((end[i] - 1) >> bank_bits)]
+            m.d.comb += r.banks.eq(Cat(*[present[i] & (r.lines != 0) & (first <= b) & (last >= b)
+                                         for b in range(cfg.banks)]))
+        m.d.comb += out_of_range.eq(Cat(*oor).any())
+        m.d.comb += self.banks.eq(self.ranges[0].banks | self.ranges[1].banks
+                                  | self.ranges[2].banks | self.ranges[3].banks)
+
+        # two ranges that both read (or both write) may not share a bank
+        bank_conflict = []
+        for i in range(PORTS):
+            for j in range(i + 1, PORTS):
+                ri, rj = self.ranges[i], self.ranges[j]
+                both = (rd[i] & rd[j]) | (wr[i] & wr[j])
+                bank_conflict.append(both & (ri.banks & rj.banks).any())
+        # a read-only range overlapping a write-only range must coincide with it
+        overlap = []
+        for i in range(PORTS):
+            for j in range(PORTS):
+                if i == j:
+                    continue
+                ro = rd[i] & ~wr[i]
+                wo = wr[j] & ~rd[j]
+                both = flag[i] & flag[j] & span_nz
+                ri, rj = self.ranges[i], self.ranges[j]
+                r1 = Signal(WIDE, name=f"ov_r1_{i}{j}")
+                s1 = Signal(WIDE, name=f"ov_s1_{i}{j}")
+                m.d.comb += [r1.eq(Mux(both, ri.start + base[i], end[i])),
+                             s1.eq(Mux(both, rj.start + base[j], end[j]))]
+                hit = (ri.start < s1) & (rj.start < r1) & ((ri.start != rj.start) | (r1 != s1))
+                overlap.append(ro & wo & hit)
+
+        # ---- field and shape checks ----------------------------------------------------------
+        dmax = (1 << cfg.dim_bits) - 1
+        known = Signal(name="known_op")
+        m.d.comb += known.eq(Cat(*[op == o for o in Op.ALL]).any())
+        bad_field = Signal(name="bad_field")
+        bad_shape = Signal(name="bad_shape")
+        with m.Switch(op):
+            with m.Case(Op.MATMUL):
+                m.d.comb += [
+                    bad_field.eq((mm.mode > 2) | (mm.acc > 2) | (mm.layer >= cfg.layers)),
+                    bad_shape.eq((mm.M == 0) | (mm.K == 0) | (mm.N == 0) | (mm.M > dmax)
+                                 | (mm.K > dmax) | (mm.N > dmax)),
+                ]
+            with m.Case(Op.VEC):
+                m.d.comb += [bad_field.eq(vec.vop > max(Vop.ALL)),
+                             bad_shape.eq((vec.rows == 0) | (vec.cols == 0))]
+            with m.Case(Op.REDUCE):
+                m.d.comb += [bad_field.eq(red.acc > 2),
+                             bad_shape.eq((red.rows == 0) | (red.cols == 0))]
+            with m.Case(Op.SOFTMAX_XENT):
+                m.d.comb += bad_shape.eq((sx.rows == 0) | (sx.cols < 2))
+            with m.Case(Op.OPT):
+                m.d.comb += bad_shape.eq(opt.count == 0)
+            with m.Case(Op.LOOP):
+                m.d.comb += bad_shape.eq(lp.count == 0)
+
+        with m.If(~known):
+            m.d.comb += self.status.eq(Status.ERR_OPCODE)
+        with m.Elif(bad_field):
+            m.d.comb += self.status.eq(Status.ERR_FIELD)
+        with m.Elif(bad_shape):
+            m.d.comb += self.status.eq(Status.ERR_SHAPE)
+        with m.Elif(out_of_range):
+            m.d.comb += self.status.eq(Status.ERR_ADDR)
+        with m.Elif(Cat(*bank_conflict).any()):
+            m.d.comb += self.status.eq(Status.ERR_BANK)
+        with m.Elif(Cat(*overlap).any()):
+            m.d.comb += self.status.eq(Status.ERR_ADDR)
+        with m.Else():
+            m.d.comb += self.status.eq(Status.OK)
+
+        acc_field = Mux(op == Op.MATMUL, mm.acc, red.acc)
+        m.d.comb += self.acc.eq((acc_field == Acc.ON) | ((acc_field == Acc.AFTER_FIRST)
+                                                         & ~self.iter0))
+        return m

@@ -1,0 +1,181 @@
+"""The host port of the training core: one command stream, one response stream (docs/core.md).
+
+Commands (``host_cmd_layout``: ``op`` | ``addr`` | ``data``), one response each, in order:
+
+=========  ===================================================  ===============================
+op         effect                                               response ``data``
+=========  ===================================================  ===============================
+WRITE      scratchpad line ``addr`` := ``data`` (S words)       -
+READ       -                                                    line ``addr``
+PROG       program word ``addr`` := ``data[:128]``              -
+PREC       precision entry ``addr = layer * 4 + mode`` :=       -
+           ``data`` (``PREC_ENTRY``)
+SETREG     optimizer register ``addr`` := ``data[:32]``         -
+START      check and run the program; answers when it stops     ``err_pc`` (status: the
+                                                                program's :class:`Status`)
+REG        -                                                    register ``addr`` (``REGS``)
+=========  ===================================================  ===============================
+
+Response ``status``: a program :class:`~hdl.core.isa.Status` for START, else :class:`HostStatus`.
+A rejected command changes nothing. WRITE and READ stream at one line per cycle (a response per
+cycle while ``rsp.ready`` is high). While a program runs no command is accepted (``cmd.ready``
+is low) until START's response.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..lib.memport import LinePort
+from ..optim.config import Reg
+from ..optim.engine import cmd_layout as opt_cmd_layout
+from .config import CoreConfig
+from .isa import INSTR_BITS, PREC_ENTRY
+
+__all__ = ["HostOp", "HostStatus", "host_cmd_layout", "host_rsp_layout", "HostPort",
+           "host_data_bits"]
+
+
+class HostOp:
+    WRITE, READ, PROG, PREC, SETREG, START, REG = range(7)
+    ALL = (WRITE, READ, PROG, PREC, SETREG, START, REG)
+
+
+class HostStatus:
+    """Response status of a non-START command (START answers with a program ``Status``)."""
+    OK = 0
+    BAD_ADDR = 8    #: line, program word, precision entry or register index out of range
+    BAD_VALUE = 9   #: invalid precision entry
+    BAD_OP = 10     #: unknown opcode
+
+
+def host_data_bits(config: CoreConfig) -> int:
+    return max(32 * config.size, INSTR_BITS)
+
+
+def host_cmd_layout(config: CoreConfig) -> data.StructLayout:
+    return data.StructLayout({"op": 3, "addr": 16, "data": host_data_bits(config)})
+
+
+def host_rsp_layout(config: CoreConfig) -> data.StructLayout:
+    return data.StructLayout({"op": 3, "status": 4, "data": host_data_bits(config)})
+
+
+class HostPort(wiring.Component):
+    """Host command decoding for :class:`hdl.core.core.TrainingCore`.
+
+    Members
+    -------
+    cmd : In(stream.Signature(host_cmd_layout(config)))
+    rsp : Out(stream.Signature(host_rsp_layout(config)))
+    mem : Out(LinePort)
+        The host's scratchpad port.
+    prog_we, prog_waddr, prog_wdata; prec_we, prec_waddr, prec_wdata; prec_bad (In) :
+        to the sequencer.
+    start : Out(1), running : In(1), done : In(1), status : In(4), err_pc : In(16)
+    opt_cmd : Out(stream)
+        SETREG to the optimizer (only while no program runs).
+    reg_index : Out(16), reg_data : In(64), reg_count : int
+        Register file read (combinational mux in the core).
+    """
+
+    def __init__(self, *, config: CoreConfig, reg_count: int):
+        self.config, self.reg_count = config, reg_count
+        db = host_data_bits(config)
+        super().__init__({
+            "cmd": In(stream.Signature(host_cmd_layout(config))),
+            "rsp": Out(stream.Signature(host_rsp_layout(config))),
+            "mem": Out(LinePort(addr_bits=config.line_bits, words=config.size)),
+            "prog_we": Out(1), "prog_waddr": Out(range(config.prog_depth)),
+            "prog_wdata": Out(INSTR_BITS),
+            "prec_we": Out(1), "prec_waddr": Out(8), "prec_wdata": Out(PREC_ENTRY),
+            "prec_bad": In(1),
+            "start": Out(1), "running": In(1), "done": In(1), "status": In(4),
+            "err_pc": In(16),
+            "opt_cmd": Out(stream.Signature(opt_cmd_layout())),
+            "reg_index": Out(16), "reg_data": In(64),
+        })
+        self._db = db
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        S = cfg.size
+        c = self.cmd.payload
+        r = self.rsp.payload
+
+        rsp_valid = Signal(name="rsp_valid")
+        rsp_read = Signal(name="rsp_is_read")      # data comes from the memory port
+        rsp_data = Signal(self._db, name="rsp_data")
+        waiting = Signal(name="waiting_run")
+        m.d.comb += [self.rsp.valid.eq(rsp_valid),
+                     r.data.eq(Mux(rsp_read, self.mem.r_data, rsp_data))]
+        with m.If(self.rsp.valid & self.rsp.ready):
+            m.d.sync += rsp_valid.eq(0)
+
+        op = c.op
+        is_setreg = op == HostOp.SETREG
+        can = Signal(name="can_accept")
+        m.d.comb += can.eq(~waiting & ~self.running & (~rsp_valid | self.rsp.ready)
+                           & (~is_setreg | self.opt_cmd.ready))
+        m.d.comb += self.cmd.ready.eq(can)
+        take = Signal(name="take")
+        m.d.comb += take.eq(self.cmd.valid & can)
+
+        line_ok = c.addr < cfg.lines
+        m.d.comb += [
+            self.mem.r_addr.eq(c.addr), self.mem.w_addr.eq(c.addr),
+            self.mem.w_data.eq(c.data[:32 * S]),
+            self.prog_waddr.eq(c.addr), self.prog_wdata.eq(c.data[:INSTR_BITS]),
+            self.prec_waddr.eq(c.addr), self.prec_wdata.eq(c.data[:PREC_ENTRY.size]),
+            self.opt_cmd.payload.op.eq(0), self.opt_cmd.payload.addr.eq(c.addr),
+            self.opt_cmd.payload.data.eq(c.data[:32]),
+            self.reg_index.eq(c.addr),
+        ]
+        with m.If(take):
+            m.d.sync += [rsp_valid.eq(1), r.op.eq(op), rsp_read.eq(0), rsp_data.eq(0),
+                         r.status.eq(HostStatus.OK)]
+            with m.Switch(op):
+                with m.Case(HostOp.WRITE):
+                    with m.If(line_ok):
+                        m.d.comb += self.mem.w_en.eq((1 << S) - 1)
+                    with m.Else():
+                        m.d.sync += r.status.eq(HostStatus.BAD_ADDR)
+                with m.Case(HostOp.READ):
+                    with m.If(line_ok):
+                        m.d.comb += self.mem.r_en.eq(1)
+                        m.d.sync += rsp_read.eq(1)
+                    with m.Else():
+                        m.d.sync += r.status.eq(HostStatus.BAD_ADDR)
+                with m.Case(HostOp.PROG):
+                    with m.If(c.addr < cfg.prog_depth):
+                        m.d.comb += self.prog_we.eq(1)
+                    with m.Else():
+                        m.d.sync += r.status.eq(HostStatus.BAD_ADDR)
+                with m.Case(HostOp.PREC):
+                    with m.If(c.addr >= cfg.layers * 4):
+                        m.d.sync += r.status.eq(HostStatus.BAD_ADDR)
+                    with m.Elif(self.prec_bad):
+                        m.d.sync += r.status.eq(HostStatus.BAD_VALUE)
+                    with m.Else():
+                        m.d.comb += self.prec_we.eq(1)
+                with m.Case(HostOp.SETREG):
+                    with m.If(c.addr <= max(Reg.ALL)):
+                        m.d.comb += self.opt_cmd.valid.eq(1)
+                    with m.Else():
+                        m.d.sync += r.status.eq(HostStatus.BAD_ADDR)
+                with m.Case(HostOp.START):
+                    m.d.comb += self.start.eq(1)
+                    m.d.sync += [rsp_valid.eq(0), waiting.eq(1)]
+                with m.Case(HostOp.REG):
+                    with m.If(c.addr < self.reg_count):
+                        m.d.sync += rsp_data.eq(self.reg_data)
+                    with m.Else():
+                        m.d.sync += r.status.eq(HostStatus.BAD_ADDR)
+                with m.Default():
+                    m.d.sync += r.status.eq(HostStatus.BAD_OP)
+        with m.If(waiting & self.done):
+            m.d.sync += [waiting.eq(0), rsp_valid.eq(1), r.op.eq(HostOp.START),
+                         r.status.eq(self.status), rsp_read.eq(0), rsp_data.eq(self.err_pc)]
+        return m

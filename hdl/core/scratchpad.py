@@ -1,0 +1,102 @@
+"""The shared FP32 scratchpad: banks of ``amaranth.lib.memory`` and a crossbar to the clients.
+
+Every engine and the host reach memory through a :class:`~hdl.lib.memport.LinePort`; the
+crossbar routes each access to the bank its line address decodes to
+(``bank = addr // bank_depth``). A bank has one read port and one write port (a simple
+dual-port block RAM). The sequencer's bank scoreboard gives a bank to one instruction at a
+time and the ISA's check keeps two ports of one instruction off the same bank port, so two
+clients never address one bank port in the same cycle; if they do anyway, the lower-numbered
+client wins and the sticky ``conflict`` output rises (tests assert it stays low).
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..lib.memport import LinePort
+from .config import CoreConfig
+
+__all__ = ["Scratchpad"]
+
+
+class Scratchpad(wiring.Component):
+    """``config.banks`` banks of ``config.bank_depth`` lines of ``S`` FP32 words.
+
+    Parameters
+    ----------
+    config : CoreConfig
+    clients : int
+        Number of client ports.
+
+    Members
+    -------
+    ports : In(LinePort(addr_bits=config.line_bits, words=S)).array(clients)
+        Client ports (the memory side of each), global line addresses. Read latency 1 cycle:
+        the bank's registered read data passes a mux selected by the bank registered with the
+        read.
+    conflict : Out(1)
+        Sticky: two clients addressed the same bank port in one cycle.
+    """
+
+    def __init__(self, *, config: CoreConfig, clients: int):
+        if not isinstance(config, CoreConfig):
+            raise TypeError(f"Scratchpad.config must be a CoreConfig, not {config!r}")
+        if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
+            raise ValueError(f"Scratchpad.clients must be a positive int, not {clients!r}")
+        self.config, self.clients = config, clients
+        super().__init__({
+            "ports": In(LinePort(addr_bits=config.line_bits, words=config.size)).array(clients),
+            "conflict": Out(1),
+        })
+        #: the bank memories of the last elaboration (tests read them)
+        self.memories = []
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        S, nb, bb = cfg.size, cfg.banks, cfg.bank_bits
+        self.memories = []
+        rports, wports = [], []
+        for b in range(nb):
+            mem = Memory(shape=S * 32, depth=cfg.bank_depth, init=[])
+            m.submodules[f"bank{b}"] = mem
+            self.memories.append(mem)
+            rports.append(mem.read_port())
+            wports.append(mem.write_port(granularity=32))
+
+        def bank_of(addr):
+            return addr[bb:] if cfg.line_bits > bb else 0
+
+        conflicts = []
+        for b in range(nb):
+            rp, wp = rports[b], wports[b]
+            r_hits = [p.r_en & (bank_of(p.r_addr) == b) for p in self.ports]
+            w_hits = [(p.w_en != 0) & (bank_of(p.w_addr) == b) for p in self.ports]
+            # priority mux, client 0 highest: the last assignment wins in Amaranth, so walk
+            # the clients from the lowest priority up
+            for p, hit in reversed(list(zip(self.ports, r_hits))):
+                with m.If(hit):
+                    m.d.comb += [rp.addr.eq(p.r_addr[:bb]), rp.en.eq(1)]
+            for p, hit in reversed(list(zip(self.ports, w_hits))):
+                with m.If(hit):
+                    m.d.comb += [wp.addr.eq(p.w_addr[:bb]), wp.data.eq(p.w_data),
+                                 wp.en.eq(p.w_en)]
+            for hits in (r_hits, w_hits):
+                cnt = sum(h.as_unsigned() for h in hits) if len(hits) > 1 else 0
+                if len(hits) > 1:
+                    conflicts.append(cnt > 1)
+        # read data: each client selects the bank registered with its last read
+        for i, p in enumerate(self.ports):
+            sel = Signal(range(nb), name=f"rsel{i}")
+            with m.If(p.r_en):
+                m.d.sync += sel.eq(bank_of(p.r_addr))
+            with m.Switch(sel):
+                for b in range(nb):
+                    with m.Case(b):
+                        m.d.comb += p.r_data.eq(rports[b].data)
+        if conflicts:
+            with m.If(Cat(*conflicts).any()):
+                m.d.sync += self.conflict.eq(1)
+        return m

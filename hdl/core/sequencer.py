@@ -1,0 +1,413 @@
+"""The sequencer: program memory, whole-program check, issue with a bank scoreboard, the
+counted loop, the precision table and the core's counters (docs/core.md)."""
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..array.engine import OP_START, counters_layout, rsp_layout
+from ..array.engine import cmd_layout as mm_cmd_layout
+from ..optim.config import Op as OptOp
+from ..optim.config import Reg
+from ..optim.engine import cmd_layout as opt_cmd_layout
+from .config import CoreConfig
+from .decoder import Decoder
+from .isa import ADDR_BITS, INSTR, INSTR_BITS, PREC_ENTRY, VECTOR_CMD, Op, Status
+
+__all__ = ["Sequencer", "COUNTERS", "counters_layout_core", "UNITS"]
+
+#: Units the scoreboard tracks (index = bit of ``unit_busy``).
+UNITS = ("matmul", "vector", "optim")
+
+#: Counters the host can read (``REG`` index = position), ``(name, width, meaning)``.
+COUNTERS = (
+    ("cycles", 48, "cycles from START to the response (check included)"),
+    ("check_cycles", 32, "cycles of the whole-program check"),
+    ("instructions", 32, "instructions executed (loop bodies counted per iteration)"),
+    ("matmul_busy", 48, "cycles the matmul engine runs an instruction"),
+    ("vector_busy", 48, "cycles the vector unit runs an instruction"),
+    ("optim_busy", 48, "cycles the optimizer engine runs an instruction"),
+    ("overlap", 48, "cycles two or more units run at once"),
+    ("idle", 48, "cycles after the check with no unit running (fetch, decode, loop control)"),
+    ("array_beats", 48, "valid array beats of all MATMUL passes"),
+    ("array_stalls", 48, "matmul pass cycles minus beats x beat cycles (fill, drain, stalls)"),
+    ("macs", 48, "useful multiply-accumulates of all MATMUL passes"),
+    ("stall_unit", 32, "cycles an instruction waited for its own unit"),
+    ("stall_bank", 32, "cycles an instruction waited for banks owned by another unit"),
+    ("stall_fence", 32, "cycles FENCE and HALT waited for the units"),
+    ("stall_scale", 32, "cycles SOFTMAX_XENT waited for the optimizer (loss scale)"),
+    ("flags", 2, "sticky: bit 0 a NaN, bit 1 an Inf reached a BFP converter"),
+)
+
+
+def counters_layout_core() -> data.StructLayout:
+    return data.StructLayout({name: width for name, width, _ in COUNTERS})
+
+
+class Sequencer(wiring.Component):
+    """Runs a program from its program memory.
+
+    ``start`` (one cycle, while idle) first checks the whole program (instructions from pc 0 to
+    the first ``HALT`` outside a loop, :func:`hdl.core.isa.check_program`, 3 cycles per
+    instruction). A program that fails runs nothing: ``done`` pulses with ``status`` and
+    ``err_pc``. Otherwise it runs from pc 0: each instruction is fetched, decoded (loop offset
+    added) and issued to its unit when
+
+    * its unit is free (one instruction per unit at a time), and
+    * none of the banks its ranges touch is owned by a running instruction (the instruction
+      then owns them until its unit reports completion), and
+    * for ``SOFTMAX_XENT``, the optimizer is idle (the gradient scale uses its loss scale).
+
+    So units overlap whenever the program's bank placement allows, and the result equals
+    executing the instructions one after another. ``FENCE`` waits until every unit is idle;
+    ``HALT`` waits too, then ``done`` pulses with ``status = OK``.
+
+    Members
+    -------
+    start : In(1)
+    running : Out(1)
+    done : Out(1)
+        One-cycle pulse at the end of a run (or a rejected program).
+    status : Out(4), err_pc : Out(range(prog_depth))
+        Of the last run.
+    prog_we, prog_waddr, prog_wdata : In
+        Program memory write port (host; only while idle).
+    prec_we, prec_waddr, prec_wdata : In
+        Precision-table write (``prec_waddr = layer * 4 + mode``, ``PREC_ENTRY`` data).
+    prec_bad : Out(1)
+        The entry on ``prec_w*`` is invalid (width not in 2..max_mantissa even, rounding > 2,
+        layer or mode out of range); such a write is ignored.
+    mm_cmd, mm_rsp, mm_counters : the matmul engine's START commands, responses and counters.
+    vec_cmd, vec_done : the vector unit.
+    opt_cmd, opt_busy, scale_exp, opt_base : the optimizer engine (``SETREG N`` + ``STEP``),
+        its busy, its loss-scale exponent, and the four region base lines (w, m, v, g) for
+        its word-to-line adapters.
+    unit_busy : Out(3)
+        Matmul, vector, optimizer running (for tests and the host).
+    counters : Out(counters_layout_core())
+    """
+
+    def __init__(self, *, config: CoreConfig):
+        if not isinstance(config, CoreConfig):
+            raise TypeError(f"Sequencer.config must be a CoreConfig, not {config!r}")
+        self.config = config
+        acfg = config.array
+        lb = config.line_bits
+        super().__init__({
+            "start": In(1),
+            "running": Out(1),
+            "done": Out(1),
+            "status": Out(4),
+            "err_pc": Out(range(config.prog_depth)),
+            "prog_we": In(1),
+            "prog_waddr": In(range(config.prog_depth)),
+            "prog_wdata": In(INSTR_BITS),
+            "prec_we": In(1),
+            "prec_waddr": In(8),
+            "prec_wdata": In(PREC_ENTRY),
+            "prec_bad": Out(1),
+            "mm_cmd": Out(stream.Signature(mm_cmd_layout(acfg))),
+            "mm_rsp": In(stream.Signature(rsp_layout(acfg))),
+            "mm_counters": In(counters_layout()),
+            "vec_cmd": Out(stream.Signature(VECTOR_CMD)),
+            "vec_done": In(1),
+            "opt_cmd": Out(stream.Signature(opt_cmd_layout())),
+            "opt_busy": In(1),
+            "scale_exp": In(8),
+            "opt_base": Out(lb).array(4),
+            "unit_busy": Out(len(UNITS)),
+            "counters": Out(counters_layout_core()),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        nb = cfg.banks
+        ctr = self.counters
+
+        # ---- program memory -------------------------------------------------------------------
+        prog = Memory(shape=INSTR_BITS, depth=cfg.prog_depth, init=[])
+        m.submodules.prog = prog
+        pw = prog.write_port()
+        pr = prog.read_port()
+        m.d.comb += [pw.addr.eq(self.prog_waddr), pw.data.eq(self.prog_wdata),
+                     pw.en.eq(self.prog_we & ~self.running)]
+
+        # ---- precision table ------------------------------------------------------------------
+        n_prec = cfg.layers * 4
+        prec = Array(Signal(PREC_ENTRY, name=f"prec_{i // 4}_{i % 4}",
+                            init={"width_a": 8 if cfg.max_mantissa >= 8 else cfg.max_mantissa,
+                                  "width_b": 8 if cfg.max_mantissa >= 8 else cfg.max_mantissa,
+                                  "rounding": 0})
+                     for i in range(n_prec))
+        pwd = self.prec_wdata
+
+        def width_ok(w):
+            return (w >= 2) & (w <= cfg.max_mantissa) & ~w[0]
+
+        m.d.comb += self.prec_bad.eq(~width_ok(pwd.width_a) | ~width_ok(pwd.width_b)
+                                     | (pwd.rounding > 2) | (self.prec_waddr[:2] > 2)
+                                     | (self.prec_waddr >= n_prec))
+        with m.If(self.prec_we & ~self.prec_bad & ~self.running):
+            m.d.sync += prec[self.prec_waddr].eq(pwd)
+
+        # ---- decoder ----------------------------------------------------------------------------
+        dec = m.submodules.decoder = Decoder(config=cfg)
+
+        # ---- state ------------------------------------------------------------------------------
+        pc = Signal(range(cfg.prog_depth), name="pc")
+        ir = Signal(INSTR, name="ir")
+        checking = Signal(name="checking")
+        in_loop = Signal(name="in_loop")
+        loop_count = Signal(16, name="loop_count")
+        loop_iter = Signal(16, name="loop_iter")
+        loop_stride = Signal(ADDR_BITS, name="loop_stride")
+        loop_offset = Signal(ADDR_BITS + 16, name="loop_offset")
+        loop_start = Signal(range(cfg.prog_depth), name="loop_start")
+        check_span = Signal(ADDR_BITS + 16, name="check_span")
+        # decoded instruction (registered)
+        d_status = Signal(4, name="d_status")
+        d_banks = Signal(nb, name="d_banks")
+        d_acc = Signal(name="d_acc")
+        d_start = [Signal(ADDR_BITS + 1, name=f"d_start{i}") for i in range(4)]
+
+        m.d.comb += [
+            dec.instr.eq(pr.data),
+            dec.offset.eq(Mux(checking, 0, loop_offset)),
+            dec.span.eq(Mux(checking & in_loop, check_span, 0)),
+            dec.iter0.eq(loop_iter == 0),
+        ]
+
+        # scoreboard
+        busy = [Signal(name=f"busy_{u}") for u in UNITS]
+        owned = [Signal(nb, name=f"owned_{u}") for u in UNITS]
+        m.d.comb += self.unit_busy.eq(Cat(*busy))
+        owned_any = Signal(nb, name="owned_any")
+        m.d.comb += owned_any.eq(owned[0] | owned[1] | owned[2])
+        all_idle = Signal(name="all_idle")
+        m.d.comb += all_idle.eq(~Cat(*busy).any())
+
+        def finish(status, at_pc):
+            return [self.done.eq(1), self.running.eq(0), self.status.eq(status),
+                    self.err_pc.eq(at_pc)]
+
+        m.d.sync += self.done.eq(0)
+
+        # unit completions
+        m.d.comb += self.mm_rsp.ready.eq(1)
+        mm_fin = self.mm_rsp.valid
+        opt_wait = Signal(name="opt_wait")      # STEP accepted, waiting for busy to fall
+        opt_fin = Signal(name="opt_fin")
+        m.d.comb += opt_fin.eq(opt_wait & ~self.opt_busy)
+        with m.If(opt_fin):
+            m.d.sync += opt_wait.eq(0)
+        for u, fin in ((0, mm_fin), (1, self.vec_done), (2, opt_fin)):
+            with m.If(fin):
+                m.d.sync += [busy[u].eq(0), owned[u].eq(0)]
+        with m.If(mm_fin):
+            c = self.mm_counters
+            m.d.sync += [ctr.array_beats.eq(ctr.array_beats + c.beats),
+                         ctr.array_stalls.eq(ctr.array_stalls + c.stalls),
+                         ctr.macs.eq(ctr.macs + c.macs),
+                         ctr.flags.eq(ctr.flags | Cat(self.mm_rsp.payload.invalid,
+                                                      self.mm_rsp.payload.overflow))]
+
+        # unit commands (payloads from the registered instruction + decoded starts)
+        mmi = ir.args.matmul
+        pe = prec[Cat(mmi.mode, mmi.layer)]
+        mp = self.mm_cmd.payload
+        m.d.comb += [
+            mp.op.eq(OP_START), mp.mode.eq(mmi.mode), mp.M.eq(mmi.M), mp.K.eq(mmi.K),
+            mp.N.eq(mmi.N), mp.width_a.eq(pe.width_a), mp.width_b.eq(pe.width_b),
+            mp.rounding.eq(pe.rounding), mp.accumulate.eq(d_acc),
+            mp.base_a.eq(d_start[0]), mp.base_b.eq(d_start[1]), mp.base_c.eq(d_start[2]),
+        ]
+        vp = self.vec_cmd.payload
+        m.d.comb += [vp.op.eq(ir.op), vp.acc.eq(d_acc),
+                     vp.gscale.eq(ir.args.softmax.imm + (self.scale_exp << 23))]
+        # the unit sees effective addresses: copy the args with the loop offset applied
+        args_eff = Signal.like(ir.args, name="args_eff")
+        m.d.comb += args_eff.eq(ir.args)
+        with m.Switch(ir.op):
+            with m.Case(Op.VEC):
+                m.d.comb += [args_eff.vec.a.eq(d_start[0]), args_eff.vec.b.eq(d_start[1]),
+                             args_eff.vec.d.eq(d_start[2])]
+            with m.Case(Op.REDUCE):
+                m.d.comb += [args_eff.reduce.a.eq(d_start[0]),
+                             args_eff.reduce.d.eq(d_start[2])]
+            with m.Case(Op.SOFTMAX_XENT):
+                m.d.comb += [args_eff.softmax.a.eq(d_start[0]),
+                             args_eff.softmax.b.eq(d_start[1]),
+                             args_eff.softmax.d.eq(d_start[2]),
+                             args_eff.softmax.e.eq(d_start[3])]
+        m.d.comb += vp.args.eq(args_eff)
+        op_cmd = self.opt_cmd.payload
+        opt_phase = Signal(name="opt_phase")    # 0: SETREG N, 1: STEP
+        m.d.comb += [
+            op_cmd.op.eq(Mux(opt_phase, OptOp.STEP, OptOp.SETREG)),
+            op_cmd.addr.eq(Reg.N), op_cmd.data.eq(ir.args.opt.count),
+        ]
+
+        # ---- FSM ------------------------------------------------------------------------------
+        unit_of = Signal(2, name="unit_of")     # 0 mm, 1 vec, 2 opt, 3 none
+        with m.Switch(ir.op):
+            with m.Case(Op.MATMUL):
+                m.d.comb += unit_of.eq(0)
+            with m.Case(Op.VEC, Op.REDUCE, Op.SOFTMAX_XENT):
+                m.d.comb += unit_of.eq(1)
+            with m.Case(Op.OPT):
+                m.d.comb += unit_of.eq(2)
+            with m.Default():
+                m.d.comb += unit_of.eq(3)
+        unit_free = Signal(name="unit_free")
+        m.d.comb += unit_free.eq(~Array(busy)[unit_of])
+        banks_free = Signal(name="banks_free")
+        m.d.comb += banks_free.eq((d_banks & owned_any) == 0)
+        scale_ok = Signal(name="scale_ok")
+        m.d.comb += scale_ok.eq((ir.op != Op.SOFTMAX_XENT) | ~busy[2])
+        can_issue = Signal(name="can_issue")
+        m.d.comb += can_issue.eq(unit_free & banks_free & scale_ok)
+        in_exec = Signal(name="in_exec")
+
+        with m.If(self.running):
+            m.d.sync += ctr.cycles.eq(ctr.cycles + 1)
+            with m.If(checking):
+                m.d.sync += ctr.check_cycles.eq(ctr.check_cycles + 1)
+            with m.Elif(all_idle):
+                m.d.sync += ctr.idle.eq(ctr.idle + 1)
+        for u, name in enumerate(UNITS):
+            with m.If(busy[u]):
+                m.d.sync += ctr[f"{name}_busy"].eq(ctr[f"{name}_busy"] + 1)
+        with m.If(sum(b.as_unsigned() for b in busy) >= 2):
+            m.d.sync += ctr.overlap.eq(ctr.overlap + 1)
+
+        def next_pc():
+            return [pc.eq(pc + 1)]
+
+        with m.FSM(name="seq"):
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [self.running.eq(1), checking.eq(1), pc.eq(0), in_loop.eq(0),
+                                 check_span.eq(0), loop_offset.eq(0), loop_iter.eq(0),
+                                 self.status.eq(Status.OK), self.err_pc.eq(0)]
+                    m.d.sync += [ctr[name].eq(0) for name, _, _ in COUNTERS]
+                    m.next = "FETCH"
+            with m.State("FETCH"):
+                m.d.comb += [pr.addr.eq(pc), pr.en.eq(1)]
+                m.next = "DECODE"
+            with m.State("DECODE"):
+                m.d.sync += [ir.eq(pr.data), d_status.eq(dec.status), d_banks.eq(dec.banks),
+                             d_acc.eq(dec.acc)]
+                m.d.sync += [d_start[i].eq(dec.ranges[i].start) for i in range(4)]
+                with m.If(checking):
+                    m.next = "CHECK"
+                with m.Else():
+                    m.next = "EXEC"
+            with m.State("CHECK"):
+                last_pc = pc == cfg.prog_depth - 1
+                with m.If(d_status != Status.OK):
+                    m.d.sync += finish(d_status, pc)
+                    m.next = "IDLE"
+                with m.Elif(ir.op == Op.LOOP):
+                    with m.If(in_loop):
+                        m.d.sync += finish(Status.ERR_LOOP, pc)
+                        m.next = "IDLE"
+                    with m.Elif(last_pc):
+                        m.d.sync += finish(Status.ERR_NO_HALT, pc)
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.d.sync += [in_loop.eq(1), *next_pc(),
+                                     check_span.eq((ir.args.loop.count - 1)
+                                                   * ir.args.loop.stride)]
+                        m.next = "FETCH"
+                with m.Elif(ir.op == Op.ENDLOOP):
+                    with m.If(~in_loop):
+                        m.d.sync += finish(Status.ERR_LOOP, pc)
+                        m.next = "IDLE"
+                    with m.Elif(last_pc):
+                        m.d.sync += finish(Status.ERR_NO_HALT, pc)
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.d.sync += [in_loop.eq(0), check_span.eq(0), *next_pc()]
+                        m.next = "FETCH"
+                with m.Elif(ir.op == Op.HALT):
+                    with m.If(in_loop):
+                        m.d.sync += finish(Status.ERR_LOOP, pc)
+                        m.next = "IDLE"
+                    with m.Else():       # checked: run from pc 0
+                        m.d.sync += [checking.eq(0), pc.eq(0), in_loop.eq(0)]
+                        m.next = "FETCH"
+                with m.Elif(last_pc):
+                    m.d.sync += finish(Status.ERR_NO_HALT, pc)
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.sync += next_pc()
+                    m.next = "FETCH"
+            with m.State("EXEC"):
+                m.d.comb += in_exec.eq(1)
+                with m.Switch(ir.op):
+                    with m.Case(Op.HALT, Op.FENCE):
+                        with m.If(all_idle):
+                            m.d.sync += ctr.instructions.eq(ctr.instructions + 1)
+                            with m.If(ir.op == Op.HALT):
+                                m.d.sync += finish(Status.OK, 0)
+                                m.next = "IDLE"
+                            with m.Else():
+                                m.d.sync += next_pc()
+                                m.next = "FETCH"
+                        with m.Else():
+                            m.d.sync += ctr.stall_fence.eq(ctr.stall_fence + 1)
+                    with m.Case(Op.LOOP):
+                        m.d.sync += [in_loop.eq(1), loop_count.eq(ir.args.loop.count),
+                                     loop_stride.eq(ir.args.loop.stride), loop_iter.eq(0),
+                                     loop_offset.eq(0), loop_start.eq(pc + 1), *next_pc(),
+                                     ctr.instructions.eq(ctr.instructions + 1)]
+                        m.next = "FETCH"
+                    with m.Case(Op.ENDLOOP):
+                        m.d.sync += ctr.instructions.eq(ctr.instructions + 1)
+                        with m.If(loop_iter + 1 < loop_count):
+                            m.d.sync += [loop_iter.eq(loop_iter + 1), pc.eq(loop_start),
+                                         loop_offset.eq(loop_offset + loop_stride)]
+                        with m.Else():
+                            m.d.sync += [in_loop.eq(0), loop_iter.eq(0), loop_offset.eq(0),
+                                         *next_pc()]
+                        m.next = "FETCH"
+                    with m.Default():
+                        with m.If(~unit_free):
+                            m.d.sync += ctr.stall_unit.eq(ctr.stall_unit + 1)
+                        with m.Elif(~banks_free):
+                            m.d.sync += ctr.stall_bank.eq(ctr.stall_bank + 1)
+                        with m.Elif(~scale_ok):
+                            m.d.sync += ctr.stall_scale.eq(ctr.stall_scale + 1)
+                        with m.Else():
+                            with m.Switch(unit_of):
+                                with m.Case(0):
+                                    m.d.comb += self.mm_cmd.valid.eq(1)
+                                    with m.If(self.mm_cmd.ready):
+                                        m.d.sync += [busy[0].eq(1), owned[0].eq(d_banks)]
+                                        m.next = "ISSUED"
+                                with m.Case(1):
+                                    m.d.comb += self.vec_cmd.valid.eq(1)
+                                    with m.If(self.vec_cmd.ready):
+                                        m.d.sync += [busy[1].eq(1), owned[1].eq(d_banks)]
+                                        m.next = "ISSUED"
+                                with m.Case(2):
+                                    m.d.sync += [busy[2].eq(1), owned[2].eq(d_banks),
+                                                 opt_phase.eq(0)]
+                                    m.d.sync += [self.opt_base[i].eq(d_start[i])
+                                                 for i in range(4)]
+                                    m.next = "OPT"
+            with m.State("OPT"):      # SETREG N, then STEP; the unit stays busy until done
+                m.d.comb += self.opt_cmd.valid.eq(1)
+                with m.If(self.opt_cmd.ready):
+                    with m.If(~opt_phase):
+                        m.d.sync += opt_phase.eq(1)
+                    with m.Else():
+                        m.d.sync += opt_wait.eq(1)
+                        m.next = "ISSUED"
+            with m.State("ISSUED"):
+                m.d.sync += [ctr.instructions.eq(ctr.instructions + 1), *next_pc()]
+                m.next = "FETCH"
+        return m

@@ -1,0 +1,138 @@
+"""The hardware decoder (hdl/core/decoder.py) against the ISA's Python definition
+(hdl/core/isa.py): status, operand ranges and bank masks of random and named instructions."""
+import random
+
+import pytest
+from amaranth.sim import Simulator
+
+from hdl.core.config import CoreConfig
+from hdl.core.decoder import Decoder
+from hdl.core.isa import (ARG_LAYOUTS, Op, Status, check_instruction, decode, encode,
+                          operand_ranges)
+
+CFG = CoreConfig.preset("tiny")          # S = 4, 8 banks x 512 lines
+
+
+def random_instruction(rng: random.Random, cfg: CoreConfig) -> int:
+    """Fields biased towards the interesting cases: bank edges, scratchpad end, zero dims."""
+    op = rng.choice(list(Op.ALL) + [9, 15])
+    if op not in ARG_LAYOUTS:
+        return encode(Op.HALT) | op
+    fields = {}
+    D = cfg.bank_depth
+    for name, f in ARG_LAYOUTS[op]:
+        width = f.shape if isinstance(f.shape, int) else f.shape.width
+        if name in ("a", "b", "c", "d", "e", "w", "m", "v", "g"):
+            bank = rng.randrange(cfg.banks + 1)
+            fields[name] = min(bank * D + rng.choice([0, 1, D - 3, D - 1, rng.randrange(D)]),
+                               (1 << width) - 1)
+        elif name in ("M", "K", "N", "rows", "cols"):
+            fields[name] = rng.choice([0, 1, 2, 3, 4, 5, 7, 8, 9, 16, 33, 100, 1023, 1024,
+                                       4095])
+        elif name == "count":
+            fields[name] = rng.choice([0, 1, 2, 5, 64, 1000, 2048, (1 << width) - 1])
+        elif name == "stride":
+            fields[name] = rng.choice([0, 1, 16, 300])
+        elif name == "imm":
+            fields[name] = rng.getrandbits(32)
+        else:
+            fields[name] = rng.randrange(1 << width)
+    return encode(op, **fields)
+
+
+def run_decoder(cases, cfg=CFG):
+    dut = Decoder(config=cfg)
+    got = []
+
+    async def tb(ctx):
+        for word, offset, span, iter0 in cases:
+            ctx.set(dut.instr.as_value(), word)
+            ctx.set(dut.offset, offset)
+            ctx.set(dut.span, span)
+            ctx.set(dut.iter0, iter0)
+            await ctx.delay(1e-9)
+            ranges = [{"start": ctx.get(r.start), "lines": ctx.get(r.lines),
+                       "read": ctx.get(r.read), "write": ctx.get(r.write),
+                       "banks": ctx.get(r.banks)} for r in dut.ranges]
+            got.append((ctx.get(dut.status), ctx.get(dut.banks), ranges, ctx.get(dut.acc)))
+
+    sim = Simulator(dut)
+    sim.add_testbench(tb)
+    sim.run()
+    return got
+
+
+def expected(word, offset, span, cfg=CFG):
+    op, f = decode(word)
+    status = check_instruction(op, f, S=cfg.size, lines=cfg.lines, bank_depth=cfg.bank_depth,
+                               layers=cfg.layers, dim_max=(1 << cfg.dim_bits) - 1, span=span)
+    banks = 0
+    ranges = []
+    if status == Status.OK and op in ARG_LAYOUTS:
+        ranges = operand_ranges(op, f, cfg.size, offset=offset, span=span)
+        for r in ranges:
+            for b in r.banks(cfg.bank_depth):
+                banks |= 1 << b
+    return op, status, banks, ranges
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_decoder_matches_isa_on_random_words(seed):
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(300):
+        offset = rng.choice([0, 0, 16, 300])
+        span = rng.choice([0, 0, 0, 64, 600])
+        cases.append((random_instruction(rng, CFG), offset if not span else 0, span,
+                      rng.randrange(2)))
+    got = run_decoder(cases)
+    seen = set()
+    for (word, offset, span, _), (status, banks, hw_ranges, _) in zip(cases, got):
+        op, st, bk, ranges = expected(word, offset, span)
+        seen.add(st)
+        if offset == 0:     # the status is the static check's (run time adds an offset)
+            assert status == st, f"{word:#x} span={span}: status {status} != {st}"
+        if st == Status.OK and (offset == 0 or status == Status.OK):
+            assert banks == bk, f"{word:#x}: banks {banks:#x} != {bk:#x}"
+            by_kind = [(r.start, r.lines) for r in ranges]
+            hw = [(r["start"], r["lines"]) for r in hw_ranges if r["read"] or r["write"]]
+            assert sorted(hw) == sorted(by_kind), f"{word:#x}: ranges {hw} != {by_kind}"
+    # the random words reach every instruction-level status
+    assert {Status.OK, Status.ERR_OPCODE, Status.ERR_FIELD, Status.ERR_SHAPE, Status.ERR_ADDR,
+            Status.ERR_BANK} <= seen, seen
+
+
+def test_decoder_named_cases():
+    D = CFG.bank_depth
+    cases = {
+        # FWD with A, B, C in banks 0, 1, 2: legal
+        "fwd_ok": (encode(Op.MATMUL, mode=0, M=8, K=8, N=8, a=0, b=D, c=2 * D), Status.OK),
+        # A and C in one bank: both need its read port
+        "fwd_same_bank": (encode(Op.MATMUL, mode=0, M=8, K=8, N=8, a=0, b=D, c=100),
+                          Status.ERR_BANK),
+        # C runs past the end of the scratchpad
+        "fwd_past_end": (encode(Op.MATMUL, mode=0, M=8, K=8, N=8, a=0, b=D,
+                                c=CFG.lines - 3), Status.ERR_ADDR),
+        # in-place ReLU (d == a): legal
+        "relu_in_place": (encode(Op.VEC, vop=1, rows=4, cols=8, a=0, d=0), Status.OK),
+        # d overlaps a shifted by one line: rejected
+        "relu_shifted": (encode(Op.VEC, vop=1, rows=4, cols=8, a=0, d=1), Status.ERR_ADDR),
+        # bias add reading a and b from one bank: rejected
+        "add_same_bank": (encode(Op.VEC, vop=0, bcast=1, rows=4, cols=8, a=0, b=64, d=0),
+                          Status.ERR_BANK),
+        # softmax writing d and e into one bank: rejected
+        "sx_de_bank": (encode(Op.SOFTMAX_XENT, rows=4, cols=10, a=0, b=D, d=2 * D,
+                              e=2 * D + 100), Status.ERR_BANK),
+        "opt_ok": (encode(Op.OPT, count=100, w=0, m=D, v=2 * D, g=3 * D), Status.OK),
+        "opt_shared": (encode(Op.OPT, count=100, w=0, m=D, v=2 * D, g=2 * D + 50),
+                       Status.ERR_BANK),
+        "bad_mode": (encode(Op.MATMUL, mode=3, M=1, K=1, N=1), Status.ERR_FIELD),
+        "bad_layer": (encode(Op.MATMUL, layer=CFG.layers, M=1, K=1, N=1, b=D, c=2 * D),
+                      Status.ERR_FIELD),
+        "zero_loop": (encode(Op.LOOP, count=0), Status.ERR_SHAPE),
+        "bad_opcode": (12, Status.ERR_OPCODE),
+    }
+    got = run_decoder([(w, 0, 0, 1) for w, _ in cases.values()])
+    for (name, (word, want)), (status, *_rest) in zip(cases.items(), got):
+        assert expected(word, 0, 0)[1] == want, name
+        assert status == want, f"{name}: {status} != {want}"

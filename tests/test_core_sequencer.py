@@ -1,0 +1,297 @@
+"""The sequencer (hdl/core/sequencer.py) with stand-in units in the Amaranth simulator:
+program check, issue order, loop offsets, the bank scoreboard (instructions that overlap in
+time never share a bank), FENCE, the loss-scale wait of SOFTMAX_XENT, counters."""
+import random
+
+import pytest
+
+from amaranth.sim import Simulator
+
+from hdl.core.config import CoreConfig
+from hdl.core.isa import (LOOP_FIELDS, Acc, Op, Status, check_program, decode, encode,
+                          operand_ranges)
+from hdl.core.sequencer import Sequencer
+from hdl.optim.config import Op as OptOp
+
+CFG = CoreConfig.preset("tiny")
+D = CFG.bank_depth
+DEADLINE = 20000       # cycles: a hang is a failure
+
+
+def trace(words):
+    """Sequential semantics: the unit instructions in execution order with their effective
+    fields (loop offset applied) and resolved accumulate flag."""
+    out, pc, loop = [], 0, None
+    while True:
+        op, f = decode(words[pc] if pc < len(words) else 0)
+        if op == Op.HALT:
+            return out
+        if op == Op.LOOP:
+            loop = {"start": pc + 1, "count": f["count"], "stride": f["stride"], "iter": 0}
+        elif op == Op.ENDLOOP:
+            loop["iter"] += 1
+            if loop["iter"] < loop["count"]:
+                pc = loop["start"]
+                continue
+            loop = None
+        elif op in (Op.MATMUL, Op.VEC, Op.REDUCE, Op.SOFTMAX_XENT, Op.OPT):
+            it = loop["iter"] if loop else 0
+            off = it * loop["stride"] if loop else 0
+            eff = dict(f)
+            for bit, name in enumerate(LOOP_FIELDS.get(op, ())):
+                if (f.get("loop", 0) >> bit) & 1:
+                    eff[name] += off
+            acc = f.get("acc", 0)
+            eff["acc_resolved"] = int(acc == Acc.ON or (acc == Acc.AFTER_FIRST and it > 0))
+            eff["ranges"] = operand_ranges(op, f, CFG.size, offset=off)
+            out.append((op, eff))
+        pc += 1
+
+
+def banks_of(ranges):
+    s = set()
+    for r in ranges:
+        s |= r.banks(D)
+    return s
+
+
+def run_program(words, *, seed=0, lat=(1, 40), scale_exp=0, prec=None):
+    """Run ``words``; stand-in units take a random time. Returns (status, err_pc, events,
+    counters) where events are (unit, issue_cycle, done_cycle, payload dict)."""
+    rng = random.Random(seed)
+    dut = Sequencer(config=CFG)
+    events = []
+    cycle = [0]
+    result = {}
+
+    async def clock(ctx):
+        async for _ in ctx.tick():
+            cycle[0] += 1
+
+    async def host(ctx):
+        for i, w in enumerate(words):
+            ctx.set(dut.prog_we, 1)
+            ctx.set(dut.prog_waddr, i)
+            ctx.set(dut.prog_wdata, w)
+            await ctx.tick()
+        ctx.set(dut.prog_we, 0)
+        for (layer, mode), (wa, wb, rnd) in (prec or {}).items():
+            ctx.set(dut.prec_we, 1)
+            ctx.set(dut.prec_waddr, layer * 4 + mode)
+            ctx.set(dut.prec_wdata, {"width_a": wa, "width_b": wb, "rounding": rnd})
+            await ctx.tick()
+        ctx.set(dut.prec_we, 0)
+        ctx.set(dut.scale_exp, scale_exp)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        for _ in range(DEADLINE):
+            await ctx.tick()
+            if ctx.get(dut.done):
+                break
+        else:
+            raise AssertionError("sequencer did not finish within the deadline")
+        result["status"] = ctx.get(dut.status)
+        result["err_pc"] = ctx.get(dut.err_pc)
+        result["counters"] = {n: ctx.get(dut.counters[n]) for n in
+                              ("instructions", "cycles", "check_cycles", "stall_bank",
+                               "stall_unit", "stall_fence", "overlap", "array_beats")}
+
+    async def matmul(ctx):
+        ctx.set(dut.mm_cmd.ready, 1)
+        while True:
+            p, = await ctx.tick().sample(dut.mm_cmd.payload).until(dut.mm_cmd.valid)
+            t0 = cycle[0]
+            for _ in range(rng.randint(*lat)):
+                await ctx.tick()
+            ctx.set(dut.mm_counters.beats, 3)
+            ctx.set(dut.mm_rsp.valid, 1)
+            await ctx.tick()
+            ctx.set(dut.mm_rsp.valid, 0)
+            events.append(("mm", t0, cycle[0], {
+                "mode": p.mode, "M": p.M, "K": p.K, "N": p.N, "a": p.base_a, "b": p.base_b,
+                "c": p.base_c, "acc": p.accumulate, "wa": p.width_a, "wb": p.width_b,
+                "rnd": p.rounding}))
+
+    async def vector(ctx):
+        ctx.set(dut.vec_cmd.ready, 1)
+        while True:
+            p, = await ctx.tick().sample(dut.vec_cmd.payload).until(dut.vec_cmd.valid)
+            t0 = cycle[0]
+            ctx.set(dut.vec_cmd.ready, 0)
+            for _ in range(rng.randint(*lat)):
+                await ctx.tick()
+            ctx.set(dut.vec_done, 1)
+            await ctx.tick()
+            ctx.set(dut.vec_done, 0)
+            ctx.set(dut.vec_cmd.ready, 1)
+            op = p.op
+            a = p.args
+            fields = {Op.VEC: lambda: {"a": a.vec.a, "b": a.vec.b, "d": a.vec.d},
+                      Op.REDUCE: lambda: {"a": a.reduce.a, "d": a.reduce.d},
+                      Op.SOFTMAX_XENT: lambda: {"a": a.softmax.a, "b": a.softmax.b,
+                                                "d": a.softmax.d, "e": a.softmax.e}}[op]()
+            fields.update(acc=p.acc, gscale=p.gscale)
+            events.append(("vec", t0, cycle[0], {"op": op, **fields}))
+
+    async def optim(ctx):
+        ctx.set(dut.opt_cmd.ready, 1)
+        n = None
+        while True:
+            p, = await ctx.tick().sample(dut.opt_cmd.payload).until(dut.opt_cmd.valid)
+            if p.op == OptOp.SETREG:
+                n = p.data
+                continue
+            assert p.op == OptOp.STEP
+            t0 = cycle[0]
+            ctx.set(dut.opt_cmd.ready, 0)
+            ctx.set(dut.opt_busy, 1)
+            for _ in range(rng.randint(*lat)):
+                await ctx.tick()
+            ctx.set(dut.opt_busy, 0)
+            ctx.set(dut.opt_cmd.ready, 1)
+            events.append(("opt", t0, cycle[0], {"count": n, **{
+                k: ctx.get(dut.opt_base[i]) for i, k in enumerate("wmvg")}}))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(host)
+    sim.add_testbench(clock, background=True)
+    for p in (matmul, vector, optim):
+        sim.add_testbench(p, background=True)
+    sim.run()         # ends with the host testbench, which has its own deadline
+    assert "status" in result, "no result (deadline)"
+    return result["status"], result["err_pc"], events, result["counters"]
+
+
+def step_program():
+    """A training-step-shaped program: micro-batch loop, units that may overlap, a fence."""
+    return [
+        encode(Op.LOOP, count=3, stride=16),
+        encode(Op.MATMUL, mode=0, M=8, K=8, N=8, a=4 * D, b=0, c=5 * D, layer=0, loop=0b001),
+        encode(Op.VEC, vop=4, bcast=1, rows=8, cols=8, a=5 * D, b=64, d=5 * D),
+        encode(Op.MATMUL, mode=0, M=8, K=8, N=4, a=5 * D, b=128, c=6 * D, layer=1),
+        encode(Op.SOFTMAX_XENT, rows=8, cols=4, a=6 * D, b=4 * D + 200, d=7 * D,
+               e=4 * D + 300, imm=0x3E000000, loop=0b1010),
+        encode(Op.MATMUL, mode=2, M=8, K=8, N=4, a=5 * D, b=D + 128, c=7 * D, acc=Acc.AFTER_FIRST,
+               layer=1),
+        encode(Op.REDUCE, rop=0, rows=8, cols=4, a=7 * D, d=D + 200, acc=Acc.AFTER_FIRST),
+        encode(Op.MATMUL, mode=1, M=8, K=8, N=4, a=6 * D, b=128, c=7 * D, layer=1),
+        encode(Op.VEC, vop=2, rows=8, cols=8, a=6 * D, b=5 * D, d=6 * D),
+        encode(Op.MATMUL, mode=2, M=8, K=8, N=8, a=4 * D, b=D, c=6 * D, acc=Acc.AFTER_FIRST,
+               loop=0b001),
+        encode(Op.REDUCE, rop=0, rows=8, cols=8, a=6 * D, d=D + 64, acc=Acc.AFTER_FIRST),
+        encode(Op.ENDLOOP),
+        encode(Op.OPT, count=256, w=0, m=2 * D, v=3 * D, g=D),
+        encode(Op.FENCE),
+        encode(Op.VEC, vop=6, rows=2, cols=4, d=7 * D),
+        encode(Op.HALT),
+    ]
+
+
+def check_run(words, events, counters, scale_exp=0):
+    want = trace(words)
+    issued = sorted(events, key=lambda e: e[1])
+    assert len(issued) == len(want), (len(issued), len(want))
+    for (unit, t0, t1, got), (op, eff) in zip(issued, want):
+        if op == Op.MATMUL:
+            assert unit == "mm"
+            for k in ("mode", "M", "K", "N", "a", "b", "c"):
+                assert got[k] == eff[k], (k, got, eff)
+            assert got["acc"] == eff["acc_resolved"]
+        elif op == Op.OPT:
+            assert unit == "opt" and got == {"count": eff["count"], "w": eff["w"],
+                                             "m": eff["m"], "v": eff["v"], "g": eff["g"]}
+        else:
+            assert unit == "vec" and got["op"] == op
+            for k in ("a", "b", "d", "e"):
+                if k in got and k in eff and not (op == Op.VEC and k == "e"):
+                    assert got[k] == eff[k], (k, got, eff)
+            if op == Op.REDUCE:
+                assert got["acc"] == eff["acc_resolved"]
+            if op == Op.SOFTMAX_XENT:
+                assert got["gscale"] == (eff["imm"] + (scale_exp << 23)) & 0xFFFFFFFF
+    # the scoreboard: instructions running at the same time own disjoint banks
+    spans = [(t0, t1, banks_of(eff["ranges"]), unit)
+             for (unit, t0, t1, _), (_, eff) in zip(issued, want)]
+    overlapped = 0
+    for i, (a0, a1, ab, au) in enumerate(spans):
+        for b0, b1, bb, bu in spans[i + 1:]:
+            if a0 < b1 and b0 < a1:
+                overlapped += 1
+                assert au != bu, "one unit ran two instructions at once"
+                assert not (ab & bb), f"banks {ab & bb} shared by overlapping instructions"
+    # FENCE (index 13): the VEC after it starts after everything before it finished
+    return overlapped
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_step_program_order_scoreboard_and_overlap(seed):
+    words = step_program()
+    assert check_program(words, S=CFG.size, lines=CFG.lines, bank_depth=D, layers=CFG.layers,
+                         dim_max=1023, prog_depth=CFG.prog_depth) == (Status.OK, 0)
+    status, pc, events, counters = run_program(words, seed=seed, scale_exp=3)
+    assert (status, pc) == (Status.OK, 0)
+    overlapped = check_run(words, events, counters, scale_exp=3)
+    assert overlapped > 0, "independent instructions never overlapped"
+    # instructions: every executed one, loop bodies per iteration
+    body = 10
+    assert counters["instructions"] == 1 + 3 * (body + 1) + 4
+    assert counters["overlap"] > 0
+    # the last VEC follows the FENCE: it starts after the OPT finished
+    issued = sorted(events, key=lambda e: e[1])
+    opt_end = [e for e in issued if e[0] == "opt"][0][2]
+    assert issued[-1][1] >= opt_end
+
+
+def test_softmax_waits_for_optimizer():
+    """OPT then SOFTMAX_XENT in disjoint banks: the softmax still waits (loss scale)."""
+    words = [encode(Op.OPT, count=64, w=0, m=D, v=2 * D, g=3 * D),
+             encode(Op.SOFTMAX_XENT, rows=4, cols=4, a=4 * D, b=5 * D, d=6 * D, e=7 * D,
+                    imm=0x3E800000),
+             encode(Op.HALT)]
+    status, _, events, counters = run_program(words, lat=(30, 30))
+    assert status == Status.OK
+    opt = [e for e in events if e[0] == "opt"][0]
+    sx = [e for e in events if e[0] == "vec"][0]
+    assert sx[1] >= opt[2]
+
+
+def test_precision_table_reaches_matmul():
+    words = [encode(Op.MATMUL, mode=m, M=4, K=4, N=4, a=0, b=D, c=2 * D, layer=l)
+             for l in (0, 3) for m in (0, 1, 2)] + [encode(Op.HALT)]
+    prec = {(3, 1): (2, 6, 1), (0, 2): (4, 2, 2), (3, 0): (6, 8, 0)}
+    status, _, events, _ = run_program(words, prec=prec)
+    assert status == Status.OK
+    got = [(e[3]["wa"], e[3]["wb"], e[3]["rnd"]) for e in sorted(events, key=lambda e: e[1])]
+    want = [prec.get((l, m), (8, 8, 0)) for l in (0, 3) for m in (0, 1, 2)]
+    assert got == want
+
+
+BAD_PROGRAMS = {
+    "unknown_opcode": ([encode(Op.FENCE), 11], (Status.ERR_OPCODE, 1)),
+    "bank_conflict": ([encode(Op.MATMUL, M=4, K=4, N=4, a=0, b=8, c=2 * D)],
+                      (Status.ERR_BANK, 0)),
+    "nested_loop": ([encode(Op.LOOP, count=2), encode(Op.LOOP, count=2), encode(Op.ENDLOOP),
+                     encode(Op.ENDLOOP)], (Status.ERR_LOOP, 1)),
+    "endloop_alone": ([encode(Op.FENCE), encode(Op.ENDLOOP)], (Status.ERR_LOOP, 1)),
+    "halt_in_loop": ([encode(Op.LOOP, count=2), encode(Op.HALT)], (Status.ERR_LOOP, 1)),
+    # the loop's last iteration would run past the scratchpad
+    "loop_past_end": ([encode(Op.LOOP, count=40, stride=D),
+                       encode(Op.VEC, vop=6, rows=1, cols=4, d=0, loop=0b100),
+                       encode(Op.ENDLOOP), encode(Op.HALT)], (Status.ERR_ADDR, 1)),
+    "no_halt": ([encode(Op.FENCE)] * CFG.prog_depth, (Status.ERR_NO_HALT, CFG.prog_depth - 1)),
+    # a valid MATMUL before the bad instruction must not run
+    "late_error": ([encode(Op.MATMUL, M=4, K=4, N=4, a=0, b=D, c=2 * D),
+                    encode(Op.VEC, vop=7, rows=1, cols=1)], (Status.ERR_FIELD, 1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_PROGRAMS))
+def test_bad_program_rejected_and_nothing_runs(name):
+    words, want = BAD_PROGRAMS[name]
+    assert check_program(words, S=CFG.size, lines=CFG.lines, bank_depth=D, layers=CFG.layers,
+                         dim_max=1023, prog_depth=CFG.prog_depth) == want
+    status, pc, events, counters = run_program(words)
+    assert (status, pc) == want
+    assert events == [] and counters["instructions"] == 0

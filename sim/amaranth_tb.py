@@ -11,7 +11,8 @@ from types import SimpleNamespace
 from amaranth.lib import data
 from amaranth.sim import Simulator
 
-__all__ = ["stream_put", "stream_get", "run_sim", "stream_through", "assert_payloads"]
+__all__ = ["stream_put", "stream_get", "run_sim", "stream_through", "assert_payloads",
+           "StreamTransport"]
 
 
 def _raw(value):
@@ -84,3 +85,38 @@ def assert_payloads(model, inputs, outputs) -> None:
     bad = [k for k, (g, e) in enumerate(zip(outputs, expected)) if g != e]
     assert not bad, "\n".join(f"{model.describe(inputs[k])}: got {outputs[k]:#010x}, expected "
                               f"{expected[k]:#010x}" for k in bad[:10])
+
+
+class StreamTransport:
+    """Command/response transport for a host driver (``sim.host.driver``) in an Amaranth
+    testbench: drives ``cmd`` and collects ``rsp`` in the same cycles, so commands stream at
+    one per cycle when the DUT allows. ``transact`` raises :class:`TimeoutError` after
+    ``deadline`` cycles."""
+
+    def __init__(self, ctx, cmd, rsp):
+        self.ctx, self.cmd, self.rsp = ctx, cmd, rsp
+        self.cycles = 0
+
+    async def transact(self, cmds, deadline):
+        ctx, cmd, rsp = self.ctx, self.cmd, self.rsp
+        out, i = [], 0
+        ctx.set(rsp.ready, 1)
+        for _ in range(deadline):
+            if i < len(cmds):
+                ctx.set(cmd.valid, 1)
+                ctx.set(_raw(cmd.payload), cmds[i])
+            else:
+                ctx.set(cmd.valid, 0)
+            _, _, c_ready, r_valid, r_payload = await ctx.tick().sample(
+                cmd.ready, rsp.valid, _raw(rsp.payload))
+            self.cycles += 1
+            if i < len(cmds) and c_ready:
+                i += 1
+            if r_valid:
+                out.append(int(r_payload))
+            if len(out) == len(cmds):
+                ctx.set(cmd.valid, 0)
+                return out
+        ctx.set(cmd.valid, 0)
+        raise TimeoutError(f"{len(cmds)} commands: {len(out)} responses after {deadline} "
+                           f"cycles")

@@ -72,6 +72,7 @@ class Scratchpad(wiring.Component):
         conflicts = []
         for b in range(nb):
             rp, wp = rports[b], wports[b]
+            m.d.comb += rp.en.eq(0)         # a read port's enable defaults to 1
             r_hits = [p.r_en & (bank_of(p.r_addr) == b) for p in self.ports]
             w_hits = [(p.w_en != 0) & (bank_of(p.w_addr) == b) for p in self.ports]
             # priority mux, client 0 highest: the last assignment wins in Amaranth, so walk

@@ -7,7 +7,7 @@ is bit-exact with the hardware (NaN payloads excepted: compare with :func:`canon
   derivative, scaling, fused bias add + ReLU).
 * :func:`bias_grad` -- :class:`hdl.grad.biasgrad.BiasGrad`: ``db = ((0 + dY[0]) + dY[1]) + ...``
   column by column, rows in order.
-* :func:`sum_squares` -- :class:`hdl.grad.lanesum.LaneSum` with ``square=True``.
+* :func:`sum_squares` -- :class:`hdl.lib.lanesum.LaneSum` with ``square=True``.
 * :func:`row_sum` -- :func:`hdl.grad.rowsum.row_sum`: interleaved lanes, then a pairwise tree
   over the lanes' final values in the order they leave the adder.
 * :func:`softmax_xent` -- :class:`hdl.grad.softmax.SoftmaxXent`: per row

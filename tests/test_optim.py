@@ -13,6 +13,7 @@ from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
 from hdl.optim.config import Mem, Op, OptimConfig, Reg
 from hdl.optim.datapath import OptimDatapath
 from hdl.optim.engine import OptimEngine
+from hdl.optim.standalone import OptimEngineWithMemories
 from sim.amaranth_tb import run_sim, stream_get, stream_put
 from sim.optim import (SGD, Adam, AdamW, Clip, LossScale, Momentum, OptimEngineModel, f32_bits,
                        lane_sum, optimizer_registers, reference_step_f64, reg_word)
@@ -34,9 +35,10 @@ def test_invalid_config(kw, exc, match):
         OptimConfig(**kw)
 
 
-def test_lanes_must_exceed_adder_latency():
+@pytest.mark.parametrize("cls", [OptimEngine, OptimEngineWithMemories])
+def test_lanes_must_exceed_adder_latency(cls):
     with pytest.raises(ValueError, match="reduce_lanes.*adder latency"):
-        OptimEngine(config=OptimConfig(reduce_lanes=4), fp32_config=FP32Config(add_stages=5))
+        cls(config=OptimConfig(reduce_lanes=4), fp32_config=FP32Config(add_stages=5))
 
 
 @pytest.mark.parametrize("make, match", [
@@ -132,8 +134,8 @@ def test_model_scale_halves_on_skip_and_grows():
 
 def _engine():
     cfg = OptimConfig(depth=16, reduce_lanes=8)
-    return cfg, OptimEngine(config=cfg, fp32_config=FP32Config(),
-                            divsqrt_config=FP32DivSqrtConfig.preset("tiny"))
+    return cfg, OptimEngineWithMemories(config=cfg, fp32_config=FP32Config(),
+                                        divsqrt_config=FP32DivSqrtConfig.preset("tiny"))
 
 
 def _cmd(op, **kw):
@@ -255,3 +257,120 @@ def test_datapath_latency_matches_units():
     f, d = FP32Config(), FP32DivSqrtConfig()
     lm, la = f.latency("fp32_mul"), f.latency("fp32_add")
     assert OptimDatapath.latency_for(f, d) == 6 * lm + 3 * la + d.sqrt_latency + d.div_latency
+
+
+# ---------------------------------------------------------------------------------------------
+# The engine alone, through its word ports (as the training core instantiates it)
+
+def test_engine_signature_word_ports():
+    """The engine's word ports at the core's depth (65536: 16-bit word addresses); it
+    elaborates. The wrapper keeps the old interface."""
+    from amaranth.hdl import Fragment
+    from amaranth.lib.wiring import Flow
+
+    from hdl.lib.memport import WordPort
+    cfg = OptimConfig(depth=65536)
+    dut = OptimEngine(config=cfg, fp32_config=FP32Config.preset("tiny"),
+                      divsqrt_config=FP32DivSqrtConfig.preset("tiny"))
+    assert cfg.addr_bits == 16
+    for name in Mem.NAMES:
+        member = dut.signature.members[name]
+        assert member.flow == Flow.Out and member.signature == WordPort(addr_bits=16)
+    assert set(dut.signature.members) == {"w", "m", "v", "g", "cmd", "wdata", "rdata", "busy",
+                                          "status"}
+    assert "scale_exp" in dut.signature.members["status"].shape.members
+    # The wrapper presents exactly the old interface.
+    wrap = OptimEngineWithMemories(config=OptimConfig(depth=16), fp32_config=dut.fp32_config,
+                                   divsqrt_config=dut.divsqrt_config)
+    assert set(wrap.signature.members) == {"cmd", "wdata", "rdata", "busy", "status"}
+    assert wrap.latency == wrap.engine.latency == dut.latency
+    Fragment.get(dut, None)
+    Fragment.get(wrap, None)
+
+
+def test_engine_ports_depth_65536_step():
+    """``OptimEngine(depth=65536)`` alone, the four scratchpads modelled behind its word ports
+    (one-cycle read latency, data held while ``r_en = 0``): WRITE/READ at the top of the address
+    space, ACCUM, then an Adam STEP with dynamic loss scaling over N words; every word the engine
+    wrote, the status and ``busy`` checked. No memory is written outside ``[0, N)`` and the top
+    words; reads are issued only with ``r_en``."""
+    import random
+    cfg = OptimConfig(depth=65536)
+    dut = OptimEngine(config=cfg, fp32_config=FP32Config.preset("tiny"),
+                      divsqrt_config=FP32DivSqrtConfig.preset("tiny"))
+    model = OptimEngineModel(cfg)
+    rng_np = np.random.default_rng(11)
+    rng = random.Random(12)
+    n = 40
+    top = cfg.depth - 6
+    stores = [dict() for _ in Mem.ALL]      # sparse scratchpads: address -> word
+    ports = [getattr(dut, name) for name in Mem.NAMES]
+    reads = [0] * len(Mem.ALL)
+
+    async def memories(ctx):
+        sigs = [x for p in ports for x in (p.r_addr, p.r_en, p.w_addr, p.w_en, p.w_data)]
+        async for _clk, _rst, *vals in ctx.tick().sample(*sigs):
+            for s, p in enumerate(ports):
+                r_addr, r_en, w_addr, w_en, w_data = vals[5 * s:5 * s + 5]
+                if r_en:                      # read before write: not transparent
+                    reads[s] += 1
+                    ctx.set(p.r_data, stores[s].get(r_addr, 0))
+                if w_en:
+                    stores[s][w_addr] = w_data
+
+    async def tb(ctx):
+        async def cmd(op, **kw):
+            await stream_put(ctx, dut.cmd, _cmd(op, **kw))
+
+        async def idle():
+            await ctx.tick()
+            while ctx.get(dut.busy):
+                await ctx.tick()
+
+        async def words(op, data, **kw):
+            await cmd(op, count=len(data), **kw)
+            for x in np.asarray(data, np.float32):
+                await stream_put(ctx, dut.wdata, f32_bits(x), rng=rng, idle_prob=0.3)
+            await idle()
+
+        # WRITE + READ at the top of the 16-bit address space
+        hi = rng_np.standard_normal(6).astype(np.float32)
+        model.write(Mem.V, top, hi)
+        await words(Op.WRITE, hi, mem=Mem.V, addr=top)
+        assert [stores[Mem.V][top + i] for i in range(6)] == [f32_bits(x) for x in hi]
+        await cmd(Op.READ, mem=Mem.V, addr=top, count=6)
+        got = [await stream_get(ctx, dut.rdata, rng=rng, stall_prob=0.4) for _ in range(6)]
+        assert got == [f32_bits(x) for x in hi]
+        await idle()
+
+        w0 = rng_np.standard_normal(n).astype(np.float32)
+        model.write(Mem.W, 0, w0)
+        await words(Op.WRITE, w0, mem=Mem.W)
+        opt = Adam(lr=1e-2)
+        regs = optimizer_registers(opt, 1, n, LossScale(3, 1))
+        for a, v in regs.items():
+            model.setreg(a, v)
+            await cmd(Op.SETREG, addr=a, data=reg_word(v))
+        g = (rng_np.standard_normal(n) * 8).astype(np.float32)
+        model.accum(0, g, True)
+        await words(Op.ACCUM, g, first=1)
+        assert ctx.get(dut.status.scale_exp) == 3
+        before = list(reads)
+        assert not model.step()
+        await cmd(Op.STEP)
+        await ctx.tick()
+        assert ctx.get(dut.busy)
+        await idle()
+        # check pass reads G, the update pass W, M, V, G: N words each
+        assert [r - b for r, b in zip(reads, before)] == [n, n, n, 2 * n]
+        for name, v in model.status().items():
+            got = ctx.get(getattr(dut.status, name))
+            assert got == v, f"status.{name}: {got:#x} != {v:#x}"
+        assert ctx.get(dut.status.scale_exp) == 4      # growth interval 1: doubled
+        for sel in (Mem.W, Mem.M, Mem.V, Mem.G):
+            want = {a: f32_bits(x) for a, x in enumerate(model.mems[sel][:n])}
+            if sel == Mem.V:
+                want.update({top + i: f32_bits(x) for i, x in enumerate(hi)})
+            assert stores[sel] == want, Mem.NAMES[sel]
+
+    run_sim(dut, tb, processes=[memories])

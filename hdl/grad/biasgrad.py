@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
-from ..optim.dataflow import Dataflow, credit_fifo
+from ..lib.dataflow import Dataflow, credit_fifo
 from .config import GradConfig
 
 __all__ = ["BiasGrad", "BG_CMD_LAYOUT", "BG_OUT_LAYOUT"]

@@ -10,7 +10,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
-from ..optim.dataflow import Dataflow, credit_fifo
+from ..lib.dataflow import Dataflow, credit_fifo
+from ..lib.fp32bits import gt_zero, is_nan
 
 __all__ = ["Elementwise", "EW_IN_LAYOUT", "EW_OUT_LAYOUT", "EW_ADD", "EW_RELU", "EW_RELU_GRAD",
            "EW_SCALE", "EW_ADD_RELU"]
@@ -20,17 +21,8 @@ EW_IN_LAYOUT = data.StructLayout({"a": 32, "b": 32})
 EW_OUT_LAYOUT = data.StructLayout({"r": 32})
 
 
-def _is_nan(x):
-    return (x[23:31] == 0xFF) & (x[0:23] != 0)
-
-
-def _gt_zero(x):
-    """``x > 0`` for FP32 bits (false for NaN and both zeros)."""
-    return ~x[31] & (x[0:31] != 0) & ~_is_nan(x)
-
-
 def _relu(x):
-    return Mux(_gt_zero(x) | _is_nan(x), x, 0)
+    return Mux(gt_zero(x) | is_nan(x), x, 0)
 
 
 class Elementwise(wiring.Component):
@@ -92,7 +84,7 @@ class Elementwise(wiring.Component):
             with m.Case(EW_RELU):
                 m.d.comb += r.eq(_relu(av))
             with m.Case(EW_RELU_GRAD):
-                m.d.comb += r.eq(Mux(_gt_zero(bv), av, 0))
+                m.d.comb += r.eq(Mux(gt_zero(bv), av, 0))
             with m.Case(EW_SCALE):
                 m.d.comb += r.eq(pv)
             with m.Default():

@@ -1,7 +1,7 @@
 """Per-row FP32 sum for back-to-back rows: interleaved lanes, then a pipelined pairwise tree.
 
 Used by :class:`~hdl.grad.softmax.SoftmaxXent` for the softmax denominator. Unlike
-:class:`~hdl.grad.lanesum.LaneSum` (one reduction at a time, a sequential combine that stalls
+:class:`~hdl.lib.lanesum.LaneSum` (one reduction at a time, a sequential combine that stalls
 the input), this sums a *stream of rows* with no pause between rows, so every row costs only
 its own element cycles.
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 from amaranth.hdl import Array, Cat, Const, Mux, Signal
 
 from ..fp32.config import FP32Config
-from ..optim.dataflow import operands, result
+from ..lib.dataflow import operands, result
 
 __all__ = ["row_sum", "row_sum_latency"]
 

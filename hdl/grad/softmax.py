@@ -34,7 +34,9 @@ from amaranth.lib.wiring import In, Out
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
 from ..fp32.log_config import FP32LogConfig
-from ..optim.dataflow import Dataflow, credit_fifo
+from ..lib.dataflow import Dataflow, credit_fifo
+from ..lib.fp32bits import is_nan, order_key
+from ..lib.mustuse import mark_used
 from .config import GradConfig
 from .rowsum import row_sum, row_sum_latency
 
@@ -46,17 +48,8 @@ ONE = 0x3F800000
 QNAN = 0x7FC00000
 
 
-def _key(x):
-    """Unsigned key ordering FP32 bit patterns like their values (-0 < +0)."""
-    return Mux(x[31], ~x, x | 0x80000000)
-
-
-def _is_nan(x):
-    return (x[23:31] == 0xFF) & (x[0:23] != 0)
-
-
 class GradDataflow(Dataflow):
-    """:class:`~hdl.optim.dataflow.Dataflow` with the FP32 natural log
+    """:class:`~hdl.lib.dataflow.Dataflow` with the FP32 natural log
     (:class:`hdl.fp32.log.FP32Log`, latency ``log_config.latency``)."""
 
     def __init__(self, m, valid, *, log_config: FP32LogConfig, **kwargs):
@@ -120,7 +113,7 @@ class SoftmaxXent(wiring.Component):
         self.log_config = log_config or FP32LogConfig()
         la = self.fp32_config.latency("fp32_add")
         if la >= self.config.lanes:
-            self._MustUse__used = True       # rejected: no "never used" warning
+            mark_used(self)                  # rejected: no "never used" warning
             raise ValueError(f"GradConfig.lanes ({self.config.lanes}) must exceed the FP32 adder "
                              f"latency ({la})")
         self.exp_latency = self._exp_dataflow(None).t
@@ -196,8 +189,8 @@ class SoftmaxXent(wiring.Component):
         zy_next = Signal(32, name="load_zy_next")
         m.d.comb += [
             lab.eq(Mux(first, self.i.payload.label, l_label)),
-            mx_next.eq(Mux(first | (_key(x) > _key(l_mx)), x, l_mx)),
-            nan_next.eq((l_nan & ~first) | _is_nan(x)),
+            mx_next.eq(Mux(first | (order_key(x) > order_key(l_mx)), x, l_mx)),
+            nan_next.eq((l_nan & ~first) | is_nan(x)),
             zy_next.eq(Mux(lj == lab, x, Mux(first, 0, l_zy))),
             self.i.ready.eq(~full[wb]),
             zw.addr.eq(Cat(lj, wb)), zw.data.eq(x),

@@ -10,6 +10,7 @@ from amaranth.lib.wiring import In, Out
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
 from ..fp32.log_config import FP32LogConfig
+from ..lib.mustuse import mark_used
 from ..registry import Block
 from .biasgrad import BG_CMD_LAYOUT, BG_OUT_LAYOUT, BiasGrad
 from .config import GradConfig
@@ -17,11 +18,6 @@ from .elementwise import EW_IN_LAYOUT, EW_OUT_LAYOUT, Elementwise
 from .softmax import SX_IN_LAYOUT, SX_OUT_LAYOUT, SoftmaxXent
 
 __all__ = ["GradUnit"]
-
-
-def _used(elaboratable):
-    elaboratable._MustUse__used = True
-    return elaboratable
 
 
 class GradUnit(wiring.Component):
@@ -55,13 +51,13 @@ class GradUnit(wiring.Component):
         # Sub-blocks are elaborated as part of this block (marked used as soon as made, so a
         # config error in a later one leaves no "never used" warning).
         try:
-            self._ew = _used(Elementwise(fp32_config=self.fp32_config))
-            self._bg = _used(BiasGrad(config=self.config, fp32_config=self.fp32_config))
-            self._sx = _used(SoftmaxXent(config=self.config, fp32_config=self.fp32_config,
-                                         divsqrt_config=self.divsqrt_config,
-                                         log_config=self.log_config))
+            self._ew = mark_used(Elementwise(fp32_config=self.fp32_config))
+            self._bg = mark_used(BiasGrad(config=self.config, fp32_config=self.fp32_config))
+            self._sx = mark_used(SoftmaxXent(config=self.config, fp32_config=self.fp32_config,
+                                             divsqrt_config=self.divsqrt_config,
+                                             log_config=self.log_config))
         except (ValueError, TypeError):
-            _used(self)                      # rejected: no "never used" warning
+            mark_used(self)                  # rejected: no "never used" warning
             raise
         self.latency = {"elementwise": self._ew.latency, "biasgrad": self._bg.latency,
                         "softmax": self._sx.latency}
@@ -104,7 +100,7 @@ def _build(preset: str) -> GradUnit:
 
 def _params(preset: str) -> dict:
     u = _build(preset)
-    u._MustUse__used = True                  # built for its parameters only
+    mark_used(u)                             # built for its parameters only
     return {**u.config.to_dict(), "latency": u.latency["softmax"],
             "latencies": u.latency}
 

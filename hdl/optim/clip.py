@@ -13,7 +13,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
-from .dataflow import Dataflow
+from ..lib.dataflow import Dataflow
+from ..lib.fp32bits import is_nan
 
 __all__ = ["ClipFactor", "ONE_F32"]
 
@@ -72,7 +73,7 @@ class ClipFactor(wiring.Component):
         t, df, q = self._build(m, accept)
         qv = df.at(q, t)
         lt = Signal(name="q_lt_one")
-        nan = (qv[23:31] == 0xFF) & (qv[0:23] != 0)
+        nan = is_nan(qv)
         m.d.comb += lt.eq(Mux(qv[31], ~nan, qv < ONE_F32))
         with m.If(accept):
             m.d.sync += busy.eq(1)

@@ -17,8 +17,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
+from ..lib.dataflow import Dataflow
 from .config import Mode
-from .dataflow import Dataflow
 
 __all__ = ["OptimDatapath", "datapath_in_layout", "datapath_out_layout", "HYPER_FIELDS"]
 

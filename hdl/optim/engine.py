@@ -1,10 +1,15 @@
-"""The FP32 optimizer engine: scratchpads W, M, V, G + check pass + update pass.
+"""The FP32 optimizer engine: check pass + update pass over the scratchpads W, M, V, G.
+
+The engine holds no memory: it reaches W, M, V and G through four word ports
+(:class:`~hdl.lib.memport.WordPort`, members ``w``, ``m``, ``v``, ``g``). The registered block
+``optim_engine`` is :class:`~hdl.optim.standalone.OptimEngineWithMemories`, which puts four
+on-chip memories behind them; the training core puts the ports onto its shared scratchpad.
 
 Commands arrive on ``cmd`` (:class:`~hdl.optim.config.Op`); data on ``wdata``/``rdata``.
 ``STEP`` runs two passes over ``G[0:N]`` (docs/datapaths.md):
 
 1. **Check pass** (reads G only): ``u = G * 2**-k`` (exact), ``sumsq`` of ``u`` in
-   :class:`~hdl.grad.lanesum.LaneSum` order, sticky Inf/NaN detection on the raw ``G``. With
+   :class:`~hdl.lib.lanesum.LaneSum` order, sticky Inf/NaN detection on the raw ``G``. With
    clipping enabled, :class:`~hdl.optim.clip.ClipFactor` turns ``sumsq`` into the factor.
    Skip when any ``G`` is Inf/NaN, or clipping is on and ``sumsq`` is Inf/NaN.
 2. **Update pass** (only when not skipped): ``W, M, V, G`` at the same address stream through
@@ -19,23 +24,24 @@ from __future__ import annotations
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
-from ..grad.config import GradConfig
-from ..grad.lanesum import LaneSum
-from ..registry import Block
+from ..lib.dataflow import Dataflow
+from ..lib.fp32bits import is_inf_or_nan
+from ..lib.lanesum import LaneSum
+from ..lib.memport import WordPort
+from ..lib.mustuse import mark_used
 from .clip import ONE_F32, ClipFactor
 from .config import SCALE_EXP_MAX, STATUS_FIELDS, Mem, Mode, Op, OptimConfig, Reg
-from .dataflow import Dataflow
 from .datapath import HYPER_FIELDS, OptimDatapath
 
-__all__ = ["OptimEngine", "cmd_layout", "OPTIM_STATUS_LAYOUT"]
+__all__ = ["OptimEngine", "cmd_layout", "OPTIM_STATUS_LAYOUT", "READ_LATENCY"]
 
 ADDR_BITS = 16
-#: cycles from a scratchpad read address to the registered read data the datapaths see
+#: cycles from a scratchpad read address to the registered read data the datapaths see (the
+#: port's one-cycle read latency, then a register on ``r_data``)
 READ_LATENCY = 2
 COUNT_BITS = 17
 
@@ -53,7 +59,7 @@ _REG_NAMES = {Reg.LR: "lr", Reg.B1: "b1", Reg.OMB1: "omb1", Reg.B2: "b2", Reg.OM
 
 
 class OptimEngine(wiring.Component):
-    """FP32 optimizer engine (SGD, momentum, Adam, AdamW) over on-chip scratchpads.
+    """FP32 optimizer engine (SGD, momentum, Adam, AdamW) over four word-port scratchpads.
 
     Parameters
     ----------
@@ -71,6 +77,14 @@ class OptimEngine(wiring.Component):
 
     Members
     -------
+    w, m, v, g : Out(WordPort(addr_bits=config.addr_bits))
+        The scratchpads W, M, V, G (word addresses ``0 .. config.depth - 1``; one-cycle read
+        latency, :mod:`hdl.lib.memport`). All four carry the same ``r_addr`` and the same
+        ``w_addr`` in every cycle; each has its own ``r_en``, ``w_en`` and ``w_data``. ``r_en``
+        is raised only for the words a command uses (READ: the selected memory; ACCUM and the
+        check pass: G; the update pass: all four). The engine writes only what it
+        computed: ACCUM writes G, the update pass W (and M with momentum/Adam, V with Adam),
+        WRITE the selected memory; a skipped step writes nothing.
     cmd : In(stream.Signature(cmd_layout()))
         ``op, mem, first, addr, count, data``; accepted only while idle (``busy = 0``).
     wdata : In(stream.Signature(32))
@@ -97,10 +111,12 @@ class OptimEngine(wiring.Component):
         self.divsqrt_config = divsqrt_config or FP32DivSqrtConfig()
         la = self.fp32_config.latency("fp32_add")
         if la >= self.config.reduce_lanes:
-            self._MustUse__used = True       # rejected: no "never used" warning
+            mark_used(self)                  # rejected: no "never used" warning
             raise ValueError(f"OptimConfig.reduce_lanes ({self.config.reduce_lanes}) must exceed "
                              f"the FP32 adder latency ({la})")
+        port = WordPort(addr_bits=self.config.addr_bits)
         super().__init__({
+            **{Mem.NAMES[sel]: Out(port) for sel in Mem.ALL},
             "cmd": In(stream.Signature(cmd_layout())),
             "wdata": In(stream.Signature(32)),
             "rdata": Out(stream.Signature(32)),
@@ -116,24 +132,19 @@ class OptimEngine(wiring.Component):
         depth, ab = cfg.depth, cfg.addr_bits
         st = self.status
 
-        # ---- scratchpads --------------------------------------------------------------------
-        rports, wports = [], []
+        # ---- scratchpad ports ---------------------------------------------------------------
+        ports = [getattr(self, Mem.NAMES[sel]) for sel in Mem.ALL]
         raddr = Signal(ab, name="raddr")
         waddr = Signal(ab, name="waddr")
-        for sel in Mem.ALL:
-            name = Mem.NAMES[sel]
-            mem = Memory(shape=32, depth=depth, init=[])
-            m.submodules[f"mem_{name}"] = mem
-            rp = mem.read_port()
-            wp = mem.write_port()
-            m.d.comb += [rp.addr.eq(raddr), wp.addr.eq(waddr)]
-            rports.append(rp)
-            wports.append(wp)
+        ren = [Signal(name=f"ren_{Mem.NAMES[s]}") for s in Mem.ALL]
+        for s in Mem.ALL:
+            m.d.comb += [ports[s].r_addr.eq(raddr), ports[s].r_en.eq(ren[s]),
+                         ports[s].w_addr.eq(waddr)]
         # Every scratchpad's read data is registered before any logic sees it: a block RAM's
         # output is slow (about 5.8 ns clock-to-out on the ECP5 without its output register),
         # and the FP32 unpack logic behind it made the engine close at 56 MHz.
         rdata = [Signal(32, name=f"rdata_{Mem.NAMES[s]}") for s in Mem.ALL]
-        m.d.sync += [rdata[s].eq(rports[s].data) for s in Mem.ALL]
+        m.d.sync += [rdata[s].eq(ports[s].r_data) for s in Mem.ALL]
 
         # ---- registers ----------------------------------------------------------------------
         mode_reg = Signal(4, name="mode_reg")
@@ -162,7 +173,7 @@ class OptimEngine(wiring.Component):
                 m.d.comb += getattr(dp, name).eq(fregs[addr])
         m.d.comb += dp.mode.eq(upd_mode)
 
-        m.submodules.sumsq = ss = LaneSum(config=GradConfig(lanes=cfg.reduce_lanes), square=True,
+        m.submodules.sumsq = ss = LaneSum(lanes=cfg.reduce_lanes, square=True,
                                           fp32_config=self.fp32_config)
         m.submodules.clipf = cf = ClipFactor(fp32_config=self.fp32_config,
                                              divsqrt_config=self.divsqrt_config)
@@ -247,7 +258,7 @@ class OptimEngine(wiring.Component):
         # Memory writes (defaults: none).
         wdata_words = [Signal(32, name=f"wdata_{Mem.NAMES[s]}") for s in Mem.ALL]
         for s in Mem.ALL:
-            m.d.comb += wports[s].data.eq(wdata_words[s])
+            m.d.comb += ports[s].w_data.eq(wdata_words[s])
 
         with m.FSM(name="ctrl"):
             with m.State("IDLE"):
@@ -311,7 +322,7 @@ class OptimEngine(wiring.Component):
                     m.d.comb += waddr.eq(cur.addr + idx)
                     for s in Mem.ALL:
                         m.d.comb += [wdata_words[s].eq(self.wdata.payload),
-                                     wports[s].en.eq(cur.mem == s)]
+                                     ports[s].w_en.eq(cur.mem == s)]
                     m.d.sync += [idx.eq(idx + 1), remaining.eq(remaining - 1)]
                     with m.If(remaining == 1):
                         m.next = "IDLE"
@@ -319,6 +330,7 @@ class OptimEngine(wiring.Component):
             with m.State("READ"):
                 m.d.comb += raddr.eq(cur.addr + idx)
                 with m.If(rf.level + rd_pending + rd_pending_rd < cfg.rd_fifo_depth):
+                    m.d.comb += [ren[s].eq(cur.mem == s) for s in Mem.ALL]
                     m.d.sync += [rd_pending_rd.eq(1), rd_sel_rd.eq(cur.mem), idx.eq(idx + 1),
                                  remaining.eq(remaining - 1)]
                     with m.If(remaining == 1):
@@ -327,6 +339,7 @@ class OptimEngine(wiring.Component):
             with m.State("ACCUM"):
                 m.d.comb += [self.wdata.ready.eq(1), raddr.eq(cur.addr + idx)]
                 with m.If(self.wdata.valid):
+                    m.d.comb += ren[Mem.G].eq(1)
                     m.d.sync += [acc_valid_rd.eq(1), acc_g_rd.eq(self.wdata.payload),
                                  acc_addr_rd.eq(cur.addr + idx), acc_first_rd.eq(cur.first),
                                  idx.eq(idx + 1), remaining.eq(remaining - 1)]
@@ -339,7 +352,7 @@ class OptimEngine(wiring.Component):
                     m.next = "IDLE"
 
             with m.State("CHECK"):
-                m.d.comb += raddr.eq(idx)
+                m.d.comb += [raddr.eq(idx), ren[Mem.G].eq(1)]
                 m.d.sync += [chk_valid_rd.eq(1), chk_last_rd.eq(remaining == 1), idx.eq(idx + 1),
                              remaining.eq(remaining - 1)]
                 with m.If(remaining == 1):
@@ -348,7 +361,7 @@ class OptimEngine(wiring.Component):
                 m.d.comb += ss.o.ready.eq(1)
                 with m.If(ss.o.valid):
                     sumsq = ss.o.payload.r
-                    sq_bad = sumsq[23:31] == 0xFF
+                    sq_bad = is_inf_or_nan(sumsq)
                     m.d.sync += st.sumsq.eq(sumsq)
                     with m.If(nonfinite | (clip_en & sq_bad)):
                         m.next = "SKIP"
@@ -377,7 +390,7 @@ class OptimEngine(wiring.Component):
                 m.d.sync += [idx.eq(0), remaining.eq(n_reg)]
                 m.next = "UPDATE"
             with m.State("UPDATE"):
-                m.d.comb += raddr.eq(idx)
+                m.d.comb += [raddr.eq(idx)] + [ren[s].eq(1) for s in Mem.ALL]
                 m.d.sync += [upd_valid_rd.eq(1), upd_addr_rd.eq(idx), idx.eq(idx + 1),
                              remaining.eq(remaining - 1)]
                 with m.If(remaining == 1):
@@ -397,22 +410,22 @@ class OptimEngine(wiring.Component):
                     m.next = "IDLE"
 
         # Sticky Inf/NaN of the raw gradients read in the check pass.
-        with m.If(chk_valid & (g_raw[23:31] == 0xFF)):
+        with m.If(chk_valid & is_inf_or_nan(g_raw)):
             m.d.sync += nonfinite.eq(1)
 
         # Write-back of ACCUM and of the update pass (never both at once: one command at a time).
         with m.If(acc_wvalid):
             m.d.comb += [waddr.eq(acc_waddr), wdata_words[Mem.G].eq(acc_out),
-                         wports[Mem.G].en.eq(1)]
+                         ports[Mem.G].w_en.eq(1)]
         with m.If(dp.o.valid):
             m.d.comb += [
                 waddr.eq(dp.o.payload.tag),
                 wdata_words[Mem.W].eq(dp.o.payload.w),
                 wdata_words[Mem.M].eq(dp.o.payload.m),
                 wdata_words[Mem.V].eq(dp.o.payload.v),
-                wports[Mem.W].en.eq(1),
-                wports[Mem.M].en.eq(upd_mode != Mode.SGD),
-                wports[Mem.V].en.eq(upd_mode == Mode.ADAM),
+                ports[Mem.W].w_en.eq(1),
+                ports[Mem.M].w_en.eq(upd_mode != Mode.SGD),
+                ports[Mem.V].w_en.eq(upd_mode == Mode.ADAM),
             ]
 
         m.d.comb += self.busy.eq(~self.cmd.ready)
@@ -424,19 +437,3 @@ def _sel_data(words, sel):
     for s in range(1, len(words)):
         out = Mux(sel == s, words[s], out)
     return out
-
-
-def _params(preset: str) -> dict:
-    cfg, fc, dc = (OptimConfig.preset(preset), FP32Config.preset(preset),
-                   FP32DivSqrtConfig.preset(preset))
-    return {**cfg.to_dict(), "latency": READ_LATENCY + OptimDatapath.latency_for(fc, dc),
-            "fp32": fc.to_dict(), "divsqrt": dc.to_dict()}
-
-
-def _build(preset: str) -> OptimEngine:
-    return OptimEngine(config=OptimConfig.preset(preset),
-                       fp32_config=FP32Config.preset(preset),
-                       divsqrt_config=FP32DivSqrtConfig.preset(preset))
-
-
-TESSERA_BLOCKS = [Block("optim_engine", build=_build, params=_params)]

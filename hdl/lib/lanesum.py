@@ -4,7 +4,9 @@ An FP32 adder with latency ``La`` cannot close a one-cycle accumulation loop, so
 ``lanes`` interleaved partial sums (``lanes > La``): element ``i`` (counted from the start of
 the reduction) is added into lane ``i mod lanes``; after the last element the partials are
 combined in order, ``((p0 + p1) + p2) + ...``. Partials start at +0. Golden model:
-:func:`sim.grad.lane_sum` (same order, bit-exact).
+:func:`sim.optim.lane_sum` (same order, bit-exact).
+
+Used by the optimizer engine (sum of squares of the gradients) and the core's vector unit.
 """
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ from amaranth.hdl import Array, Cat, Const, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..config import check_int
 from ..fp32.config import FP32Config
-from ..optim.dataflow import operands, result
-from .config import GradConfig
+from .dataflow import operands, result
+from .mustuse import mark_used
 
 __all__ = ["LaneSum", "LANESUM_IN_LAYOUT", "LANESUM_OUT_LAYOUT"]
 
@@ -27,8 +30,11 @@ class LaneSum(wiring.Component):
 
     Parameters
     ----------
-    config : GradConfig
-        ``lanes`` partial sums.
+    lanes : int
+        Interleaved partial sums, a power of two 2..64; must exceed the FP32 adder latency.
+    config : object with an int attribute ``lanes``, optional
+        Instead of ``lanes``: take it from a block's config (e.g.
+        ``GradConfig``). Without either, 8 lanes.
     square : bool
         Sum ``x*x`` (one FP32 multiply per element, before the lanes) instead of ``x``.
     fp32_config : FP32Config
@@ -49,19 +55,34 @@ class LaneSum(wiring.Component):
         The sum ``r`` (FP32), held until taken.
     """
 
-    def __init__(self, *, config: GradConfig | None = None, square: bool = False,
+    def __init__(self, *, lanes: int | None = None, config=None, square: bool = False,
                  fp32_config: FP32Config | None = None):
-        self.config = config or GradConfig()
-        self.fp32_config = fp32_config or FP32Config()
+        try:
+            if lanes is not None and config is not None:
+                raise TypeError("LaneSum takes lanes or config, not both")
+            owner = "LaneSum"
+            if config is not None:
+                owner = f"{type(config).__name__}"
+                lanes = getattr(config, "lanes", None)
+            elif lanes is None:
+                lanes = 8
+            check_int(owner, "lanes", lanes, lo=2, hi=64)
+            if lanes & (lanes - 1):
+                raise ValueError(f"{owner}.lanes must be a power of two, not {lanes!r}")
+            self.fp32_config = fp32_config or FP32Config()
+            la = self.fp32_config.latency("fp32_add")
+            if la >= lanes:
+                raise ValueError(f"{owner}.lanes ({lanes}) must exceed the FP32 adder "
+                                 f"latency ({la})")
+        except (TypeError, ValueError):
+            mark_used(self)                  # rejected: no "never used" warning
+            raise
+        self.lanes = lanes
         self.square = bool(square)
-        la = self.fp32_config.latency("fp32_add")
-        if la >= self.config.lanes:
-            raise ValueError(f"GradConfig.lanes ({self.config.lanes}) must exceed the FP32 adder "
-                             f"latency ({la})")
         self.lm = self.fp32_config.latency("fp32_mul") if self.square else 0
         self.la = la
         # last accepted at c: WAIT until c+lm+la+1, then (lanes-1) adds of la+1 cycles, OUT.
-        self.latency = self.lm + la + 2 + (self.config.lanes - 1) * (la + 1) + 1
+        self.latency = self.lm + la + 2 + (lanes - 1) * (la + 1) + 1
         super().__init__({
             "i": In(stream.Signature(LANESUM_IN_LAYOUT)),
             "o": Out(stream.Signature(LANESUM_OUT_LAYOUT)),
@@ -72,7 +93,7 @@ class LaneSum(wiring.Component):
         from ..fp32.mul import FP32Mul
 
         m = Module()
-        lanes, la, lm = self.config.lanes, self.la, self.lm
+        lanes, la, lm = self.lanes, self.la, self.lm
         m.submodules.add = add = FP32Add(config=self.fp32_config)
         m.d.comb += add.o.ready.eq(1)
 

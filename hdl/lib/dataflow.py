@@ -1,7 +1,9 @@
 """Fixed-latency composition of pipelined FP32 units with automatic delay balancing.
 
-Not a component: a helper used inside ``elaborate`` of the datapath components (and, with
-``m=None``, at construction time to compute their ``latency`` from the units' latencies).
+Not a component: a helper used inside ``elaborate`` of the datapath components -- the optimizer
+(:mod:`hdl.optim`) and the gradient datapaths (:mod:`hdl.grad`) -- and, with ``m=None``, at
+construction time to compute their ``latency`` from the units' latencies. :func:`credit_fifo`
+puts a stream with backpressure behind such a pipeline.
 
 Every FP32 unit (:mod:`hdl.fp32`) is a stall pipeline with ``i.ready = ~o.valid | o.ready``.
 A datapath built here holds every unit's ``o.ready`` at 1, so each unit accepts one operation

@@ -1,0 +1,106 @@
+"""Fast tier of the shared helpers in :mod:`hdl.lib`: ``LaneSum`` (lanes as an int or from a
+config), the FP32 bit-pattern tests, and that ``hdl.lib`` imports no block package."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from amaranth.hdl import Module, Signal
+
+from hdl.fp32.config import FP32Config
+from hdl.grad.config import GradConfig
+from hdl.lib.fp32bits import gt_zero, is_inf_or_nan, is_nan, order_key
+from hdl.lib.lanesum import LaneSum
+from sim.amaranth_tb import run_sim, stream_get, stream_put
+from sim.optim import f32_bits, lane_sum
+
+F32 = np.float32
+
+
+def test_lib_imports_no_block_package():
+    code = ("import sys, hdl.lib.dataflow, hdl.lib.lanesum, hdl.lib.fp32bits, hdl.lib.mustuse, "
+            "hdl.lib.memport; "
+            "print([m for m in sys.modules if m.startswith(('hdl.grad', 'hdl.optim', 'hdl.core', "
+            "'hdl.array', 'hdl.bfp'))])")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    ({"lanes": 3}, ValueError, r"LaneSum\.lanes must be a power of two, not 3"),
+    ({"lanes": 128}, ValueError, r"LaneSum\.lanes must be <= 64"),
+    ({"lanes": 8.0}, TypeError, r"LaneSum\.lanes must be an int"),
+    ({"lanes": 4, "fp32_config": FP32Config(add_stages=5)}, ValueError,
+     r"LaneSum\.lanes \(4\) must exceed the FP32 adder latency"),
+    ({"config": GradConfig(lanes=4), "fp32_config": FP32Config(add_stages=5)}, ValueError,
+     r"GradConfig\.lanes \(4\) must exceed the FP32 adder latency"),
+    ({"lanes": 8, "config": GradConfig()}, TypeError, r"lanes or config, not both"),
+])
+def test_lanesum_rejects(kw, exc, match):
+    with pytest.raises(exc, match=match):
+        LaneSum(**kw)
+
+
+def test_lanesum_lanes_from_int_or_config():
+    fc = FP32Config.preset("tiny")
+    a = LaneSum(lanes=16, square=True, fp32_config=fc)
+    b = LaneSum(config=GradConfig(lanes=16), square=True, fp32_config=fc)
+    c = LaneSum(fp32_config=fc)
+    assert (a.lanes, b.lanes, c.lanes) == (16, 16, 8)
+    assert a.latency == b.latency
+    for x in (a, b, c):
+        x._MustUse__used = True
+
+
+@pytest.mark.parametrize("square", [False, True])
+def test_lanesum_order(square):
+    """Two reductions back to back, bit-exact with ``sim.optim.lane_sum``."""
+    import random
+    fc = FP32Config.preset("tiny")
+    dut = LaneSum(lanes=4, square=square, fp32_config=fc)
+    rng = np.random.default_rng(7)
+    rows = [(rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)).astype(F32)
+            for n in (13, 3)]
+    got = []
+    prng = random.Random(8)
+
+    async def tb(ctx):
+        for x in rows:
+            for k, v in enumerate(x):
+                await stream_put(ctx, dut.i, {"x": f32_bits(v), "last": int(k == len(x) - 1)},
+                                 rng=prng, idle_prob=0.3)
+            got.append(await stream_get(ctx, dut.o, raw=True))
+
+    run_sim(dut, tb)
+    with np.errstate(all="ignore"):
+        want = [f32_bits(lane_sum(x * x if square else x, 4)) for x in rows]
+    assert got == want
+
+
+@pytest.mark.parametrize("bits, nan, nonfinite, pos", [
+    (0x00000000, 0, 0, 0), (0x80000000, 0, 0, 0), (0x00000001, 0, 0, 1),
+    (0x3F800000, 0, 0, 1), (0xBF800000, 0, 0, 0), (0x7F800000, 0, 1, 1),
+    (0xFF800000, 0, 1, 0), (0x7FC00000, 1, 1, 0), (0xFFC00001, 1, 1, 0),
+])
+def test_fp32bits(bits, nan, nonfinite, pos):
+    x = Signal(32)
+    outs = [Signal(name=n) for n in ("nan", "nonfinite", "pos")]
+    key = Signal(32)
+    m = Module()
+    m.d.comb += [outs[0].eq(is_nan(x)), outs[1].eq(is_inf_or_nan(x)), outs[2].eq(gt_zero(x)),
+                 key.eq(order_key(x))]
+    res = {}
+
+    async def tb(ctx):
+        ctx.set(x, bits)
+        res["flags"] = [ctx.get(o) for o in outs]
+        keys = []
+        for v in (0xFF800000, 0xBF800000, 0x80000001, 0x80000000, 0x00000000, 0x00000001,
+                  0x3F800000, 0x7F800000):           # -Inf < -1 < -min < -0 < +0 < ... < +Inf
+            ctx.set(x, v)
+            keys.append(ctx.get(key))
+        res["keys"] = keys
+
+    run_sim(m, tb)
+    assert res["flags"] == [nan, nonfinite, pos]
+    assert res["keys"] == sorted(res["keys"]) and len(set(res["keys"])) == len(res["keys"])

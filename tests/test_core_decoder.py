@@ -65,7 +65,8 @@ def run_decoder(cases, cfg=CFG):
 def expected(word, offset, span, cfg=CFG):
     op, f = decode(word)
     status = check_instruction(op, f, S=cfg.size, lines=cfg.lines, bank_depth=cfg.bank_depth,
-                               layers=cfg.layers, dim_max=(1 << cfg.dim_bits) - 1, span=span)
+                               layers=cfg.layers, dim_max=(1 << cfg.dim_bits) - 1, span=span,
+                               max_classes=cfg.max_classes)
     banks = 0
     ranges = []
     if status == Status.OK and op in ARG_LAYOUTS:
@@ -122,7 +123,15 @@ def test_decoder_named_cases():
                           Status.ERR_BANK),
         # softmax writing d and e into one bank: rejected
         "sx_de_bank": (encode(Op.SOFTMAX_XENT, rows=4, cols=10, a=0, b=D, d=2 * D,
-                              e=2 * D + 100), Status.ERR_BANK),
+                              e=2 * D + 100, imm=0x3F800000), Status.ERR_BANK),
+        # the gradient scale must be a normal number
+        "sx_imm_zero": (encode(Op.SOFTMAX_XENT, rows=4, cols=10, a=0, b=D, d=2 * D,
+                               e=3 * D), Status.ERR_FIELD),
+        "sx_too_many_classes": (encode(Op.SOFTMAX_XENT, rows=4, cols=CFG.max_classes + 1,
+                                       a=0, b=D, d=2 * D, e=3 * D, imm=0x3F800000),
+                                Status.ERR_SHAPE),
+        "opt_too_long": (encode(Op.OPT, count=(1 << 16) + 1, w=0, m=D, v=2 * D, g=3 * D),
+                         Status.ERR_SHAPE),
         "opt_ok": (encode(Op.OPT, count=100, w=0, m=D, v=2 * D, g=3 * D), Status.OK),
         "opt_shared": (encode(Op.OPT, count=100, w=0, m=D, v=2 * D, g=2 * D + 50),
                        Status.ERR_BANK),

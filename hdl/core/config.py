@@ -32,6 +32,8 @@ class CoreConfig(PresetMixin):
         Rows of the precision table (layer index of a MATMUL), 1..16.
     dim_bits : int
         Width of a matmul dimension inside the engine (``M, K, N <= 2**dim_bits - 1``).
+    max_classes : int
+        Longest ``SOFTMAX_XENT`` row (the vector unit's ``GradConfig.max_classes``).
     """
 
     size: int = 8
@@ -45,9 +47,10 @@ class CoreConfig(PresetMixin):
     prog_depth: int = 256
     layers: int = 8
     dim_bits: int = 10
+    max_classes: int = 256
 
     PRESETS: ClassVar[dict[str, dict]] = {
-        "tiny": {"size": 4, "bank_depth": 512},
+        "tiny": {"size": 4, "bank_depth": 2048, "max_classes": 64},
         "default": {},
     }
 
@@ -68,6 +71,7 @@ class CoreConfig(PresetMixin):
             raise ValueError(f"CoreConfig.prog_depth must be a power of two, "
                              f"not {self.prog_depth!r}")
         check_int("CoreConfig", "layers", self.layers, lo=1, hi=16)
+        check_int("CoreConfig", "max_classes", self.max_classes, lo=2, hi=4095)
         self.array        # validates the array fields (their messages name ArrayConfig)
 
     @property
@@ -94,6 +98,13 @@ class CoreConfig(PresetMixin):
     def words(self) -> int:
         """FP32 words in the whole scratchpad."""
         return self.lines * self.size
+
+    @property
+    def grad(self):
+        """The vector unit's :class:`~hdl.grad.config.GradConfig`: row buffers of
+        ``max_classes`` words (bias-gradient rows wider than that run in column chunks)."""
+        from ..grad.config import GradConfig
+        return GradConfig(max_cols=self.max_classes, max_classes=self.max_classes)
 
     def bank_of(self, line: int) -> int:
         return line // self.bank_depth

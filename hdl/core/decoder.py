@@ -11,7 +11,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import CoreConfig
-from .isa import ADDR_BITS, INSTR, Acc, Op, Rop, Status, Vop
+from .isa import ADDR_BITS, INSTR, OPT_MAX_COUNT, Acc, Op, Rop, Status, Vop
 
 __all__ = ["Decoder", "PORTS", "range_layout"]
 
@@ -209,9 +209,12 @@ class Decoder(wiring.Component):
                 m.d.comb += [bad_field.eq(red.acc > 2),
                              bad_shape.eq((red.rows == 0) | (red.cols == 0))]
             with m.Case(Op.SOFTMAX_XENT):
-                m.d.comb += bad_shape.eq((sx.rows == 0) | (sx.cols < 2))
+                imm_exp = sx.imm[23:31]
+                m.d.comb += bad_field.eq((imm_exp == 0) | (imm_exp == 0xFF))
+                m.d.comb += bad_shape.eq((sx.rows == 0) | (sx.cols < 2)
+                                         | (sx.cols > cfg.max_classes))
             with m.Case(Op.OPT):
-                m.d.comb += bad_shape.eq(opt.count == 0)
+                m.d.comb += bad_shape.eq((opt.count == 0) | (opt.count > OPT_MAX_COUNT))
             with m.Case(Op.LOOP):
                 m.d.comb += bad_shape.eq(lp.count == 0)
 

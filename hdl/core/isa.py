@@ -31,10 +31,11 @@ __all__ = [
     "ADDR_BITS", "DIM_BITS", "INSTR_BITS", "ARG_LAYOUTS", "INSTR", "PREC_ENTRY",
     "LOOP_FIELDS", "encode", "decode", "disassemble", "assemble", "assemble_program",
     "disassemble_program", "Range", "operand_ranges", "check_instruction", "check_program",
-    "ProgramError", "STATUS_NAMES", "ARGS", "VECTOR_CMD", "arg_name",
+    "ProgramError", "STATUS_NAMES", "check_program_for", "ARGS", "VECTOR_CMD", "arg_name",
 ]
 
 ADDR_BITS = 16      #: a line address field
+OPT_MAX_COUNT = 1 << 16   #: largest OPT region (the optimizer engine's N range)
 DIM_BITS = 12       #: a rows / cols / M / K / N field
 INSTR_BITS = 128
 
@@ -101,8 +102,10 @@ class Status:
     fails the check runs nothing; ``err_pc`` names the first bad instruction."""
     OK = 0
     ERR_OPCODE = 1   #: unknown opcode
-    ERR_FIELD = 2    #: a sub-op, mode, accumulate or layer field out of range
-    ERR_SHAPE = 3    #: a zero or too large dimension, or a zero loop count / count
+    ERR_FIELD = 2    #: a sub-op, mode, accumulate or layer field out of range, or a
+                     #: SOFTMAX_XENT ``imm`` that is not a normal FP32 number
+    ERR_SHAPE = 3    #: a zero or too large dimension (softmax row > max_classes, OPT count
+                     #: > 65536), or a zero loop count / count
     ERR_ADDR = 4     #: an operand range outside the scratchpad, or a read range that
                      #: overlaps a written range other than exactly (in place)
     ERR_BANK = 5     #: two ports of one instruction need the same bank port
@@ -145,7 +148,8 @@ ARG_LAYOUTS = {
 _ARG_NAME = {Op.HALT: "halt", Op.MATMUL: "matmul", Op.VEC: "vec", Op.REDUCE: "reduce",
              Op.SOFTMAX_XENT: "softmax", Op.OPT: "opt", Op.LOOP: "loop",
              Op.ENDLOOP: "endloop", Op.FENCE: "fence"}
-ARGS = data.UnionLayout({_ARG_NAME[op]: lay for op, lay in ARG_LAYOUTS.items()})
+# ops without fields have no union member (a zero-width member would give `wire [-1:0]`)
+ARGS = data.UnionLayout({_ARG_NAME[op]: lay for op, lay in ARG_LAYOUTS.items() if lay.size})
 assert ARGS.size <= INSTR_BITS - 4
 INSTR = data.StructLayout({"op": 4, "args": ARGS, "_pad": INSTR_BITS - 4 - ARGS.size})
 
@@ -181,6 +185,8 @@ def encode(op: int, **fields) -> int:
         if not 0 <= v < (1 << width):
             raise ValueError(f"{OP_NAMES[op]}.{k} = {v} does not fit in {width} bits")
     args = {n: fields.get(n, 0) for n in names}
+    if not args:
+        return INSTR.const({"op": op}).as_value().value
     return INSTR.const({"op": op, "args": {_ARG_NAME[op]: args}}).as_value().value
 
 
@@ -188,7 +194,7 @@ def decode(word: int) -> tuple[int, dict]:
     """``(op, fields)`` of a 128-bit word. An unknown opcode gives ``(op, {})``."""
     v = INSTR.from_bits(word)
     op = v.op
-    if op not in ARG_LAYOUTS:
+    if op not in ARG_LAYOUTS or not ARG_LAYOUTS[op].size:
         return op, {}
     a = getattr(v.args, _ARG_NAME[op])
     return op, {n: getattr(a, n) for n, _ in ARG_LAYOUTS[op]}
@@ -325,9 +331,10 @@ def operand_ranges(op: int, f: dict, S: int, *, offset: int = 0, span: int = 0) 
 
 
 def check_instruction(op: int, f: dict, *, S: int, lines: int, bank_depth: int, layers: int,
-                      dim_max: int, span: int = 0) -> int:
-    """:class:`Status` of one instruction (``span`` as in :func:`operand_ranges`). Loop
-    structure is checked by :func:`check_program`."""
+                      dim_max: int, span: int = 0, max_classes: int | None = None) -> int:
+    """:class:`Status` of one instruction (``span`` as in :func:`operand_ranges`;
+    ``max_classes``: the longest softmax row, ``CoreConfig.max_classes``). Loop structure is
+    checked by :func:`check_program`."""
     if op not in ARG_LAYOUTS:
         return Status.ERR_OPCODE
     if op == Op.MATMUL:
@@ -346,10 +353,13 @@ def check_instruction(op: int, f: dict, *, S: int, lines: int, bank_depth: int, 
         if f["rows"] == 0 or f["cols"] == 0:
             return Status.ERR_SHAPE
     elif op == Op.SOFTMAX_XENT:
-        if f["rows"] == 0 or f["cols"] < 2:
+        if not 1 <= (f["imm"] >> 23) & 0xFF <= 254:
+            return Status.ERR_FIELD         # the gradient scale must be a normal number
+        if f["rows"] == 0 or f["cols"] < 2 or (max_classes is not None
+                                                and f["cols"] > max_classes):
             return Status.ERR_SHAPE
     elif op == Op.OPT:
-        if f["count"] == 0:
+        if not 1 <= f["count"] <= OPT_MAX_COUNT:
             return Status.ERR_SHAPE
     elif op == Op.LOOP:
         if f["count"] == 0:
@@ -392,7 +402,7 @@ class ProgramError(ValueError):
 
 
 def check_program(words, *, S: int, lines: int, bank_depth: int, layers: int, dim_max: int,
-                  prog_depth: int) -> tuple[int, int]:
+                  prog_depth: int, max_classes: int | None = None) -> tuple[int, int]:
     """``(status, pc)`` of the whole-program check the sequencer runs before executing
     anything: instructions from pc 0 up to the first ``HALT`` outside a loop. ``pc`` is the
     first bad instruction (0 when OK). Words beyond ``len(words)`` read as 0 (``HALT``)."""
@@ -402,7 +412,8 @@ def check_program(words, *, S: int, lines: int, bank_depth: int, layers: int, di
         word = words[pc] if pc < len(words) else 0
         op, f = decode(word)
         st = check_instruction(op, f, S=S, lines=lines, bank_depth=bank_depth, layers=layers,
-                               dim_max=dim_max, span=span if in_loop else 0)
+                               dim_max=dim_max, span=span if in_loop else 0,
+                               max_classes=max_classes)
         if st != Status.OK:
             return st, pc
         if op == Op.LOOP:
@@ -418,6 +429,15 @@ def check_program(words, *, S: int, lines: int, bank_depth: int, layers: int, di
                 return Status.ERR_LOOP, pc
             return Status.OK, 0
     return Status.ERR_NO_HALT, prog_depth - 1
+
+
+def check_program_for(words, config) -> tuple[int, int]:
+    """:func:`check_program` with every limit taken from a :class:`~hdl.core.config.CoreConfig`
+    (what the sequencer of that configuration checks)."""
+    return check_program(words, S=config.size, lines=config.lines,
+                         bank_depth=config.bank_depth, layers=config.layers,
+                         dim_max=(1 << config.dim_bits) - 1, prog_depth=config.prog_depth,
+                         max_classes=config.max_classes)
 
 
 #: What the sequencer hands the vector unit for ``VEC``, ``REDUCE`` and ``SOFTMAX_XENT``:

@@ -1,0 +1,498 @@
+"""The training core's vector unit: ``VEC``, ``REDUCE`` and ``SOFTMAX_XENT`` over the shared
+FP32 scratchpad (docs/vector.md). Golden model: :func:`sim.model.vector.run_vector`
+(bit-exact).
+
+The unit reuses the verified stream blocks of :mod:`hdl.grad` -- :class:`Elementwise`,
+:class:`BiasGrad`, :class:`LaneSum` (``square=True``) and :class:`SoftmaxXent` -- between
+*line readers* (scratchpad lines -> one element per cycle) and *line writers* (elements ->
+masked line writes)::
+
+    port a --> reader A --+--> Elementwise ------+--> writer D --> port d
+    port b --> reader B --+     ^ (acc add)      |
+    port d --> reader D --------+                |
+                          +--> BiasGrad ---------+
+                          +--> LaneSum (x*x) ----+
+                          +--> SoftmaxXent ------+--> writer E --> port e (loss)
+
+A reader walks ``rows x cols`` elements (line ``base + r * stride + c // S``, lane ``c % S``),
+issuing one line read per element and presenting the addressed word one cycle later; under
+backpressure it simply stops reading (the port's ``r_data`` holds while ``r_en = 0``). A writer
+collects a line's elements and writes them with one masked write when the line's last lane or
+the row's last column arrives: padding lanes are never written. Writers never stall, so the
+blocks' outputs are never backpressured.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..fp32.config import FP32Config
+from ..fp32.divsqrt_config import FP32DivSqrtConfig
+from ..fp32.log_config import FP32LogConfig
+from ..grad.biasgrad import BiasGrad
+from ..grad.config import GradConfig
+from ..grad.elementwise import EW_ADD, Elementwise
+from ..grad.softmax import SoftmaxXent
+from ..lib.lanesum import LaneSum
+from ..lib.memport import LinePort
+from ..lib.mustuse import mark_used as _used
+from .config import CoreConfig
+from .isa import DIM_BITS, VECTOR_CMD, Op, Rop, Vop
+
+__all__ = ["VectorUnit", "RD_LAYOUT"]
+
+#: An element from a line reader: the word, end of its row, end of the whole walk.
+RD_LAYOUT = data.StructLayout({"x": 32, "eol": 1, "last": 1})
+
+
+class _LineReader(wiring.Component):
+    """``rows x cols`` elements of a line port as a stream, one per cycle.
+
+    ``start`` (one cycle, only while the previous walk has been consumed) latches ``base``,
+    ``rows``, ``cols``, ``stride`` (lines from one row's first line to the next; 0 repeats one
+    row: broadcast) and ``zero`` (emit +0 words without reading). Element ``(r, c)`` is word
+    ``c % S`` of line ``base + r * stride + c // S``. The read is issued when the element is
+    taken into the output register, whose word is selected from ``r_data`` one cycle later;
+    with the output stalled no read is issued, so ``r_data`` holds (LinePort contract).
+    """
+
+    def __init__(self, *, line_bits: int, S: int):
+        self.S = S
+        super().__init__({
+            "r_addr": Out(line_bits), "r_en": Out(1), "r_data": In(32 * S),
+            "start": In(1), "base": In(line_bits), "rows": In(DIM_BITS), "cols": In(DIM_BITS),
+            "stride": In(line_bits), "zero": In(1),
+            "o": Out(stream.Signature(RD_LAYOUT)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        S = self.S
+        lb = len(self.base)
+        active = Signal(name="active")
+        row_line = Signal(lb, name="row_line")
+        line = Signal(lb, name="line")
+        lane = Signal(range(S), name="lane")
+        r = Signal(DIM_BITS, name="row")
+        c = Signal(DIM_BITS, name="col")
+        rows = Signal(DIM_BITS, name="rows_q")
+        cols = Signal(DIM_BITS, name="cols_q")
+        stride = Signal(lb, name="stride_q")
+        zero = Signal(name="zero_q")
+        ov = Signal(name="o_valid")
+        o_lane = Signal(range(S), name="o_lane")
+        o_eol = Signal(name="o_eol")
+        o_last = Signal(name="o_last")
+
+        adv = Signal(name="advance")
+        eol = Signal(name="eol")
+        m.d.comb += [adv.eq(~ov | self.o.ready), eol.eq(c == cols - 1)]
+        with m.If(self.start):
+            m.d.sync += [active.eq(1), row_line.eq(self.base), line.eq(self.base), lane.eq(0),
+                         r.eq(0), c.eq(0), rows.eq(self.rows), cols.eq(self.cols),
+                         stride.eq(self.stride), zero.eq(self.zero), ov.eq(0)]
+        with m.Elif(adv):
+            m.d.sync += ov.eq(active)
+            with m.If(active):
+                m.d.comb += [self.r_en.eq(~zero), self.r_addr.eq(line)]
+                m.d.sync += [o_lane.eq(lane), o_eol.eq(eol), o_last.eq(eol & (r == rows - 1)),
+                             c.eq(c + 1), lane.eq(lane + 1)]
+                with m.If(lane == S - 1):
+                    m.d.sync += [lane.eq(0), line.eq(line + 1)]
+                with m.If(eol):
+                    m.d.sync += [c.eq(0), lane.eq(0), r.eq(r + 1),
+                                 row_line.eq(row_line + stride), line.eq(row_line + stride)]
+                    with m.If(r == rows - 1):
+                        m.d.sync += active.eq(0)
+        m.d.comb += [
+            self.o.valid.eq(ov),
+            self.o.payload.x.eq(Mux(zero, 0, self.r_data.word_select(o_lane, 32))),
+            self.o.payload.eol.eq(o_eol),
+            self.o.payload.last.eq(o_last),
+        ]
+        return m
+
+
+class _LineWriter(wiring.Component):
+    """Elements of a ``rows x cols`` matrix (row-major) into masked line writes.
+
+    ``start`` latches ``base``, ``rows``, ``cols`` and clears ``fin``. Element ``(r, c)`` goes
+    to word ``c % S`` of line ``base + r * ceil(cols / S) + c // S``. A line is written (one
+    write, ``w_en`` = the lanes received) in the cycle its last lane or its row's last column
+    arrives. ``i`` is always ready. ``fin`` rises with the edge that performs the last write.
+    ``eol``: the next element is the last of its row.
+    """
+
+    def __init__(self, *, line_bits: int, S: int):
+        self.S = S
+        super().__init__({
+            "w_addr": Out(line_bits), "w_en": Out(S), "w_data": Out(32 * S),
+            "start": In(1), "base": In(line_bits), "rows": In(DIM_BITS), "cols": In(DIM_BITS),
+            "i": In(stream.Signature(32)),
+            "fin": Out(1),
+            "eol": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        S = self.S
+        lb = len(self.base)
+        line = Signal(lb, name="line")
+        lane = Signal(range(S), name="lane")
+        r = Signal(DIM_BITS, name="row")
+        c = Signal(DIM_BITS, name="col")
+        rows = Signal(DIM_BITS, name="rows_q")
+        cols = Signal(DIM_BITS, name="cols_q")
+        buf = [Signal(32, name=f"buf{j}") for j in range(S)]
+        mask = Signal(S, name="mask")
+        x = self.i.payload
+        onehot = Signal(S, name="lane_onehot")
+        eol = self.eol
+        m.d.comb += [self.i.ready.eq(1), onehot.eq(Const(1, S) << lane), eol.eq(c == cols - 1),
+                     self.w_addr.eq(line),
+                     self.w_data.eq(Cat(*(Mux(lane == j, x, buf[j]) for j in range(S))))]
+        with m.If(self.start):
+            m.d.sync += [line.eq(self.base), lane.eq(0), r.eq(0), c.eq(0), mask.eq(0),
+                         rows.eq(self.rows), cols.eq(self.cols), self.fin.eq(0)]
+        with m.Elif(self.i.valid):
+            m.d.sync += [c.eq(c + 1), lane.eq(lane + 1)]
+            with m.If((lane == S - 1) | eol):
+                m.d.comb += self.w_en.eq(mask | onehot)
+                m.d.sync += [mask.eq(0), lane.eq(0), line.eq(line + 1)]
+            with m.Else():
+                m.d.sync += mask.eq(mask | onehot)
+                for j in range(S):
+                    with m.If(lane == j):
+                        m.d.sync += buf[j].eq(x)
+            with m.If(eol):
+                m.d.sync += [c.eq(0), r.eq(r + 1)]
+                with m.If(r == rows - 1):
+                    m.d.sync += self.fin.eq(1)
+        return m
+
+
+class VectorUnit(wiring.Component):
+    """``VEC``, ``REDUCE`` and ``SOFTMAX_XENT`` of the training core over four line ports.
+
+    Parameters
+    ----------
+    config : CoreConfig
+        ``size`` (``S`` words per line) and the line address width.
+    grad_config : GradConfig
+        ``lanes`` (sum-of-squares and softmax-denominator order), ``max_cols`` (bias-gradient
+        accumulator: longer rows are done in column chunks of ``max_cols`` rounded down to a
+        multiple of ``S``) and ``max_classes`` (the longest softmax row). Default
+        ``GradConfig()``.
+    fp32_config, divsqrt_config, log_config :
+        FP32 unit pipelines; the exp (``divsqrt_config``) and log (``log_config``)
+        approximations. Defaults: the classes' defaults.
+
+    Attributes
+    ----------
+    ew_latency, bg_latency, sumsq_latency, softmax_latency : int
+        The ``latency`` of the :class:`Elementwise`, :class:`BiasGrad`, :class:`LaneSum` and
+        :class:`SoftmaxXent` inside.
+    vec_overhead, copy_overhead, bg_overhead, sumsq_overhead : int
+        Fixed cycles of a command (see :meth:`cycles`).
+    bg_chunk : int
+        Columns per bias-gradient chunk (``max_cols`` rounded down to a multiple of ``S``).
+    bg_row_min : int
+        A bias-gradient row (chunk) shorter than this (``Ladd + 2``) pauses the input for the
+        difference after every row but the last (the accumulator's read-modify-write loop).
+
+    Timing (:meth:`cycles`, exact, asserted by tests/test_vector_unit.py; one element per
+    cycle; ``n = rows * cols``; the count is from the cycle ``cmd`` is accepted to the
+    ``done`` cycle):
+
+    * ``VEC``: ``n + vec_overhead`` (``Lew + 5``); ``COPY``/``ZERO``: ``n + copy_overhead``
+      (3).
+    * ``REDUCE SUMSQ``: ``n + sumsq_overhead`` (LaneSum latency + 3).
+    * ``REDUCE BIAS_GRAD``: per chunk of ``w`` columns ``rows * w + (rows - 1) * max(0,
+      bg_row_min - w) + w + bg_overhead`` (BiasGrad latency + 9), plus ``Lew + 2`` with
+      ``acc``; chunks add up.
+    * ``SOFTMAX_XENT``: ``rows * max(cols, lanes) + softmax_latency + 2 * cols + 2``.
+
+    Members
+    -------
+    cmd : In(stream.Signature(VECTOR_CMD))
+        One command, accepted only while idle (``ready = ~busy``). Assumed valid (the
+        sequencer checks ranges, banks and fields).
+    busy : Out(1)
+        From the cycle after ``cmd`` is accepted to the ``done`` cycle, inclusive.
+    done : Out(1)
+        One-cycle pulse in the cycle after the command's last memory write.
+    a, b, d, e : Out(LinePort(addr_bits=config.line_bits, words=config.size))
+        ``a``: read ``VEC a``, ``REDUCE a``, ``SOFTMAX z``; ``b``: read ``VEC b``, ``SOFTMAX``
+        labels; ``d``: write the result (read ``d_old`` for ``REDUCE BIAS_GRAD`` with
+        ``acc``); ``e``: write the ``SOFTMAX`` per-row loss. Unused outputs are 0; a port is
+        read only where the ISA's operand ranges say so.
+    """
+
+    def __init__(self, *, config: CoreConfig, grad_config: GradConfig | None = None,
+                 fp32_config: FP32Config | None = None,
+                 divsqrt_config: FP32DivSqrtConfig | None = None,
+                 log_config: FP32LogConfig | None = None):
+        def check(name, value, cls, optional=True):
+            if (value is None and optional) or isinstance(value, cls):
+                return
+            _used(self)
+            raise TypeError(f"VectorUnit.{name} must be a {cls.__name__}"
+                            f"{' or None' if optional else ''}, not {type(value).__name__} "
+                            f"{value!r}")
+
+        check("config", config, CoreConfig, optional=False)
+        check("grad_config", grad_config, GradConfig)
+        check("fp32_config", fp32_config, FP32Config)
+        check("divsqrt_config", divsqrt_config, FP32DivSqrtConfig)
+        check("log_config", log_config, FP32LogConfig)
+        self.config = config
+        self.grad_config = grad_config if grad_config is not None else GradConfig()
+        self.fp32_config = fp32_config if fp32_config is not None else FP32Config()
+        self.divsqrt_config = (divsqrt_config if divsqrt_config is not None
+                               else FP32DivSqrtConfig())
+        self.log_config = log_config if log_config is not None else FP32LogConfig()
+        S = config.size
+        self.bg_chunk = (self.grad_config.max_cols // S) * S
+        if self.bg_chunk == 0:
+            _used(self)
+            raise ValueError(f"VectorUnit.grad_config.max_cols ({self.grad_config.max_cols}) "
+                             f"must be >= the line size S = {S}")
+        la = self.fp32_config.latency("fp32_add")
+        if la >= self.grad_config.lanes:
+            _used(self)
+            raise ValueError(f"VectorUnit.grad_config.lanes ({self.grad_config.lanes}) must "
+                             f"exceed the FP32 adder latency ({la})")
+        try:
+            self._ew = _used(Elementwise(fp32_config=self.fp32_config))
+            self._bg = _used(BiasGrad(config=self.grad_config, fp32_config=self.fp32_config))
+            self._ls = _used(LaneSum(config=self.grad_config, square=True,
+                                     fp32_config=self.fp32_config))
+            self._sx = _used(SoftmaxXent(config=self.grad_config, fp32_config=self.fp32_config,
+                                         divsqrt_config=self.divsqrt_config,
+                                         log_config=self.log_config))
+        except (ValueError, TypeError):
+            _used(self)
+            raise
+        self.ew_latency = self._ew.latency
+        self.bg_latency = self._bg.latency
+        self.sumsq_latency = self._ls.latency
+        self.softmax_latency = self._sx.latency
+        # accept -> START (1) -> reader A's first element (2) -> Elementwise (Lew) and its
+        # output FIFO (2) -> one element per cycle -> done the cycle after the last write.
+        # Every formula of cycles() is asserted exactly by tests/test_vector_unit.py.
+        self.vec_overhead = self.ew_latency + 5
+        self.copy_overhead = 3
+        self.sumsq_overhead = self.sumsq_latency + 3
+        self.bg_overhead = self.bg_latency + 9
+        self.bg_row_min = la + 2
+        lb = config.line_bits
+        super().__init__({
+            "cmd": In(stream.Signature(VECTOR_CMD)),
+            "busy": Out(1),
+            "done": Out(1),
+            "a": Out(LinePort(addr_bits=lb, words=S)),
+            "b": Out(LinePort(addr_bits=lb, words=S)),
+            "d": Out(LinePort(addr_bits=lb, words=S)),
+            "e": Out(LinePort(addr_bits=lb, words=S)),
+        })
+
+    def cycles(self, op: int, rows: int, cols: int, *, vop: int = Vop.ADD,
+               rop: int = Rop.BIAS_GRAD, acc: int = 0) -> int:
+        """Cycles from the cycle ``cmd`` is accepted to the ``done`` cycle (exact; the class
+        docstring lists the formulas)."""
+        n = rows * cols
+        if op == Op.VEC:
+            return n + (self.copy_overhead if vop in (Vop.COPY, Vop.ZERO) else self.vec_overhead)
+        if op == Op.REDUCE and rop == Rop.SUMSQ:
+            return n + self.sumsq_overhead
+        if op == Op.REDUCE:
+            total = 0
+            for c0 in range(0, cols, self.bg_chunk):
+                w = min(self.bg_chunk, cols - c0)
+                total += (rows * w + (rows - 1) * max(0, self.bg_row_min - w) + w
+                          + self.bg_overhead + (self.ew_latency + 2 if acc else 0))
+            return total
+        if op == Op.SOFTMAX_XENT:
+            return rows * max(cols, self.grad_config.lanes) + self.softmax_latency + 2 * cols + 2
+        raise ValueError(f"op must be VEC, REDUCE or SOFTMAX_XENT, not {op!r}")
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        S = cfg.size
+        lg = (S - 1).bit_length()
+        lb = cfg.line_bits
+
+        m.submodules.ew = ew = self._ew
+        m.submodules.bg = bg = self._bg
+        m.submodules.sumsq = ls = self._ls
+        m.submodules.sx = sx = self._sx
+        m.submodules.rd_a = ra = _LineReader(line_bits=lb, S=S)
+        m.submodules.rd_b = rb = _LineReader(line_bits=lb, S=S)
+        m.submodules.rd_d = rd = _LineReader(line_bits=lb, S=S)
+        m.submodules.wr_d = wd = _LineWriter(line_bits=lb, S=S)
+        m.submodules.wr_e = we = _LineWriter(line_bits=lb, S=S)
+
+        # ---- ports ------------------------------------------------------------------------
+        m.d.comb += [
+            self.a.r_addr.eq(ra.r_addr), self.a.r_en.eq(ra.r_en), ra.r_data.eq(self.a.r_data),
+            self.b.r_addr.eq(rb.r_addr), self.b.r_en.eq(rb.r_en), rb.r_data.eq(self.b.r_data),
+            self.d.r_addr.eq(rd.r_addr), self.d.r_en.eq(rd.r_en), rd.r_data.eq(self.d.r_data),
+            self.d.w_addr.eq(wd.w_addr), self.d.w_en.eq(wd.w_en), self.d.w_data.eq(wd.w_data),
+            self.e.w_addr.eq(we.w_addr), self.e.w_en.eq(we.w_en), self.e.w_data.eq(we.w_data),
+        ]
+
+        # ---- command registers --------------------------------------------------------------
+        p = self.cmd.payload
+        is_vec = Signal(name="is_vec")
+        is_bias = Signal(name="is_bias")
+        is_sumsq = Signal(name="is_sumsq")
+        is_sx = Signal(name="is_softmax")
+        bypass = Signal(name="vec_bypass")          # COPY / ZERO: reader A -> writer D
+        zero = Signal(name="vec_zero")
+        use_b = Signal(name="vec_reads_b")
+        bcast = Signal(name="bcast")
+        acc = Signal(name="acc")
+        vop = Signal(3, name="vop")
+        rows = Signal(DIM_BITS, name="rows")
+        cols = Signal(DIM_BITS, name="cols")
+        adr_a = Signal(lb, name="addr_a")
+        adr_b = Signal(lb, name="addr_b")
+        adr_d = Signal(lb, name="addr_d")
+        adr_e = Signal(lb, name="addr_e")
+        imm = Signal(32, name="imm")
+        gscale = Signal(32, name="gscale")
+        lines = Signal(lb, name="lines_per_row")    # ceil(cols / S)
+        # bias-gradient column chunks
+        c0 = Signal(DIM_BITS, name="chunk_col")     # first column of the chunk
+        cw = Signal(DIM_BITS, name="chunk_cols")    # columns in the chunk
+        rest = Signal(DIM_BITS + 1, name="chunk_rest")   # columns from c0 to the end
+        W = self.bg_chunk
+        m.d.comb += [rest.eq(cols - c0), cw.eq(Mux(rest > W, W, rest))]
+        bg_cmd_v = Signal(name="bg_cmd_valid")
+        m.d.comb += [bg.cmd.valid.eq(bg_cmd_v), bg.cmd.payload.rows.eq(rows),
+                     bg.cmd.payload.cols.eq(cw)]
+        with m.If(bg.cmd.ready):
+            m.d.sync += bg_cmd_v.eq(0)
+
+        start = Signal(name="start")
+        c0_line = Signal(lb, name="chunk_line")
+        m.d.comb += c0_line.eq(c0 >> lg)
+        with m.FSM(name="vu"):
+            with m.State("IDLE"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(self.cmd.valid):
+                    op = p.op
+                    v, rr, sm = p.args.vec, p.args.reduce, p.args.softmax
+                    m.d.sync += [
+                        is_vec.eq(op == Op.VEC),
+                        is_bias.eq((op == Op.REDUCE) & (rr.rop == Rop.BIAS_GRAD)),
+                        is_sumsq.eq((op == Op.REDUCE) & (rr.rop == Rop.SUMSQ)),
+                        is_sx.eq(op == Op.SOFTMAX_XENT),
+                        bypass.eq((v.vop == Vop.COPY) | (v.vop == Vop.ZERO)),
+                        zero.eq((op == Op.VEC) & (v.vop == Vop.ZERO)),
+                        use_b.eq((v.vop == Vop.ADD) | (v.vop == Vop.RELU_GRAD)
+                                 | (v.vop == Vop.ADD_RELU)),
+                        bcast.eq(v.bcast), vop.eq(v.vop), imm.eq(v.imm),
+                        acc.eq(p.acc), gscale.eq(p.gscale), c0.eq(0),
+                    ]
+                    # rows, cols and a share their positions in every args layout; b, d, e
+                    # differ between VEC/SOFTMAX and REDUCE.
+                    with m.Switch(op):
+                        with m.Case(Op.VEC):
+                            m.d.sync += [rows.eq(v.rows), cols.eq(v.cols), adr_a.eq(v.a),
+                                         adr_b.eq(v.b), adr_d.eq(v.d),
+                                         lines.eq((v.cols + S - 1) >> lg)]
+                        with m.Case(Op.REDUCE):
+                            m.d.sync += [rows.eq(rr.rows), cols.eq(rr.cols), adr_a.eq(rr.a),
+                                         adr_d.eq(rr.d), lines.eq((rr.cols + S - 1) >> lg)]
+                        with m.Default():
+                            m.d.sync += [rows.eq(sm.rows), cols.eq(sm.cols), adr_a.eq(sm.a),
+                                         adr_b.eq(sm.b), adr_d.eq(sm.d), adr_e.eq(sm.e),
+                                         lines.eq((sm.cols + S - 1) >> lg)]
+                    m.next = "START"
+            with m.State("START"):
+                m.d.comb += [self.busy.eq(1), start.eq(1)]
+                m.d.sync += bg_cmd_v.eq(is_bias)
+                m.next = "RUN"
+            with m.State("RUN"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(wd.fin & (we.fin | ~is_sx)):
+                    with m.If(is_bias & (rest > W)):
+                        m.d.sync += c0.eq(c0 + W)
+                        m.next = "START"
+                    with m.Else():
+                        m.d.comb += self.done.eq(1)
+                        m.next = "IDLE"
+
+        # ---- reader / writer programs ---------------------------------------------------------
+        # A: the matrix a (every op; ZERO emits +0 without reading); bias: the chunk's columns.
+        m.d.comb += [
+            ra.start.eq(start), ra.base.eq(adr_a + Mux(is_bias, c0_line, 0)), ra.rows.eq(rows),
+            ra.cols.eq(Mux(is_bias, cw, cols)), ra.stride.eq(lines), ra.zero.eq(zero),
+            # B: VEC b (matrix, or one row when bcast) / SOFTMAX labels (a vector of rows)
+            rb.start.eq(start & ((is_vec & use_b) | is_sx)), rb.base.eq(adr_b),
+            rb.rows.eq(Mux(is_sx, 1, rows)), rb.cols.eq(Mux(is_sx, rows, cols)),
+            rb.stride.eq(Mux(bcast & ~is_sx, 0, lines)), rb.zero.eq(0),
+            # D: d_old of an accumulating bias gradient (the chunk's words)
+            rd.start.eq(start & is_bias & acc), rd.base.eq(adr_d + c0_line), rd.rows.eq(1),
+            rd.cols.eq(cw), rd.stride.eq(0), rd.zero.eq(0),
+            # writer D: VEC / SOFTMAX matrix, bias vector chunk, SUMSQ one word
+            wd.start.eq(start), wd.base.eq(adr_d + Mux(is_bias, c0_line, 0)),
+            wd.rows.eq(Mux(is_vec | is_sx, rows, 1)),
+            wd.cols.eq(Mux(is_bias, cw, Mux(is_sumsq, 1, cols))),
+            # writer E: SOFTMAX loss vector
+            we.start.eq(start & is_sx), we.base.eq(adr_e), we.rows.eq(1), we.cols.eq(rows),
+        ]
+
+        # ---- stream routing -----------------------------------------------------------------
+        A, B, D = ra.o, rb.o, rd.o
+        m.d.comb += [ew.o.ready.eq(1), bg.db.ready.eq(1), ls.o.ready.eq(1), sx.o.ready.eq(1),
+                     ew.op.eq(Mux(is_bias, EW_ADD, vop)), ew.scale.eq(imm),
+                     sx.gscale.eq(gscale)]
+        ew_path = Signal(name="ew_path")             # writer D fed by the Elementwise block
+        m.d.comb += ew_path.eq((is_vec & ~bypass) | (is_bias & acc))
+        with m.If(is_vec & ~bypass):
+            b_ok = B.valid | ~use_b
+            m.d.comb += [ew.i.valid.eq(A.valid & b_ok), ew.i.payload.a.eq(A.payload.x),
+                         ew.i.payload.b.eq(B.payload.x),
+                         A.ready.eq(ew.i.ready & b_ok), B.ready.eq(ew.i.ready & A.valid)]
+        with m.If(is_vec & bypass):
+            m.d.comb += A.ready.eq(1)
+        with m.If(is_bias):
+            m.d.comb += [bg.dy.valid.eq(A.valid), bg.dy.payload.eq(A.payload.x),
+                         A.ready.eq(bg.dy.ready)]
+            with m.If(acc):
+                # d = d_old + db (Elementwise ADD: a + b with a = d_old, b = db)
+                m.d.comb += [bg.db.ready.eq(ew.i.ready & D.valid),
+                             D.ready.eq(ew.i.ready & bg.db.valid),
+                             ew.i.valid.eq(D.valid & bg.db.valid),
+                             ew.i.payload.a.eq(D.payload.x),
+                             ew.i.payload.b.eq(bg.db.payload.r)]
+        with m.If(is_sumsq):
+            m.d.comb += [ls.i.valid.eq(A.valid), ls.i.payload.x.eq(A.payload.x),
+                         ls.i.payload.last.eq(A.payload.last), A.ready.eq(ls.i.ready)]
+        with m.If(is_sx):
+            m.d.comb += [sx.i.valid.eq(A.valid & B.valid), sx.i.payload.x.eq(A.payload.x),
+                         sx.i.payload.label.eq(B.payload.x[:16]),
+                         sx.i.payload.last.eq(A.payload.eol),
+                         A.ready.eq(sx.i.ready & B.valid),
+                         B.ready.eq(sx.i.ready & A.valid & A.payload.eol)]
+
+        with m.If(ew_path):
+            m.d.comb += [wd.i.valid.eq(ew.o.valid), wd.i.payload.eq(ew.o.payload.r)]
+        with m.Elif(is_vec):
+            m.d.comb += [wd.i.valid.eq(A.valid), wd.i.payload.eq(A.payload.x)]
+        with m.Elif(is_bias):
+            m.d.comb += [wd.i.valid.eq(bg.db.valid), wd.i.payload.eq(bg.db.payload.r)]
+        with m.Elif(is_sumsq):
+            m.d.comb += [wd.i.valid.eq(ls.o.valid), wd.i.payload.eq(ls.o.payload.r)]
+        with m.Elif(is_sx):
+            m.d.comb += [wd.i.valid.eq(sx.o.valid), wd.i.payload.eq(sx.o.payload.r)]
+        # The loss of a row goes with its last gradient. (Gating with writer D's row end keeps a
+        # command with cols > max_classes, which SoftmaxXent would cut into several rows and
+        # the sequencer must reject, from writing outside the e range.)
+        m.d.comb += [we.i.valid.eq(is_sx & sx.o.valid & sx.o.payload.last & wd.eol),
+                     we.i.payload.eq(sx.o.payload.loss)]
+        return m

@@ -1,0 +1,92 @@
+"""A Python memory image served to :class:`hdl.lib.memport.LinePort` clients in Amaranth's
+simulator (fast-tier tests of anything that reaches the scratchpad through line ports).
+
+The image is a ``numpy.uint32`` array of shape ``(lines, S)`` (``sim.model.vector`` layout),
+shared by every attached port and updated in place. Timing is the LinePort contract:
+
+* a cycle with ``r_en = 1`` puts line ``r_addr`` on ``r_data`` in the next cycle (not
+  transparent: a write in the same cycle, through any port, is not seen); ``r_data`` holds
+  while ``r_en = 0``;
+* ``w_en`` (one bit per word) writes the selected words of ``w_data`` at the clock edge. Writes
+  of several ports in one cycle are applied in the order the ports were given.
+
+A port may also be any object with only the read members (``r_en, r_addr, r_data``) or only
+the write members (``w_en, w_addr, w_data``) of a LinePort, e.g. an engine's internal reader.
+
+Every access is logged (``reads[name]`` / ``writes[name]``: sets of line addresses) so a test
+can check which lines a port touched; an address outside the image is recorded in ``errors``
+(and not performed) instead of raising inside the simulator.
+
+Usage::
+
+    mem = LineMemory(image, {"a": dut.a, "d": dut.d})
+    run_sim(dut, testbench, processes=[mem.process])
+"""
+from __future__ import annotations
+
+import numpy as np
+from amaranth.hdl import Const
+
+__all__ = ["LineMemory", "pack_line", "unpack_line"]
+
+
+def pack_line(words) -> int:
+    """Words (lane 0 first) as the integer of a ``32 * S``-bit ``r_data``/``w_data``."""
+    v = 0
+    for j, w in enumerate(words):
+        v |= (int(w) & 0xFFFFFFFF) << (32 * j)
+    return v
+
+
+def unpack_line(value: int, S: int) -> list[int]:
+    return [(int(value) >> (32 * j)) & 0xFFFFFFFF for j in range(S)]
+
+
+class LineMemory:
+    """Serve ``image`` to the LinePort interfaces in ``ports`` (``{name: port}``, each port a
+    client-side LinePort interface of the DUT, e.g. ``dut.a``)."""
+
+    def __init__(self, image: np.ndarray, ports: dict):
+        if not isinstance(image, np.ndarray) or image.dtype != np.uint32 or image.ndim != 2:
+            raise TypeError("image must be a 2-D numpy uint32 array (lines, S)")
+        self.image = image
+        self.S = image.shape[1]
+        self.ports = dict(ports)
+        for name, p in self.ports.items():
+            rd, wr = hasattr(p, "r_en"), hasattr(p, "w_en")
+            if not (rd or wr) or (rd and len(p.r_data) != 32 * self.S) \
+                    or (wr and len(p.w_en) != self.S):
+                raise ValueError(f"port {name!r} is not a LinePort of {self.S} words")
+        self.reads = {n: set() for n in self.ports}
+        self.writes = {n: set() for n in self.ports}
+        self.errors: list[str] = []
+        self.cycles = 0
+
+    def _ok(self, name, kind, addr):
+        if addr >= self.image.shape[0]:
+            self.errors.append(f"cycle {self.cycles}: port {name} {kind} line {addr} outside "
+                               f"the image ({self.image.shape[0]} lines)")
+            return False
+        return True
+
+    async def process(self, ctx):
+        """The simulator process (add it with ``processes=[mem.process]``: background)."""
+        sigs = []
+        for p in self.ports.values():
+            sigs += [getattr(p, n, Const(0)) for n in ("r_en", "r_addr", "w_en", "w_addr",
+                                                       "w_data")]
+        async for _, _, *vals in ctx.tick().sample(*sigs):
+            self.cycles += 1
+            per = [vals[5 * k:5 * k + 5] for k in range(len(self.ports))]
+            # reads first: they see the memory before this edge's writes
+            for (name, p), (r_en, r_addr, *_rest) in zip(self.ports.items(), per):
+                if r_en and self._ok(name, "read", r_addr):
+                    self.reads[name].add(int(r_addr))
+                    ctx.set(p.r_data, pack_line(self.image[r_addr]))
+            for (name, p), (_re, _ra, w_en, w_addr, w_data) in zip(self.ports.items(), per):
+                if w_en and self._ok(name, "write", w_addr):
+                    self.writes[name].add(int(w_addr))
+                    words = unpack_line(w_data, self.S)
+                    for j in range(self.S):
+                        if (w_en >> j) & 1:
+                            self.image[w_addr, j] = words[j]

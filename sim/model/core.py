@@ -1,0 +1,396 @@
+"""Golden model of the training core (pure numpy): one banked FP32 scratchpad, the sequencer
+running programs of :mod:`hdl.core.isa`, the matmul engine, the vector unit and the optimizer
+engine, composed from the blocks' golden models (no Amaranth import beyond the ISA layouts).
+
+State
+-----
+* ``mem`` -- the scratchpad image, ``np.uint32`` of shape ``(config.lines, S)``: word
+  ``(line, lane)``; global line ``bank * bank_depth + offset``.
+* ``prog`` -- the program memory, ``config.prog_depth`` 128-bit words (ints).
+* ``prec`` -- the precision table ``{(layer, mode): (width_a, width_b, rounding)}``.
+* ``optim`` -- the optimizer engine's registers and status (a
+  :class:`sim.optim.OptimEngineModel`; its step logic is reused, its memories are loaded
+  from the four regions of an ``OPT`` instruction and written back).
+* ``lfsrs`` -- the matmul engine's two converter LFSRs; they run on across passes *and*
+  programs (only :meth:`CoreModel.reset` restarts them).
+* ``counters`` -- cumulative since construction / :meth:`CoreModel.reset`:
+  ``instructions`` (every executed instruction, including ``LOOP``, ``ENDLOOP`` (once per
+  iteration), ``FENCE`` and ``HALT``), ``matmuls``, ``macs`` (``M*K*N`` per pass), ``beats``
+  (:func:`sim.array.pass_beats` per pass), ``vec``, ``reduce``, ``softmax``, ``opt``.
+
+Execution (``run``)
+-------------------
+The whole program is checked first with :func:`hdl.core.isa.check_program`; a rejected program
+executes nothing (memory, registers, LFSRs and counters unchanged) and ``(status, err_pc)`` is
+returned. Otherwise instructions execute in program order from pc 0 (the hardware's scoreboard
+makes its overlapped execution equal to this order) and ``(Status.OK, 0)`` is returned (the
+sequencer's ``status`` / ``err_pc`` after a successful run):
+
+* ``MATMUL``: :func:`sim.array.matmul_pass` on the matrices at ``a`` (``A``, ``M x K``),
+  ``b`` (``B``, ``K x N``), ``c`` (``C``, ``M x N``) with ``(width_a, width_b, rounding)`` from
+  ``prec[(layer, mode)]``; FWD writes ``C``, BWD_DATA ``A``, BWD_WEIGHT ``B``. A ``rows x
+  cols`` matrix at line ``base`` occupies ``rows * ceil(cols / S)`` lines, element ``(r, c)``
+  at line ``base + r * ceil(cols / S) + c // S``, lane ``c % S``; padding lanes are never
+  written.
+* ``acc`` resolves to ``acc == ON or (acc == AFTER_FIRST and iteration > 0)`` (the
+  iteration is 0 outside a loop).
+* ``VEC``, ``REDUCE``, ``SOFTMAX_XENT``: :func:`sim.model.vector.run_vector` with the loop
+  offset added to the address fields flagged in ``loop`` (bit ``i`` <->
+  ``LOOP_FIELDS[op][i]``), the resolved ``acc`` (``REDUCE``; 0 otherwise) and ``gscale`` =
+  the FP32 bits of ``imm * 2**k`` (``SOFTMAX_XENT``; 0 otherwise), ``k`` the optimizer's
+  current loss-scale exponent. The multiply is exact (an exponent add in hardware): ``imm`` and
+  the product must be normal numbers, otherwise ``run`` raises ``ValueError``.
+* ``OPT``: one optimizer ``STEP`` (:meth:`sim.optim.OptimEngineModel.step`) with ``N =
+  count`` over the regions ``w, m, v, g`` (word ``i`` of region ``X`` at line ``X + i // S``,
+  lane ``i % S``). A skipped step writes nothing; SGD writes W, momentum W and M, Adam W, M, V.
+  ``count`` may not exceed :data:`OPT_MAX_COUNT` (65536, the engine's word range; ``run``
+  raises ``ValueError``).
+* ``LOOP count stride``: the body runs ``count`` times, iteration ``i`` with loop offset
+  ``i * stride`` lines; ``ENDLOOP`` jumps back. ``FENCE``: nothing. ``HALT``: stop.
+
+Host actions (``CoreModel.apply``)
+----------------------------------
+A list of tuples, executed in order; the hardware host driver executes the same list, so the
+golden model and the RTL are driven identically. Results go into the returned dict:
+
+* ``("write", line, words)`` -- ``words``: ``(n, S)`` uint32 (FP32 bit patterns) into lines
+  ``line .. line + n - 1``.
+* ``("read", key, line, n)`` -- ``result[key]`` = an ``(n, S)`` uint32 copy of those lines.
+* ``("program", words)`` -- program words (128-bit ints) from pc 0; later words of the program
+  memory keep their contents (all 0 = ``HALT`` in a new model).
+* ``("prec", layer, mode, width_a, width_b, rounding)`` -- one precision-table entry
+  (``ValueError`` if invalid: widths in ``config.array.widths``, rounding 0..2, ``layer <
+  config.layers``, mode 0..2).
+* ``("setreg", reg, value_bits)`` -- an optimizer register (:class:`hdl.optim.config.Reg`),
+  a 32-bit value (the FP32 bit pattern for FP32 registers).
+* ``("run",)`` -- run the program; ``(status, err_pc)`` is appended to the list
+  ``result["run"]``.
+* ``("status",)`` -- ``result["status"]`` = the optimizer status ``{field: int}`` with the keys
+  of :data:`hdl.optim.config.STATUS_FIELDS` (a later one replaces it).
+* ``("counters",)`` -- ``result["counters"]`` = a copy of ``counters`` plus the hardware's
+  names ``array_beats`` (= ``beats``) and ``flags`` (bit 0 a NaN, bit 1 an Inf reached a BFP
+  converter).
+
+This is the format of :class:`sim.host.driver.CoreDriver` ``.apply`` (the RTL side).
+
+Reset (``reset``) mirrors the hardware reset: the LFSRs restart, the precision table returns to
+``(max_mantissa, max_mantissa, 0)`` (8/8 nearest-even in both presets), the optimizer registers
+to 0 and its status counters to 0, the counters to 0; the scratchpad and the program memory
+keep their contents.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, MODES
+from hdl.core.config import CoreConfig
+from hdl.core.isa import (LOOP_FIELDS, Acc, Op, Status, check_program, decode)
+from hdl.optim.config import STATUS_FIELDS, Mem, Mode, OptimConfig, Reg
+from sim.array import matmul_pass, pass_beats
+from sim.bfp import LFSR, ROUNDING_MODES
+from sim.model.vector import get_matrix, get_vector, run_vector, set_matrix, set_vector
+from sim.optim import OptimEngineModel, reg_word
+
+__all__ = ["CoreModel", "COUNTERS", "OPT_MAX_COUNT", "effective_fields", "resolve_acc",
+           "gscale_bits"]
+
+#: Largest ``OPT`` count (the optimizer engine's ``N`` range in the core).
+OPT_MAX_COUNT = 65536
+
+#: Names of :attr:`CoreModel.counters`.
+COUNTERS = ("instructions", "matmuls", "macs", "beats", "vec", "reduce", "softmax", "opt")
+
+_F32 = np.float32
+
+
+def effective_fields(op: int, fields: dict, offset: int) -> dict:
+    """``fields`` with the loop ``offset`` added to the address fields flagged in ``loop``."""
+    out = dict(fields)
+    for i, name in enumerate(LOOP_FIELDS.get(op, ())):
+        if (fields.get("loop", 0) >> i) & 1:
+            out[name] = fields[name] + offset
+    return out
+
+
+def resolve_acc(acc: int, iteration: int) -> bool:
+    """The accumulate flag of a ``MATMUL`` / ``REDUCE`` in loop iteration ``iteration``."""
+    return acc == Acc.ON or (acc == Acc.AFTER_FIRST and iteration > 0)
+
+
+def _is_normal(x: np.float32) -> bool:
+    e = (int(np.asarray(x, _F32).view(np.uint32)) >> 23) & 0xFF
+    return 0 < e < 255
+
+
+def gscale_bits(imm_bits: int, scale_exp: int) -> int:
+    """FP32 bits of ``imm * 2**scale_exp`` (the exact exponent add of the sequencer)."""
+    imm = np.array(imm_bits & 0xFFFFFFFF, np.uint32).view(_F32)[()]
+    with np.errstate(all="ignore"):
+        r = _F32(imm * _F32(2.0 ** scale_exp))
+    if not (_is_normal(imm) and _is_normal(r)):
+        raise ValueError(f"SOFTMAX_XENT gscale: imm 0x{imm_bits:08x} * 2**{scale_exp} must be a "
+                         f"normal FP32 number (imm {imm!r}, product {r!r})")
+    bits = int(np.asarray(r).view(np.uint32))
+    assert bits == imm_bits + (scale_exp << 23)
+    return bits
+
+
+class CoreModel:
+    """Golden model of the training core (see the module docstring for the semantics)."""
+
+    def __init__(self, config: CoreConfig, *, grad_config=None, fp32_config=None,
+                 divsqrt_config=None, log_config=None, optim_config: OptimConfig | None = None):
+        """``grad_config`` (:class:`hdl.grad.config.GradConfig`), ``divsqrt_config`` (the exp
+        unit's :class:`~hdl.fp32.divsqrt_config.FP32DivSqrtConfig`) and ``log_config`` go to
+        :func:`sim.model.vector.run_vector` (``None``: its defaults). ``fp32_config`` (the
+        add/mul pipelines) changes timing only, not results; it is kept for the hardware's
+        signature. ``optim_config`` supplies the optimizer's ``reduce_lanes`` (the sum-of-squares
+        order; default :class:`~hdl.optim.config.OptimConfig` ``()``: 8)."""
+        if not isinstance(config, CoreConfig):
+            raise TypeError(f"config must be a CoreConfig, not {type(config).__name__}")
+        self.config = config
+        self.grad_config = grad_config
+        self.fp32_config = fp32_config
+        self.divsqrt_config = divsqrt_config
+        self.log_config = log_config
+        S = config.size
+        # The optimizer's memories are loaded from the OPT regions. Its word range is that of
+        # the core's optimizer engine (hdl.core.core.TrainingCore): 65536 words, so N <= 65536.
+        base = optim_config if optim_config is not None else OptimConfig()
+        if not isinstance(base, OptimConfig):
+            raise TypeError(f"optim_config must be an OptimConfig, not {type(base).__name__}")
+        self._optim_config = OptimConfig(depth=OPT_MAX_COUNT, reduce_lanes=base.reduce_lanes,
+                                         rd_fifo_depth=base.rd_fifo_depth)
+        self.mem = np.zeros((config.lines, S), np.uint32)
+        self.prog = [0] * config.prog_depth
+        self.reset()
+
+    # ---- reset / registers -----------------------------------------------------------------
+    def reset(self) -> None:
+        """Hardware reset: LFSRs, precision table, optimizer registers and status, counters;
+        ``mem`` and ``prog`` keep their contents."""
+        cfg = self.config
+        arr = cfg.array
+        self.lfsrs = (LFSR(arr.bfp(0)), LFSR(arr.bfp(1)))
+        w = cfg.max_mantissa
+        self.prec = {(layer, mode): (w, w, 0) for layer in range(cfg.layers) for mode in MODES}
+        self.optim = OptimEngineModel(self._optim_config)
+        self.invalid = self.overflow = False      # matmul converters' sticky NaN / Inf flags
+        self.counters = dict.fromkeys(COUNTERS, 0)
+
+    def set_precision(self, layer: int, mode: int, width_a: int, width_b: int,
+                      rounding: int) -> None:
+        cfg = self.config
+        for name, v in (("layer", layer), ("mode", mode), ("width_a", width_a),
+                        ("width_b", width_b), ("rounding", rounding)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise ValueError(f"precision {name} must be an int, not {v!r}")
+        if not 0 <= layer < cfg.layers:
+            raise ValueError(f"precision layer must be in 0..{cfg.layers - 1}, not {layer!r}")
+        if mode not in MODES:
+            raise ValueError(f"precision mode must be one of {MODES}, not {mode!r}")
+        for name, v in (("width_a", width_a), ("width_b", width_b)):
+            if v not in cfg.array.widths:
+                raise ValueError(f"precision {name} must be one of {cfg.array.widths}, "
+                                 f"not {v!r}")
+        if rounding not in ROUNDING_MODES:
+            raise ValueError(f"precision rounding must be one of {ROUNDING_MODES}, "
+                             f"not {rounding!r}")
+        self.prec[(int(layer), int(mode))] = (int(width_a), int(width_b), int(rounding))
+
+    def optim_setreg(self, reg: int, value_bits) -> None:
+        """Optimizer ``SETREG`` (``value_bits``: 32-bit int; an ``np.float32`` is converted
+        to its bits). Raises ``ValueError`` for what the engine would reject (unknown
+        register, update rule 3 in ``MODE``)."""
+        if reg not in Reg.ALL:
+            raise ValueError(f"optimizer register must be one of {Reg.ALL}, not {reg!r}")
+        word = reg_word(value_bits)
+        if reg == Reg.MODE and (word & 3) not in Mode.ALL:
+            raise ValueError(f"Reg.MODE update rule must be one of {Mode.ALL}, "
+                             f"not {word & 3}")
+        if reg == Reg.N and not 1 <= word <= self._optim_config.depth:
+            raise ValueError(f"Reg.N must be in 1..{self._optim_config.depth}, not {word}")
+        self.optim.setreg(reg, word)
+
+    def optim_status(self) -> dict:
+        """The optimizer status, keys of :data:`hdl.optim.config.STATUS_FIELDS` in order."""
+        st = self.optim.status()
+        st["error"] = 0     # host errors raise here; OPT operands are checked by the program
+        return {name: st[name] for name, _ in STATUS_FIELDS}
+
+    # ---- memories ------------------------------------------------------------------------
+    def write_lines(self, line: int, words) -> None:
+        words = np.asarray(words)
+        S = self.config.size
+        if words.ndim != 2 or words.shape[1] != S:
+            raise ValueError(f"words must have shape (n, {S}), not {words.shape}")
+        if words.dtype != np.uint32:
+            if words.dtype == np.float32:
+                words = words.view(np.uint32)
+            elif np.issubdtype(words.dtype, np.integer) and words.size \
+                    and (words.min() < 0 or words.max() > 0xFFFFFFFF):
+                raise ValueError("words must be 32-bit values")
+            else:
+                words = words.astype(np.uint32)
+        n = words.shape[0]
+        if not (0 <= line and line + n <= self.config.lines):
+            raise ValueError(f"lines {line}..{line + n - 1} outside 0..{self.config.lines - 1}")
+        self.mem[line:line + n] = words
+
+    def read_lines(self, line: int, n: int) -> np.ndarray:
+        if not (0 <= line and n >= 0 and line + n <= self.config.lines):
+            raise ValueError(f"lines {line}..{line + n - 1} outside 0..{self.config.lines - 1}")
+        return self.mem[line:line + n].copy()
+
+    def load_program(self, words) -> None:
+        """Write ``words`` into the program memory from pc 0 (later words are kept, as the
+        host's PROG writes leave them)."""
+        words = [int(w) for w in words]
+        if len(words) > self.config.prog_depth:
+            raise ValueError(f"program of {len(words)} words exceeds prog_depth "
+                             f"{self.config.prog_depth}")
+        for w in words:
+            if not 0 <= w < 1 << 128:
+                raise ValueError(f"instruction word 0x{w:x} does not fit 128 bits")
+        self.prog[:len(words)] = words
+
+    def get_matrix(self, base: int, rows: int, cols: int) -> np.ndarray:
+        """The ``rows x cols`` matrix at line ``base`` as uint32 bits (a copy;
+        :func:`sim.model.vector.get_matrix`)."""
+        return get_matrix(self.mem, base, rows, cols, self.config.size)
+
+    def set_matrix(self, base: int, values) -> None:
+        """Store a matrix at line ``base`` (padding lanes untouched; a float array is stored
+        as FP32 bits, an integer one as raw words: :func:`sim.model.vector.set_matrix`)."""
+        set_matrix(self.mem, base, values, self.config.size)
+
+    def get_words(self, base: int, count: int) -> np.ndarray:
+        """Words ``0..count-1`` of the region at line ``base`` (uint32 copy)."""
+        return get_vector(self.mem, base, count, self.config.size)
+
+    def set_words(self, base: int, words) -> None:
+        """Store words ``0..len-1`` of the region at line ``base`` (float: FP32 bits)."""
+        set_vector(self.mem, base, words, self.config.size)
+
+    # ---- execution -----------------------------------------------------------------------
+    def check(self) -> tuple[int, int]:
+        cfg = self.config
+        return check_program(self.prog, S=cfg.size, lines=cfg.lines, bank_depth=cfg.bank_depth,
+                             layers=cfg.layers, dim_max=(1 << cfg.dim_bits) - 1,
+                             prog_depth=cfg.prog_depth)
+
+    def run(self) -> tuple[int, int]:
+        """Check, then execute the program. Returns ``(Status, err_pc)``: the first bad
+        instruction when rejected, ``(Status.OK, 0)`` after a run (as the sequencer)."""
+        status, err_pc = self.check()
+        if status != Status.OK:
+            return status, err_pc
+        pc = 0
+        loop = None                 # [body_pc, count, stride, iteration]
+        cnt = self.counters
+        while True:
+            op, f = decode(self.prog[pc])
+            cnt["instructions"] += 1
+            it = loop[3] if loop else 0
+            offset = it * loop[2] if loop else 0
+            if op == Op.HALT:
+                return Status.OK, 0
+            if op == Op.MATMUL:
+                self._matmul(effective_fields(op, f, offset), resolve_acc(f["acc"], it))
+            elif op in (Op.VEC, Op.REDUCE, Op.SOFTMAX_XENT):
+                self._vector(op, effective_fields(op, f, offset),
+                             resolve_acc(f["acc"], it) if op == Op.REDUCE else False)
+            elif op == Op.OPT:
+                self._opt(f)
+            elif op == Op.LOOP:
+                loop = [pc + 1, f["count"], f["stride"], 0]
+            elif op == Op.ENDLOOP:
+                loop[3] += 1
+                if loop[3] < loop[1]:
+                    pc = loop[0]
+                    continue
+                loop = None
+            elif op == Op.FENCE:
+                pass
+            else:                   # unreachable after check_program
+                raise AssertionError(f"opcode {op} at pc {pc}")
+            pc += 1
+
+    def _matmul(self, f: dict, accumulate: bool) -> None:
+        mode, M, K, N = f["mode"], f["M"], f["K"], f["N"]
+        width_a, width_b, rounding = self.prec[(f["layer"], mode)]
+        A = self.get_matrix(f["a"], M, K).view(np.float32)
+        B = self.get_matrix(f["b"], K, N).view(np.float32)
+        C = self.get_matrix(f["c"], M, N).view(np.float32)
+        res = matmul_pass(mode, A, B, C, self.config.array, width_a=width_a, width_b=width_b,
+                          rounding=rounding, accumulate=accumulate, lfsrs=self.lfsrs)
+        target = {FWD: f["c"], BWD_DATA: f["a"], BWD_WEIGHT: f["b"]}[mode]
+        self.set_matrix(target, res.out)
+        self.invalid |= res.invalid
+        self.overflow |= res.overflow
+        self.counters["matmuls"] += 1
+        self.counters["macs"] += M * K * N
+        self.counters["beats"] += pass_beats(mode, M, K, N, self.config.size)
+
+    def _vector(self, op: int, f: dict, acc: bool) -> None:
+        gscale = gscale_bits(f["imm"], self.optim.scale_exp) if op == Op.SOFTMAX_XENT else 0
+        run_vector(self.mem, op, f, acc=int(acc), gscale=gscale, config=self.config,
+                   **self._vector_kwargs())
+        self.counters[{Op.VEC: "vec", Op.REDUCE: "reduce", Op.SOFTMAX_XENT: "softmax"}[op]] += 1
+
+    def _vector_kwargs(self) -> dict:
+        return {"grad_config": self.grad_config, "exp_config": self.divsqrt_config,
+                "log_config": self.log_config}
+
+    def _opt(self, f: dict) -> None:
+        n = f["count"]
+        if n > OPT_MAX_COUNT:
+            raise ValueError(f"OPT count {n} exceeds the optimizer's {OPT_MAX_COUNT}-word range")
+        opt = self.optim
+        regions = {Mem.W: f["w"], Mem.M: f["m"], Mem.V: f["v"], Mem.G: f["g"]}
+        for mem, base in regions.items():
+            opt.mems[mem][:n] = self.get_words(base, n).view(np.float32)
+        opt.setreg(Reg.N, n)
+        skipped = opt.step()
+        if not skipped:
+            rule = opt.regs[Reg.MODE] & 3
+            written = {Mode.SGD: (Mem.W,), Mode.MOMENTUM: (Mem.W, Mem.M),
+                       Mode.ADAM: (Mem.W, Mem.M, Mem.V)}[rule]
+            for mem in written:
+                self.set_words(regions[mem], opt.mems[mem][:n].view(np.uint32))
+        self.counters["opt"] += 1
+
+    # ---- host actions ----------------------------------------------------------------------
+    @property
+    def flags(self) -> int:
+        """Sticky converter flags of the matmul passes: bit 0 a NaN, bit 1 an Inf."""
+        return int(self.invalid) | int(self.overflow) << 1
+
+    def apply(self, actions) -> dict:
+        """Execute host actions (format: module docstring); returns the results."""
+        out: dict = {}
+        for act in actions:
+            kind, *args = act
+            if kind == "write":
+                self.write_lines(*args)
+            elif kind == "read":
+                key, line, n = args
+                out[key] = self.read_lines(line, n)
+            elif kind == "program":
+                self.load_program(*args)
+            elif kind == "prec":
+                self.set_precision(*args)
+            elif kind == "setreg":
+                self.optim_setreg(*args)
+            elif kind in ("run", "status", "counters") and args:
+                raise ValueError(f"({kind!r},) takes no arguments, not {act!r}")
+            elif kind == "run":
+                out.setdefault("run", []).append(self.run())
+            elif kind == "status":
+                out["status"] = self.optim_status()
+            elif kind == "counters":
+                out["counters"] = dict(self.counters, array_beats=self.counters["beats"],
+                                       flags=self.flags)
+            else:
+                raise ValueError(f"unknown host action {kind!r} in {act!r}")
+        return out

@@ -1,0 +1,399 @@
+"""Fast tier of the training core's vector unit (hdl/core/vector.py) in Amaranth's simulator:
+four simulated scratchpad ports (sim/memport_tb.py) over one memory image, every command
+compared bit-exactly with the golden model (sim/model/vector.py) on the WHOLE image (padding
+lanes and memory outside the destination untouched), and every port's accesses checked
+against the ISA's operand ranges."""
+import numpy as np
+import pytest
+from amaranth.hdl import Elaboratable, Module, ResetInserter, Signal
+
+from hdl.core.config import CoreConfig
+from hdl.core.isa import VECTOR_CMD, Op, Rop, Vop, arg_name, decode, encode, operand_ranges
+from hdl.core.vector import VectorUnit
+from hdl.fp32.config import FP32Config
+from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
+from hdl.fp32.log_config import FP32LogConfig
+from hdl.grad.config import GradConfig
+from sim.amaranth_tb import run_sim
+from sim.memport_tb import LineMemory
+from sim.model.vector import run_vector, set_matrix, set_vector
+
+F32 = np.float32
+CFG = CoreConfig.preset("tiny")
+S = CFG.size
+LINES = 512                     # the image (the unit's address space is larger)
+#: max_cols = 8 makes every bias gradient wider than 8 columns run in chunks.
+GC = GradConfig(lanes=8, max_cols=8, max_classes=16)
+DC = FP32DivSqrtConfig.preset("tiny")
+LC = FP32LogConfig.preset("tiny")
+SPECIALS = [0x7FC00000, 0xFFC00001, 0x7F800001, 0x00000000, 0x80000000, 0x7F800000,
+            0xFF800000, 0x00000001, 0x807FFFFF, 0x00800000, 0x3F800000, 0xBF800000,
+            0x7F7FFFFF, 0xFF7FFFFF, 0x33800000]
+ONE = 0x3F800000
+
+
+def _f32_bits(x):
+    return int(np.array(x, F32).view(np.uint32))
+
+
+def _unit(fp32="default"):
+    return VectorUnit(config=CFG, grad_config=GC, fp32_config=FP32Config.preset(fp32),
+                      divsqrt_config=DC, log_config=LC)
+
+
+def _image(seed):
+    """Random FP32 values (normal, wide-range, specials) and raw random words."""
+    rng = np.random.default_rng(seed)
+    img = rng.integers(0, 2**32, size=(LINES, S), dtype=np.uint32)    # raw garbage
+    vals = (rng.standard_normal((LINES, S)) * 4).astype(F32).view(np.uint32)
+    img[:LINES // 2] = vals[:LINES // 2]
+    sp = np.array(SPECIALS, np.uint32)
+    pos = rng.choice(LINES // 2 * S, size=60, replace=False)
+    img.reshape(-1)[pos] = sp[rng.integers(0, len(sp), size=60)]
+    return img
+
+
+def _cmd_bits(op, fields, acc, gscale):
+    return VECTOR_CMD.const({"op": op, "args": {arg_name(op): fields}, "acc": acc,
+                             "gscale": gscale}).as_value().value
+
+
+def _run(dut, img, cmds, *, deadline=20000, top=None, mid=None):
+    """Run ``cmds`` = [(op, fields, acc, gscale)] one after another; after each ``done`` the
+    image must equal the model applied to the image before the command. Returns the cycles
+    from accept to done of each command. ``top``: the simulated design (default ``dut``);
+    ``mid(ctx, k)``: an async hook run after command k's accept (may return True: do not wait
+    for done, e.g. after a reset)."""
+    mem = LineMemory(img, {"a": dut.a, "b": dut.b, "d": dut.d, "e": dut.e})
+    cycles, failures = [], []
+
+    async def tb(ctx):
+        t = 0
+        for k, (op, fields, acc, gscale) in enumerate(cmds):
+            f = decode(encode(op, **fields))[1]
+            expect = img.copy()
+            run_vector(expect, op, f, acc=acc, gscale=gscale, config=CFG, grad_config=GC,
+                       exp_config=DC, log_config=LC)
+            mem.reads = {n: set() for n in mem.reads}
+            mem.writes = {n: set() for n in mem.writes}
+            ctx.set(dut.cmd.payload.as_value(), _cmd_bits(op, f, acc, gscale))
+            ctx.set(dut.cmd.valid, 1)
+            for _ in range(50):
+                ready = ctx.get(dut.cmd.ready)
+                await ctx.tick()
+                t += 1
+                if ready:
+                    break
+            else:
+                failures.append(f"cmd {k}: never accepted")
+                return
+            ctx.set(dut.cmd.valid, 0)
+            accept = t - 1
+            if mid is not None and await mid(ctx, k):
+                continue
+            assert ctx.get(dut.busy)
+            for _ in range(deadline):
+                if ctx.get(dut.done):
+                    break
+                await ctx.tick()
+                t += 1
+            else:
+                failures.append(f"cmd {k} ({op}, {fields}): no done within {deadline} cycles")
+                return
+            cycles.append(t - accept)
+            want = dut.cycles(op, f["rows"], f["cols"], vop=f.get("vop", 0),
+                              rop=f.get("rop", 0), acc=acc)
+            if t - accept != want:
+                failures.append(f"cmd {k} ({op}, {fields}, acc={acc}): done after "
+                                f"{t - accept} cycles, published {want}")
+            await ctx.tick()
+            t += 1
+            assert not ctx.get(dut.busy) and not ctx.get(dut.done)
+            bad = np.argwhere(img != expect)
+            if len(bad):
+                failures.append(f"cmd {k} ({op}, {fields}, acc={acc}): {len(bad)} words differ, "
+                                + ", ".join(f"({ln},{j}) got {img[ln, j]:#010x} expected "
+                                            f"{expect[ln, j]:#010x}" for ln, j in bad[:6]))
+                return
+            # every access inside the ISA's operand ranges of its port and kind
+            rng = operand_ranges(op, f, S)
+            for name in "abde":
+                for kind, used in (("r", mem.reads[name]), ("w", mem.writes[name])):
+                    ok = set()
+                    for r in rng:
+                        if r.port == name and kind in r.kind:
+                            ok |= set(range(r.start, r.start + r.lines))
+                    if not used <= ok:
+                        failures.append(f"cmd {k} ({op}, {fields}): port {name} kind {kind} "
+                                        f"touched lines {sorted(used - ok)[:8]} outside its "
+                                        f"operand range")
+            img[:] = expect          # a NaN payload mismatch would have been caught above
+
+    run_sim(top if top is not None else dut, tb, processes=[mem.process])
+    assert not mem.errors, mem.errors[:5]
+    assert not failures, "\n".join(failures)
+    return cycles
+
+
+# ---------------------------------------------------------------------------------------------
+def test_vec_every_op():
+    """Every vop, bcast on/off, shapes with cols below / at / above S and not multiples of S,
+    in place (d == a, d == b) and a bcast bias add; default (deep) FP32 pipelines."""
+    dut = _unit()
+    img = _image(1)
+    scale = _f32_bits(-0.375)
+    cmds = []
+    for k, vop in enumerate(Vop.ALL):
+        for bcast in (0, 1):
+            rows, cols = [(3, 6), (2, 8), (1, 1), (4, 3)][(2 * k + bcast) % 4]
+            cmds.append((Op.VEC, dict(vop=vop, bcast=bcast, rows=rows, cols=cols, a=0, b=40,
+                                      d=300 + 20 * k + 10 * bcast,
+                                      imm=scale if vop == Vop.SCALE else _f32_bits(2.0)),
+                         0, 0))
+    cmds += [
+        (Op.VEC, dict(vop=Vop.ADD_RELU, rows=5, cols=7, a=60, b=100, d=60), 0, 0),   # d == a
+        (Op.VEC, dict(vop=Vop.RELU_GRAD, rows=3, cols=5, a=0, b=120, d=120), 0, 0),  # d == b
+        (Op.VEC, dict(vop=Vop.SCALE, rows=2, cols=9, a=130, d=130, imm=_f32_bits(1e-30)), 0, 0),
+        (Op.VEC, dict(vop=Vop.COPY, rows=4, cols=5, a=20, d=20), 0, 0),              # in place
+        (Op.VEC, dict(vop=Vop.ADD, bcast=1, rows=6, cols=10, a=140, b=160, d=450), 0, 0),
+    ]
+    _run(dut, img, cmds)
+
+
+def test_vec_specials_exhaustive_pairs():
+    """Every pair of special operands through ADD, ADD_RELU, RELU_GRAD, SCALE, RELU, COPY
+    (1-cycle FP32 pipelines)."""
+    dut = _unit("tiny")
+    img = _image(2)
+    sp = np.array(SPECIALS, np.uint32)
+    n = len(sp)
+    a = np.repeat(sp, n).reshape(n, n)
+    b = np.tile(sp, n).reshape(n, n)
+    set_matrix(img, 0, a)
+    set_matrix(img, 64, b)
+    cmds = [(Op.VEC, dict(vop=vop, rows=n, cols=n, a=0, b=64, d=200,
+                          imm=_f32_bits(-0.0) if vop == Vop.SCALE else 0), 0, 0)
+            for vop in (Vop.ADD, Vop.ADD_RELU, Vop.RELU_GRAD, Vop.RELU, Vop.COPY)]
+    cmds += [(Op.VEC, dict(vop=Vop.SCALE, rows=n, cols=n, a=0, d=200, imm=int(s)), 0, 0)
+             for s in sp[[0, 2, 4, 5, 7, 8]]]
+    _run(dut, img, cmds)
+
+
+def test_reduce():
+    """BIAS_GRAD (acc 0/1; short rows that pause the adder loop; wider than max_cols: column
+    chunks) and SUMSQ (acc is ignored); default pipelines."""
+    dut = _unit()
+    img = _image(3)
+    cmds = []
+    for acc in (0, 1):
+        for rows, cols in ((3, 6), (5, 13), (1, 1), (2, 20), (7, 4), (4, 8)):
+            cmds.append((Op.REDUCE, dict(rop=Rop.BIAS_GRAD, acc=2, rows=rows, cols=cols,
+                                         a=0, d=300 + 10 * len(cmds)), acc, 0))
+        for rows, cols in ((3, 6), (1, 1), (5, 13), (9, 8)):
+            cmds.append((Op.REDUCE, dict(rop=Rop.SUMSQ, acc=acc, rows=rows, cols=cols,
+                                         a=40, d=300 + 10 * len(cmds)), acc, 0))
+    _run(dut, img, cmds)
+
+
+def test_softmax():
+    """SOFTMAX_XENT: cols not a multiple of S, rows not a multiple of S, rows shorter than
+    lanes and up to max_classes; labels with junk high bits and a label >= C; NaN/Inf rows;
+    in place (d == a, e == b); gscale with a loss scale; default pipelines."""
+    dut = _unit()
+    img = _image(4)
+    rng = np.random.default_rng(4)
+    z = (rng.standard_normal((12, 16)) * 5).astype(F32)
+    z[2, 3] = np.nan
+    z[3, 1] = np.inf
+    z[4, :] = -np.inf
+    z[5, 0] = 1e30
+    z[6, :] = 0.0
+    set_matrix(img, 0, z)                     # 12 x 16 -> lines 0..47
+    labels = rng.integers(0, 7, size=12).astype(np.uint32) | \
+        (rng.integers(0, 2**16, size=12).astype(np.uint32) << 16)
+    labels[1] = (labels[1] & 0xFFFF0000) | 7    # = C for the 7-column shape: no onehot
+    set_vector(img, 100, labels)
+    set_vector(img, 110, labels)
+    gs = _f32_bits(0.125 * 2**10)
+    cmds = [
+        (Op.SOFTMAX_XENT, dict(rows=5, cols=7, a=0, b=100, d=200, e=250), 0, gs),
+        (Op.SOFTMAX_XENT, dict(rows=6, cols=10, a=120, b=100, d=260, e=290), 0, ONE),
+        (Op.SOFTMAX_XENT, dict(rows=3, cols=2, a=20, b=100, d=300, e=310), 0, gs),
+        (Op.SOFTMAX_XENT, dict(rows=12, cols=16, a=0, b=110, d=0, e=110), 0, ONE),  # in place
+    ]
+    _run(dut, img, cmds)
+
+
+def test_mixed_program_tiny_pipelines():
+    """A training-step-like sequence back to back on 1-cycle FP32 pipelines."""
+    dut = _unit("tiny")
+    img = _image(5)
+    labels = np.arange(6, dtype=np.uint32) % 5
+    set_vector(img, 200, labels)
+    cmds = [
+        (Op.VEC, dict(vop=Vop.ADD_RELU, bcast=1, rows=6, cols=5, a=0, b=60, d=100), 0, 0),
+        (Op.SOFTMAX_XENT, dict(rows=6, cols=5, a=100, b=200, d=120, e=210), 0,
+         _f32_bits(1 / 6)),
+        (Op.VEC, dict(vop=Vop.RELU_GRAD, rows=6, cols=5, a=120, b=100, d=120), 0, 0),
+        (Op.REDUCE, dict(rop=Rop.BIAS_GRAD, rows=6, cols=5, a=120, d=230), 0, 0),
+        (Op.REDUCE, dict(rop=Rop.BIAS_GRAD, acc=1, rows=6, cols=5, a=120, d=230), 1, 0),
+        (Op.REDUCE, dict(rop=Rop.SUMSQ, rows=6, cols=5, a=120, d=240), 0, 0),
+        (Op.VEC, dict(vop=Vop.ZERO, rows=6, cols=5, d=120), 0, 0),
+    ]
+    _run(dut, img, cmds)
+
+
+@pytest.mark.parametrize("rows, cols, stride, zero", [(3, 6, 2, 0), (4, 9, 3, 0), (5, 3, 0, 0),
+                                                      (2, 5, 7, 0), (2, 6, 2, 1)])
+def test_line_reader_backpressure(rows, cols, stride, zero):
+    """The line reader alone under random backpressure (stalls at any lane, so the held
+    r_data is exercised mid-line): every element, eol and last in order; no read while
+    stalled or in ZERO mode."""
+    import random
+    from hdl.core.vector import _LineReader
+    from sim.amaranth_tb import stream_get
+    rd = _LineReader(line_bits=CFG.line_bits, S=S)
+    img = _image(7)
+    mem = LineMemory(img, {"r": rd})
+    base = 10
+    expect = []
+    for r in range(rows):
+        for c in range(cols):
+            w = 0 if zero else int(img[base + r * stride + c // S, c % S])
+            expect.append((w, int(c == cols - 1), int(c == cols - 1 and r == rows - 1)))
+    got = []
+    rng = random.Random(rows * 100 + cols)
+
+    async def tb(ctx):
+        for _ in range(2):              # twice: the reader restarts cleanly
+            ctx.set(rd.base, base)
+            ctx.set(rd.rows, rows)
+            ctx.set(rd.cols, cols)
+            ctx.set(rd.stride, stride)
+            ctx.set(rd.zero, zero)
+            ctx.set(rd.start, 1)
+            await ctx.tick()
+            ctx.set(rd.start, 0)
+            for _ in expect:
+                p = await stream_get(ctx, rd.o, rng=rng, stall_prob=0.5)
+                got.append((int(p.x), int(p.eol), int(p.last)))
+            for _ in range(5):
+                await ctx.tick()
+                assert not ctx.get(rd.o.valid)
+
+    run_sim(rd, tb, processes=[mem.process])
+    assert got == expect * 2
+    assert not mem.errors
+    if zero:
+        assert not mem.reads["r"]
+
+
+def test_softmax_too_many_classes_is_contained():
+    """cols > max_classes is for the sequencer to reject (the model raises); the unit still
+    finishes and writes nothing outside the d and e ranges."""
+    dut = _unit("tiny")
+    img = _image(8)
+    before = img.copy()
+    mem = LineMemory(img, {"a": dut.a, "b": dut.b, "d": dut.d, "e": dut.e})
+    f = dict(rows=3, cols=GC.max_classes + 4, a=0, b=100, d=200, e=300)
+    seen = {}
+
+    async def tb(ctx):
+        ctx.set(dut.cmd.payload.as_value(), _cmd_bits(Op.SOFTMAX_XENT, f, 0, ONE))
+        ctx.set(dut.cmd.valid, 1)
+        await ctx.tick().until(dut.cmd.ready)
+        ctx.set(dut.cmd.valid, 0)
+        for n in range(2000):
+            if ctx.get(dut.done):
+                seen["done"] = n
+                break
+            await ctx.tick()
+
+    run_sim(dut, tb, processes=[mem.process])
+    assert "done" in seen and not mem.errors
+    rng = {r.port: r for r in operand_ranges(Op.SOFTMAX_XENT, f, S)}
+    assert mem.writes["d"] <= set(range(200, 200 + rng["d"].lines))
+    assert mem.writes["e"] == {300}
+    outside = np.ones(LINES, bool)
+    outside[200:200 + rng["d"].lines] = False
+    outside[300] = False
+    assert np.array_equal(img[outside], before[outside])
+
+
+class _WithReset(Elaboratable):
+    def __init__(self, dut):
+        self.dut, self.rst = dut, Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dut = ResetInserter(self.rst)(self.dut)
+        return m
+
+
+@pytest.mark.parametrize("which", ["softmax", "bias_acc"])
+def test_reset_in_the_middle(which):
+    """Reset while a command is half done (reads, blocks and writes in flight); then the unit
+    is idle and the next commands run correctly."""
+    dut = _unit()
+    top = _WithReset(dut)
+    img = _image(6)
+    set_vector(img, 100, np.arange(8, dtype=np.uint32) % 7)
+    first = (Op.SOFTMAX_XENT, dict(rows=8, cols=7, a=0, b=100, d=200, e=250), 0, ONE) \
+        if which == "softmax" else \
+        (Op.REDUCE, dict(rop=Rop.BIAS_GRAD, acc=1, rows=6, cols=20, a=0, d=200), 1, 0)
+    cmds = [first, (Op.VEC, dict(vop=Vop.ADD, rows=3, cols=6, a=0, b=40, d=300), 0, 0),
+            first]
+    snap = {}
+
+    async def mid(ctx, k):
+        if k != 0:
+            return False
+        for _ in range(40):
+            await ctx.tick()
+        assert ctx.get(dut.busy)
+        ctx.set(top.rst, 1)
+        await ctx.tick()
+        ctx.set(top.rst, 0)
+        assert not ctx.get(dut.busy) and ctx.get(dut.cmd.ready)
+        snap["ok"] = True
+        return True
+
+    # The aborted command is not compared (``mid`` returns True); it left a partial
+    # destination, and each later command's model starts from the image as it then is.
+    _run(dut, img, cmds, top=top, mid=mid)
+    assert snap["ok"]
+
+
+def test_bad_parameters():
+    with pytest.raises(TypeError, match=r"VectorUnit\.config must be a CoreConfig"):
+        VectorUnit(config=GC)
+    with pytest.raises(TypeError, match=r"VectorUnit\.grad_config"):
+        VectorUnit(config=CFG, grad_config=CFG)
+    with pytest.raises(TypeError, match=r"VectorUnit\.fp32_config"):
+        VectorUnit(config=CFG, fp32_config=1)
+    with pytest.raises(TypeError, match=r"VectorUnit\.divsqrt_config"):
+        VectorUnit(config=CFG, divsqrt_config=LC)
+    with pytest.raises(TypeError, match=r"VectorUnit\.log_config"):
+        VectorUnit(config=CFG, log_config=DC)
+    with pytest.raises(ValueError, match=r"max_cols \(2\).*S = 4"):
+        VectorUnit(config=CFG, grad_config=GradConfig(max_cols=2))
+    with pytest.raises(ValueError, match=r"lanes \(4\).*adder latency \(7\)"):
+        VectorUnit(config=CFG, grad_config=GradConfig(lanes=4))
+
+
+def test_published_timing():
+    """The formulas (the simulations above assert every command's count against them)."""
+    dut = _unit()
+    dut._MustUse__used = True                # built for its attributes only
+    t = dut.ew_latency
+    assert (dut.vec_overhead, dut.copy_overhead) == (t + 5, 3)
+    assert dut.cycles(Op.VEC, 32, 64) == 32 * 64 + t + 5
+    assert dut.cycles(Op.VEC, 2, 3, vop=Vop.ZERO) == 6 + 3
+    assert dut.cycles(Op.SOFTMAX_XENT, 32, 10) == 320 + dut.softmax_latency + 22
+    assert dut.cycles(Op.SOFTMAX_XENT, 3, 2) == 3 * 8 + dut.softmax_latency + 6
+    assert dut.bg_chunk == 8
+    one = dut.cycles(Op.REDUCE, 2, 8)
+    assert dut.cycles(Op.REDUCE, 2, 16) == 2 * one
+    assert dut.cycles(Op.REDUCE, 2, 16, acc=1) == 2 * one + 2 * (t + 2)
+    with pytest.raises(ValueError, match="op must be"):
+        dut.cycles(Op.MATMUL, 1, 1)

@@ -149,7 +149,8 @@ class CoreModel:
         if not isinstance(config, CoreConfig):
             raise TypeError(f"config must be a CoreConfig, not {type(config).__name__}")
         self.config = config
-        self.grad_config = grad_config
+        # the vector unit of a TrainingCore of this config uses config.grad
+        self.grad_config = grad_config if grad_config is not None else config.grad
         self.fp32_config = fp32_config
         self.divsqrt_config = divsqrt_config
         self.log_config = log_config

@@ -11,7 +11,7 @@ FPGA_STAMP := $(VENV)/.tessera-fpga
 PYTEST_JOBS ?= 2
 export AMARANTH_USE_YOSYS := builtin
 
-.PHONY: setup setup-fpga test test-fast demo verilog lint waves bench-blocks bench-datapaths bench-array synth clean
+.PHONY: setup setup-fpga test test-fast demo verilog lint waves bench-blocks bench-datapaths bench-array bench-core docs synth clean
 
 setup: $(STAMP)
 
@@ -86,3 +86,10 @@ bench-datapaths: setup
 
 bench-array: setup
 	$(PY) -m sim.bench.array
+
+bench-core: setup
+	$(PY) -m sim.bench.core
+
+# Pages generated from the code (docs/isa.md from the ISA layouts); tests fail when stale.
+docs: setup
+	$(PY) -m hdl.core.isadoc -o docs/isa.md

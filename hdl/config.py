@@ -55,7 +55,7 @@ class PresetMixin:
 
 @dataclass(frozen=True)
 class BFPConfig(PresetMixin):
-    """FAST block floating point format (DESIGN-NOTES §1).
+    """FAST block floating point format (docs/bfp.md).
 
     Parameters
     ----------
@@ -95,7 +95,7 @@ class BFPConfig(PresetMixin):
 
 @dataclass(frozen=True)
 class FMACConfig(PresetMixin):
-    """Chunked fMAC (DESIGN-NOTES §2).
+    """Chunked fMAC (docs/fmac.md).
 
     Parameters
     ----------

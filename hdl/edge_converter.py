@@ -1,7 +1,7 @@
 """Array-edge converter: exact integer partial sum with a power-of-two exponent -> FP32.
 
 A systolic-array partial-sum chain is an exact integer ``value`` whose LSB weighs ``2**exp``
-(DESIGN-NOTES §3). This block turns ``value * 2**exp`` into IEEE 754 binary32 with
+(docs/array.md). This block turns ``value * 2**exp`` into IEEE 754 binary32 with
 round-to-nearest-even, exact subnormal results, overflow to ±Inf and ``value == 0 -> +0.0``.
 Golden model: :func:`sim.edge.edge_to_fp32`, bit-exact. See ``docs/fmac.md``.
 """

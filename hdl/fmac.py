@@ -1,4 +1,4 @@
-"""Chunked fMAC: run-time-width sign/magnitude multiply-accumulate (DESIGN-NOTES §2).
+"""Chunked fMAC: run-time-width sign/magnitude multiply-accumulate (docs/fmac.md).
 
 A ``m``-bit magnitude is split into ``m/2`` 2-bit chunks. A ``m_a x m_b`` product is the
 shifted sum of the ``(m_a/2)*(m_b/2)`` chunk products ``a_i * b_j << 2*(i+j)``. The fMAC has

@@ -1,4 +1,4 @@
-"""Number formats as Amaranth data layouts (DESIGN-NOTES §1).
+"""Number formats as Amaranth data layouts (docs/bfp.md).
 
 Tests and drivers pack and unpack with these same layouts (``layout.const({...})`` and
 ``layout.from_bits(int)``; the golden models mirror the field offsets and tests check them).

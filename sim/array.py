@@ -1,6 +1,6 @@
 """Golden model of the in-place transposed systolic array and the matmul engine (pure numpy).
 
-Mirrors :mod:`hdl.array` bit-exactly (DESIGN-NOTES §3, ``docs/array.md``):
+Mirrors :mod:`hdl.array` bit-exactly (docs/array.md, ``docs/array.md``):
 
 * **Tiling.** ``S = config.size``. ``FWD`` (``C = A . B``, i.e. ``Y = X . W``) runs
   ``for kt: for nt:`` over weight tiles; ``BWD_DATA`` (``A = C . B^T``, ``dX = dY . W^T``) runs

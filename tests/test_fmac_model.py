@@ -50,7 +50,7 @@ def test_cycles_formula_and_schedule(lanes):
 
 
 def test_cycles_scale_with_chunk_pairs():
-    # at lanes=1, 8-bit x 8-bit takes 16x the cycles of 2-bit x 2-bit (DESIGN-NOTES §2)
+    # at lanes=1, 8-bit x 8-bit takes 16x the cycles of 2-bit x 2-bit (docs/fmac.md)
     assert g.product_cycles(8, 8, 1) == 16 * g.product_cycles(2, 2, 1)
     assert g.product_cycles(8, 2, 1) == g.product_cycles(2, 8, 1) == 4
 

@@ -1,4 +1,5 @@
-"""Fast tier: MatmulEngine in Amaranth's simulator vs sim.array.MatmulEngineModel.
+"""Fast tier: MatmulEngine in Amaranth's simulator vs sim.array.MatmulEngineModel (through
+MatmulEngineWithMemories, the registered block; one test drives the engine's ports directly).
 
 Small shapes only (the Python simulator runs a few thousand cycles per second); the large
 random sweeps are in tests/test_matmul_engine_cocotb.py.
@@ -7,11 +8,15 @@ import random
 
 import numpy as np
 import pytest
+from amaranth.hdl import Shape
+from amaranth.lib.wiring import Out
 from amaranth.sim import Simulator
 
 from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
 from hdl.array.engine import (MEM_A, MEM_B, MEM_C, OP_READ, OP_START, OP_STATUS, OP_WRITE,
                               MatmulEngine, cmd_layout, counters_layout, rsp_layout)
+from hdl.array.standalone import MatmulEngineWithMemories
+from hdl.lib.memport import LinePort
 from sim import array as G
 from sim.bfp import ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE
 from sim import tb_matmul_engine as tbm
@@ -91,7 +96,7 @@ def _rand(rng, shape):
 
 
 def run_engine(cfg, body, *, deadline_cycles=400_000):
-    dut = MatmulEngine(config=cfg)
+    dut = MatmulEngineWithMemories(config=cfg)
     box = {}
 
     async def tb(ctx):
@@ -297,3 +302,103 @@ def test_python_packing_matches_layouts():
 def test_engine_invalid_config():
     with pytest.raises(TypeError, match="MatmulEngine.config"):
         MatmulEngine(config=None)
+
+
+def test_wrapper_invalid_config():
+    with pytest.raises(TypeError, match="MatmulEngine.config"):
+        MatmulEngineWithMemories(config=None)
+
+
+def test_engine_port_signature():
+    """The engine owns no memory: three line ports of ``mem_depth`` lines (in-range line
+    addresses only; the command's address fields keep one spare bit for range checks)."""
+    for depth, bits in ((16, 4), (512, 9), (65536, 16)):
+        cfg = ArrayConfig(size=4, mem_depth=depth)
+        eng = MatmulEngine(config=cfg)
+        eng._MustUse__silence = True          # only the signature is looked at
+        for name in ("a", "b", "c"):
+            assert eng.signature.members[name].flow == Out
+            assert eng.signature.members[name].signature == LinePort(addr_bits=bits, words=4)
+        assert Shape.cast(cmd_layout(cfg)["addr"].shape).width == bits + 1
+
+
+def _line_memory(port, S):
+    """A memory behind a :class:`LinePort` in the simulator (the contract of hdl.lib.memport:
+    data one cycle after ``r_en``, held while ``r_en = 0``, not transparent, per-word write
+    enables). Returns the backing dict, the set of lines read and the process."""
+    store, reads = {}, set()
+
+    async def process(ctx):
+        async for _, _, r_en, r_addr, w_en, w_addr, w_data in ctx.tick().sample(
+                port.r_en, port.r_addr, port.w_en, port.w_addr, port.w_data):
+            if r_en:
+                reads.add(r_addr)
+                ctx.set(port.r_data, store.get(r_addr, 0))
+            if w_en:
+                line = store.get(w_addr, 0)
+                for j in range(S):
+                    if (w_en >> j) & 1:
+                        mask = 0xFFFFFFFF << (32 * j)
+                        line = (line & ~mask) | (w_data & mask)
+                store[w_addr] = line
+    return store, reads, process
+
+
+def test_engine_ports_at_top_of_64k_lines():
+    """The training core's use: ``MatmulEngine`` itself on memories behind its ports with
+    ``mem_depth`` = 65536 lines and matrices at the very top (global line addresses); a range
+    one line beyond the top is rejected and touches nothing. Every read and write stays inside
+    the matrices (padding rows past M and K, read as zeros, do not leave them either), as a
+    shared scratchpad needs."""
+    S, depth = 2, 65536
+    cfg = ArrayConfig(size=S, mem_depth=depth, dim_bits=5)
+    C = G.MatmulCommand
+    M, K, N = 3, 5, 4
+    la, lb, lc = (G.lines_of(r, c_, S) for r, c_ in ((M, K), (K, N), (M, N)))
+    top = dict(base_a=depth - la, base_b=depth - lb, base_c=depth - lc)
+    cmds = [
+        C(FWD, M, K, N, 4, 6, ROUND_NEAREST, False, **top),
+        C(BWD_WEIGHT, M, K, N, 8, 4, ROUND_STOCHASTIC, True, **top),
+        C(FWD, M, K, N, 4, 4, ROUND_NEAREST, False, depth - la + 1, top["base_b"],
+          top["base_c"]),                                    # A one line beyond the top
+        C(BWD_DATA, M, K, N, 2, 8, ROUND_TRUNCATE, True, **top),
+    ]
+    model = G.MatmulEngineModel(cfg)
+    rng = np.random.default_rng(64)
+    regions = {"a": (top["base_a"], la), "b": (top["base_b"], lb), "c": (top["base_c"], lc)}
+    for k, (base, n) in regions.items():
+        model.mem[k][base:base + n] = _rand(rng, (n, S)).view(np.uint32)
+    init = {k: model.mem[k][base:base + n].copy() for k, (base, n) in regions.items()}
+    expected = [model.run(cmd)[0] for cmd in cmds]
+    assert expected == [G.OK, G.OK, G.ERR_ADDR, G.OK]
+
+    dut = MatmulEngine(config=cfg)
+    stores, reads = {}, {}
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    for k in ("a", "b", "c"):
+        stores[k], reads[k], proc = _line_memory(getattr(dut, k), S)
+        sim.add_process(proc)
+    box = {}
+
+    async def tb(ctx):
+        host = Host(dut, ctx, random.Random(1))
+        for k, (base, n) in regions.items():
+            await host.write_lines(k, init[k], base=base)
+        got = [int((await host.start(cmd)).status) for cmd in cmds]
+        box["top_line"] = await host.read_lines("a", 1, base=depth - 1)
+        box["got"] = got
+
+    sim.add_testbench(tb)
+    t = 0
+    while "got" not in box and t < 400_000:
+        t += 500
+        sim.run_until(t * 1e-6)
+    assert box.get("got") == expected
+    for k, (base, n) in regions.items():
+        assert set(stores[k]) == set(range(base, base + n)), k      # nothing else written
+        assert reads[k] <= set(range(base, base + n)), (k, sorted(reads[k]))
+        lines = np.array([[(stores[k][a] >> (32 * j)) & 0xFFFFFFFF for j in range(S)]
+                          for a in range(base, base + n)], np.uint32)
+        np.testing.assert_array_equal(lines, model.mem[k][base:base + n], err_msg=k)
+    np.testing.assert_array_equal(box["top_line"][0], model.mem["a"][depth - 1])

@@ -48,7 +48,7 @@ def array_out_layout(config: ArrayConfig) -> data.StructLayout:
 
 
 class SystolicArray(wiring.Component):
-    """In-place transposed systolic array (DESIGN-NOTES §3): ``PE(k, n)`` holds ``W[k, n]``.
+    """In-place transposed systolic array (docs/array.md): ``PE(k, n)`` holds ``W[k, n]``.
 
     Dataflows (``mode``, constant during a pass; the skew and de-skew registers are inside):
 

@@ -18,7 +18,7 @@ MODE_NAMES = {FWD: "fwd", BWD_DATA: "bwd_data", BWD_WEIGHT: "bwd_weight"}
 
 @dataclass(frozen=True)
 class ArrayConfig(PresetMixin):
-    """In-place transposed systolic array and matmul engine (DESIGN-NOTES §3).
+    """In-place transposed systolic array and matmul engine (docs/array.md).
 
     Parameters
     ----------

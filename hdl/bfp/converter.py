@@ -1,4 +1,4 @@
-"""FP32 -> FAST block floating point converter (DESIGN-NOTES §1).
+"""FP32 -> FAST block floating point converter (docs/bfp.md).
 
 Golden model: :mod:`sim.bfp` (bit-exact, including the LFSR). Format, layouts and policies:
 ``docs/bfp.md``.

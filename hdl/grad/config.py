@@ -11,7 +11,7 @@ __all__ = ["GradConfig"]
 
 @dataclass(frozen=True)
 class GradConfig(PresetMixin):
-    """Gradient datapaths (DESIGN-NOTES §4).
+    """Gradient datapaths (docs/datapaths.md).
 
     Parameters
     ----------

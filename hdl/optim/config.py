@@ -87,7 +87,7 @@ MODE_DYNSCALE = 1 << 3
 
 @dataclass(frozen=True)
 class OptimConfig(PresetMixin):
-    """Optimizer engine (DESIGN-NOTES §4).
+    """Optimizer engine (docs/datapaths.md).
 
     Parameters
     ----------

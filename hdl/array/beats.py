@@ -1,0 +1,220 @@
+"""Beat assembly of the matmul engine: BFP groups of both operand paths become array beats,
+each with the descriptor of its result line."""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .array import beat_layout
+from .config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
+from .opgen import operand_side_layout
+from .quant import group_out_layout
+from .results import desc_layout
+from .wload import tile_signature
+
+__all__ = ["BeatAssembler"]
+
+
+class BeatAssembler(wiring.Component):
+    """Array beats and result descriptors from the quantized operand groups.
+
+    * FWD / BWD_DATA: a beat is one group of path 0 (X on the left edge in FWD, dY on the top
+      edge in BWD_DATA) with the current stationary tile (``tile``); it needs that tile loaded
+      and room in the descriptor FIFO. Path 1's groups (weight-tile rows) go on to the
+      aligner through ``rows``. The descriptor: the group's output line, lane mask and
+      ``first`` from its sideband, exponent ``E_group + E_tile - shift`` per lane.
+    * BWD_WEIGHT: path 0's groups (X columns) and path 1's (dY columns) fill two
+      double-buffered ``S x S`` block registers; when both blocks of a bank are full, ``S``
+      beats are emitted (beat ``j``: row ``j`` of both blocks, ``first``/``last`` tags of the
+      batch tile), beat ``j``'s descriptor is row ``j`` of the dW tile (line
+      ``addr + j * stride``, written only for ``j < rows``), exponents
+      ``E_x[j] + E_dy[lane] - shift``.
+
+    A beat's NaN/Inf flags (``beat_invalid``, ``beat_overflow``) are those of its group and
+    tile, or of its two blocks.
+
+    Parameters
+    ----------
+    config : ArrayConfig
+
+    Members
+    -------
+    x : In(stream.Signature(group_out_layout(config, 0, operand_side_layout(config).size)))
+        Quantizer 0's groups.
+    y : In(stream.Signature(group_out_layout(config, 1, 1)))
+        Quantizer 1's groups.
+    rows : Out(stream.Signature(group_out_layout(config, 1, 1)))
+        Weight-tile rows to the aligner (FWD/BWD_DATA).
+    tile : In(tile_signature(config))
+        The current stationary tile.
+    beat : Out(stream.Signature(beat_layout(config)))
+        To the array (valid only while ``running``).
+    desc : Out(stream.Signature(desc_layout(config)))
+        Result descriptors, one per beat; ``valid`` is the beat's transfer and is raised only
+        while ``ready`` (a FIFO write strobe).
+    mode : In(2)
+    shift : In(range(2 * max_mantissa))
+    running : In(1)
+    clear : In(1)
+        A pass starts on an idle engine: empty the block registers.
+    issue : Out(1)
+        A beat is transferred this cycle.
+    beat_invalid, beat_overflow : Out(1)
+        Its NaN / Inf flags.
+    """
+
+    def __init__(self, *, config: ArrayConfig):
+        self.config = config
+        side = operand_side_layout(config).size
+        super().__init__({
+            "x": In(stream.Signature(group_out_layout(config, 0, side))),
+            "y": In(stream.Signature(group_out_layout(config, 1, 1))),
+            "rows": Out(stream.Signature(group_out_layout(config, 1, 1))),
+            "tile": In(tile_signature(config)),
+            "beat": Out(stream.Signature(beat_layout(config))),
+            "desc": Out(stream.Signature(desc_layout(config))),
+            "mode": In(2), "shift": In(range(2 * config.max_mantissa)),
+            "running": In(1), "clear": In(1),
+            "issue": Out(1), "beat_invalid": Out(1), "beat_overflow": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        S, mm = cfg.size, cfg.max_mantissa
+        mode, shift = self.mode, self.shift
+        is_fwd, is_bwd, is_bww = (Signal(name=n) for n in ("is_fwd", "is_bwd_data", "is_bww"))
+        m.d.comb += [is_fwd.eq(mode == FWD), is_bwd.eq(mode == BWD_DATA),
+                     is_bww.eq(mode == BWD_WEIGHT)]
+        side0 = operand_side_layout(cfg)
+        x, y = self.x, self.y
+        issue, beat_inv, beat_ovf = self.issue, self.beat_invalid, self.beat_overflow
+
+        # weight-tile rows (FWD/BWD_DATA) go on to the aligner
+        m.d.comb += [self.rows.payload.eq(y.payload), self.rows.valid.eq(y.valid & ~is_bww)]
+
+        inp = self.beat.payload
+        dsc = Signal(desc_layout(cfg), name="desc_in")
+        o0 = x.payload
+        s0o = Signal(side0, name="q0_side")
+        m.d.comb += s0o.eq(o0.side)
+        # BWD_WEIGHT block registers: S X groups (columns k) and S dY groups (columns n)
+        elem_l = data.ArrayLayout(data.StructLayout({"mag": mm, "sign": 1}), S)
+        xblk = [[Signal(elem_l, name=f"xblk_{b}_{j}") for j in range(S)] for b in range(2)]
+        dblk = [[Signal(elem_l, name=f"dblk_{b}_{j}") for j in range(S)] for b in range(2)]
+        xexp = [[Signal(signed(cfg.exp_bits), name=f"xexp_{b}_{j}") for j in range(S)]
+                for b in range(2)]
+        dexp = [[Signal(signed(cfg.exp_bits), name=f"dexp_{b}_{j}") for j in range(S)]
+                for b in range(2)]
+        xside = [Signal(side0, name=f"xblk_{b}_side") for b in range(2)]
+        xfull = [Signal(name=f"xblk_{b}_full") for b in range(2)]
+        # flags of the groups in each block (reach the pass with the block's beats)
+        xflag = [Signal(2, name=f"xblk_{b}_flags") for b in range(2)]
+        dflag = [Signal(2, name=f"dblk_{b}_flags") for b in range(2)]
+        dfull = [Signal(name=f"dblk_{b}_full") for b in range(2)]
+        xcnt = Signal(range(S), name="xblk_count")
+        dcnt = Signal(range(S), name="dblk_count")
+        xbank = Signal(name="xblk_bank")
+        dbank = Signal(name="dblk_bank")
+        ebank = Signal(name="emit_bank")
+        emit = Signal(range(S), name="bww_beat")
+        issue_v = Signal(name="issue_valid")
+        m.d.comb += issue.eq(self.beat.valid & self.beat.ready)
+        tile = self.tile
+
+        with m.If(~is_bww):
+            m.d.comb += [
+                issue_v.eq(x.valid & tile.ready & self.desc.ready),
+                x.ready.eq(issue),
+                y.ready.eq(self.rows.ready),
+                inp.bank.eq(tile.bank), inp.first.eq(0), inp.last.eq(0),
+                dsc.addr.eq(s0o.addr), dsc.mask.eq(s0o.mask), dsc.first.eq(s0o.first),
+                dsc.write.eq(1),
+            ]
+            for j in range(S):
+                m.d.comb += [
+                    dsc.exp[j].eq(o0.group.exp + tile.exp - shift),
+                    inp.h[j].eq(Mux(is_fwd, o0.group.elems[j].as_value(), 0)),
+                    inp.v[j].eq(Mux(is_bwd, o0.group.elems[j].as_value(), 0)),
+                ]
+            m.d.comb += [
+                beat_inv.eq(o0.invalid | tile.invalid),
+                beat_ovf.eq(o0.overflow | tile.overflow),
+                tile.used.eq(issue & s0o.last),
+            ]
+        with m.Else():
+            # double-buffered X and dY blocks: bank `xbank`/`dbank` fills, bank `ebank` is emitted
+            x_room = Signal(name="x_room")
+            d_room = Signal(name="d_room")
+            m.d.comb += [x_room.eq(~Mux(xbank, xfull[1], xfull[0])),
+                         d_room.eq(~Mux(dbank, dfull[1], dfull[0])),
+                         x.ready.eq(x_room), y.ready.eq(d_room)]
+            for blk_, exp_, full_, cnt_, bank_, src, room, side_, flag_ in (
+                    (xblk, xexp, xfull, xcnt, xbank, x, x_room, xside, xflag),
+                    (dblk, dexp, dfull, dcnt, dbank, y, d_room, None, dflag)):
+                with m.If(src.valid & room):
+                    fl = Cat(src.payload.invalid, src.payload.overflow)
+                    for b in range(2):
+                        with m.If(bank_ == b):
+                            for j in range(S):
+                                with m.If(cnt_ == j):
+                                    m.d.sync += [blk_[b][j].eq(src.payload.group.elems),
+                                                 exp_[b][j].eq(src.payload.group.exp)]
+                            if side_ is not None:
+                                m.d.sync += side_[b].eq(src.payload.side)
+                            with m.If(cnt_ == 0):
+                                m.d.sync += flag_[b].eq(fl)
+                            with m.Else():
+                                m.d.sync += flag_[b].eq(flag_[b] | fl)
+                            with m.If(cnt_ == S - 1):
+                                m.d.sync += full_[b].eq(1)
+                    with m.If(cnt_ == S - 1):
+                        m.d.sync += [cnt_.eq(0), bank_.eq(~bank_)]
+                    with m.Else():
+                        m.d.sync += cnt_.eq(cnt_ + 1)
+            cur_xexp = Signal(signed(cfg.exp_bits), name="cur_xexp")
+            for j in range(S):
+                with m.If(emit == j):
+                    m.d.comb += cur_xexp.eq(Mux(ebank, xexp[1][j], xexp[0][j]))
+            es = Signal(side0, name="emit_side")
+            m.d.comb += es.eq(Mux(ebank, xside[1], xside[0]))
+            m.d.comb += [
+                issue_v.eq(Mux(ebank, xfull[1] & dfull[1], xfull[0] & dfull[0])
+                           & self.desc.ready),
+                inp.bank.eq(0), inp.first.eq(emit == 0), inp.last.eq(emit == S - 1),
+                # rows of the dW tile past K are dropped (write = 0); their line is the
+                # tile's first one, so the accumulator's read stays inside the matrix
+                dsc.addr.eq(Mux(emit < es.rows, es.addr + emit * es.stride, es.addr)),
+                dsc.mask.eq(es.mask), dsc.first.eq(es.first), dsc.write.eq(emit < es.rows),
+            ]
+            bflag = Signal(2, name="emit_flags")
+            m.d.comb += [
+                bflag.eq(Mux(ebank, xflag[1] | dflag[1], xflag[0] | dflag[0])),
+                beat_inv.eq(bflag[0]), beat_ovf.eq(bflag[1]),
+            ]
+            for j in range(S):
+                xs = Signal(elem_l, name=f"emit_x_{j}")
+                ds = Signal(elem_l, name=f"emit_d_{j}")
+                m.d.comb += [
+                    xs.eq(Mux(ebank, xblk[1][j], xblk[0][j])),
+                    ds.eq(Mux(ebank, dblk[1][j], dblk[0][j])),
+                    inp.h[j].eq(xs[emit].as_value()),
+                    inp.v[j].eq(ds[emit].as_value()),
+                    dsc.exp[j].eq(cur_xexp + Mux(ebank, dexp[1][j], dexp[0][j]) - shift),
+                ]
+            with m.If(issue):
+                with m.If(emit == S - 1):
+                    m.d.sync += [emit.eq(0), ebank.eq(~ebank)]
+                    for b in range(2):
+                        with m.If(ebank == b):
+                            m.d.sync += [xfull[b].eq(0), dfull[b].eq(0)]
+                with m.Else():
+                    m.d.sync += emit.eq(emit + 1)
+        m.d.comb += [self.beat.valid.eq(issue_v & self.running),
+                     self.desc.valid.eq(issue), self.desc.payload.eq(dsc)]
+        with m.If(self.clear):
+            m.d.sync += [emit.eq(0), xcnt.eq(0), dcnt.eq(0), xbank.eq(0), dbank.eq(0),
+                         ebank.eq(0)]
+            m.d.sync += [f.eq(0) for f in xfull + dfull]
+        return m

@@ -1,0 +1,359 @@
+"""Matmul engine pass control: the host protocol (command validation, pending command, responses,
+host scratchpad accesses), pass start and overlap, the two pass slots and the counters."""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .config import BWD_WEIGHT, ArrayConfig
+from .pe import width_shape
+
+__all__ = ["OP_WRITE", "OP_READ", "OP_START", "OP_STATUS", "MEM_A", "MEM_B", "MEM_C",
+           "STATUS_OK", "STATUS_ERR_MODE", "STATUS_ERR_SHAPE", "STATUS_ERR_WIDTH",
+           "STATUS_ERR_ROUNDING", "STATUS_ERR_ADDR",
+           "line_bits", "cmd_layout", "rsp_layout", "counters_layout", "pass_shape_layout",
+           "PassControl"]
+
+OP_WRITE, OP_READ, OP_START, OP_STATUS = 0, 1, 2, 3
+MEM_A, MEM_B, MEM_C = 0, 1, 2
+STATUS_OK, STATUS_ERR_MODE, STATUS_ERR_SHAPE, STATUS_ERR_WIDTH = 0, 1, 2, 3
+STATUS_ERR_ROUNDING, STATUS_ERR_ADDR = 4, 5
+
+
+def line_bits(config: ArrayConfig) -> int:
+    """Width of a line address of the scratchpad ports (``mem_depth`` lines)."""
+    return (config.mem_depth - 1).bit_length()
+
+
+def _addr_bits(config: ArrayConfig) -> int:
+    return line_bits(config) + 1     # command fields: one spare bit for out-of-range addresses
+
+
+def cmd_layout(config: ArrayConfig) -> data.StructLayout:
+    """Host command (LSB first): ``op`` | ``mem`` | ``addr`` | ``data`` (``S`` FP32 words) |
+    ``mode`` | ``M`` | ``K`` | ``N`` | ``width_a`` | ``width_b`` | ``rounding`` | ``accumulate`` |
+    ``base_a`` | ``base_b`` | ``base_c``. ``WRITE``/``READ`` use ``mem``/``addr``(/``data``),
+    ``START`` the rest. Addresses are ``line_bits(config) + 1`` bits wide (one spare bit, so
+    an out-of-range address is representable and rejected)."""
+    ab, db, wb = _addr_bits(config), config.dim_bits, width_shape(config)
+    return data.StructLayout({
+        "op": 2, "mem": 2, "addr": ab, "data": config.size * 32,
+        "mode": 2, "M": db, "K": db, "N": db, "width_a": wb, "width_b": wb,
+        "rounding": 2, "accumulate": 1, "base_a": ab, "base_b": ab, "base_c": ab,
+    })
+
+
+def rsp_layout(config: ArrayConfig) -> data.StructLayout:
+    """Response, one per command (LSB first): ``op`` | ``status`` | ``data`` (``READ``) |
+    ``invalid`` | ``overflow`` (a NaN / Inf reached a converter during the ``START``)."""
+    return data.StructLayout({"op": 2, "status": 3, "data": config.size * 32,
+                              "invalid": 1, "overflow": 1})
+
+
+def counters_layout() -> data.StructLayout:
+    """Counters of the last pass: ``macs`` (useful, ``M*K*N``), ``beats`` (valid array beats,
+    batch-tile padding included), ``cycles`` (pass launch to response valid: its latency),
+    ``stalls`` (``cycles - beats * beat_cycles``), ``interval`` (cycles from the later of the
+    pass's launch and the previous pass's response to this response: what the pass adds to a
+    sequence of back-to-back passes; equal to ``cycles`` for a pass that did not overlap)."""
+    return data.StructLayout({"macs": 48, "beats": 32, "cycles": 32, "stalls": 32,
+                              "interval": 32})
+
+
+def pass_shape_layout(config: ArrayConfig) -> data.StructLayout:
+    """Shape and addresses of a pass, as the line generators load them: ``dM``, ``dK``, ``dN``
+    (dimensions), ``MT``, ``KT``, ``NT`` (tiles of ``S``), ``lda`` (lines per row of A),
+    ``ldb`` (lines per row of B and C), ``base_a``, ``base_b``, ``base_c``, ``accum``."""
+    ab, db = _addr_bits(config), config.dim_bits
+    return data.StructLayout({
+        "dM": db, "dK": db, "dN": db, "MT": db, "KT": db, "NT": db, "lda": db, "ldb": db,
+        "base_a": ab, "base_b": ab, "base_c": ab, "accum": 1,
+    })
+
+
+class PassControl(wiring.Component):
+    """Host protocol and pass bookkeeping of :class:`hdl.array.engine.MatmulEngine`.
+
+    Validates the command under consideration (the pending one, else the one on ``cmd``),
+    answers ``WRITE``/``READ``/``STATUS`` and rejected commands, starts a pass on an idle
+    engine (``start``) or under the running pass's tail (``launch_rows`` once generator 1 of
+    the running pass is done, ``launch`` once generator 0 is), keeps the two pass slots (a
+    beat belongs to the older pass until its beat count is reached; a pass is complete when
+    that many result lines have retired) and answers a ``START`` with its flags and counters.
+
+    Parameters
+    ----------
+    config : ArrayConfig
+
+    Members
+    -------
+    cmd : In(stream.Signature(cmd_layout(config)))
+    rsp : Out(stream.Signature(rsp_layout(config)))
+    busy : Out(1)
+        A pass is running (same as ``running``).
+    counters : Out(counters_layout())
+    running : Out(1)
+        A pass is running: the datapath's memory ports belong to it.
+    start : Out(1)
+        A pass starts on an idle engine (clears the weight-tile and beat bookkeeping).
+    launch : Out(1)
+        Generator 0 (and the new pass's slot) starts: load ``shape``.
+    launch_rows : Out(1)
+        Generator 1 starts: load ``shape``.
+    shape : Out(pass_shape_layout(config))
+        The shape of the command under consideration (valid with ``launch``/``launch_rows``).
+    mode, width_a, width_b, rounding : Out
+        Datapath settings of the running pass (registers).
+    shift : Out(range(2 * max_mantissa))
+        ``width_a + width_b - 2``: subtracted from a beat's exponent sum.
+    gen0_done, gen1_done : In(1)
+        The generators have issued all their line requests.
+    issue : In(1)
+        A beat enters the array this cycle.
+    beat_invalid, beat_overflow : In(1)
+        NaN / Inf flags of that beat.
+    retire : In(1)
+        A result line leaves the accumulator.
+    host_addr : Out(line_bits(config)), host_data : Out(32 * S)
+        Host ``READ``/``WRITE`` line address and data.
+    host_rd : Out(3), host_wr : Out(3)
+        Host read / write of scratchpad A, B, C this cycle (only while not ``running``).
+    host_rsel : Out(2)
+        Scratchpad whose read data ``host_rdata`` must show.
+    host_rdata : In(32 * S)
+    """
+
+    def __init__(self, *, config: ArrayConfig):
+        self.config = config
+        S = config.size
+        super().__init__({
+            "cmd": In(stream.Signature(cmd_layout(config))),
+            "rsp": Out(stream.Signature(rsp_layout(config))),
+            "busy": Out(1),
+            "counters": Out(counters_layout()),
+            "running": Out(1),
+            "start": Out(1), "launch": Out(1), "launch_rows": Out(1),
+            "shape": Out(pass_shape_layout(config)),
+            "mode": Out(2), "width_a": Out(width_shape(config)),
+            "width_b": Out(width_shape(config)), "rounding": Out(2),
+            "shift": Out(range(2 * config.max_mantissa)),
+            "gen0_done": In(1), "gen1_done": In(1),
+            "issue": In(1), "beat_invalid": In(1), "beat_overflow": In(1),
+            "retire": In(1),
+            "host_addr": Out(line_bits(config)), "host_data": Out(32 * S),
+            "host_rd": Out(3), "host_wr": Out(3), "host_rsel": Out(2),
+            "host_rdata": In(32 * S),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        S, depth, mm = cfg.size, cfg.mem_depth, cfg.max_mantissa
+        lg = (S - 1).bit_length()
+        ab = _addr_bits(cfg)
+        db = cfg.dim_bits
+        wide = ab + 2 * db + 2
+
+        # ---- pass registers -----------------------------------------------------------------
+        # One command can wait in ``pend`` while a pass runs; ``c`` is the command under
+        # consideration: the pending one if there is one, else the one on ``cmd``.
+        pend = Signal(cmd_layout(cfg), name="pend")
+        pend_valid = Signal(name="pend_valid")
+        c = Signal(cmd_layout(cfg), name="cur_cmd")
+        m.d.comb += c.eq(Mux(pend_valid, pend.as_value(), self.cmd.payload.as_value()))
+        mode = Signal(2, name="mode")
+        wa = Signal(width_shape(cfg), name="width_a")
+        wbw = Signal(width_shape(cfg), name="width_b")
+        rnd = Signal(2, name="rounding")
+        beat_cyc = Signal(range(mm * mm // 4 + 1), name="beat_cycles")
+        shift = Signal(range(2 * mm), name="exp_shift")
+        m.d.comb += [self.mode.eq(mode), self.width_a.eq(wa), self.width_b.eq(wbw),
+                     self.rounding.eq(rnd), self.shift.eq(shift)]
+
+        def cdiv(x):
+            return (x + (S - 1)) >> lg
+
+        # ---- command validation (combinational on the command payload) -----------------------
+        status = Signal(3, name="cmd_status")
+
+        def width_ok(w):
+            return (w >= 2) & (w <= mm) & ~w[0]
+
+        lines_a = Signal(wide, name="cmd_lines_a")
+        lines_b = Signal(wide, name="cmd_lines_b")
+        lines_c = Signal(wide, name="cmd_lines_c")
+        m.d.comb += [
+            lines_a.eq(c.M * cdiv(c.K)), lines_b.eq(c.K * cdiv(c.N)), lines_c.eq(c.M * cdiv(c.N)),
+        ]
+        with m.If(c.mode > 2):
+            m.d.comb += status.eq(STATUS_ERR_MODE)
+        with m.Elif((c.M == 0) | (c.K == 0) | (c.N == 0)):
+            m.d.comb += status.eq(STATUS_ERR_SHAPE)
+        with m.Elif(~width_ok(c.width_a) | ~width_ok(c.width_b)):
+            m.d.comb += status.eq(STATUS_ERR_WIDTH)
+        with m.Elif(c.rounding > 2):
+            m.d.comb += status.eq(STATUS_ERR_ROUNDING)
+        with m.Elif((c.base_a + lines_a > depth) | (c.base_b + lines_b > depth)
+                    | (c.base_c + lines_c > depth)):
+            m.d.comb += status.eq(STATUS_ERR_ADDR)
+        with m.Else():
+            m.d.comb += status.eq(STATUS_OK)
+
+        # ---- host FSM -----------------------------------------------------------------------
+        rsp = self.rsp.payload
+        rsp_valid = Signal(name="rsp_valid")
+        m.d.comb += self.rsp.valid.eq(rsp_valid)
+        with m.If(self.rsp.valid & self.rsp.ready):
+            m.d.sync += rsp_valid.eq(0)
+        running = Signal(name="running")
+        read_wait = Signal(name="host_read_wait")
+        read_mem = Signal(2, name="host_read_mem")
+        finish = Signal(name="finish")
+        m.d.comb += [self.busy.eq(running), self.running.eq(running)]
+        start = Signal(name="start")          # a pass starts on an idle engine
+        ov_start = Signal(name="ov_start")    # a pass starts under the running pass's tail
+        ov_pre = Signal(name="ov_pre")        # ... its weight/dY generator a little earlier
+        g1_ahead = Signal(name="g1_ahead")    # the pending pass's generator 1 has started
+        launch = Signal(name="launch")
+        g1_launch = Signal(name="g1_launch")
+        m.d.comb += [launch.eq(start | ov_start), g1_launch.eq(start | ov_pre)]
+        m.d.comb += [self.start.eq(start), self.launch.eq(launch),
+                     self.launch_rows.eq(g1_launch)]
+        # While a pass runs, one command is taken into ``pend``; on an idle engine a command is
+        # executed at once (the pending one first).
+        m.d.comb += self.cmd.ready.eq(~pend_valid & ~read_wait & (running | ~rsp_valid))
+        take = Signal(name="cmd_take")
+        host_go = Signal(name="host_go")
+        m.d.comb += [
+            take.eq(self.cmd.valid & self.cmd.ready),
+            host_go.eq((take & ~running) | (pend_valid & ~running & ~rsp_valid & ~read_wait)),
+        ]
+        with m.If(take & running):
+            m.d.sync += [pend.eq(self.cmd.payload), pend_valid.eq(1)]
+        with m.If((host_go | ov_start) & pend_valid):
+            m.d.sync += pend_valid.eq(0)
+        addr_ok = Signal(name="host_addr_ok")
+        m.d.comb += addr_ok.eq((c.mem <= 2) & (c.addr < depth))
+        cmd_total = Signal(32, name="cmd_total_beats")
+        m.d.comb += cmd_total.eq(Mux(c.mode == BWD_WEIGHT,
+                                     (cdiv(c.M) * cdiv(c.K) * cdiv(c.N)) << lg,
+                                     cdiv(c.K) * cdiv(c.N) * c.M))
+
+        # Pass slots: ``a`` = the oldest pass (the next response), ``b`` = a pass started under
+        # a's tail. Beats and retired lines are counted from the idle start on; a pass ends at
+        # a cumulative beat count (``end``): issued beats below a's end belong to a, the rest
+        # to b, and a is complete when that many lines have left the accumulator.
+        slot_f = {"end": 32, "beats": 32, "macs": 48, "cycles": 32, "inv": 1, "ovf": 1}
+        sa = {k: Signal(w, name=f"pass_a_{k}") for k, w in slot_f.items()}
+        sb = {k: Signal(w, name=f"pass_b_{k}") for k, w in slot_f.items()}
+        b_valid = Signal(name="pass_b_valid")
+        interval = Signal(32, name="interval")
+        beats_iss = Signal(32, name="beats_issued")
+        lines_ret = Signal(32, name="lines_retired")
+        issue, beat_inv, beat_ovf = self.issue, self.beat_invalid, self.beat_overflow
+        to_a = Signal(name="issue_to_a")
+        m.d.comb += to_a.eq(beats_iss < sa["end"])
+        b_inv = Signal(name="pass_b_inv_next")
+        b_ovf = Signal(name="pass_b_ovf_next")
+        m.d.comb += [b_inv.eq(sb["inv"] | (issue & ~to_a & beat_inv)),
+                     b_ovf.eq(sb["ovf"] | (issue & ~to_a & beat_ovf))]
+        m.d.sync += [sb["inv"].eq(b_inv), sb["ovf"].eq(b_ovf)]
+        with m.If(issue):
+            m.d.sync += beats_iss.eq(beats_iss + 1)
+            with m.If(to_a):
+                m.d.sync += [sa["inv"].eq(sa["inv"] | beat_inv),
+                             sa["ovf"].eq(sa["ovf"] | beat_ovf)]
+
+        def new_pass(slot, end):      # slot := the pass of command ``c``, ending at ``end``
+            return [slot["end"].eq(end), slot["beats"].eq(cmd_total),
+                    slot["macs"].eq(c.M * c.K * c.N), slot["cycles"].eq(0),
+                    slot["inv"].eq(0), slot["ovf"].eq(0)]
+
+        m.d.comb += [self.host_addr.eq(c.addr), self.host_data.eq(c.data),
+                     self.host_rsel.eq(read_mem)]
+        with m.If(host_go):
+            m.d.sync += [rsp.op.eq(c.op), rsp.data.eq(0), rsp.invalid.eq(0), rsp.overflow.eq(0)]
+            with m.Switch(c.op):
+                with m.Case(OP_WRITE):
+                    m.d.sync += [rsp_valid.eq(1),
+                                 rsp.status.eq(Mux(addr_ok, STATUS_OK, STATUS_ERR_ADDR))]
+                    for j in range(3):
+                        m.d.comb += self.host_wr[j].eq(addr_ok & (c.mem == j))
+                with m.Case(OP_READ):
+                    with m.If(addr_ok):
+                        m.d.sync += [read_wait.eq(1), read_mem.eq(c.mem),
+                                     rsp.status.eq(STATUS_OK)]
+                        for j in range(3):
+                            m.d.comb += self.host_rd[j].eq(c.mem == j)
+                    with m.Else():
+                        m.d.sync += [rsp_valid.eq(1), rsp.status.eq(STATUS_ERR_ADDR)]
+                with m.Case(OP_START):
+                    with m.If(status == STATUS_OK):
+                        m.d.comb += start.eq(1)
+                    with m.Else():
+                        m.d.sync += [rsp_valid.eq(1), rsp.status.eq(status)]
+                with m.Default():
+                    m.d.sync += [rsp_valid.eq(1), rsp.status.eq(STATUS_OK)]
+        with m.If(read_wait):
+            m.d.sync += [read_wait.eq(0), rsp_valid.eq(1), rsp.data.eq(self.host_rdata)]
+        # The generators load the new pass's shape and addresses when they start (generator 1
+        # has its own copy, so it can start the next pass while generator 0 still works on
+        # the running one).
+        shape_next = {"dM": c.M, "dK": c.K, "dN": c.N, "MT": cdiv(c.M), "KT": cdiv(c.K),
+                      "NT": cdiv(c.N), "lda": cdiv(c.K), "ldb": cdiv(c.N),
+                      "base_a": c.base_a, "base_b": c.base_b, "base_c": c.base_c,
+                      "accum": c.accumulate}
+        m.d.comb += [self.shape[k].eq(v) for k, v in shape_next.items()]
+        with m.If(start):       # idle engine: the datapath settings, counters and slot a
+            m.d.sync += [
+                running.eq(1), mode.eq(c.mode),
+                wa.eq(c.width_a), wbw.eq(c.width_b), rnd.eq(c.rounding),
+                beat_cyc.eq(((c.width_a >> 1) * (c.width_b >> 1) + (cfg.lanes - 1))
+                            >> (cfg.lanes - 1).bit_length()),
+                shift.eq(c.width_a + c.width_b - 2),
+                *new_pass(sa, cmd_total),
+                interval.eq(0), beats_iss.eq(0), lines_ret.eq(0), b_valid.eq(0),
+            ]
+        with m.If(ov_pre):
+            m.d.sync += g1_ahead.eq(1)
+        with m.If(ov_start):    # same settings: only slot b
+            m.d.sync += [
+                g1_ahead.eq(0),
+                b_valid.eq(1), *new_pass(sb, sa["end"] + cmd_total),
+            ]
+        with m.If(self.retire):
+            m.d.sync += lines_ret.eq(lines_ret + 1)
+        m.d.comb += finish.eq(running & (lines_ret >= sa["end"]) & ~rsp_valid & ~g1_ahead)
+        with m.If(running):
+            m.d.sync += [sa["cycles"].eq(sa["cycles"] + 1), interval.eq(interval + 1),
+                         sb["cycles"].eq(sb["cycles"] + 1)]
+        with m.If(finish):
+            m.d.sync += [rsp_valid.eq(1), rsp.op.eq(OP_START), rsp.status.eq(STATUS_OK),
+                         rsp.data.eq(0), rsp.invalid.eq(sa["inv"]), rsp.overflow.eq(sa["ovf"]),
+                         self.counters.macs.eq(sa["macs"]),
+                         self.counters.cycles.eq(sa["cycles"] + 1),
+                         self.counters.interval.eq(interval + 1),
+                         self.counters.beats.eq(sa["beats"]),
+                         self.counters.stalls.eq(sa["cycles"] + 1 - sa["beats"] * beat_cyc)]
+            with m.If(b_valid):     # b becomes the oldest pass
+                m.d.sync += [b_valid.eq(0), interval.eq(0),
+                             sa["end"].eq(sb["end"]), sa["beats"].eq(sb["beats"]),
+                             sa["macs"].eq(sb["macs"]), sa["cycles"].eq(sb["cycles"] + 1),
+                             sa["inv"].eq(b_inv), sa["ovf"].eq(b_ovf)]
+            with m.Else():
+                m.d.sync += running.eq(0)
+
+        # a pending START overlaps the running pass when the datapath settings are the same
+        # (mode, widths, rounding: nothing in flight sees a change) and the running pass has
+        # issued all its reads; the new pass then reads only memories the running one does
+        # not write (a mode reads two scratchpads and writes the third)
+        same = Signal(name="pend_same_settings")
+        m.d.comb += [
+            same.eq((c.mode == mode) & (c.width_a == wa) & (c.width_b == wbw)
+                    & (c.rounding == rnd)),
+            ov_pre.eq(pend_valid & running & (c.op == OP_START) & (status == STATUS_OK)
+                      & same & self.gen1_done & ~b_valid & ~g1_ahead),
+            ov_start.eq(pend_valid & running & g1_ahead & self.gen0_done & ~b_valid & ~finish),
+        ]
+        return m

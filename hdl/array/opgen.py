@@ -1,0 +1,144 @@
+"""Generator 0 of the matmul engine: the streamed operand's line requests, with the result
+line each one contributes to (quantizer 0's sideband)."""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
+from .control import pass_shape_layout
+from .loops import NestedLoops
+from .quant import line_req_layout
+
+__all__ = ["operand_side_layout", "OperandLineGen"]
+
+
+def operand_side_layout(config: ArrayConfig) -> data.StructLayout:
+    """Sideband of a streamed operand line: the output line ``addr`` and lanes ``mask`` of its
+    beat, ``first`` (the first contribution to that line: add to ``+0.0``), ``last`` (the
+    last line of a weight tile's beats); BWD_WEIGHT: ``rows`` (valid rows of the dW block) and
+    ``stride`` (lines per row of B)."""
+    S, depth, db = config.size, config.mem_depth, config.dim_bits
+    return data.StructLayout({"addr": range(depth), "mask": S, "first": 1, "last": 1,
+                              "rows": range(S + 1), "stride": db})
+
+
+def lanes_below(m, limit, S, name):
+    """``S``-bit mask of the lanes ``j < limit`` (``limit`` signed)."""
+    mk = Signal(S, name=name)
+    m.d.comb += mk.eq(Cat(*[limit > j for j in range(S)]))
+    return mk
+
+
+class OperandLineGen(wiring.Component):
+    """Line requests of the streamed operand (path 0), in the pass's fixed order.
+
+    * FWD: ``for kt: for nt: for m``: line ``(m, kt)`` of X (A); the beat's output is line
+      ``(m, nt)`` of Y (C).
+    * BWD_DATA: ``for nt: for kt: for m``: line ``(m, nt)`` of dY (C); output line ``(m, kt)``
+      of dX (A).
+    * BWD_WEIGHT: ``for mt: for kt: for nt: for j < S``: line ``(mt*S + j, kt)`` of X (A,
+      zeros past ``M``), one block of ``S`` lines per dW tile ``(kt, nt)`` of B.
+
+    The shape is loaded from ``shape`` on ``launch``; requests are offered while ``running``
+    until the loop nest is done.
+
+    Parameters
+    ----------
+    config : ArrayConfig
+
+    Members
+    -------
+    req : Out(stream.Signature(line_req_layout(config, operand_side_layout(config).size)))
+        To quantizer 0; ``side`` is an :func:`operand_side_layout`.
+    mode : In(2)
+    running : In(1)
+    launch : In(1)
+    shape : In(pass_shape_layout(config))
+    done : Out(1)
+        All requests of the pass issued (1 after reset).
+    """
+
+    def __init__(self, *, config: ArrayConfig):
+        self.config = config
+        super().__init__({
+            "req": Out(stream.Signature(
+                line_req_layout(config, operand_side_layout(config).size))),
+            "mode": In(2), "running": In(1), "launch": In(1),
+            "shape": In(pass_shape_layout(config)),
+            "done": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        S, db = cfg.size, cfg.dim_bits
+        lg = (S - 1).bit_length()
+        mode = self.mode
+        is_bwd, is_bww = Signal(name="is_bwd_data"), Signal(name="is_bww")
+        m.d.comb += [is_bwd.eq(mode == BWD_DATA), is_bww.eq(mode == BWD_WEIGHT)]
+        side0 = operand_side_layout(cfg)
+
+        shp = pass_shape_layout(cfg)
+        names = {"dM": "dim_m", "dK": "dim_k", "dN": "dim_n", "MT": "tiles_m", "KT": "tiles_k",
+                 "NT": "tiles_n", "lda": "ld_a", "ldb": "ld_bc", "base_a": "base_a",
+                 "base_b": "base_b", "base_c": "base_c", "accum": "accumulate"}
+        regs = {k: Signal(shp[k].shape, name=n) for k, n in names.items()}
+        dM, dK, dN = regs["dM"], regs["dK"], regs["dN"]
+        MT, KT, NT = regs["MT"], regs["KT"], regs["NT"]
+        lda, ldb, accum = regs["lda"], regs["ldb"], regs["accum"]
+        base_a, base_b, base_c = regs["base_a"], regs["base_b"], regs["base_c"]
+
+        g0 = NestedLoops(m, "g0", db + 1, [
+            Mux(is_bww, MT, 1),
+            Mux(is_bwd, NT, KT),
+            Mux(is_bwd, KT, NT),
+            Mux(is_bww, S, dM),
+        ])
+        m.d.comb += self.done.eq(g0.done)
+        g0_kt = Signal(db + 1, name="g0_kt")
+        g0_nt = Signal(db + 1, name="g0_nt")
+        g0_m = Signal(db + lg + 1, name="g0_row")
+        m.d.comb += [
+            g0_kt.eq(Mux(is_bwd, g0.c[2], g0.c[1])),
+            g0_nt.eq(Mux(is_bwd, g0.c[1], g0.c[2])),
+            g0_m.eq(Mux(is_bww, (g0.c[0] << lg) | g0.c[3], g0.c[3])),
+        ]
+        r0 = self.req.payload
+        s0 = Signal(side0, name="g0_side")
+        krem0 = Signal(signed(db + 2), name="g0_krem")
+        nrem0 = Signal(signed(db + 2), name="g0_nrem")
+        m.d.comb += [krem0.eq(dK - (g0_kt << lg)), nrem0.eq(dN - (g0_nt << lg))]
+        kmask0 = lanes_below(m, krem0, S, "g0_kmask")
+        nmask0 = lanes_below(m, nrem0, S, "g0_nmask")
+        with m.Switch(mode):
+            with m.Case(FWD):
+                m.d.comb += [
+                    r0.addr.eq(base_a + g0_m * lda + g0_kt), r0.zero.eq(0), r0.mask.eq(kmask0),
+                    s0.addr.eq(base_c + g0_m * ldb + g0_nt), s0.mask.eq(nmask0),
+                    s0.first.eq((g0_kt == 0) & ~accum), s0.last.eq(g0.last[3]),
+                ]
+            with m.Case(BWD_DATA):
+                m.d.comb += [
+                    r0.addr.eq(base_c + g0_m * ldb + g0_nt), r0.zero.eq(0), r0.mask.eq(nmask0),
+                    s0.addr.eq(base_a + g0_m * lda + g0_kt), s0.mask.eq(kmask0),
+                    s0.first.eq((g0_nt == 0) & ~accum), s0.last.eq(g0.last[3]),
+                ]
+            with m.Default():
+                # rows past M are zeros: their read stays inside the matrix (line base_a),
+                # so an engine on a shared scratchpad never touches another matrix's lines
+                m.d.comb += [
+                    r0.addr.eq(Mux(g0_m >= dM, base_a, base_a + g0_m * lda + g0_kt)),
+                    r0.zero.eq(g0_m >= dM), r0.mask.eq(kmask0),
+                    s0.addr.eq(base_b + ((g0_kt << lg) * ldb) + g0_nt), s0.mask.eq(nmask0),
+                    s0.first.eq((g0.c[0] == 0) & ~accum), s0.last.eq(1),
+                    s0.rows.eq(Mux(krem0 > S, S, krem0)), s0.stride.eq(ldb),
+                ]
+        m.d.comb += [r0.side.eq(s0), self.req.valid.eq(self.running & ~g0.done)]
+        with m.If(self.req.valid & self.req.ready):
+            g0.step()
+        with m.If(self.launch):
+            m.d.sync += g0.restart()
+            m.d.sync += [r.eq(self.shape[k]) for k, r in regs.items()]
+        return m

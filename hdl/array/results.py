@@ -1,0 +1,72 @@
+"""Result path of the matmul engine: array output vectors meet their descriptors (output line,
+lanes, exponents, flags) and go to the output accumulator."""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from .accum import acc_in_layout
+from .array import array_out_layout
+from .config import ArrayConfig
+
+__all__ = ["desc_layout", "ResultJoin"]
+
+
+def desc_layout(config: ArrayConfig) -> data.StructLayout:
+    """Descriptor of a beat's result: per-lane exponents ``exp``, the output line ``addr``,
+    lanes to write ``mask``, ``first`` (add to ``+0.0``) and ``write`` (0: drop the line)."""
+    return data.StructLayout({
+        "exp": acc_in_layout(config)["exp"].shape, "addr": range(config.mem_depth),
+        "mask": config.size, "first": 1, "write": 1})
+
+
+class ResultJoin(wiring.Component):
+    """A FIFO of result descriptors, joined in order with the array's output vectors.
+
+    Every beat that enters the array writes one descriptor and produces exactly one output
+    vector, in order, so the head descriptor belongs to the array's current output.
+
+    Parameters
+    ----------
+    config : ArrayConfig
+    depth : int
+        Descriptor FIFO entries (at least the beats that can be in the array and its output
+        FIFO).
+
+    Members
+    -------
+    desc : In(stream.Signature(desc_layout(config)))
+        Descriptors; ``ready`` is the FIFO's room and does not depend on ``valid``.
+    out : In(stream.Signature(array_out_layout(config)))
+        The array's output vectors.
+    acc : Out(stream.Signature(acc_in_layout(config)))
+        To the output accumulator.
+    """
+
+    def __init__(self, *, config: ArrayConfig, depth: int):
+        self.config, self.depth = config, depth
+        super().__init__({
+            "desc": In(stream.Signature(desc_layout(config))),
+            "out": In(stream.Signature(array_out_layout(config))),
+            "acc": Out(stream.Signature(acc_in_layout(config))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        dl = desc_layout(self.config)
+        fifo = m.submodules.desc = SyncFIFO(width=dl.size, depth=self.depth)
+        m.d.comb += [fifo.w_data.eq(self.desc.payload), fifo.w_en.eq(self.desc.valid),
+                     self.desc.ready.eq(fifo.w_rdy)]
+        dh = Signal(dl, name="desc_head")
+        m.d.comb += dh.eq(fifo.r_data)
+        ai = self.acc.payload
+        m.d.comb += [
+            self.acc.valid.eq(self.out.valid & fifo.r_rdy),
+            self.out.ready.eq(self.acc.ready & fifo.r_rdy),
+            fifo.r_en.eq(self.out.valid & self.acc.ready & fifo.r_rdy),
+            ai.value.eq(self.out.payload.value), ai.exp.eq(dh.exp), ai.addr.eq(dh.addr),
+            ai.mask.eq(dh.mask), ai.first.eq(dh.first), ai.write.eq(dh.write),
+        ]
+        return m

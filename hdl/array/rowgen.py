@@ -1,0 +1,99 @@
+"""Generator 1 of the matmul engine: weight-tile rows (FWD / BWD_DATA) or dY block rows
+(BWD_WEIGHT), the line requests of operand path 1."""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .config import BWD_DATA, BWD_WEIGHT, ArrayConfig
+from .control import pass_shape_layout
+from .loops import NestedLoops
+from .opgen import lanes_below
+from .quant import line_req_layout
+
+__all__ = ["TileRowGen"]
+
+
+class TileRowGen(wiring.Component):
+    """Line requests of operand path 1, ``S`` rows per tile, in the pass's tile order.
+
+    * FWD: ``for kt: for nt: for r < S``: row ``kt*S + r`` of W (B), columns of tile ``nt``
+      (zeros past ``K``): the rows of weight tile ``(kt, nt)``.
+    * BWD_DATA: ``for nt: for kt: for r < S``: the same weight tiles in the BWD_DATA order.
+    * BWD_WEIGHT: ``for mt: for kt: for nt: for r < S``: row ``mt*S + r`` of dY (C), columns
+      of tile ``nt`` (zeros past ``M``): the dY block of batch tile ``mt``.
+
+    Has its own copy of the shape registers (loaded from ``shape`` on ``launch``), so it can
+    start the next pass while generator 0 still works on the running one.
+
+    Parameters
+    ----------
+    config : ArrayConfig
+
+    Members
+    -------
+    req : Out(stream.Signature(line_req_layout(config, 1)))
+        To quantizer 1 (``side`` unused, 0).
+    mode : In(2)
+    running : In(1)
+    launch : In(1)
+    shape : In(pass_shape_layout(config))
+    done : Out(1)
+        All requests of the pass issued (1 after reset).
+    """
+
+    def __init__(self, *, config: ArrayConfig):
+        self.config = config
+        super().__init__({
+            "req": Out(stream.Signature(line_req_layout(config, 1))),
+            "mode": In(2), "running": In(1), "launch": In(1),
+            "shape": In(pass_shape_layout(config)),
+            "done": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        S, db = cfg.size, cfg.dim_bits
+        lg = (S - 1).bit_length()
+        mode = self.mode
+        is_bwd, is_bww = Signal(name="is_bwd_data"), Signal(name="is_bww")
+        m.d.comb += [is_bwd.eq(mode == BWD_DATA), is_bww.eq(mode == BWD_WEIGHT)]
+        shp = pass_shape_layout(cfg)
+        g1r = {k: Signal(shp[k].shape, name=f"g1_{k}")
+               for k in ("MT", "KT", "NT", "dM", "dK", "dN", "base_b", "base_c", "ldb")}
+
+        g1 = NestedLoops(m, "g1", db + 1, [
+            Mux(is_bww, g1r["MT"], 1),
+            Mux(is_bwd, g1r["NT"], g1r["KT"]),
+            Mux(is_bwd, g1r["KT"], g1r["NT"]),
+            S,
+        ])
+        m.d.comb += self.done.eq(g1.done)
+        g1_kt = Signal(db + 1, name="g1_kt")
+        g1_nt = Signal(db + 1, name="g1_nt")
+        g1_row = Signal(db + lg + 1, name="g1_row")
+        m.d.comb += [
+            g1_kt.eq(Mux(is_bwd, g1.c[2], g1.c[1])),
+            g1_nt.eq(Mux(is_bwd, g1.c[1], g1.c[2])),
+            g1_row.eq(Mux(is_bww, (g1.c[0] << lg) | g1.c[3], (g1_kt << lg) | g1.c[3])),
+        ]
+        r1 = self.req.payload
+        nrem1 = Signal(signed(db + 2), name="g1_nrem")
+        m.d.comb += nrem1.eq(g1r["dN"] - (g1_nt << lg))
+        nmask1 = lanes_below(m, nrem1, S, "g1_nmask")
+        # rows past the matrix are zeros; their read stays inside the matrix (its base line),
+        # so an engine on a shared scratchpad never touches another matrix's lines
+        base1 = Signal.like(g1r["base_b"], name="g1_base")
+        m.d.comb += [base1.eq(Mux(is_bww, g1r["base_c"], g1r["base_b"])),
+                     r1.zero.eq(g1_row >= Mux(is_bww, g1r["dM"], g1r["dK"]))]
+        m.d.comb += r1.addr.eq(Mux(r1.zero, base1, base1 + g1_row * g1r["ldb"] + g1_nt))
+        m.d.comb += [r1.mask.eq(nmask1), r1.side.eq(0),
+                     self.req.valid.eq(self.running & ~g1.done)]
+        with m.If(self.req.valid & self.req.ready):
+            g1.step()
+        with m.If(self.launch):
+            m.d.sync += g1.restart()
+            m.d.sync += [r.eq(self.shape[k]) for k, r in g1r.items()]
+        return m

@@ -1,0 +1,107 @@
+"""The matmul engine with its own three scratchpads: the registered block ``matmul_engine``.
+
+:class:`~hdl.array.engine.MatmulEngine` reaches its scratchpads A, B and C through line ports
+(:class:`~hdl.lib.memport.LinePort`); the training core puts those ports onto its shared
+scratchpad. :class:`MatmulEngineWithMemories` puts three ``amaranth.lib.memory.Memory`` of
+``config.mem_depth`` lines of ``S`` FP32 words behind them instead and presents the engine's
+host interface unchanged (``cmd``, ``rsp``, ``busy``, ``counters``): this is the block the
+tests, the benchmark and ``tessera generate`` use.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Module
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out, connect, flipped
+
+from ..registry import Block
+from .config import ArrayConfig
+from .engine import MatmulEngine, cmd_layout, counters_layout, rsp_layout
+
+__all__ = ["MatmulEngineWithMemories"]
+
+
+class MatmulEngineWithMemories(wiring.Component):
+    """:class:`~hdl.array.engine.MatmulEngine` with three on-chip scratchpads A, B, C.
+
+    Each scratchpad is an ``amaranth.lib.memory.Memory`` of ``config.mem_depth`` lines of
+    ``S * 32`` bits with one synchronous, non-transparent read port and one write port of
+    32-bit granularity (one enable per FP32 word), the timing of
+    :class:`~hdl.lib.memport.LinePort`.
+
+    Parameters
+    ----------
+    config : ArrayConfig
+
+    Attributes
+    ----------
+    engine : MatmulEngine
+        The engine (submodule ``engine``).
+    memories : dict of str to Memory
+        ``"a"``, ``"b"``, ``"c"`` (submodules ``mem_a``, ``mem_b``, ``mem_c``), of the last
+        elaboration.
+
+    Members
+    -------
+    cmd, rsp, busy, counters
+        Those of :class:`~hdl.array.engine.MatmulEngine`.
+    """
+
+    def __init__(self, *, config: ArrayConfig):
+        try:
+            self.engine = MatmulEngine(config=config)
+        except (TypeError, ValueError):
+            self._MustUse__silence = True        # rejected: no "never used" warning
+            raise
+        self.config = config
+        super().__init__({
+            "cmd": In(stream.Signature(cmd_layout(config))),
+            "rsp": Out(stream.Signature(rsp_layout(config))),
+            "busy": Out(1),
+            "counters": Out(counters_layout()),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        m.submodules.engine = eng = self.engine
+        self.memories = {}
+        for name in ("a", "b", "c"):
+            port = getattr(eng, name)
+            mem = Memory(shape=cfg.size * 32, depth=cfg.mem_depth, init=[])
+            m.submodules[f"mem_{name}"] = mem
+            self.memories[name] = mem
+            rp = mem.read_port()
+            wp = mem.write_port(granularity=32)
+            m.d.comb += [
+                rp.addr.eq(port.r_addr), rp.en.eq(port.r_en), port.r_data.eq(rp.data),
+                wp.addr.eq(port.w_addr), wp.en.eq(port.w_en), wp.data.eq(port.w_data),
+            ]
+        connect(m, flipped(self.cmd), eng.cmd)
+        connect(m, eng.rsp, flipped(self.rsp))
+        m.d.comb += [self.busy.eq(eng.busy), self.counters.eq(eng.counters)]
+        return m
+
+
+def _params(preset: str) -> dict:
+    cfg = ArrayConfig.preset(preset)
+
+    def fields(layout):
+        return {name: [f.offset, f.width] for name, f in layout}
+
+    return {
+        **cfg.to_dict(), "acc_bits": cfg.acc_bits,
+        "latency": 1,
+        "latency_note": "WRITE/STATUS and rejected commands answer 1 cycle after acceptance, "
+                        "READ 2 cycles; a START answers when its pass is complete "
+                        "(counters.cycles)",
+        "cmd_layout": fields(cmd_layout(cfg)), "rsp_layout": fields(rsp_layout(cfg)),
+        "counters_layout": fields(counters_layout()),
+    }
+
+
+TESSERA_BLOCKS = [
+    Block(name="matmul_engine",
+          build=lambda preset: MatmulEngineWithMemories(config=ArrayConfig.preset(preset)),
+          params=_params),
+]

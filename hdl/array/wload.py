@@ -1,0 +1,112 @@
+"""Weight tiles of the matmul engine into the systolic array: aligned tile rows become
+``wload`` rows of alternating banks, at most one tile ahead of the beats that use it."""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .array import wload_layout
+from .config import ArrayConfig
+from .wtile import tile_row_layout
+
+__all__ = ["tile_signature", "WeightLoader"]
+
+
+def tile_signature(config: ArrayConfig) -> wiring.Signature:
+    """The stationary tile the next FWD/BWD_DATA beat uses, seen from the loader.
+
+    Members
+    -------
+    ready : Out(1)
+        The tile is loaded.
+    bank : Out(1)
+        Its bank in the array.
+    exp : Out(signed(exp_bits))
+        Its shared exponent.
+    invalid, overflow : Out(1)
+        NaN / Inf flags of its rows.
+    used : In(1)
+        Its last beat is issued this cycle (the next tile becomes the current one).
+    """
+    return wiring.Signature({
+        "ready": Out(1), "bank": Out(1), "exp": Out(signed(config.exp_bits)),
+        "invalid": Out(1), "overflow": Out(1), "used": In(1),
+    })
+
+
+class WeightLoader(wiring.Component):
+    """Tile rows from :class:`~hdl.array.wtile.TileAligner` into the array's ``wload``.
+
+    Tile ``t`` goes to bank ``t % 2``; it is loaded only while tile ``t - 1`` is the current
+    one or later (``loaded <= used + 1``: the array then also waits until the bank's last
+    beats have passed). The tile's exponent and NaN/Inf flags are kept per bank and reach the
+    beats of the tile through ``tile``.
+
+    Parameters
+    ----------
+    config : ArrayConfig
+
+    Members
+    -------
+    i : In(stream.Signature(tile_row_layout(config)))
+        Aligned tile rows.
+    wload : Out(stream.Signature(wload_layout(config)))
+        To the array.
+    tile : Out(tile_signature(config))
+        The current tile, for the beat assembly.
+    clear : In(1)
+        A pass starts on an idle engine: no tile loaded, none used.
+    """
+
+    def __init__(self, *, config: ArrayConfig):
+        self.config = config
+        super().__init__({
+            "i": In(stream.Signature(tile_row_layout(config))),
+            "wload": Out(stream.Signature(wload_layout(config))),
+            "tile": Out(tile_signature(config)),
+            "clear": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        tiles_loaded = Signal(32, name="tiles_loaded")
+        tiles_issued = Signal(32, name="tiles_issued")
+        tile_exp = [Signal(signed(cfg.exp_bits), name=f"tile_exp_{b}") for b in range(2)]
+        tile_inv = [Signal(name=f"tile_invalid_{b}") for b in range(2)]
+        tile_ovf = [Signal(name=f"tile_overflow_{b}") for b in range(2)]
+        ao = self.i.payload
+        m.d.comb += [
+            self.wload.payload.eq(ao.wl),
+            self.wload.valid.eq(self.i.valid & (tiles_loaded <= tiles_issued + 1)),
+            self.i.ready.eq(self.wload.ready & (tiles_loaded <= tiles_issued + 1)),
+        ]
+        with m.If(self.wload.valid & self.wload.ready):
+            with m.If(ao.last):
+                m.d.sync += tiles_loaded.eq(tiles_loaded + 1)
+            # the tile's flags travel with its bank and reach the pass with its beats
+            for b in range(2):
+                with m.If(ao.wl.bank == b):
+                    m.d.sync += tile_exp[b].eq(ao.exp)
+                    with m.If(ao.wl.row == 0):
+                        m.d.sync += [tile_inv[b].eq(ao.invalid), tile_ovf[b].eq(ao.overflow)]
+                    with m.Else():
+                        m.d.sync += [tile_inv[b].eq(tile_inv[b] | ao.invalid),
+                                     tile_ovf[b].eq(tile_ovf[b] | ao.overflow)]
+
+        t = self.tile
+        bank = Signal(name="issue_bank")
+        m.d.comb += [
+            bank.eq(tiles_issued[0]),
+            t.ready.eq(tiles_issued < tiles_loaded),
+            t.bank.eq(bank),
+            t.exp.eq(Mux(bank, tile_exp[1], tile_exp[0])),
+            t.invalid.eq(Mux(bank, tile_inv[1], tile_inv[0])),
+            t.overflow.eq(Mux(bank, tile_ovf[1], tile_ovf[0])),
+        ]
+        with m.If(t.used):
+            m.d.sync += tiles_issued.eq(tiles_issued + 1)
+        with m.If(self.clear):
+            m.d.sync += [tiles_loaded.eq(0), tiles_issued.eq(0)]
+        return m

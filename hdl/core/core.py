@@ -1,0 +1,195 @@
+"""The training core: host port, sequencer, matmul engine, vector unit and optimizer engine
+around one banked FP32 scratchpad (docs/core.md)."""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out, connect
+
+from ..array.engine import MatmulEngine
+from ..fp32.config import FP32Config
+from ..fp32.divsqrt_config import FP32DivSqrtConfig
+from ..fp32.log_config import FP32LogConfig
+from ..grad.config import GradConfig
+from ..lib.memport import WordToLine
+from ..optim.config import STATUS_FIELDS, OptimConfig
+from ..optim.engine import OptimEngine
+from ..registry import Block
+from .config import CoreConfig
+from .host import HostPort, host_cmd_layout, host_rsp_layout
+from .scratchpad import Scratchpad
+from .sequencer import COUNTERS, Sequencer
+from .vector import VectorUnit
+
+__all__ = ["TrainingCore", "REGS", "CLIENTS"]
+
+#: Registers the host reads with ``REG`` (index = position): ``(name, meaning)``.
+REGS = (
+    ("state", "bits 3:0 status of the last run, 19:4 err_pc, 20 running, 21 bank conflict"),
+    *((name, meaning) for name, _, meaning in COUNTERS),
+    *((f"optim_{name}", f"optimizer status field {name} ({w} bits)")
+      for name, w in STATUS_FIELDS),
+)
+
+#: Scratchpad clients in crossbar priority order.
+CLIENTS = ("host", "mm_a", "mm_b", "mm_c", "vec_a", "vec_b", "vec_d", "vec_e",
+           "opt_w", "opt_m", "opt_v", "opt_g")
+
+
+class TrainingCore(wiring.Component):
+    """One training core.
+
+    Parameters
+    ----------
+    config : CoreConfig
+    grad_config, fp32_config, divsqrt_config, log_config :
+        Configurations of the vector unit's and optimizer's FP32 datapaths.
+    optim_config : OptimConfig
+        Only ``reduce_lanes`` and ``rd_fifo_depth`` are used; the depth is the 16-bit word
+        address range of a region (65536).
+
+    Members
+    -------
+    cmd : In(stream.Signature(host_cmd_layout(config)))
+    rsp : Out(stream.Signature(host_rsp_layout(config)))
+    done : Out(1)
+        One-cycle pulse when a program stops (the interrupt line); START's response follows.
+    running : Out(1)
+    """
+
+    def __init__(self, *, config: CoreConfig, grad_config: GradConfig | None = None,
+                 fp32_config: FP32Config | None = None,
+                 divsqrt_config: FP32DivSqrtConfig | None = None,
+                 log_config: FP32LogConfig | None = None,
+                 optim_config: OptimConfig | None = None):
+        if not isinstance(config, CoreConfig):
+            raise TypeError(f"TrainingCore.config must be a CoreConfig, not {config!r}")
+        self.config = config
+        self.grad_config = grad_config or config.grad
+        if not isinstance(self.grad_config, GradConfig):
+            raise TypeError(f"TrainingCore.grad_config must be a GradConfig, not "
+                            f"{self.grad_config!r}")
+        if self.grad_config.max_classes < config.max_classes:
+            raise ValueError(f"TrainingCore.grad_config.max_classes "
+                             f"({self.grad_config.max_classes}) must be >= "
+                             f"CoreConfig.max_classes ({config.max_classes})")
+        self.fp32_config = fp32_config or FP32Config()
+        self.divsqrt_config = divsqrt_config or FP32DivSqrtConfig()
+        self.log_config = log_config or FP32LogConfig()
+        oc = optim_config or OptimConfig()
+        if not isinstance(oc, OptimConfig):
+            raise TypeError(f"TrainingCore.optim_config must be an OptimConfig, not {oc!r}")
+        self.optim_config = OptimConfig(depth=65536, reduce_lanes=oc.reduce_lanes,
+                                        rd_fifo_depth=oc.rd_fifo_depth)
+        super().__init__({
+            "cmd": In(stream.Signature(host_cmd_layout(config))),
+            "rsp": Out(stream.Signature(host_rsp_layout(config))),
+            "done": Out(1),
+            "running": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        S, lb = cfg.size, cfg.line_bits
+
+        host = m.submodules.host = HostPort(config=cfg, reg_count=len(REGS))
+        seq = m.submodules.sequencer = Sequencer(config=cfg)
+        mm = m.submodules.matmul = MatmulEngine(config=cfg.array)
+        vec = m.submodules.vector = VectorUnit(config=cfg, grad_config=self.grad_config,
+                                               fp32_config=self.fp32_config,
+                                               divsqrt_config=self.divsqrt_config,
+                                               log_config=self.log_config)
+        opt = m.submodules.optim = OptimEngine(config=self.optim_config,
+                                               fp32_config=self.fp32_config,
+                                               divsqrt_config=self.divsqrt_config)
+        spad = m.submodules.scratchpad = Scratchpad(config=cfg, clients=len(CLIENTS))
+        #: sub-blocks of the last elaboration (tests reach memories and state through them)
+        self.blocks = {"host": host, "sequencer": seq, "matmul": mm, "vector": vec,
+                       "optim": opt, "scratchpad": spad}
+
+        # ---- host port ----------------------------------------------------------------------
+        connect(m, wiring.flipped(self.cmd), host.cmd)
+        connect(m, host.rsp, wiring.flipped(self.rsp))
+        m.d.comb += [
+            seq.prog_we.eq(host.prog_we), seq.prog_waddr.eq(host.prog_waddr),
+            seq.prog_wdata.eq(host.prog_wdata),
+            seq.prec_we.eq(host.prec_we), seq.prec_waddr.eq(host.prec_waddr),
+            seq.prec_wdata.eq(host.prec_wdata), host.prec_bad.eq(seq.prec_bad),
+            seq.start.eq(host.start), host.running.eq(seq.running), host.done.eq(seq.done),
+            host.status.eq(seq.status), host.err_pc.eq(seq.err_pc),
+            self.done.eq(seq.done), self.running.eq(seq.running),
+        ]
+        # register file
+        state = Signal(64, name="reg_state")
+        m.d.comb += state.eq(seq.status | (seq.err_pc << 4) | (seq.running << 20)
+                             | (spad.conflict << 21))
+        values = [state] + [seq.counters[name] for name, _, _ in COUNTERS] \
+            + [opt.status[name] for name, _ in STATUS_FIELDS]
+        with m.Switch(host.reg_index):
+            for i, v in enumerate(values):
+                with m.Case(i):
+                    m.d.comb += host.reg_data.eq(v)
+
+        # ---- matmul engine ------------------------------------------------------------------
+        connect(m, seq.mm_cmd, mm.cmd)
+        connect(m, mm.rsp, seq.mm_rsp)
+        m.d.comb += seq.mm_counters.eq(mm.counters)
+
+        # ---- vector unit --------------------------------------------------------------------
+        connect(m, seq.vec_cmd, vec.cmd)
+        m.d.comb += seq.vec_done.eq(vec.done)
+
+        # ---- optimizer: commands from the sequencer while running, else the host ----------------
+        with m.If(seq.running):
+            m.d.comb += [opt.cmd.valid.eq(seq.opt_cmd.valid),
+                         opt.cmd.payload.eq(seq.opt_cmd.payload),
+                         seq.opt_cmd.ready.eq(opt.cmd.ready)]
+        with m.Else():
+            m.d.comb += [opt.cmd.valid.eq(host.opt_cmd.valid),
+                         opt.cmd.payload.eq(host.opt_cmd.payload),
+                         host.opt_cmd.ready.eq(opt.cmd.ready)]
+        m.d.comb += [seq.opt_busy.eq(opt.busy), seq.scale_exp.eq(opt.status.scale_exp),
+                     opt.wdata.valid.eq(0), opt.rdata.ready.eq(1)]
+        adapters = {}
+        for i, name in enumerate("wmvg"):
+            ad = WordToLine(word_bits=self.optim_config.addr_bits, line_bits=lb, words=S)
+            m.submodules[f"opt_{name}_adapter"] = ad
+            adapters[name] = ad
+            connect(m, getattr(opt, name), ad.word)
+            m.d.comb += ad.base.eq(seq.opt_base[i])
+
+        # ---- scratchpad clients -------------------------------------------------------------
+        client_ports = {"host": host.mem, "mm_a": mm.a, "mm_b": mm.b, "mm_c": mm.c,
+                        "vec_a": vec.a, "vec_b": vec.b, "vec_d": vec.d, "vec_e": vec.e,
+                        **{f"opt_{n}": adapters[n].line for n in "wmvg"}}
+        for i, name in enumerate(CLIENTS):
+            connect(m, client_ports[name], spad.ports[i])
+        return m
+
+
+def _params(preset: str) -> dict:
+    from .host import HostOp, HostStatus
+    cfg = CoreConfig.preset(preset)
+
+    def fields(layout):
+        return {name: [f.offset, f.width] for name, f in layout}
+
+    return {
+        **cfg.to_dict(), "lines": cfg.lines, "line_bits": cfg.line_bits,
+        "latency": 1,
+        "latency_note": "WRITE/READ/PROG/PREC/SETREG/REG answer 1 cycle after acceptance "
+                        "(one per cycle); START answers when the program stops",
+        "host_cmd_layout": fields(host_cmd_layout(cfg)),
+        "host_rsp_layout": fields(host_rsp_layout(cfg)),
+        "host_ops": {k: v for k, v in vars(HostOp).items() if k.isupper() and k != "ALL"},
+        "host_status": {k: v for k, v in vars(HostStatus).items() if k.isupper()},
+        "regs": [name for name, _ in REGS], "clients": list(CLIENTS),
+    }
+
+
+TESSERA_BLOCKS = [
+    Block(name="training_core",
+          build=lambda preset: TrainingCore(config=CoreConfig.preset(preset)),
+          params=_params),
+]

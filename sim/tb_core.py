@@ -1,0 +1,433 @@
+"""cocotb testbench of the whole training core (``training_core``): training steps run by the
+generated Verilog, checked word for word against the golden model (sim/model/core.py).
+
+The host side is the shared driver (:class:`sim.host.driver.CoreDriver`) over a cocotb
+transport; the golden model gets the same host actions (:meth:`CoreModel.apply`). Python
+acts only at step boundaries: while a program runs the testbench only waits for START's
+response (with a deadline). Scenario from the environment (``tests/test_core_cocotb.py``):
+
+``TB_LAYERS`` ("8,16,10"), ``TB_BATCH``, ``TB_OPT`` (sgd | momentum | adam | adamw),
+``TB_CLIP`` (max norm, or empty), ``TB_MICRO`` (micro-batches), ``TB_CKPT`` ("1" or empty),
+``TB_LOSS_SCALE`` (initial exponent, or empty), ``TB_PREC`` ("8" | "mixed" | "stochastic"),
+``TB_STEPS``, ``TB_SEED``, ``TB_IDLE`` / ``TB_STALL`` (host-stream idle / backpressure).
+"""
+from __future__ import annotations
+
+import os
+import random
+
+import cocotb
+import numpy as np
+from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.utils import get_sim_time
+
+from hdl.core.config import CoreConfig
+from hdl.core.host import HostOp, HostStatus
+from hdl.core.isa import Op, Status, encode
+from sim.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
+from sim.host.compiler import MLP, compile_mlp
+from sim.host.driver import CoreDriver, HostError, pack_cmd
+from sim.model.core import CoreModel
+from sim.optim import SGD, Adam, AdamW, Clip, LossScale, Momentum
+
+F32 = np.float32
+CLOCK_NS = 10       # sim.cocotb_stream.start_clock's default period
+
+
+class CocotbTransport:
+    """Sends host commands with :class:`StreamDriver` while :class:`StreamMonitor` collects
+    the responses; ``deadline`` in clock cycles."""
+
+    def __init__(self, dut, *, seed: int, idle_prob: float = 0.0, stall_prob: float = 0.0):
+        self.driver = StreamDriver(dut, "cmd", idle_prob=idle_prob, rng=random.Random(seed + 1))
+        self.monitor = StreamMonitor(dut, "rsp", stall_prob=stall_prob,
+                                     rng=random.Random(seed + 2))
+        self.cycles = 0          # clock cycles spent in transactions (host I/O + runs)
+
+    def start(self):
+        self.monitor.start()
+
+    def stop(self):
+        self.monitor.stop()
+
+    async def transact(self, cmds, deadline):
+        t0 = get_sim_time(unit="ns")
+        task = cocotb.start_soon(self.driver.send_all(cmds))
+        try:
+            out = await self.monitor.wait_for(len(cmds), timeout_cycles=deadline)
+        finally:
+            if not task.done():
+                task.cancel()
+        self.cycles += round((get_sim_time(unit="ns") - t0) / CLOCK_NS)
+        return out
+
+
+def scenario_from_env() -> MLP:
+    env = os.environ.get
+    layers = tuple(int(v) for v in env("TB_LAYERS", "8,16,10").split(","))
+    opt = {"sgd": SGD(lr=0.05), "momentum": Momentum(lr=0.05, momentum=0.9),
+           "adam": Adam(lr=1e-2), "adamw": AdamW(lr=1e-2, weight_decay=0.05)}[
+        env("TB_OPT", "adam")]
+    clip = Clip(max_norm=float(env("TB_CLIP"))) if env("TB_CLIP") else None
+    ls = LossScale(init_exp=int(env("TB_LOSS_SCALE")), growth_interval=2) \
+        if env("TB_LOSS_SCALE") else None
+    return MLP(layers=layers, batch=int(env("TB_BATCH", "8")), optimizer=opt,
+               loss_scale=ls, clip=clip, micro_batches=int(env("TB_MICRO", "1")),
+               checkpoint=(1,) if env("TB_CKPT") else None)
+
+
+def precision_from_env(desc: MLP):
+    kind = os.environ.get("TB_PREC", "8")
+    if kind == "mixed":      # different widths per layer and pass
+        table = {}
+        for l in range(desc.L):
+            table[(l, 0)] = (4 + 2 * (l % 2), 6, 0)
+            table[(l, 1)] = (8, 4, 0)
+            table[(l, 2)] = (6, 8 - 2 * (l % 2), 0)
+        return table
+    if kind == "stochastic":
+        return (6, 6, 1)
+    return int(kind)
+
+
+def init_params(desc: MLP, rng: np.random.Generator):
+    Ws = [(rng.standard_normal((a, b)) * np.sqrt(2.0 / a)).astype(F32)
+          for a, b in zip(desc.layers[:-1], desc.layers[1:])]
+    bs = [(rng.standard_normal(b) * 0.1).astype(F32) for b in desc.layers[1:]]
+    return Ws, bs
+
+
+def batch(desc: MLP, rng: np.random.Generator):
+    x = rng.standard_normal((desc.batch, desc.layers[0])).astype(F32)
+    y = rng.integers(0, desc.layers[-1], desc.batch)
+    return x, y
+
+
+class CoreTB:
+    """Driver (host commands), monitor (responses), golden model and scoreboard."""
+
+    def __init__(self, dut, config: CoreConfig, *, seed: int = 1):
+        self.dut, self.config, self.seed = dut, config, seed
+        env = os.environ.get
+        self.transport = CocotbTransport(dut, seed=seed, idle_prob=float(env("TB_IDLE", "0")),
+                                         stall_prob=float(env("TB_STALL", "0")))
+        self.driver = CoreDriver(config, self.transport,
+                                 run_deadline=int(env("TB_RUN_DEADLINE", "3000000")))
+        self.model = CoreModel(config)
+        self.runs = 0
+
+    async def start(self):
+        start_clock(self.dut)
+        self.dut.cmd__valid.value = 0
+        await reset(self.dut)
+        self.transport.start()
+
+    async def apply(self, actions) -> tuple[dict, dict]:
+        """Both sides execute ``actions``; every result must agree bit for bit; after every
+        ``run`` the core's counters are checked against the golden model's."""
+        got, want = {}, {}
+        for act in actions:
+            before = dict(self.model.counters)
+            g = await self.driver.apply([act])
+            w = self.model.apply([act])
+            if act[0] == "run":
+                self.runs += 1
+                assert g["run"] == w["run"], f"run {self.runs}: RTL {g['run']} != golden " \
+                                             f"{w['run']}"
+                if w["run"][0][0] == Status.OK:
+                    await self.check_counters(before)
+            for k, v in g.items():
+                if k == "run":
+                    got.setdefault("run", []).extend(v)
+                    want.setdefault("run", []).extend(w["run"])
+                else:
+                    got[k], want[k] = v, w[k]
+        self.scoreboard(got, want)
+        return got, want
+
+    def scoreboard(self, got: dict, want: dict) -> None:
+        for key in want:
+            g, w = got[key], want[key]
+            if key == "status":
+                for name in w:
+                    assert g[name] == w[name], f"optimizer status {name}: RTL {g[name]} != " \
+                                               f"golden {w[name]}"
+            elif isinstance(w, np.ndarray):
+                if not np.array_equal(g, w):
+                    line, lane = np.argwhere(g != w)[0]
+                    raise AssertionError(f"read {key!r}: first difference at line +{line} "
+                                         f"lane {lane}: RTL {int(g[line, lane]):#010x} != "
+                                         f"golden {int(w[line, lane]):#010x}")
+            else:
+                assert g == w, f"{key}: RTL {g} != golden {w}"
+
+    async def check_counters(self, before: dict) -> None:
+        c0 = self.transport.cycles
+        regs = await self.driver.read_regs()
+        self.reg_read_cycles = self.transport.cycles - c0
+        after = self.model.counters
+        for hw, gold in (("instructions", "instructions"), ("array_beats", "beats"),
+                         ("macs", "macs")):
+            assert regs[hw] == after[gold] - before[gold], \
+                f"counter {hw}: RTL {regs[hw]} != golden {after[gold] - before[gold]}"
+        assert (regs["state"] >> 21) & 1 == 0, "two clients hit one bank port (conflict)"
+        busy = regs["matmul_busy"] + regs["vector_busy"] + regs["optim_busy"]
+        assert regs["cycles"] >= regs["check_cycles"] + regs["idle"]
+        assert busy - regs["overlap"] <= regs["cycles"]
+        cocotb.log.info(
+            "run %d: %d cycles (check %d, idle %d), matmul %d vector %d optim %d busy, overlap "
+            "%d, beats %d, stalls unit/bank/fence/scale %d/%d/%d/%d", self.runs, regs["cycles"],
+            regs["check_cycles"], regs["idle"], regs["matmul_busy"], regs["vector_busy"],
+            regs["optim_busy"], regs["overlap"], regs["array_beats"], regs["stall_unit"],
+            regs["stall_bank"], regs["stall_fence"], regs["stall_scale"])
+        self.last_regs = regs
+
+    async def compare_memory(self, plan=None) -> None:
+        """Read the whole scratchpad and compare it with the golden image."""
+        got = await self.driver.read_lines(0, self.config.lines)
+        want = self.model.mem
+        if not np.array_equal(got, want):
+            line, lane = np.argwhere(got != want)[0]
+            where = ""
+            for name, t in (plan or {}).items():
+                if t.line <= line < t.line + t.lines:
+                    where = f" (tensor {name})"
+            raise AssertionError(f"scratchpad differs first at line {line} lane {lane}{where}: "
+                                 f"RTL {int(got[line, lane]):#010x} != golden "
+                                 f"{int(want[line, lane]):#010x}")
+
+
+def _config() -> CoreConfig:
+    return CoreConfig.preset(os.environ.get("TESSERA_PRESET", "tiny"))
+
+
+@cocotb.test()
+async def training_steps(dut):
+    """TB_STEPS training steps of the scenario, bit-exact every step and at the end."""
+    cfg = _config()
+    seed = int(os.environ.get("TB_SEED", "1"))
+    tb = CoreTB(dut, cfg, seed=seed)
+    await tb.start()
+    desc = scenario_from_env()
+    comp = compile_mlp(desc, cfg)
+    rng = np.random.default_rng(seed)
+    Ws, bs = init_params(desc, rng)
+    await tb.apply(comp.init_actions(Ws, bs))
+    k0 = desc.loss_scale.init_exp if desc.loss_scale else None
+    prec = precision_from_env(desc)
+    clipped = 0
+    for t in range(1, int(os.environ.get("TB_STEPS", "2")) + 1):
+        x, y = batch(desc, rng)
+        got, want = await tb.apply(comp.step_actions(x, y, t, precision=prec,
+                                                     scale_exp=k0 if t == 1 else None))
+        step = comp.decode_step(got)
+        assert step["ok"], step["run"]
+        assert np.all(np.isfinite(step["losses"]))
+        clipped += step["status"]["clipped"]
+        cocotb.log.info("step %d: loss %.4f skipped %s clipped %d", t, step["loss"],
+                        step["skipped"], step["status"]["clipped"])
+    got, _ = await tb.apply(comp.read_actions())
+    W1, _ = comp.decode_params(got)
+    assert any(not np.array_equal(a, b) for a, b in zip(W1, Ws)), "weights did not change"
+    if desc.clip is not None:
+        assert clipped > 0, "clipping never engaged"
+    await tb.compare_memory(comp.plan)
+
+
+@cocotb.test()
+async def inf_skips_step(dut):
+    """Dynamic loss scaling: an Inf in the batch skips the step - every weight, optimizer
+    state word and the step count unchanged, the scale halved - and training goes on."""
+    cfg = _config()
+    tb = CoreTB(dut, cfg, seed=3)
+    await tb.start()
+    desc = scenario_from_env()
+    assert desc.loss_scale is not None, "needs TB_LOSS_SCALE"
+    comp = compile_mlp(desc, cfg)
+    rng = np.random.default_rng(3)
+    Ws, bs = init_params(desc, rng)
+    await tb.apply(comp.init_actions(Ws, bs))
+    x, y = batch(desc, rng)
+    got, _ = await tb.apply(comp.step_actions(x, y, 1, scale_exp=desc.loss_scale.init_exp))
+    s1 = comp.decode_step(got)
+    assert not s1["skipped"]
+    before, _ = await tb.apply(comp.read_actions())
+    x, y = batch(desc, rng)
+    x[1, 2] = np.inf
+    got, _ = await tb.apply(comp.step_actions(x, y, 2))
+    s2 = comp.decode_step(got)
+    assert s2["skipped"] and s2["scale_exp"] == s1["scale_exp"] - 1
+    assert s2["status"]["step_count"] == s1["status"]["step_count"]
+    after, _ = await tb.apply(comp.read_actions())
+    for key in ("params",) + desc.states:
+        assert np.array_equal(before[key], after[key]), f"{key} changed in a skipped step"
+    x, y = batch(desc, rng)
+    got, _ = await tb.apply(comp.step_actions(x, y, 2))
+    assert not comp.decode_step(got)["skipped"]
+    await tb.compare_memory(comp.plan)
+
+
+@cocotb.test()
+async def checkpointing_identical(dut):
+    """The same step with and without activation checkpointing gives identical weights and
+    optimizer state (nearest rounding), each bit-exact with the golden model."""
+    cfg = _config()
+    tb = CoreTB(dut, cfg, seed=4)
+    await tb.start()
+    base = scenario_from_env()
+    rng = np.random.default_rng(4)
+    Ws, bs = init_params(base, rng)
+    x, y = batch(base, rng)
+    results, cycles = [], []
+    for ck in (None, (1,)):
+        desc = base.replace(checkpoint=ck)
+        comp = compile_mlp(desc, cfg)
+        await tb.apply(comp.init_actions(Ws, bs))
+        await tb.apply(comp.step_actions(x, y, 1))
+        cycles.append(tb.last_regs["cycles"])
+        got, _ = await tb.apply(comp.read_actions())
+        results.append((comp.decode_params(got), comp.decode_opt_state(got)))
+    (p0, s0), (p1, s1) = results
+    for a, b in zip(p0[0] + p0[1], p1[0] + p1[1]):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    for s in s0:
+        for a, b in zip(s0[s]["W"] + s0[s]["b"], s1[s]["W"] + s1[s]["b"]):
+            assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    assert cycles[1] > cycles[0], f"recomputation should cost cycles: {cycles}"
+    cocotb.log.info("step cycles without / with checkpointing: %d / %d", *cycles)
+
+
+@cocotb.test()
+async def reset_mid_step(dut):
+    """Reset in the middle of a step (at several points), then a full correct step."""
+    cfg = _config()
+    tb = CoreTB(dut, cfg, seed=5)
+    await tb.start()
+    desc = scenario_from_env()
+    comp = compile_mlp(desc, cfg)
+    rng = np.random.default_rng(5)
+    Ws, bs = init_params(desc, rng)
+    x, y = batch(desc, rng)
+    for delay in (40, 400, 1500):
+        await tb.apply(comp.init_actions(Ws, bs))
+        acts = comp.step_actions(x, y, 1)
+        i_run = [a[0] for a in acts].index("run")
+        await tb.apply(acts[:i_run])
+        tb.transport.driver.valid.value = 1
+        tb.transport.driver.payload.value = pack_cmd(cfg, HostOp.START)
+        await RisingEdge(dut.clk)
+        tb.transport.driver.valid.value = 0
+        await ClockCycles(dut.clk, delay)
+        assert dut.running.value == 1, f"program finished before the reset at {delay}"
+        tb.transport.stop()
+        await reset(dut)
+        tb.transport.start()
+        # the golden model mirrors the reset; the scratchpad keeps what the RTL wrote
+        tb.model.reset()
+        tb.model.mem[:] = await tb.driver.read_lines(0, cfg.lines)
+        await tb.apply(comp.init_actions(Ws, bs))
+        got, _ = await tb.apply(comp.step_actions(x, y, 1))
+        assert comp.decode_step(got)["ok"]
+        await tb.compare_memory(comp.plan)
+
+
+@cocotb.test()
+async def rejected_input_changes_nothing(dut):
+    """A program that fails the check runs nothing; bad host commands answer an error
+    status; the scratchpad, program results and optimizer state stay as they were."""
+    cfg = _config()
+    tb = CoreTB(dut, cfg, seed=6)
+    await tb.start()
+    desc = scenario_from_env()
+    comp = compile_mlp(desc, cfg)
+    rng = np.random.default_rng(6)
+    Ws, bs = init_params(desc, rng)
+    await tb.apply(comp.init_actions(Ws, bs))
+    D = cfg.bank_depth
+    bad = [encode(Op.VEC, vop=6, rows=2, cols=4, d=0),          # fine, must not run
+           encode(Op.MATMUL, mode=0, M=4, K=4, N=4, a=0, b=8, c=2 * D),   # A, B in bank 0
+           encode(Op.HALT)]
+    before = await tb.driver.read_lines(0, cfg.lines)
+    got, _ = await tb.apply([("program", bad), ("run",)])
+    assert got["run"] == [(Status.ERR_BANK, 1)]
+    for cmd, status in ((pack_cmd(cfg, HostOp.WRITE, cfg.lines, 5), HostStatus.BAD_ADDR),
+                        (pack_cmd(cfg, HostOp.READ, cfg.lines), HostStatus.BAD_ADDR),
+                        (pack_cmd(cfg, HostOp.PREC, 0, 3), HostStatus.BAD_VALUE),
+                        (pack_cmd(cfg, HostOp.PREC, cfg.layers * 4), HostStatus.BAD_ADDR),
+                        (pack_cmd(cfg, HostOp.PROG, cfg.prog_depth), HostStatus.BAD_ADDR),
+                        (pack_cmd(cfg, HostOp.REG, 999), HostStatus.BAD_ADDR),
+                        (pack_cmd(cfg, 7), HostStatus.BAD_OP)):
+        (_, st, _), = await tb.driver._do([cmd])
+        assert st == status, (cmd, st, status)
+    try:
+        await tb.driver.set_precision(0, 0, 3, 8, 0)
+        raise AssertionError("odd width accepted")
+    except HostError as e:
+        assert e.status == HostStatus.BAD_VALUE
+    after = await tb.driver.read_lines(0, cfg.lines)
+    assert np.array_equal(before, after), "a rejected program or command changed memory"
+    # and the core still trains correctly afterwards
+    x, y = batch(desc, rng)
+    got, _ = await tb.apply(comp.step_actions(x, y, 1))
+    assert comp.decode_step(got)["ok"]
+    await tb.compare_memory(comp.plan)
+
+
+@cocotb.test()
+async def bench_step(dut):
+    """Benchmark (``make bench-core``): cycles of one training step of the scenario at width
+    ``TB_BENCH_WIDTH`` with its breakdown, written to ``$TESSERA_BENCH_OUT``. The step is still
+    checked bit-exactly against the golden model (the core's timing does not depend on the
+    data, except that a skipped step has no update pass)."""
+    import json
+    import time
+    cfg = _config()
+    out = os.environ.get("TESSERA_BENCH_OUT")
+    if not out:
+        raise RuntimeError("bench_step needs TESSERA_BENCH_OUT (run it through make bench-core)")
+    width = int(os.environ.get("TB_BENCH_WIDTH", "8"))
+    tb = CoreTB(dut, cfg, seed=7)
+    await tb.start()
+    desc = scenario_from_env()
+    comp = compile_mlp(desc, cfg)
+    rng = np.random.default_rng(7)
+    Ws, bs = init_params(desc, rng)
+    await tb.apply(comp.init_actions(Ws, bs))
+    steps = []
+    for t in (1,):
+        x, y = batch(desc, rng)
+        acts = comp.step_actions(x, y, t, precision=width)
+        c0 = tb.transport.cycles
+        w0 = time.perf_counter()
+        got, _ = await tb.apply(acts)
+        wall = time.perf_counter() - w0
+        assert comp.decode_step(got)["ok"]
+        regs = tb.last_regs
+        # the counter reads after the run are the testbench's, not the step's host I/O
+        total = tb.transport.cycles - c0 - _reg_read_cycles(tb)
+        steps.append((regs, total, wall))
+    regs, total, wall = steps[-1]
+    S = cfg.size
+    beat = cfg.array.beat_cycles(width, width)
+    macs = regs["macs"]
+    host_io = total - regs["cycles"]
+    res = {
+        "S": S, "width": width, "layers": list(desc.layers), "batch": desc.batch,
+        "optimizer": type(desc.optimizer).__name__, "micro_batches": desc.micro_batches,
+        "step_cycles": total, "run_cycles": regs["cycles"], "host_io_cycles": host_io,
+        "mac_bound_cycles": -(-macs * beat // (S * S)), "macs": macs,
+        "array_busy": regs["matmul_busy"], "vector_busy": regs["vector_busy"],
+        "optim_busy": regs["optim_busy"], "overlap": regs["overlap"], "idle": regs["idle"],
+        "check_cycles": regs["check_cycles"], "array_beats": regs["array_beats"],
+        "array_stalls": regs["array_stalls"], "instructions": regs["instructions"],
+        "stall_bank": regs["stall_bank"], "stall_unit": regs["stall_unit"],
+        "stall_fence": regs["stall_fence"], "stall_scale": regs["stall_scale"],
+        "sim_seconds": wall, "sim_cycles_per_second": total / wall if wall else None,
+    }
+    res["step_over_mac_bound"] = res["step_cycles"] / res["mac_bound_cycles"]
+    with open(out, "w") as f:
+        json.dump(res, f, indent=2)
+
+
+def _reg_read_cycles(tb) -> int:
+    return getattr(tb, "reg_read_cycles", 0)

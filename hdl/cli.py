@@ -72,7 +72,7 @@ def _describe(args):
 
     from hdl.core.config import CoreConfig
     from sim.host.compiler import MLP
-    from sim.optim import SGD, Adam, AdamW, Clip, LossScale, Momentum
+    from sim.host.optim import SGD, Adam, AdamW, Clip, LossScale, Momentum
 
     try:
         layers = tuple(int(v) for v in args.layers.split(","))

@@ -3,7 +3,7 @@
 A systolic-array partial-sum chain is an exact integer ``value`` whose LSB weighs ``2**exp``
 (docs/array.md). This block turns ``value * 2**exp`` into IEEE 754 binary32 with
 round-to-nearest-even, exact subnormal results, overflow to ±Inf and ``value == 0 -> +0.0``.
-Golden model: :func:`sim.edge.edge_to_fp32`, bit-exact. See ``docs/fmac.md``.
+Golden model: :func:`sim.model.edge.edge_to_fp32`, bit-exact. See ``docs/fmac.md``.
 """
 from __future__ import annotations
 
@@ -85,8 +85,8 @@ class EdgeConverter(wiring.Component):
     6. nearest-even increment and packing, ±Inf on overflow, ``+0`` for a zero value
        (:func:`~hdl.fp32.round.round_finish`), into the output register.
 
-    Bit-exact with :func:`sim.fp32_round.round_to_fp32`, which the golden model
-    :func:`sim.edge.edge_to_fp32` calls.
+    Bit-exact with :func:`sim.model.fp32_round.round_to_fp32`, which the golden model
+    :func:`sim.model.edge.edge_to_fp32` calls.
 
     A transfer on ``i`` in cycle ``t`` appears on ``o`` (``o.valid``) in cycle ``t + latency``
     when ``o`` is not backpressured. ``o.valid`` is a register; ``i.ready`` is 1 when some

@@ -9,7 +9,7 @@ shifted sum of the ``(m_a/2)*(m_b/2)`` chunk products ``a_i * b_j << 2*(i+j)``. 
   beat, back to back.
 * :class:`FMAC` - a stream block for standalone use: operand pairs in, exact dot products out.
 
-Both are bit-exact with :mod:`sim.fmac`. See ``docs/fmac.md``.
+Both are bit-exact with :mod:`sim.model.fmac`. See ``docs/fmac.md``.
 """
 from __future__ import annotations
 

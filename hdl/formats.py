@@ -1,7 +1,8 @@
 """Number formats as Amaranth data layouts (docs/bfp.md).
 
 Tests and drivers pack and unpack with these same layouts (``layout.const({...})`` and
-``layout.from_bits(int)``; the golden models mirror the field offsets and tests check them).
+``layout.from_bits(int)``; the golden models' payload packers read their field offsets from
+them).
 
 * FP32: IEEE 754 binary32, ``frac`` (23) | ``exp`` (8) | ``sign`` (1), LSB first.
 * BFP element: ``mag`` (``max_mantissa`` bits, unsigned magnitude) | ``sign`` (1).

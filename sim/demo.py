@@ -23,9 +23,9 @@ from hdl.config import BFPConfig, FMACConfig
 from hdl.edge_converter import EdgeConfig, EdgeConverter, edge_input_layout
 from hdl.formats import FP32
 from hdl.fmac import FMAC, fmac_operand_layout, fmac_result_layout
-from sim import bfp, fmac as fmac_model
-from sim.amaranth_tb import run_sim, stream_get, stream_put
-from sim.edge import edge_to_fp32
+from sim.model import bfp, fmac as fmac_model
+from sim.model.edge import edge_to_fp32
+from sim.tb.amaranth_tb import run_sim, stream_get, stream_put
 
 FAILURES: list[str] = []
 
@@ -125,7 +125,7 @@ def demo_fp32_units(rng: np.random.Generator):
     from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
     from hdl.fp32.exp import FP32Exp
     from hdl.fp32.sqrt import FP32Sqrt
-    from sim import fp32_exp
+    from sim.model import fp32_exp
 
     print("\n== 3. FP32 units (IEEE binary32, round to nearest even, exact subnormals) ==")
     cfg = FP32DivSqrtConfig.preset("default")

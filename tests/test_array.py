@@ -1,4 +1,5 @@
-"""Fast tier: SystolicArray (and its PEs) in Amaranth's simulator vs sim.array.ArrayStreamModel.
+"""Fast tier: SystolicArray (and its PEs) in Amaranth's simulator vs
+sim.model.array.ArrayStreamModel.
 
 Every mode, S in {2, 4}, several width pairs, random idle cycles on ``inp``/``wload`` and random
 backpressure on ``out``; latency and beat timing; the same stationary load serving FWD and
@@ -13,7 +14,7 @@ from amaranth.sim import Simulator
 from hdl.array.array import SystolicArray, array_latency
 from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
 from hdl.array.pe import PE
-from sim.array import ArrayStreamModel
+from sim.model.array import ArrayStreamModel
 
 
 def _elems(vals):

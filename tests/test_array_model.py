@@ -1,4 +1,4 @@
-"""Golden model of the systolic array / matmul engine (sim/array.py) against independent
+"""Golden model of the systolic array / matmul engine (sim/model/array.py) against independent
 scalar implementations and a float64 reference."""
 import dataclasses
 import math
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from hdl.array.config import ArrayConfig
-from sim import array as G
-from sim.bfp import LFSR, ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE, quantize_group
-from sim.edge import edge_to_fp32
+from sim.model import array as G
+from sim.model.bfp import LFSR, ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE, quantize_group
+from sim.model.edge import edge_to_fp32
 
 
 def _rne_div(mag: int, d: int) -> int:

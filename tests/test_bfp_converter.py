@@ -1,7 +1,7 @@
-"""Fast tier: BFPConverter (FP32 -> BFP) in Amaranth's simulator, against sim.bfp.
+"""Fast tier: BFPConverter (FP32 -> BFP) in Amaranth's simulator, against sim.model.bfp.
 
 Preset "tiny" (group_size 4) plus one odd non-preset config. Every output payload is compared
-bit for bit with :class:`sim.bfp.BFPConverterModel`; a protocol checker watches the output
+bit for bit with :class:`sim.model.bfp.BFPConverterModel`; a protocol checker watches the output
 stream (valid held and payload stable while not ready).
 """
 import math
@@ -17,7 +17,7 @@ from hdl.bfp import (BFPConverter, BFPNoise, BFPToFP32, Rounding, bfp_stream_lay
 from hdl.config import BFPConfig, FMACConfig
 from hdl.bfp import converter as converter_module
 from hdl.bfp import to_fp32 as to_fp32_module
-from sim import bfp
+from sim.model import bfp
 
 TINY = BFPConfig.preset("tiny")
 MODES = (bfp.ROUND_NEAREST, bfp.ROUND_STOCHASTIC, bfp.ROUND_TRUNCATE)

@@ -1,4 +1,4 @@
-"""Golden model sim.bfp against independent exact arithmetic (fractions / float64).
+"""Golden model sim.model.bfp against independent exact arithmetic (fractions / float64).
 
 The reference here (`ref_group`) is written from the numerical definition in docs/bfp.md using
 Python's Fraction and math.frexp, not from the model's bit manipulations.
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from hdl.config import BFPConfig
-from sim import bfp
-from sim.bfp import (E_ZERO, LFSR, ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE, dequantize,
-                     quantize, quantize_group)
-from sim.fp32_round import round_to_fp32
+from sim.model import bfp
+from sim.model.bfp import (E_ZERO, LFSR, ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE,
+                           dequantize, quantize, quantize_group)
+from sim.model.fp32_round import round_to_fp32
 
 MODES = (ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE)
 CFG = BFPConfig.preset("default")

@@ -1,4 +1,4 @@
-"""Fast tier: BFPToFP32 (BFP -> FP32) in Amaranth's simulator, against sim.bfp.
+"""Fast tier: BFPToFP32 (BFP -> FP32) in Amaranth's simulator, against sim.model.bfp.
 
 Round trip over random groups of every width and mode (the FP32 values equal the exact BFP
 values), arbitrary BFP payloads (rounding below the normal range, overflow), the converter and
@@ -10,8 +10,8 @@ from amaranth.lib import stream, wiring
 
 from hdl.bfp import BFPConverter, BFPToFP32, fp32_out_layout, fp32_stream_layout
 from hdl.config import BFPConfig
-from sim import bfp
-from sim.fp32_round import round_to_fp32
+from sim.model import bfp
+from sim.model.fp32_round import round_to_fp32
 from test_bfp_converter import MODES, run_stream
 
 TINY = BFPConfig.preset("tiny")

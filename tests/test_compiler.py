@@ -16,7 +16,7 @@ from hdl.core.config import CoreConfig
 from hdl.core.isa import (LOOP_FIELDS, Acc, Op, Status, assemble_program, check_program_for,
                           decode, operand_ranges)
 from sim.host.compiler import KINDS, MLP, CompileError, Compiled, compile_mlp
-from sim.optim import SGD, Adam, AdamW, Clip, LossScale, Momentum
+from sim.host.optim import SGD, Adam, AdamW, Clip, LossScale, Momentum
 
 F32 = np.float32
 S8 = CoreConfig()                                   # S = 8, 8 banks x 1024

@@ -10,11 +10,11 @@ from amaranth.sim import Simulator
 from hdl.core.config import CoreConfig
 from hdl.core.core import TrainingCore
 from hdl.core.isa import Status
-from sim.amaranth_tb import StreamTransport
 from sim.host.compiler import MLP, compile_mlp
 from sim.host.driver import CoreDriver
+from sim.host.optim import Adam
 from sim.model.core import CoreModel
-from sim.optim import Adam
+from sim.tb.amaranth_tb import StreamTransport
 
 CFG = CoreConfig(size=4, banks=8, bank_depth=64, prog_depth=64, layers=4)
 

@@ -1,10 +1,10 @@
 """cocotb + Verilator tier of the whole training core: training steps of small MLPs run by the
 generated Verilog, bit-exact against the golden model (every weight, optimizer-state word,
 loss, counter, and at the end the whole scratchpad). S = 4 (preset tiny) and S = 8
-(default). See sim/tb_core.py."""
+(default). See sim/tb/core.py."""
 import pytest
 
-from sim.runner import run_cocotb
+from sim.tb.runner import run_cocotb
 
 # name: (preset, testcase, environment)
 CASES = {
@@ -34,5 +34,5 @@ CASES = {
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_training_core(name):
     preset, testcase, env = CASES[name]
-    run_cocotb("training_core", preset, "sim.tb_core", name=f"training_core_{name}",
+    run_cocotb("training_core", preset, "sim.tb.core", name=f"training_core_{name}",
                testcase=testcase, extra_env=env)

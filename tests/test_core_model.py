@@ -1,5 +1,6 @@
 """Golden model of the training core (sim/model/core.py): hand-written programs checked against
-direct calls of the blocks' golden models (sim.array.matmul_pass, sim.grad, OptimEngineModel)."""
+direct calls of the blocks' golden models (sim.model.array.matmul_pass, sim.model.grad,
+sim.model.optim.OptimEngineModel)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,11 +10,11 @@ from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD
 from hdl.core.config import CoreConfig
 from hdl.core.isa import Acc, Op, Rop, Status, Vop, encode
 from hdl.optim.config import STATUS_FIELDS, Mem, OptimConfig, Reg
-from sim.array import matmul_pass, pass_beats
-from sim.bfp import LFSR, ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE
+from sim.host.optim import AdamW, Clip, LossScale, Momentum, optimizer_registers, reg_word
+from sim.model.array import matmul_pass, pass_beats
+from sim.model.bfp import LFSR, ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE
 from sim.model.core import CoreModel, gscale_bits
-from sim.optim import (AdamW, Clip, LossScale, Momentum, OptimEngineModel, f32_bits,
-                       optimizer_registers, reg_word)
+from sim.model.optim import OptimEngineModel, f32_bits
 
 CFG = CoreConfig.preset("tiny")          # S = 4, 8 banks of 512 lines
 S = CFG.size
@@ -406,9 +407,9 @@ def test_nan_flags():
 def test_vector_ops_match_sim_grad():
     """VEC ADD_RELU (bcast bias, in place), RELU_GRAD (in place), SCALE; REDUCE BIAS_GRAD over
     two micro-batches (loop, AFTER_FIRST); SOFTMAX_XENT per micro-batch with gscale =
-    imm * 2**scale_exp; SUMSQ. Each checked bit for bit against sim.grad."""
-    from sim.grad import (EW_ADD_RELU, EW_RELU_GRAD, EW_SCALE, bias_grad, elementwise,
-                          softmax_xent, sum_squares)
+    imm * 2**scale_exp; SUMSQ. Each checked bit for bit against sim.model.grad."""
+    from sim.model.grad import (EW_ADD_RELU, EW_RELU_GRAD, EW_SCALE, bias_grad, elementwise,
+                                softmax_xent, sum_squares)
     from hdl.grad.config import GradConfig
     rng = np.random.default_rng(9)
     mb, H, C, iters = 4, 8, 6, 2

@@ -67,7 +67,7 @@ error is at most ``dA |B| + |A| dB + dA dB``, plus ``(T + 1) 2**-24 (|A| + dA)(|
 the FP32 edge conversion and accumulation of ``T`` tiles, plus ``e_A |B|`` for an operand's own
 error; a bias add adds one rounding and ReLU is 1-Lipschitz. The logits' bound ``delta`` (per
 row) bounds the loss by ``2 delta`` plus the FP32 softmax tolerance
-(``sim.grad.softmax_tolerance``). These bounds are 25-50x the actual errors (they add every
+(``sim.model.grad.softmax_tolerance``). These bounds are 25-50x the actual errors (they add every
 element's largest error with one sign), which is why the backward pass is judged by the
 calibrated bounds above: propagated through softmax and two more passes, the worst case
 exceeds the gradient itself already at width 8.
@@ -79,13 +79,14 @@ import pytest
 
 from hdl.core.config import CoreConfig
 from hdl.core.isa import Acc, Op, Rop, Status, Vop, encode
-from sim.bfp import ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE
-from sim.grad import softmax_tolerance
+from sim.host.optim import (SGD, Adam, AdamW, Clip, LossScale, Momentum, optimizer_registers,
+                            reg_word)
+from sim.model.bfp import ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE
 from sim.model.core import CoreModel
-from sim.model.reference import forward, reference_step, zeros_state
+from sim.model.grad import softmax_tolerance
+from sim.model.optim import f32_bits
+from sim.model.reference import forward, reference_step, reference_step_f64, zeros_state
 from sim.model.vector import get_matrix, get_vector, set_matrix, set_vector
-from sim.optim import (SGD, Adam, AdamW, Clip, LossScale, Momentum, f32_bits,
-                       optimizer_registers, reference_step_f64, reg_word)
 
 CFG = CoreConfig.preset("tiny")          # S = 4, 8 banks x 512 lines
 S = CFG.size

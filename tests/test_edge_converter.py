@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from hdl.edge_converter import EdgeConfig, EdgeConverter, edge_input_layout
-from sim.amaranth_tb import run_sim, stream_get, stream_put
-from sim.edge import (edge_to_fp32, edge_to_fp32_array, is_tie, named_edge_cases,
-                      numpy_reference, random_vectors, reference_applies)
+from sim.model.edge import (edge_to_fp32, edge_to_fp32_array, is_tie, named_edge_cases,
+                            numpy_reference, random_vectors, reference_applies)
+from sim.tb.amaranth_tb import run_sim, stream_get, stream_put
 
 
 def _pack(cfg, value, exp):

@@ -1,8 +1,8 @@
-"""cocotb + Verilator tier of the array-edge converter (sim/tb_edge_converter.py), preset
+"""cocotb + Verilator tier of the array-edge converter (sim/tb/edge_converter.py), preset
 ``default`` (32-bit integer, 10-bit exponent)."""
-from sim.runner import run_cocotb
+from sim.tb.runner import run_cocotb
 
 
 def test_edge_converter_cocotb():
-    run_cocotb("edge_converter", "default", "sim.tb_edge_converter",
+    run_cocotb("edge_converter", "default", "sim.tb.edge_converter",
                name="edge_converter_cocotb_default")

@@ -1,4 +1,4 @@
-"""Fast tier: FMACCore and the FMAC stream block in Amaranth's simulator vs sim/fmac.py.
+"""Fast tier: FMACCore and the FMAC stream block in Amaranth's simulator vs sim/model/fmac.py.
 
 Timing is derived from the published numbers (``FMACCore.cycles``/``product_cycles``,
 ``FMACCore.acc_latency``, ``FMAC.latency``) and measured in simulation.
@@ -11,8 +11,8 @@ import pytest
 
 from hdl.config import FMACConfig
 from hdl.fmac import FMAC, FMACCore, fmac_operand_layout, fmac_result_layout
-from sim import fmac as g
-from sim.amaranth_tb import run_sim, stream_get, stream_put
+from sim.model import fmac as g
+from sim.tb.amaranth_tb import run_sim, stream_get, stream_put
 
 W = (2, 4, 6, 8)
 

@@ -1,4 +1,4 @@
-"""cocotb + Verilator tier of the FMAC stream block (sim/tb_fmac.py).
+"""cocotb + Verilator tier of the FMAC stream block (sim/tb/fmac.py).
 
 Two variants: ``fmac`` at preset ``default`` (lanes 1, 32-bit accumulator) and ``fmac_lanes4``
 at preset ``tiny`` (4 chunk multipliers, 24-bit accumulator, where saturation is reachable in a
@@ -6,9 +6,9 @@ few thousand cycles). ``bench_cycles`` is skipped unless TESSERA_BENCH_OUT is se
 """
 import pytest
 
-from sim.runner import run_cocotb
+from sim.tb.runner import run_cocotb
 
 
 @pytest.mark.parametrize("block, preset", [("fmac", "default"), ("fmac_lanes4", "tiny")])
 def test_fmac_cocotb(block, preset):
-    run_cocotb(block, preset, "sim.tb_fmac", name=f"fmac_cocotb_{block}_{preset}")
+    run_cocotb(block, preset, "sim.tb.fmac", name=f"fmac_cocotb_{block}_{preset}")

@@ -1,4 +1,4 @@
-"""Golden model of the chunked fMAC (sim/fmac.py) against plain integer arithmetic."""
+"""Golden model of the chunked fMAC (sim/model/fmac.py) against plain integer arithmetic."""
 import itertools
 import math
 import random
@@ -8,7 +8,7 @@ import pytest
 
 from hdl.config import FMACConfig
 from hdl.fmac import FMACCore, product_cycles as hw_product_cycles
-from sim import fmac as g
+from sim.model import fmac as g
 
 W = g.WIDTHS
 

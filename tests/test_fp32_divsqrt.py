@@ -2,8 +2,8 @@
 
 Per unit and preset: the named special cases (all pairs of a small special set for divide), a
 few hundred random vectors back to back and with random idle/backpressure, all bit-exact
-against :mod:`sim.fp32_exp`; the published latency and one-result-per-cycle throughput; the exp
-stage splits that do not divide the quotient width; the exp table; invalid configs.
+against :mod:`sim.model.fp32_exp`; the published latency and one-result-per-cycle throughput;
+the exp stage splits that do not divide the quotient width; the exp table; invalid configs.
 """
 import dataclasses
 import gc
@@ -20,9 +20,9 @@ from hdl.fp32.divsqrt_config import (DIV_QUOTIENT_BITS, SQRT_ROOT_BITS, FP32DivS
 from hdl.fp32.exp import FP32Exp
 from hdl.fp32.sqrt import FP32Sqrt
 from hdl.registry import get_block
-from sim.amaranth_tb import assert_payloads, stream_through
-from sim.fp32 import SPECIALS_SMALL, random_fp32
-from sim.fp32_exp import model_for, random_operands, special_operands
+from sim.model.fp32 import SPECIALS_SMALL, random_fp32
+from sim.model.fp32_exp import model_for, random_operands, special_operands
+from sim.tb.amaranth_tb import assert_payloads, stream_through
 
 UNITS = {"fp32_div": FP32Div, "fp32_sqrt": FP32Sqrt, "fp32_exp": FP32Exp}
 SEEDS = {"fp32_div": 101, "fp32_sqrt": 202, "fp32_exp": 303}

@@ -1,4 +1,4 @@
-"""Accuracy and defined behaviour of the exp approximation's golden model (sim/fp32_exp.py).
+"""Accuracy and defined behaviour of the exp approximation's golden model (sim/model/fp32_exp.py).
 
 The hardware is bit-exact with this model (tests/test_fp32_divsqrt*.py), so these are the
 hardware's properties: worst error against float64 ``exp`` below 1 ulp (measured ~0.52 ulp at
@@ -10,10 +10,10 @@ import pytest
 
 from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
 from hdl.fp32.exp import exp_register_widths
-from sim.fp32 import bits_to_f32, f32_to_bits, random_fp32
-from sim.fp32_exp import (QNAN, FP32Exp, exp_product_bounds, exp_ulp_error,
-                          measure_exp_accuracy, random_operands, round_to_fp32_vec)
-from sim.fp32_round import round_to_fp32
+from sim.model.fp32 import bits_to_f32, f32_to_bits, random_fp32
+from sim.model.fp32_exp import (QNAN, FP32Exp, exp_product_bounds, exp_ulp_error,
+                                measure_exp_accuracy, random_operands, round_to_fp32_vec)
+from sim.model.fp32_round import round_to_fp32
 
 #: The stated bound (docs/fp32_div_sqrt_exp.md); the measured worst case is well below.
 MAX_ULP = 1.0
@@ -143,7 +143,7 @@ def test_product_leading_one_in_bit_59_or_60(t):
 
 
 def test_vectorised_rounding_matches_shared_golden():
-    """round_to_fp32_vec (used by the exp model) equals sim.fp32_round.round_to_fp32."""
+    """round_to_fp32_vec (used by the exp model) equals sim.model.fp32_round.round_to_fp32."""
     rng = np.random.default_rng(79)
     n = 20_000
     length = rng.integers(0, 52, n)

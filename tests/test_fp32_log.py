@@ -1,7 +1,7 @@
 """Fast tier (Amaranth simulator) of the FP32 natural-log unit and its golden model.
 
 Hardware: the named special cases and a few hundred random operands per preset, back to back
-and with random idle/backpressure, bit-exact against :class:`sim.fp32_log.FP32Log`; exact
+and with random idle/backpressure, bit-exact against :class:`sim.model.fp32_log.FP32Log`; exact
 published latency and one result per cycle; reset in mid-stream. Model: the tables are
 correctly rounded, every intermediate fits the hardware's registers, the accuracy against
 float64 (sampled; the full measurement is in the docs and the benchmark), special values against
@@ -20,11 +20,11 @@ from amaranth.sim import Simulator
 from hdl.fp32.log import FP32Log, log_register_widths
 from hdl.fp32.log_config import LOG_LATENCY, FP32LogConfig, log_constants
 from hdl.registry import get_block
-from sim.amaranth_tb import assert_payloads, stream_through
-from sim.fp32 import SPECIALS_SMALL, random_fp32
-from sim.fp32_log import FP32Log as Model
-from sim.fp32_log import (LOG_SPECIALS, log_ulp_error, measure_log_accuracy, random_operands,
-                          special_operands)
+from sim.model.fp32 import SPECIALS_SMALL, random_fp32
+from sim.model.fp32_log import FP32Log as Model
+from sim.model.fp32_log import (LOG_SPECIALS, log_ulp_error, measure_log_accuracy, random_operands,
+                                special_operands)
+from sim.tb.amaranth_tb import assert_payloads, stream_through
 
 F32 = np.float32
 

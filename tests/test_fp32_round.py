@@ -9,8 +9,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.fp32.round import round_to_fp32
-from sim.amaranth_tb import run_sim
-from sim.fp32_round import round_to_fp32 as golden
+from sim.model.fp32_round import round_to_fp32 as golden
+from sim.tb.amaranth_tb import run_sim
 
 
 def numpy_reference(sign, exp, sig):

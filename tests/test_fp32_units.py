@@ -23,7 +23,7 @@ from hdl.fp32.compare import FP32Compare, FP32CompareIn, FP32CompareOut
 from hdl.fp32.config import CUT_PRIORITY, STEP_BOUNDARIES, UNIT_NAMES, FP32Config
 from hdl.fp32.convert import FP32ToInt, FP32ToIntIn, FP32ToIntOut, IntToFP32
 from hdl.fp32.mul import FP32Mul, FP32MulIn
-from sim import fp32 as gold
+from sim.model import fp32 as gold
 
 pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 
@@ -182,7 +182,7 @@ def test_unit_reset_mid_stream(block):
 # ----------------------------------------------------------------------------------------------
 
 def test_split_rounding_matches_shared_round_golden():
-    """round_prepare + round_finish == sim.fp32_round.round_to_fp32 (the golden model of the
+    """round_prepare + round_finish == sim.model.fp32_round.round_to_fp32 (the golden model of the
     shared hdl.fp32.round.round_to_fp32) for normalised significands of 27 and 48 bits with a
     jammed sticky LSB, over every exponent region (deep underflow, subnormal, normal, overflow)."""
     from amaranth.hdl import signed
@@ -190,7 +190,7 @@ def test_split_rounding_matches_shared_round_golden():
     from amaranth.lib.wiring import In, Out
 
     from hdl.fp32.round import round_finish, round_prepare
-    from sim.fp32_round import round_to_fp32 as golden
+    from sim.model.fp32_round import round_to_fp32 as golden
 
     class Harness(wiring.Component):
         def __init__(self, width):
@@ -264,14 +264,14 @@ def test_count_leading_zeros(width):
 
 def test_split_rounding_with_late_normalization_matches_golden():
     """normalize_left + round_plan_pre/round_plan_lz + round_prepare/finish (the adder's
-    arrangement) on un-normalised 28-bit significands == sim.fp32_round.round_to_fp32."""
+    arrangement) on un-normalised 28-bit significands == sim.model.fp32_round.round_to_fp32."""
     from amaranth.hdl import signed
     from amaranth.lib import wiring
     from amaranth.lib.wiring import In, Out
 
     from hdl.fp32.round import (normalize_left, round_finish, round_plan_lz, round_plan_pre,
                                 round_prepare)
-    from sim.fp32_round import round_to_fp32 as golden
+    from sim.model.fp32_round import round_to_fp32 as golden
 
     class Harness(wiring.Component):
         sign: In(1)

@@ -9,11 +9,11 @@ from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
 from hdl.grad.config import GradConfig
 from hdl.grad.softmax import SoftmaxXent
 from hdl.grad.unit import GradUnit
-from sim.amaranth_tb import run_sim, stream_get, stream_put
-from sim.grad import (EW_OPS, bias_grad, canon, elementwise, f32_max,
-                      row_sum, softmax_tolerance, softmax_xent, softmax_xent_f64, sum_squares,
-                      xent_loss)
-from sim.optim import f32_bits, lane_sum
+from sim.model.grad import (EW_OPS, bias_grad, canon, elementwise, f32_max, row_sum,
+                            softmax_tolerance, softmax_xent, softmax_xent_f64, sum_squares,
+                            xent_loss)
+from sim.model.optim import f32_bits, lane_sum
+from sim.tb.amaranth_tb import run_sim, stream_get, stream_put
 
 F32 = np.float32
 

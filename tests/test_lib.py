@@ -11,8 +11,8 @@ from hdl.fp32.config import FP32Config
 from hdl.grad.config import GradConfig
 from hdl.lib.fp32bits import gt_zero, is_inf_or_nan, is_nan, order_key
 from hdl.lib.lanesum import LaneSum
-from sim.amaranth_tb import run_sim, stream_get, stream_put
-from sim.optim import f32_bits, lane_sum
+from sim.model.optim import f32_bits, lane_sum
+from sim.tb.amaranth_tb import run_sim, stream_get, stream_put
 
 F32 = np.float32
 
@@ -54,7 +54,7 @@ def test_lanesum_lanes_from_int_or_config():
 
 @pytest.mark.parametrize("square", [False, True])
 def test_lanesum_order(square):
-    """Two reductions back to back, bit-exact with ``sim.optim.lane_sum``."""
+    """Two reductions back to back, bit-exact with ``sim.model.optim.lane_sum``."""
     import random
     fc = FP32Config.preset("tiny")
     dut = LaneSum(lanes=4, square=square, fp32_config=fc)

@@ -1,4 +1,4 @@
-"""Fast tier: MatmulEngine in Amaranth's simulator vs sim.array.MatmulEngineModel (through
+"""Fast tier: MatmulEngine in Amaranth's simulator vs sim.model.array.MatmulEngineModel (through
 MatmulEngineWithMemories, the registered block; one test drives the engine's ports directly).
 
 Small shapes only (the Python simulator runs a few thousand cycles per second); the large
@@ -13,14 +13,14 @@ from amaranth.lib.wiring import Out
 from amaranth.sim import Simulator
 
 from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
-from hdl.array.engine import (MEM_A, MEM_B, MEM_C, OP_READ, OP_START, OP_STATUS, OP_WRITE,
+from hdl.array.engine import (MEM_A, MEM_B, MEM_C, OP_READ, OP_START, OP_WRITE,
                               MatmulEngine, cmd_layout, counters_layout, rsp_layout)
 from hdl.array.standalone import MatmulEngineWithMemories
 from hdl.lib.memport import LinePort
-from sim import array as G
-from sim.bfp import ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE
-from sim import tb_matmul_engine as tbm
-from sim.tb_matmul_engine import CMD_FIELDS, COUNTER_FIELDS, RSP_FIELDS, start_fields
+from sim.model import array as G
+from sim.model.bfp import ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE
+from sim.tb.matmul_engine import random_command, start_fields
+from sim.tb.payload import pack, unpack
 
 MEMS = {"a": MEM_A, "b": MEM_B, "c": MEM_C}
 COUNTERS = ("macs", "beats", "cycles", "stalls", "interval")
@@ -290,13 +290,20 @@ def test_host_bad_address_rejected():
 
 
 def test_python_packing_matches_layouts():
+    """The cocotb testbench's integer payloads (sim.tb.payload over the engine's layouts) are
+    the Amaranth constants of those layouts, and unpack inverts pack."""
+    rng = random.Random(3)
     for cfg in (ArrayConfig(size=2, mem_depth=16), ArrayConfig.preset("tiny"),
                 ArrayConfig.preset("default")):
-        assert CMD_FIELDS(cfg) == {n: (f.offset, f.width) for n, f in cmd_layout(cfg)}
-        assert RSP_FIELDS(cfg) == {n: (f.offset, f.width) for n, f in rsp_layout(cfg)}
-    assert COUNTER_FIELDS() == {n: (f.offset, f.width) for n, f in counters_layout()}
-    assert (tbm.OP_WRITE, tbm.OP_READ, tbm.OP_START, tbm.OP_STATUS) == \
-        (OP_WRITE, OP_READ, OP_START, OP_STATUS)
+        for layout in (cmd_layout(cfg), rsp_layout(cfg), counters_layout()):
+            for _ in range(50):
+                vals = {n: rng.randrange(1 << f.width) for n, f in layout}
+                word = pack(layout, vals)
+                assert word == layout.const(vals).as_value().value
+                assert unpack(layout, word) == vals
+        cmd = random_command(np.random.default_rng(1), cfg)
+        assert pack(cmd_layout(cfg), start_fields(cmd)) == \
+            cmd_layout(cfg).const(start_fields(cmd)).as_value().value
 
 
 def test_engine_invalid_config():

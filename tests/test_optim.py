@@ -14,9 +14,11 @@ from hdl.optim.config import Mem, Op, OptimConfig, Reg
 from hdl.optim.datapath import OptimDatapath
 from hdl.optim.engine import OptimEngine
 from hdl.optim.standalone import OptimEngineWithMemories
-from sim.amaranth_tb import run_sim, stream_get, stream_put
-from sim.optim import (SGD, Adam, AdamW, Clip, LossScale, Momentum, OptimEngineModel, f32_bits,
-                       lane_sum, optimizer_registers, reference_step_f64, reg_word)
+from sim.host.optim import (SGD, Adam, AdamW, Clip, LossScale, Momentum, optimizer_registers,
+                            reg_word)
+from sim.model.optim import OptimEngineModel, f32_bits, lane_sum
+from sim.model.reference import reference_step_f64
+from sim.tb.amaranth_tb import run_sim, stream_get, stream_put
 
 
 # ---------------------------------------------------------------------------------------------

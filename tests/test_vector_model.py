@@ -1,12 +1,12 @@
 """Golden model of the vector unit (sim/model/vector.py): layout helpers and run_vector against
-the block models of sim/grad.py."""
+the block models of sim/model/grad.py."""
 import numpy as np
 import pytest
 
 from hdl.core.config import CoreConfig
 from hdl.core.isa import Op, Rop, Vop, decode, encode
 from hdl.grad.config import GradConfig
-from sim.grad import bias_grad, canon, elementwise, softmax_xent, sum_squares
+from sim.model.grad import bias_grad, canon, elementwise, softmax_xent, sum_squares
 from sim.model.vector import (get_matrix, get_vector, matrix_lines, run_vector, set_matrix,
                               set_vector, softmax_xent_any_label)
 

@@ -1,5 +1,5 @@
 """Fast tier of the training core's vector unit (hdl/core/vector.py) in Amaranth's simulator:
-four simulated scratchpad ports (sim/memport_tb.py) over one memory image, every command
+four simulated scratchpad ports (sim/tb/memport_tb.py) over one memory image, every command
 compared bit-exactly with the golden model (sim/model/vector.py) on the WHOLE image (padding
 lanes and memory outside the destination untouched), and every port's accesses checked
 against the ISA's operand ranges."""
@@ -14,9 +14,9 @@ from hdl.fp32.config import FP32Config
 from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
 from hdl.fp32.log_config import FP32LogConfig
 from hdl.grad.config import GradConfig
-from sim.amaranth_tb import run_sim
-from sim.memport_tb import LineMemory
 from sim.model.vector import run_vector, set_matrix, set_vector
+from sim.tb.amaranth_tb import run_sim
+from sim.tb.memport_tb import LineMemory
 
 F32 = np.float32
 CFG = CoreConfig.preset("tiny")
@@ -251,7 +251,7 @@ def test_line_reader_backpressure(rows, cols, stride, zero):
     stalled or in ZERO mode."""
     import random
     from hdl.core.vector import _LineReader
-    from sim.amaranth_tb import stream_get
+    from sim.tb.amaranth_tb import stream_get
     rd = _LineReader(line_bits=CFG.line_bits, S=S)
     img = _image(7)
     mem = LineMemory(img, {"r": rd})

@@ -51,7 +51,7 @@ class MatmulEngine(wiring.Component):
     :class:`TileAligner`); the array's exact integer chains become FP32 in
     :class:`OutputAccumulator` and are added (RNE) into the output matrix, which starts from
     ``+0.0`` or, with ``accumulate``, from its contents. Tile order and numerics are those of
-    :func:`sim.array.matmul_pass` (bit-exact).
+    :func:`sim.model.array.matmul_pass` (bit-exact).
 
     Host protocol: one response per command, in order. ``WRITE`` (line ``addr`` of ``mem``
     := ``data``), ``READ`` (response ``data``), ``START`` (response when the pass is complete,

@@ -26,7 +26,7 @@ class TileAligner(wiring.Component):
     exponent ``E_r``), takes ``E_t = max_r E_r`` and emits the rows with every magnitude
     aligned to ``E_t``: ``M' = round(M / 2**(E_t - E_r))``, round to nearest even (shifts
     above ``max_mantissa + 1`` clamp there and give 0). Bit-exact with
-    :func:`sim.array.align_rne` / :func:`sim.array.quantize_weight_tile`.
+    :func:`sim.model.array.align_rne` / :func:`sim.model.array.quantize_weight_tile`.
 
     Tiles alternate between stationary banks 0, 1, 0, ... from ``clear`` on. One tile is held
     at a time: ``S`` cycles to collect, ``S`` cycles to emit.

@@ -1,6 +1,6 @@
 """FAST block floating point: FP32 -> BFP (:class:`BFPConverter`) and back (:class:`BFPToFP32`).
 
-Golden model: :mod:`sim.bfp`. Format, payload layouts, rounding modes and policies:
+Golden model: :mod:`sim.model.bfp`. Format, payload layouts, rounding modes and policies:
 ``docs/bfp.md``.
 """
 from .converter import (E_ZERO, BFPConverter, Rounding, bfp_stream_layout, fp32_stream_layout,

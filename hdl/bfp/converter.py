@@ -1,6 +1,6 @@
 """FP32 -> FAST block floating point converter (docs/bfp.md).
 
-Golden model: :mod:`sim.bfp` (bit-exact, including the LFSR). Format, layouts and policies:
+Golden model: :mod:`sim.model.bfp` (bit-exact, including the LFSR). Format, layouts and policies:
 ``docs/bfp.md``.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ E_ZERO = -150
 
 
 class Rounding(enum.Enum, shape=2):
-    """Rounding mode of a group, chosen per group at run time (``sim.bfp.ROUND_*``).
+    """Rounding mode of a group, chosen per group at run time (``sim.model.bfp.ROUND_*``).
 
     Code 3 is reserved and behaves (and is echoed) as ``TRUNCATE``.
     """
@@ -156,7 +156,7 @@ class BFPConverter(wiring.Component):
     backpressure and nothing dropped with it. The LFSR (:class:`BFPNoise`) advances once per
     group as the group leaves the alignment stage for the round stage, which reads it: the
     n-th group after reset gets the n-th draw, as when it is accepted. Golden model:
-    :mod:`sim.bfp`.
+    :mod:`sim.model.bfp`.
 
     Parameters
     ----------

@@ -1,6 +1,6 @@
 """Noise source for stochastic rounding: one 32-bit Fibonacci LFSR per group lane.
 
-Golden model: :class:`sim.bfp.LFSR` (bit-exact). See ``docs/bfp.md``.
+Golden model: :class:`sim.model.bfp.LFSR` (bit-exact). See ``docs/bfp.md``.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ _M32 = 0xFFFF_FFFF
 def lfsr_lane_seed(seed: int, lane: int) -> int:
     """Reset state of lane ``lane``: MurmurHash3 ``fmix32(seed + (lane + 1) * 0x9E3779B9)``, 0 -> 1.
 
-    Computed at elaboration time (it is only a reset value); :func:`sim.bfp.lfsr_lane_seed` is
+    Computed at elaboration time (it is only a reset value); :func:`sim.model.bfp.lfsr_lane_seed` is
     an independent copy that tests compare with this one.
     """
     z = (seed + (lane + 1) * 0x9E3779B9) & _M32

@@ -1,6 +1,7 @@
 """FAST block floating point -> FP32 converter (the inverse of :class:`BFPConverter`).
 
-Golden model: :func:`sim.bfp.dequantize` / :class:`sim.bfp.BFPToFP32Model`. See ``docs/bfp.md``.
+Golden model: :func:`sim.model.bfp.dequantize` / :class:`sim.model.bfp.BFPToFP32Model`. See
+``docs/bfp.md``.
 """
 from __future__ import annotations
 

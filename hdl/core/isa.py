@@ -151,7 +151,8 @@ _ARG_NAME = {Op.HALT: "halt", Op.MATMUL: "matmul", Op.VEC: "vec", Op.REDUCE: "re
 # ops without fields have no union member (a zero-width member would give `wire [-1:0]`)
 ARGS = data.UnionLayout({_ARG_NAME[op]: lay for op, lay in ARG_LAYOUTS.items() if lay.size})
 assert ARGS.size <= INSTR_BITS - 4
-INSTR = data.StructLayout({"op": 4, "args": ARGS, "_pad": INSTR_BITS - 4 - ARGS.size})
+_PAD = INSTR_BITS - 4 - ARGS.size
+INSTR = data.StructLayout({"op": 4, "args": ARGS, **({"_pad": _PAD} if _PAD else {})})
 
 #: Which address fields the loop offset is added to, bit ``i`` of ``loop`` <-> ``LOOP_FIELDS[op][i]``
 LOOP_FIELDS = {Op.MATMUL: ("a", "b", "c"), Op.VEC: ("a", "b", "d"), Op.REDUCE: ("a", "d"),

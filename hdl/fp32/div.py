@@ -24,7 +24,7 @@ Algorithm (radix-2 restoring digit recurrence, fully unrolled):
    (:func:`~hdl.fp32.round.round_prepare`, sticky = remainder != 0), the last one rounds
    (:func:`~hdl.fp32.round.round_finish`) and selects the special-case result.
 
-Golden model: numpy ``float32`` division (:class:`sim.fp32_exp.FP32Div`).
+Golden model: numpy ``float32`` division (:class:`sim.model.fp32_exp.FP32Div`).
 """
 
 from types import SimpleNamespace

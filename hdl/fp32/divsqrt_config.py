@@ -3,7 +3,7 @@
 :class:`FP32DivSqrtConfig` configures :class:`hdl.fp32.div.FP32Div`,
 :class:`hdl.fp32.sqrt.FP32Sqrt` and :class:`hdl.fp32.exp.FP32Exp`; :func:`exp_constants` gives
 the integer constants of the exp algorithm, shared by the hardware and the golden model
-:mod:`sim.fp32_exp`. This module imports no Amaranth (the golden models use it).
+:mod:`sim.model.fp32_exp`. This module imports no Amaranth (the golden models use it).
 """
 from __future__ import annotations
 

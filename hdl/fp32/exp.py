@@ -2,7 +2,7 @@
 
 Table + polynomial in 30-fraction-bit fixed point (``t = config.exp_table_bits``,
 ``N = 2**t``; constants from :func:`hdl.fp32.divsqrt_config.exp_constants`, computed exactly with
-integers). The golden model :class:`sim.fp32_exp.FP32Exp` performs the same integer steps:
+integers). The golden model :class:`sim.model.fp32_exp.FP32Exp` performs the same integer steps:
 
 Every multiplication takes three stages: the partial products of DSP-sized slices of its
 registered operands (:meth:`hdl.fp32.div.StallPipeline.partial_products`), registered (``pp``);
@@ -30,7 +30,7 @@ stage   operation                                                               
 ======  ==========================================================================  ========
 
 ``2**59 <= P < 2**61`` for every argument (``P = T * p`` with ``T`` in ``[2**30, 2**31)`` and
-``p ~ e**r``, ``|r| <~ 0.51 ln2 / N``); :func:`sim.fp32_exp.exp_product_bounds` proves it by
+``p ~ e**r``, ``|r| <~ 0.51 ln2 / N``); :func:`sim.model.fp32_exp.exp_product_bounds` proves it by
 enumerating every reachable reduced argument, for every table size, and
 ``tests/test_fp32_exp_model.py`` runs it. The rounding therefore needs no leading-zero count.
 

@@ -2,7 +2,7 @@
 
 Table + polynomial, integer datapath (``t = config.table_bits``, ``N = 2**t``; constants from
 :func:`hdl.fp32.log_config.log_constants`, computed exactly). The golden model
-:class:`sim.fp32_log.FP32Log` performs the same integer steps (its docstring explains the
+:class:`sim.model.fp32_log.FP32Log` performs the same integer steps (its docstring explains the
 algorithm and why results near ``x = 1`` keep full relative accuracy):
 
 ======  =========================================================================  ==========

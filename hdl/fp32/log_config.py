@@ -2,7 +2,7 @@
 
 :class:`FP32LogConfig` configures :class:`hdl.fp32.log.FP32Log`; :func:`log_constants` gives the
 integer constants of the algorithm, shared by the hardware and the golden model
-:mod:`sim.fp32_log` (the algorithm is described there and in ``docs/fp32_log.md``).
+:mod:`sim.model.fp32_log` (the algorithm is described there and in ``docs/fp32_log.md``).
 """
 from __future__ import annotations
 

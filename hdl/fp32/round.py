@@ -3,7 +3,7 @@
 Every FP32-producing unit (add, multiply, divide, square root, int conversion, exp, log, the
 array-edge converter, the BFP -> FP32 converter) rounds ``(-1)**sign * sig * 2**exp`` (plus an
 optional sticky bit below ``sig``'s LSB) with the functions of this module. Golden model of all
-of them: :func:`sim.fp32_round.round_to_fp32`, bit-exact (round-to-nearest-even, exact
+of them: :func:`sim.model.fp32_round.round_to_fp32`, bit-exact (round-to-nearest-even, exact
 subnormals, ±Inf at or past ``2**128``, a zero or underflowed result keeps its sign).
 
 The rounding is a chain of steps that a unit may spread over pipeline stages:
@@ -317,7 +317,7 @@ def round_to_fp32(m, *, sign, exp, sig, sticky=0, name: str = "rnd"):
     The staged functions of this module composed without registers: :func:`round_plan_pre`
     and :func:`count_leading_zeros` -> ``sig << lz`` and :func:`round_plan_lz` ->
     :func:`round_prepare` -> :func:`round_finish`, and ``±0`` for ``sig == 0``. Bit-exact with
-    :func:`sim.fp32_round.round_to_fp32`. One long combinational path: a pipelined unit should
+    :func:`sim.model.fp32_round.round_to_fp32`. One long combinational path: a pipelined unit should
     put registers between the steps instead (see the module docstring).
 
     Parameters

@@ -23,7 +23,7 @@ Algorithm (radix-2 restoring digit-by-digit square root, fully unrolled):
    rounds (:func:`~hdl.fp32.round.round_finish`) and selects specials. The result is never
    subnormal nor overflows, and ties cannot happen.
 
-Golden model: numpy ``float32`` square root (:class:`sim.fp32_exp.FP32Sqrt`).
+Golden model: numpy ``float32`` square root (:class:`sim.model.fp32_exp.FP32Sqrt`).
 """
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 ``dY`` streams in row-major (``rows x cols``). Column ``c`` accumulates in an FP32 scratchpad
 word: ``acc = ((0 + dY[0,c]) + dY[1,c]) + ...`` (rows in order, one RNE add each; golden model
-:func:`sim.grad.bias_grad`). Each element is a read-modify-write through the FP32 adder; when a
-row is shorter than the adder loop (``cols < La + 2``) the input pauses ``La + 2 - cols``
+:func:`sim.model.grad.bias_grad`). Each element is a read-modify-write through the FP32 adder;
+when a row is shorter than the adder loop (``cols < La + 2``) the input pauses ``La + 2 - cols``
 cycles after each row so the next row reads the updated sum. Then ``db`` streams out.
 """
 from __future__ import annotations

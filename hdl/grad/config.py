@@ -18,7 +18,7 @@ class GradConfig(PresetMixin):
     lanes : int
         Interleaved partial sums of a reduction (sum of squares, softmax denominator), a power
         of two 2..64; must exceed the FP32 adder latency (checked at elaboration). The golden
-        model (:func:`sim.grad.lane_sum`) sums in the same order.
+        model (:func:`sim.model.grad.lane_sum`) sums in the same order.
     max_cols : int
         Columns of the bias-gradient accumulator (its memory depth), 2..65536.
     max_classes : int

@@ -1,6 +1,6 @@
 """Elementwise FP32 stream operations: bias add, ReLU, ReLU derivative, scaling.
 
-Golden model: :func:`sim.grad.elementwise` (bit-exact).
+Golden model: :func:`sim.model.grad.elementwise` (bit-exact).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Used by :class:`~hdl.grad.softmax.SoftmaxXent` for the softmax denominator. Unli
 the input), this sums a *stream of rows* with no pause between rows, so every row costs only
 its own element cycles.
 
-Order (golden model :func:`sim.grad.row_sum`, bit-exact). A row of ``C`` values is fed as
+Order (golden model :func:`sim.model.grad.row_sum`, bit-exact). A row of ``C`` values is fed as
 ``M = max(C, lanes)`` slots; slots ``C..M-1`` carry ``+0`` (rows shorter than ``lanes``).
 Slot ``i`` goes to lane ``i mod lanes``: the lane's first slot (``i < lanes``) computes
 ``+0 + x``, later slots ``part + x``. The *final* value of each lane (its last slot,

@@ -1,6 +1,6 @@
 """Softmax + cross-entropy gradient per row, with the max subtraction; rows overlap.
 
-For each row ``z[0..C-1]`` with label ``y`` (golden model :func:`sim.grad.softmax_xent`)::
+For each row ``z[0..C-1]`` with label ``y`` (golden model :func:`sim.model.grad.softmax_xent`)::
 
     mx   = max_j z_j                 (ordered bit keys, -0 < +0; NaN if any z is NaN)
     e_j  = exp(z_j - mx)             (FP32 sub, then the hardware exp approximation)

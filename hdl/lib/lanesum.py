@@ -4,7 +4,7 @@ An FP32 adder with latency ``La`` cannot close a one-cycle accumulation loop, so
 ``lanes`` interleaved partial sums (``lanes > La``): element ``i`` (counted from the start of
 the reduction) is added into lane ``i mod lanes``; after the last element the partials are
 combined in order, ``((p0 + p1) + p2) + ...``. Partials start at +0. Golden model:
-:func:`sim.optim.lane_sum` (same order, bit-exact).
+:func:`sim.model.optim.lane_sum` (same order, bit-exact).
 
 Used by the optimizer engine (sum of squares of the gradients) and the core's vector unit.
 """

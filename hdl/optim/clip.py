@@ -1,7 +1,7 @@
 """Gradient-clipping factor from the global sum of squares.
 
 ``factor = q if q < 1 else 1`` with ``q = max_norm / (sqrt(sumsq) + eps)``, each operation one
-FP32 RNE operation in this order (golden model: :meth:`sim.optim.OptimEngineModel.step`). The
+FP32 RNE operation in this order (golden model: :meth:`sim.model.optim.OptimEngineModel.step`). The
 compare ``q < 1`` is on bit patterns: true for every non-NaN negative value or zero, and for a
 positive ``q`` exactly when ``bits(q) < 0x3F800000``; false for NaN (factor 1).
 """

@@ -1,7 +1,8 @@
 """Configuration and register map of the optimizer engine (pure Python, no Amaranth import).
 
-The golden model (:mod:`sim.optim`) and the hardware (:mod:`hdl.optim.engine`) both import this
-module, so register addresses, opcodes and modes are defined exactly once.
+The golden model (:mod:`sim.model.optim`), the host side (:mod:`sim.host.optim`) and the
+hardware (:mod:`hdl.optim.engine`) import this module, so register addresses, opcodes and modes
+are defined exactly once.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The unified FP32 optimizer update pipeline (SGD, momentum, Adam, AdamW).
 
-Per element, in exactly this order (golden model: :meth:`sim.optim.OptimEngineModel.step`)::
+Per element, in exactly this order (golden model: :meth:`sim.model.optim.OptimEngineModel.step`)::
 
     g  = (G * INV_SCALE) * CLIP
     m' = B1*m + OMB1*g

@@ -17,7 +17,8 @@ Commands arrive on ``cmd`` (:class:`~hdl.optim.config.Op`); data on ``wdata``/``
    written back ``latency`` cycles later. A skipped step performs no memory write at all.
 
 Loss-scale bookkeeping (scale halves on a skip, doubles after ``GROWTH`` clean steps) and the
-counters are updated at the end of the step. Golden model: :class:`sim.optim.OptimEngineModel`.
+counters are updated at the end of the step. Golden model:
+:class:`sim.model.optim.OptimEngineModel`.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Benchmark of the matmul engine / systolic array: ``python -m sim.bench.array``.
 
-Runs the ``bench`` cocotb test of :mod:`sim.tb_matmul_engine` on the generated Verilog (Verilator)
+Runs the ``bench`` cocotb test of :mod:`sim.tb.matmul_engine` on the generated Verilog (Verilator)
 for S = 4 (preset ``tiny``) and S = 8 (preset ``default``): every mode, square shapes with all
 dimensions 1x, 2x, 4x and 8x S, square widths 2/4/8. Every pass is also checked against the
 golden model (outputs compared for shapes up to 2x S, counters for all). Each point runs
@@ -19,7 +19,7 @@ import platform
 import time
 from pathlib import Path
 
-from sim.runner import ROOT, run_cocotb
+from sim.tb.runner import ROOT, run_cocotb
 
 PRESETS = {"tiny": 4, "default": 8}
 
@@ -31,7 +31,7 @@ def run(presets, scales, widths) -> list[dict]:
         out.parent.mkdir(parents=True, exist_ok=True)
         if out.exists():
             out.unlink()
-        run_cocotb("matmul_engine", preset, "sim.tb_matmul_engine", name=f"bench_array_{preset}",
+        run_cocotb("matmul_engine", preset, "sim.tb.matmul_engine", name=f"bench_array_{preset}",
                    testcase="bench",
                    extra_env={"TESSERA_BENCH_OUT": str(out),
                               "TESSERA_BENCH_SCALES": ",".join(map(str, scales)),

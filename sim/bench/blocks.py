@@ -15,13 +15,13 @@ import sys
 from sim.bench.common import run_bench, write_json, write_markdown
 
 FMAC_BLOCKS = {1: "fmac", 2: "fmac_lanes2", 4: "fmac_lanes4"}
-CONVERTERS = [("bfp_converter", "sim.tb_bfp_converter")]
+CONVERTERS = [("bfp_converter", "sim.tb.bfp_converter")]
 
 
 def main() -> int:
     fmac = {}
     for lanes, block in FMAC_BLOCKS.items():
-        res = run_bench(block, "default", "sim.tb_fmac", "bench_cycles")
+        res = run_bench(block, "default", "sim.tb.fmac", "bench_cycles")
         assert res["lanes"] == lanes, (block, res["lanes"])
         fmac[lanes] = res
     conv = {block: run_bench(block, "default", module, "bench_throughput")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sim.runner import BUILD, ROOT, run_cocotb
+from sim.tb.runner import BUILD, ROOT, run_cocotb
 
 DOCS_BENCH = ROOT / "docs" / "bench"
 

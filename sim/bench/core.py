@@ -3,7 +3,7 @@ Adam) at S = 4 and 8 and widths 2, 4, 8, with the breakdown and the MAC bound.
 
     python -m sim.bench.core [--presets tiny,default] [--widths 2,4,8]   (make bench-core)
 
-Writes ``docs/bench/core.{json,md}``. Each point runs ``sim.tb_core.bench_step`` on the
+Writes ``docs/bench/core.{json,md}``. Each point runs ``sim.tb.core.bench_step`` on the
 Verilated ``training_core`` (one step after the parameters are loaded, checked bit-exactly
 against the golden model; the core's timing does not depend on the data, except that a skipped
 step has no update pass). ``step_cycles`` = host I/O (batch, precision table, optimizer registers,
@@ -27,7 +27,7 @@ def run(presets, widths) -> list[dict]:
     rows = []
     for preset in presets:
         for w in widths:
-            res = run_bench("training_core", preset, "sim.tb_core", "bench_step",
+            res = run_bench("training_core", preset, "sim.tb.core", "bench_step",
                             extra_env={**SCENARIO, "TB_BENCH_WIDTH": str(w)})
             res["preset"] = preset
             rows.append(res)

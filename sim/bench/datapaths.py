@@ -5,11 +5,11 @@ Runs the ``bench_throughput`` cocotb hook of each block one after another (every
 measures on the Verilated DUT and asserts its results against the golden model):
 
 * ``fp32_add``, ``fp32_mul``, ``fp32_compare``, ``int_to_fp32``, ``fp32_to_int``
-  (``sim.tb_fp32_units``, preset default);
-* ``fp32_div``, ``fp32_sqrt``, ``fp32_exp`` (``sim.tb_fp32_func``, preset default; the exp
+  (``sim.tb.fp32_units``, preset default);
+* ``fp32_div``, ``fp32_sqrt``, ``fp32_exp`` (``sim.tb.fp32_func``, preset default; the exp
   hook also measures the exp error against float64);
-* ``fp32_log`` (``sim.tb_fp32_func``, preset default; with the log error);
-* ``optim_engine`` (``sim.tb_optim``) and ``grad_unit`` (``sim.tb_grad``), preset tiny (the
+* ``fp32_log`` (``sim.tb.fp32_func``, preset default; with the log error);
+* ``optim_engine`` (``sim.tb.optim``) and ``grad_unit`` (``sim.tb.grad``), preset tiny (the
   variants the cocotb tier builds).
 
 Writes ``docs/bench/datapaths.json`` and ``docs/bench/datapaths.md``. A block whose hook fails
@@ -30,25 +30,25 @@ from sim.bench.common import DOCS_BENCH, run_bench, write_json, write_markdown
 
 #: (block, preset, cocotb module) in run order.
 UNITS = [
-    ("fp32_add", "default", "sim.tb_fp32_units"),
-    ("fp32_mul", "default", "sim.tb_fp32_units"),
-    ("fp32_compare", "default", "sim.tb_fp32_units"),
-    ("int_to_fp32", "default", "sim.tb_fp32_units"),
-    ("fp32_to_int", "default", "sim.tb_fp32_units"),
-    ("fp32_div", "default", "sim.tb_fp32_func"),
-    ("fp32_sqrt", "default", "sim.tb_fp32_func"),
-    ("fp32_exp", "default", "sim.tb_fp32_func"),
-    ("fp32_log", "default", "sim.tb_fp32_func"),
+    ("fp32_add", "default", "sim.tb.fp32_units"),
+    ("fp32_mul", "default", "sim.tb.fp32_units"),
+    ("fp32_compare", "default", "sim.tb.fp32_units"),
+    ("int_to_fp32", "default", "sim.tb.fp32_units"),
+    ("fp32_to_int", "default", "sim.tb.fp32_units"),
+    ("fp32_div", "default", "sim.tb.fp32_func"),
+    ("fp32_sqrt", "default", "sim.tb.fp32_func"),
+    ("fp32_exp", "default", "sim.tb.fp32_func"),
+    ("fp32_log", "default", "sim.tb.fp32_func"),
 ]
 DATAPATHS = [
-    ("optim_engine", "tiny", "sim.tb_optim"),
-    ("grad_unit", "tiny", "sim.tb_grad"),
+    ("optim_engine", "tiny", "sim.tb.optim"),
+    ("grad_unit", "tiny", "sim.tb.grad"),
 ]
 
 
 def _unit_entry(block: str, raw: dict) -> dict:
-    """One row of the unit table from a hook's JSON (``sim.tb_fp32_units`` writes the entry;
-    ``sim.tb_fp32_func`` writes ``{block: entry}``)."""
+    """One row of the unit table from a hook's JSON (``sim.tb.fp32_units`` writes the entry;
+    ``sim.tb.fp32_func`` writes ``{block: entry}``)."""
     e = raw.get(block, raw)
     out = {
         "preset": e["preset"], "config": e.get("config"),

@@ -6,9 +6,9 @@ Network and step
 :class:`MLP` describes ``layers = (d_0, d_1, ..., d_L)``: ``L`` Linear + bias layers, ReLU
 after every layer but the last, softmax cross-entropy on the ``d_L`` logits; a batch of
 ``B = batch`` rows split into ``k = micro_batches`` micro-batches of ``m = B / k`` rows; an
-optimizer (:class:`sim.optim.SGD`, ``Momentum``, ``Adam`` or ``AdamW(...)``), optional
-dynamic loss scaling (:class:`sim.optim.LossScale`) and clipping by the global norm
-(:class:`sim.optim.Clip`); optional activation checkpointing of hidden activations. Hidden
+optimizer (:class:`sim.host.optim.SGD`, ``Momentum``, ``Adam`` or ``AdamW(...)``), optional
+dynamic loss scaling (:class:`sim.host.optim.LossScale`) and clipping by the global norm
+(:class:`sim.host.optim.Clip`); optional activation checkpointing of hidden activations. Hidden
 activation ``i`` (``1 <= i <= L - 1``) is ``h_i = relu(h_{i-1} W_{i-1} + b_{i-1})``, the input of
 layer ``i``; ``h_0`` is the input ``x``.
 
@@ -133,8 +133,8 @@ from hdl.core.config import CoreConfig
 from hdl.core.isa import (LOOP_FIELDS, OPT_MAX_COUNT, STATUS_NAMES, Acc, Op, Rop, Status, Vop,
                           check_program_for, disassemble, encode, operand_ranges)
 from hdl.optim.config import SCALE_EXP_MAX, Mode, Reg
+from sim.host.optim import SGD, Adam, Clip, LossScale, Momentum, optimizer_registers, reg_word
 from sim.model.vector import get_matrix, get_vector, set_matrix, set_vector
-from sim.optim import SGD, Adam, Clip, LossScale, Momentum, optimizer_registers, reg_word
 
 __all__ = ["MLP", "Tensor", "Compiled", "CompileError", "compile_mlp", "KINDS", "SCHEDULES"]
 
@@ -166,11 +166,11 @@ class MLP:
         ``(d_0, ..., d_L)``: input size, hidden sizes, classes (``>= 2``). Default 64-64-10.
     batch : int
         Rows per step ``B`` (the whole batch; the gradient is its mean).
-    optimizer : sim.optim.SGD | Momentum | Adam
+    optimizer : sim.host.optim.SGD | Momentum | Adam
         Hyperparameters (``AdamW(...)`` is an ``Adam``). Default ``Adam()``.
-    loss_scale : sim.optim.LossScale or None
+    loss_scale : sim.host.optim.LossScale or None
         Loss scaling (dynamic unless ``dynamic=False``); ``None``: scale 1, no scaling state.
-    clip : sim.optim.Clip or None
+    clip : sim.host.optim.Clip or None
         Clipping by the global gradient norm.
     micro_batches : int
         ``k``: the batch runs as ``k`` micro-batches of ``B / k`` rows (``B % k == 0``),
@@ -213,13 +213,13 @@ class MLP:
             raise ValueError(f"MLP.batch ({self.batch}) must be a multiple of "
                              f"MLP.micro_batches ({self.micro_batches})")
         if not isinstance(self.optimizer, (SGD, Momentum, Adam)):
-            raise TypeError(f"MLP.optimizer must be sim.optim.SGD, Momentum, Adam or AdamW(...), "
-                            f"not {type(self.optimizer).__name__} {self.optimizer!r}")
+            raise TypeError(f"MLP.optimizer must be sim.host.optim.SGD, Momentum, Adam or "
+                            f"AdamW(...), not {type(self.optimizer).__name__} {self.optimizer!r}")
         if self.loss_scale is not None and not isinstance(self.loss_scale, LossScale):
-            raise TypeError(f"MLP.loss_scale must be a sim.optim.LossScale or None, not "
+            raise TypeError(f"MLP.loss_scale must be a sim.host.optim.LossScale or None, not "
                             f"{type(self.loss_scale).__name__} {self.loss_scale!r}")
         if self.clip is not None and not isinstance(self.clip, Clip):
-            raise TypeError(f"MLP.clip must be a sim.optim.Clip or None, not "
+            raise TypeError(f"MLP.clip must be a sim.host.optim.Clip or None, not "
                             f"{type(self.clip).__name__} {self.clip!r}")
         ck = self.checkpoint
         if ck is None or (isinstance(ck, str) and ck.strip().lower() in ("", "none", "off")):
@@ -1191,7 +1191,7 @@ class Compiled:
         """One training step: write the batch (``x``: ``B x d_0`` float, ``y``: ``B`` int
         labels; or lists of ``k`` micro-batches), set the precision table
         (:meth:`precision_table`), the optimizer registers of step ``t``
-        (:func:`sim.optim.optimizer_registers`: rule, ``N``, loss-scale and clipping bits;
+        (:func:`sim.host.optim.optimizer_registers`: rule, ``N``, loss-scale and clipping bits;
         the loss-scale exponent only when ``scale_exp`` is given, as writing it restarts the
         growth count), load the program, run it, read the per-row losses (keys ``loss0`` ..
         ``loss{k-1}``) and the optimizer status. Decode with :meth:`decode_step`."""

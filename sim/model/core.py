@@ -9,14 +9,14 @@ State
 * ``prog`` -- the program memory, ``config.prog_depth`` 128-bit words (ints).
 * ``prec`` -- the precision table ``{(layer, mode): (width_a, width_b, rounding)}``.
 * ``optim`` -- the optimizer engine's registers and status (a
-  :class:`sim.optim.OptimEngineModel`; its step logic is reused, its memories are loaded
+  :class:`sim.model.optim.OptimEngineModel`; its step logic is reused, its memories are loaded
   from the four regions of an ``OPT`` instruction and written back).
 * ``lfsrs`` -- the matmul engine's two converter LFSRs; they run on across passes *and*
   programs (only :meth:`CoreModel.reset` restarts them).
 * ``counters`` -- cumulative since construction / :meth:`CoreModel.reset`:
   ``instructions`` (every executed instruction, including ``LOOP``, ``ENDLOOP`` (once per
   iteration), ``FENCE`` and ``HALT``), ``matmuls``, ``macs`` (``M*K*N`` per pass), ``beats``
-  (:func:`sim.array.pass_beats` per pass), ``vec``, ``reduce``, ``softmax``, ``opt``.
+  (:func:`sim.model.array.pass_beats` per pass), ``vec``, ``reduce``, ``softmax``, ``opt``.
 
 Execution (``run``)
 -------------------
@@ -26,7 +26,7 @@ returned. Otherwise instructions execute in program order from pc 0 (the hardwar
 makes its overlapped execution equal to this order) and ``(Status.OK, 0)`` is returned (the
 sequencer's ``status`` / ``err_pc`` after a successful run):
 
-* ``MATMUL``: :func:`sim.array.matmul_pass` on the matrices at ``a`` (``A``, ``M x K``),
+* ``MATMUL``: :func:`sim.model.array.matmul_pass` on the matrices at ``a`` (``A``, ``M x K``),
   ``b`` (``B``, ``K x N``), ``c`` (``C``, ``M x N``) with ``(width_a, width_b, rounding)`` from
   ``prec[(layer, mode)]``; FWD writes ``C``, BWD_DATA ``A``, BWD_WEIGHT ``B``. A ``rows x
   cols`` matrix at line ``base`` occupies ``rows * ceil(cols / S)`` lines, element ``(r, c)``
@@ -40,7 +40,7 @@ sequencer's ``status`` / ``err_pc`` after a successful run):
   the FP32 bits of ``imm * 2**k`` (``SOFTMAX_XENT``; 0 otherwise), ``k`` the optimizer's
   current loss-scale exponent. The multiply is exact (an exponent add in hardware): ``imm`` and
   the product must be normal numbers, otherwise ``run`` raises ``ValueError``.
-* ``OPT``: one optimizer ``STEP`` (:meth:`sim.optim.OptimEngineModel.step`) with ``N =
+* ``OPT``: one optimizer ``STEP`` (:meth:`sim.model.optim.OptimEngineModel.step`) with ``N =
   count`` over the regions ``w, m, v, g`` (word ``i`` of region ``X`` at line ``X + i // S``,
   lane ``i % S``). A skipped step writes nothing; SGD writes W, momentum W and M, Adam W, M, V.
   ``count`` may not exceed :data:`OPT_MAX_COUNT` (65536, the engine's word range; ``run``
@@ -86,10 +86,10 @@ from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, MODES
 from hdl.core.config import CoreConfig
 from hdl.core.isa import (LOOP_FIELDS, Acc, Op, Status, check_program, decode)
 from hdl.optim.config import STATUS_FIELDS, Mem, Mode, OptimConfig, Reg
-from sim.array import matmul_pass, pass_beats
-from sim.bfp import LFSR, ROUNDING_MODES
+from sim.model.array import matmul_pass, pass_beats
+from sim.model.bfp import LFSR, ROUNDING_MODES
+from sim.model.optim import OptimEngineModel, f32_bits
 from sim.model.vector import get_matrix, get_vector, run_vector, set_matrix, set_vector
-from sim.optim import OptimEngineModel, reg_word
 
 __all__ = ["CoreModel", "COUNTERS", "OPT_MAX_COUNT", "effective_fields", "resolve_acc",
            "gscale_bits"]
@@ -205,7 +205,8 @@ class CoreModel:
         register, update rule 3 in ``MODE``)."""
         if reg not in Reg.ALL:
             raise ValueError(f"optimizer register must be one of {Reg.ALL}, not {reg!r}")
-        word = reg_word(value_bits)
+        word = (f32_bits(value_bits) if isinstance(value_bits, np.floating)
+                else int(value_bits) & 0xFFFFFFFF)
         if reg == Reg.MODE and (word & 3) not in Mode.ALL:
             raise ValueError(f"Reg.MODE update rule must be one of {Mode.ALL}, "
                              f"not {word & 3}")

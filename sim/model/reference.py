@@ -2,10 +2,10 @@
 
 It imports none of the golden blocks (no BFP, no FP32 datapath models): it is what a training
 step *should* compute, so the golden model's (and thus the hardware's) step can be measured
-against it. The only import from the project is :func:`sim.optim.reference_step_f64`, the
-float64 textbook update (PyTorch formulas), and the hyperparameter classes
-(:class:`sim.optim.SGD`, :class:`~sim.optim.Momentum`, :class:`~sim.optim.Adam` /
-:func:`~sim.optim.AdamW`, :class:`~sim.optim.Clip`).
+against it. The only import from the project is the hyperparameter classes
+(:class:`sim.host.optim.SGD`, :class:`~sim.host.optim.Momentum`, :class:`~sim.host.optim.Adam` /
+:func:`~sim.host.optim.AdamW`, :class:`~sim.host.optim.Clip`); the update of one parameter
+tensor is :func:`reference_step_f64`, the float64 textbook update (PyTorch formulas).
 
 Network (``L`` layers, ``layers = [d_0, d_1, ..., d_L]``)::
 
@@ -31,17 +31,34 @@ momentum (PyTorch) ``v = mu*v + g; w -= lr*v``, Adam / AdamW with bias correctio
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from sim.optim import Adam, Clip, Momentum, SGD, reference_step_f64
+from sim.host.optim import Adam, Clip, Momentum, SGD
 
-__all__ = ["reference_step", "forward", "backward", "zeros_state"]
+__all__ = ["reference_step", "reference_step_f64", "forward", "backward", "zeros_state"]
 
 F64 = np.float64
 
 
 def _as_list(a):
     return list(a) if isinstance(a, (list, tuple)) else [a]
+
+
+def reference_step_f64(opt, w, m, v, g, t):
+    """The textbook update in float64 (PyTorch formulas), to bound the FP32 model's error."""
+    w, m, v, g = (np.asarray(a, np.float64) for a in (w, m, v, g))
+    if isinstance(opt, SGD):
+        return w - opt.lr * g, m, v
+    if isinstance(opt, Momentum):
+        m = opt.momentum * m + g
+        return w - opt.lr * m, m, v
+    m = opt.beta1 * m + (1 - opt.beta1) * g
+    v = opt.beta2 * v + (1 - opt.beta2) * g * g
+    w = w * (1 - opt.lr * opt.weight_decay)
+    den = np.sqrt(v) / math.sqrt(1 - opt.beta2 ** t) + opt.eps
+    return w - opt.lr / (1 - opt.beta1 ** t) * m / den, m, v
 
 
 def forward(weights, biases, x):
@@ -104,8 +121,8 @@ def reference_step(layers, weights, biases, opt_state, x, y, optimizer, t: int,
     ``layers``: ``[d_0, ..., d_L]``; ``weights[l]``: ``d_l x d_{l+1}``, ``biases[l]``:
     ``d_{l+1}``. ``opt_state``: as :func:`zeros_state` returns (``None``: zeros). ``x``:
     ``B x d_0`` (or a list of micro-batches), ``y``: ``B`` int labels (or a list). ``optimizer``:
-    :class:`sim.optim.SGD`, ``Momentum``, ``Adam`` or ``AdamW(...)``; ``t``: the step number
-    (from 1; used by Adam's bias correction). ``clip``: :class:`sim.optim.Clip` or ``None``.
+    :class:`sim.host.optim.SGD`, ``Momentum``, ``Adam`` or ``AdamW(...)``; ``t``: the step number
+    (from 1; used by Adam's bias correction). ``clip``: :class:`sim.host.optim.Clip` or ``None``.
     ``relu_masks`` (optional): per micro-batch, a list with one boolean mask per hidden layer
     used as the ReLU derivative instead of ``z > 0`` (see :func:`backward`).
 

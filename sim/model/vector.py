@@ -1,6 +1,6 @@
 """Golden model of the training core's vector unit (``VEC``, ``REDUCE``, ``SOFTMAX_XENT``) on a
 scratchpad memory image, plus the matrix/vector layout helpers the core model and the compiler
-share. Pure numpy; the arithmetic is that of :mod:`sim.grad` (bit-exact with the hardware).
+share. Pure numpy; the arithmetic is that of :mod:`sim.model.grad` (bit-exact with the hardware).
 
 Memory image
 ------------
@@ -135,13 +135,13 @@ def _f(bits) -> np.ndarray:
 
 def softmax_xent_any_label(z, labels, gscale, config: GradConfig, exp_config=None,
                            log_config=None):
-    """:func:`sim.grad.softmax_xent` extended to labels ``>= C`` as the hardware treats them
+    """:func:`sim.model.grad.softmax_xent` extended to labels ``>= C`` as the hardware treats them
     (:class:`hdl.grad.softmax.SoftmaxXent`: no onehot term, ``z_y = +0``). Rows with a valid
-    label are computed by :func:`sim.grad.softmax_xent` itself. Returns ``(grad, loss)``
+    label are computed by :func:`sim.model.grad.softmax_xent` itself. Returns ``(grad, loss)``
     (float32)."""
-    from sim.fp32_exp import FP32Exp
-    from sim.fp32_log import FP32Log
-    from sim.grad import f32_max, row_sum, softmax_xent
+    from sim.model.fp32_exp import FP32Exp
+    from sim.model.fp32_log import FP32Log
+    from sim.model.grad import f32_max, row_sum, softmax_xent
 
     z = np.asarray(z, F32)
     labels = np.asarray(labels, np.int64)
@@ -186,22 +186,23 @@ def run_vector(mem, op: int, args: dict, *, acc: int, gscale: int, config: CoreC
     ``exp_config`` (:class:`~hdl.fp32.divsqrt_config.FP32DivSqrtConfig`) and ``log_config``
     (:class:`~hdl.fp32.log_config.FP32LogConfig`) select the exp and log approximations.
 
-    * ``VEC``: :func:`sim.grad.elementwise` for ``ADD, RELU, RELU_GRAD, SCALE`` (``imm`` = FP32
-      bits of the factor) and ``ADD_RELU``; ``b`` is a matrix like ``a`` or, with ``bcast``,
-      one row of ``cols`` words used for every row; ``COPY`` copies bits, ``ZERO`` writes +0.
-    * ``REDUCE BIAS_GRAD``: ``db = sim.grad.bias_grad(a)`` (``cols`` words to ``d``); with
+    * ``VEC``: :func:`sim.model.grad.elementwise` for ``ADD, RELU, RELU_GRAD, SCALE``
+      (``imm`` = FP32 bits of the factor) and ``ADD_RELU``; ``b`` is a matrix like ``a`` or,
+      with ``bcast``, one row of ``cols`` words used for every row; ``COPY`` copies bits,
+      ``ZERO`` writes +0.
+    * ``REDUCE BIAS_GRAD``: ``db = sim.model.grad.bias_grad(a)`` (``cols`` words to ``d``); with
       ``acc``: ``d = d_old + db`` (one RNE add per column).
-    * ``REDUCE SUMSQ``: ``sim.grad.sum_squares`` of the ``rows x cols`` elements in row-major
+    * ``REDUCE SUMSQ``: ``sim.model.grad.sum_squares`` of the ``rows x cols`` elements in row-major
       order, to word 0 of line ``d`` (the other lanes are untouched).
     * ``SOFTMAX_XENT``: ``z`` = matrix at ``a``, labels = vector of ``rows`` words at ``b``
-      (low 16 bits); ``sim.grad.softmax_xent(z, labels, gscale)``: the gradient (``rows x
+      (low 16 bits); ``sim.model.grad.softmax_xent(z, labels, gscale)``: the gradient (``rows x
       cols``) to ``d`` and the per-row loss (vector of ``rows`` words) to ``e``. A label
       ``>= cols`` gives no onehot term and ``z_y = +0``, as the hardware.
 
     Raises ``ValueError`` for an opcode, sub-op or shape the unit does not execute, or an
     operand outside the image.
     """
-    from sim.grad import bias_grad, elementwise, sum_squares
+    from sim.model.grad import bias_grad, elementwise, sum_squares
 
     if not isinstance(config, CoreConfig):
         raise TypeError(f"config must be a CoreConfig, not {type(config).__name__}")

@@ -2,9 +2,9 @@
 
 The host side only loads scratchpads, sends ``START`` and waits for its response (Python never
 drives the array). ``TB`` = command driver + response monitor (random idle cycles and
-backpressure) + :class:`sim.array.MatmulEngineModel` (golden) + scoreboard. The payload
-packing mirrors :func:`hdl.array.engine.cmd_layout` / ``rsp_layout`` (checked by
-tests/test_matmul_engine.py).
+backpressure) + :class:`sim.model.array.MatmulEngineModel` (golden) + scoreboard. Payloads are
+packed with the hardware's layouts (:func:`hdl.array.control.cmd_layout`, ``rsp_layout``,
+``counters_layout``) through :mod:`sim.tb.payload`.
 """
 from __future__ import annotations
 
@@ -18,51 +18,15 @@ import numpy as np
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
 from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, MODE_NAMES, ArrayConfig
-from sim import array as G
-from sim.bfp import ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE
-from sim.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
+from hdl.array.control import (MEM_A, MEM_B, MEM_C, OP_READ, OP_START, OP_WRITE, cmd_layout,
+                               counters_layout, rsp_layout)
+from sim.model import array as G
+from sim.model.bfp import ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE
+from sim.tb.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
+from sim.tb.payload import pack, unpack
 
-OP_WRITE, OP_READ, OP_START, OP_STATUS = 0, 1, 2, 3
-MEMS = {"a": 0, "b": 1, "c": 2}
-
-
-def _fields(spec):
-    out, off = {}, 0
-    for name, width in spec:
-        out[name] = (off, width)
-        off += width
-    return out
-
-
-def CMD_FIELDS(cfg: ArrayConfig) -> dict:  # noqa: N802 - mirrors a layout
-    ab = (cfg.mem_depth - 1).bit_length() + 1
-    db, wb = cfg.dim_bits, cfg.max_mantissa.bit_length()
-    return _fields([("op", 2), ("mem", 2), ("addr", ab), ("data", 32 * cfg.size), ("mode", 2),
-                    ("M", db), ("K", db), ("N", db), ("width_a", wb), ("width_b", wb),
-                    ("rounding", 2), ("accumulate", 1), ("base_a", ab), ("base_b", ab),
-                    ("base_c", ab)])
-
-
-def RSP_FIELDS(cfg: ArrayConfig) -> dict:  # noqa: N802
-    return _fields([("op", 2), ("status", 3), ("data", 32 * cfg.size), ("invalid", 1),
-                    ("overflow", 1)])
-
-
-def COUNTER_FIELDS() -> dict:  # noqa: N802
-    return _fields([("macs", 48), ("beats", 32), ("cycles", 32), ("stalls", 32),
-                    ("interval", 32)])
-
-
-def pack(fields: dict, **values) -> int:
-    word = 0
-    for name, v in values.items():
-        off, width = fields[name]
-        word |= (int(v) & ((1 << width) - 1)) << off
-    return word
-
-
-def unpack(fields: dict, word: int) -> dict:
-    return {name: (word >> off) & ((1 << width) - 1) for name, (off, width) in fields.items()}
+MEMS = {"a": MEM_A, "b": MEM_B, "c": MEM_C}
+COUNTERS_LAYOUT = counters_layout()
 
 
 def config() -> ArrayConfig:
@@ -80,8 +44,8 @@ class TB:
     def __init__(self, dut, *, seed=1, idle=0.0, stall=0.0):
         self.dut = dut
         self.cfg = config()
-        self.cmd_f = CMD_FIELDS(self.cfg)
-        self.rsp_f = RSP_FIELDS(self.cfg)
+        self.cmd_layout = cmd_layout(self.cfg)
+        self.rsp_layout = rsp_layout(self.cfg)
         self.drv = StreamDriver(dut, "cmd", idle_prob=idle, rng=random.Random(seed))
         self.mon = StreamMonitor(dut, "rsp", stall_prob=stall, rng=random.Random(seed + 1))
         self.model = G.MatmulEngineModel(self.cfg)
@@ -92,15 +56,15 @@ class TB:
         self.mon.start()
 
     async def command(self, timeout=500_000, **fields) -> dict:
-        await self.drv.send(pack(self.cmd_f, **fields))
+        await self.drv.send(pack(self.cmd_layout, fields))
         word, = await self.mon.wait_for(1, timeout_cycles=timeout)
-        return unpack(self.rsp_f, word)
+        return unpack(self.rsp_layout, word)
 
     async def command_quiet(self, **fields) -> dict:
         """A command whose response is awaited without waking Python every cycle (the monitor
         is paused; we wait for ``rsp__valid`` to rise), so Verilator runs free during a pass."""
         dut = self.dut
-        await self.drv.send(pack(self.cmd_f, **fields))
+        await self.drv.send(pack(self.cmd_layout, fields))
         self.mon.stop()
         dut.rsp__ready.value = 1
         await ReadOnly()
@@ -111,7 +75,7 @@ class TB:
         await RisingEdge(dut.clk)                     # the transfer happens at this edge
         dut.rsp__ready.value = 0
         self.mon.start()
-        return unpack(self.rsp_f, word)
+        return unpack(self.rsp_layout, word)
 
     async def write_line(self, mem, addr, words):
         line = sum(int(w) << (32 * i) for i, w in enumerate(words))
@@ -142,7 +106,7 @@ class TB:
                         np.uint32).reshape(n, self.cfg.size)
 
     def counters(self) -> dict:
-        return unpack(COUNTER_FIELDS(), self.dut.counters.value.to_unsigned())
+        return unpack(COUNTERS_LAYOUT, self.dut.counters.value.to_unsigned())
 
     async def run(self, cmd: G.MatmulCommand, *, check=True):
         """START ``cmd`` on DUT and model; check status, flags, counters and the output region."""
@@ -197,7 +161,7 @@ class TB:
         dut = self.dut
         expected = [self.model.run(cmd) for cmd in cmds]
         sender = cocotb.start_soon(self.drv.send_all(
-            [pack(self.cmd_f, **start_fields(cmd)) for cmd in cmds]))
+            [pack(self.cmd_layout, start_fields(cmd)) for cmd in cmds]))
         self.mon.stop()
         rng, stall = self.mon.rng, self.mon.stall_prob
         got = []
@@ -206,7 +170,7 @@ class TB:
             dut.rsp__ready.value = int(not (stall and rng.random() < stall))
             await ReadOnly()
             if dut.rsp__valid.value == 1 and dut.rsp__ready.value == 1:
-                got.append((unpack(self.rsp_f, dut.rsp__payload.value.to_unsigned()),
+                got.append((unpack(self.rsp_layout, dut.rsp__payload.value.to_unsigned()),
                             self.counters()))
             await RisingEdge(dut.clk)
         self.last_wall = time.perf_counter() - t0
@@ -361,7 +325,7 @@ async def reset_mid_operation(dut):
         await tb.load_all(rng)
         cmd = G.MatmulCommand(FWD, 3 * S, 2 * S, 2 * S, w, w, ROUND_STOCHASTIC, True, 0, 0, 0)
         sent0 = tb.drv.sent
-        sender = cocotb.start_soon(tb.drv.send_all([pack(tb.cmd_f, **start_fields(cmd))]
+        sender = cocotb.start_soon(tb.drv.send_all([pack(tb.cmd_layout, start_fields(cmd))]
                                                    * n_cmds))
         if n_cmds == 1:
             await ClockCycles(dut.clk, 200)

@@ -2,7 +2,7 @@
 
 The block name (``fmac``, ``fmac_lanes2``, ``fmac_lanes4``) and preset come from the runner's
 ``TESSERA_BLOCK``/``TESSERA_PRESET``; the config, payload layout and latency are the block's
-published params. Golden model: :mod:`sim.fmac`.
+published params. Golden model: :mod:`sim.model.fmac`.
 
 ``bench_cycles`` runs only when ``TESSERA_BENCH_OUT`` is set (``make bench-blocks``): it
 measures cycles per product for every width pair from the DUT and writes JSON there.
@@ -18,8 +18,9 @@ import time
 import cocotb
 from cocotb.triggers import ClockCycles
 
-from sim import fmac as g
-from sim.cocotb_stream import StreamTB, reset
+from sim.model import fmac as g
+from sim.tb.cocotb_stream import StreamTB, reset
+from sim.tb.payload import to_signed
 
 BLOCK = os.environ.get("TESSERA_BLOCK", "fmac")
 PRESET = os.environ.get("TESSERA_PRESET", "default")
@@ -68,10 +69,9 @@ class TB(StreamTB):
 
     @staticmethod
     def unpack(word: int) -> tuple[int, bool]:
-        v = word & ((1 << ACC_BITS) - 1)
-        if v >> (ACC_BITS - 1):
-            v -= 1 << ACC_BITS
-        return v, bool((word >> ACC_BITS) & 1)
+        (v_off, v_width), (o_off, _) = PARAMS["o_layout"]["value"], PARAMS["o_layout"]["overflow"]
+        return (to_signed((word >> v_off) & ((1 << v_width) - 1), v_width),
+                bool((word >> o_off) & 1))
 
     # ---- stimulus ----------------------------------------------------------------------------
     def random_elem(self, wa=None, wb=None, *, mag=None):

@@ -7,7 +7,7 @@ Mirrors :mod:`hdl.array` bit-exactly (docs/array.md, ``docs/array.md``):
   ``for nt: for kt:``; ``BWD_WEIGHT`` (``B = A^T . C``, ``dW = X^T . dY``) runs
   ``for mt: for kt: for nt:`` over batch tiles. Contraction tiles are visited in ascending
   order, which fixes the FP32 accumulation order of every output element.
-* **Quantization** (:mod:`sim.bfp`, two converters with their own LFSRs). Converter 0 (seed
+* **Quantization** (:mod:`sim.model.bfp`, two converters with their own LFSRs). Converter 0 (seed
   ``lfsr_seed``) quantizes the streamed operand: ``FWD`` an ``X`` row group ``X[m, kt]``
   per beat, ``BWD_DATA`` a ``dY`` row group ``dY[m, nt]`` per beat, ``BWD_WEIGHT`` the ``S``
   column groups ``X[mt, kt + j]`` (along the batch) of a block. Converter 1 (seed
@@ -33,8 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, MODE_NAMES, MODES, ArrayConfig
-from sim.bfp import (LFSR, ROUND_NEAREST, ROUNDING_MODES, dequantize_group_bits,
-                     quantize)
+from sim.model.bfp import LFSR, ROUND_NEAREST, ROUNDING_MODES, dequantize_group_bits, quantize
 
 __all__ = ["FWD", "BWD_DATA", "BWD_WEIGHT", "MODES", "MODE_NAMES",
            "OK", "ERR_MODE", "ERR_SHAPE", "ERR_WIDTH", "ERR_ROUNDING", "ERR_ADDR",

@@ -1,8 +1,8 @@
 """cocotb testbench of the array-edge converter (:class:`hdl.edge_converter.EdgeConverter`).
 
-Config from ``TESSERA_PRESET``; golden model :func:`sim.edge.edge_to_fp32`. Vectors come from
-:func:`sim.edge.random_vectors` (normal, subnormal, underflowing and overflowing results, exact
-ties, uniform exponents) and :func:`sim.edge.named_edge_cases`.
+Config from ``TESSERA_PRESET``; golden model :func:`sim.model.edge.edge_to_fp32`. Vectors come
+from :func:`sim.model.edge.random_vectors` (normal, subnormal, underflowing and overflowing
+results, exact ties, uniform exponents) and :func:`sim.model.edge.named_edge_cases`.
 """
 from __future__ import annotations
 
@@ -12,18 +12,20 @@ import random
 import cocotb
 from cocotb.triggers import ClockCycles
 
-from sim.cocotb_stream import StreamTB, reset
-from sim.edge import edge_to_fp32, is_tie, named_edge_cases, random_vectors
+from sim.model.edge import edge_to_fp32, is_tie, named_edge_cases, random_vectors
+from sim.tb.cocotb_stream import StreamTB, reset
+from sim.tb.payload import pack
 
 PRESET = os.environ.get("TESSERA_PRESET", "default")
 
 
 def _config():
-    from hdl.edge_converter import EdgeConfig, EdgeConverter
-    return EdgeConfig.preset(PRESET), EdgeConverter.LATENCY
+    from hdl.edge_converter import EdgeConfig, EdgeConverter, edge_input_layout
+    config = EdgeConfig.preset(PRESET)
+    return config, EdgeConverter.LATENCY, edge_input_layout(config)
 
 
-CONFIG, LATENCY = _config()
+CONFIG, LATENCY, IN_LAYOUT = _config()
 
 
 class TB(StreamTB):
@@ -36,8 +38,7 @@ class TB(StreamTB):
 
     @staticmethod
     def pack(value: int, exp: int) -> int:
-        vb, eb = CONFIG.int_bits, CONFIG.exp_bits
-        return (value & ((1 << vb) - 1)) | ((exp & ((1 << eb) - 1)) << vb)
+        return pack(IN_LAYOUT, {"value": value, "exp": exp})
 
     async def send(self, value: int, exp: int):
         self.expected.append((value, exp, edge_to_fp32(value, exp, CONFIG)))

@@ -1,11 +1,12 @@
 """cocotb testbench of the generated ``systolic_array`` (Verilator tier).
 
 ``TB`` drives the ``wload`` and ``inp`` streams (random idle cycles), takes ``out`` with random
-backpressure and checks every output vector against :class:`sim.array.ArrayStreamModel`.
+backpressure and checks every output vector against :class:`sim.model.array.ArrayStreamModel`.
 The preset comes from ``TESSERA_PRESET``.
 """
 from __future__ import annotations
 
+import functools
 import os
 import random
 
@@ -14,9 +15,11 @@ import numpy as np
 from cocotb.triggers import ClockCycles, RisingEdge, Timer
 from cocotb.utils import get_sim_time
 
+from hdl.array.array import array_out_layout, beat_layout, wload_layout
 from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
-from sim.array import ArrayStreamModel
-from sim.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
+from sim.model.array import ArrayStreamModel
+from sim.tb.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
+from sim.tb.payload import pack, to_signed
 
 MODES = (FWD, BWD_DATA, BWD_WEIGHT)
 
@@ -25,36 +28,30 @@ def config() -> ArrayConfig:
     return ArrayConfig.preset(os.environ.get("TESSERA_PRESET", "tiny"))
 
 
-# ---- payload packing (mirrors hdl.array.array's layouts, LSB first) ----------------------
-def _pack_elems(vals, mm) -> int:
-    word = 0
-    for i, x in enumerate(vals):
-        x = int(x)
-        word |= (abs(x) | (int(x < 0) << mm)) << (i * (mm + 1))
-    return word
+# ---- payload packing (the hardware's layouts: hdl.array.array) ----------------------------
+@functools.cache
+def _layouts(cfg: ArrayConfig):
+    return beat_layout(cfg), wload_layout(cfg), array_out_layout(cfg)
+
+
+def _elems(vals) -> list[dict]:
+    """Signed integers as the sign/magnitude elements of :func:`hdl.array.pe.elem_layout`."""
+    return [{"mag": abs(int(x)), "sign": int(x < 0)} for x in vals]
 
 
 def pack_beat(cfg, h, v, bank, first, last) -> int:
-    S, mm = cfg.size, cfg.max_mantissa
-    e = S * (mm + 1)
-    return (_pack_elems(h, mm) | (_pack_elems(v, mm) << e) | (int(bank) << 2 * e)
-            | (int(first) << (2 * e + 1)) | (int(last) << (2 * e + 2)))
+    return pack(_layouts(cfg)[0], {"h": _elems(h), "v": _elems(v), "bank": bank,
+                                   "first": first, "last": last})
 
 
 def pack_wload(cfg, w_row, row, bank) -> int:
-    S, mm = cfg.size, cfg.max_mantissa
-    e = S * (mm + 1)
-    rb = (S - 1).bit_length()
-    return _pack_elems(w_row, mm) | (int(row) << e) | (int(bank) << (e + rb))
+    return pack(_layouts(cfg)[1], {"w": _elems(w_row), "row": row, "bank": bank})
 
 
 def unpack_out(cfg, word) -> list[int]:
-    ab = cfg.acc_bits
-    out = []
-    for i in range(cfg.size):
-        x = (word >> (i * ab)) & ((1 << ab) - 1)
-        out.append(x - (1 << ab) if x >> (ab - 1) else x)
-    return out
+    value = _layouts(cfg)[2]["value"]
+    word = int(word) >> value.offset
+    return [to_signed((word >> f.offset) & ((1 << f.width) - 1), f.width) for _, f in value.shape]
 
 
 def make_tiles(rng, S, mode, wa, wb, n_tiles, lengths):

@@ -1,5 +1,7 @@
 """cocotb testbench of ``grad_unit`` (elementwise, bias gradient, softmax cross-entropy)
-against :mod:`sim.grad`, with random idle cycles and backpressure."""
+against :mod:`sim.model.grad`, with random idle cycles and backpressure. Payloads are packed
+with the sub-blocks' own layouts (``EW_IN_LAYOUT``, ``BG_CMD_LAYOUT``, ``SX_IN_LAYOUT``, ... of
+:mod:`hdl.grad`) through :mod:`sim.tb.payload`."""
 from __future__ import annotations
 
 import json
@@ -12,10 +14,14 @@ from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
 from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
 from hdl.fp32.log_config import FP32LogConfig
+from hdl.grad.biasgrad import BG_CMD_LAYOUT, BG_OUT_LAYOUT
 from hdl.grad.config import GradConfig
-from sim.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
-from sim.grad import (EW_OPS, bias_grad, canon, elementwise, softmax_xent, softmax_xent_f64,
-                      softmax_tolerance)
+from hdl.grad.elementwise import EW_IN_LAYOUT, EW_OUT_LAYOUT
+from hdl.grad.softmax import SX_IN_LAYOUT, SX_OUT_LAYOUT
+from sim.model.grad import (EW_OPS, bias_grad, canon, elementwise, softmax_xent, softmax_xent_f64,
+                            softmax_tolerance)
+from sim.tb.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
+from sim.tb.payload import pack, unpack
 
 F32 = np.float32
 
@@ -52,22 +58,22 @@ class TB:
     async def elementwise(self, op, a, b, scale):
         self.dut.ew_op.value = op
         self.dut.ew_scale.value = int(np.array(scale, F32).view(np.uint32))
-        payloads = [x | (y << 32) for x, y in zip(_bits(a), _bits(b))]
+        payloads = [pack(EW_IN_LAYOUT, {"a": x, "b": y}) for x, y in zip(_bits(a), _bits(b))]
         await self.ew_i.send_all(payloads)
         got = await self.ew_o.wait_for(len(payloads))
         exp = canon(elementwise(op, a, b, scale))
-        got = canon(np.array([g & 0xFFFFFFFF for g in got], np.uint64))
+        got = canon(np.array([unpack(EW_OUT_LAYOUT, g)["r"] for g in got], np.uint64))
         bad = np.nonzero(got != exp)[0]
         assert len(bad) == 0, (f"op {op}: {len(bad)} mismatches, first a={a[bad[0]]!r} "
                                f"b={b[bad[0]]!r}: {int(got[bad[0]]):#x} != {int(exp[bad[0]]):#x}")
 
     async def bias_grad(self, dy):
         rows, cols = dy.shape
-        await self.bg_cmd.send(rows | (cols << 16))
+        await self.bg_cmd.send(pack(BG_CMD_LAYOUT, {"rows": rows, "cols": cols}))
         await self.bg_dy.send_all(_bits(dy.ravel()))
-        got = await self.bg_db.wait_for(cols)
-        assert [g & 0xFFFFFFFF for g in got] == _bits(bias_grad(dy)), f"db {rows}x{cols}"
-        assert [g >> 32 for g in got] == [0] * (cols - 1) + [1]
+        got = [unpack(BG_OUT_LAYOUT, g) for g in await self.bg_db.wait_for(cols)]
+        assert [g["r"] for g in got] == _bits(bias_grad(dy)), f"db {rows}x{cols}"
+        assert [g["last"] for g in got] == [0] * (cols - 1) + [1]
         ref = dy.astype(np.float64).sum(axis=0)
         tol = rows * 2.0 ** -24 * np.abs(dy.astype(np.float64)).sum(axis=0)
         assert np.all(np.abs(bias_grad(dy) - ref) <= tol)
@@ -82,7 +88,7 @@ class TB:
         grad, s, zt, loss = softmax_xent(z, labels, gscale, self.config, self.divsqrt,
                                          self.log_config)
         zb = _bits(np.asarray(z, F32).ravel())
-        payloads = [zb[r * c + j] | (int(labels[r]) << 32) | (int(j == c - 1) << 48)
+        payloads = [pack(SX_IN_LAYOUT, {"x": zb[r * c + j], "label": labels[r], "last": j == c - 1})
                     for r in range(rows) for j in range(c)]
         sender = cocotb.start_soon(self.sx_i.send_all(payloads))
         first = await self.sx_o.wait_for(1)
@@ -92,13 +98,12 @@ class TB:
         await sender
         if timing is not None:
             timing.update(first=t_first, last=t_last)
-        g = np.array(got, dtype=object)
-        r_bits = np.array([int(x) & 0xFFFFFFFF for x in g], np.uint64).reshape(rows, c)
-        last = np.array([(int(x) >> 32) & 1 for x in g]).reshape(rows, c)
-        got_s = np.array([(int(x) >> 33) & 0xFFFFFFFF for x in g], np.uint32).reshape(rows, c)
-        got_zt = np.array([(int(x) >> 65) & 0xFFFFFFFF for x in g], np.uint32).reshape(rows, c)
-        got_loss = np.array([(int(x) >> 97) & 0xFFFFFFFF for x in g],
-                            np.uint32).reshape(rows, c)
+        g = [unpack(SX_OUT_LAYOUT, x) for x in got]
+        r_bits = np.array([x["r"] for x in g], np.uint64).reshape(rows, c)
+        last = np.array([x["last"] for x in g]).reshape(rows, c)
+        got_s = np.array([x["sum"] for x in g], np.uint32).reshape(rows, c)
+        got_zt = np.array([x["zt"] for x in g], np.uint32).reshape(rows, c)
+        got_loss = np.array([x["loss"] for x in g], np.uint32).reshape(rows, c)
         bad = np.argwhere(canon(r_bits) != canon(grad))
         assert len(bad) == 0, (f"softmax grad {rows}x{c}: {len(bad)} mismatches, first at "
                                f"{tuple(bad[0])}")
@@ -150,7 +155,7 @@ async def bias_grad_random(dut):
         await tb.bias_grad((tb.rng.standard_normal((rows, cols)) * 3).astype(F32))
     # invalid command: dropped, sticky error
     assert dut.bg_error.value == 0
-    await tb.bg_cmd.send(0 | (4 << 16))
+    await tb.bg_cmd.send(pack(BG_CMD_LAYOUT, {"rows": 0, "cols": 4}))
     await ClockCycles(dut.clk, 2)
     assert dut.bg_error.value == 1
 
@@ -187,7 +192,8 @@ async def reset_mid_softmax(dut):
     await tb.start()
     z = (tb.rng.standard_normal((6, 40)) * 4).astype(F32)
     sender = cocotb.start_soon(tb.sx_i.send_all(
-        [int(x) | (3 << 32) | (int(j % 40 == 39) << 48) for j, x in enumerate(_bits(z.ravel()))]))
+        [pack(SX_IN_LAYOUT, {"x": x, "label": 3, "last": j % 40 == 39})
+         for j, x in enumerate(_bits(z.ravel()))]))
     await ClockCycles(dut.clk, 150)
     sender.cancel()
     dut.sx_i__valid.value = 0
@@ -206,7 +212,8 @@ async def softmax_row_latency(tb, z, label) -> int:
     c = len(z)
     dut.sx_gscale.value = int(np.array(F32(1), F32).view(np.uint32))
     zb = _bits(z)
-    payloads = [zb[j] | (label << 32) | (int(j == c - 1) << 48) for j in range(c)]
+    payloads = [pack(SX_IN_LAYOUT, {"x": zb[j], "label": label, "last": j == c - 1})
+                for j in range(c)]
     await ClockCycles(dut.clk, 5)
     cycle, k, t_last = 0, 0, None
     while True:
@@ -228,7 +235,7 @@ async def softmax_row_latency(tb, z, label) -> int:
     dut.sx_i__valid.value = 0
     got = await tb.sx_o.wait_for(c)
     grad = softmax_xent(z[None, :], [label], F32(1), tb.config, tb.divsqrt, tb.log_config)[0]
-    assert canon(np.array([g & 0xFFFFFFFF for g in got], np.uint64)).tolist() == \
+    assert canon(np.array([unpack(SX_OUT_LAYOUT, g)["r"] for g in got], np.uint64)).tolist() == \
         canon(grad[0]).tolist(), "softmax row (latency run)"
     return cycle - t_last
 

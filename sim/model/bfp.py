@@ -1,9 +1,11 @@
-"""Golden model of the FAST block-floating-point converters (pure numpy, no Amaranth).
+"""Golden model of the FAST block-floating-point converters (pure numpy).
 
 Bit-exact with :class:`hdl.bfp.BFPConverter` (FP32 -> BFP) and :class:`hdl.bfp.BFPToFP32`
 (BFP -> FP32), including the stochastic-rounding LFSR sequence. Everything is integer
 arithmetic on the float32 bit patterns; no floating-point rounding happens here.
-See ``docs/bfp.md`` for the format, the payload layouts and the policies.
+See ``docs/bfp.md`` for the format, the payload layouts and the policies. The payload packers
+(:func:`pack_fp32_group`, :func:`pack_bfp_group`, ...) read their field offsets from the
+hardware's layouts (:mod:`hdl.bfp`), imported only when a payload is packed or unpacked.
 
 Numerics (one group of ``G = config.group_size`` values, run-time width ``m``):
 
@@ -21,6 +23,7 @@ Numerics (one group of ``G = config.group_size`` values, run-time width ``m``):
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -282,7 +285,8 @@ def dequantize_group_bits(exp, sign, mag, width: int) -> np.ndarray:
     """FP32 bit patterns (uint32) of ``(-1)**sign * mag * 2**(exp - (width - 1))``.
 
     Elementwise over broadcast arrays; round to nearest even below the normal range (exact
-    subnormals), ±Inf at or past ``2**128`` -- :func:`sim.fp32_round.round_to_fp32` vectorised.
+    subnormals), ±Inf at or past ``2**128`` -- :func:`sim.model.fp32_round.round_to_fp32`
+    vectorised.
     """
     e = np.asarray(exp, dtype=np.int64) - (width - 1)
     s = np.asarray(sign, dtype=np.int64) & 1
@@ -315,89 +319,130 @@ def dequantize(groups: BFPGroups, config: BFPConfig, *, width: int, axis: int = 
     return dequantize_group_bits(exp, groups.sign, groups.mag, width).view(np.float32)
 
 
-# --- Stream payload layouts (mirrors of hdl.bfp's Amaranth layouts; LSB first) --------------
+# --- Stream payloads (offsets from hdl.bfp's own Amaranth layouts) ---------------------------
+# The field tables below are read from the hardware's layouts (imported on first use, so the
+# arithmetic above needs no Amaranth); the packers place every field where those layouts do.
 
-def _width_bits(config: BFPConfig) -> int:
-    return config.max_mantissa.bit_length()
+@functools.cache
+def _stream_layouts(config: BFPConfig):
+    from hdl.bfp.converter import bfp_stream_layout, fp32_stream_layout
+    from hdl.bfp.to_fp32 import fp32_out_layout
+    return fp32_stream_layout(config), bfp_stream_layout(config), fp32_out_layout(config)
 
 
+def _at(field, base: int = 0) -> tuple[int, int]:
+    return base + field.offset, field.width
+
+
+def _sub(field):
+    """The layout of a field whose shape is a layout or a ``data.Struct``."""
+    from amaranth.lib import data
+    return data.Layout.cast(field.shape)
+
+
+@functools.cache
 def fp32_stream_fields(config: BFPConfig) -> dict:
-    """``{field: (offset, width)}`` of the converter's input payload."""
-    G, wb = config.group_size, _width_bits(config)
-    return {"data": (0, 32 * G), "width": (32 * G, wb), "rounding": (32 * G + wb, 2)}
+    """``{field: (offset, width)}`` of the converter's input payload
+    (:func:`hdl.bfp.converter.fp32_stream_layout`)."""
+    return {name: _at(f) for name, f in _stream_layouts(config)[0]}
 
 
+@functools.cache
 def bfp_stream_fields(config: BFPConfig) -> dict:
-    """``{field: (offset, width)}`` of a BFP group stream payload (converter out, inverse in).
+    """``{field: (offset, width)}`` of a BFP group stream payload (converter out, inverse in;
+    :func:`hdl.bfp.converter.bfp_stream_layout`), with the group and the flags flattened:
 
     ``exp`` | ``elems`` (``group_size`` x (``mag`` | ``sign``)) | ``width`` | ``rounding`` |
     ``invalid`` | ``overflow``.
     """
-    G, mm, eb, wb = config.group_size, config.max_mantissa, config.exp_bits, _width_bits(config)
-    base = eb + G * (mm + 1)
-    return {"exp": (0, eb), "elems": (eb, G * (mm + 1)), "width": (base, wb),
-            "rounding": (base + wb, 2), "invalid": (base + wb + 2, 1),
-            "overflow": (base + wb + 3, 1)}
+    layout = _stream_layouts(config)[1]
+    group, flags = layout["group"], layout["flags"]
+    return {"exp": _at(_sub(group)["exp"], group.offset),
+            "elems": _at(_sub(group)["elems"], group.offset),
+            "width": _at(layout["width"]), "rounding": _at(layout["rounding"]),
+            "invalid": _at(_sub(flags)["invalid"], flags.offset),
+            "overflow": _at(_sub(flags)["overflow"], flags.offset)}
 
 
+@functools.cache
+def _elem_fields(config: BFPConfig) -> tuple[int, dict]:
+    """Stride of one element in ``elems`` and its ``{mag, sign: (offset, width)}``."""
+    elems = _sub(_sub(_stream_layouts(config)[1]["group"])["elems"])
+    elem = _sub(elems[0])
+    return elem.size, {name: _at(f) for name, f in elem}
+
+
+@functools.cache
 def fp32_out_fields(config: BFPConfig) -> dict:
-    """``{field: (offset, width)}`` of the inverse's output payload."""
-    G = config.group_size
-    return {"data": (0, 32 * G), "invalid": (32 * G, 1), "overflow": (32 * G + 1, 1)}
+    """``{field: (offset, width)}`` of the inverse's output payload
+    (:func:`hdl.bfp.to_fp32.fp32_out_layout`), flags flattened."""
+    layout = _stream_layouts(config)[2]
+    flags = layout["flags"]
+    return {"data": _at(layout["data"]),
+            "invalid": _at(_sub(flags)["invalid"], flags.offset),
+            "overflow": _at(_sub(flags)["overflow"], flags.offset)}
+
+
+def _get(word: int, field: tuple[int, int]) -> int:
+    return (word >> field[0]) & ((1 << field[1]) - 1)
+
+
+def _put(value, field: tuple[int, int]) -> int:
+    return (int(value) & ((1 << field[1]) - 1)) << field[0]
+
+
+def _data_words(word: int, config: BFPConfig, data: tuple[int, int]) -> np.ndarray:
+    """The ``group_size`` FP32 words of a ``data`` field (element 0 in the low bits)."""
+    w = _get(word, data)
+    return np.array([(w >> (32 * j)) & _M32 for j in range(config.group_size)], np.uint32)
 
 
 def pack_fp32_group(values, config: BFPConfig, width: int, rounding: int) -> int:
     """Converter input payload from ``(group_size,)`` float32 values (or uint32 bit patterns)."""
     f = fp32_stream_fields(config)
-    word = 0
+    data = 0
     for j, v in enumerate(_as_bits(values).reshape(-1)):
-        word |= int(v) << (32 * j)
-    word |= (int(width) & ((1 << f["width"][1]) - 1)) << f["width"][0]
-    word |= (int(rounding) & 3) << f["rounding"][0]
-    return word
+        data |= int(v) << (32 * j)
+    return _put(data, f["data"]) | _put(width, f["width"]) | _put(rounding, f["rounding"])
 
 
 def unpack_fp32_group(word: int, config: BFPConfig, *, with_flags: bool = False):
-    """uint32 bit patterns of an FP32 group payload (``data`` at bit 0), ``+ (invalid,
-    overflow)`` when ``with_flags`` (the inverse's output)."""
-    bits = np.array([(word >> (32 * j)) & _M32 for j in range(config.group_size)], np.uint32)
+    """uint32 bit patterns of an FP32 group payload (converter input or inverse output),
+    ``+ (invalid, overflow)`` when ``with_flags`` (the inverse's output)."""
     if not with_flags:
-        return bits
+        return _data_words(word, config, fp32_stream_fields(config)["data"])
     f = fp32_out_fields(config)
-    return bits, bool((word >> f["invalid"][0]) & 1), bool((word >> f["overflow"][0]) & 1)
+    return (_data_words(word, config, f["data"]), bool(_get(word, f["invalid"])),
+            bool(_get(word, f["overflow"])))
 
 
 def pack_bfp_group(exp: int, sign, mag, config: BFPConfig, *, width: int, rounding: int,
                    invalid: bool = False, overflow: bool = False) -> int:
     f = bfp_stream_fields(config)
-    mm, eb = config.max_mantissa, config.exp_bits
-    word = int(exp) & ((1 << eb) - 1)
+    stride, ef = _elem_fields(config)
+    word = _put(exp, f["exp"])
     for j, (s, M) in enumerate(zip(np.asarray(sign).reshape(-1), np.asarray(mag).reshape(-1))):
-        word |= ((int(M) & ((1 << mm) - 1)) | ((int(s) & 1) << mm)) << (eb + j * (mm + 1))
-    word |= (int(width) & ((1 << f["width"][1]) - 1)) << f["width"][0]
-    word |= (int(rounding) & 3) << f["rounding"][0]
-    word |= int(bool(invalid)) << f["invalid"][0]
-    word |= int(bool(overflow)) << f["overflow"][0]
-    return word
+        word |= (_put(M, ef["mag"]) | _put(s, ef["sign"])) << (f["elems"][0] + j * stride)
+    return (word | _put(width, f["width"]) | _put(rounding, f["rounding"])
+            | _put(bool(invalid), f["invalid"]) | _put(bool(overflow), f["overflow"]))
 
 
 def unpack_bfp_group(word: int, config: BFPConfig) -> dict:
     """Fields of a BFP group payload: exp (signed), sign, mag (arrays), width, rounding, flags."""
     f = bfp_stream_fields(config)
-    mm, eb = config.max_mantissa, config.exp_bits
-    exp = word & ((1 << eb) - 1)
-    if exp >> (eb - 1):
-        exp -= 1 << eb
-    elems = [(word >> (eb + j * (mm + 1))) & ((1 << (mm + 1)) - 1)
-             for j in range(config.group_size)]
+    stride, ef = _elem_fields(config)
+    exp = _get(word, f["exp"])
+    if exp >> (f["exp"][1] - 1):
+        exp -= 1 << f["exp"][1]
+    elems = [word >> (f["elems"][0] + j * stride) for j in range(config.group_size)]
     return {
         "exp": exp,
-        "sign": np.array([e >> mm for e in elems], np.uint8),
-        "mag": np.array([e & ((1 << mm) - 1) for e in elems], np.int64),
-        "width": (word >> f["width"][0]) & ((1 << f["width"][1]) - 1),
-        "rounding": (word >> f["rounding"][0]) & 3,
-        "invalid": bool((word >> f["invalid"][0]) & 1),
-        "overflow": bool((word >> f["overflow"][0]) & 1),
+        "sign": np.array([_get(e, ef["sign"]) for e in elems], np.uint8),
+        "mag": np.array([_get(e, ef["mag"]) for e in elems], np.int64),
+        "width": _get(word, f["width"]),
+        "rounding": _get(word, f["rounding"]),
+        "invalid": bool(_get(word, f["invalid"])),
+        "overflow": bool(_get(word, f["overflow"])),
     }
 
 
@@ -426,8 +471,8 @@ class BFPConverterModel:
     def accept(self, word: int) -> int:
         f = fp32_stream_fields(self.config)
         bits = unpack_fp32_group(word, self.config)
-        width = decode_width((word >> f["width"][0]) & ((1 << f["width"][1]) - 1), self.config)
-        rounding = decode_rounding((word >> f["rounding"][0]) & 3)
+        width = decode_width(_get(word, f["width"]), self.config)
+        rounding = decode_rounding(_get(word, f["rounding"]))
         noise = self.lfsr.noise()
         exp, sign, mag, inv, ovf = quantize_group(bits, self.config, width, rounding, noise)
         self.flags = (self.flags[0] or inv, self.flags[1] or ovf)
@@ -445,11 +490,12 @@ class BFPToFP32Model:
         g = unpack_bfp_group(word, self.config)
         width = decode_width(g["width"], self.config)
         bits = dequantize_group_bits(g["exp"], g["sign"], g["mag"], width)
-        out = 0
+        data = 0
         for j, v in enumerate(bits):
-            out |= int(v) << (32 * j)
+            data |= int(v) << (32 * j)
         f = fp32_out_fields(self.config)
-        return out | (int(g["invalid"]) << f["invalid"][0]) | (int(g["overflow"]) << f["overflow"][0])
+        return (_put(data, f["data"]) | _put(g["invalid"], f["invalid"])
+                | _put(g["overflow"], f["overflow"]))
 
 
 # --- Stimulus shared by the test tiers ----------------------------------------------------

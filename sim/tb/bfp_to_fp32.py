@@ -1,9 +1,10 @@
 """cocotb testbench of :class:`hdl.bfp.BFPToFP32` (BFP -> FP32) under Verilator.
 
 Preset from ``TESSERA_PRESET`` (the cocotb tier uses ``default``). Golden model:
-:class:`sim.bfp.BFPToFP32Model`; round-trip inputs come from :class:`sim.bfp.BFPConverterModel`,
-and every result is also checked against an independent computation (float64 for the exact
-round trip, :func:`sim.fp32_round.round_to_fp32` per element for arbitrary payloads).
+:class:`sim.model.bfp.BFPToFP32Model`; round-trip inputs come from
+:class:`sim.model.bfp.BFPConverterModel`, and every result is also checked against an
+independent computation (float64 for the exact round trip,
+:func:`sim.model.fp32_round.round_to_fp32` per element for arbitrary payloads).
 """
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ import numpy as np
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
 from hdl.config import BFPConfig
-from sim import bfp
-from sim.cocotb_stream import StreamTB
-from sim.fp32_round import round_to_fp32
+from sim.model import bfp
+from sim.model.fp32_round import round_to_fp32
+from sim.tb.cocotb_stream import StreamTB
 
 PRESET = os.environ.get("TESSERA_PRESET", "default")
 CFG = BFPConfig.preset(PRESET)
@@ -34,7 +35,7 @@ LATENCY = PARAMS["latency"]
 
 
 def independent(word: int) -> np.ndarray:
-    """Expected FP32 bits of a BFP payload from sim.fp32_round, element by element."""
+    """Expected FP32 bits of a BFP payload from sim.model.fp32_round, element by element."""
     g = bfp.unpack_bfp_group(word, CFG)
     m = bfp.decode_width(g["width"], CFG)
     return np.array([round_to_fp32(int(s), g["exp"] - (m - 1), int(M))

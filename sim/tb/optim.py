@@ -1,4 +1,4 @@
-"""cocotb testbench of the optimizer engine (``optim_engine``) against :mod:`sim.optim`.
+"""cocotb testbench of the optimizer engine (``optim_engine``) against :mod:`sim.model.optim`.
 
 The host side loads memories and gradients through the ``cmd``/``wdata`` streams (random idle
 cycles), starts a STEP and waits for ``busy`` to fall without touching the DUT per cycle; reads
@@ -16,9 +16,10 @@ import numpy as np
 from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge
 
 from hdl.optim.config import Mem, Op, OptimConfig, Reg, unpack_status
-from sim.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
-from sim.optim import (SGD, Adam, AdamW, Clip, LossScale, Momentum, OptimEngineModel,
-                       optimizer_registers, pack_cmd, reg_word)
+from sim.host.optim import (SGD, Adam, AdamW, Clip, LossScale, Momentum, optimizer_registers,
+                            pack_cmd, reg_word)
+from sim.model.optim import OptimEngineModel
+from sim.tb.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
 
 N_PARAMS = 1000
 STEPS = 100
@@ -205,7 +206,7 @@ async def clip_boundary(dut):
     g = tb.rng.standard_normal(n).astype(np.float32)
     await tb.accum(0, g, first=True)
     eps = np.float32(1e-6)
-    from sim.optim import lane_sum
+    from sim.model.optim import lane_sum
     norm = np.sqrt(lane_sum(g * g, tb.config.reduce_lanes))
     at = np.float32(norm + eps)
     ref = float(np.sqrt(np.sum(g.astype(np.float64) ** 2)))

@@ -2,12 +2,12 @@
 
 The unit comes from ``TESSERA_BLOCK`` (``fp32_add``, ``fp32_mul``, ``fp32_compare``,
 ``int_to_fp32``, ``fp32_to_int``) and the config from ``TESSERA_PRESET``; the golden model is
-the matching numpy model of :mod:`sim.fp32`. Payloads are packed with the model's
-``IN_FIELDS``/``OUT_FIELDS`` (the same bit positions as the Amaranth layouts).
+the matching numpy model of :mod:`sim.model.fp32`. Payloads are packed with the model's
+``IN_FIELDS``/``OUT_FIELDS``, which are read from the units' Amaranth layouts.
 
 Tests (the pytest tier runs all but ``bench_throughput``):
 
-* ``specials``: every pair of :data:`sim.fp32.SPECIALS` (58 x 58; both operations for add) or
+* ``specials``: every pair of :data:`sim.model.fp32.SPECIALS` (58 x 58; both operations for add) or
   every named int/float special, at full rate.
 * ``random_full_rate``: ``TESSERA_FP32_N`` (default 100,000) random operands from the
   class-covering generators, back to back, ``ready`` always high.
@@ -31,8 +31,8 @@ import numpy as np
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
 from hdl.fp32.config import FP32Config
-from sim import fp32 as gold
-from sim.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
+from sim.model import fp32 as gold
+from sim.tb.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
 
 BLOCK = os.environ.get("TESSERA_BLOCK", "fp32_add")
 PRESET = os.environ.get("TESSERA_PRESET", "default")

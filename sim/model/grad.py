@@ -12,16 +12,16 @@ is bit-exact with the hardware (NaN payloads excepted: compare with :func:`canon
   over the lanes' final values in the order they leave the adder.
 * :func:`softmax_xent` -- :class:`hdl.grad.softmax.SoftmaxXent`: per row
   ``mx = max z`` (ordered bit keys; NaN if any NaN), ``e = exp(z - mx)`` (the hardware exp,
-  :class:`sim.fp32_exp.FP32Exp`), ``s = row_sum(e)``, ``grad = (e / s - onehot) * gscale``,
+  :class:`sim.model.fp32_exp.FP32Exp`), ``s = row_sum(e)``, ``grad = (e / s - onehot) * gscale``,
   ``zt = z[label] - mx`` and the loss ``log(s) - zt`` (the hardware log,
-  :class:`sim.fp32_log.FP32Log`, then an FP32 subtract).
+  :class:`sim.model.fp32_log.FP32Log`, then an FP32 subtract).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from hdl.grad.config import GradConfig
-from sim.optim import lane_sum
+from sim.model.optim import lane_sum
 
 __all__ = ["EW_ADD", "EW_RELU", "EW_RELU_GRAD", "EW_SCALE", "EW_ADD_RELU", "EW_OPS", "canon",
            "elementwise", "bias_grad", "sum_squares", "f32_max", "softmax_xent", "xent_loss",
@@ -127,8 +127,8 @@ def softmax_xent(z, labels, gscale, config: GradConfig, exp_config=None, log_con
     """Golden softmax + cross-entropy. Returns ``(grad, s, zt, loss)`` (float32 arrays; the
     last three per row). ``exp_config``: :class:`~hdl.fp32.divsqrt_config.FP32DivSqrtConfig`,
     ``log_config``: :class:`~hdl.fp32.log_config.FP32LogConfig` (defaults if ``None``)."""
-    from sim.fp32_exp import FP32Exp
-    from sim.fp32_log import FP32Log
+    from sim.model.fp32_exp import FP32Exp
+    from sim.model.fp32_log import FP32Log
     z = np.asarray(z, F32)
     labels = np.asarray(labels)
     if z.ndim != 2:

@@ -1,9 +1,9 @@
 """cocotb testbench of :class:`hdl.bfp.BFPConverter` (FP32 -> BFP) under Verilator.
 
 The preset comes from the runner's ``TESSERA_PRESET`` (the cocotb tier uses ``default``,
-group_size 16). Golden model: :class:`sim.bfp.BFPConverterModel` (bit-exact, LFSR included);
-payloads are packed with :mod:`sim.bfp`'s mirrors of the Amaranth layouts (checked against
-them in tests/test_bfp_converter.py).
+group_size 16). Golden model: :class:`sim.model.bfp.BFPConverterModel` (bit-exact, LFSR included);
+payloads are packed by :mod:`sim.model.bfp`'s packers, whose offsets are read from the hardware's
+Amaranth layouts.
 
 ``bench_throughput`` runs only when ``TESSERA_BENCH_OUT`` is set (``make bench-blocks``).
 """
@@ -18,8 +18,10 @@ import numpy as np
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
 from hdl.config import BFPConfig
-from sim import bfp
-from sim.cocotb_stream import StreamTB
+from hdl.formats import BFPFlags
+from sim.model import bfp
+from sim.tb.cocotb_stream import StreamTB
+from sim.tb.payload import unpack
 
 PRESET = os.environ.get("TESSERA_PRESET", "default")
 BENCH_OUT = os.environ.get("TESSERA_BENCH_OUT")
@@ -79,8 +81,8 @@ class TB(StreamTB):
         return n
 
     def flags(self) -> tuple[bool, bool]:
-        v = self.dut.flags.value.to_unsigned()
-        return bool(v & 1), bool(v >> 1 & 1)
+        f = unpack(BFPFlags, self.dut.flags.value.to_unsigned())
+        return bool(f["invalid"]), bool(f["overflow"])
 
     # ---- stimulus ----------------------------------------------------------------------------
     def random_words(self, n_per_combo: int, *, special_prob: float = 0.02):
@@ -117,8 +119,8 @@ async def random_every_width_and_mode(dut):
 
 @cocotb.test()
 async def edge_cases(dut):
-    """Every named edge case of :func:`sim.bfp.edge_case_groups` (all-zero group, -0.0, one huge
-    value with tiny ones, largest/smallest normal exponent, subnormals, NaN, ±Inf, ties, ties
+    """Every named edge case of :func:`sim.model.bfp.edge_case_groups` (all-zero group, -0.0, one
+    huge value with tiny ones, largest/smallest normal exponent, subnormals, NaN, ±Inf, ties, ties
     with sticky bits, saturation, ...) at every width and mode, plus every illegal width code
     and the reserved rounding code 3; with idle cycles and backpressure."""
     tb = TB(dut, seed=22, idle_prob=0.1, stall_prob=0.3)

@@ -7,11 +7,16 @@ which is also what the hardware produces) before results are compared.
 
 Model classes carry the hardware's names (:class:`FP32Add` mirrors ``hdl.fp32.add.FP32Add``,
 ...), take the same :class:`~hdl.fp32.config.FP32Config` and describe the stream payloads as
-``IN_FIELDS`` / ``OUT_FIELDS`` (name, width), LSB first, exactly as the Amaranth layouts place
-them. ``model(**fields) -> {out field: array}`` is vectorised over numpy arrays; ``pack_in`` /
-``unpack_out`` convert between field arrays and payload integers.
+``IN_FIELDS`` / ``OUT_FIELDS`` (name, width), LSB first: read from the hardware's payload layout
+(:class:`HardwareFields`, e.g. ``hdl.fp32.add.FP32AddIn``, imported on first use) or, for a
+payload that is one plain 32-bit word, that word. ``model(**fields) -> {out field: array}`` is
+vectorised over numpy arrays; ``pack_in`` / ``unpack_out`` convert between field arrays and
+payload integers.
 """
 from __future__ import annotations
+
+import functools
+import importlib
 
 import numpy as np
 
@@ -22,6 +27,7 @@ __all__ = [
     "SPECIALS", "SPECIALS_SMALL", "INT_SPECIALS", "FTOI_SPECIALS",
     "random_fp32", "random_pairs", "random_int32", "random_ftoi",
     "FP32Add", "FP32Mul", "FP32Compare", "IntToFP32", "FP32ToInt", "MODELS", "model_for",
+    "HardwareFields",
 ]
 
 #: The NaN every unit produces (quiet, positive, payload 0).
@@ -257,6 +263,32 @@ def random_ftoi(rng: np.random.Generator, n: int) -> np.ndarray:
 # Golden models
 # ----------------------------------------------------------------------------------------------
 
+@functools.cache
+def _layout_fields(spec: str) -> tuple[tuple[str, int], ...]:
+    from amaranth.lib import data
+    module, name = spec.split(":")
+    layout = data.Layout.cast(getattr(importlib.import_module(module), name))
+    fields = sorted(((f.offset, n, f.width) for n, f in layout), key=lambda t: t[0])
+    offset = 0
+    for at, n, width in fields:
+        if at != offset:
+            raise ValueError(f"{spec}: field {n} at bit {at}, not {offset} (not contiguous)")
+        offset += width
+    return tuple((n, width) for _, n, width in fields)
+
+
+class HardwareFields:
+    """A model's ``IN_FIELDS`` / ``OUT_FIELDS``: ``((name, width), ...)`` LSB first, read from the
+    hardware's payload layout ``spec`` (``"module:attribute"``) when first used, so the payload
+    packing follows the hardware and the models themselves import no Amaranth."""
+
+    def __init__(self, spec: str):
+        self.spec = spec
+
+    def __get__(self, obj, owner=None) -> tuple[tuple[str, int], ...]:
+        return _layout_fields(self.spec)
+
+
 class _Model:
     #: registered block name
     NAME = ""
@@ -326,7 +358,7 @@ class FP32Add(_Model):
     """``r = a + b`` (``sub = 0``) or ``r = a - b`` (``sub = 1``), numpy float32."""
 
     NAME = "fp32_add"
-    IN_FIELDS = (("a", 32), ("b", 32), ("sub", 1))
+    IN_FIELDS = HardwareFields("hdl.fp32.add:FP32AddIn")
     OUT_FIELDS = (("r", 32),)
     FP_OUT = ("r",)
 
@@ -341,7 +373,7 @@ class FP32Mul(_Model):
     """``r = a * b``, numpy float32."""
 
     NAME = "fp32_mul"
-    IN_FIELDS = (("a", 32), ("b", 32))
+    IN_FIELDS = HardwareFields("hdl.fp32.mul:FP32MulIn")
     OUT_FIELDS = (("r", 32),)
     FP_OUT = ("r",)
 
@@ -362,9 +394,8 @@ class FP32Compare(_Model):
     """
 
     NAME = "fp32_compare"
-    IN_FIELDS = (("a", 32), ("b", 32))
-    OUT_FIELDS = (("max", 32), ("min", 32), ("less", 1), ("equal", 1), ("less_equal", 1),
-                  ("unordered", 1))
+    IN_FIELDS = HardwareFields("hdl.fp32.compare:FP32CompareIn")
+    OUT_FIELDS = HardwareFields("hdl.fp32.compare:FP32CompareOut")
     FP_OUT = ("max", "min")
 
     def __call__(self, a, b) -> dict:
@@ -409,8 +440,8 @@ class FP32ToInt(_Model):
     """
 
     NAME = "fp32_to_int"
-    IN_FIELDS = (("a", 32), ("rne", 1))
-    OUT_FIELDS = (("value", 32), ("invalid", 1))
+    IN_FIELDS = HardwareFields("hdl.fp32.convert:FP32ToIntIn")
+    OUT_FIELDS = HardwareFields("hdl.fp32.convert:FP32ToIntOut")
     FP_OUT = ()
 
     def __call__(self, a, rne) -> dict:

@@ -24,14 +24,14 @@ from cocotb.utils import get_sim_time
 from hdl.core.config import CoreConfig
 from hdl.core.host import HostOp, HostStatus
 from hdl.core.isa import Op, Status, encode
-from sim.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
 from sim.host.compiler import MLP, compile_mlp
 from sim.host.driver import CoreDriver, HostError, pack_cmd
+from sim.host.optim import SGD, Adam, AdamW, Clip, LossScale, Momentum
 from sim.model.core import CoreModel
-from sim.optim import SGD, Adam, AdamW, Clip, LossScale, Momentum
+from sim.tb.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
 
 F32 = np.float32
-CLOCK_NS = 10       # sim.cocotb_stream.start_clock's default period
+CLOCK_NS = 10       # sim.tb.cocotb_stream.start_clock's default period
 
 
 class CocotbTransport:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]   # sim/tb/runner.py -> the repository
 BUILD = ROOT / "build" / "sim"
 VERILATOR_ARGS = [
     # Amaranth emits width-extending assignments Verilator warns about; warnings stay visible
@@ -73,11 +73,16 @@ def _runner():
     return get_runner("verilator")
 
 
+#: Blocks whose testbenches use only top-level ports (built without --public-flat-rw).
+PORTS_ONLY_BLOCKS = ("training_core",)
+
+
 def _source_digest(block: str, preset: str) -> str:
     """A hash of everything the generated Verilog depends on: every file of :mod:`hdl`, the
     pinned Amaranth version, the block and the preset."""
     import amaranth
-    h = hashlib.sha256(f"{block}:{preset}:{amaranth.__version__}".encode())
+    h = hashlib.sha256(f"{block}:{preset}:{amaranth.__version__}:{VERILATOR_ARGS}:"
+                       f"{block in PORTS_ONLY_BLOCKS}".encode())
     for path in sorted((ROOT / "hdl").rglob("*.py")):
         h.update(str(path.relative_to(ROOT)).encode())
         h.update(path.read_bytes())
@@ -105,16 +110,27 @@ def build_block(block: str, preset: str, *, waves: bool = False) -> Path:
             return build_dir
         tmp = BUILD / f"{tag}.candidate.v"
         generate_one(block, preset, tmp)
-        digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+        # the build flags are part of what was built
+        flags = repr((VERILATOR_ARGS, block in PORTS_ONLY_BLOCKS)).encode()
+        digest = hashlib.sha256(tmp.read_bytes() + flags).hexdigest()
         if not (stamp.exists() and stamp.read_text() == digest and source.exists()):
             if build_dir.exists():
                 shutil.rmtree(build_dir)
             build_dir.mkdir(parents=True)
             shutil.move(tmp, source)
             shutil.move(tmp.with_suffix(".json"), source.with_suffix(".json"))
+            extra = []
+            if block in PORTS_ONLY_BLOCKS:
+                # cocotb's runner always passes --public-flat-rw (every signal visible to VPI:
+                # slow to compile and about 6x slower to simulate, docs/toolchain.md); these
+                # testbenches touch only the top's ports, so only those stay public
+                vlt = build_dir / "public_ports.vlt"
+                vlt.write_text("`verilator_config\n"
+                               f'public_flat_rw -module "tessera_{block}" -var "*"\n')
+                extra = ["--no-public-flat-rw", str(vlt)]
             _runner().build(
                 sources=[source], hdl_toplevel=f"tessera_{block}", build_dir=build_dir,
-                build_args=VERILATOR_ARGS, waves=waves, always=True,
+                build_args=VERILATOR_ARGS + extra, waves=waves, always=True,
                 log_file=build_dir / "build.log",
             )
             stamp.write_text(digest)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from hdl.fp32.log_config import FP32LogConfig, LogConstants, log_constants
-from sim.fp32_exp import round_to_fp32_vec
+from sim.model.fp32_exp import round_to_fp32_vec
 
 __all__ = ["QNAN", "NEG_INF", "FP32Log", "log_ulp_error", "measure_log_accuracy", "LOG_BANDS",
            "LOG_SPECIALS", "special_operands", "random_operands"]
@@ -51,7 +51,7 @@ def _f32(bits) -> np.ndarray:
 
 
 def _round_wide(sign, exp, sig, sticky) -> np.ndarray:
-    """:func:`sim.fp32_exp.round_to_fp32_vec` for ``sig < 2**63``: bits beyond 52 go into
+    """:func:`sim.model.fp32_exp.round_to_fp32_vec` for ``sig < 2**63``: bits beyond 52 go into
     the sticky bit first (the same correctly rounded result)."""
     sig = np.asarray(sig, np.int64)
     _, length = np.frexp(sig.astype(np.float64))       # may be one too high near 2**k
@@ -128,7 +128,7 @@ class FP32Log:
     def __call__(self, a) -> dict:
         return {"r": self.steps(a)["r"]}
 
-    # stream helpers, as the models in sim.fp32_exp
+    # stream helpers, as the models in sim.model.fp32_exp
     def pack_in(self, a) -> list[int]:
         return [int(v) for v in _bits(a)]
 
@@ -222,13 +222,13 @@ LOG_SPECIALS: tuple[int, ...] = tuple(_pm([
 
 
 def special_operands(base=()) -> dict:
-    """``{"a": ...}``: ``base`` (e.g. :data:`sim.fp32.SPECIALS`) plus :data:`LOG_SPECIALS`."""
+    """``{"a": ...}``: ``base`` (e.g. :data:`sim.model.fp32.SPECIALS`) plus :data:`LOG_SPECIALS`."""
     return {"a": np.array(sorted(set(base) | set(LOG_SPECIALS)), dtype=np.int64)}
 
 
 def random_operands(rng: np.random.Generator, n: int, base=None) -> dict:
     """``n`` random operands: 20 % ``base(rng, n)`` (generic FP32 patterns of every class,
-    e.g. :func:`sim.fp32.random_fp32`; uniform patterns if ``None``), 30 % uniform positive
+    e.g. :func:`sim.model.fp32.random_fp32`; uniform patterns if ``None``), 30 % uniform positive
     finite bit patterns, 20 % within 2**-12 relative of 1 (both sides), 10 % in
     ``[0.5, 2)``, 10 % positive subnormals, 10 % softmax sums (``[1, 1024)``)."""
     kind = rng.random(n)

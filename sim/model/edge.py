@@ -3,13 +3,13 @@
 ``edge_to_fp32(value, exp)`` is the IEEE 754 binary32 bit pattern of ``value * 2**exp``,
 round-to-nearest-even, exact subnormals, ±Inf on overflow, ``+0.0`` for ``value == 0`` (a
 non-zero value too small for the smallest subnormal rounds to a zero with its sign). Pure
-Python integers through :func:`sim.fp32_round.round_to_fp32`; no floating point, no Amaranth.
+Python integers through :func:`sim.model.fp32_round.round_to_fp32`; no floating point, no Amaranth.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from sim.fp32_round import round_to_fp32
+from sim.model.fp32_round import round_to_fp32
 
 __all__ = ["edge_to_fp32", "edge_to_fp32_array", "check_edge_input", "numpy_reference",
            "reference_applies", "named_edge_cases", "random_vectors", "is_tie"]

@@ -23,7 +23,7 @@ The exp algorithm (``t = config.exp_table_bits``, ``N = 2**t``, ``F = 30`` fract
    ``h = C2 + (R*C3 >> F)``, ``h = C1 + (R*h >> F)``, ``p = C0 + (R*h >> F)``.
 5. ``P = T[j] * p`` with ``T[j] = round(2**(j/N) * 2**F)``, ``j = n mod N``, ``k = n >> t``.
 6. Round ``(P >> 28) * 2**(k - 32)`` (sticky: ``P mod 2**28 != 0``) to FP32 (RNE, exact
-   subnormals, overflow to Inf), as :func:`sim.fp32_round.round_to_fp32`. ``2**59 <= P <
+   subnormals, overflow to Inf), as :func:`sim.model.fp32_round.round_to_fp32`. ``2**59 <= P <
    2**61`` for every argument (:func:`exp_product_bounds`): the hardware relies on it to
    round without a leading-zero count.
 
@@ -37,6 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from hdl.fp32.divsqrt_config import EXP_FRAC_BITS, ExpConstants, FP32DivSqrtConfig, exp_constants
+from sim.model.fp32 import HardwareFields
 
 __all__ = ["QNAN", "EXP_FRAC_BITS", "ExpConstants", "exp_constants", "round_to_fp32_vec",
            "FP32Div", "FP32Sqrt", "FP32Exp", "MODELS", "model_for", "exp_ulp_error",
@@ -62,13 +63,13 @@ def _canon(bits) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------
-# Rounding (vectorised twin of sim.fp32_round.round_to_fp32)
+# Rounding (vectorised twin of sim.model.fp32_round.round_to_fp32)
 # ----------------------------------------------------------------------------------------------
 
 def round_to_fp32_vec(sign, exp, sig, sticky=0) -> np.ndarray:
     """FP32 bits nearest to ``(-1)**sign * (sig + delta) * 2**exp`` (RNE), vectorised.
 
-    Same contract as :func:`sim.fp32_round.round_to_fp32` (``0 < delta < 1`` iff ``sticky``),
+    Same contract as :func:`sim.model.fp32_round.round_to_fp32` (``0 < delta < 1`` iff ``sticky``),
     for ``0 <= sig < 2**52``; exact subnormals, ``±Inf`` on overflow, signed zero.
     """
     sig = np.asarray(sig, dtype=np.int64)
@@ -149,7 +150,7 @@ class FP32Div(_Model):
     """``r = a / b`` in numpy float32, NaNs canonical."""
 
     NAME = "fp32_div"
-    IN_FIELDS = (("a", 32), ("b", 32))
+    IN_FIELDS = HardwareFields("hdl.fp32.div:FP32DivIn")
     LATENCY_ATTR = "div_latency"
 
     def __call__(self, a, b) -> dict:
@@ -379,7 +380,7 @@ def special_operands(block: str, base=()) -> dict:
     """Input fields of the named special cases of ``block``.
 
     ``fp32_div``: every pair of ``base + DIVSQRT_EXTRA`` (``base``: e.g.
-    :data:`sim.fp32.SPECIALS`); ``fp32_sqrt``: ``base + DIVSQRT_EXTRA``; ``fp32_exp``:
+    :data:`sim.model.fp32.SPECIALS`); ``fp32_sqrt``: ``base + DIVSQRT_EXTRA``; ``fp32_exp``:
     ``base + EXP_SPECIALS``.
     """
     if block == "fp32_div":
@@ -410,7 +411,7 @@ def _structured_frac(rng, n) -> np.ndarray:
 def random_operands(block: str, rng: np.random.Generator, n: int, base=None) -> dict:
     """``n`` random input fields for ``block``.
 
-    ``base(rng, n)`` gives generic FP32 patterns of every class (:func:`sim.fp32.random_fp32`
+    ``base(rng, n)`` gives generic FP32 patterns of every class (:func:`sim.model.fp32.random_fp32`
     in the tests). On top of it:
 
     * ``fp32_div``: 30 % generic pairs; 20 % exponent difference ``ea - eb`` in -160..-120

@@ -2,13 +2,13 @@
 ``fp32_sqrt``, ``fp32_exp``, ``fp32_log``), one module for all four: the runner sets
 ``TESSERA_BLOCK`` and ``TESSERA_PRESET``, and every test works on the unit being simulated.
 
-:class:`TB` holds the driver (:class:`~sim.cocotb_stream.StreamDriver` on ``i``), the monitor
-(:class:`~sim.cocotb_stream.StreamMonitor` on ``o``), the golden model
-(:mod:`sim.fp32_exp`: numpy float32 for div/sqrt, the bit-exact exp algorithm;
-:mod:`sim.fp32_log`: the bit-exact log algorithm) and the scoreboard (:meth:`TB.check`). Bulk random runs use :meth:`TB.stream_fast`, a combined
-driver+monitor that handles one transfer per cycle with a single trigger per cycle (no idle, no
-backpressure) so 100,000 vectors take seconds; the backpressure/idle and reset tests use the
-shared driver and monitor.
+:class:`TB` holds the driver (:class:`~sim.tb.cocotb_stream.StreamDriver` on ``i``), the monitor
+(:class:`~sim.tb.cocotb_stream.StreamMonitor` on ``o``), the golden model
+(:mod:`sim.model.fp32_exp`: numpy float32 for div/sqrt, the bit-exact exp algorithm;
+:mod:`sim.model.fp32_log`: the bit-exact log algorithm) and the scoreboard (:meth:`TB.check`).
+Bulk random runs use :meth:`TB.stream_fast`, a combined driver+monitor that handles one transfer
+per cycle with a single trigger per cycle (no idle, no backpressure) so 100,000 vectors take
+seconds; the backpressure/idle and reset tests use the shared driver and monitor.
 
 Environment: ``TESSERA_VECTORS`` (random vectors, default 100000), ``TESSERA_BENCH_OUT`` (JSON
 path; enables :func:`bench_throughput`, skipped otherwise).
@@ -26,9 +26,9 @@ from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
 from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
 from hdl.fp32.log_config import FP32LogConfig
-from sim import fp32_exp, fp32_log
-from sim.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
-from sim.fp32 import SPECIALS, random_fp32
+from sim.model import fp32_exp, fp32_log
+from sim.model.fp32 import SPECIALS, random_fp32
+from sim.tb.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
 
 BLOCK = os.environ.get("TESSERA_BLOCK", "fp32_div")
 PRESET = os.environ.get("TESSERA_PRESET", "default")

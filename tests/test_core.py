@@ -12,15 +12,19 @@ from hdl.core.core import TrainingCore
 from hdl.core.isa import Status
 from sim.host.compiler import MLP, compile_mlp
 from sim.host.driver import CoreDriver
-from sim.host.optim import Adam
+from sim.host.optim import Adam, LossScale
 from sim.model.core import CoreModel
 from sim.tb.amaranth_tb import StreamTransport
 
 CFG = CoreConfig(size=4, banks=8, bank_depth=64, prog_depth=64, layers=4)
 
 
-def test_training_step_bit_exact_with_golden_model():
-    desc = MLP(layers=(4, 6, 3), batch=4, optimizer=Adam(lr=1e-2), micro_batches=2)
+@pytest.mark.parametrize("inject_inf", [False, True])
+def test_training_step_bit_exact_with_golden_model(inject_inf):
+    """``inject_inf``: an Inf in the batch reaches a BFP converter; its flag makes the OPT
+    skip the step (no parameter or state word written; dynamic scaling halves the scale)."""
+    desc = MLP(layers=(4, 6, 3), batch=4, optimizer=Adam(lr=1e-2), micro_batches=2,
+               loss_scale=LossScale(init_exp=5, growth_interval=2))
     comp = compile_mlp(desc, CFG)
     rng = np.random.default_rng(0)
     Ws = [rng.standard_normal((a, b)).astype(np.float32)
@@ -28,6 +32,8 @@ def test_training_step_bit_exact_with_golden_model():
     bs = [rng.standard_normal(b).astype(np.float32) * 0.1 for b in desc.layers[1:]]
     x = rng.standard_normal((4, 4)).astype(np.float32)
     y = rng.integers(0, 3, 4)
+    if inject_inf:
+        x[2, 1] = np.inf
     actions = (comp.init_actions(Ws, bs) + comp.step_actions(x, y, 1, precision={(0, 0): 4})
                + comp.read_actions() + [("counters",)])
     model = CoreModel(CFG)
@@ -58,6 +64,14 @@ def test_training_step_bit_exact_with_golden_model():
     assert got["counters"]["instructions"] == want["counters"]["instructions"]
     assert got["counters"]["array_beats"] == want["counters"]["beats"]
     assert got["counters"]["overlap"] > 0, "no two units ever ran at once"
+    assert got["status"]["last_skipped"] == int(inject_inf)
+    assert got["status"]["scale_exp"] == 5 - int(inject_inf)
+    assert got["counters"]["flags"] == (2 if inject_inf else 0)
+    if inject_inf:      # nothing of the parameters or the optimizer state was written
+        init = CoreModel(CFG)
+        ref = init.apply(comp.init_actions(Ws, bs) + comp.read_actions())
+        for key in ("params", "m", "v"):
+            assert np.array_equal(got[key], ref[key]), key
     assert np.array_equal(got["mem"], model.mem)
     # host loads and reads stream at one line per cycle (plus the response latency)
     assert got["read_cycles"] <= CFG.lines + 2, got["read_cycles"]

@@ -257,6 +257,18 @@ def test_softmax_waits_for_optimizer():
     assert sx[1] >= opt[2]
 
 
+def test_opt_waits_for_matmul():
+    """MATMUL then OPT in disjoint banks: OPT still waits (converter flags -> skip_in)."""
+    words = [encode(Op.MATMUL, mode=0, M=4, K=4, N=4, a=4 * D, b=5 * D, c=6 * D),
+             encode(Op.OPT, count=64, w=0, m=D, v=2 * D, g=3 * D),
+             encode(Op.HALT)]
+    status, _, events, counters = run_program(words, lat=(30, 30))
+    assert status == Status.OK
+    mm = [e for e in events if e[0] == "mm"][0]
+    opt = [e for e in events if e[0] == "opt"][0]
+    assert opt[1] >= mm[2]
+
+
 def test_precision_table_reaches_matmul():
     words = [encode(Op.MATMUL, mode=m, M=4, K=4, N=4, a=0, b=D, c=2 * D, layer=l)
              for l in (0, 3) for m in (0, 1, 2)] + [encode(Op.HALT)]

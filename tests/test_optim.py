@@ -279,7 +279,7 @@ def test_engine_signature_word_ports():
         member = dut.signature.members[name]
         assert member.flow == Flow.Out and member.signature == WordPort(addr_bits=16)
     assert set(dut.signature.members) == {"w", "m", "v", "g", "cmd", "wdata", "rdata", "busy",
-                                          "status"}
+                                          "status", "skip_in"}
     assert "scale_exp" in dut.signature.members["status"].shape.members
     # The wrapper presents exactly the old interface.
     wrap = OptimEngineWithMemories(config=OptimConfig(depth=16), fp32_config=dut.fp32_config,

@@ -3,7 +3,7 @@ around one banked FP32 scratchpad (docs/core.md)."""
 from __future__ import annotations
 
 from amaranth.hdl import Module, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out, connect
 
 from ..array.engine import MatmulEngine
@@ -21,15 +21,19 @@ from .scratchpad import Scratchpad
 from .sequencer import COUNTERS, Sequencer
 from .vector import VectorUnit
 
-__all__ = ["TrainingCore", "REGS", "CLIENTS"]
+__all__ = ["TrainingCore", "REGS", "CLIENTS", "STATE_LAYOUT"]
 
 #: Registers the host reads with ``REG`` (index = position): ``(name, meaning)``.
 REGS = (
-    ("state", "bits 3:0 status of the last run, 19:4 err_pc, 20 running, 21 bank conflict"),
+    ("state", "`STATE_LAYOUT`: status of the last run (4 bits), err_pc (16), running (1), "
+              "conflict (1: two clients hit one bank port)"),
     *((name, meaning) for name, _, meaning in COUNTERS),
     *((f"optim_{name}", f"optimizer status field {name} ({w} bits)")
       for name, w in STATUS_FIELDS),
 )
+
+#: The ``state`` register (``REG`` 0).
+STATE_LAYOUT = data.StructLayout({"status": 4, "err_pc": 16, "running": 1, "conflict": 1})
 
 #: Scratchpad clients in crossbar priority order.
 CLIENTS = ("host", "mm_a", "mm_b", "mm_c", "vec_a", "vec_b", "vec_d", "vec_e",
@@ -121,9 +125,9 @@ class TrainingCore(wiring.Component):
             self.done.eq(seq.done), self.running.eq(seq.running),
         ]
         # register file
-        state = Signal(64, name="reg_state")
-        m.d.comb += state.eq(seq.status | (seq.err_pc << 4) | (seq.running << 20)
-                             | (spad.conflict << 21))
+        state = Signal(STATE_LAYOUT, name="reg_state")
+        m.d.comb += [state.status.eq(seq.status), state.err_pc.eq(seq.err_pc),
+                     state.running.eq(seq.running), state.conflict.eq(spad.conflict)]
         values = [state] + [seq.counters[name] for name, _, _ in COUNTERS] \
             + [opt.status[name] for name, _ in STATUS_FIELDS]
         with m.Switch(host.reg_index):
@@ -150,6 +154,8 @@ class TrainingCore(wiring.Component):
                          opt.cmd.payload.eq(host.opt_cmd.payload),
                          host.opt_cmd.ready.eq(opt.cmd.ready)]
         m.d.comb += [seq.opt_busy.eq(opt.busy), seq.scale_exp.eq(opt.status.scale_exp),
+                     # a NaN / Inf that reached a BFP converter in this run skips the step
+                     opt.skip_in.eq(seq.counters.flags != 0),
                      opt.wdata.valid.eq(0), opt.rdata.ready.eq(1)]
         adapters = {}
         for i, name in enumerate("wmvg"):

@@ -37,7 +37,8 @@ COUNTERS = (
     ("stall_unit", 32, "cycles an instruction waited for its own unit"),
     ("stall_bank", 32, "cycles an instruction waited for banks owned by another unit"),
     ("stall_fence", 32, "cycles FENCE and HALT waited for the units"),
-    ("stall_scale", 32, "cycles SOFTMAX_XENT waited for the optimizer (loss scale)"),
+    ("stall_order", 32, "cycles SOFTMAX_XENT waited for the optimizer (loss scale) or OPT for "
+                        "the matmul engine (converter flags)"),
     ("flags", 2, "sticky: bit 0 a NaN, bit 1 an Inf reached a BFP converter"),
 )
 
@@ -58,7 +59,9 @@ class Sequencer(wiring.Component):
     * its unit is free (one instruction per unit at a time), and
     * none of the banks its ranges touch is owned by a running instruction (the instruction
       then owns them until its unit reports completion), and
-    * for ``SOFTMAX_XENT``, the optimizer is idle (the gradient scale uses its loss scale).
+    * for ``SOFTMAX_XENT``, the optimizer is idle (the gradient scale uses its loss scale);
+      for ``OPT``, the matmul engine is idle (a NaN / Inf flagged by a BFP converter earlier
+      in the run skips the step: the optimizer's ``skip_in``).
 
     So units overlap whenever the program's bank placement allows, and the result equals
     executing the instructions one after another. ``FENCE`` waits until every unit is idle;
@@ -265,8 +268,11 @@ class Sequencer(wiring.Component):
         m.d.comb += unit_free.eq(~Array(busy)[unit_of])
         banks_free = Signal(name="banks_free")
         m.d.comb += banks_free.eq((d_banks & owned_any) == 0)
-        scale_ok = Signal(name="scale_ok")
-        m.d.comb += scale_ok.eq((ir.op != Op.SOFTMAX_XENT) | ~busy[2])
+        # SOFTMAX_XENT reads the loss scale an OPT may change; OPT reads the converter flags
+        # of every earlier MATMUL (skip_in)
+        scale_ok = Signal(name="order_ok")
+        m.d.comb += scale_ok.eq(((ir.op != Op.SOFTMAX_XENT) | ~busy[2])
+                                & ((ir.op != Op.OPT) | ~busy[0]))
         can_issue = Signal(name="can_issue")
         m.d.comb += can_issue.eq(unit_free & banks_free & scale_ok)
         in_exec = Signal(name="in_exec")
@@ -380,7 +386,7 @@ class Sequencer(wiring.Component):
                         with m.Elif(~banks_free):
                             m.d.sync += ctr.stall_bank.eq(ctr.stall_bank + 1)
                         with m.Elif(~scale_ok):
-                            m.d.sync += ctr.stall_scale.eq(ctr.stall_scale + 1)
+                            m.d.sync += ctr.stall_order.eq(ctr.stall_order + 1)
                         with m.Else():
                             with m.Switch(unit_of):
                                 with m.Case(0):

@@ -94,6 +94,10 @@ class OptimEngine(wiring.Component):
         Words of ``READ`` (FP32), through a FIFO; backpressure stalls the reads.
     busy : Out(1)
         A command is executing.
+    skip_in : In(1)
+        An outside non-finite flag: a STEP whose check pass ends while it is 1 is skipped like
+        one with a non-finite gradient (the training core ties it to the BFP converters' NaN /
+        Inf flags of the running program; the standalone block leaves it 0).
     status : Out(OPTIM_STATUS_LAYOUT)
         ``scale_exp`` (loss scale ``2**scale_exp``), ``good_count`` (clean steps since the last
         scale change), ``step_count`` / ``skip_count`` (applied / skipped steps),
@@ -122,6 +126,7 @@ class OptimEngine(wiring.Component):
             "wdata": In(stream.Signature(32)),
             "rdata": Out(stream.Signature(32)),
             "busy": Out(1),
+            "skip_in": In(1),
             "status": Out(OPTIM_STATUS_LAYOUT),
         })
         self.latency = READ_LATENCY + OptimDatapath.latency_for(self.fp32_config,
@@ -364,7 +369,7 @@ class OptimEngine(wiring.Component):
                     sumsq = ss.o.payload.r
                     sq_bad = is_inf_or_nan(sumsq)
                     m.d.sync += st.sumsq.eq(sumsq)
-                    with m.If(nonfinite | (clip_en & sq_bad)):
+                    with m.If(nonfinite | self.skip_in | (clip_en & sq_bad)):
                         m.next = "SKIP"
                     with m.Elif(clip_en):
                         m.next = "CLIP"

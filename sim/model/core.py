@@ -287,6 +287,7 @@ class CoreModel:
         status, err_pc = self.check()
         if status != Status.OK:
             return status, err_pc
+        self.run_flags = 0          # converter NaN / Inf flags of this run (the core's `flags`)
         pc = 0
         loop = None                 # [body_pc, count, stride, iteration]
         cnt = self.counters
@@ -330,6 +331,7 @@ class CoreModel:
         self.set_matrix(target, res.out)
         self.invalid |= res.invalid
         self.overflow |= res.overflow
+        self.run_flags |= int(res.invalid) | int(res.overflow) << 1
         self.counters["matmuls"] += 1
         self.counters["macs"] += M * K * N
         self.counters["beats"] += pass_beats(mode, M, K, N, self.config.size)
@@ -353,7 +355,10 @@ class CoreModel:
         for mem, base in regions.items():
             opt.mems[mem][:n] = self.get_words(base, n).view(np.float32)
         opt.setreg(Reg.N, n)
-        skipped = opt.step()
+        # a NaN or Inf that reached a BFP converter in this run skips the step, as a
+        # non-finite gradient does (the engine's skip_in; the sequencer issues OPT only once
+        # every earlier MATMUL has completed)
+        skipped = opt.step(force_skip=bool(self.run_flags))
         if not skipped:
             rule = opt.regs[Reg.MODE] & 3
             written = {Mode.SGD: (Mem.W,), Mode.MOMENTUM: (Mem.W, Mem.M),

@@ -127,8 +127,9 @@ class OptimEngineModel:
     def _f(self, reg) -> np.float32:
         return bits_f32(self.regs[reg])
 
-    def step(self) -> bool:
-        """One STEP; returns True when the step was skipped."""
+    def step(self, force_skip: bool = False) -> bool:
+        """One STEP; returns True when the step was skipped. ``force_skip`` mirrors the
+        engine's ``skip_in`` (an outside non-finite flag)."""
         cfg = self.config
         n = self.regs[Reg.N]
         if not 1 <= n <= cfg.depth:
@@ -146,7 +147,7 @@ class OptimEngineModel:
             u = graw * inv_scale
             sumsq = lane_sum(u * u, cfg.reduce_lanes)
             nonfinite = not np.all(np.isfinite(graw))
-            skip = nonfinite or (clip_en and not np.isfinite(sumsq))
+            skip = nonfinite or force_skip or (clip_en and not np.isfinite(sumsq))
             clip = F32(1)
             if clip_en and not skip:
                 q = F32(self._f(Reg.MAX_NORM) / F32(np.sqrt(sumsq) + self._f(Reg.CLIP_EPS)))

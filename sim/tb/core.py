@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 
 import cocotb
 import numpy as np
@@ -22,6 +23,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotb.utils import get_sim_time
 
 from hdl.core.config import CoreConfig
+from hdl.core.core import STATE_LAYOUT
 from hdl.core.host import HostOp, HostStatus
 from hdl.core.isa import Op, Status, encode
 from sim.host.compiler import MLP, compile_mlp
@@ -128,7 +130,10 @@ class CoreTB:
         got, want = {}, {}
         for act in actions:
             before = dict(self.model.counters)
+            w0 = time.perf_counter()
             g = await self.driver.apply([act])
+            if act[0] == "run":
+                self.last_run_wall = time.perf_counter() - w0   # the RTL run alone
             w = self.model.apply([act])
             if act[0] == "run":
                 self.runs += 1
@@ -170,16 +175,17 @@ class CoreTB:
                          ("macs", "macs")):
             assert regs[hw] == after[gold] - before[gold], \
                 f"counter {hw}: RTL {regs[hw]} != golden {after[gold] - before[gold]}"
-        assert (regs["state"] >> 21) & 1 == 0, "two clients hit one bank port (conflict)"
+        assert STATE_LAYOUT.from_bits(regs["state"]).conflict == 0, \
+            "two clients hit one bank port (conflict)"
         busy = regs["matmul_busy"] + regs["vector_busy"] + regs["optim_busy"]
         assert regs["cycles"] >= regs["check_cycles"] + regs["idle"]
         assert busy - regs["overlap"] <= regs["cycles"]
         cocotb.log.info(
             "run %d: %d cycles (check %d, idle %d), matmul %d vector %d optim %d busy, overlap "
-            "%d, beats %d, stalls unit/bank/fence/scale %d/%d/%d/%d", self.runs, regs["cycles"],
+            "%d, beats %d, stalls unit/bank/fence/order %d/%d/%d/%d", self.runs, regs["cycles"],
             regs["check_cycles"], regs["idle"], regs["matmul_busy"], regs["vector_busy"],
             regs["optim_busy"], regs["overlap"], regs["array_beats"], regs["stall_unit"],
-            regs["stall_bank"], regs["stall_fence"], regs["stall_scale"])
+            regs["stall_bank"], regs["stall_fence"], regs["stall_order"])
         self.last_regs = regs
 
     async def compare_memory(self, plan=None) -> None:
@@ -201,18 +207,25 @@ def _config() -> CoreConfig:
     return CoreConfig.preset(os.environ.get("TESSERA_PRESET", "tiny"))
 
 
-@cocotb.test()
-async def training_steps(dut):
-    """TB_STEPS training steps of the scenario, bit-exact every step and at the end."""
+async def _setup(dut, seed: int, *, load: bool = True):
+    """Clock, reset, the testbench, the scenario compiled for this core, random parameters
+    (loaded into both sides when ``load``) and the random generator that made them."""
     cfg = _config()
-    seed = int(os.environ.get("TB_SEED", "1"))
     tb = CoreTB(dut, cfg, seed=seed)
     await tb.start()
     desc = scenario_from_env()
     comp = compile_mlp(desc, cfg)
     rng = np.random.default_rng(seed)
     Ws, bs = init_params(desc, rng)
-    await tb.apply(comp.init_actions(Ws, bs))
+    if load:
+        await tb.apply(comp.init_actions(Ws, bs))
+    return tb, cfg, desc, comp, rng, Ws, bs
+
+
+@cocotb.test()
+async def training_steps(dut):
+    """TB_STEPS training steps of the scenario, bit-exact every step and at the end."""
+    tb, cfg, desc, comp, rng, Ws, bs = await _setup(dut, int(os.environ.get("TB_SEED", "1")))
     k0 = desc.loss_scale.init_exp if desc.loss_scale else None
     prec = precision_from_env(desc)
     clipped = 0
@@ -238,15 +251,8 @@ async def training_steps(dut):
 async def inf_skips_step(dut):
     """Dynamic loss scaling: an Inf in the batch skips the step - every weight, optimizer
     state word and the step count unchanged, the scale halved - and training goes on."""
-    cfg = _config()
-    tb = CoreTB(dut, cfg, seed=3)
-    await tb.start()
-    desc = scenario_from_env()
+    tb, cfg, desc, comp, rng, Ws, bs = await _setup(dut, 3)
     assert desc.loss_scale is not None, "needs TB_LOSS_SCALE"
-    comp = compile_mlp(desc, cfg)
-    rng = np.random.default_rng(3)
-    Ws, bs = init_params(desc, rng)
-    await tb.apply(comp.init_actions(Ws, bs))
     x, y = batch(desc, rng)
     got, _ = await tb.apply(comp.step_actions(x, y, 1, scale_exp=desc.loss_scale.init_exp))
     s1 = comp.decode_step(got)
@@ -300,13 +306,7 @@ async def checkpointing_identical(dut):
 @cocotb.test()
 async def reset_mid_step(dut):
     """Reset in the middle of a step (at several points), then a full correct step."""
-    cfg = _config()
-    tb = CoreTB(dut, cfg, seed=5)
-    await tb.start()
-    desc = scenario_from_env()
-    comp = compile_mlp(desc, cfg)
-    rng = np.random.default_rng(5)
-    Ws, bs = init_params(desc, rng)
+    tb, cfg, desc, comp, rng, Ws, bs = await _setup(dut, 5, load=False)
     x, y = batch(desc, rng)
     for delay in (40, 400, 1500):
         await tb.apply(comp.init_actions(Ws, bs))
@@ -335,14 +335,7 @@ async def reset_mid_step(dut):
 async def rejected_input_changes_nothing(dut):
     """A program that fails the check runs nothing; bad host commands answer an error
     status; the scratchpad, program results and optimizer state stay as they were."""
-    cfg = _config()
-    tb = CoreTB(dut, cfg, seed=6)
-    await tb.start()
-    desc = scenario_from_env()
-    comp = compile_mlp(desc, cfg)
-    rng = np.random.default_rng(6)
-    Ws, bs = init_params(desc, rng)
-    await tb.apply(comp.init_actions(Ws, bs))
+    tb, cfg, desc, comp, rng, Ws, bs = await _setup(dut, 6)
     D = cfg.bank_depth
     bad = [encode(Op.VEC, vop=6, rows=2, cols=4, d=0),          # fine, must not run
            encode(Op.MATMUL, mode=0, M=4, K=4, N=4, a=0, b=8, c=2 * D),   # A, B in bank 0
@@ -380,33 +373,20 @@ async def bench_step(dut):
     checked bit-exactly against the golden model (the core's timing does not depend on the
     data, except that a skipped step has no update pass)."""
     import json
-    import time
-    cfg = _config()
     out = os.environ.get("TESSERA_BENCH_OUT")
     if not out:
         raise RuntimeError("bench_step needs TESSERA_BENCH_OUT (run it through make bench-core)")
     width = int(os.environ.get("TB_BENCH_WIDTH", "8"))
-    tb = CoreTB(dut, cfg, seed=7)
-    await tb.start()
-    desc = scenario_from_env()
-    comp = compile_mlp(desc, cfg)
-    rng = np.random.default_rng(7)
-    Ws, bs = init_params(desc, rng)
-    await tb.apply(comp.init_actions(Ws, bs))
-    steps = []
-    for t in (1,):
-        x, y = batch(desc, rng)
-        acts = comp.step_actions(x, y, t, precision=width)
-        c0 = tb.transport.cycles
-        w0 = time.perf_counter()
-        got, _ = await tb.apply(acts)
-        wall = time.perf_counter() - w0
-        assert comp.decode_step(got)["ok"]
-        regs = tb.last_regs
-        # the counter reads after the run are the testbench's, not the step's host I/O
-        total = tb.transport.cycles - c0 - _reg_read_cycles(tb)
-        steps.append((regs, total, wall))
-    regs, total, wall = steps[-1]
+    tb, cfg, desc, comp, rng, Ws, bs = await _setup(dut, 7)
+    x, y = batch(desc, rng)
+    acts = comp.step_actions(x, y, 1, precision=width)
+    c0 = tb.transport.cycles
+    got, _ = await tb.apply(acts)
+    wall = tb.last_run_wall
+    assert comp.decode_step(got)["ok"]
+    regs = tb.last_regs
+    # the counter reads after the run are the testbench's, not the step's host I/O
+    total = tb.transport.cycles - c0 - tb.reg_read_cycles
     S = cfg.size
     beat = cfg.array.beat_cycles(width, width)
     macs = regs["macs"]
@@ -421,13 +401,11 @@ async def bench_step(dut):
         "check_cycles": regs["check_cycles"], "array_beats": regs["array_beats"],
         "array_stalls": regs["array_stalls"], "instructions": regs["instructions"],
         "stall_bank": regs["stall_bank"], "stall_unit": regs["stall_unit"],
-        "stall_fence": regs["stall_fence"], "stall_scale": regs["stall_scale"],
-        "sim_seconds": wall, "sim_cycles_per_second": total / wall if wall else None,
+        "stall_fence": regs["stall_fence"], "stall_order": regs["stall_order"],
+        # Verilator speed while the program runs (Python only waits for START's response)
+        "run_seconds": wall, "sim_cycles_per_second": regs["cycles"] / wall,
     }
     res["step_over_mac_bound"] = res["step_cycles"] / res["mac_bound_cycles"]
     with open(out, "w") as f:
         json.dump(res, f, indent=2)
 
-
-def _reg_read_cycles(tb) -> int:
-    return getattr(tb, "reg_read_cycles", 0)

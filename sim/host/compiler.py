@@ -1187,21 +1187,26 @@ class Compiled:
             set_vector(imgs[buf], j * stride + off, y[rows], S)
         return [("write", self.place[n], img) for n, img in sorted(imgs.items())]
 
-    def step_actions(self, x, y, t: int, *, precision=None, scale_exp=None) -> list:
+    def step_actions(self, x, y, t: int, *, precision=None, scale_exp=None,
+                     load_program: bool = True) -> list:
         """One training step: write the batch (``x``: ``B x d_0`` float, ``y``: ``B`` int
         labels; or lists of ``k`` micro-batches), set the precision table
         (:meth:`precision_table`), the optimizer registers of step ``t``
         (:func:`sim.host.optim.optimizer_registers`: rule, ``N``, loss-scale and clipping bits;
         the loss-scale exponent only when ``scale_exp`` is given, as writing it restarts the
-        growth count), load the program, run it, read the per-row losses (keys ``loss0`` ..
-        ``loss{k-1}``) and the optimizer status. Decode with :meth:`decode_step`."""
+        growth count), load the program (unless ``load_program`` is false: the program memory
+        keeps the one loaded before, and only the table and registers change), run it, read
+        the per-row losses (keys ``loss0`` .. ``loss{k-1}``) and the optimizer status. Decode
+        with :meth:`decode_step`."""
         b = self._b
         acts = self.data_writes(x, y)
         for (l, mode), (wa, wb, r) in sorted(self.precision_table(precision).items()):
             acts.append(("prec", l, mode, wa, wb, r))
         acts += [("setreg", r, reg_word(v)) for r, v in sorted(self._registers(t, scale_exp)
                                                                  .items())]
-        acts += [("program", list(self.program)), ("run",)]
+        if load_program:
+            acts.append(("program", list(self.program)))
+        acts.append(("run",))
         loss0 = self.plan["loss"].line
         acts += [("read", f"loss{j}", loss0 + j * b.R, b.nr) for j in range(b.k)]
         acts.append(("status",))

@@ -23,17 +23,21 @@ from sim.bench.common import DOCS_BENCH, run_bench, write_json, write_markdown
 SCENARIO = {"TB_LAYERS": "64,64,10", "TB_BATCH": "32", "TB_OPT": "adam"}
 
 
-def run(presets, widths) -> list[dict]:
+def run(presets, widths, schedules) -> list[dict]:
     rows = []
-    for preset in presets:
-        for w in widths:
-            res = run_bench("training_core", preset, "sim.tb.core", "bench_step",
-                            extra_env={**SCENARIO, "TB_BENCH_WIDTH": str(w)})
-            res["preset"] = preset
-            rows.append(res)
-            print(f"S={res['S']} w={w}: {res['step_cycles']} cycles/step, MAC bound "
-                  f"{res['mac_bound_cycles']} ({res['step_over_mac_bound']:.2f}x), "
-                  f"{res['sim_cycles_per_second']:.0f} sim cycles/s", flush=True)
+    points = [(p, w, "listed") for p in presets for w in widths]
+    # the compiler's "overlap" schedule (backward reordered so the vector unit works beside
+    # the array), at the widest and narrowest width of each preset
+    points += [(p, w, s) for s in schedules if s != "listed" for p in presets
+               for w in sorted({min(widths), max(widths)})]
+    for preset, w, sched in points:
+        res = run_bench("training_core", preset, "sim.tb.core", "bench_step",
+                        extra_env={**SCENARIO, "TB_BENCH_WIDTH": str(w), "TB_SCHEDULE": sched})
+        res["preset"] = preset
+        rows.append(res)
+        print(f"S={res['S']} w={w} {sched}: {res['step_cycles']} cycles/step, MAC bound "
+              f"{res['mac_bound_cycles']} ({res['step_over_mac_bound']:.2f}x), "
+              f"{res['sim_cycles_per_second']:.0f} sim cycles/s", flush=True)
     return rows
 
 
@@ -44,12 +48,12 @@ def to_markdown(rows) -> str:
            "S²; busy columns count cycles a unit runs an instruction (they overlap: "
            "`overlap` = cycles two or more units run at once); `idle` = run cycles after the "
            "program check with no unit running.", "",
-           "| S | width | step | MAC bound | step / bound | array busy | vector busy | "
+           "| S | width | schedule | step | MAC bound | step / bound | array busy | vector busy | "
            "optimizer busy | overlap | host I/O | check | idle | array stalls | "
-           "sim cycles/s |", "|" + "---|" * 14]
+           "sim cycles/s |", "|" + "---|" * 15]
     for r in rows:
         out.append(
-            f"| {r['S']} | {r['width']} | {r['step_cycles']} | {r['mac_bound_cycles']} | "
+            f"| {r['S']} | {r['width']} | {r['schedule']} | {r['step_cycles']} | {r['mac_bound_cycles']} | "
             f"{r['step_over_mac_bound']:.2f} | {r['array_busy']} | {r['vector_busy']} | "
             f"{r['optim_busy']} | {r['overlap']} | {r['host_io_cycles']} | "
             f"{r['check_cycles']} | {r['idle']} | {r['array_stalls']} | "
@@ -61,11 +65,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--presets", default="tiny,default")
     ap.add_argument("--widths", default="2,4,8")
+    ap.add_argument("--schedules", default="listed,overlap")
     args = ap.parse_args(argv)
     presets = args.presets.split(",")
     widths = [int(x) for x in args.widths.split(",")]
     t0 = time.time()
-    rows = run(presets, widths)
+    rows = run(presets, widths, args.schedules.split(","))
     wall = time.time() - t0
     write_json("core", {"bench": "core", "scenario": SCENARIO,
                         "presets": {p: CoreConfig.preset(p).to_dict() for p in presets},

@@ -9,7 +9,7 @@ response (with a deadline). Scenario from the environment (``tests/test_core_coc
 ``TB_LAYERS`` ("8,16,10"), ``TB_BATCH``, ``TB_OPT`` (sgd | momentum | adam | adamw),
 ``TB_CLIP`` (max norm, or empty), ``TB_MICRO`` (micro-batches), ``TB_CKPT`` ("1" or empty),
 ``TB_LOSS_SCALE`` (initial exponent, or empty), ``TB_PREC`` ("8" | "mixed" | "stochastic"),
-``TB_STEPS``, ``TB_SEED``, ``TB_IDLE`` / ``TB_STALL`` (host-stream idle / backpressure).
+``TB_SCHEDULE`` (listed | overlap), ``TB_STEPS``, ``TB_SEED``, ``TB_IDLE`` / ``TB_STALL`` (host-stream idle / backpressure).
 """
 from __future__ import annotations
 
@@ -75,7 +75,8 @@ def scenario_from_env() -> MLP:
         if env("TB_LOSS_SCALE") else None
     return MLP(layers=layers, batch=int(env("TB_BATCH", "8")), optimizer=opt,
                loss_scale=ls, clip=clip, micro_batches=int(env("TB_MICRO", "1")),
-               checkpoint=(1,) if env("TB_CKPT") else None)
+               checkpoint=(1,) if env("TB_CKPT") else None,
+               schedule=env("TB_SCHEDULE", "listed"))
 
 
 def precision_from_env(desc: MLP):
@@ -399,6 +400,7 @@ async def bench_step(dut):
     res = {
         "S": S, "width": width, "layers": list(desc.layers), "batch": desc.batch,
         "optimizer": type(desc.optimizer).__name__, "micro_batches": desc.micro_batches,
+        "schedule": desc.schedule,
         "step_cycles": total, "run_cycles": regs["cycles"], "host_io_cycles": host_io,
         "mac_bound_cycles": -(-macs * beat // (S * S)), "macs": macs,
         "array_busy": regs["matmul_busy"], "vector_busy": regs["vector_busy"],

@@ -159,8 +159,11 @@ class Decoder(wiring.Component):
             first = Signal(WIDE, name=f"first_bank{i}")
             last = Signal(WIDE, name=f"last_bank{i}")
             m.d.comb += [first.eq(r.start >> bank_bits), last.eq((end[i] - 1) >> bank_bits)]
-            m.d.comb += r.banks.eq(Cat(*[present[i] & (r.lines != 0) & (first <= b) & (last >= b)
-                                         for b in range(cfg.banks)]))
+            # bank b is touched when first <= b <= last (for b = 0: first == 0)
+            m.d.comb += r.banks.eq(Cat(*[
+                present[i] & (r.lines != 0)
+                & ((first == 0) if b == 0 else ((first <= b) & (last >= b)))
+                for b in range(cfg.banks)]))
         m.d.comb += out_of_range.eq(Cat(*oor).any())
         m.d.comb += self.banks.eq(self.ranges[0].banks | self.ranges[1].banks
                                   | self.ranges[2].banks | self.ranges[3].banks)

@@ -95,7 +95,8 @@ def run_program(words, *, seed=0, lat=(1, 40), scale_exp=0, prec=None):
         result["err_pc"] = ctx.get(dut.err_pc)
         result["counters"] = {n: ctx.get(dut.counters[n]) for n in
                               ("instructions", "cycles", "check_cycles", "stall_bank",
-                               "stall_unit", "stall_fence", "overlap", "array_beats")}
+                               "stall_unit", "stall_fence", "stall_order", "overlap",
+                               "array_beats")}
 
     async def matmul(ctx):
         ctx.set(dut.mm_cmd.ready, 1)
@@ -244,29 +245,26 @@ def test_step_program_order_scoreboard_and_overlap(seed):
     assert issued[-1][1] >= opt_end
 
 
-def test_softmax_waits_for_optimizer():
-    """OPT then SOFTMAX_XENT in disjoint banks: the softmax still waits (loss scale)."""
-    words = [encode(Op.OPT, count=64, w=0, m=D, v=2 * D, g=3 * D),
-             encode(Op.SOFTMAX_XENT, rows=4, cols=4, a=4 * D, b=5 * D, d=6 * D, e=7 * D,
-                    imm=0x3E800000),
-             encode(Op.HALT)]
-    status, _, events, counters = run_program(words, lat=(30, 30))
-    assert status == Status.OK
-    opt = [e for e in events if e[0] == "opt"][0]
-    sx = [e for e in events if e[0] == "vec"][0]
-    assert sx[1] >= opt[2]
+ORDER_CASES = {
+    # OPT then SOFTMAX_XENT in disjoint banks: the softmax waits (it reads the loss scale)
+    "softmax_after_opt": ([encode(Op.OPT, count=64, w=0, m=D, v=2 * D, g=3 * D),
+                           encode(Op.SOFTMAX_XENT, rows=4, cols=4, a=4 * D, b=5 * D, d=6 * D,
+                                  e=7 * D, imm=0x3E800000)], "opt", "vec"),
+    # MATMUL then OPT in disjoint banks: OPT waits (converter flags -> skip_in)
+    "opt_after_matmul": ([encode(Op.MATMUL, mode=0, M=4, K=4, N=4, a=4 * D, b=5 * D, c=6 * D),
+                          encode(Op.OPT, count=64, w=0, m=D, v=2 * D, g=3 * D)], "mm", "opt"),
+}
 
 
-def test_opt_waits_for_matmul():
-    """MATMUL then OPT in disjoint banks: OPT still waits (converter flags -> skip_in)."""
-    words = [encode(Op.MATMUL, mode=0, M=4, K=4, N=4, a=4 * D, b=5 * D, c=6 * D),
-             encode(Op.OPT, count=64, w=0, m=D, v=2 * D, g=3 * D),
-             encode(Op.HALT)]
-    status, _, events, counters = run_program(words, lat=(30, 30))
+@pytest.mark.parametrize("name", sorted(ORDER_CASES))
+def test_ordering_rules_beyond_banks(name):
+    words, first, second = ORDER_CASES[name]
+    status, _, events, counters = run_program(words + [encode(Op.HALT)], lat=(30, 30))
     assert status == Status.OK
-    mm = [e for e in events if e[0] == "mm"][0]
-    opt = [e for e in events if e[0] == "opt"][0]
-    assert opt[1] >= mm[2]
+    a = [e for e in events if e[0] == first][0]
+    b = [e for e in events if e[0] == second][0]
+    assert b[1] >= a[2], f"{second} started at {b[1]} before {first} ended at {a[2]}"
+    assert counters["stall_order"] > 0
 
 
 def test_precision_table_reaches_matmul():

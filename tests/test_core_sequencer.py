@@ -55,6 +55,17 @@ def banks_of(ranges):
     return s
 
 
+async def accepted(ctx, stream):
+    """The payload of the next transfer on ``stream`` (its ``ready`` is driven by the caller).
+    A plain tick loop: background testbenches blocked in ``.until()`` leave "generator already
+    running" warnings when the simulation ends."""
+    while True:
+        _, _, valid, ready, payload = await ctx.tick().sample(stream.valid, stream.ready,
+                                                              stream.payload)
+        if valid and ready:
+            return payload
+
+
 def run_program(words, *, seed=0, lat=(1, 40), scale_exp=0, prec=None):
     """Run ``words``; stand-in units take a random time. Returns (status, err_pc, events,
     counters) where events are (unit, issue_cycle, done_cycle, payload dict)."""
@@ -101,7 +112,7 @@ def run_program(words, *, seed=0, lat=(1, 40), scale_exp=0, prec=None):
     async def matmul(ctx):
         ctx.set(dut.mm_cmd.ready, 1)
         while True:
-            p, = await ctx.tick().sample(dut.mm_cmd.payload).until(dut.mm_cmd.valid)
+            p = await accepted(ctx, dut.mm_cmd)
             t0 = cycle[0]
             for _ in range(rng.randint(*lat)):
                 await ctx.tick()
@@ -117,7 +128,7 @@ def run_program(words, *, seed=0, lat=(1, 40), scale_exp=0, prec=None):
     async def vector(ctx):
         ctx.set(dut.vec_cmd.ready, 1)
         while True:
-            p, = await ctx.tick().sample(dut.vec_cmd.payload).until(dut.vec_cmd.valid)
+            p = await accepted(ctx, dut.vec_cmd)
             t0 = cycle[0]
             ctx.set(dut.vec_cmd.ready, 0)
             for _ in range(rng.randint(*lat)):
@@ -139,7 +150,7 @@ def run_program(words, *, seed=0, lat=(1, 40), scale_exp=0, prec=None):
         ctx.set(dut.opt_cmd.ready, 1)
         n = None
         while True:
-            p, = await ctx.tick().sample(dut.opt_cmd.payload).until(dut.opt_cmd.valid)
+            p = await accepted(ctx, dut.opt_cmd)
             if p.op == OptOp.SETREG:
                 n = p.data
                 continue

@@ -589,6 +589,20 @@ def _live_overlap(a: _Buf, b: _Buf) -> bool:
     return a.persistent or b.persistent or not (a.hi < b.lo or b.hi < a.lo)
 
 
+def _place_context(name, bufs, placed, hard_of, D):
+    """For placing ``name``: its buffer, lines, banks spanned, the banks it must avoid (those
+    of already placed hard conflicts) and the line ranges of placed buffers live with it."""
+    bf = bufs[name]
+    size = bf.lines
+    nspan = max(1, _cdiv(size, D))
+    excluded = set()
+    for p in hard_of[name]:
+        if p in placed:
+            excluded |= placed[p][2]
+    others = sorted((s, e) for q, (s, e, _) in placed.items() if _live_overlap(bf, bufs[q]))
+    return bf, size, nspan, excluded, others
+
+
 def _allocate(bufs: dict, order: list, hard_of: dict, soft_of: dict, D: int, NB: int,
               soft_first: bool, fixed: dict | None = None) -> dict:
     """Greedy placement of ``order``; returns ``{buffer: global start line}`` or raises
@@ -603,14 +617,7 @@ def _allocate(bufs: dict, order: list, hard_of: dict, soft_of: dict, D: int, NB:
         for bk in placed[name][2]:
             top[bk] = max(top[bk], min(e0, (bk + 1) * D) - bk * D)
     for name in order:
-        bf = bufs[name]
-        size = bf.lines
-        nspan = max(1, _cdiv(size, D))
-        excluded = set()
-        for p in hard_of[name]:
-            if p in placed:
-                excluded |= placed[p][2]
-        others = sorted((s, e) for q, (s, e, _) in placed.items() if _live_overlap(bf, bufs[q]))
+        bf, size, nspan, excluded, others = _place_context(name, bufs, placed, hard_of, D)
         soft_banks = [(placed[q][2], w) for q, w in soft_of[name].items() if q in placed]
         best = None
         largest = (0, None)
@@ -820,14 +827,7 @@ def _search(bufs, pers_place, trans, hard_of, soft_of, D, NB, node_limit):
             best[0], best[1] = c, {n: s for n, (s, _, _) in placed.items()}
             return
         name = order[i]
-        bf = bufs[name]
-        size = bf.lines
-        nspan = max(1, _cdiv(size, D))
-        excluded = set()
-        for p in hard_of[name]:
-            if p in placed:
-                excluded |= placed[p][2]
-        others = sorted((s, e) for q, (s, e, _) in placed.items() if _live_overlap(bf, bufs[q]))
+        bf, size, nspan, excluded, others = _place_context(name, bufs, placed, hard_of, D)
         cands = []
         empty_seen = False
         for b0 in range(NB - nspan + 1):

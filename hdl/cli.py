@@ -181,7 +181,12 @@ def main(argv=None) -> int:
     gen.add_argument("-o", "--output", required=True, type=Path)
     sub.add_parser("list", help="list blocks and presets")
     _add_compile_parser(sub)
+    from sim.host import train as _train
+    _train.add_parser(sub)
     args = parser.parse_args(argv)
+
+    if args.command == "train":
+        return _train.command(args)
 
     if args.command == "compile":
         try:

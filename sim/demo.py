@@ -1,15 +1,20 @@
-"""``make demo``: run Tessera's blocks on real inputs and check them against the golden models.
+"""``make demo``: run Tessera's blocks on real inputs, then train the digits in RTL, checking
+everything against the golden models.
 
-Every number printed as "hardware" comes out of the Amaranth design simulated cycle by cycle
-(Amaranth's simulator: no Verilator build needed, so the demo starts in seconds); every check
-compares it bit for bit with the pure-numpy golden model in ``sim/``. The demo exits non-zero if
-any check fails.
+Parts 1-3: every number printed as "hardware" comes out of the Amaranth design simulated cycle
+by cycle (Amaranth's simulator: they start in seconds). Part 4 is a short ``tessera train``: the
+training core's generated Verilog, Verilated (built once, a few minutes, cached in
+``build/verilated/``), trains the digits MLP while the golden model runs beside it. Every check
+compares bit for bit with the pure-numpy golden model in ``sim/``. The demo exits non-zero if
+any check fails (``--blocks-only``: parts 1-3 alone).
 
 1. FAST block floating point: a group of 16 FP32 values with an outlier, quantized at 8, 4 and
    2 bits with round-to-nearest-even and stochastic rounding.
 2. Chunked fMAC: the same BFP dot product at 8x8, 4x4 and 2x2 bits — cycles scale with chunk
    pairs — then the array-edge converter turns the exact integer into FP32.
 3. FP32 units: divide, square root and exp, bit-exact against numpy float32 / the exp model.
+4. Training: two epochs of the digits at 4-bit widths in the S = 4 core; test accuracy of the
+   RTL's weights beside the float32 reference trained on the same batches.
 """
 from __future__ import annotations
 
@@ -152,7 +157,43 @@ def demo_fp32_units(rng: np.random.Generator):
               f"{check(f'exp {x}', got == int(w))}")
 
 
-def main() -> int:
+#: The short training run of ``make demo``: the S = 4 core (the quicker Verilator build), two
+#: epochs of the digits at 4-bit widths, the golden model checking beside the RTL.
+DEMO_TRAIN = dict(size=4, widths="4", epochs=2, check_every=44)
+
+
+def demo_train(out="runs/demo", **overrides) -> int:
+    """Train the digits in the Verilated core (``tessera train``, short) and print the test
+    accuracy beside the float32 reference's."""
+    from sim.host.train import CheckFailed, TrainSpec, train
+    spec = TrainSpec(**{**DEMO_TRAIN, **overrides})
+    print(f"4. Training in RTL: MLP 64-64-10 on the digits, S = {spec.size}, widths "
+          f"{spec.schedule}, {spec.epochs} epoch(s), every step in the Verilated core, the "
+          f"golden model checking beside it (full run: make train)")
+    try:
+        res = train(spec, out, progress=sys.stderr.isatty(), plots=True)
+    except CheckFailed as exc:
+        FAILURES.append(f"training run: {exc}")
+        print(f"   MISMATCH: {exc}")
+        return 1
+    if res.interrupted:
+        return 130
+    s = res.summary
+    print(f"   test accuracy {100 * s['test_accuracy']:.2f} % (RTL weights) vs "
+          f"{100 * s['reference_accuracy']:.2f} % (float32 reference, same batches)")
+    print(f"   {s['sim_cycles']:,} cycles simulated at {s['sim_cycles_per_second']:,.0f} cycles/s;"
+          f" golden model {check('bit-exact', s['golden_checked'])} "
+          f"({s['golden_checks']} checks)"
+          f"; outputs in {out}/")
+    return 0
+
+
+def main(argv=None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(description="make demo")
+    ap.add_argument("--blocks-only", action="store_true",
+                    help="only the block demonstrations (no Verilator build)")
+    args = ap.parse_args(argv)
     rng = np.random.default_rng(2022)
     bcfg = BFPConfig.preset("default")
     x = rng.standard_normal(bcfg.group_size).astype(np.float32)
@@ -162,6 +203,9 @@ def main() -> int:
     demo_fmac(x, y, bcfg, FMACConfig.preset("default"))
     demo_fp32_units(rng)
     print()
+    if not args.blocks_only and demo_train() == 130:
+        print("demo: interrupted")
+        return 130
     if FAILURES:
         print(f"demo: {len(FAILURES)} check(s) FAILED: {', '.join(FAILURES)}")
         return 1

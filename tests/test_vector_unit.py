@@ -1,26 +1,34 @@
 """Fast tier of the training core's vector unit (hdl/core/vector.py) in Amaranth's simulator:
 four simulated scratchpad ports (sim/tb/memport_tb.py) over one memory image, every command
 compared bit-exactly with the golden model (sim/model/vector.py) on the WHOLE image (padding
-lanes and memory outside the destination untouched), and every port's accesses checked
-against the ISA's operand ranges."""
+lanes and memory outside the destination untouched), every port's accesses checked against the
+ISA's operand ranges and every command's cycle count against ``VectorUnit.cycles()``. The
+unit runs at ``vector_lanes`` 1, 2 and S (elements per cycle of VEC and REDUCE BIAS_GRAD)."""
+import dataclasses
+import random
+
 import numpy as np
 import pytest
 from amaranth.hdl import Elaboratable, Module, ResetInserter, Signal
 
 from hdl.core.config import CoreConfig
-from hdl.core.isa import VECTOR_CMD, Op, Rop, Vop, arg_name, decode, encode, operand_ranges
-from hdl.core.vector import VectorUnit
+from hdl.core.isa import (VECTOR_CMD, Acc, Op, Rop, Vop, arg_name, decode, encode,
+                          operand_ranges)
+from hdl.core.vector import VectorUnit, _LineReader, _LineWriter
 from hdl.fp32.config import FP32Config
 from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
 from hdl.fp32.log_config import FP32LogConfig
 from hdl.grad.config import GradConfig
+from sim.model.core import effective_fields, resolve_acc
 from sim.model.vector import run_vector, set_matrix, set_vector
-from sim.tb.amaranth_tb import run_sim
+from sim.tb.amaranth_tb import run_sim, stream_get
 from sim.tb.memport_tb import LineMemory
 
 F32 = np.float32
 CFG = CoreConfig.preset("tiny")
 S = CFG.size
+#: S = 8 (the default line) with small banks: the widest unit the fast tier builds
+CFG8 = CoreConfig(size=8, banks=4, bank_depth=256)
 LINES = 512                     # the image (the unit's address space is larger)
 #: max_cols = 8 makes every bias gradient wider than 8 columns run in chunks.
 GC = GradConfig(lanes=8, max_cols=8, max_classes=16)
@@ -30,18 +38,20 @@ SPECIALS = [0x7FC00000, 0xFFC00001, 0x7F800001, 0x00000000, 0x80000000, 0x7F8000
             0xFF800000, 0x00000001, 0x807FFFFF, 0x00800000, 0x3F800000, 0xBF800000,
             0x7F7FFFFF, 0xFF7FFFFF, 0x33800000]
 ONE = 0x3F800000
+#: vector_lanes at S = 4: one element per cycle, two, a whole line
+LANES = [1, 2, S]
 
 
 def _f32_bits(x):
     return int(np.array(x, F32).view(np.uint32))
 
 
-def _unit(fp32="default"):
-    return VectorUnit(config=CFG, grad_config=GC, fp32_config=FP32Config.preset(fp32),
-                      divsqrt_config=DC, log_config=LC)
+def _unit(fp32="default", lanes=S, cfg=CFG):
+    return VectorUnit(config=dataclasses.replace(cfg, vector_lanes=lanes), grad_config=GC,
+                      fp32_config=FP32Config.preset(fp32), divsqrt_config=DC, log_config=LC)
 
 
-def _image(seed):
+def _image(seed, S=S):
     """Random FP32 values (normal, wide-range, specials) and raw random words."""
     rng = np.random.default_rng(seed)
     img = rng.integers(0, 2**32, size=(LINES, S), dtype=np.uint32)    # raw garbage
@@ -64,6 +74,8 @@ def _run(dut, img, cmds, *, deadline=20000, top=None, mid=None):
     from accept to done of each command. ``top``: the simulated design (default ``dut``);
     ``mid(ctx, k)``: an async hook run after command k's accept (may return True: do not wait
     for done, e.g. after a reset)."""
+    cfg = dut.config
+    S = cfg.size
     mem = LineMemory(img, {"a": dut.a, "b": dut.b, "d": dut.d, "e": dut.e})
     cycles, failures = [], []
 
@@ -72,7 +84,7 @@ def _run(dut, img, cmds, *, deadline=20000, top=None, mid=None):
         for k, (op, fields, acc, gscale) in enumerate(cmds):
             f = decode(encode(op, **fields))[1]
             expect = img.copy()
-            run_vector(expect, op, f, acc=acc, gscale=gscale, config=CFG, grad_config=GC,
+            run_vector(expect, op, f, acc=acc, gscale=gscale, config=cfg, grad_config=GC,
                        exp_config=DC, log_config=LC)
             mem.reads = {n: set() for n in mem.reads}
             mem.writes = {n: set() for n in mem.writes}
@@ -136,10 +148,11 @@ def _run(dut, img, cmds, *, deadline=20000, top=None, mid=None):
 
 
 # ---------------------------------------------------------------------------------------------
-def test_vec_every_op():
+@pytest.mark.parametrize("lanes", LANES)
+def test_vec_every_op(lanes):
     """Every vop, bcast on/off, shapes with cols below / at / above S and not multiples of S,
     in place (d == a, d == b) and a bcast bias add; default (deep) FP32 pipelines."""
-    dut = _unit()
+    dut = _unit(lanes=lanes)
     img = _image(1)
     scale = _f32_bits(-0.375)
     cmds = []
@@ -160,10 +173,11 @@ def test_vec_every_op():
     _run(dut, img, cmds)
 
 
-def test_vec_specials_exhaustive_pairs():
+@pytest.mark.parametrize("lanes", [1, S])
+def test_vec_specials_exhaustive_pairs(lanes):
     """Every pair of special operands through ADD, ADD_RELU, RELU_GRAD, SCALE, RELU, COPY
     (1-cycle FP32 pipelines)."""
-    dut = _unit("tiny")
+    dut = _unit("tiny", lanes=lanes)
     img = _image(2)
     sp = np.array(SPECIALS, np.uint32)
     n = len(sp)
@@ -179,10 +193,11 @@ def test_vec_specials_exhaustive_pairs():
     _run(dut, img, cmds)
 
 
-def test_reduce():
+@pytest.mark.parametrize("lanes", LANES)
+def test_reduce(lanes):
     """BIAS_GRAD (acc 0/1; short rows that pause the adder loop; wider than max_cols: column
-    chunks) and SUMSQ (acc is ignored); default pipelines."""
-    dut = _unit()
+    chunks; cols not a multiple of the lanes) and SUMSQ (acc is ignored); default pipelines."""
+    dut = _unit(lanes=lanes)
     img = _image(3)
     cmds = []
     for acc in (0, 1):
@@ -195,11 +210,13 @@ def test_reduce():
     _run(dut, img, cmds)
 
 
-def test_softmax():
+@pytest.mark.parametrize("lanes", [1, S])
+def test_softmax(lanes):
     """SOFTMAX_XENT: cols not a multiple of S, rows not a multiple of S, rows shorter than
     lanes and up to max_classes; labels with junk high bits and a label >= C; NaN/Inf rows;
-    in place (d == a, e == b); gscale with a loss scale; default pipelines."""
-    dut = _unit()
+    in place (d == a, e == b); gscale with a loss scale; default pipelines. (One element per
+    cycle at any vector_lanes: the readers' narrow mode.)"""
+    dut = _unit(lanes=lanes)
     img = _image(4)
     rng = np.random.default_rng(4)
     z = (rng.standard_normal((12, 16)) * 5).astype(F32)
@@ -224,9 +241,10 @@ def test_softmax():
     _run(dut, img, cmds)
 
 
-def test_mixed_program_tiny_pipelines():
+@pytest.mark.parametrize("lanes", LANES)
+def test_mixed_program_tiny_pipelines(lanes):
     """A training-step-like sequence back to back on 1-cycle FP32 pipelines."""
-    dut = _unit("tiny")
+    dut = _unit("tiny", lanes=lanes)
     img = _image(5)
     labels = np.arange(6, dtype=np.uint32) % 5
     set_vector(img, 200, labels)
@@ -243,26 +261,103 @@ def test_mixed_program_tiny_pipelines():
     _run(dut, img, cmds)
 
 
+def _random_cmds(rng, S, n, *, bias_only=False):
+    """``n`` random VEC / REDUCE commands on an image of LINES lines: every vop, bcast, rows
+    1..6, cols 1..3S+3 (mostly not multiples of S or of the lanes), operands in disjoint
+    regions or exactly in place, BIAS_GRAD with acc 0/1 (chunked when cols > 8)."""
+    cmds = []
+    for _ in range(n):
+        rows, cols = rng.randint(1, 6), rng.randint(1, 3 * S + 3)
+        a, b, d = rng.randrange(0, 60), rng.randrange(100, 160), rng.randrange(300, 360)
+        if bias_only or rng.random() < 0.3:
+            acc = rng.randint(0, 1)
+            cmds.append((Op.REDUCE, dict(rop=Rop.BIAS_GRAD, acc=acc, rows=rows, cols=cols,
+                                         a=a, d=d), acc, 0))
+            continue
+        vop = rng.choice(Vop.ALL)
+        bcast = rng.randint(0, 1)
+        place = rng.random()
+        if place < 0.2 and vop != Vop.ZERO:
+            d = a                               # in place on a
+        elif place < 0.35 and vop in Vop.READS_B and not bcast:
+            d = b                               # in place on b
+        imm = _f32_bits(rng.choice([-0.375, 3.0, 1e-30, 2.0**100]))
+        cmds.append((Op.VEC, dict(vop=vop, bcast=bcast, rows=rows, cols=cols, a=a, b=b, d=d,
+                                  imm=imm), 0, 0))
+    return cmds
+
+
+@pytest.mark.parametrize("lanes", LANES)
+def test_random_commands(lanes):
+    """Random shapes, vops, bcast, in-place operands and bias gradients (1-cycle FP32
+    pipelines, so the short-row pause of the bias gradient is 3 cycles)."""
+    dut = _unit("tiny", lanes=lanes)
+    img = _image(20 + lanes)
+    _run(dut, img, _random_cmds(random.Random(lanes), S, 24))
+
+
+@pytest.mark.parametrize("lanes", [2, 8])
+def test_random_commands_s8(lanes):
+    """S = 8 (the default line) at 8 and 2 lanes: random commands on default pipelines."""
+    dut = _unit(lanes=lanes, cfg=CFG8)
+    img = _image(30 + lanes, S=8)
+    _run(dut, img, _random_cmds(random.Random(100 + lanes), 8, 16))
+
+
+@pytest.mark.parametrize("lanes", LANES)
+def test_loop_iterations(lanes):
+    """A loop body as the sequencer runs it (hdl/core/sequencer.py): every iteration with the
+    loop offset added to the flagged address fields (sim.model.core.effective_fields) and
+    ``acc = AFTER_FIRST`` resolved per iteration: per-micro-batch bias add + ReLU, ReLU
+    gradient and a bias gradient accumulated over the iterations into one vector."""
+    dut = _unit(lanes=lanes)
+    img = _image(9)
+    count, stride = 3, 12          # micro-batches of 4 x 7 records, 12 lines apart
+    body = [
+        (Op.VEC, dict(vop=Vop.ADD_RELU, bcast=1, loop=0b101, rows=4, cols=7, a=0, b=100,
+                      d=200)),                                    # a, d move; b (bias) stays
+        (Op.VEC, dict(vop=Vop.RELU_GRAD, loop=0b111, rows=4, cols=7, a=40, b=200, d=40)),
+        (Op.REDUCE, dict(rop=Rop.BIAS_GRAD, acc=Acc.AFTER_FIRST, loop=0b01, rows=4, cols=7,
+                         a=40, d=120)),                           # a moves; d accumulates
+    ]
+    cmds = []
+    for it in range(count):
+        for op, f in body:
+            e = effective_fields(op, f, it * stride)
+            acc = int(resolve_acc(f["acc"], it)) if op == Op.REDUCE else 0
+            cmds.append((op, e, acc, 0))
+    _run(dut, img, cmds)
+
+
+def _beats(img, base, rows, cols, stride, zero, L, narrow):
+    """The beats a line reader emits: (words, eol, last); words past the row's end are the
+    line's words (narrow: one word)."""
+    S = img.shape[1]
+    step = 1 if narrow else L
+    out = []
+    for r in range(rows):
+        for c in range(0, cols, step):
+            line = base + r * stride + c // S
+            words = tuple(0 if zero else int(img[line, (c + j) % S]) for j in range(step))
+            eol = c + step >= cols
+            out.append((words, int(eol), int(eol and r == rows - 1)))
+    return out
+
+
+@pytest.mark.parametrize("L, narrow", [(1, 0), (2, 0), (2, 1), (S, 0), (S, 1)])
 @pytest.mark.parametrize("rows, cols, stride, zero", [(3, 6, 2, 0), (4, 9, 3, 0), (5, 3, 0, 0),
                                                       (2, 5, 7, 0), (2, 6, 2, 1)])
-def test_line_reader_backpressure(rows, cols, stride, zero):
-    """The line reader alone under random backpressure (stalls at any lane, so the held
-    r_data is exercised mid-line): every element, eol and last in order; no read while
-    stalled or in ZERO mode."""
-    import random
-    from hdl.core.vector import _LineReader
-    from sim.tb.amaranth_tb import stream_get
-    rd = _LineReader(line_bits=CFG.line_bits, S=S)
+def test_line_reader_backpressure(rows, cols, stride, zero, L, narrow):
+    """The line reader alone under random backpressure (stalls at any beat, so the held
+    r_data is exercised mid-line), wide (L elements per beat) and narrow: every beat, eol and
+    last in order; no read while stalled or in ZERO mode."""
+    rd = _LineReader(line_bits=CFG.line_bits, S=S, L=L)
     img = _image(7)
     mem = LineMemory(img, {"r": rd})
     base = 10
-    expect = []
-    for r in range(rows):
-        for c in range(cols):
-            w = 0 if zero else int(img[base + r * stride + c // S, c % S])
-            expect.append((w, int(c == cols - 1), int(c == cols - 1 and r == rows - 1)))
+    expect = _beats(img, base, rows, cols, stride, zero, L, narrow)
     got = []
-    rng = random.Random(rows * 100 + cols)
+    rng = random.Random(rows * 100 + cols + 1000 * L + 7 * narrow)
 
     async def tb(ctx):
         for _ in range(2):              # twice: the reader restarts cleanly
@@ -271,12 +366,14 @@ def test_line_reader_backpressure(rows, cols, stride, zero):
             ctx.set(rd.cols, cols)
             ctx.set(rd.stride, stride)
             ctx.set(rd.zero, zero)
+            ctx.set(rd.narrow, narrow)
             ctx.set(rd.start, 1)
             await ctx.tick()
             ctx.set(rd.start, 0)
-            for _ in expect:
+            for words, _, _ in expect:
                 p = await stream_get(ctx, rd.o, rng=rng, stall_prob=0.5)
-                got.append((int(p.x), int(p.eol), int(p.last)))
+                got.append((tuple(int(p.x[j]) for j in range(len(words))), int(p.eol),
+                            int(p.last)))
             for _ in range(5):
                 await ctx.tick()
                 assert not ctx.get(rd.o.valid)
@@ -286,6 +383,58 @@ def test_line_reader_backpressure(rows, cols, stride, zero):
     assert not mem.errors
     if zero:
         assert not mem.reads["r"]
+
+
+@pytest.mark.parametrize("L, narrow", [(1, 0), (2, 0), (2, 1), (S, 0), (S, 1)])
+@pytest.mark.parametrize("rows, cols", [(3, 6), (2, 9), (4, 1), (1, 4), (2, 8)])
+def test_line_writer_gaps(rows, cols, L, narrow):
+    """The line writer alone, beats arriving with random gaps: the matrix lands in place, no
+    padding word and nothing outside it is written, one write per line, ``fin`` after the
+    last write and ``eol`` on each row's last beat."""
+    wr = _LineWriter(line_bits=CFG.line_bits, S=S, L=L)
+    img = _image(11)
+    before = img.copy()
+    mem = LineMemory(img, {"w": wr})
+    base, step = 20, 1 if narrow else L
+    rng = np.random.default_rng(rows * 10 + cols + 100 * L + narrow)
+    vals = rng.integers(0, 2**32, size=(rows, cols + L), dtype=np.uint32)
+    want = before.copy()
+    set_matrix(want, base, vals[:, :cols])
+    lines_written, eols, fin = [], [], []
+    pick = random.Random(cols)
+
+    async def tb(ctx):
+        ctx.set(wr.base, base)
+        ctx.set(wr.rows, rows)
+        ctx.set(wr.cols, cols)
+        ctx.set(wr.narrow, narrow)
+        ctx.set(wr.start, 1)
+        await ctx.tick()
+        ctx.set(wr.start, 0)
+        for r in range(rows):
+            for c in range(0, cols, step):
+                while pick.random() < 0.4:
+                    await ctx.tick()
+                    assert not ctx.get(wr.w_en)
+                for j in range(L):      # words past the row's end carry junk
+                    ctx.set(wr.i.payload[j], int(vals[r, c + j]) if j < step else 0xDEAD)
+                ctx.set(wr.i.valid, 1)
+                eols.append(ctx.get(wr.eol))
+                if ctx.get(wr.w_en):
+                    lines_written.append(ctx.get(wr.w_addr))
+                await ctx.tick()
+                ctx.set(wr.i.valid, 0)
+        for _ in range(3):
+            fin.append(ctx.get(wr.fin))
+            await ctx.tick()
+
+    run_sim(wr, tb, processes=[mem.process])
+    assert not mem.errors
+    assert np.array_equal(img, want)
+    L_row = -(-cols // S)
+    assert lines_written == list(range(base, base + rows * L_row))
+    assert eols == [int(c + step >= cols) for _ in range(rows) for c in range(0, cols, step)]
+    assert fin == [1, 1, 1]
 
 
 def test_softmax_too_many_classes_is_contained():
@@ -330,11 +479,12 @@ class _WithReset(Elaboratable):
         return m
 
 
+@pytest.mark.parametrize("lanes", [2, S])
 @pytest.mark.parametrize("which", ["softmax", "bias_acc"])
-def test_reset_in_the_middle(which):
+def test_reset_in_the_middle(which, lanes):
     """Reset while a command is half done (reads, blocks and writes in flight); then the unit
     is idle and the next commands run correctly."""
-    dut = _unit()
+    dut = _unit(lanes=lanes)
     top = _WithReset(dut)
     img = _image(6)
     set_vector(img, 100, np.arange(8, dtype=np.uint32) % 7)
@@ -381,18 +531,42 @@ def test_bad_parameters():
         VectorUnit(config=CFG, grad_config=GradConfig(lanes=4))
 
 
-def test_published_timing():
+def test_vector_lanes_config():
+    """CoreConfig.vector_lanes: a divisor of size, 0 (the default) for size; presets and
+    dataclasses.replace keep it resolved against the current size."""
+    assert CoreConfig().vector_lanes == 0 and CoreConfig().vec_lanes == 8
+    assert CFG.vec_lanes == 4                                       # tiny: S = 4
+    assert dataclasses.replace(CoreConfig(), size=4).vec_lanes == 4
+    assert CoreConfig(vector_lanes=2).vec_lanes == 2
+    for bad in (3, 16, 5):
+        with pytest.raises(ValueError, match=r"CoreConfig\.vector_lanes must divide size = 8"):
+            CoreConfig(vector_lanes=bad)
+    with pytest.raises(ValueError, match=r"CoreConfig\.vector_lanes must be >= 0"):
+        CoreConfig(vector_lanes=-1)
+    with pytest.raises(TypeError, match=r"CoreConfig\.vector_lanes must be an int"):
+        CoreConfig(vector_lanes=2.0)
+    with pytest.raises(ValueError, match=r"vector_lanes must divide size = 4"):
+        CoreConfig(size=4, vector_lanes=8)
+
+
+@pytest.mark.parametrize("lanes", LANES)
+def test_published_timing(lanes):
     """The formulas (the simulations above assert every command's count against them)."""
-    dut = _unit()
+    dut = _unit(lanes=lanes)
     dut._MustUse__used = True                # built for its attributes only
     t = dut.ew_latency
+    assert dut.lanes == lanes
     assert (dut.vec_overhead, dut.copy_overhead) == (t + 5, 3)
-    assert dut.cycles(Op.VEC, 32, 64) == 32 * 64 + t + 5
-    assert dut.cycles(Op.VEC, 2, 3, vop=Vop.ZERO) == 6 + 3
+    assert dut.cycles(Op.VEC, 32, 64) == 32 * 64 // lanes + t + 5
+    assert dut.cycles(Op.VEC, 2, 3, vop=Vop.ZERO) == 2 * -(-3 // lanes) + 3
+    assert dut.cycles(Op.VEC, 32, 10) == 32 * -(-10 // lanes) + t + 5
+    assert dut.cycles(Op.REDUCE, 32, 64, rop=Rop.SUMSQ) == 32 * 64 + dut.sumsq_overhead
     assert dut.cycles(Op.SOFTMAX_XENT, 32, 10) == 320 + dut.softmax_latency + 22
     assert dut.cycles(Op.SOFTMAX_XENT, 3, 2) == 3 * 8 + dut.softmax_latency + 6
     assert dut.bg_chunk == 8
     one = dut.cycles(Op.REDUCE, 2, 8)
+    g = 8 // lanes                           # beats of a chunk row
+    assert one == 2 * g + max(0, dut.bg_row_min - g) + g + dut.bg_overhead
     assert dut.cycles(Op.REDUCE, 2, 16) == 2 * one
     assert dut.cycles(Op.REDUCE, 2, 16, acc=1) == 2 * one + 2 * (t + 2)
     with pytest.raises(ValueError, match="op must be"):

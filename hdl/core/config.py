@@ -34,6 +34,11 @@ class CoreConfig(PresetMixin):
         Width of a matmul dimension inside the engine (``M, K, N <= 2**dim_bits - 1``).
     max_classes : int
         Longest ``SOFTMAX_XENT`` row (the vector unit's ``GradConfig.max_classes``).
+    vector_lanes : int
+        Elements per cycle of the vector unit's elementwise ``VEC`` ops and ``REDUCE
+        BIAS_GRAD`` (docs/vector.md): a divisor of ``size``, or 0 for ``size`` (a whole line
+        per cycle, the default). Each lane costs one FP32 adder and multiplier (``VEC``) and
+        one FP32 adder (bias gradient). :attr:`vec_lanes` is the resolved value.
     """
 
     size: int = 8
@@ -48,6 +53,7 @@ class CoreConfig(PresetMixin):
     layers: int = 8
     dim_bits: int = 10
     max_classes: int = 256
+    vector_lanes: int = 0
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"size": 4, "bank_depth": 2048, "max_classes": 64},
@@ -73,6 +79,10 @@ class CoreConfig(PresetMixin):
         check_int("CoreConfig", "layers", self.layers, lo=1, hi=16)
         check_int("CoreConfig", "max_classes", self.max_classes, lo=2, hi=4095)
         self.array        # validates the array fields (their messages name ArrayConfig)
+        check_int("CoreConfig", "vector_lanes", self.vector_lanes, lo=0)
+        if self.vector_lanes and self.size % self.vector_lanes:
+            raise ValueError(f"CoreConfig.vector_lanes must divide size = {self.size} (or be 0 "
+                             f"for size), not {self.vector_lanes!r}")
 
     @property
     def array(self) -> ArrayConfig:
@@ -81,6 +91,11 @@ class CoreConfig(PresetMixin):
                            exp_bits=self.exp_bits, noise_bits=self.noise_bits,
                            lfsr_seed=self.lfsr_seed, mem_depth=self.lines,
                            dim_bits=self.dim_bits)
+
+    @property
+    def vec_lanes(self) -> int:
+        """Elements per cycle of the vector unit: ``vector_lanes``, or ``size`` when 0."""
+        return self.vector_lanes or self.size
 
     @property
     def lines(self) -> int:

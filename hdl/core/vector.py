@@ -2,28 +2,36 @@
 FP32 scratchpad (docs/vector.md). Golden model: :func:`sim.model.vector.run_vector`
 (bit-exact).
 
-The unit reuses the verified stream blocks of :mod:`hdl.grad` -- :class:`Elementwise`,
-:class:`BiasGrad`, :class:`LaneSum` (``square=True``) and :class:`SoftmaxXent` -- between
-*line readers* (scratchpad lines -> one element per cycle) and *line writers* (elements ->
-masked line writes)::
+The unit reuses the verified stream blocks of :mod:`hdl.grad` -- :class:`Elementwise` and
+:class:`BiasGrad` once per *lane* (``L = CoreConfig.vec_lanes``, a divisor of ``S``), one
+:class:`LaneSum` (``square=True``) and one :class:`SoftmaxXent` -- between *line readers*
+(scratchpad lines -> beats of ``L`` elements, or of one) and *line writers* (beats -> masked
+line writes)::
 
-    port a --> reader A --+--> Elementwise ------+--> writer D --> port d
+    port a --> reader A --+--> Elementwise x L --+--> writer D --> port d
     port b --> reader B --+     ^ (acc add)      |
     port d --> reader D --------+                |
-                          +--> BiasGrad ---------+
-                          +--> LaneSum (x*x) ----+
+                          +--> BiasGrad x L -----+
+                          +--> LaneSum (x*x) ----+      (one element per cycle)
                           +--> SoftmaxXent ------+--> writer E --> port e (loss)
 
-A reader walks ``rows x cols`` elements (line ``base + r * stride + c // S``, lane ``c % S``),
-issuing one line read per element and presenting the addressed word one cycle later; under
-backpressure it simply stops reading (the port's ``r_data`` holds while ``r_en = 0``). A writer
-collects a line's elements and writes them with one masked write when the line's last lane or
-the row's last column arrives: padding lanes are never written. Writers never stall, so the
-blocks' outputs are never backpressured.
+A reader walks a ``rows x cols`` matrix (element ``(r, c)``: line ``base + r * stride + c //
+S``, word ``c % S``) in beats: ``L`` consecutive columns of a row per beat for the elementwise
+ops and the bias gradient (the *wide* mode: lane ``j`` of the beat is column ``c + j``), one
+element per beat for ``SUMSQ`` and ``SOFTMAX_XENT`` (*narrow*), issuing one line read per beat
+and presenting the words one cycle later; under backpressure it simply stops reading (the
+port's ``r_data`` holds while ``r_en = 0``). A writer collects a line's beats and writes them
+with one masked write when the line's last beat or the row's last beat arrives: padding words
+are never written. Writers never stall, so the blocks' outputs are never backpressured. The
+lanes of a kind get the same control inputs every cycle, so they run in lockstep (lane 0's
+handshakes stand for all); lanes past a row's end compute on whatever the line holds and
+their results are dropped by the writer's mask.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+import dataclasses
+
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -40,46 +48,58 @@ from ..lib.mustuse import mark_used as _used
 from .config import CoreConfig
 from .isa import DIM_BITS, VECTOR_CMD, Op, Rop, Vop
 
-__all__ = ["VectorUnit", "RD_LAYOUT"]
+__all__ = ["VectorUnit", "rd_layout"]
 
-#: An element from a line reader: the word, end of its row, end of the whole walk.
-RD_LAYOUT = data.StructLayout({"x": 32, "eol": 1, "last": 1})
+
+def rd_layout(L: int) -> data.StructLayout:
+    """A beat of a line reader: ``L`` words (``x[0]`` only in narrow mode), end of its row, end
+    of the whole walk."""
+    return data.StructLayout({"x": data.ArrayLayout(32, L), "eol": 1, "last": 1})
 
 
 class _LineReader(wiring.Component):
-    """``rows x cols`` elements of a line port as a stream, one per cycle.
+    """``rows x cols`` elements of a line port as a stream of beats, one beat per cycle.
 
     ``start`` (one cycle, only while the previous walk has been consumed) latches ``base``,
     ``rows``, ``cols``, ``stride`` (lines from one row's first line to the next; 0 repeats one
-    row: broadcast) and ``zero`` (emit +0 words without reading). Element ``(r, c)`` is word
-    ``c % S`` of line ``base + r * stride + c // S``. The read is issued when the element is
-    taken into the output register, whose word is selected from ``r_data`` one cycle later;
-    with the output stalled no read is issued, so ``r_data`` holds (LinePort contract).
+    row: broadcast), ``zero`` (emit +0 words without reading) and ``narrow``. Element ``(r,
+    c)`` is word ``c % S`` of line ``base + r * stride + c // S``.
+
+    A beat is a *group* of ``L`` consecutive elements of a row, columns ``c .. c + L - 1``
+    with ``c`` a multiple of ``L`` (``L`` divides ``S``, so a group lies in one line: words
+    ``c % S ..``); a row is ``ceil(cols / L)`` beats, the last one partly past the row's end
+    (those words are whatever the line holds: the consumer ignores them). With ``narrow`` a
+    beat is one element in ``x[0]`` (the other words are don't-care). The line read is issued
+    when the beat is taken into the output register, whose words are selected from ``r_data``
+    one cycle later; with the output stalled no read is issued, so ``r_data`` holds (LinePort
+    contract).
     """
 
-    def __init__(self, *, line_bits: int, S: int):
-        self.S = S
+    def __init__(self, *, line_bits: int, S: int, L: int):
+        self.S, self.L = S, L
         super().__init__({
             "r_addr": Out(line_bits), "r_en": Out(1), "r_data": In(32 * S),
             "start": In(1), "base": In(line_bits), "rows": In(DIM_BITS), "cols": In(DIM_BITS),
-            "stride": In(line_bits), "zero": In(1),
-            "o": Out(stream.Signature(RD_LAYOUT)),
+            "stride": In(line_bits), "zero": In(1), "narrow": In(1),
+            "o": Out(stream.Signature(rd_layout(L))),
         })
 
     def elaborate(self, platform):
         m = Module()
-        S = self.S
+        S, L = self.S, self.L
+        lgL = (L - 1).bit_length()
         lb = len(self.base)
         active = Signal(name="active")
         row_line = Signal(lb, name="row_line")
         line = Signal(lb, name="line")
-        lane = Signal(range(S), name="lane")
+        lane = Signal(range(S), name="lane")        # first word of the beat in its line
         r = Signal(DIM_BITS, name="row")
         c = Signal(DIM_BITS, name="col")
         rows = Signal(DIM_BITS, name="rows_q")
         cols = Signal(DIM_BITS, name="cols_q")
         stride = Signal(lb, name="stride_q")
         zero = Signal(name="zero_q")
+        narrow = Signal(name="narrow_q")
         ov = Signal(name="o_valid")
         o_lane = Signal(range(S), name="o_lane")
         o_eol = Signal(name="o_eol")
@@ -87,56 +107,72 @@ class _LineReader(wiring.Component):
 
         adv = Signal(name="advance")
         eol = Signal(name="eol")
-        m.d.comb += [adv.eq(~ov | self.o.ready), eol.eq(c == cols - 1)]
+        step = Signal(range(L + 1), name="step")
+        c_next = Signal(DIM_BITS + 1, name="col_next")
+        line_end = Signal(name="line_end")
+        m.d.comb += [adv.eq(~ov | self.o.ready),
+                     step.eq(Mux(narrow, 1, L)), c_next.eq(c + step), eol.eq(c_next >= cols),
+                     line_end.eq(lane == Mux(narrow, S - 1, S - L))]
         with m.If(self.start):
             m.d.sync += [active.eq(1), row_line.eq(self.base), line.eq(self.base), lane.eq(0),
                          r.eq(0), c.eq(0), rows.eq(self.rows), cols.eq(self.cols),
-                         stride.eq(self.stride), zero.eq(self.zero), ov.eq(0)]
+                         stride.eq(self.stride), zero.eq(self.zero),
+                         narrow.eq(self.narrow | (L == 1)), ov.eq(0)]
         with m.Elif(adv):
             m.d.sync += ov.eq(active)
             with m.If(active):
                 m.d.comb += [self.r_en.eq(~zero), self.r_addr.eq(line)]
                 m.d.sync += [o_lane.eq(lane), o_eol.eq(eol), o_last.eq(eol & (r == rows - 1)),
-                             c.eq(c + 1), lane.eq(lane + 1)]
-                with m.If(lane == S - 1):
+                             c.eq(c_next), lane.eq(lane + step)]
+                with m.If(line_end):
                     m.d.sync += [lane.eq(0), line.eq(line + 1)]
                 with m.If(eol):
                     m.d.sync += [c.eq(0), lane.eq(0), r.eq(r + 1),
                                  row_line.eq(row_line + stride), line.eq(row_line + stride)]
                     with m.If(r == rows - 1):
                         m.d.sync += active.eq(0)
+        # the group's L words (a constant slice when L == S), or one word in narrow mode
+        group = self.r_data.word_select(o_lane >> lgL, 32 * L) if L < S else self.r_data
+        words = [group[32 * j:32 * (j + 1)] for j in range(L)]
+        if L > 1:
+            words[0] = Mux(narrow, self.r_data.word_select(o_lane, 32), words[0])
         m.d.comb += [
             self.o.valid.eq(ov),
-            self.o.payload.x.eq(Mux(zero, 0, self.r_data.word_select(o_lane, 32))),
             self.o.payload.eol.eq(o_eol),
             self.o.payload.last.eq(o_last),
         ]
+        for j in range(L):
+            m.d.comb += self.o.payload.x[j].eq(Mux(zero, 0, words[j]))
         return m
 
 
 class _LineWriter(wiring.Component):
-    """Elements of a ``rows x cols`` matrix (row-major) into masked line writes.
+    """Beats of a ``rows x cols`` matrix (row-major) into masked line writes.
 
-    ``start`` latches ``base``, ``rows``, ``cols`` and clears ``fin``. Element ``(r, c)`` goes
-    to word ``c % S`` of line ``base + r * ceil(cols / S) + c // S``. A line is written (one
-    write, ``w_en`` = the lanes received) in the cycle its last lane or its row's last column
-    arrives. ``i`` is always ready. ``fin`` rises with the edge that performs the last write.
-    ``eol``: the next element is the last of its row.
+    ``start`` latches ``base``, ``rows``, ``cols`` and ``narrow`` and clears ``fin``. Element
+    ``(r, c)`` goes to word ``c % S`` of line ``base + r * ceil(cols / S) + c // S``. A beat
+    is a group of ``L`` elements from column ``c`` (a multiple of ``L``; words past the row's
+    end are not written), or one element in ``i.payload[0]`` with ``narrow``. A line is
+    written (one write, ``w_en`` = the words received) in the cycle its last beat or its row's
+    last beat arrives: padding words are never written. ``i`` is always ready. ``fin`` rises
+    with the edge that performs the last write. ``eol``: the next beat is the last of its row.
     """
 
-    def __init__(self, *, line_bits: int, S: int):
-        self.S = S
+    def __init__(self, *, line_bits: int, S: int, L: int):
+        self.S, self.L = S, L
         super().__init__({
             "w_addr": Out(line_bits), "w_en": Out(S), "w_data": Out(32 * S),
             "start": In(1), "base": In(line_bits), "rows": In(DIM_BITS), "cols": In(DIM_BITS),
-            "i": In(stream.Signature(32)),
+            "narrow": In(1),
+            "i": In(stream.Signature(data.ArrayLayout(32, L))),
             "fin": Out(1),
             "eol": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
-        S = self.S
+        S, L = self.S, self.L
+        lgL = (L - 1).bit_length()
         lb = len(self.base)
         line = Signal(lb, name="line")
         lane = Signal(range(S), name="lane")
@@ -144,27 +180,37 @@ class _LineWriter(wiring.Component):
         c = Signal(DIM_BITS, name="col")
         rows = Signal(DIM_BITS, name="rows_q")
         cols = Signal(DIM_BITS, name="cols_q")
-        buf = [Signal(32, name=f"buf{j}") for j in range(S)]
+        narrow = Signal(name="narrow_q")
+        buf = [Signal(32, name=f"buf{k}") for k in range(S)]
         mask = Signal(S, name="mask")
         x = self.i.payload
-        onehot = Signal(S, name="lane_onehot")
+        step = Signal(range(L + 1), name="step")
+        c_next = Signal(DIM_BITS + 1, name="col_next")
+        rest = Signal(DIM_BITS + 1, name="cols_left")       # cols - c (> 0 inside a row)
+        beat = Signal(S, name="beat_words")                 # line words this beat writes
+        new = [Signal(32, name=f"new{k}") for k in range(S)]
         eol = self.eol
-        m.d.comb += [self.i.ready.eq(1), onehot.eq(Const(1, S) << lane), eol.eq(c == cols - 1),
-                     self.w_addr.eq(line),
-                     self.w_data.eq(Cat(*(Mux(lane == j, x, buf[j]) for j in range(S))))]
+        m.d.comb += [step.eq(Mux(narrow, 1, L)), c_next.eq(c + step), eol.eq(c_next >= cols),
+                     rest.eq(cols - c), self.w_addr.eq(line)]
+        for k in range(S):
+            wide_k = (lane >> lgL == k // L) & (rest > k % L)
+            m.d.comb += [beat[k].eq(Mux(narrow, lane == k, wide_k) if L > 1 else lane == k),
+                         new[k].eq(Mux(narrow, x[0], x[k % L]) if L > 1 else x[0])]
+        m.d.comb += self.w_data.eq(Cat(*(Mux(beat[k], new[k], buf[k]) for k in range(S))))
         with m.If(self.start):
             m.d.sync += [line.eq(self.base), lane.eq(0), r.eq(0), c.eq(0), mask.eq(0),
-                         rows.eq(self.rows), cols.eq(self.cols), self.fin.eq(0)]
+                         rows.eq(self.rows), cols.eq(self.cols),
+                         narrow.eq(self.narrow | (L == 1)), self.fin.eq(0)]
         with m.Elif(self.i.valid):
-            m.d.sync += [c.eq(c + 1), lane.eq(lane + 1)]
-            with m.If((lane == S - 1) | eol):
-                m.d.comb += self.w_en.eq(mask | onehot)
+            m.d.sync += [c.eq(c_next), lane.eq(lane + step)]
+            with m.If((lane == Mux(narrow, S - 1, S - L)) | eol):
+                m.d.comb += self.w_en.eq(mask | beat)
                 m.d.sync += [mask.eq(0), lane.eq(0), line.eq(line + 1)]
             with m.Else():
-                m.d.sync += mask.eq(mask | onehot)
-                for j in range(S):
-                    with m.If(lane == j):
-                        m.d.sync += buf[j].eq(x)
+                m.d.sync += mask.eq(mask | beat)
+                for k in range(S):
+                    with m.If(beat[k]):
+                        m.d.sync += buf[k].eq(new[k])
             with m.If(eol):
                 m.d.sync += [c.eq(0), r.eq(r + 1)]
                 with m.If(r == rows - 1):
@@ -178,18 +224,20 @@ class VectorUnit(wiring.Component):
     Parameters
     ----------
     config : CoreConfig
-        ``size`` (``S`` words per line) and the line address width.
+        ``size`` (``S`` words per line), the line address width and ``vec_lanes`` (``L``).
     grad_config : GradConfig
         ``lanes`` (sum-of-squares and softmax-denominator order), ``max_cols`` (bias-gradient
         accumulator: longer rows are done in column chunks of ``max_cols`` rounded down to a
-        multiple of ``S``) and ``max_classes`` (the longest softmax row). Default
-        ``GradConfig()``.
+        multiple of ``S``; each lane holds ``1/L`` of a chunk) and ``max_classes`` (the longest
+        softmax row). Default ``GradConfig()``.
     fp32_config, divsqrt_config, log_config :
         FP32 unit pipelines; the exp (``divsqrt_config``) and log (``log_config``)
         approximations. Defaults: the classes' defaults.
 
     Attributes
     ----------
+    lanes : int
+        ``L``: elements per cycle of ``VEC`` and ``REDUCE BIAS_GRAD``.
     ew_latency, bg_latency, sumsq_latency, softmax_latency : int
         The ``latency`` of the :class:`Elementwise`, :class:`BiasGrad`, :class:`LaneSum` and
         :class:`SoftmaxXent` inside.
@@ -198,19 +246,19 @@ class VectorUnit(wiring.Component):
     bg_chunk : int
         Columns per bias-gradient chunk (``max_cols`` rounded down to a multiple of ``S``).
     bg_row_min : int
-        A bias-gradient row (chunk) shorter than this (``Ladd + 2``) pauses the input for the
-        difference after every row but the last (the accumulator's read-modify-write loop).
+        A bias-gradient row (chunk) of fewer beats than this (``Ladd + 2``) pauses the input
+        for the difference after every row but the last (the accumulator's read-modify-write
+        loop).
 
-    Timing (:meth:`cycles`, exact, asserted by tests/test_vector_unit.py; one element per
-    cycle; ``n = rows * cols``; the count is from the cycle ``cmd`` is accepted to the
-    ``done`` cycle):
+    Timing (:meth:`cycles`, exact, asserted by tests/test_vector_unit.py; ``beats(w) = ceil(w
+    / L)``; the count is from the cycle ``cmd`` is accepted to the ``done`` cycle):
 
-    * ``VEC``: ``n + vec_overhead`` (``Lew + 5``); ``COPY``/``ZERO``: ``n + copy_overhead``
-      (3).
-    * ``REDUCE SUMSQ``: ``n + sumsq_overhead`` (LaneSum latency + 3).
-    * ``REDUCE BIAS_GRAD``: per chunk of ``w`` columns ``rows * w + (rows - 1) * max(0,
-      bg_row_min - w) + w + bg_overhead`` (BiasGrad latency + 9), plus ``Lew + 2`` with
-      ``acc``; chunks add up.
+    * ``VEC``: ``rows * beats(cols) + vec_overhead`` (``Lew + 5``); ``COPY``/``ZERO``:
+      ``rows * beats(cols) + copy_overhead`` (3).
+    * ``REDUCE SUMSQ``: ``rows * cols + sumsq_overhead`` (LaneSum latency + 3).
+    * ``REDUCE BIAS_GRAD``: per chunk of ``w`` columns, ``g = beats(w)``: ``rows * g + (rows
+      - 1) * max(0, bg_row_min - g) + g + bg_overhead`` (BiasGrad latency + 9), plus ``Lew +
+      2`` with ``acc``; chunks add up.
     * ``SOFTMAX_XENT``: ``rows * max(cols, lanes) + softmax_latency + 2 * cols + 2``.
 
     Members
@@ -253,6 +301,7 @@ class VectorUnit(wiring.Component):
                                else FP32DivSqrtConfig())
         self.log_config = log_config if log_config is not None else FP32LogConfig()
         S = config.size
+        L = self.lanes = config.vec_lanes
         self.bg_chunk = (self.grad_config.max_cols // S) * S
         if self.bg_chunk == 0:
             _used(self)
@@ -263,9 +312,13 @@ class VectorUnit(wiring.Component):
             _used(self)
             raise ValueError(f"VectorUnit.grad_config.lanes ({self.grad_config.lanes}) must "
                              f"exceed the FP32 adder latency ({la})")
+        # each bias-gradient lane accumulates every L-th column of a chunk
+        bg_config = dataclasses.replace(self.grad_config,
+                                        max_cols=max(2, self.bg_chunk // L))
         try:
-            self._ew = _used(Elementwise(fp32_config=self.fp32_config))
-            self._bg = _used(BiasGrad(config=self.grad_config, fp32_config=self.fp32_config))
+            self._ew = [_used(Elementwise(fp32_config=self.fp32_config)) for _ in range(L)]
+            self._bg = [_used(BiasGrad(config=bg_config, fp32_config=self.fp32_config))
+                        for _ in range(L)]
             self._ls = _used(LaneSum(config=self.grad_config, square=True,
                                      fp32_config=self.fp32_config))
             self._sx = _used(SoftmaxXent(config=self.grad_config, fp32_config=self.fp32_config,
@@ -274,12 +327,12 @@ class VectorUnit(wiring.Component):
         except (ValueError, TypeError):
             _used(self)
             raise
-        self.ew_latency = self._ew.latency
-        self.bg_latency = self._bg.latency
+        self.ew_latency = self._ew[0].latency
+        self.bg_latency = self._bg[0].latency
         self.sumsq_latency = self._ls.latency
         self.softmax_latency = self._sx.latency
-        # accept -> START (1) -> reader A's first element (2) -> Elementwise (Lew) and its
-        # output FIFO (2) -> one element per cycle -> done the cycle after the last write.
+        # accept -> START (1) -> reader A's first beat (2) -> Elementwise (Lew) and its
+        # output FIFO (2) -> one beat per cycle -> done the cycle after the last write.
         # Every formula of cycles() is asserted exactly by tests/test_vector_unit.py.
         self.vec_overhead = self.ew_latency + 5
         self.copy_overhead = 3
@@ -301,16 +354,18 @@ class VectorUnit(wiring.Component):
                rop: int = Rop.BIAS_GRAD, acc: int = 0) -> int:
         """Cycles from the cycle ``cmd`` is accepted to the ``done`` cycle (exact; the class
         docstring lists the formulas)."""
-        n = rows * cols
+        L = self.lanes
         if op == Op.VEC:
-            return n + (self.copy_overhead if vop in (Vop.COPY, Vop.ZERO) else self.vec_overhead)
+            beats = rows * -(-cols // L)
+            return beats + (self.copy_overhead if vop in (Vop.COPY, Vop.ZERO)
+                            else self.vec_overhead)
         if op == Op.REDUCE and rop == Rop.SUMSQ:
-            return n + self.sumsq_overhead
+            return rows * cols + self.sumsq_overhead
         if op == Op.REDUCE:
             total = 0
             for c0 in range(0, cols, self.bg_chunk):
-                w = min(self.bg_chunk, cols - c0)
-                total += (rows * w + (rows - 1) * max(0, self.bg_row_min - w) + w
+                g = -(-min(self.bg_chunk, cols - c0) // L)
+                total += (rows * g + (rows - 1) * max(0, self.bg_row_min - g) + g
                           + self.bg_overhead + (self.ew_latency + 2 if acc else 0))
             return total
         if op == Op.SOFTMAX_XENT:
@@ -320,19 +375,23 @@ class VectorUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
-        S = cfg.size
+        S, L = cfg.size, self.lanes
         lg = (S - 1).bit_length()
+        lgL = (L - 1).bit_length()
         lb = cfg.line_bits
 
-        m.submodules.ew = ew = self._ew
-        m.submodules.bg = bg = self._bg
+        ews, bgs = self._ew, self._bg
+        for j in range(L):
+            m.submodules[f"ew{j}"] = ews[j]
+            m.submodules[f"bg{j}"] = bgs[j]
+        ew, bg = ews[0], bgs[0]                     # lane 0's handshakes stand for all lanes
         m.submodules.sumsq = ls = self._ls
         m.submodules.sx = sx = self._sx
-        m.submodules.rd_a = ra = _LineReader(line_bits=lb, S=S)
-        m.submodules.rd_b = rb = _LineReader(line_bits=lb, S=S)
-        m.submodules.rd_d = rd = _LineReader(line_bits=lb, S=S)
-        m.submodules.wr_d = wd = _LineWriter(line_bits=lb, S=S)
-        m.submodules.wr_e = we = _LineWriter(line_bits=lb, S=S)
+        m.submodules.rd_a = ra = _LineReader(line_bits=lb, S=S, L=L)
+        m.submodules.rd_b = rb = _LineReader(line_bits=lb, S=S, L=L)
+        m.submodules.rd_d = rd = _LineReader(line_bits=lb, S=S, L=L)
+        m.submodules.wr_d = wd = _LineWriter(line_bits=lb, S=S, L=L)
+        m.submodules.wr_e = we = _LineWriter(line_bits=lb, S=S, L=L)
 
         # ---- ports ------------------------------------------------------------------------
         m.d.comb += [
@@ -364,6 +423,8 @@ class VectorUnit(wiring.Component):
         imm = Signal(32, name="imm")
         gscale = Signal(32, name="gscale")
         lines = Signal(lb, name="lines_per_row")    # ceil(cols / S)
+        narrow = Signal(name="narrow")              # SUMSQ, SOFTMAX: one element per beat
+        m.d.comb += narrow.eq(is_sumsq | is_sx)
         # bias-gradient column chunks
         c0 = Signal(DIM_BITS, name="chunk_col")     # first column of the chunk
         cw = Signal(DIM_BITS, name="chunk_cols")    # columns in the chunk
@@ -371,8 +432,9 @@ class VectorUnit(wiring.Component):
         W = self.bg_chunk
         m.d.comb += [rest.eq(cols - c0), cw.eq(Mux(rest > W, W, rest))]
         bg_cmd_v = Signal(name="bg_cmd_valid")
-        m.d.comb += [bg.cmd.valid.eq(bg_cmd_v), bg.cmd.payload.rows.eq(rows),
-                     bg.cmd.payload.cols.eq(cw)]
+        for b_ in bgs:      # every lane: ceil(cw / L) columns (lanes past cw run on padding)
+            m.d.comb += [b_.cmd.valid.eq(bg_cmd_v), b_.cmd.payload.rows.eq(rows),
+                         b_.cmd.payload.cols.eq((cw + L - 1) >> lgL)]
         with m.If(bg.cmd.ready):
             m.d.sync += bg_cmd_v.eq(0)
 
@@ -431,68 +493,82 @@ class VectorUnit(wiring.Component):
         m.d.comb += [
             ra.start.eq(start), ra.base.eq(adr_a + Mux(is_bias, c0_line, 0)), ra.rows.eq(rows),
             ra.cols.eq(Mux(is_bias, cw, cols)), ra.stride.eq(lines), ra.zero.eq(zero),
+            ra.narrow.eq(narrow),
             # B: VEC b (matrix, or one row when bcast) / SOFTMAX labels (a vector of rows)
             rb.start.eq(start & ((is_vec & use_b) | is_sx)), rb.base.eq(adr_b),
             rb.rows.eq(Mux(is_sx, 1, rows)), rb.cols.eq(Mux(is_sx, rows, cols)),
-            rb.stride.eq(Mux(bcast & ~is_sx, 0, lines)), rb.zero.eq(0),
+            rb.stride.eq(Mux(bcast & ~is_sx, 0, lines)), rb.zero.eq(0), rb.narrow.eq(narrow),
             # D: d_old of an accumulating bias gradient (the chunk's words)
             rd.start.eq(start & is_bias & acc), rd.base.eq(adr_d + c0_line), rd.rows.eq(1),
-            rd.cols.eq(cw), rd.stride.eq(0), rd.zero.eq(0),
+            rd.cols.eq(cw), rd.stride.eq(0), rd.zero.eq(0), rd.narrow.eq(0),
             # writer D: VEC / SOFTMAX matrix, bias vector chunk, SUMSQ one word
             wd.start.eq(start), wd.base.eq(adr_d + Mux(is_bias, c0_line, 0)),
             wd.rows.eq(Mux(is_vec | is_sx, rows, 1)),
-            wd.cols.eq(Mux(is_bias, cw, Mux(is_sumsq, 1, cols))),
+            wd.cols.eq(Mux(is_bias, cw, Mux(is_sumsq, 1, cols))), wd.narrow.eq(narrow),
             # writer E: SOFTMAX loss vector
             we.start.eq(start & is_sx), we.base.eq(adr_e), we.rows.eq(1), we.cols.eq(rows),
+            we.narrow.eq(1),
         ]
 
         # ---- stream routing -----------------------------------------------------------------
         A, B, D = ra.o, rb.o, rd.o
-        m.d.comb += [ew.o.ready.eq(1), bg.db.ready.eq(1), ls.o.ready.eq(1), sx.o.ready.eq(1),
-                     ew.op.eq(Mux(is_bias, EW_ADD, vop)), ew.scale.eq(imm),
-                     sx.gscale.eq(gscale)]
-        ew_path = Signal(name="ew_path")             # writer D fed by the Elementwise block
+        m.d.comb += [ls.o.ready.eq(1), sx.o.ready.eq(1), sx.gscale.eq(gscale)]
+        for e_, b_ in zip(ews, bgs):
+            m.d.comb += [e_.o.ready.eq(1), b_.db.ready.eq(1),
+                         e_.op.eq(Mux(is_bias, EW_ADD, vop)), e_.scale.eq(imm)]
+        ew_valid = Signal(name="ew_valid")          # into every Elementwise lane
+        bg_valid = Signal(name="bg_valid")          # into every BiasGrad lane
+        for e_, b_ in zip(ews, bgs):
+            m.d.comb += [e_.i.valid.eq(ew_valid), b_.dy.valid.eq(bg_valid)]
+        ew_path = Signal(name="ew_path")             # writer D fed by the Elementwise lanes
         m.d.comb += ew_path.eq((is_vec & ~bypass) | (is_bias & acc))
         with m.If(is_vec & ~bypass):
             b_ok = B.valid | ~use_b
-            m.d.comb += [ew.i.valid.eq(A.valid & b_ok), ew.i.payload.a.eq(A.payload.x),
-                         ew.i.payload.b.eq(B.payload.x),
+            m.d.comb += [ew_valid.eq(A.valid & b_ok),
                          A.ready.eq(ew.i.ready & b_ok), B.ready.eq(ew.i.ready & A.valid)]
+            for j, e_ in enumerate(ews):
+                m.d.comb += [e_.i.payload.a.eq(A.payload.x[j]), e_.i.payload.b.eq(B.payload.x[j])]
         with m.If(is_vec & bypass):
             m.d.comb += A.ready.eq(1)
         with m.If(is_bias):
-            m.d.comb += [bg.dy.valid.eq(A.valid), bg.dy.payload.eq(A.payload.x),
-                         A.ready.eq(bg.dy.ready)]
+            m.d.comb += [bg_valid.eq(A.valid), A.ready.eq(bg.dy.ready)]
+            for j, b_ in enumerate(bgs):
+                m.d.comb += b_.dy.payload.eq(A.payload.x[j])
             with m.If(acc):
-                # d = d_old + db (Elementwise ADD: a + b with a = d_old, b = db)
-                m.d.comb += [bg.db.ready.eq(ew.i.ready & D.valid),
-                             D.ready.eq(ew.i.ready & bg.db.valid),
-                             ew.i.valid.eq(D.valid & bg.db.valid),
-                             ew.i.payload.a.eq(D.payload.x),
-                             ew.i.payload.b.eq(bg.db.payload.r)]
+                # d = d_old + db (Elementwise ADD: a + b with a = d_old, b = db), per lane
+                for b_ in bgs:
+                    m.d.comb += b_.db.ready.eq(ew.i.ready & D.valid)
+                m.d.comb += [D.ready.eq(ew.i.ready & bg.db.valid),
+                             ew_valid.eq(D.valid & bg.db.valid)]
+                for j, (e_, b_) in enumerate(zip(ews, bgs)):
+                    m.d.comb += [e_.i.payload.a.eq(D.payload.x[j]),
+                                 e_.i.payload.b.eq(b_.db.payload.r)]
         with m.If(is_sumsq):
-            m.d.comb += [ls.i.valid.eq(A.valid), ls.i.payload.x.eq(A.payload.x),
+            m.d.comb += [ls.i.valid.eq(A.valid), ls.i.payload.x.eq(A.payload.x[0]),
                          ls.i.payload.last.eq(A.payload.last), A.ready.eq(ls.i.ready)]
         with m.If(is_sx):
-            m.d.comb += [sx.i.valid.eq(A.valid & B.valid), sx.i.payload.x.eq(A.payload.x),
-                         sx.i.payload.label.eq(B.payload.x[:16]),
+            m.d.comb += [sx.i.valid.eq(A.valid & B.valid), sx.i.payload.x.eq(A.payload.x[0]),
+                         sx.i.payload.label.eq(B.payload.x[0][:16]),
                          sx.i.payload.last.eq(A.payload.eol),
                          A.ready.eq(sx.i.ready & B.valid),
                          B.ready.eq(sx.i.ready & A.valid & A.payload.eol)]
 
+        wdi = wd.i.payload
         with m.If(ew_path):
-            m.d.comb += [wd.i.valid.eq(ew.o.valid), wd.i.payload.eq(ew.o.payload.r)]
+            m.d.comb += wd.i.valid.eq(ew.o.valid)
+            m.d.comb += [wdi[j].eq(e_.o.payload.r) for j, e_ in enumerate(ews)]
         with m.Elif(is_vec):
-            m.d.comb += [wd.i.valid.eq(A.valid), wd.i.payload.eq(A.payload.x)]
+            m.d.comb += [wd.i.valid.eq(A.valid), wdi.eq(A.payload.x)]
         with m.Elif(is_bias):
-            m.d.comb += [wd.i.valid.eq(bg.db.valid), wd.i.payload.eq(bg.db.payload.r)]
+            m.d.comb += wd.i.valid.eq(bg.db.valid)
+            m.d.comb += [wdi[j].eq(b_.db.payload.r) for j, b_ in enumerate(bgs)]
         with m.Elif(is_sumsq):
-            m.d.comb += [wd.i.valid.eq(ls.o.valid), wd.i.payload.eq(ls.o.payload.r)]
+            m.d.comb += [wd.i.valid.eq(ls.o.valid), wdi[0].eq(ls.o.payload.r)]
         with m.Elif(is_sx):
-            m.d.comb += [wd.i.valid.eq(sx.o.valid), wd.i.payload.eq(sx.o.payload.r)]
+            m.d.comb += [wd.i.valid.eq(sx.o.valid), wdi[0].eq(sx.o.payload.r)]
         # The loss of a row goes with its last gradient. (Gating with writer D's row end keeps a
         # command with cols > max_classes, which SoftmaxXent would cut into several rows and
         # the sequencer must reject, from writing outside the e range.)
         m.d.comb += [we.i.valid.eq(is_sx & sx.o.valid & sx.o.payload.last & wd.eol),
-                     we.i.payload.eq(sx.o.payload.loss)]
+                     we.i.payload[0].eq(sx.o.payload.loss)]
         return m

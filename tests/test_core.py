@@ -1,7 +1,9 @@
 """The whole training core in the Amaranth simulator: one small training step driven by the
 shared host driver, bit-exact against the golden model (weights, optimizer state, loss,
-counters and the whole scratchpad). The cocotb tier (tests/test_core_cocotb.py) runs the
-full matrix of optimizers, widths, micro-batches, checkpointing and resets."""
+counters and the whole scratchpad); the one-pass OPT's timing and its skip decision for a
+non-finite gradient that no BFP converter saw (written by a matmul pass or by the vector
+unit). The cocotb tier (tests/test_core_cocotb.py) runs the full matrix of optimizers, widths,
+micro-batches, checkpointing and resets."""
 import numpy as np
 import pytest
 
@@ -10,19 +12,54 @@ from amaranth.sim import Simulator
 from hdl.core.config import CoreConfig
 from hdl.core.core import TrainingCore
 from hdl.core.isa import Status
+from hdl.optim.engine import step1_busy_cycles
 from sim.host.compiler import MLP, compile_mlp
 from sim.host.driver import CoreDriver
 from sim.host.optim import Adam, LossScale
 from sim.model.core import CoreModel
 from sim.tb.amaranth_tb import StreamTransport
+from sim.tb.core import non_finite_gradient_case
 
 CFG = CoreConfig(size=4, banks=8, bank_depth=64, prog_depth=64, layers=4)
+
+
+#: cycles the sequencer's optimizer is busy beyond the engine's own busy cycles: SETREG N and
+#: STEP / STEP1 are accepted in the two cycles after issue, and the unit is free one cycle
+#: after the engine's busy falls
+OPT_ISSUE_CYCLES = 3
+
+
+def _run_core(actions, *, mem=False):
+    """The host actions on the Amaranth-simulated core; with ``mem`` also the whole
+    scratchpad (``got["mem"]``) and the cycles of reading and writing it back."""
+    dut = TrainingCore(config=CFG)
+    got = {}
+
+    async def tb(ctx):
+        tr = StreamTransport(ctx, dut.cmd, dut.rsp)
+        drv = CoreDriver(CFG, tr, run_deadline=60_000)
+        got.update(await drv.apply(actions))
+        if mem:
+            c0 = tr.cycles
+            got["mem"] = await drv.read_lines(0, CFG.lines)
+            got["read_cycles"] = tr.cycles - c0
+            c0 = tr.cycles
+            await drv.write_lines(0, got["mem"])
+            got["write_cycles"] = tr.cycles - c0
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(tb)
+    sim.run()
+    return got
 
 
 @pytest.mark.parametrize("inject_inf", [False, True])
 def test_training_step_bit_exact_with_golden_model(inject_inf):
     """``inject_inf``: an Inf in the batch reaches a BFP converter; its flag makes the OPT
-    skip the step (no parameter or state word written; dynamic scaling halves the scale)."""
+    skip the step (no parameter or state word written; dynamic scaling halves the scale).
+    The OPT is one-pass (no clipping): a step that is applied keeps the optimizer busy
+    ``N + latency`` cycles (one pass), not ``2N + ...``."""
     desc = MLP(layers=(4, 6, 3), batch=4, optimizer=Adam(lr=1e-2), micro_batches=2,
                loss_scale=LossScale(init_exp=5, growth_interval=2))
     comp = compile_mlp(desc, CFG)
@@ -38,24 +75,7 @@ def test_training_step_bit_exact_with_golden_model(inject_inf):
                + comp.read_actions() + [("counters",)])
     model = CoreModel(CFG)
     want = model.apply(actions)
-    dut = TrainingCore(config=CFG)
-    got = {}
-
-    async def tb(ctx):
-        tr = StreamTransport(ctx, dut.cmd, dut.rsp)
-        drv = CoreDriver(CFG, tr, run_deadline=60_000)
-        got.update(await drv.apply(actions))
-        c0 = tr.cycles
-        got["mem"] = await drv.read_lines(0, CFG.lines)
-        got["read_cycles"] = tr.cycles - c0
-        c0 = tr.cycles
-        await drv.write_lines(0, got["mem"])
-        got["write_cycles"] = tr.cycles - c0
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(tb)
-    sim.run()
+    got = _run_core(actions, mem=True)
     assert got["run"] == want["run"] == [(Status.OK, 0)]
     for key in ("params", "grads", "m", "v", "loss0", "loss1"):
         assert np.array_equal(got[key], want[key]), key
@@ -66,13 +86,55 @@ def test_training_step_bit_exact_with_golden_model(inject_inf):
     assert got["counters"]["overlap"] > 0, "no two units ever ran at once"
     assert got["status"]["last_skipped"] == int(inject_inf)
     assert got["status"]["scale_exp"] == 5 - int(inject_inf)
-    assert got["counters"]["flags"] == (2 if inject_inf else 0)
+    assert got["counters"]["flags"] == want["counters"]["flags"] == (2 if inject_inf else 0)
+    n = comp.report()["parameter_words_padded"]         # the OPT's count
     if inject_inf:      # nothing of the parameters or the optimizer state was written
         init = CoreModel(CFG)
         ref = init.apply(comp.init_actions(Ws, bs) + comp.read_actions())
         for key in ("params", "m", "v"):
             assert np.array_equal(got[key], ref[key]), key
+    else:               # one pass over the N words
+        assert got["counters"]["optim_busy"] == OPT_ISSUE_CYCLES + step1_busy_cycles(n), \
+            (got["counters"]["optim_busy"], n)
     assert np.array_equal(got["mem"], model.mem)
     # host loads and reads stream at one line per cycle (plus the response latency)
     assert got["read_cycles"] <= CFG.lines + 2, got["read_cycles"]
     assert got["write_cycles"] <= CFG.lines + 2, got["write_cycles"]
+
+
+@pytest.mark.parametrize("where", ["matmul", "vector"])
+def test_one_pass_skip_for_gradient_no_converter_saw(where):
+    """The one-pass OPT skips a step exactly as the two-pass one does when a gradient is
+    non-finite although no BFP converter flagged anything: the core's snoop of the matmul
+    engine's / vector unit's writes into the gradient lines sets ``flags`` bit 2 (the two-pass
+    program: flags 0, its check pass finds the Inf). Nothing is written; the RTL is bit-exact
+    with the golden model, whose one-pass and two-pass runs agree on every word and status
+    field."""
+    desc, Ws, bs, x, y = non_finite_gradient_case(where)
+    runs = {}
+    for one_pass in (False, True):
+        comp = compile_mlp(desc.replace(one_pass=one_pass), CFG)
+        actions = (comp.init_actions(Ws, bs) + comp.step_actions(x, y, 1)
+                   + comp.read_actions() + [("counters",)])
+        model = CoreModel(CFG)
+        runs[one_pass] = (comp, actions, model.apply(actions), model)
+    comp, actions, want, model = runs[True]
+    two = runs[False][2]
+    grads = comp.decode_grads(want)
+    bad = {"matmul": grads["W"][0], "vector": grads["b"][0]}[where]
+    assert not np.all(np.isfinite(bad)), "the case must make that gradient non-finite"
+    assert two["counters"]["flags"] == 0 and want["counters"]["flags"] == 4
+    assert two["status"] == want["status"] and want["status"]["last_skipped"] == 1
+    for key in ("params", "grads", "m", "v"):
+        assert np.array_equal(two[key], want[key]), key
+    assert np.array_equal(runs[False][3].mem, model.mem)
+    ref = CoreModel(CFG).apply(comp.init_actions(Ws, bs) + comp.read_actions())
+    for key in ("params", "m", "v"):            # nothing written
+        assert np.array_equal(want[key], ref[key]), key
+    got = _run_core(actions)
+    assert got["run"] == want["run"] == [(Status.OK, 0)]
+    for key in ("params", "grads", "m", "v"):
+        assert np.array_equal(got[key], want[key]), key
+    for name in want["status"]:
+        assert got["status"][name] == want["status"][name], name
+    assert got["counters"]["flags"] == 4

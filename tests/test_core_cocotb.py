@@ -18,6 +18,7 @@ CASES = {
                                          {"TB_OPT": "adamw", "TB_PREC": "stochastic",
                                           "TB_IDLE": "0.3", "TB_STALL": "0.3"}),
     "s4_inf_skips_step": ("tiny", "inf_skips_step", {"TB_LOSS_SCALE": "8"}),
+    "s4_one_pass_skip": ("tiny", "one_pass_skip_matches_two_pass", {}),
     "s4_checkpointing": ("tiny", "checkpointing_identical",
                          {"TB_LAYERS": "8,12,12,10"}),
     "s4_reset_mid_step": ("tiny", "reset_mid_step", {}),

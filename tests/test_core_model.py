@@ -476,3 +476,42 @@ def test_opt_count_beyond_engine_range():
     # the program check rejects it (ERR_SHAPE) before anything runs
     assert core.check() == (Status.ERR_SHAPE, 0)
     assert core.run() == (Status.ERR_SHAPE, 0)
+
+
+# ---- one-pass OPT: the gradient-write snoop --------------------------------------------
+
+@pytest.mark.parametrize("where", ["window", "outside", "two_pass"])
+def test_one_pass_opt_skip_from_snooped_write(where):
+    """A VEC ADD overflowing to Inf into the gradient lines of a one-pass OPT sets flag bit 2
+    and skips the step (nothing written); the same Inf written outside the window, or a
+    two-pass OPT (its check pass decides), leaves bit 2 clear. A one-pass OPT never tests G
+    itself: with the Inf outside the window it updates. A one-pass count that is not a whole
+    number of lines is rejected (ERR_FIELD)."""
+    n = 8 * S
+    w0, m0, v0, g0, d2 = 0, BANK, 2 * BANK, 3 * BANK, 4 * BANK
+    core = CoreModel(CFG)
+    rng = np.random.default_rng(2)
+    core.set_words(w0, rng.standard_normal(n).astype(F32))
+    for reg, v in optimizer_registers(AdamW(), 1, n).items():
+        core.optim_setreg(reg, reg_word(v))
+    big = np.full((1, S), 3e38, F32)
+    put(core, d2, big)
+    put(core, 6 * BANK, big)
+    put(core, g0, rng.standard_normal((8, S)).astype(F32))
+    dst = g0 + 3 if where != "outside" else 5 * BANK
+    prog = [encode(Op.VEC, vop=Vop.ADD, rows=1, cols=S, a=d2, b=6 * BANK, d=dst),
+            encode(Op.OPT, count=n, w=w0, m=m0, v=v0, g=g0, one_pass=int(where != "two_pass")),
+            HALT]
+    w_before = core.get_words(w0, n).copy()
+    core.load_program(prog)
+    assert core.run() == (Status.OK, 0)
+    st = core.optim_status()
+    if where == "outside":
+        assert core.flags == 0 and st["last_skipped"] == 0
+        assert not np.array_equal(core.get_words(w0, n), w_before)
+    else:
+        assert core.flags == (4 if where == "window" else 0)
+        assert st["last_skipped"] == 1 and st["skip_count"] == 1
+        assert np.array_equal(core.get_words(w0, n), w_before)
+    core.load_program([encode(Op.OPT, count=n - 1, w=w0, m=m0, v=v0, g=g0, one_pass=1), HALT])
+    assert core.run() == (Status.ERR_FIELD, 0)

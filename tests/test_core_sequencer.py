@@ -8,7 +8,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from hdl.core.config import CoreConfig
-from hdl.core.isa import (LOOP_FIELDS, Acc, Op, Status, check_program, decode, encode,
+from hdl.core.isa import (LOOP_FIELDS, Acc, Op, Status, Vop, check_program, decode, encode,
                           operand_ranges)
 from hdl.core.sequencer import Sequencer
 from hdl.optim.config import Op as OptOp
@@ -66,7 +66,7 @@ async def accepted(ctx, stream):
             return payload
 
 
-def run_program(words, *, seed=0, lat=(1, 40), scale_exp=0, prec=None):
+def run_program(words, *, seed=0, lat=(1, 40), scale_exp=0, prec=None, gwin=False):
     """Run ``words``; stand-in units take a random time. Returns (status, err_pc, events,
     counters) where events are (unit, issue_cycle, done_cycle, payload dict)."""
     rng = random.Random(seed)
@@ -107,7 +107,8 @@ def run_program(words, *, seed=0, lat=(1, 40), scale_exp=0, prec=None):
         result["counters"] = {n: ctx.get(dut.counters[n]) for n in
                               ("instructions", "cycles", "check_cycles", "stall_bank",
                                "stall_unit", "stall_fence", "stall_order", "overlap",
-                               "array_beats")}
+                               "array_beats", "flags")}
+        result["gwin"] = (ctx.get(dut.gwin_lo), ctx.get(dut.gwin_hi))
 
     async def matmul(ctx):
         ctx.set(dut.mm_cmd.ready, 1)
@@ -154,7 +155,7 @@ def run_program(words, *, seed=0, lat=(1, 40), scale_exp=0, prec=None):
             if p.op == OptOp.SETREG:
                 n = p.data
                 continue
-            assert p.op == OptOp.STEP
+            assert p.op in (OptOp.STEP, OptOp.STEP1)
             t0 = cycle[0]
             ctx.set(dut.opt_cmd.ready, 0)
             ctx.set(dut.opt_busy, 1)
@@ -162,7 +163,7 @@ def run_program(words, *, seed=0, lat=(1, 40), scale_exp=0, prec=None):
                 await ctx.tick()
             ctx.set(dut.opt_busy, 0)
             ctx.set(dut.opt_cmd.ready, 1)
-            events.append(("opt", t0, cycle[0], {"count": n, **{
+            events.append(("opt", t0, cycle[0], {"count": n, "one_pass": p.op == OptOp.STEP1, **{
                 k: ctx.get(dut.opt_base[i]) for i, k in enumerate("wmvg")}}))
 
     sim = Simulator(dut)
@@ -173,6 +174,8 @@ def run_program(words, *, seed=0, lat=(1, 40), scale_exp=0, prec=None):
         sim.add_testbench(p, background=True)
     sim.run()         # ends with the host testbench, which has its own deadline
     assert "status" in result, "no result (deadline)"
+    if gwin:
+        return result["status"], result["err_pc"], events, result["counters"], result["gwin"]
     return result["status"], result["err_pc"], events, result["counters"]
 
 
@@ -213,7 +216,8 @@ def check_run(words, events, counters, scale_exp=0):
             assert got["acc"] == eff["acc_resolved"]
         elif op == Op.OPT:
             assert unit == "opt" and got == {"count": eff["count"], "w": eff["w"],
-                                             "m": eff["m"], "v": eff["v"], "g": eff["g"]}
+                                             "m": eff["m"], "v": eff["v"], "g": eff["g"],
+                                             "one_pass": bool(eff["one_pass"])}
         else:
             assert unit == "vec" and got["op"] == op
             for k in ("a", "b", "d", "e"):
@@ -264,6 +268,10 @@ ORDER_CASES = {
     # MATMUL then OPT in disjoint banks: OPT waits (converter flags -> skip_in)
     "opt_after_matmul": ([encode(Op.MATMUL, mode=0, M=4, K=4, N=4, a=4 * D, b=5 * D, c=6 * D),
                           encode(Op.OPT, count=64, w=0, m=D, v=2 * D, g=3 * D)], "mm", "opt"),
+    # VEC then a one-pass OPT in disjoint banks: OPT waits (gradient-write snoop -> skip_in)
+    "one_pass_opt_after_vec": ([encode(Op.VEC, vop=Vop.ZERO, rows=4, cols=4, d=4 * D),
+                                encode(Op.OPT, count=64, w=0, m=D, v=2 * D, g=3 * D,
+                                       one_pass=1)], "vec", "opt"),
 }
 
 
@@ -276,6 +284,31 @@ def test_ordering_rules_beyond_banks(name):
     b = [e for e in events if e[0] == second][0]
     assert b[1] >= a[2], f"{second} started at {b[1]} before {first} ended at {a[2]}"
     assert counters["stall_order"] > 0
+
+
+def test_two_pass_opt_overlaps_vector_and_gradient_window():
+    """A two-pass OPT does not wait for the vector unit (its check pass reads G itself); the
+    program check collects the one-pass OPTs' g lines (hull) into ``gwin_lo .. gwin_hi``,
+    empty without one."""
+    vec = encode(Op.VEC, vop=Vop.ZERO, rows=4, cols=4, d=4 * D)
+    two = encode(Op.OPT, count=64, w=0, m=D, v=2 * D, g=3 * D)
+    status, _, events, counters = run_program([vec, two, encode(Op.HALT)], lat=(30, 30))
+    assert status == Status.OK and counters["stall_order"] == 0
+    a = [e for e in events if e[0] == "vec"][0]
+    b = [e for e in events if e[0] == "opt"][0]
+    assert b[1] < a[2], "the two-pass OPT waited for the vector unit"
+    assert not b[3]["one_pass"]
+    _, _, _, _, gwin = run_program([vec, two, encode(Op.HALT)], lat=(1, 1), gwin=True)
+    assert gwin[0] >= gwin[1]                           # empty
+    S = CFG.size
+    prog = [encode(Op.OPT, count=64, w=0, m=D, v=2 * D, g=3 * D + 5, one_pass=1),
+            encode(Op.OPT, count=8 * S, w=0, m=D, v=2 * D, g=3 * D + 40, one_pass=1),
+            two, encode(Op.HALT)]
+    status, _, events, counters, gwin = run_program(prog, lat=(1, 1), gwin=True)
+    assert status == Status.OK
+    assert gwin == (3 * D + 5, 3 * D + 48)
+    assert [e[3]["one_pass"] for e in sorted(events, key=lambda e: e[1])] == [True, True, False]
+    assert counters["flags"] == 0
 
 
 def test_precision_table_reaches_matmul():

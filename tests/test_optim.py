@@ -185,10 +185,13 @@ def _run_engine(script):
             model.accum(0, data, first)
             await words(Op.ACCUM, data, first=int(first))
 
-        async def step():
-            skipped = model.step()
-            await cmd(Op.STEP)
-            await idle()
+        async def step(one_pass=False):
+            skipped = model.step(one_pass=one_pass)
+            await cmd(Op.STEP1 if one_pass else Op.STEP)
+            h.cycles = 0                # busy cycles after the accepting one
+            while ctx.get(dut.busy):
+                await ctx.tick()
+                h.cycles += 1
             for name, v in model.status().items():
                 got = ctx.get(getattr(dut.status, name))
                 assert got == v, f"status.{name}: {got:#x} != {v:#x}"
@@ -203,7 +206,7 @@ def _run_engine(script):
             await idle()
 
         h.setregs, h.write, h.accum, h.step, h.check = setregs, write, accum, step, check
-        h.rng, h.model = rng_np, model
+        h.rng, h.model, h.dut = rng_np, model, dut
         await script(h)
 
     run_sim(dut, tb)
@@ -234,6 +237,58 @@ def test_engine_adamw_clip_scale_skip():
             else:
                 t += 1
             await h.check(n)
+
+    _run_engine(script)
+
+
+@pytest.mark.parametrize("clip", [False, True])
+def test_engine_step1_one_pass(clip):
+    """STEP1 (one pass) against STEP on the same state, Adam with dynamic loss scaling over
+    N = 16 words: bit-identical memories and status (a second golden model runs the two-pass
+    steps), one element per cycle in ONE pass -- ``step1_cycles(N)`` against about 2N + the sum
+    of squares for STEP. With clipping STEP1 is STEP (same cycles). An Inf in G: STEP skips;
+    STEP1 does not look (the caller's guarantee: in the core, the write snoop), and it updates."""
+    n = 16
+
+    async def script(h):
+        opt = Adam(lr=1e-2)
+        two = OptimEngineModel(h.model.config)
+        regs = optimizer_registers(opt, 1, n, LossScale(4, 3), Clip(0.5) if clip else None)
+        w0 = h.rng.standard_normal(n).astype(np.float32)
+        two.write(Mem.W, 0, w0)
+        await h.write(Mem.W, w0)
+        for a, v in regs.items():
+            two.setreg(a, v)
+        await h.setregs(regs)
+        cyc = {}
+        for t, one in ((1, False), (2, True), (3, True)):
+            if t > 1:
+                r = optimizer_registers(opt, t, n, first=False)
+                for a, v in r.items():
+                    two.setreg(a, v)
+                await h.setregs(r)
+            g = (h.rng.standard_normal(n) * 16).astype(np.float32)
+            two.accum(0, g, True)
+            await h.accum(g, True)
+            assert not two.step()
+            assert not await h.step(one_pass=one)
+            cyc[one] = h.cycles
+            assert h.model.status() == two.status()
+            for sel in (Mem.W, Mem.M, Mem.V):
+                assert np.array_equal(h.model.mems[sel], two.mems[sel]), Mem.NAMES[sel]
+            await h.check(n)
+        if clip:
+            assert h.model.clipped
+            assert cyc[True] == cyc[False]
+        else:
+            assert cyc[True] == h.dut.engine.step1_cycles(n), cyc
+            assert cyc[False] >= 2 * n + h.dut.latency, cyc
+        # a non-finite gradient: STEP1 without clipping does not test G (no skip)
+        g = (h.rng.standard_normal(n)).astype(np.float32)
+        g[7] = np.inf
+        await h.accum(g, True)
+        skipped = await h.step(one_pass=True)
+        assert skipped == clip and h.model.last_skipped == int(clip)
 
     _run_engine(script)
 

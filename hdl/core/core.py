@@ -2,7 +2,7 @@
 around one banked FP32 scratchpad (docs/core.md)."""
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out, connect
 
@@ -154,7 +154,8 @@ class TrainingCore(wiring.Component):
                          opt.cmd.payload.eq(host.opt_cmd.payload),
                          host.opt_cmd.ready.eq(opt.cmd.ready)]
         m.d.comb += [seq.opt_busy.eq(opt.busy), seq.scale_exp.eq(opt.status.scale_exp),
-                     # a NaN / Inf that reached a BFP converter in this run skips the step
+                     # a NaN / Inf that reached a BFP converter in this run, or was written into
+                     # a one-pass OPT's gradient lines, skips the step
                      opt.skip_in.eq(seq.counters.flags != 0),
                      opt.wdata.valid.eq(0), opt.rdata.ready.eq(1)]
         adapters = {}
@@ -171,6 +172,24 @@ class TrainingCore(wiring.Component):
                         **{f"opt_{n}": adapters[n].line for n in "wmvg"}}
         for i, name in enumerate(CLIENTS):
             connect(m, client_ports[name], spad.ports[i])
+
+        # ---- gradient-write snoop (the skip decision of a one-pass OPT) ---------------------
+        # Every word the matmul engine or the vector unit writes into the gradient window (the
+        # lines of the one-pass OPTs' g ranges, collected by the program check) is tested for
+        # NaN / Inf (exponent field 255); a hit, one register later, sets `flags` bit 2. Only
+        # the ports are looked at (line address, word enables, data), so this holds whatever the
+        # units do inside, e.g. how many elements per cycle the vector unit handles.
+        snooped = [client_ports[n] for n in ("mm_a", "mm_b", "mm_c",
+                                             "vec_a", "vec_b", "vec_d", "vec_e")]
+        hits = []
+        for port in snooped:
+            in_win = (port.w_addr >= seq.gwin_lo) & (port.w_addr < seq.gwin_hi)
+            bad = Cat(*[port.w_en[j] & (port.w_data[32 * j + 23:32 * j + 31] == 0xFF)
+                        for j in range(S)]).any()
+            hits.append(in_win & bad)
+        gwin_nf = Signal(name="gwin_nonfinite")
+        m.d.sync += gwin_nf.eq(Cat(*hits).any())
+        m.d.comb += seq.gwin_nonfinite.eq(gwin_nf)
         return m
 
 

@@ -217,7 +217,8 @@ class Decoder(wiring.Component):
                 m.d.comb += bad_shape.eq((sx.rows == 0) | (sx.cols < 2)
                                          | (sx.cols > cfg.max_classes))
             with m.Case(Op.OPT):
-                m.d.comb += bad_shape.eq((opt.count == 0) | (opt.count > OPT_MAX_COUNT))
+                m.d.comb += [bad_field.eq(opt.one_pass & (opt.count[:lg] != 0) if lg else 0),
+                             bad_shape.eq((opt.count == 0) | (opt.count > OPT_MAX_COUNT))]
             with m.Case(Op.LOOP):
                 m.d.comb += bad_shape.eq(lp.count == 0)
 

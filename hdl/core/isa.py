@@ -47,7 +47,8 @@ class Op:
     VEC = 2           #: elementwise FP32 op over a matrix (vector unit)
     REDUCE = 3        #: bias gradient (column sums) or sum of squares (vector unit)
     SOFTMAX_XENT = 4  #: softmax + cross-entropy: per-row loss and the logits' gradient
-    OPT = 5           #: one optimizer step over a parameter region and its state
+    OPT = 5           #: one optimizer step over a parameter region and its state (one_pass: a
+                      #: single pass, skip decided by the run's flags; clipping: two passes)
     LOOP = 6          #: begin a counted loop (one level)
     ENDLOOP = 7       #: end of the loop body: next iteration or fall through
     FENCE = 8         #: wait until every unit is idle
@@ -102,8 +103,9 @@ class Status:
     fails the check runs nothing; ``err_pc`` names the first bad instruction."""
     OK = 0
     ERR_OPCODE = 1   #: unknown opcode
-    ERR_FIELD = 2    #: a sub-op, mode, accumulate or layer field out of range, or a
-                     #: SOFTMAX_XENT ``imm`` that is not a normal FP32 number
+    ERR_FIELD = 2    #: a sub-op, mode, accumulate or layer field out of range, a
+                     #: SOFTMAX_XENT ``imm`` that is not a normal FP32 number, or a one-pass
+                     #: OPT whose ``count`` is not a whole number of lines (a multiple of S)
     ERR_SHAPE = 3    #: a zero or too large dimension (softmax row > max_classes, OPT count
                      #: > 65536), or a zero loop count / count
     ERR_ADDR = 4     #: an operand range outside the scratchpad, or a read range that
@@ -135,6 +137,7 @@ SOFTMAX_ARGS = data.StructLayout({
 })
 OPT_ARGS = data.StructLayout({
     "count": 20, "w": ADDR_BITS, "m": ADDR_BITS, "v": ADDR_BITS, "g": ADDR_BITS,
+    "one_pass": 1,
 })
 LOOP_ARGS = data.StructLayout({"count": 16, "stride": ADDR_BITS})
 EMPTY_ARGS = data.StructLayout({})
@@ -360,6 +363,8 @@ def check_instruction(op: int, f: dict, *, S: int, lines: int, bank_depth: int, 
                                                 and f["cols"] > max_classes):
             return Status.ERR_SHAPE
     elif op == Op.OPT:
+        if f["one_pass"] and f["count"] % S:
+            return Status.ERR_FIELD         # the gradient-write snoop watches whole lines
         if not 1 <= f["count"] <= OPT_MAX_COUNT:
             return Status.ERR_SHAPE
     elif op == Op.LOOP:

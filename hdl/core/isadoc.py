@@ -29,7 +29,11 @@ _OP_DOC = {
                      "(vector of `rows` ints): gradient to `d`, per-row loss to vector `e`; "
                      "gradient scale `imm * 2**k` (`k`: the optimizer's loss-scale exponent)",
     Op.OPT: "one optimizer step over `count` words: weights `w`, state `m`, `v`, gradient `g` "
-            "(hyperparameters: optimizer registers written by the host)",
+            "(hyperparameters: optimizer registers written by the host); `one_pass` (`count` a "
+            "multiple of `S`): one fused pass over the words when clipping is off, the skip "
+            "decided by the run's `flags` (converter NaN / Inf, and NaN / Inf written into the "
+            "`g` lines by the matmul engine or the vector unit), else the two-pass step (check "
+            "pass over `g`, then the update)",
     Op.LOOP: "begin a counted loop of `count` iterations; iteration `i` adds `i * stride` lines "
              "to the address fields flagged in an instruction's `loop` bits",
     Op.ENDLOOP: "end of the loop body: next iteration, or fall through",

@@ -38,8 +38,11 @@ COUNTERS = (
     ("stall_bank", 32, "cycles an instruction waited for banks owned by another unit"),
     ("stall_fence", 32, "cycles FENCE and HALT waited for the units"),
     ("stall_order", 32, "cycles SOFTMAX_XENT waited for the optimizer (loss scale) or OPT for "
-                        "the matmul engine (converter flags)"),
-    ("flags", 2, "sticky: bit 0 a NaN, bit 1 an Inf reached a BFP converter"),
+                        "the matmul engine (converter flags) and, one-pass, the vector unit "
+                        "(gradient-write snoop)"),
+    ("flags", 3, "sticky: bit 0 a NaN, bit 1 an Inf reached a BFP converter; bit 2 the matmul "
+                 "engine or the vector unit wrote a NaN / Inf into a one-pass OPT's gradient "
+                 "lines"),
 )
 
 
@@ -61,7 +64,13 @@ class Sequencer(wiring.Component):
       then owns them until its unit reports completion), and
     * for ``SOFTMAX_XENT``, the optimizer is idle (the gradient scale uses its loss scale);
       for ``OPT``, the matmul engine is idle (a NaN / Inf flagged by a BFP converter earlier
-      in the run skips the step: the optimizer's ``skip_in``).
+      in the run skips the step: the optimizer's ``skip_in``), and for a one-pass ``OPT``
+      the vector unit too (every gradient write has been snooped: ``flags`` bit 2).
+
+    The program check also collects the **gradient window** ``gwin_lo .. gwin_hi - 1``: the
+    lines of the ``g`` ranges of the one-pass ``OPT`` instructions (their hull; empty when
+    there is none). The core snoops the matmul engine's and the vector unit's writes into it
+    (``gwin_nonfinite``).
 
     So units overlap whenever the program's bank placement allows, and the result equals
     executing the instructions one after another. ``FENCE`` waits until every unit is idle;
@@ -89,6 +98,10 @@ class Sequencer(wiring.Component):
         its word-to-line adapters.
     unit_busy : Out(3)
         Matmul, vector, optimizer running (for tests and the host).
+    gwin_lo, gwin_hi : Out(range(config.lines + 1))
+        The gradient window of the running program (lines; empty when ``lo >= hi``).
+    gwin_nonfinite : In(1)
+        A NaN / Inf was written into the window (sets ``flags`` bit 2).
     counters : Out(counters_layout_core())
     """
 
@@ -121,6 +134,9 @@ class Sequencer(wiring.Component):
             "scale_exp": In(8),
             "opt_base": Out(lb).array(4),
             "unit_busy": Out(len(UNITS)),
+            "gwin_lo": Out(range(config.lines + 1)),
+            "gwin_hi": Out(range(config.lines + 1)),
+            "gwin_nonfinite": In(1),
             "counters": Out(counters_layout_core()),
         })
 
@@ -175,6 +191,7 @@ class Sequencer(wiring.Component):
         d_banks = Signal(nb, name="d_banks")
         d_acc = Signal(name="d_acc")
         d_start = [Signal(ADDR_BITS + 1, name=f"d_start{i}") for i in range(4)]
+        d_end3 = Signal(ADDR_BITS + 2, name="d_end3")      # one past the last line of slot 3
 
         m.d.comb += [
             dec.instr.eq(pr.data),
@@ -213,9 +230,11 @@ class Sequencer(wiring.Component):
             c = self.mm_counters
             m.d.sync += [ctr.array_beats.eq(ctr.array_beats + c.beats),
                          ctr.array_stalls.eq(ctr.array_stalls + c.stalls),
-                         ctr.macs.eq(ctr.macs + c.macs),
-                         ctr.flags.eq(ctr.flags | Cat(self.mm_rsp.payload.invalid,
-                                                      self.mm_rsp.payload.overflow))]
+                         ctr.macs.eq(ctr.macs + c.macs)]
+        with m.If(self.running):
+            m.d.sync += ctr.flags.eq(ctr.flags | Cat(mm_fin & self.mm_rsp.payload.invalid,
+                                                     mm_fin & self.mm_rsp.payload.overflow,
+                                                     self.gwin_nonfinite))
 
         # unit commands (payloads from the registered instruction + decoded starts)
         mmi = ir.args.matmul
@@ -247,9 +266,10 @@ class Sequencer(wiring.Component):
                              args_eff.softmax.e.eq(d_start[3])]
         m.d.comb += vp.args.eq(args_eff)
         op_cmd = self.opt_cmd.payload
-        opt_phase = Signal(name="opt_phase")    # 0: SETREG N, 1: STEP
+        opt_phase = Signal(name="opt_phase")    # 0: SETREG N, 1: STEP (STEP1 when one_pass)
         m.d.comb += [
-            op_cmd.op.eq(Mux(opt_phase, OptOp.STEP, OptOp.SETREG)),
+            op_cmd.op.eq(Mux(opt_phase, Mux(ir.args.opt.one_pass, OptOp.STEP1, OptOp.STEP),
+                             OptOp.SETREG)),
             op_cmd.addr.eq(Reg.N), op_cmd.data.eq(ir.args.opt.count),
         ]
 
@@ -269,10 +289,12 @@ class Sequencer(wiring.Component):
         banks_free = Signal(name="banks_free")
         m.d.comb += banks_free.eq((d_banks & owned_any) == 0)
         # SOFTMAX_XENT reads the loss scale an OPT may change; OPT reads the converter flags
-        # of every earlier MATMUL (skip_in)
+        # of every earlier MATMUL (skip_in), a one-pass OPT also the snooped gradient writes
+        # of every earlier MATMUL and vector instruction
         scale_ok = Signal(name="order_ok")
         m.d.comb += scale_ok.eq(((ir.op != Op.SOFTMAX_XENT) | ~busy[2])
-                                & ((ir.op != Op.OPT) | ~busy[0]))
+                                & ((ir.op != Op.OPT) | ~busy[0])
+                                & ((ir.op != Op.OPT) | ~ir.args.opt.one_pass | ~busy[1]))
         can_issue = Signal(name="can_issue")
         m.d.comb += can_issue.eq(unit_free & banks_free & scale_ok)
         in_exec = Signal(name="in_exec")
@@ -297,7 +319,8 @@ class Sequencer(wiring.Component):
                 with m.If(self.start):
                     m.d.sync += [self.running.eq(1), checking.eq(1), pc.eq(0), in_loop.eq(0),
                                  check_span.eq(0), loop_offset.eq(0), loop_iter.eq(0),
-                                 self.status.eq(Status.OK), self.err_pc.eq(0)]
+                                 self.status.eq(Status.OK), self.err_pc.eq(0),
+                                 self.gwin_lo.eq(cfg.lines), self.gwin_hi.eq(0)]
                     m.d.sync += [ctr[name].eq(0) for name, _, _ in COUNTERS]
                     m.next = "FETCH"
             with m.State("FETCH"):
@@ -307,12 +330,19 @@ class Sequencer(wiring.Component):
                 m.d.sync += [ir.eq(pr.data), d_status.eq(dec.status), d_banks.eq(dec.banks),
                              d_acc.eq(dec.acc)]
                 m.d.sync += [d_start[i].eq(dec.ranges[i].start) for i in range(4)]
+                m.d.sync += d_end3.eq(dec.ranges[3].start + dec.ranges[3].lines)
                 with m.If(checking):
                     m.next = "CHECK"
                 with m.Else():
                     m.next = "EXEC"
             with m.State("CHECK"):
                 last_pc = pc == cfg.prog_depth - 1
+                with m.If((d_status == Status.OK) & (ir.op == Op.OPT) & ir.args.opt.one_pass):
+                    # the gradient window: hull of the one-pass OPTs' g lines
+                    with m.If(d_start[3] < self.gwin_lo):
+                        m.d.sync += self.gwin_lo.eq(d_start[3])
+                    with m.If(d_end3 > self.gwin_hi):
+                        m.d.sync += self.gwin_hi.eq(d_end3)
                 with m.If(d_status != Status.OK):
                     m.d.sync += finish(d_status, pc)
                     m.next = "IDLE"

@@ -22,7 +22,11 @@ class Op:
     READ = 2     #: ``count`` words of ``mem[addr ...]`` onto ``rdata``
     ACCUM = 3    #: ``count`` gradient words from ``wdata``: ``G[i] = g`` (first) or ``G[i] + g``
     STEP = 4     #: one optimizer step over ``G[0:N]`` (check pass, then update pass or skip)
-    ALL = (SETREG, WRITE, READ, ACCUM, STEP)
+    #: one-pass step: with clipping off and ``skip_in = 0`` a single fused pass (the sum of
+    #: squares is taken beside the update; a non-finite ``G`` is *not* detected: the caller
+    #: guarantees it, e.g. the training core's write snooping); otherwise exactly ``STEP``
+    STEP1 = 5
+    ALL = (SETREG, WRITE, READ, ACCUM, STEP, STEP1)
 
 
 class Mem:

@@ -1,4 +1,5 @@
-"""The FP32 optimizer engine: check pass + update pass over the scratchpads W, M, V, G.
+"""The FP32 optimizer engine: check pass + update pass (or one fused pass) over the
+scratchpads W, M, V, G.
 
 The engine holds no memory: it reaches W, M, V and G through four word ports
 (:class:`~hdl.lib.memport.WordPort`, members ``w``, ``m``, ``v``, ``g``). The registered block
@@ -15,6 +16,13 @@ Commands arrive on ``cmd`` (:class:`~hdl.optim.config.Op`); data on ``wdata``/``
 2. **Update pass** (only when not skipped): ``W, M, V, G`` at the same address stream through
    :class:`~hdl.optim.datapath.OptimDatapath`, one element per cycle, and the results are
    written back ``latency`` cycles later. A skipped step performs no memory write at all.
+
+``STEP1`` (one pass) with clipping off and ``skip_in = 0`` when it is accepted fuses the two:
+one pass reads ``W, M, V, G`` once, updates as above (``clip = 1``) and feeds the same
+sum of squares beside it (so every status field equals a non-skipped ``STEP``'s). It does not
+look for a non-finite ``G``: the skip decision is ``skip_in`` at acceptance, and the caller
+guarantees that it covers the gradients (the training core's write snooping, docs/core.md).
+With clipping on or ``skip_in = 1``, ``STEP1`` is exactly ``STEP``.
 
 Loss-scale bookkeeping (scale halves on a skip, doubles after ``GROWTH`` clean steps) and the
 counters are updated at the end of the step. Golden model:
@@ -38,7 +46,8 @@ from .clip import ONE_F32, ClipFactor
 from .config import SCALE_EXP_MAX, STATUS_FIELDS, Mem, Mode, Op, OptimConfig, Reg
 from .datapath import HYPER_FIELDS, OptimDatapath
 
-__all__ = ["OptimEngine", "cmd_layout", "OPTIM_STATUS_LAYOUT", "READ_LATENCY"]
+__all__ = ["OptimEngine", "cmd_layout", "OPTIM_STATUS_LAYOUT", "READ_LATENCY",
+           "step1_busy_cycles"]
 
 ADDR_BITS = 16
 #: cycles from a scratchpad read address to the registered read data the datapaths see (the
@@ -73,8 +82,12 @@ class OptimEngine(wiring.Component):
     latency : int
         Latency of the update pipeline (memory read, the read-data register, then
         :class:`OptimDatapath`): an element read in cycle ``t`` is written back in cycle
-        ``t + latency``. Both passes stream one
-        element per cycle.
+        ``t + latency``. Both passes stream one element per cycle: a ``STEP`` is busy about
+        ``2N + Lsum + latency`` cycles, a one-pass ``STEP1`` about ``N + latency``
+        (:meth:`step1_cycles`).
+    sumsq_latency : int
+        Cycles from the read of the last gradient word to the sum of squares being registered
+        (read, unscale multiply, :class:`~hdl.lib.lanesum.LaneSum` flush, the register).
 
     Members
     -------
@@ -96,8 +109,9 @@ class OptimEngine(wiring.Component):
         A command is executing.
     skip_in : In(1)
         An outside non-finite flag: a STEP whose check pass ends while it is 1 is skipped like
-        one with a non-finite gradient (the training core ties it to the BFP converters' NaN /
-        Inf flags of the running program; the standalone block leaves it 0).
+        one with a non-finite gradient; a STEP1 accepted while it is 1 runs as STEP (and so is
+        skipped). The training core ties it to its run's ``flags`` (the BFP converters' NaN /
+        Inf flags and the gradient-write snoop); the standalone block leaves it 0.
     status : Out(OPTIM_STATUS_LAYOUT)
         ``scale_exp`` (loss scale ``2**scale_exp``), ``good_count`` (clean steps since the last
         scale change), ``step_count`` / ``skip_count`` (applied / skipped steps),
@@ -131,6 +145,13 @@ class OptimEngine(wiring.Component):
         })
         self.latency = READ_LATENCY + OptimDatapath.latency_for(self.fp32_config,
                                                                 self.divsqrt_config)
+        self.sumsq_latency = _sumsq_latency(self.config.reduce_lanes, self.fp32_config)
+
+    def step1_cycles(self, n: int) -> int:
+        """Cycles ``busy`` is high for a one-pass ``STEP1`` over ``n`` words (clipping off, not
+        skipped; the accepting cycle has ``busy = 0``): ``n`` reads, then the later of the last
+        write-back (``latency`` and the drain counter) and the sum of squares."""
+        return n + max(self.latency + 3, self.sumsq_latency)
 
     def elaborate(self, platform):
         m = Module()
@@ -196,6 +217,8 @@ class OptimEngine(wiring.Component):
         m.d.comb += [ss.i.valid.eq(cdf.valid_at(un.t)), ss.i.payload.x.eq(cdf.at(un, un.t)),
                      ss.i.payload.last.eq(cdf.at(last_n, un.t))]
         nonfinite = Signal(name="nonfinite")
+        fused = Signal(name="fused")           # a one-pass STEP1 is running
+        ss_got = Signal(name="sumsq_got")      # its sum of squares has arrived
 
         # Accumulate front end: G (read) + g (delayed) -> write back.
         acc_valid = Signal(name="acc_valid")
@@ -313,9 +336,15 @@ class OptimEngine(wiring.Component):
                                 m.next = "ACCUM"
                             with m.Else():
                                 m.d.sync += st.error.eq(1)
-                        with m.Case(Op.STEP):
+                        with m.Case(Op.STEP, Op.STEP1):
                             with m.If(n_reg == 0):
                                 m.d.sync += st.error.eq(1)
+                            with m.Elif((cmd.op == Op.STEP1) & ~clip_en & ~self.skip_in):
+                                # one pass: update and sum of squares together, clip = 1
+                                m.d.sync += [remaining.eq(n_reg), nonfinite.eq(0),
+                                             clip.eq(ONE_F32), st.clipped.eq(0),
+                                             fused.eq(1), ss_got.eq(0)]
+                                m.next = "UPDATE"
                             with m.Else():
                                 m.d.sync += [remaining.eq(n_reg), nonfinite.eq(0)]
                                 m.next = "CHECK"
@@ -399,13 +428,20 @@ class OptimEngine(wiring.Component):
                 m.d.comb += [raddr.eq(idx)] + [ren[s].eq(1) for s in Mem.ALL]
                 m.d.sync += [upd_valid_rd.eq(1), upd_addr_rd.eq(idx), idx.eq(idx + 1),
                              remaining.eq(remaining - 1)]
+                # one pass: the same G words also feed the sum of squares
+                m.d.sync += [chk_valid_rd.eq(fused), chk_last_rd.eq(fused & (remaining == 1))]
                 with m.If(remaining == 1):
                     m.d.sync += drain.eq(self.latency + 2)
                     m.next = "UPD_DRAIN"
             with m.State("UPD_DRAIN"):
-                m.d.sync += drain.eq(drain - 1)
-                with m.If(drain == 0):
-                    m.d.sync += [st.step_count.eq(st.step_count + 1), st.last_skipped.eq(0)]
+                m.d.comb += ss.o.ready.eq(fused)
+                with m.If(fused & ss.o.valid):
+                    m.d.sync += [st.sumsq.eq(ss.o.payload.r), ss_got.eq(1)]
+                with m.If(drain != 0):
+                    m.d.sync += drain.eq(drain - 1)
+                with m.Elif(~fused | ss_got):
+                    m.d.sync += [st.step_count.eq(st.step_count + 1), st.last_skipped.eq(0),
+                                 fused.eq(0)]
                     with m.If(dyn):
                         with m.If(st.good_count + 1 >= growth):
                             m.d.sync += st.good_count.eq(0)
@@ -436,6 +472,22 @@ class OptimEngine(wiring.Component):
 
         m.d.comb += self.busy.eq(~self.cmd.ready)
         return m
+
+
+def _sumsq_latency(lanes: int, fp32_config: FP32Config) -> int:
+    ls = LaneSum(lanes=lanes, square=True, fp32_config=fp32_config)
+    mark_used(ls)                            # only asked for its latency
+    return READ_LATENCY + fp32_config.latency("fp32_mul") + ls.latency + 1
+
+
+def step1_busy_cycles(n: int, *, reduce_lanes: int = 8, fp32_config: FP32Config | None = None,
+                      divsqrt_config: FP32DivSqrtConfig | None = None) -> int:
+    """:meth:`OptimEngine.step1_cycles` without building an engine (defaults: those of the
+    training core's engine)."""
+    fc = fp32_config or FP32Config()
+    dc = divsqrt_config or FP32DivSqrtConfig()
+    latency = READ_LATENCY + OptimDatapath.latency_for(fc, dc)
+    return n + max(latency + 3, _sumsq_latency(reduce_lanes, fc))
 
 
 def _sel_data(words, sel):

@@ -133,9 +133,10 @@ def markdown(data: dict) -> str:
     opt = data.get("optim_engine")
     if opt:
         lines += ["", f"## Optimizer engine (`optim_engine`, preset {opt['preset']})", "",
-                  f"Update pipeline latency: {opt['update_latency']} cycles. A step is two passes "
-                  "over the gradients (check: Inf/NaN and sum of squares; update: one element "
-                  "per cycle), see docs/datapaths.md.", "",
+                  f"Update pipeline latency: {opt['update_latency']} cycles. A STEP is two "
+                  "passes over the gradients (check: Inf/NaN and sum of squares; update: one "
+                  "element per cycle); `*_one_pass` rows are STEP1 (one fused pass, clipping "
+                  "off), see docs/datapaths.md.", "",
                   "| operation | N | ACCUM cycles | ACCUM elements/cycle | STEP cycles | "
                   "STEP elements/cycle |", "|---|---|---|---|---|---|"]
         for name, r in opt["passes"].items():

@@ -44,6 +44,26 @@ micro-batches (``AFTER_FIRST``: overwrite in iteration 0, add later), so the gra
 holds the batch mean times the loss scale ``2**k_s`` (the sequencer multiplies ``imm`` by it);
 ``OPT`` unscales.
 
+One-pass OPT
+------------
+Without clipping the ``OPT`` sets ``one_pass``: the optimizer reads each word once (about
+``N + latency`` cycles instead of ``2N + ...``) and cannot look at all the gradients before its
+first write, so the skip decision is the run's ``flags``: the BFP converters' NaN / Inf flags
+of every ``MATMUL`` (as before) plus the core's snoop of every NaN / Inf word the matmul engine
+or the vector unit writes into the ``grads`` lines (docs/core.md). For the programs built here
+this is exactly the two-pass decision "some gradient word is NaN / Inf, or a converter saw one":
+
+* ``grads`` is written only by ``BWD_WEIGHT`` (``dW``) and ``REDUCE BIAS_GRAD`` (``db``), each
+  element first in iteration 0 (``AFTER_FIRST`` overwrites) and then only added to, and a
+  NaN / Inf stays non-finite under additions: a gradient is non-finite at the ``OPT`` exactly
+  when some write put a non-finite value there in this run. No other buffer shares its lines
+  (a persistent region), and its padding lanes are never written (the host loads zeros).
+* ``count = P * S`` covers whole lines, so the window (whole lines) is exactly ``G[0:N]``.
+* The snoop ignores NaN / Inf written elsewhere (a loss, an activation gradient masked by
+  ``RELU_GRAD``), which the two-pass check does not see either.
+
+With clipping the step keeps its two passes (the factor needs the sum of squares first).
+
 Schedule ``"overlap"`` issues the same instructions in another order, so that a matmul and a
 vector instruction without a data dependency follow each other (the sequencer can run them at
 the same time when their banks are disjoint)::
@@ -179,6 +199,10 @@ class MLP:
         Hidden activations (``1 .. L-1``) not kept from the forward pass (recomputed).
     schedule : str
         ``"listed"`` (the order in the module docstring) or ``"overlap"``.
+    one_pass : bool
+        Let the ``OPT`` run in one pass (its ``one_pass`` bit) when the step allows it: without
+        clipping (see "One-pass OPT" in the module docstring). ``False`` keeps the two-pass
+        step; the results are the same either way.
     """
 
     layers: tuple = (64, 64, 10)
@@ -189,6 +213,7 @@ class MLP:
     micro_batches: int = 1
     checkpoint: frozenset = frozenset()
     schedule: str = "listed"
+    one_pass: bool = True
 
     def __post_init__(self):
         layers = self.layers
@@ -249,6 +274,10 @@ class MLP:
         object.__setattr__(self, "checkpoint", ck)
         if self.schedule not in SCHEDULES:
             raise ValueError(f"MLP.schedule must be one of {SCHEDULES}, not {self.schedule!r}")
+        if not isinstance(self.one_pass, (bool, np.bool_)):
+            raise TypeError(f"MLP.one_pass must be a bool, not {type(self.one_pass).__name__} "
+                            f"{self.one_pass!r}")
+        object.__setattr__(self, "one_pass", bool(self.one_pass))
 
     @property
     def L(self) -> int:
@@ -508,9 +537,13 @@ class _Builder:
         if k > 1:
             self._emit(Op.ENDLOOP)
         opt_name = getattr(desc.optimizer, "name", type(desc.optimizer).__name__)
-        self._emit(Op.OPT, f"{opt_name} step over {self.P * self.S} words",
+        # one pass when clipping is off (it needs the sum of squares before the first write):
+        # see "One-pass OPT" in the module docstring for why the skip decision is the same
+        one_pass = int(desc.one_pass and desc.clip is None)
+        self._emit(Op.OPT, f"{opt_name} step over {self.P * self.S} words"
+                   + (", one pass" if one_pass else ""),
                    {"w": ("params", 0, False), "m": ("m", 0, False), "v": ("v", 0, False),
-                    "g": ("grads", 0, False)}, count=self.P * self.S)
+                    "g": ("grads", 0, False)}, count=self.P * self.S, one_pass=one_pass)
         self._emit(Op.HALT)
         # live intervals of the transients (and of the OPT-only aliased state operands)
         for i, ins in enumerate(self.ins):

@@ -40,11 +40,22 @@ sequencer's ``status`` / ``err_pc`` after a successful run):
   the FP32 bits of ``imm * 2**k`` (``SOFTMAX_XENT``; 0 otherwise), ``k`` the optimizer's
   current loss-scale exponent. The multiply is exact (an exponent add in hardware): ``imm`` and
   the product must be normal numbers, otherwise ``run`` raises ``ValueError``.
-* ``OPT``: one optimizer ``STEP`` (:meth:`sim.model.optim.OptimEngineModel.step`) with ``N =
-  count`` over the regions ``w, m, v, g`` (word ``i`` of region ``X`` at line ``X + i // S``,
-  lane ``i % S``). A skipped step writes nothing; SGD writes W, momentum W and M, Adam W, M, V.
+* ``OPT``: one optimizer ``STEP`` (:meth:`sim.model.optim.OptimEngineModel.step`; ``STEP1``
+  when ``one_pass``) with ``N = count`` over the regions ``w, m, v, g`` (word ``i`` of region
+  ``X`` at line ``X + i // S``, lane ``i % S``) and ``force_skip`` = the run's flags (below).
+  A skipped step writes nothing; SGD writes W, momentum W and M, Adam W, M, V.
   ``count`` may not exceed :data:`OPT_MAX_COUNT` (65536, the engine's word range; ``run``
   raises ``ValueError``).
+* Flags of a run (the core's ``flags`` counter, reset by each run): bit 0 / 1 a NaN / Inf
+  reached a matmul pass's BFP converter; bit 2 a ``MATMUL``, ``VEC``, ``REDUCE`` or
+  ``SOFTMAX_XENT`` wrote a NaN / Inf word into the **gradient window**: the lines of the ``g``
+  ranges of the program's one-pass ``OPT`` instructions (their hull, collected by the program
+  check). The words an instruction writes are those of its output (``MATMUL``: the ``rows x
+  cols`` elements of the written matrix; ``VEC``: ``d``; ``REDUCE``: the ``cols`` words, or word
+  0 for ``SUMSQ``, of ``d``; ``SOFTMAX_XENT``: ``d`` and the ``rows`` words of ``e``), tested
+  on their final values: a matmul pass writes an element several times (running sums), but
+  a NaN / Inf stays non-finite under further additions, so "some write was non-finite" and
+  "the final value is non-finite" agree.
 * ``LOOP count stride``: the body runs ``count`` times, iteration ``i`` with loop offset
   ``i * stride`` lines; ``ENDLOOP`` jumps back. ``FENCE``: nothing. ``HALT``: stop.
 
@@ -69,7 +80,7 @@ golden model and the RTL are driven identically. Results go into the returned di
   of :data:`hdl.optim.config.STATUS_FIELDS` (a later one replaces it).
 * ``("counters",)`` -- ``result["counters"]`` = a copy of ``counters`` plus the hardware's
   names ``array_beats`` (= ``beats``) and ``flags`` (bit 0 a NaN, bit 1 an Inf reached a BFP
-  converter).
+  converter, bit 2 a NaN / Inf was written into the gradient window; sticky since reset).
 
 This is the format of :class:`sim.host.driver.CoreDriver` ``.apply`` (the RTL side).
 
@@ -84,7 +95,7 @@ import numpy as np
 
 from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, MODES
 from hdl.core.config import CoreConfig
-from hdl.core.isa import (LOOP_FIELDS, Acc, Op, Status, check_program, decode)
+from hdl.core.isa import (LOOP_FIELDS, Acc, Op, Rop, Status, check_program, decode)
 from hdl.optim.config import STATUS_FIELDS, Mem, Mode, OptimConfig, Reg
 from sim.model.array import matmul_pass, pass_beats
 from sim.model.bfp import LFSR, ROUNDING_MODES
@@ -92,7 +103,7 @@ from sim.model.optim import OptimEngineModel, f32_bits
 from sim.model.vector import get_matrix, get_vector, run_vector, set_matrix, set_vector
 
 __all__ = ["CoreModel", "COUNTERS", "OPT_MAX_COUNT", "effective_fields", "resolve_acc",
-           "gscale_bits"]
+           "gscale_bits", "gradient_window"]
 
 #: Largest ``OPT`` count (the optimizer engine's ``N`` range in the core).
 OPT_MAX_COUNT = 65536
@@ -115,6 +126,25 @@ def effective_fields(op: int, fields: dict, offset: int) -> dict:
 def resolve_acc(acc: int, iteration: int) -> bool:
     """The accumulate flag of a ``MATMUL`` / ``REDUCE`` in loop iteration ``iteration``."""
     return acc == Acc.ON or (acc == Acc.AFTER_FIRST and iteration > 0)
+
+
+def gradient_window(prog, S: int) -> tuple[int, int]:
+    """``(lo, hi)``: the lines ``lo .. hi - 1`` of the ``g`` ranges of the one-pass ``OPT``
+    instructions from pc 0 to the first ``HALT`` outside a loop (their hull; ``lo >= hi``, empty,
+    when there is none) -- what the sequencer's program check collects."""
+    lo, hi, in_loop = None, 0, False
+    for word in prog:
+        op, f = decode(word)
+        if op == Op.OPT and f["one_pass"]:
+            lo = f["g"] if lo is None else min(lo, f["g"])
+            hi = max(hi, f["g"] + -(-f["count"] // S))
+        elif op == Op.LOOP:
+            in_loop = True
+        elif op == Op.ENDLOOP:
+            in_loop = False
+        elif op == Op.HALT and not in_loop:
+            break
+    return (hi if lo is None else lo), hi
 
 
 def _is_normal(x: np.float32) -> bool:
@@ -177,6 +207,7 @@ class CoreModel:
         self.prec = {(layer, mode): (w, w, 0) for layer in range(cfg.layers) for mode in MODES}
         self.optim = OptimEngineModel(self._optim_config)
         self.invalid = self.overflow = False      # matmul converters' sticky NaN / Inf flags
+        self.grad_nonfinite = False               # sticky: a NaN / Inf written into the window
         self.counters = dict.fromkeys(COUNTERS, 0)
 
     def set_precision(self, layer: int, mode: int, width_a: int, width_b: int,
@@ -287,7 +318,8 @@ class CoreModel:
         status, err_pc = self.check()
         if status != Status.OK:
             return status, err_pc
-        self.run_flags = 0          # converter NaN / Inf flags of this run (the core's `flags`)
+        self.run_flags = 0          # flags of this run (the core's `flags` counter)
+        self.gwin = gradient_window(self.prog, self.config.size)
         pc = 0
         loop = None                 # [body_pc, count, stride, iteration]
         cnt = self.counters
@@ -329,6 +361,7 @@ class CoreModel:
                           rounding=rounding, accumulate=accumulate, lfsrs=self.lfsrs)
         target = {FWD: f["c"], BWD_DATA: f["a"], BWD_WEIGHT: f["b"]}[mode]
         self.set_matrix(target, res.out)
+        self._snoop(target, np.asarray(res.out, np.float32).view(np.uint32))
         self.invalid |= res.invalid
         self.overflow |= res.overflow
         self.run_flags |= int(res.invalid) | int(res.overflow) << 1
@@ -340,7 +373,31 @@ class CoreModel:
         gscale = gscale_bits(f["imm"], self.optim.scale_exp) if op == Op.SOFTMAX_XENT else 0
         run_vector(self.mem, op, f, acc=int(acc), gscale=gscale, config=self.config,
                    **self._vector_kwargs())
+        rows, cols = f["rows"], f["cols"]
+        if op == Op.REDUCE:
+            n = 1 if f["rop"] == Rop.SUMSQ else cols
+            self._snoop(f["d"], self.get_words(f["d"], n)[None, :])
+        else:
+            self._snoop(f["d"], self.get_matrix(f["d"], rows, cols))
+            if op == Op.SOFTMAX_XENT:
+                self._snoop(f["e"], self.get_words(f["e"], rows)[None, :])
         self.counters[{Op.VEC: "vec", Op.REDUCE: "reduce", Op.SOFTMAX_XENT: "softmax"}[op]] += 1
+
+    def _snoop(self, base: int, words: np.ndarray) -> None:
+        """The gradient-write snoop: ``words`` (``rows x cols`` uint32, a matrix at line
+        ``base``; one row for a vector) were written; a NaN / Inf among those in the gradient
+        window sets flag bit 2."""
+        lo, hi = self.gwin
+        if lo >= hi:
+            return
+        S = self.config.size
+        rows, cols = words.shape
+        lpr = -(-cols // S)
+        lines = base + np.arange(rows)[:, None] * lpr + np.arange(cols)[None, :] // S
+        bad = ((words >> 23) & 0xFF) == 0xFF
+        if np.any(bad & (lines >= lo) & (lines < hi)):
+            self.grad_nonfinite = True
+            self.run_flags |= 4
 
     def _vector_kwargs(self) -> dict:
         return {"grad_config": self.grad_config, "exp_config": self.divsqrt_config,
@@ -355,10 +412,11 @@ class CoreModel:
         for mem, base in regions.items():
             opt.mems[mem][:n] = self.get_words(base, n).view(np.float32)
         opt.setreg(Reg.N, n)
-        # a NaN or Inf that reached a BFP converter in this run skips the step, as a
-        # non-finite gradient does (the engine's skip_in; the sequencer issues OPT only once
-        # every earlier MATMUL has completed)
-        skipped = opt.step(force_skip=bool(self.run_flags))
+        # a NaN or Inf that reached a BFP converter in this run, or was written into a one-pass
+        # OPT's gradient lines, skips the step, as a non-finite gradient does (the engine's
+        # skip_in; the sequencer issues OPT only once every earlier MATMUL -- and, one-pass,
+        # every earlier vector instruction -- has completed)
+        skipped = opt.step(force_skip=bool(self.run_flags), one_pass=bool(f["one_pass"]))
         if not skipped:
             rule = opt.regs[Reg.MODE] & 3
             written = {Mode.SGD: (Mem.W,), Mode.MOMENTUM: (Mem.W, Mem.M),
@@ -370,8 +428,9 @@ class CoreModel:
     # ---- host actions ----------------------------------------------------------------------
     @property
     def flags(self) -> int:
-        """Sticky converter flags of the matmul passes: bit 0 a NaN, bit 1 an Inf."""
-        return int(self.invalid) | int(self.overflow) << 1
+        """Sticky flags: bit 0 a NaN, bit 1 an Inf reached a matmul pass's converter; bit 2 a
+        NaN / Inf was written into the gradient window."""
+        return int(self.invalid) | int(self.overflow) << 1 | int(self.grad_nonfinite) << 2
 
     def apply(self, actions) -> dict:
         """Execute host actions (format: module docstring); returns the results."""

@@ -26,6 +26,11 @@ Update pass (skipped steps write nothing)::
     u  = g (SGD) | m' (momentum) | m' / d (Adam)
     w' = w*WDEC - LR*u                 # WDEC = 1 - lr*wd for AdamW, 1.0 otherwise (exact)
 
+One-pass ``STEP1`` (``step(one_pass=True)``): with clipping off and no outside skip
+(``force_skip``) the two passes are fused and the raw-``G`` Inf/NaN test is dropped (the
+caller guarantees finite gradients): ``skip = False``, the same ``sumsq`` and update. Otherwise
+it is exactly ``STEP``.
+
 Loss scale: a skipped step halves the scale (``k -= 1``, floor 0) and clears the clean-step
 counter; ``GROWTH`` clean steps in a row double it (``k += 1``, ceiling 126). Only when dynamic
 scaling is enabled; a step with Inf/NaN gradients is skipped either way.
@@ -127,9 +132,9 @@ class OptimEngineModel:
     def _f(self, reg) -> np.float32:
         return bits_f32(self.regs[reg])
 
-    def step(self, force_skip: bool = False) -> bool:
-        """One STEP; returns True when the step was skipped. ``force_skip`` mirrors the
-        engine's ``skip_in`` (an outside non-finite flag)."""
+    def step(self, force_skip: bool = False, one_pass: bool = False) -> bool:
+        """One STEP (``one_pass``: STEP1); returns True when the step was skipped.
+        ``force_skip`` mirrors the engine's ``skip_in`` (an outside non-finite flag)."""
         cfg = self.config
         n = self.regs[Reg.N]
         if not 1 <= n <= cfg.depth:
@@ -146,7 +151,9 @@ class OptimEngineModel:
             # check pass
             u = graw * inv_scale
             sumsq = lane_sum(u * u, cfg.reduce_lanes)
-            nonfinite = not np.all(np.isfinite(graw))
+            fused = one_pass and not clip_en and not force_skip
+            # a fused pass does not test the raw gradients (the caller guarantees them)
+            nonfinite = not fused and not np.all(np.isfinite(graw))
             skip = nonfinite or force_skip or (clip_en and not np.isfinite(sumsq))
             clip = F32(1)
             if clip_en and not skip:

@@ -9,7 +9,7 @@ response (with a deadline). Scenario from the environment (``tests/test_core_coc
 ``TB_LAYERS`` ("8,16,10"), ``TB_BATCH``, ``TB_OPT`` (sgd | momentum | adam | adamw),
 ``TB_CLIP`` (max norm, or empty), ``TB_MICRO`` (micro-batches), ``TB_CKPT`` ("1" or empty),
 ``TB_LOSS_SCALE`` (initial exponent, or empty), ``TB_PREC`` ("8" | "mixed" | "stochastic"),
-``TB_SCHEDULE`` (listed | overlap), ``TB_STEPS``, ``TB_SEED``, ``TB_IDLE`` / ``TB_STALL`` (host-stream idle / backpressure).
+``TB_SCHEDULE`` (listed | overlap), ``TB_ONE_PASS`` ("0": the two-pass OPT), ``TB_STEPS``, ``TB_SEED``, ``TB_IDLE`` / ``TB_STALL`` (host-stream idle / backpressure).
 """
 from __future__ import annotations
 
@@ -76,7 +76,8 @@ def scenario_from_env() -> MLP:
     return MLP(layers=layers, batch=int(env("TB_BATCH", "8")), optimizer=opt,
                loss_scale=ls, clip=clip, micro_batches=int(env("TB_MICRO", "1")),
                checkpoint=(1,) if env("TB_CKPT") else None,
-               schedule=env("TB_SCHEDULE", "listed"))
+               schedule=env("TB_SCHEDULE", "listed"),
+               one_pass=env("TB_ONE_PASS", "1") != "0")
 
 
 def precision_from_env(desc: MLP):
@@ -276,6 +277,84 @@ async def inf_skips_step(dut):
     x, y = batch(desc, rng)
     got, _ = await tb.apply(comp.step_actions(x, y, 2))
     assert not comp.decode_step(got)["skipped"]
+    await tb.compare_memory(comp.plan)
+
+
+def non_finite_gradient_case(where: str):
+    """A step whose only non-finite gradient no BFP converter sees (its operands are finite):
+    ``"matmul"``, a 1-layer net whose inputs near 1e38 make ``dW0 = x^T dz`` overflow in the
+    matmul pass; ``"vector"``, a 2-layer net whose ``W1`` column 0 (4e37) makes the activation
+    gradient large but finite, and the bias gradient ``db0`` (the vector unit's column sums
+    over the batch) overflows. Returns ``(desc, Ws, bs, x, y)`` (Adam, loss scaling, batch 4).
+    The two-pass ``OPT`` skips it through its check pass (``flags`` 0); the one-pass ``OPT``
+    through the core's gradient-write snoop (``flags`` bit 2)."""
+    rng = np.random.default_rng(5)
+    ls = LossScale(init_exp=5, growth_interval=2)
+    if where == "matmul":
+        desc = MLP(layers=(4, 3), batch=4, optimizer=Adam(lr=1e-2), loss_scale=ls)
+        Ws = [(rng.standard_normal((4, 3)) * 1e-3).astype(F32)]
+        bs = [np.zeros(3, F32)]
+        x = (rng.standard_normal((4, 4)) * 1e38).astype(F32)
+        y = rng.integers(0, 3, 4)
+    elif where == "vector":
+        desc = MLP(layers=(4, 6, 3), batch=4, optimizer=Adam(lr=1e-2), loss_scale=ls)
+        Ws = [np.zeros((4, 6), F32), np.zeros((6, 3), F32)]
+        Ws[1][:, 0] = 4e37
+        bs = [np.full(6, 1e-30, F32), np.zeros(3, F32)]
+        x = (rng.standard_normal((4, 4)) * 1e-3).astype(F32)
+        y = np.ones(4, int)
+    else:
+        raise ValueError(f"where must be 'matmul' or 'vector', not {where!r}")
+    return desc, Ws, bs, x, y
+
+
+@cocotb.test()
+async def one_pass_skip_matches_two_pass(dut):
+    """A gradient made non-finite by a matmul pass or by the vector unit with no BFP converter
+    flag: the two-pass OPT (check pass) and the one-pass OPT (write snoop, ``flags`` bit 2)
+    both skip the step, write nothing, and leave identical memories and status; then a clean
+    step runs one-pass with the optimizer busy ``N + latency`` cycles (no check pass)."""
+    from hdl.optim.engine import step1_busy_cycles
+    cfg = _config()
+    tb = CoreTB(dut, cfg, seed=9)
+    await tb.start()
+    for where in ("matmul", "vector"):
+        desc, Ws, bs, x, y = non_finite_gradient_case(where)
+        results = {}
+        for one_pass in (False, True):
+            comp = compile_mlp(desc.replace(one_pass=one_pass), cfg)
+            init = comp.init_actions(Ws, bs)
+            await tb.apply(init)
+            before, _ = await tb.apply(comp.read_actions())
+            got, _ = await tb.apply(comp.step_actions(x, y, 1, scale_exp=5))
+            step = comp.decode_step(got)
+            assert step["skipped"], (where, one_pass)
+            assert tb.last_regs["flags"] == (4 if one_pass else 0), tb.last_regs["flags"]
+            after, _ = await tb.apply(comp.read_actions())
+            for key in ("params",) + desc.states:
+                assert np.array_equal(before[key], after[key]), f"{key} written ({where})"
+            results[one_pass] = (step["status"], after, tb.model.mem.copy())
+            cocotb.log.info("%s, %s pass: skipped, flags %d, optimizer busy %d", where,
+                            "one" if one_pass else "two", tb.last_regs["flags"],
+                            tb.last_regs["optim_busy"])
+        (st2, mem2_regions, img2), (st1, mem1_regions, img1) = results[False], results[True]
+        assert st1 == st2, (st1, st2)
+        for key in mem2_regions:
+            assert np.array_equal(mem1_regions[key], mem2_regions[key]), key
+        assert np.array_equal(img1, img2)
+        await tb.compare_memory(comp.plan)
+    # a clean step, one pass: N + latency optimizer cycles
+    desc = non_finite_gradient_case("vector")[0]
+    comp = compile_mlp(desc, cfg)
+    rng = np.random.default_rng(9)
+    await tb.apply(comp.init_actions(*init_params(desc, rng)))
+    x, y = batch(desc, rng)
+    got, _ = await tb.apply(comp.step_actions(x, y, 1, scale_exp=5))
+    assert not comp.decode_step(got)["skipped"]
+    assert tb.last_regs["flags"] == 0
+    n = comp.report()["parameter_words_padded"]
+    # SETREG N and STEP1 in the two cycles after issue, the unit free a cycle after busy falls
+    assert tb.last_regs["optim_busy"] == 3 + step1_busy_cycles(n), tb.last_regs["optim_busy"]
     await tb.compare_memory(comp.plan)
 
 

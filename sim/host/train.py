@@ -174,6 +174,8 @@ class RunResult:
 # -- golden model worker --------------------------------------------------------------------
 def _golden_worker(preset: str, inq, outq) -> None:
     """Runs host actions on the golden model; compares the reads named in ``expect``."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
     from sim.model.core import CoreModel
     model = CoreModel(CoreConfig.preset(preset))
     while True:

@@ -181,6 +181,12 @@ def to_markdown(d: dict) -> str:
                              f"{r['array_stalls']:,} |")
         lines.append("")
     meta = d.get("meta", {})
+    if acc and meta.get("accuracy_commit") not in (None, meta.get("cycles_commit")):
+        lines += [f"The accuracy runs were measured at commit {meta['accuracy_commit']}, the "
+                  f"cycles and speed at {meta.get('cycles_commit')}: hardware changes between "
+                  f"them that change timing but no result bit (checked by the test suite against "
+                  f"the same golden model) leave the accuracy columns valid, not the accuracy "
+                  f"runs' cycle and time columns.", ""]
     if meta:
         lines.append("Measured on " + ", ".join(f"{k} {v}" for k, v in sorted(meta.items()))
                      + ".")
@@ -194,7 +200,7 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, default=10, help="epochs of the accuracy runs")
     ap.add_argument("--accuracy-size", type=int, default=8)
     args = ap.parse_args(argv)
-    parts = args.parts.split(",")
+    parts = [p for p in args.parts.split(",") if p and p != "none"]   # none: tables only
     bad = [p for p in parts if p not in PARTS]
     if bad:
         ap.error(f"unknown parts {bad}; choose from {PARTS}")

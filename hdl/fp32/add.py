@@ -82,16 +82,26 @@ class FP32Add(FP32CutUnit):
         small_sig = Signal(24, name="add_small_sig")
         big_exp = Signal(signed(10), name="add_big_exp")
         big_sign = Signal(name="add_big_sign")
-        diff = Signal(9, name="add_exp_diff")           # 0..253
         shift = Signal(range(_ALIGN_W + 1), name="add_align_shift")
         m.d.comb += [
             big_sig.eq(Mux(swap, b.sig, a.sig)),
             small_sig.eq(Mux(swap, a.sig, b.sig)),
             big_exp.eq(Mux(swap, b.exp, a.exp)),
             big_sign.eq(Mux(swap, b_sign, a.sign)),
-            diff.eq(Mux(swap, b.exp - a.exp, a.exp - b.exp)),
-            shift.eq(Mux(diff > _ALIGN_W, _ALIGN_W, diff)),
         ]
+        # The alignment shift is min(big exponent - small exponent, 27), and that difference is
+        # |a.exp - b.exp| for every input: ordering the magnitudes orders the exponent fields,
+        # ``exp = max(efield, 1) - 150`` keeps that order, and equal exponents give 0 either
+        # way. So both differences and their clamps are computed beside the 31-bit magnitude
+        # compare, and the sign of one of them picks, instead of subtracting after ``swap``
+        # (the unpack step was the critical path of the optimizer engine on the ECP5).
+        d_ab = Signal(signed(11), name="add_exp_diff_ab")
+        d_ba = Signal(signed(11), name="add_exp_diff_ba")
+        m.d.comb += [d_ab.eq(a.exp - b.exp), d_ba.eq(b.exp - a.exp)]
+
+        def clamp(d):               # d >= 0
+            return Mux(d > _ALIGN_W, _ALIGN_W, d[:len(shift)])
+        m.d.comb += shift.eq(Mux(d_ab[-1], clamp(d_ba), clamp(d_ab)))
         nan = Signal(name="add_nan")
         m.d.comb += nan.eq(a.nan | b.nan | (a.inf & b.inf & (a.sign != b_sign)))
         s = p.boundary(

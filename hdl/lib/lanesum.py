@@ -10,7 +10,7 @@ Used by the optimizer engine (sum of squares of the gradients) and the core's ve
 """
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -105,6 +105,9 @@ class LaneSum(wiring.Component):
         wait = Signal(range(lm + la + 2), name="flush_wait")
         draining = Signal(name="draining")
 
+        flush_done = Signal(name="flush_done")      # FLUSH -> DRAIN this cycle
+        drain_issue = Signal(name="drain_issue")    # DRAIN issues total + part[k] this cycle
+        out_fire = Signal(name="out_fire")          # the sum is taken: partials clear
         accept = Signal(name="accept")
         m.d.comb += accept.eq(self.i.valid & self.i.ready)
 
@@ -135,6 +138,7 @@ class LaneSum(wiring.Component):
                     m.next = "FLUSH"
             with m.State("FLUSH"):
                 with m.If(wait == 0):
+                    m.d.comb += flush_done.eq(1)
                     m.d.sync += [total.eq(part[0]), k.eq(1), pending.eq(0), draining.eq(1)]
                     m.next = "DRAIN"
                 with m.Else():
@@ -144,22 +148,46 @@ class LaneSum(wiring.Component):
                     with m.If(k == lanes):
                         m.next = "OUT"
                     with m.Else():
-                        m.d.comb += [add.i.valid.eq(1),
-                                     operands(add.i.payload).eq(Cat(total, part[k], Const(0, 1)))]
+                        m.d.comb += [add.i.valid.eq(1), drain_issue.eq(1)]
                         m.d.sync += [pending.eq(1), k.eq(k + 1)]
                 with m.If(add.o.valid):
                     m.d.sync += [total.eq(result(add.o.payload)), pending.eq(0)]
             with m.State("OUT"):
                 m.d.comb += [self.o.valid.eq(1), self.o.payload.r.eq(total)]
                 with m.If(self.o.ready):
+                    m.d.comb += out_fire.eq(1)
                     m.d.sync += [p.eq(0) for p in part]
                     m.d.sync += [lane.eq(0), draining.eq(0)]
                     m.next = "ACC"
 
         # Accumulate (ACC and FLUSH): element -> lane, in arrival order.
+        part_we = Signal(name="part_we")
+        m.d.comb += part_we.eq(add.o.valid & ~draining)
         with m.If(x_valid):
-            m.d.comb += [add.i.valid.eq(1), operands(add.i.payload).eq(Cat(part[lane], x, Const(0, 1)))]
+            m.d.comb += add.i.valid.eq(1)
             m.d.sync += lane.eq(lane + 1)       # wraps: lanes is a power of two
-        with m.If(add.o.valid & ~draining):
+        with m.If(part_we):
             m.d.sync += part[tags[la]].eq(result(add.o.payload))
+
+        # The adder's operands come from registers: a partial picked by a lane index through an
+        # ``lanes``:1 mux in front of the adder's own first step was the optimizer engine's
+        # critical path on the ECP5. Each operand register is loaded one cycle early with the
+        # value the partial will hold in the cycle it is used (the write and the clear of that
+        # cycle's edge applied), so the adder sees exactly the operands it saw before:
+        # accumulate ``part[lane] + x``, drain ``total + part[k]``.
+        def part_next(j):
+            """``part[j]`` after this cycle's edge."""
+            return Mux(out_fire, 0,
+                       Mux(part_we & (tags[la] == j), result(add.o.payload), part[j]))
+
+        lane_next = Signal.like(lane, name="lane_next")
+        m.d.comb += lane_next.eq(Mux(out_fire, 0, Mux(x_valid, lane + 1, lane)))
+        k_next = Signal.like(k, name="drain_k_next")
+        m.d.comb += k_next.eq(Mux(flush_done, 1, Mux(drain_issue, k + 1, k)))
+        acc_a = Signal(32, name="acc_operand")          # part[lane]
+        drain_b = Signal(32, name="drain_operand")      # part[k] (k < lanes)
+        m.d.sync += [acc_a.eq(part_next(lane_next)),
+                     drain_b.eq(part_next(k_next[:len(lane)]))]
+        m.d.comb += operands(add.i.payload).eq(
+            Mux(draining, Cat(total, drain_b, Const(0, 1)), Cat(acc_a, x, Const(0, 1))))
         return m

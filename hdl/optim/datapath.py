@@ -11,7 +11,7 @@ Per element, in exactly this order (golden model: :meth:`sim.model.optim.OptimEn
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -61,9 +61,10 @@ class OptimDatapath(wiring.Component):
         ``w', m', v'`` and the element's ``tag``, exactly ``latency`` cycles after input; the
         consumer must take it (it cannot stall).
     mode : In(2)
-        :class:`~hdl.optim.config.Mode` (constant during a pass).
+        :class:`~hdl.optim.config.Mode` (constant during a pass, and set at least one cycle
+        before its first element: the datapath registers it).
     inv_scale, clip, lr, b1, omb1, b2, omb2, rc2, eps, wdec : In(32)
-        FP32 hyperparameters (constant during a pass).
+        FP32 hyperparameters (likewise constant during a pass and registered).
     """
 
     def __init__(self, *, tag_bits: int = 16, fp32_config: FP32Config | None = None,
@@ -115,9 +116,19 @@ class OptimDatapath(wiring.Component):
         df = Dataflow(m, self.i.valid, fp32_config=self.fp32_config,
                       divsqrt_config=self.divsqrt_config, prefix="opt")
         p = self.i.payload
+        # Mode and hyperparameters are constant during a pass: the datapath takes its own
+        # registered copies, so no path runs from the engine's registers (and its scale-exponent
+        # arithmetic, the mode decode) into a unit's first step. The copy lags its input by one
+        # cycle, which no element can see: the engine sets them before a pass and an element
+        # reaches the datapath at least READ_LATENCY cycles after its read is issued.
+        hyper = {}
+        for n in HYPER_FIELDS:
+            hyper[n] = Signal(32, name=f"{n}_r")
+            m.d.sync += hyper[n].eq(getattr(self, n))
+        mode = Signal.like(self.mode, name="mode_r")
+        m.d.sync += mode.eq(self.mode)
         w1, m1, v1, tag = self._graph(
-            df, {n: getattr(p, n) for n in ("w", "m", "v", "g", "tag")},
-            {n: getattr(self, n) for n in HYPER_FIELDS}, self.mode)
+            df, {n: getattr(p, n) for n in ("w", "m", "v", "g", "tag")}, hyper, mode)
         t_out = w1.t
         assert t_out == self.latency
         m.d.comb += [

@@ -14,6 +14,18 @@ BREAKDOWN = (("array", "array_busy"), ("vector", "vector_busy"),
              ("host I/O", "host_io_cycles"))
 
 
+def _finish(plt, fig, ax, xlabel: str, ylabel: str, path: Path) -> Path:
+    """Label, legend, grid, save and close one figure."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_run(out: Path, epochs: list, steps: list) -> list[Path]:
     import matplotlib
     matplotlib.use("Agg")
@@ -26,15 +38,9 @@ def plot_run(out: Path, epochs: list, steps: list) -> list[Path]:
     n = np.arange(1, len(steps) + 1)
     ax.plot(n, [s["loss"] for s in steps], label="RTL (BFP core)", lw=1)
     ax.plot(n, [s["ref_loss"] for s in steps], label="float32 reference", lw=1, alpha=0.8)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("cross-entropy loss (batch mean)")
     ax.set_yscale("log")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out / "loss.png", dpi=110)
-    plt.close(fig)
-    written.append(out / "loss.png")
+    written.append(_finish(plt, fig, ax, "training step", "cross-entropy loss (batch mean)",
+                           out / "loss.png"))
 
     fig, ax = plt.subplots(figsize=(7, 4))
     e = [ep["epoch"] + 1 for ep in epochs]
@@ -44,14 +50,7 @@ def plot_run(out: Path, epochs: list, steps: list) -> list[Path]:
     for ep in epochs:
         ax.annotate(f"w{ep['width']}", (ep["epoch"] + 1, 100 * ep["test_accuracy"]),
                     textcoords="offset points", xytext=(0, -12), ha="center", fontsize=7)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("test accuracy (%)")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out / "accuracy.png", dpi=110)
-    plt.close(fig)
-    written.append(out / "accuracy.png")
+    written.append(_finish(plt, fig, ax, "epoch", "test accuracy (%)", out / "accuracy.png"))
 
     # mean cycle breakdown of a step per width (busy counts overlap; shown as stacked bars
     # beside the measured step and the MAC bound)

@@ -212,14 +212,19 @@ def write_reports(results: list[dict]) -> None:
     notes = []
     for r in results:
         fmax = f"{r['fmax_mhz']:.1f}" if r.get("fmax_mhz") else "n/a"
-        if "pnr_error" in r:
-            fmax = f"n/a ({len(notes) + 1})"
-            comb = r.get("pnr_comb") or r.get("logic_cells")
-            cap = r.get("pnr_comb_capacity")
-            fill = (f" ({comb:,} logic cells of {cap:,}: {100 * comb / cap:.0f} %)"
-                    if comb and cap else "")
-            notes.append(f"({len(notes) + 1}) {r['block']} {r['preset']}: {r['pnr_error']}"
-                         f"{fill}.")
+        if "pnr_error" in r or "note" in r:
+            text = []
+            if "pnr_error" in r:
+                fmax = "n/a"
+                comb = r.get("pnr_comb") or r.get("logic_cells")
+                cap = r.get("pnr_comb_capacity")
+                fill = (f" ({comb:,} logic cells of {cap:,}: {100 * comb / cap:.0f} %)"
+                        if comb and cap else "")
+                text.append(f"{r['pnr_error']}{fill}.")
+            if "note" in r:          # hand-written remark kept with the row (e.g. its HDL)
+                text.append(r["note"])
+            fmax += f" ({len(notes) + 1})"
+            notes.append(f"({len(notes) + 1}) {r['block']} {r['preset']}: " + " ".join(text))
         lines.append(f"| {r['block']} | {r['preset']} | "
                      + " | ".join(str(r[c]) for c in CELL_GROUPS)
                      + f" | {fmax} | {r.get('seconds', 'n/a')} |")

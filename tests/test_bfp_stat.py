@@ -15,9 +15,10 @@ from sim.model.stats import QuantStatModel, StatState, group_terms, ratio, stat_
 TINY = BFPConfig.preset("tiny")
 
 
-def run(dut, batches, *, seed=0, idle=0.2, stall=0.2, max_cycles=20_000):
-    """Stream each batch of input words through ``dut``; ``stat_clear`` is pulsed before every
-    batch after the first (while idle). Returns ``(outputs, [stat after each batch])``."""
+def run(dut, batches, *, loads=None, seed=0, idle=0.2, stall=0.2, max_cycles=20_000):
+    """Stream each batch of input words through ``dut``; ``stat_load`` is pulsed before every
+    batch after the first (while idle) with ``loads[b]`` (a :class:`StatState`, zeros by
+    default). Returns ``(outputs, [stat after each batch])``."""
     top = Module()
     top.domains.sync = ClockDomain("sync")
     top.submodules.dut = dut
@@ -29,9 +30,12 @@ def run(dut, batches, *, seed=0, idle=0.2, stall=0.2, max_cycles=20_000):
         cycles = 0
         for b, words in enumerate(batches):
             if b:
-                ctx.set(dut.stat_clear, 1)
+                ld = (loads or {}).get(b, StatState())
+                ctx.set(dut.stat_in, dut.stat_in.shape().const(
+                    {"exp": ld.exp, "num": ld.num, "den": ld.den, "seen": int(ld.seen)}))
+                ctx.set(dut.stat_load, 1)
                 await ctx.tick()
-                ctx.set(dut.stat_clear, 0)
+                ctx.set(dut.stat_load, 0)
             sent = got = 0
             while got < len(words):
                 cycles += 1
@@ -63,12 +67,12 @@ def run(dut, batches, *, seed=0, idle=0.2, stall=0.2, max_cycles=20_000):
     return res["out"], res["stats"]
 
 
-def expected(config, batches, stat_bits):
+def expected(config, batches, stat_bits, loads=None):
     model = QuantStatModel(config, stat_bits=stat_bits)
     outs, stats = [], []
     for b, words in enumerate(batches):
         if b:
-            model.clear()
+            model.load((loads or {}).get(b, StatState()))
         outs += [model.accept(w) for w in words]
         stats.append(model.state)
     return outs, stats
@@ -84,10 +88,10 @@ def words_for(rng, config, n, widths, modes, *, special_prob=0.02, gaussian=Fals
             for v in vals]
 
 
-def check(config, batches, *, stat_bits=32, seed=0):
+def check(config, batches, *, stat_bits=32, seed=0, loads=None):
     dut = QuantStat(config=config, stat_bits=stat_bits)
-    got, got_stats = run(dut, batches, seed=seed)
-    want, want_stats = expected(config, batches, stat_bits)
+    got, got_stats = run(dut, batches, seed=seed, loads=loads)
+    want, want_stats = expected(config, batches, stat_bits, loads)
     assert got == want
     assert got_stats == want_stats
     return got_stats
@@ -116,12 +120,24 @@ def test_mixed_widths_and_illegal_codes():
 
 
 def test_clear_between_tensors():
-    """``stat_clear`` empties the accumulator: each batch's statistic is its own."""
+    """``stat_load`` empties the accumulator: each batch's statistic is its own."""
     rng = np.random.default_rng(8)
     batches = [words_for(rng, TINY, 20, [2, 4], [bfp.ROUND_NEAREST], gaussian=True)
                for _ in range(3)]
     stats = check(TINY, batches, seed=8)
     assert len(set(stats)) == 3
+
+
+def test_load_continues_a_saved_statistic():
+    """Loading a saved statistic and streaming more groups equals one long stream (how the
+    core keeps one statistic per layer across passes)."""
+    rng = np.random.default_rng(13)
+    a, b = (words_for(rng, TINY, 30, [2, 4, 6], [bfp.ROUND_NEAREST], gaussian=True)
+            for _ in range(2))
+    (whole,) = expected(TINY, [a + b], 32)[1]
+    saved = expected(TINY, [a], 32)[1][0]
+    stats = check(TINY, [b, b], loads={1: saved}, seed=13)
+    assert stats[1] == whole != saved
 
 
 def test_renormalisation():

@@ -2,7 +2,7 @@
 
 Golden model: :mod:`sim.model.stats` (bit-exact). The statistic is
 ``r(X) = sum |BFP(X, m + 2) - BFP(X, m)| / sum |BFP(X, m)|`` over the groups delivered since
-the last ``stat_clear``, accumulated as ``(exp, num, den)`` (``r = num / den``).
+the last ``stat_load``, accumulated as ``(exp, num, den)`` (``r = num / den``).
 """
 from __future__ import annotations
 
@@ -37,9 +37,11 @@ class QuantStat(wiring.Component):
     register), ``D = sum |H_j - 4 M_j| << (mm - m - 2)`` and ``N = sum M_j << (mm - m)`` in
     units of ``2**(E - mm + 1)``; the next cycle adds them into the accumulator (the smaller
     exponent's side truncated to the larger, renormalised by one bit when a sum overflows).
-    Groups at ``m = max_mantissa`` and groups with ``N = 0`` add nothing. ``stat_clear`` empties
-    the accumulator at the next edge and drops the staged group: groups delivered from the
-    clear cycle on are counted, earlier ones not. Reset clears it too.
+    Groups at ``m = max_mantissa`` and groups with ``N = 0`` add nothing. ``stat_load`` sets the
+    accumulator to ``stat_in`` at the next edge (all zeros: a clear) and drops the staged group:
+    groups delivered from the load cycle on are added to the loaded value, earlier ones are not.
+    (The training core loads a layer's saved statistic when it issues a pass and saves the
+    result when the pass completes.) Reset clears it.
 
     Parameters
     ----------
@@ -59,9 +61,9 @@ class QuantStat(wiring.Component):
     -------
     i, o, flags, clear_flags
         As for :class:`~hdl.bfp.converter.BFPConverter` (the ``m`` converter's).
-    stat_clear : In(1)
-        Empty the accumulator.
-    stat : Out(stat_layout(config))
+    stat_load : In(1), stat_in : In(stat_layout(config, stat_bits))
+        Load the accumulator (zeros clear it).
+    stat : Out(stat_layout(config, stat_bits))
         The accumulator.
     """
 
@@ -84,7 +86,8 @@ class QuantStat(wiring.Component):
             "o": Out(stream.Signature(bfp_stream_layout(config))),
             "flags": Out(BFPFlags),
             "clear_flags": In(1),
-            "stat_clear": In(1),
+            "stat_load": In(1),
+            "stat_in": In(stat_layout(config, stat_bits)),
             "stat": Out(stat_layout(config, stat_bits)),
         })
 
@@ -161,8 +164,8 @@ class QuantStat(wiring.Component):
         m.d.comb += [s_num.eq(a_num + g_num), s_den.eq(a_den + g_den)]
         ovf = Signal(name="acc_renorm")
         m.d.comb += ovf.eq(s_num[B] | s_den[B])
-        with m.If(self.stat_clear):
-            m.d.sync += [st.num.eq(0), st.den.eq(0), st.exp.eq(0), st.seen.eq(0)]
+        with m.If(self.stat_load):
+            m.d.sync += st.eq(self.stat_in)
         with m.Elif(s_valid):
             m.d.sync += [
                 st.num.eq(Mux(ovf, s_num[1:], s_num[:B])),

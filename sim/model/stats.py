@@ -125,13 +125,17 @@ class StatModel:
         if N:
             self.state = stat_update(self.state, int(exp), D, N, bits=self.stat_bits)
 
-    def accept_groups(self, values, width_code: int, groups) -> None:
-        """Every group of a :func:`sim.model.bfp.quantize` result ``groups`` (grouping along the
-        last axis, rows in order) of the float32 ``values`` (padded like ``groups.mag``)."""
+    def accept_groups(self, values, width_code: int, groups, *, axis: int = -1) -> None:
+        """Every group of a :func:`sim.model.bfp.quantize` result ``groups`` of the 2-D float32
+        ``values`` (already padded like ``groups.mag``), grouped along ``axis`` (-1: rows, 0:
+        columns), in C order of the groups."""
         G = self.config.group_size
-        vals = np.asarray(values, np.float32).reshape(-1, G)
-        mags = np.asarray(groups.mag).reshape(-1, G)
-        exps = np.asarray(groups.exp).reshape(-1)
+        vals = np.asarray(values, np.float32)
+        mags = np.asarray(groups.mag)
+        exps = np.asarray(groups.exp)
+        if axis == 0:
+            vals, mags, exps = vals.T, mags.T, exps.T
+        vals, mags, exps = vals.reshape(-1, G), mags.reshape(-1, G), exps.reshape(-1)
         for v, e, mg in zip(vals, exps, mags):
             self.accept(v, width_code, int(e), mg)
 
@@ -157,6 +161,10 @@ class QuantStatModel:
 
     def clear(self) -> None:
         self.stat.clear()
+
+    def load(self, state: StatState) -> None:
+        """``stat_load`` with ``stat_in = state``."""
+        self.stat.state = state
 
     def accept(self, word: int) -> int:
         out = self.conv.accept(word)

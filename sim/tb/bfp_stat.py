@@ -47,13 +47,13 @@ class TB(StreamTB):
 
     async def start(self):
         self.dut.clear_flags.value = 0
-        self.dut.stat_clear.value = 0
+        self.dut.stat_load.value = 0
         await super().start()
 
     async def clear(self):
-        self.dut.stat_clear.value = 1
+        self.dut.stat_load.value = 1
         await RisingEdge(self.dut.clk)
-        self.dut.stat_clear.value = 0
+        self.dut.stat_load.value = 0
         self.model.clear()
 
     async def tensor(self, words, label) -> StatState:
@@ -82,7 +82,7 @@ class TB(StreamTB):
 @cocotb.test()
 async def every_width(dut):
     """Per width (2, 4, 6, 8), all rounding modes: a wide-range tensor and a gaussian one,
-    each after a ``stat_clear``; then a tensor of mixed width codes 0..15."""
+    each after a ``stat_load``; then a tensor of mixed width codes 0..15."""
     tb = TB(dut, seed=21)
     await tb.start()
     for width in CFG.widths:

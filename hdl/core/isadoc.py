@@ -38,6 +38,11 @@ _OP_DOC = {
              "to the address fields flagged in an instruction's `loop` bits",
     Op.ENDLOOP: "end of the loop body: next iteration, or fall through",
     Op.FENCE: "wait until every unit is idle",
+    Op.ADAPT: "FAST precision update (docs/fast.md): wait until every unit is idle, then for "
+              "every layer, mode and operand whose statistic `r = num / den` exceeds its "
+              "threshold (`num * 2**16 > threshold * den`, host command `THRESH`) raise that "
+              "operand's width in the precision table by 2 (up to `max_mantissa`); then clear "
+              "every statistic",
 }
 
 

@@ -1,0 +1,94 @@
+"""FAST in the training core (Amaranth simulator), bit-exact with the golden model: the
+per-layer statistics the host reads, host PREC between steps, and the sequencer's ADAPT
+raising widths from the statistics and the threshold table, all without reloading the program
+(docs/fast.md)."""
+import numpy as np
+
+from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD
+from hdl.core.isa import THRESH_FRAC_BITS, THRESH_NEVER, Op, Status, encode
+from sim.host.compiler import MLP, compile_mlp
+from sim.host.optim import Adam
+from sim.model.core import CoreModel
+from sim.model.stats import ratio
+
+from test_core import CFG, _run_core
+
+DESC = MLP(layers=(4, 6, 3), batch=4, optimizer=Adam(lr=1e-2))
+
+
+def _case():
+    comp = compile_mlp(DESC, CFG)
+    rng = np.random.default_rng(3)
+    Ws = [rng.standard_normal((a, b)).astype(np.float32)
+          for a, b in zip(DESC.layers[:-1], DESC.layers[1:])]
+    bs = [rng.standard_normal(b).astype(np.float32) * 0.1 for b in DESC.layers[1:]]
+    xs = [rng.standard_normal((4, 4)).astype(np.float32) for _ in range(3)]
+    ys = [rng.integers(0, 3, 4) for _ in range(3)]
+    return comp, Ws, bs, xs, ys
+
+
+def _step(comp, x, y, t, *, prec=None):
+    """A step with no program load and no precision writes (unless ``prec`` entries)."""
+    acts = [a for a in comp.step_actions(x, y, t, load_program=False) if a[0] != "prec"]
+    return [("prec", *p) for p in (prec or [])] + acts
+
+
+def test_adapt_and_prec_change_widths_without_reloading_the_program():
+    comp, Ws, bs, xs, ys = _case()
+    program = [encode(Op.ADAPT)] + list(comp.program)     # ADAPT at the top of every step
+    start = [("prec", layer, mode, 4, 4, 0) for layer in range(2)
+             for mode in (FWD, BWD_DATA, BWD_WEIGHT)]
+    # thresholds from the step-1 statistics of the golden model: below r (raise) for some,
+    # above r (keep) for others, "never" for the rest
+    probe = CoreModel(CFG)
+    probe.apply(comp.init_actions(Ws, bs) + [("program", program)] + start
+                + _step(comp, xs[0], ys[0], 1))
+    r = {k: ratio(s) for k, s in probe.stat_states().items() if s.seen}
+    assert set(r) == {(layer, mode, op) for layer in range(2)       # layer 0 has no dX pass
+                      for mode in (FWD, BWD_DATA, BWD_WEIGHT) for op in (0, 1)
+                      if (layer, mode) != (0, BWD_DATA)}
+    raise_ = [(0, FWD, 1), (1, BWD_WEIGHT, 0), (1, FWD, 0)]
+    keep = [(0, FWD, 0), (1, BWD_DATA, 1)]
+    thresh = [("thresh", *k, int(r[k] * 0.9 * 2 ** THRESH_FRAC_BITS)) for k in raise_] \
+        + [("thresh", *k, int(r[k] * 1.1 * 2 ** THRESH_FRAC_BITS) + 1) for k in keep]
+
+    actions = (comp.init_actions(Ws, bs) + [("program", program)] + start
+               + _step(comp, xs[0], ys[0], 1) + [("stats", "stats1")] + thresh
+               + _step(comp, xs[1], ys[1], 2) + [("stats", "stats2")]
+               + _step(comp, xs[2], ys[2], 3, prec=[(1, BWD_WEIGHT, 6, 2, 1)])
+               + [("stats", "stats3")] + comp.read_actions())
+    assert sum(a[0] == "program" for a in actions) == 1          # loaded once
+    model = CoreModel(CFG)
+    want = model.apply(actions)
+    # ADAPT of step 2 raised exactly the widths whose r crossed the threshold; step 3's PREC
+    # wrote (1, BWD_WEIGHT) and step 3's ADAPT raised nothing (thresholds as before, new r)
+    assert model.prec[(0, FWD)][1] == 6 and model.prec[(1, FWD)][0] == 6
+    assert model.prec[(0, FWD)][0] == 4 and model.prec[(1, BWD_DATA)][1] == 4
+    # the widths matter: without the thresholds the weights come out different
+    plain = CoreModel(CFG).apply([a for a in actions if a[0] != "thresh"])
+    assert not np.array_equal(plain["params"], want["params"])
+
+    got = _run_core(actions)
+    assert got["run"] == want["run"] == [(Status.OK, 0)] * 3
+    for key in ("params", "grads", "m", "v", "loss0", "stats1", "stats2", "stats3"):
+        assert (np.array_equal(got[key], want[key]) if key not in ("stats1", "stats2", "stats3")
+                else got[key] == want[key]), key
+    for name in want["status"]:
+        assert got["status"][name] == want["status"][name], name
+
+
+def test_threshold_and_stat_addressing():
+    """THRESH rejects mode 3 and layers past the table; REG reads every statistic slot (zeros
+    after reset) and rejects the gap below the statistics."""
+    import pytest
+    from hdl.core.core import STAT_REG_BASE, REGS
+    from hdl.core.host import HostOp, HostStatus
+    from hdl.core.isa import stat_slot
+    from sim.host.driver import HostError
+    model = CoreModel(CFG)
+    with pytest.raises(ValueError, match="threshold"):
+        model.set_threshold(CFG.layers, 0, 0, 1)
+    with pytest.raises(ValueError, match="threshold"):
+        model.set_threshold(0, 3, 0, 1)
+    assert model.thresholds[(0, 0, 0)] == THRESH_NEVER
+    assert stat_slot(1, 2, 1) == 13 and STAT_REG_BASE > len(REGS)

@@ -3,13 +3,14 @@ per-layer statistics the host reads, host PREC between steps, and the sequencer'
 raising widths from the statistics and the threshold table, all without reloading the program
 (docs/fast.md)."""
 import numpy as np
+import pytest
 
 from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD
 from hdl.core.isa import THRESH_FRAC_BITS, THRESH_NEVER, Op, Status, encode
-from sim.host.compiler import MLP, compile_mlp
+from sim.host.compiler import MLP, OPERAND_TENSORS, compile_mlp
 from sim.host.optim import Adam
-from sim.model.core import CoreModel
-from sim.model.stats import ratio
+from sim.model.core import CoreModel, adapt_raises
+from sim.model.stats import StatState, ratio
 
 from test_core import CFG, _run_core
 
@@ -77,18 +78,43 @@ def test_adapt_and_prec_change_widths_without_reloading_the_program():
         assert got["status"][name] == want["status"][name], name
 
 
-def test_threshold_and_stat_addressing():
-    """THRESH rejects mode 3 and layers past the table; REG reads every statistic slot (zeros
-    after reset) and rejects the gap below the statistics."""
-    import pytest
-    from hdl.core.core import STAT_REG_BASE, REGS
-    from hdl.core.host import HostOp, HostStatus
-    from hdl.core.isa import stat_slot
-    from sim.host.driver import HostError
+def test_threshold_range_in_the_model():
+    """The model's THRESH rejects mode 3 and layers past the table like the host port."""
     model = CoreModel(CFG)
     with pytest.raises(ValueError, match="threshold"):
         model.set_threshold(CFG.layers, 0, 0, 1)
     with pytest.raises(ValueError, match="threshold"):
         model.set_threshold(0, 3, 0, 1)
+    with pytest.raises(ValueError, match="threshold value"):
+        model.set_threshold(0, 0, 0, 1 << 32)
     assert model.thresholds[(0, 0, 0)] == THRESH_NEVER
-    assert stat_slot(1, 2, 1) == 13 and STAT_REG_BASE > len(REGS)
+
+
+def test_adapt_rule_in_the_model():
+    """ADAPT raises by 2 only where ``num * 2**16 > t * den``, clamps at max_mantissa and
+    clears every statistic."""
+    assert adapt_raises(StatState(0, 1, 4, True), (1 << 14) - 1)
+    assert not adapt_raises(StatState(0, 1, 4, True), 1 << 14)         # r == t: no
+    assert not adapt_raises(StatState(0, 5, 0, False), 0)               # no statistic
+    model = CoreModel(CFG)
+    model.prec[(0, FWD)] = (6, 8, 0)
+    for op in (0, 1):
+        model.stats[(0, FWD)][op].state = StatState(0, 1, 4, True)
+        model.set_threshold(0, FWD, op, 0)
+    model.adapt()
+    assert model.prec[(0, FWD)] == (8, 8, 0)
+    assert not any(s.seen for s in model.stat_states().values())
+
+
+def test_precision_by_tensor():
+    """Weights, activations and gradients each get their own width, mapped onto the operands
+    of every pass."""
+    comp = compile_mlp(DESC, CFG)
+    t = comp.precision_by_tensor(weights=[2, 4], activations=6, gradients=8, rounding=1)
+    assert t[(0, FWD)] == (6, 2, 1) and t[(1, FWD)] == (6, 4, 1)
+    assert t[(1, BWD_DATA)] == (8, 4, 1) and t[(0, BWD_WEIGHT)] == (6, 8, 1)
+    assert OPERAND_TENSORS[BWD_WEIGHT] == ("activations", "gradients")
+    with pytest.raises(ValueError, match="weights"):
+        comp.precision_by_tensor(weights=[2, 4, 6])
+    with pytest.raises(ValueError, match="width_a"):
+        comp.precision_by_tensor(activations=5)

@@ -124,7 +124,8 @@ def render(config: CoreConfig | None = None) -> str:
                       d=5 * D),
                encode(Op.ENDLOOP), encode(Op.HALT)]
     out += [disassemble(w) for w in example] + ["```", ""]
-    from .core import REGS
+    from ..bfp.stat import stat_layout
+    from .core import REGS, STAT_REG_BASE
     from .host import HostOp, HostStatus, host_cmd_layout, host_rsp_layout
     cl, rl = host_cmd_layout(cfg), host_rsp_layout(cfg)
     out += ["## Host commands", "",
@@ -140,7 +141,17 @@ def render(config: CoreConfig | None = None) -> str:
             "| status | name |", "|---|---|",
             *[f"| {v} | `{k}` |" for k, v in vars(HostStatus).items() if k.isupper()], "",
             "## Registers (`REG` index)", "", "| index | name | meaning |", "|---|---|---|",
-            *[f"| {i} | `{n}` | {doc} |" for i, (n, doc) in enumerate(REGS)], ""]
+            *[f"| {i} | `{n}` | {doc} |" for i, (n, doc) in enumerate(REGS)], "",
+            "### FAST statistics (docs/fast.md)", "",
+            f"Statistic `k = stat_slot(layer, mode, operand) = (layer * 4 + mode) * 2 + "
+            f"operand` (operand 0: the `width_a` side, 1: the `width_b` side; mode 3 unused) "
+            f"is read as `REG {STAT_REG_BASE} + 2k` (bits 0..63) and `REG {STAT_REG_BASE} + "
+            f"2k + 1` (bits 64..) of its `stat_layout` value: "
+            + ", ".join(f"`{n}` bits {f.offset}..{f.offset + _width(f.shape) - 1}"
+                        for n, f in stat_layout(cfg.array.bfp(0)))
+            + f". `THRESH` writes threshold `k` (`addr = k`, unsigned Q16.16 in `data[:32]`); "
+              f"`addr` of mode 3 or a layer >= `layers` ({cfg.layers}) answers `BAD_ADDR`.",
+            ""]
     return "\n".join(out)
 
 

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 
 from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD
-from hdl.core.isa import THRESH_FRAC_BITS, THRESH_NEVER, Op, Status, encode
+from hdl.core.isa import THRESH_NEVER, Status
 from sim.host.compiler import MLP, OPERAND_TENSORS, compile_mlp
 from sim.host.optim import Adam
 from sim.model.core import CoreModel, adapt_raises
-from sim.model.stats import StatState, ratio
+from sim.model.stats import StatState
+from sim.tb.core import fast_program, fast_step, fast_thresholds
 
 from test_core import CFG, _run_core
 
@@ -28,35 +29,28 @@ def _case():
     return comp, Ws, bs, xs, ys
 
 
-def _step(comp, x, y, t, *, prec=None):
-    """A step with no program load and no precision writes (unless ``prec`` entries)."""
-    acts = [a for a in comp.step_actions(x, y, t, load_program=False) if a[0] != "prec"]
-    return [("prec", *p) for p in (prec or [])] + acts
-
-
 def test_adapt_and_prec_change_widths_without_reloading_the_program():
     comp, Ws, bs, xs, ys = _case()
-    program = [encode(Op.ADAPT)] + list(comp.program)     # ADAPT at the top of every step
+    program = fast_program(comp)                          # ADAPT at the top of every step
     start = [("prec", layer, mode, 4, 4, 0) for layer in range(2)
              for mode in (FWD, BWD_DATA, BWD_WEIGHT)]
     # thresholds from the step-1 statistics of the golden model: below r (raise) for some,
     # above r (keep) for others, "never" for the rest
     probe = CoreModel(CFG)
     probe.apply(comp.init_actions(Ws, bs) + [("program", program)] + start
-                + _step(comp, xs[0], ys[0], 1))
-    r = {k: ratio(s) for k, s in probe.stat_states().items() if s.seen}
-    assert set(r) == {(layer, mode, op) for layer in range(2)       # layer 0 has no dX pass
+                + fast_step(comp, xs[0], ys[0], 1))
+    seen = {k for k, s in probe.stat_states().items() if s.seen}
+    assert seen == {(layer, mode, op) for layer in range(2)       # layer 0 has no dX pass
                       for mode in (FWD, BWD_DATA, BWD_WEIGHT) for op in (0, 1)
                       if (layer, mode) != (0, BWD_DATA)}
     raise_ = [(0, FWD, 1), (1, BWD_WEIGHT, 0), (1, FWD, 0)]
     keep = [(0, FWD, 0), (1, BWD_DATA, 1)]
-    thresh = [("thresh", *k, int(r[k] * 0.9 * 2 ** THRESH_FRAC_BITS)) for k in raise_] \
-        + [("thresh", *k, int(r[k] * 1.1 * 2 ** THRESH_FRAC_BITS) + 1) for k in keep]
+    thresh = fast_thresholds(probe.stat_states(), raise_, keep)
 
     actions = (comp.init_actions(Ws, bs) + [("program", program)] + start
-               + _step(comp, xs[0], ys[0], 1) + [("stats", "stats1")] + thresh
-               + _step(comp, xs[1], ys[1], 2) + [("stats", "stats2")]
-               + _step(comp, xs[2], ys[2], 3, prec=[(1, BWD_WEIGHT, 6, 2, 1)])
+               + fast_step(comp, xs[0], ys[0], 1) + [("stats", "stats1")] + thresh
+               + fast_step(comp, xs[1], ys[1], 2) + [("stats", "stats2")]
+               + fast_step(comp, xs[2], ys[2], 3, prec=[(1, BWD_WEIGHT, 6, 2, 1)])
                + [("stats", "stats3")] + comp.read_actions())
     assert sum(a[0] == "program" for a in actions) == 1          # loaded once
     model = CoreModel(CFG)

@@ -59,11 +59,11 @@ def host_data_bits(config: CoreConfig) -> int:
 
 
 def host_cmd_layout(config: CoreConfig) -> data.StructLayout:
-    return data.StructLayout({"op": 3, "addr": 16, "data": host_data_bits(config)})
+    return data.StructLayout({"op": 4, "addr": 16, "data": host_data_bits(config)})
 
 
 def host_rsp_layout(config: CoreConfig) -> data.StructLayout:
-    return data.StructLayout({"op": 3, "status": 4, "data": host_data_bits(config)})
+    return data.StructLayout({"op": 4, "status": 4, "data": host_data_bits(config)})
 
 
 class HostPort(wiring.Component):

@@ -7,14 +7,13 @@ the last ``stat_load``, accumulated as ``(exp, num, den)`` (``r = num / den``).
 from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import STAT_BITS, BFPConfig, check_stat_bits
-from ..formats import BFPFlags
 from ..registry import Block
 from .converter import (BFPConverter, Rounding, bfp_stream_layout, converter_latency,
-                        decode_width, fp32_stream_layout, layout_fields)
+                        converter_members, decode_width, fp32_stream_layout, layout_fields)
 
 __all__ = ["STAT_BITS", "stat_layout", "QuantStat"]
 
@@ -82,10 +81,7 @@ class QuantStat(wiring.Component):
         self.stat_bits = stat_bits
         self.latency = converter_latency(config)
         super().__init__({
-            "i": In(stream.Signature(fp32_stream_layout(config))),
-            "o": Out(stream.Signature(bfp_stream_layout(config))),
-            "flags": Out(BFPFlags),
-            "clear_flags": In(1),
+            **converter_members(config),
             "stat_load": In(1),
             "stat_in": In(stat_layout(config, stat_bits)),
             "stat": Out(stat_layout(config, stat_bits)),

@@ -38,7 +38,7 @@ COUNTERS = (
     ("macs", 48, "useful multiply-accumulates of all MATMUL passes"),
     ("stall_unit", 32, "cycles an instruction waited for its own unit"),
     ("stall_bank", 32, "cycles an instruction waited for banks owned by another unit"),
-    ("stall_fence", 32, "cycles FENCE and HALT waited for the units"),
+    ("stall_fence", 32, "cycles FENCE, ADAPT and HALT waited for the units"),
     ("stall_order", 32, "cycles SOFTMAX_XENT waited for the optimizer (loss scale) or OPT for "
                         "the matmul engine (converter flags) and, one-pass, the vector unit "
                         "(gradient-write snoop)"),

@@ -56,9 +56,7 @@ def run(dut, batches, *, loads=None, seed=0, idle=0.2, stall=0.2, max_cycles=20_
             ctx.set(dut.i.valid, 0)
             ctx.set(dut.o.ready, 0)
             await ctx.tick().repeat(dut.stat_latency)
-            st = ctx.get(dut.stat)
-            res["stats"].append(StatState(exp=int(st.exp), num=int(st.num), den=int(st.den),
-                                          seen=bool(st.seen)))
+            res["stats"].append(StatState.of(ctx.get(dut.stat)))
 
     sim = Simulator(top)
     sim.add_clock(1e-6)

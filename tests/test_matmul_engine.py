@@ -92,12 +92,6 @@ class Host:
         return await self.command(**start_fields(cmd))
 
 
-def stat_state(value) -> StatState:
-    """A ``stat`` port value as a :class:`sim.model.stats.StatState`."""
-    return StatState(exp=int(value.exp), num=int(value.num), den=int(value.den),
-                     seen=bool(value.seen))
-
-
 def _rand(rng, shape):
     return (rng.standard_normal(shape) * np.exp2(rng.integers(-4, 5, shape))).astype(np.float32)
 
@@ -143,7 +137,7 @@ def passes_scenario(cfg, cmds, seed, *, idle=0.0, stall=0.0):
             r = await host.start(cmd)
             got.append((int(r.status), int(r.invalid), int(r.overflow),
                         {f: int(getattr(ctx.get(dut.counters), f)) for f in COUNTERS},
-                        tuple(stat_state(ctx.get(dut.stat[i])) for i in range(2))))
+                        tuple(StatState.of(ctx.get(dut.stat[i])) for i in range(2))))
         mems = {k: await host.read_lines(k, cfg.mem_depth) for k in init}
         return got, mems
 

@@ -133,9 +133,7 @@ class CoreDriver:
         layout = stat_layout(self.config.array.bfp(0))
         res = {}
         for i, k in enumerate(keys):
-            v = layout.from_bits(out[2 * i][2] | out[2 * i + 1][2] << 64)
-            res[k] = StatState(exp=int(v.exp), num=int(v.num), den=int(v.den),
-                               seen=bool(v.seen))
+            res[k] = StatState.of(layout.from_bits(out[2 * i][2] | out[2 * i + 1][2] << 64))
         return res
 
     async def run(self) -> tuple[int, int]:

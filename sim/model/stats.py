@@ -56,6 +56,14 @@ class StatState:
     den: int = 0
     seen: bool = False
 
+    @classmethod
+    def of(cls, value) -> "StatState":
+        """From anything with ``exp``, ``num``, ``den``, ``seen`` fields: the hardware's
+        ``stat`` port read in a simulator (an Amaranth view/const of
+        :func:`hdl.bfp.stat.stat_layout`, e.g. ``stat_layout(c).from_bits(bits)``)."""
+        return cls(exp=int(value.exp), num=int(value.num), den=int(value.den),
+                   seen=bool(value.seen))
+
 
 def group_terms(mag_lo, mag_hi, width: int, max_mantissa: int) -> tuple[int, int]:
     """``(D, N)`` of one group: magnitudes at ``width`` (``mag_lo``) and ``width + 2``

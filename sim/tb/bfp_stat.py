@@ -28,15 +28,9 @@ PARAMS = block_params()
 
 
 def read_stat(dut) -> StatState:
-    """The ``stat`` port unpacked with the layout's offsets (block JSON ``stat_fields``)."""
-    v = dut.stat.value.to_unsigned()
-    out = {}
-    for name, (off, width) in PARAMS["stat_fields"].items():
-        x = (v >> off) & ((1 << width) - 1)
-        if name == "exp" and x >> (width - 1):
-            x -= 1 << width
-        out[name] = x
-    return StatState(exp=out["exp"], num=out["num"], den=out["den"], seen=bool(out["seen"]))
+    """The ``stat`` port, unpacked with the hardware's layout."""
+    from hdl.bfp.stat import stat_layout
+    return StatState.of(stat_layout(CFG).from_bits(dut.stat.value.to_unsigned()))
 
 
 class TB(StreamTB):

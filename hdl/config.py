@@ -11,7 +11,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-__all__ = ["PRESET_NAMES", "PresetMixin", "check_int", "check_choice", "BFPConfig", "FMACConfig"]
+__all__ = ["PRESET_NAMES", "PresetMixin", "check_int", "check_choice", "BFPConfig", "FMACConfig",
+           "STAT_BITS", "check_stat_bits"]
 
 #: Names every config class understands. ``tiny`` is for fast tests; ``default`` is the
 #: FAST paper's point (group 16, mantissas up to 8 bits).
@@ -124,3 +125,15 @@ class FMACConfig(PresetMixin):
     @property
     def widths(self) -> tuple[int, ...]:
         return tuple(range(2, self.max_mantissa + 1, 2))
+
+
+#: Width of the FAST statistic's ``num`` / ``den`` accumulators (one host word each;
+#: :class:`hdl.bfp.stat.QuantStat`, :mod:`sim.model.stats`).
+STAT_BITS = 32
+
+
+def check_stat_bits(owner: str, stat_bits, config: BFPConfig) -> None:
+    """Raise unless ``stat_bits`` is an int from ``max_mantissa + group_size.bit_length() + 1``
+    (one group's terms fit) to 32."""
+    check_int(owner, "stat_bits", stat_bits,
+              lo=config.max_mantissa + config.group_size.bit_length() + 1, hi=32)

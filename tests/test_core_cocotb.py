@@ -23,6 +23,7 @@ CASES = {
                          {"TB_LAYERS": "8,12,12,10"}),
     "s4_reset_mid_step": ("tiny", "reset_mid_step", {}),
     "s4_rejected_input": ("tiny", "rejected_input_changes_nothing", {}),
+    "s4_fast_adapt": ("tiny", "fast_adapt_steps", {}),
     "s8_adam_micro2": ("default", "training_steps",
                        {"TB_OPT": "adam", "TB_MICRO": "2", "TB_LAYERS": "16,16,10",
                         "TB_BATCH": "16", "TB_PREC": "mixed"}),

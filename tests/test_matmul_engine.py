@@ -19,6 +19,7 @@ from hdl.array.standalone import MatmulEngineWithMemories
 from hdl.lib.memport import LinePort
 from sim.model import array as G
 from sim.model.bfp import ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE
+from sim.model.stats import StatState
 from sim.tb.matmul_engine import random_command, start_fields
 from sim.tb.payload import pack, unpack
 
@@ -121,10 +122,11 @@ def passes_scenario(cfg, cmds, seed, *, idle=0.0, stall=0.0):
         words = _rand(rng, (cfg.mem_depth, cfg.size)).view(np.uint32)
         model.mem[k][:] = words
     init = {k: v.copy() for k, v in model.mem.items()}
-    expected = []
+    expected, want_stats = [], []
     for cmd in cmds:
         status, res = model.run(cmd)
         expected.append((status, res))
+        want_stats.append(tuple(st.state for st in model.stats))
 
     async def body(dut, ctx):
         host = Host(dut, ctx, random.Random(seed), idle, stall)
@@ -134,13 +136,16 @@ def passes_scenario(cfg, cmds, seed, *, idle=0.0, stall=0.0):
         for cmd in cmds:
             r = await host.start(cmd)
             got.append((int(r.status), int(r.invalid), int(r.overflow),
-                        {f: int(getattr(ctx.get(dut.counters), f)) for f in COUNTERS}))
+                        {f: int(getattr(ctx.get(dut.counters), f)) for f in COUNTERS},
+                        tuple(StatState.of(ctx.get(dut.stat[i])) for i in range(2))))
         mems = {k: await host.read_lines(k, cfg.mem_depth) for k in init}
         return got, mems
 
     got, mems = run_engine(cfg, body)
-    for (status, inv, ovf, counters), (st, res), cmd in zip(got, expected, cmds):
+    for (status, inv, ovf, counters, stats), (st, res), cmd, want in zip(got, expected, cmds,
+                                                                         want_stats):
         assert status == st, (cmd, status, st)
+        assert stats == want, ("FAST statistic", cmd, stats, want)
         if st == G.OK:
             assert counters["macs"] == cmd.M * cmd.K * cmd.N
             assert counters["beats"] == G.pass_beats(cmd.mode, cmd.M, cmd.K, cmd.N, cfg.size)

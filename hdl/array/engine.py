@@ -7,6 +7,7 @@ from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
+from ..bfp.stat import stat_layout
 from ..lib.memport import LinePort
 from .accum import OutputAccumulator
 from .array import SystolicArray
@@ -113,6 +114,9 @@ class MatmulEngine(wiring.Component):
             "rsp": Out(stream.Signature(rsp_layout(config))),
             "busy": Out(1),
             "counters": Out(counters_layout()),
+            "stat_load": In(1),
+            "stat_in": In(stat_layout(config.bfp(0))).array(2),
+            "stat": Out(stat_layout(config.bfp(0))).array(2),
             **{name: Out(LinePort(addr_bits=line_bits(config), words=config.size))
                for name in ("a", "b", "c")},
         })
@@ -167,6 +171,9 @@ class MatmulEngine(wiring.Component):
                      ctl.beat_overflow.eq(beats.beat_overflow), ctl.retire.eq(acc.retire)]
 
         # ---- datapath: line requests -> groups -> beats -> array -> results ------------------
+        for i, q in enumerate((q0, q1)):
+            m.d.comb += [q.stat_load.eq(self.stat_load), q.stat_in.eq(self.stat_in[i]),
+                         self.stat[i].eq(q.stat)]
         connect(m, g0.req, q0.req)
         connect(m, g1.req, q1.req)
         connect(m, q0.o, beats.x)

@@ -7,7 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from ..bfp.converter import BFPConverter
+from ..bfp.stat import QuantStat, stat_layout
 from ..formats import bfp_group_layout
 from .config import ArrayConfig
 from .pe import width_shape
@@ -47,8 +47,9 @@ class LineQuantizer(wiring.Component):
 
     The memory read port is synchronous (data one cycle after ``rd_en``); reads are issued only
     when the 4-entry line FIFO has room, so no data is ever dropped under backpressure. The
-    converter (``hdl.bfp.converter.BFPConverter`` with ``config.bfp(index)``) quantizes with
-    the run-time ``width``/``rounding``; its LFSR advances once per group.
+    converter (:class:`hdl.bfp.stat.QuantStat` with ``config.bfp(index)``: the
+    ``BFPConverter`` plus FAST's statistic, docs/fast.md) quantizes with the run-time
+    ``width``/``rounding``; its LFSR advances once per group.
 
     Members
     -------
@@ -62,6 +63,8 @@ class LineQuantizer(wiring.Component):
         Run-time settings, constant during a pass.
     busy : Out(1)
         Lines or groups in flight.
+    stat_load : In(1), stat_in : In(stat_layout), stat : Out(stat_layout)
+        The converter's statistic (:class:`hdl.bfp.stat.QuantStat`).
     """
 
     LINE_FIFO = 4
@@ -81,6 +84,8 @@ class LineQuantizer(wiring.Component):
             "rd_data": In(config.size * 32),
             "width": In(width_shape(config)), "rounding": In(2), "transpose": In(1),
             "busy": Out(1),
+            "stat_load": In(1), "stat_in": In(stat_layout(config.bfp(index))),
+            "stat": Out(stat_layout(config.bfp(index))),
         })
 
     def elaborate(self, platform):
@@ -88,7 +93,9 @@ class LineQuantizer(wiring.Component):
         cfg = self.config
         S = cfg.size
         sb = self.side_bits
-        conv = m.submodules.converter = BFPConverter(config=cfg.bfp(self.index))
+        conv = m.submodules.converter = QuantStat(config=cfg.bfp(self.index))
+        m.d.comb += [conv.stat_load.eq(self.stat_load), conv.stat_in.eq(self.stat_in),
+                     self.stat.eq(conv.stat)]
 
         # ---- read with credits into the line FIFO -------------------------------------------
         line = data.StructLayout({"data": S * 32, "side": unsigned(sb)})

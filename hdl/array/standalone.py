@@ -14,6 +14,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out, connect, flipped
 
+from ..bfp.stat import stat_layout
 from ..registry import Block
 from .config import ArrayConfig
 from .engine import MatmulEngine, cmd_layout, counters_layout, rsp_layout
@@ -43,8 +44,9 @@ class MatmulEngineWithMemories(wiring.Component):
 
     Members
     -------
-    cmd, rsp, busy, counters
-        Those of :class:`~hdl.array.engine.MatmulEngine`.
+    cmd, rsp, busy, counters, stat
+        Those of :class:`~hdl.array.engine.MatmulEngine` (``stat``: the two converters' FAST
+        statistics, accumulated from reset on: ``stat_load`` is tied to 0 here).
     """
 
     def __init__(self, *, config: ArrayConfig):
@@ -59,6 +61,7 @@ class MatmulEngineWithMemories(wiring.Component):
             "rsp": Out(stream.Signature(rsp_layout(config))),
             "busy": Out(1),
             "counters": Out(counters_layout()),
+            "stat": Out(stat_layout(config.bfp(0))).array(2),
         })
 
     def elaborate(self, platform):
@@ -79,7 +82,8 @@ class MatmulEngineWithMemories(wiring.Component):
             ]
         connect(m, flipped(self.cmd), eng.cmd)
         connect(m, eng.rsp, flipped(self.rsp))
-        m.d.comb += [self.busy.eq(eng.busy), self.counters.eq(eng.counters)]
+        m.d.comb += [self.busy.eq(eng.busy), self.counters.eq(eng.counters),
+                     self.stat[0].eq(eng.stat[0]), self.stat[1].eq(eng.stat[1])]
         return m
 
 

@@ -17,6 +17,7 @@ from .pipeline import StallAll
 
 __all__ = ["Rounding", "E_ZERO", "width_shape", "fp32_stream_layout", "bfp_stream_layout",
            "decode_width", "layout_fields", "tree_levels", "converter_latency",
+           "converter_members",
            "BFPConverter"]
 
 #: Shared exponent of an all-zero (or NaN/Inf) group: one below any real group's exponent.
@@ -135,6 +136,17 @@ def _max4(m: Module, values: list, *, name: str) -> list:
     return out
 
 
+def converter_members(config: BFPConfig) -> dict:
+    """The signature members of :class:`BFPConverter` (``i``, ``o``, ``flags``,
+    ``clear_flags``), also those of the converters built around it."""
+    return {
+        "i": In(stream.Signature(fp32_stream_layout(config))),
+        "o": Out(stream.Signature(bfp_stream_layout(config))),
+        "flags": Out(BFPFlags),
+        "clear_flags": In(1),
+    }
+
+
 class BFPConverter(wiring.Component):
     """Stream converter FP32 -> BFP, one group of ``group_size`` values per cycle.
 
@@ -187,12 +199,7 @@ class BFPConverter(wiring.Component):
             raise TypeError(f"BFPConverter.config must be a BFPConfig, not {config!r}")
         self.config = config
         self.latency = converter_latency(config)
-        super().__init__({
-            "i": In(stream.Signature(fp32_stream_layout(config))),
-            "o": Out(stream.Signature(bfp_stream_layout(config))),
-            "flags": Out(BFPFlags),
-            "clear_flags": In(1),
-        })
+        super().__init__(converter_members(config))
 
     def elaborate(self, platform):
         m = Module()

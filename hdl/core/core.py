@@ -17,11 +17,12 @@ from ..optim.engine import OptimEngine
 from ..registry import Block
 from .config import CoreConfig
 from .host import HostPort, host_cmd_layout, host_rsp_layout
+from .isa import stat_slots
 from .scratchpad import Scratchpad
 from .sequencer import COUNTERS, Sequencer
 from .vector import VectorUnit
 
-__all__ = ["TrainingCore", "REGS", "CLIENTS", "STATE_LAYOUT"]
+__all__ = ["TrainingCore", "REGS", "CLIENTS", "STATE_LAYOUT", "STAT_REG_BASE", "stat_reg"]
 
 #: Registers the host reads with ``REG`` (index = position): ``(name, meaning)``.
 REGS = (
@@ -31,6 +32,18 @@ REGS = (
     *((f"optim_{name}", f"optimizer status field {name} ({w} bits)")
       for name, w in STATUS_FIELDS),
 )
+
+#: ``REG`` index of the first FAST statistic word (docs/fast.md): statistic ``k =
+#: stat_slot(layer, mode, operand)`` is read as two 64-bit words, ``STAT_REG_BASE + 2 k``
+#: (bits 0..63 of its :func:`hdl.bfp.stat.stat_layout` value: ``num``, ``den``) and
+#: ``STAT_REG_BASE + 2 k + 1`` (bits 64..: ``exp``, ``seen``).
+STAT_REG_BASE = 256
+
+
+def stat_reg(slot: int, word: int) -> int:
+    """``REG`` index of word ``word`` (0, 1) of statistic ``slot``."""
+    return STAT_REG_BASE + 2 * slot + word
+
 
 #: The ``state`` register (``REG`` 0).
 STATE_LAYOUT = data.StructLayout({"status": 4, "err_pc": 16, "running": 1, "conflict": 1})
@@ -97,7 +110,9 @@ class TrainingCore(wiring.Component):
         cfg = self.config
         S, lb = cfg.size, cfg.line_bits
 
-        host = m.submodules.host = HostPort(config=cfg, reg_count=len(REGS))
+        host = m.submodules.host = HostPort(config=cfg, reg_count=len(REGS),
+                                            stat_base=STAT_REG_BASE,
+                                            stat_count=2 * stat_slots(cfg))
         seq = m.submodules.sequencer = Sequencer(config=cfg)
         mm = m.submodules.matmul = MatmulEngine(config=cfg.array)
         vec = m.submodules.vector = VectorUnit(config=cfg, grad_config=self.grad_config,
@@ -120,6 +135,8 @@ class TrainingCore(wiring.Component):
             seq.prog_wdata.eq(host.prog_wdata),
             seq.prec_we.eq(host.prec_we), seq.prec_waddr.eq(host.prec_waddr),
             seq.prec_wdata.eq(host.prec_wdata), host.prec_bad.eq(seq.prec_bad),
+            seq.thr_we.eq(host.thr_we), seq.thr_waddr.eq(host.thr_waddr),
+            seq.thr_wdata.eq(host.thr_wdata),
             seq.start.eq(host.start), host.running.eq(seq.running), host.done.eq(seq.done),
             host.status.eq(seq.status), host.err_pc.eq(seq.err_pc),
             self.done.eq(seq.done), self.running.eq(seq.running),
@@ -134,11 +151,18 @@ class TrainingCore(wiring.Component):
             for i, v in enumerate(values):
                 with m.Case(i):
                     m.d.comb += host.reg_data.eq(v)
+            for k, st in enumerate(seq.stat):
+                for w in range(2):
+                    with m.Case(stat_reg(k, w)):
+                        m.d.comb += host.reg_data.eq(st.as_value()[64 * w:64 * (w + 1)])
 
         # ---- matmul engine ------------------------------------------------------------------
         connect(m, seq.mm_cmd, mm.cmd)
         connect(m, mm.rsp, seq.mm_rsp)
         m.d.comb += seq.mm_counters.eq(mm.counters)
+        m.d.comb += [mm.stat_load.eq(seq.mm_stat_load)]
+        m.d.comb += [mm.stat_in[i].eq(seq.mm_stat_in[i]) for i in range(2)]
+        m.d.comb += [seq.mm_stat[i].eq(mm.stat[i]) for i in range(2)]
 
         # ---- vector unit --------------------------------------------------------------------
         connect(m, seq.vec_cmd, vec.cmd)
@@ -210,6 +234,7 @@ def _params(preset: str) -> dict:
         "host_ops": {k: v for k, v in vars(HostOp).items() if k.isupper() and k != "ALL"},
         "host_status": {k: v for k, v in vars(HostStatus).items() if k.isupper()},
         "regs": [name for name, _ in REGS], "clients": list(CLIENTS),
+        "stat_reg_base": STAT_REG_BASE,
     }
 
 

@@ -13,7 +13,11 @@ PREC       precision entry ``addr = layer * 4 + mode`` :=       -
 SETREG     optimizer register ``addr`` := ``data[:32]``         -
 START      check and run the program; answers when it stops     ``err_pc`` (status: the
                                                                 program's :class:`Status`)
-REG        -                                                    register ``addr`` (``REGS``)
+REG        -                                                    register ``addr`` (``REGS``, or
+                                                                a FAST statistic word from
+                                                                ``STAT_REG_BASE``)
+THRESH     FAST threshold ``addr = stat_slot(layer, mode,       -
+           operand)`` := ``data[:32]`` (Q16.16)
 =========  ===================================================  ===============================
 
 Response ``status``: a program :class:`~hdl.core.isa.Status` for START, else :class:`HostStatus`.
@@ -38,8 +42,8 @@ __all__ = ["HostOp", "HostStatus", "host_cmd_layout", "host_rsp_layout", "HostPo
 
 
 class HostOp:
-    WRITE, READ, PROG, PREC, SETREG, START, REG = range(7)
-    ALL = (WRITE, READ, PROG, PREC, SETREG, START, REG)
+    WRITE, READ, PROG, PREC, SETREG, START, REG, THRESH = range(8)
+    ALL = (WRITE, READ, PROG, PREC, SETREG, START, REG, THRESH)
 
 
 class HostStatus:
@@ -55,11 +59,11 @@ def host_data_bits(config: CoreConfig) -> int:
 
 
 def host_cmd_layout(config: CoreConfig) -> data.StructLayout:
-    return data.StructLayout({"op": 3, "addr": 16, "data": host_data_bits(config)})
+    return data.StructLayout({"op": 4, "addr": 16, "data": host_data_bits(config)})
 
 
 def host_rsp_layout(config: CoreConfig) -> data.StructLayout:
-    return data.StructLayout({"op": 3, "status": 4, "data": host_data_bits(config)})
+    return data.StructLayout({"op": 4, "status": 4, "data": host_data_bits(config)})
 
 
 class HostPort(wiring.Component):
@@ -77,11 +81,17 @@ class HostPort(wiring.Component):
     opt_cmd : Out(stream)
         SETREG to the optimizer (only while no program runs).
     reg_index : Out(16), reg_data : In(64), reg_count : int
-        Register file read (combinational mux in the core).
+        Register file read (combinational mux in the core): indices ``0 .. reg_count - 1``
+        and ``stat_base .. stat_base + stat_count - 1``.
+    thr_we, thr_waddr, thr_wdata : Out
+        THRESH to the sequencer (``addr`` must be a slot of a layer below ``config.layers``
+        and a mode below 3).
     """
 
-    def __init__(self, *, config: CoreConfig, reg_count: int):
+    def __init__(self, *, config: CoreConfig, reg_count: int, stat_base: int = 0,
+                 stat_count: int = 0):
         self.config, self.reg_count = config, reg_count
+        self.stat_base, self.stat_count = stat_base, stat_count
         db = host_data_bits(config)
         super().__init__({
             "cmd": In(stream.Signature(host_cmd_layout(config))),
@@ -95,6 +105,7 @@ class HostPort(wiring.Component):
             "err_pc": In(16),
             "opt_cmd": Out(stream.Signature(opt_cmd_layout())),
             "reg_index": Out(16), "reg_data": In(64),
+            "thr_we": Out(1), "thr_waddr": Out(range(config.layers * 8)), "thr_wdata": Out(32),
         })
         self._db = db
 
@@ -132,7 +143,12 @@ class HostPort(wiring.Component):
             self.opt_cmd.payload.op.eq(0), self.opt_cmd.payload.addr.eq(c.addr),
             self.opt_cmd.payload.data.eq(c.data[:32]),
             self.reg_index.eq(c.addr),
+            self.thr_waddr.eq(c.addr), self.thr_wdata.eq(c.data[:32]),
         ]
+        reg_ok = Signal(name="reg_ok")
+        m.d.comb += reg_ok.eq((c.addr < self.reg_count)
+                              | ((c.addr >= self.stat_base)
+                                 & (c.addr < self.stat_base + self.stat_count)))
         with m.If(take):
             m.d.sync += [rsp_valid.eq(1), r.op.eq(op), rsp_read.eq(0), rsp_data.eq(0),
                          r.status.eq(HostStatus.OK)]
@@ -168,8 +184,13 @@ class HostPort(wiring.Component):
                 with m.Case(HostOp.START):
                     m.d.comb += self.start.eq(1)
                     m.d.sync += [rsp_valid.eq(0), waiting.eq(1)]
+                with m.Case(HostOp.THRESH):
+                    with m.If((c.addr >= cfg.layers * 8) | (c.addr[1:3] == 3)):
+                        m.d.sync += r.status.eq(HostStatus.BAD_ADDR)
+                    with m.Else():
+                        m.d.comb += self.thr_we.eq(1)
                 with m.Case(HostOp.REG):
-                    with m.If(c.addr < self.reg_count):
+                    with m.If(reg_ok):
                         m.d.sync += rsp_data.eq(self.reg_data)
                     with m.Else():
                         m.d.sync += r.status.eq(HostStatus.BAD_ADDR)

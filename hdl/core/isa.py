@@ -32,12 +32,31 @@ __all__ = [
     "LOOP_FIELDS", "encode", "decode", "disassemble", "assemble", "assemble_program",
     "disassemble_program", "Range", "operand_ranges", "check_instruction", "check_program",
     "ProgramError", "STATUS_NAMES", "check_program_for", "ARGS", "VECTOR_CMD", "arg_name",
+    "THRESH_FRAC_BITS", "THRESH_NEVER", "stat_slot", "stat_slots",
 ]
 
 ADDR_BITS = 16      #: a line address field
 OPT_MAX_COUNT = 1 << 16   #: largest OPT region (the optimizer engine's N range)
 DIM_BITS = 12       #: a rows / cols / M / K / N field
 INSTR_BITS = 128
+
+
+#: Thresholds of ADAPT are unsigned Q16.16: ``r > t / 2**16`` <=> ``num * 2**16 > t * den``.
+THRESH_FRAC_BITS = 16
+#: Reset value of every threshold (``r`` never exceeds it in practice: ADAPT changes nothing).
+THRESH_NEVER = 0xFFFF_FFFF
+
+
+def stat_slot(layer: int, mode: int, operand: int) -> int:
+    """Index of a statistic / threshold: ``(layer * 4 + mode) * 2 + operand`` (the precision
+    entry's address times 2 plus the operand: 0 = ``width_a``'s, 1 = ``width_b``'s)."""
+    return (layer * 4 + mode) * 2 + operand
+
+
+def stat_slots(config) -> int:
+    """Number of slot indices of a :class:`hdl.core.config.CoreConfig` (mode 3 is unused:
+    its slots stay zero)."""
+    return config.layers * 8
 
 
 class Op:
@@ -52,12 +71,14 @@ class Op:
     LOOP = 6          #: begin a counted loop (one level)
     ENDLOOP = 7       #: end of the loop body: next iteration or fall through
     FENCE = 8         #: wait until every unit is idle
-    ALL = (HALT, MATMUL, VEC, REDUCE, SOFTMAX_XENT, OPT, LOOP, ENDLOOP, FENCE)
+    ADAPT = 9         #: FAST: raise the widths whose statistic exceeds its threshold, clear
+                      #: the statistics (docs/fast.md)
+    ALL = (HALT, MATMUL, VEC, REDUCE, SOFTMAX_XENT, OPT, LOOP, ENDLOOP, FENCE, ADAPT)
 
 
 OP_NAMES = {Op.HALT: "HALT", Op.MATMUL: "MATMUL", Op.VEC: "VEC", Op.REDUCE: "REDUCE",
             Op.SOFTMAX_XENT: "SOFTMAX_XENT", Op.OPT: "OPT", Op.LOOP: "LOOP",
-            Op.ENDLOOP: "ENDLOOP", Op.FENCE: "FENCE"}
+            Op.ENDLOOP: "ENDLOOP", Op.FENCE: "FENCE", Op.ADAPT: "ADAPT"}
 MODE_NAMES = {0: "FWD", 1: "BWD_DATA", 2: "BWD_WEIGHT"}   # hdl.array.config FWD, BWD_*
 
 
@@ -146,11 +167,11 @@ EMPTY_ARGS = data.StructLayout({})
 ARG_LAYOUTS = {
     Op.HALT: EMPTY_ARGS, Op.MATMUL: MATMUL_ARGS, Op.VEC: VEC_ARGS, Op.REDUCE: REDUCE_ARGS,
     Op.SOFTMAX_XENT: SOFTMAX_ARGS, Op.OPT: OPT_ARGS, Op.LOOP: LOOP_ARGS,
-    Op.ENDLOOP: EMPTY_ARGS, Op.FENCE: EMPTY_ARGS,
+    Op.ENDLOOP: EMPTY_ARGS, Op.FENCE: EMPTY_ARGS, Op.ADAPT: EMPTY_ARGS,
 }
 _ARG_NAME = {Op.HALT: "halt", Op.MATMUL: "matmul", Op.VEC: "vec", Op.REDUCE: "reduce",
              Op.SOFTMAX_XENT: "softmax", Op.OPT: "opt", Op.LOOP: "loop",
-             Op.ENDLOOP: "endloop", Op.FENCE: "fence"}
+             Op.ENDLOOP: "endloop", Op.FENCE: "fence", Op.ADAPT: "adapt"}
 # ops without fields have no union member (a zero-width member would give `wire [-1:0]`)
 ARGS = data.UnionLayout({_ARG_NAME[op]: lay for op, lay in ARG_LAYOUTS.items() if lay.size})
 assert ARGS.size <= INSTR_BITS - 4

@@ -38,6 +38,11 @@ _OP_DOC = {
              "to the address fields flagged in an instruction's `loop` bits",
     Op.ENDLOOP: "end of the loop body: next iteration, or fall through",
     Op.FENCE: "wait until every unit is idle",
+    Op.ADAPT: "FAST precision update (docs/fast.md): wait until every unit is idle, then for "
+              "every layer, mode and operand whose statistic `r = num / den` exceeds its "
+              "threshold (`num * 2**16 > threshold * den`, host command `THRESH`) raise that "
+              "operand's width in the precision table by 2 (up to `max_mantissa`); then clear "
+              "every statistic",
 }
 
 
@@ -119,7 +124,8 @@ def render(config: CoreConfig | None = None) -> str:
                       d=5 * D),
                encode(Op.ENDLOOP), encode(Op.HALT)]
     out += [disassemble(w) for w in example] + ["```", ""]
-    from .core import REGS
+    from ..bfp.stat import stat_layout
+    from .core import REGS, STAT_REG_BASE
     from .host import HostOp, HostStatus, host_cmd_layout, host_rsp_layout
     cl, rl = host_cmd_layout(cfg), host_rsp_layout(cfg)
     out += ["## Host commands", "",
@@ -135,7 +141,17 @@ def render(config: CoreConfig | None = None) -> str:
             "| status | name |", "|---|---|",
             *[f"| {v} | `{k}` |" for k, v in vars(HostStatus).items() if k.isupper()], "",
             "## Registers (`REG` index)", "", "| index | name | meaning |", "|---|---|---|",
-            *[f"| {i} | `{n}` | {doc} |" for i, (n, doc) in enumerate(REGS)], ""]
+            *[f"| {i} | `{n}` | {doc} |" for i, (n, doc) in enumerate(REGS)], "",
+            "### FAST statistics (docs/fast.md)", "",
+            f"Statistic `k = stat_slot(layer, mode, operand) = (layer * 4 + mode) * 2 + "
+            f"operand` (operand 0: the `width_a` side, 1: the `width_b` side; mode 3 unused) "
+            f"is read as `REG {STAT_REG_BASE} + 2k` (bits 0..63) and `REG {STAT_REG_BASE} + "
+            f"2k + 1` (bits 64..) of its `stat_layout` value: "
+            + ", ".join(f"`{n}` bits {f.offset}..{f.offset + _width(f.shape) - 1}"
+                        for n, f in stat_layout(cfg.array.bfp(0)))
+            + f". `THRESH` writes threshold `k` (`addr = k`, unsigned Q16.16 in `data[:32]`); "
+              f"`addr` of mode 3 or a layer >= `layers` ({cfg.layers}) answers `BAD_ADDR`.",
+            ""]
     return "\n".join(out)
 
 

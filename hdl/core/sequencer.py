@@ -8,13 +8,15 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..array.engine import OP_START, counters_layout, rsp_layout
+from ..bfp.stat import stat_layout
 from ..array.engine import cmd_layout as mm_cmd_layout
 from ..optim.config import Op as OptOp
 from ..optim.config import Reg
 from ..optim.engine import cmd_layout as opt_cmd_layout
 from .config import CoreConfig
 from .decoder import Decoder
-from .isa import ADDR_BITS, INSTR, INSTR_BITS, PREC_ENTRY, VECTOR_CMD, Op, Status
+from .isa import (ADDR_BITS, INSTR, INSTR_BITS, PREC_ENTRY, THRESH_FRAC_BITS, THRESH_NEVER,
+                  VECTOR_CMD, Op, Status, stat_slots)
 
 __all__ = ["Sequencer", "COUNTERS", "counters_layout_core", "UNITS"]
 
@@ -36,7 +38,7 @@ COUNTERS = (
     ("macs", 48, "useful multiply-accumulates of all MATMUL passes"),
     ("stall_unit", 32, "cycles an instruction waited for its own unit"),
     ("stall_bank", 32, "cycles an instruction waited for banks owned by another unit"),
-    ("stall_fence", 32, "cycles FENCE and HALT waited for the units"),
+    ("stall_fence", 32, "cycles FENCE, ADAPT and HALT waited for the units"),
     ("stall_order", 32, "cycles SOFTMAX_XENT waited for the optimizer (loss scale) or OPT for "
                         "the matmul engine (converter flags) and, one-pass, the vector unit "
                         "(gradient-write snoop)"),
@@ -103,6 +105,18 @@ class Sequencer(wiring.Component):
     gwin_nonfinite : In(1)
         A NaN / Inf was written into the window (sets ``flags`` bit 2).
     counters : Out(counters_layout_core())
+    thr_we, thr_waddr, thr_wdata : In
+        Threshold-table write (``thr_waddr = stat_slot(layer, mode, operand)``, Q16.16);
+        only while idle; the host rejects mode 3 and layers past ``config.layers``.
+    mm_stat_load : Out(1), mm_stat_in : Out(stat_layout).array(2), mm_stat : In(stat_layout).array(2)
+        The matmul engine's FAST statistics (docs/fast.md): when a ``MATMUL`` issues, the
+        engine's two accumulators are loaded with the statistics of its ``(layer, mode)``; when
+        its response arrives they are saved back. So each ``(layer, mode, operand)`` statistic
+        covers every group its converter quantized since reset or the last ``ADAPT`` (runs do
+        not clear them: an ``ADAPT`` at the top of a step's program decides from the previous
+        step's statistics, and the host reads a step's statistics after its run).
+    stat : Out(stat_layout).array(stat_slots(config))
+        The saved statistics (the host reads them with ``REG``).
     """
 
     def __init__(self, *, config: CoreConfig):
@@ -138,6 +152,11 @@ class Sequencer(wiring.Component):
             "gwin_hi": Out(range(config.lines + 1)),
             "gwin_nonfinite": In(1),
             "counters": Out(counters_layout_core()),
+            "thr_we": In(1), "thr_waddr": In(range(stat_slots(config))), "thr_wdata": In(32),
+            "mm_stat_load": Out(1),
+            "mm_stat_in": Out(stat_layout(acfg.bfp(0))).array(2),
+            "mm_stat": In(stat_layout(acfg.bfp(0))).array(2),
+            "stat": Out(stat_layout(acfg.bfp(0))).array(stat_slots(config)),
         })
 
     def elaborate(self, platform):
@@ -171,6 +190,27 @@ class Sequencer(wiring.Component):
                                      | (self.prec_waddr >= n_prec))
         with m.If(self.prec_we & ~self.prec_bad & ~self.running):
             m.d.sync += prec[self.prec_waddr].eq(pwd)
+
+        # ---- FAST: threshold table and statistics (docs/fast.md) --------------------------------
+        n_slots = stat_slots(cfg)
+        thr = Array(Signal(32, name=f"thr_{k // 8}_{k // 2 % 4}_{k % 2}", init=THRESH_NEVER)
+                    for k in range(n_slots))
+        with m.If(self.thr_we & ~self.running):
+            m.d.sync += thr[self.thr_waddr].eq(self.thr_wdata)
+        stats = Array(self.stat)
+        zero_stat = self.stat[0].shape().const({})
+        mm_layer = Signal(4, name="mm_layer")      # (layer, mode) of the running MATMUL
+        mm_mode = Signal(2, name="mm_mode")
+        with m.If(self.mm_rsp.valid):               # the pass is complete: save its statistics
+            for op in range(2):
+                m.d.sync += stats[Cat(Const(op, 1), mm_mode, mm_layer)].eq(self.mm_stat[op])
+        adapt_k = Signal(range(n_slots), name="adapt_slot")
+        a_stat = stats[adapt_k]
+        a_num = Signal(32 + THRESH_FRAC_BITS, name="adapt_num_scaled")
+        a_rhs = Signal(64, name="adapt_thr_den")
+        a_raise = Signal(name="adapt_raise")
+        m.d.comb += [a_num.eq(a_stat.num << THRESH_FRAC_BITS), a_rhs.eq(thr[adapt_k] * a_stat.den),
+                     a_raise.eq(a_stat.seen & (a_num > a_rhs))]
 
         # ---- decoder ----------------------------------------------------------------------------
         dec = m.submodules.decoder = Decoder(config=cfg)
@@ -246,6 +286,8 @@ class Sequencer(wiring.Component):
             mp.rounding.eq(pe.rounding), mp.accumulate.eq(d_acc),
             mp.base_a.eq(d_start[0]), mp.base_b.eq(d_start[1]), mp.base_c.eq(d_start[2]),
         ]
+        for op in range(2):
+            m.d.comb += self.mm_stat_in[op].eq(stats[Cat(Const(op, 1), mmi.mode, mmi.layer)])
         vp = self.vec_cmd.payload
         m.d.comb += [vp.op.eq(ir.op), vp.acc.eq(d_acc),
                      vp.gscale.eq(ir.args.softmax.imm + (self.scale_exp << 23))]
@@ -395,6 +437,12 @@ class Sequencer(wiring.Component):
                                 m.next = "FETCH"
                         with m.Else():
                             m.d.sync += ctr.stall_fence.eq(ctr.stall_fence + 1)
+                    with m.Case(Op.ADAPT):
+                        with m.If(all_idle):
+                            m.d.sync += adapt_k.eq(0)
+                            m.next = "ADAPT"
+                        with m.Else():
+                            m.d.sync += ctr.stall_fence.eq(ctr.stall_fence + 1)
                     with m.Case(Op.LOOP):
                         m.d.sync += [in_loop.eq(1), loop_count.eq(ir.args.loop.count),
                                      loop_stride.eq(ir.args.loop.stride), loop_iter.eq(0),
@@ -422,7 +470,10 @@ class Sequencer(wiring.Component):
                                 with m.Case(0):
                                     m.d.comb += self.mm_cmd.valid.eq(1)
                                     with m.If(self.mm_cmd.ready):
-                                        m.d.sync += [busy[0].eq(1), owned[0].eq(d_banks)]
+                                        m.d.comb += self.mm_stat_load.eq(1)
+                                        m.d.sync += [busy[0].eq(1), owned[0].eq(d_banks),
+                                                     mm_layer.eq(mmi.layer),
+                                                     mm_mode.eq(mmi.mode)]
                                         m.next = "ISSUED"
                                 with m.Case(1):
                                     m.d.comb += self.vec_cmd.valid.eq(1)
@@ -435,6 +486,19 @@ class Sequencer(wiring.Component):
                                     m.d.sync += [self.opt_base[i].eq(d_start[i])
                                                  for i in range(4)]
                                     m.next = "OPT"
+            with m.State("ADAPT"):    # one slot per cycle: raise its width if r > threshold
+                pidx = adapt_k[1:]
+                with m.If(a_raise):
+                    with m.If(adapt_k[0]):
+                        with m.If(prec[pidx].width_b < cfg.max_mantissa):
+                            m.d.sync += prec[pidx].width_b.eq(prec[pidx].width_b + 2)
+                    with m.Else():
+                        with m.If(prec[pidx].width_a < cfg.max_mantissa):
+                            m.d.sync += prec[pidx].width_a.eq(prec[pidx].width_a + 2)
+                m.d.sync += [a_stat.eq(zero_stat), adapt_k.eq(adapt_k + 1)]
+                with m.If(adapt_k == n_slots - 1):
+                    m.d.sync += [ctr.instructions.eq(ctr.instructions + 1), *next_pc()]
+                    m.next = "FETCH"
             with m.State("OPT"):      # SETREG N, then STEP; the unit stays busy until done
                 m.d.comb += self.opt_cmd.valid.eq(1)
                 with m.If(self.opt_cmd.ready):

@@ -156,11 +156,16 @@ from hdl.optim.config import SCALE_EXP_MAX, Mode, Reg
 from sim.host.optim import SGD, Adam, Clip, LossScale, Momentum, optimizer_registers, reg_word
 from sim.model.vector import get_matrix, get_vector, set_matrix, set_vector
 
-__all__ = ["MLP", "Tensor", "Compiled", "CompileError", "compile_mlp", "KINDS", "SCHEDULES"]
+__all__ = ["MLP", "Tensor", "Compiled", "CompileError", "compile_mlp", "KINDS", "SCHEDULES",
+           "OPERAND_TENSORS"]
 
 F32 = np.float32
 KINDS = ("weights", "activations", "gradients", "optimizer_state", "data")
 SCHEDULES = ("listed", "overlap")
+#: Tensor kind of each operand of a pass: ``mode -> (width_a's, width_b's)`` (docs/fast.md).
+OPERAND_TENSORS = {FWD: ("activations", "weights"), BWD_DATA: ("gradients", "weights"),
+                   BWD_WEIGHT: ("activations", "gradients")}
+
 _MODE_KEYS = {"FWD": FWD, "BWD_DATA": BWD_DATA, "BWD_WEIGHT": BWD_WEIGHT,
               "fwd": FWD, "bwd_data": BWD_DATA, "bwd_weight": BWD_WEIGHT}
 _UNIT = {Op.MATMUL: "matmul", Op.VEC: "vector", Op.REDUCE: "vector",
@@ -1184,6 +1189,29 @@ class Compiled:
                                  f"and mode in {MODES} or {tuple(_MODE_KEYS)[:3]}")
             table[(layer, mode)] = norm(spec, f"[{key!r}]")
         return table
+
+    def precision_by_tensor(self, *, weights=8, activations=8, gradients=8,
+                            rounding: int = 0) -> dict:
+        """A precision dict for :meth:`precision_table` / :meth:`step_actions` from widths per
+        tensor kind: each of ``weights``, ``activations`` (the layer's input ``X``) and
+        ``gradients`` (the layer's output gradient ``dY``) is one width or a sequence of one
+        width per layer. The operands of each pass (:data:`OPERAND_TENSORS`): ``FWD`` ``X`` /
+        ``W``, ``BWD_DATA`` ``dY`` / ``W``, ``BWD_WEIGHT`` ``X`` / ``dY`` (``width_a`` /
+        ``width_b``)."""
+        L = self._b.L
+        kinds = {"weights": weights, "activations": activations, "gradients": gradients}
+        per_layer = {}
+        for name, spec in kinds.items():
+            if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
+                per_layer[name] = [int(spec)] * L
+            elif isinstance(spec, (list, tuple)) and len(spec) == L:
+                per_layer[name] = [int(v) for v in spec]
+            else:
+                raise ValueError(f"{name} must be a width or {L} widths (one per layer), "
+                                 f"not {spec!r}")
+        table = {(l, mode): tuple(per_layer[k][l] for k in OPERAND_TENSORS[mode]) + (rounding,)
+                 for l in range(L) for mode in MODES}
+        return self.precision_table(table)
 
     def _batch(self, x, y):
         b, B, k = self._b, self.desc.batch, self._b.k

@@ -11,6 +11,8 @@ run are driven identically:
 ``("program", words)``            program words from pc 0
 ``("prec", layer, mode, wa, wb, rounding)``   one precision-table entry
 ``("setreg", reg, bits)``         an optimizer register (``hdl.optim.config.Reg``)
+``("thresh", layer, mode, op, t)``  an ADAPT threshold (Q16.16; docs/fast.md)
+``("stats", key)``                every FAST statistic, ``{(layer, mode, op): StatState}``
 ``("run",)``                      START; ``(status, err_pc)`` appended to the list under ``"run"``
 ``("status",)``                   optimizer status dict under ``"status"``
 ``("counters",)``                 the core's counters dict under ``"counters"`` (RTL only)
@@ -26,9 +28,11 @@ from __future__ import annotations
 import numpy as np
 
 from hdl.core.config import CoreConfig
-from hdl.core.core import REGS
+from hdl.bfp.stat import stat_layout
+from hdl.core.core import REGS, stat_reg
 from hdl.core.host import HostOp, HostStatus, host_cmd_layout, host_rsp_layout
-from hdl.core.isa import PREC_ENTRY, STATUS_NAMES
+from hdl.core.isa import PREC_ENTRY, STATUS_NAMES, stat_slot
+from sim.model.stats import StatState
 from hdl.optim.config import STATUS_FIELDS
 
 __all__ = ["CoreDriver", "HostError", "pack_cmd", "unpack_rsp"]
@@ -115,6 +119,23 @@ class CoreDriver:
         await self._checked([pack_cmd(self.config, HostOp.SETREG, reg, int(bits))],
                             f"SETREG {reg}")
 
+    async def set_threshold(self, layer, mode, operand, value) -> None:
+        await self._checked([pack_cmd(self.config, HostOp.THRESH,
+                                      stat_slot(layer, mode, operand), int(value))],
+                            f"THRESH layer {layer} mode {mode} operand {operand}")
+
+    async def read_stats(self) -> dict:
+        """Every FAST statistic: ``{(layer, mode, operand): StatState}`` (two REGs each)."""
+        keys = [(layer, mode, op) for layer in range(self.config.layers) for mode in range(3)
+                for op in (0, 1)]
+        out = await self._checked([pack_cmd(self.config, HostOp.REG, stat_reg(stat_slot(*k), w))
+                                   for k in keys for w in (0, 1)], "REG (statistics)")
+        layout = stat_layout(self.config.array.bfp(0))
+        res = {}
+        for i, k in enumerate(keys):
+            res[k] = StatState.of(layout.from_bits(out[2 * i][2] | out[2 * i + 1][2] << 64))
+        return res
+
     async def run(self) -> tuple[int, int]:
         (op, status, data), = await self._do([pack_cmd(self.config, HostOp.START)],
                                              self.run_deadline)
@@ -144,6 +165,10 @@ class CoreDriver:
                 await self.set_precision(*act[1:])
             elif kind == "setreg":
                 await self.setreg(act[1], act[2])
+            elif kind == "thresh":
+                await self.set_threshold(*act[1:])
+            elif kind == "stats":
+                out[act[1]] = await self.read_stats()
             elif kind == "run":
                 out.setdefault("run", []).append(await self.run())
             elif kind == "status":

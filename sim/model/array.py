@@ -73,14 +73,18 @@ def align_rne(mag, shift, max_mantissa: int) -> np.ndarray:
     return q + up
 
 
-def quantize_weight_tile(tile, config: ArrayConfig, *, width: int, rounding: int, lfsr: LFSR):
+def quantize_weight_tile(tile, config: ArrayConfig, *, width: int, rounding: int, lfsr: LFSR,
+                         stat=None):
     """One ``S x S`` weight tile with a single shared exponent.
 
     Returns ``(exp, sign (S, S), mag (S, S), invalid, overflow)``. Rows go through converter 1
-    (``lfsr``) in row order; then magnitudes are aligned to the largest row exponent.
+    (``lfsr``) in row order; then magnitudes are aligned to the largest row exponent. ``stat``
+    (a :class:`sim.model.stats.StatModel`) takes the row groups (before the alignment).
     """
-    q = quantize(np.asarray(tile, np.float32), config.bfp(1), width=width, axis=-1,
-                 rounding=rounding, lfsr=lfsr)
+    tile = np.asarray(tile, np.float32)
+    q = quantize(tile, config.bfp(1), width=width, axis=-1, rounding=rounding, lfsr=lfsr)
+    if stat is not None:
+        stat.accept_groups(tile, width, q)
     row_exp = q.exp[:, 0].astype(np.int64)
     e_t = int(row_exp.max())
     mag = align_rne(q.mag, (e_t - row_exp)[:, None], config.max_mantissa)
@@ -132,7 +136,7 @@ class PassResult:
 
 def matmul_pass(mode: int, A, B, C, config: ArrayConfig, *, width_a: int, width_b: int,
                 rounding: int = ROUND_NEAREST, accumulate: bool = False,
-                lfsrs: tuple[LFSR, LFSR] | None = None) -> PassResult:
+                lfsrs: tuple[LFSR, LFSR] | None = None, stats=None) -> PassResult:
     """One engine pass on float32 matrices ``A (M x K)``, ``B (K x N)``, ``C (M x N)``.
 
     ``FWD``: returns ``C' = [C +] A . B``; ``BWD_DATA``: ``A' = [A +] C . B^T``;
@@ -140,6 +144,8 @@ def matmul_pass(mode: int, A, B, C, config: ArrayConfig, *, width_a: int, width_
     ``width_a`` is the mantissa width of the streamed operand (``X`` in ``FWD`` and
     ``BWD_WEIGHT``, ``dY`` in ``BWD_DATA``), ``width_b`` that of ``W`` (``FWD``/``BWD_DATA``) or
     ``dY`` (``BWD_WEIGHT``). ``lfsrs`` (converter 0 and 1) are advanced; fresh ones when None.
+    ``stats`` (two :class:`sim.model.stats.StatModel`, converter 0 and 1) take every group
+    each converter quantizes, in the hardware's order (FAST's statistic, docs/fast.md).
     """
     S = config.size
     A = np.asarray(A, np.float32)
@@ -152,6 +158,7 @@ def matmul_pass(mode: int, A, B, C, config: ArrayConfig, *, width_a: int, width_
     if lfsrs is None:
         lfsrs = (LFSR(config.bfp(0)), LFSR(config.bfp(1)))
     l0, l1 = lfsrs
+    st0, st1 = stats if stats is not None else (None, None)
     cfg0, cfg1 = config.bfp(0), config.bfp(1)
     shift = (width_a - 1) + (width_b - 1)
     inv = ovf = False
@@ -167,12 +174,15 @@ def matmul_pass(mode: int, A, B, C, config: ArrayConfig, *, width_a: int, width_
         for kt, nt in order:
             ks, ns = slice(kt * S, (kt + 1) * S), slice(nt * S, (nt + 1) * S)
             e_w, w_s, w_m, i1, o1 = quantize_weight_tile(
-                _pad(B[ks, ns], S, S), config, width=width_b, rounding=rounding, lfsr=l1)
+                _pad(B[ks, ns], S, S), config, width=width_b, rounding=rounding, lfsr=l1,
+                stat=st1)
             res.weight_tiles[(kt, nt)] = (e_w, w_s.copy(), w_m.copy())
             w = signed_ints(w_s, w_m)                                     # [k, n]
             src = A[:, ks] if mode == FWD else C[:, ns]
-            q = quantize(_pad(src, M, S), cfg0, width=width_a, axis=-1, rounding=rounding,
-                         lfsr=l0)
+            xs = _pad(src, M, S)
+            q = quantize(xs, cfg0, width=width_a, axis=-1, rounding=rounding, lfsr=l0)
+            if st0 is not None:
+                st0.accept_groups(xs, width_a, q)
             x = signed_ints(q.sign, q.mag)                                # [m, S]
             chain = x @ w if mode == FWD else x @ w.T                     # [m, lanes]
             exp = q.exp.astype(np.int64) + e_w - shift                    # [m, 1]
@@ -190,10 +200,12 @@ def matmul_pass(mode: int, A, B, C, config: ArrayConfig, *, width_a: int, width_
                 ks = slice(kt * S, (kt + 1) * S)
                 for nt in range(_cdiv(N, S)):
                     ns = slice(nt * S, (nt + 1) * S)
-                    qx = quantize(_pad(A[ms, ks], S, S), cfg0, width=width_a, axis=0,
-                                  rounding=rounding, lfsr=l0)
-                    qd = quantize(_pad(C[ms, ns], S, S), cfg1, width=width_b, axis=0,
-                                  rounding=rounding, lfsr=l1)
+                    xa, xc = _pad(A[ms, ks], S, S), _pad(C[ms, ns], S, S)
+                    qx = quantize(xa, cfg0, width=width_a, axis=0, rounding=rounding, lfsr=l0)
+                    qd = quantize(xc, cfg1, width=width_b, axis=0, rounding=rounding, lfsr=l1)
+                    if stats is not None:       # column groups, in column order
+                        st0.accept_groups(xa, width_a, qx, axis=0)
+                        st1.accept_groups(xc, width_b, qd, axis=0)
                     x = signed_ints(qx.sign, qx.mag)                      # [m, k]
                     d = signed_ints(qd.sign, qd.mag)                      # [m, n]
                     chain = x.T @ d                                       # [k, n]
@@ -318,8 +330,10 @@ class MatmulEngineModel:
     """Transaction model of :class:`hdl.array.engine.MatmulEngine`.
 
     Three scratchpads ``A``, ``B``, ``C`` of ``mem_depth`` lines x ``S`` FP32 words (uint32
-    bit patterns), the two converters' LFSRs (they run on across commands; reset restarts them)
-    and the sticky converter flags.
+    bit patterns), the two converters' LFSRs (they run on across commands; reset restarts them),
+    the sticky converter flags and the two converters' FAST statistics (``stats``,
+    :class:`sim.model.stats.StatModel`; the standalone engine never loads them, so they
+    accumulate from reset on).
     """
 
     MEMS = ("a", "b", "c")
@@ -331,7 +345,9 @@ class MatmulEngineModel:
 
     def reset(self) -> None:
         """Mirror ``rst``: LFSRs and flags restart; the scratchpads keep their contents."""
+        from sim.model.stats import StatModel
         self.lfsrs = (LFSR(self.config.bfp(0)), LFSR(self.config.bfp(1)))
+        self.stats = (StatModel(self.config.bfp(0)), StatModel(self.config.bfp(1)))
         self.invalid = self.overflow = False
 
     def get_matrix(self, mem: str, base: int, rows: int, cols: int) -> np.ndarray:
@@ -358,7 +374,7 @@ class MatmulEngineModel:
         C = self.get_matrix("c", cmd.base_c, cmd.M, cmd.N)
         res = matmul_pass(cmd.mode, A, B, C, self.config, width_a=cmd.width_a,
                           width_b=cmd.width_b, rounding=cmd.rounding,
-                          accumulate=cmd.accumulate, lfsrs=self.lfsrs)
+                          accumulate=cmd.accumulate, lfsrs=self.lfsrs, stats=self.stats)
         target = {FWD: ("c", cmd.base_c), BWD_DATA: ("a", cmd.base_a),
                   BWD_WEIGHT: ("b", cmd.base_b)}[cmd.mode]
         self.set_matrix(*target, res.out)

@@ -11,6 +11,8 @@ State
 * ``optim`` -- the optimizer engine's registers and status (a
   :class:`sim.model.optim.OptimEngineModel`; its step logic is reused, its memories are loaded
   from the four regions of an ``OPT`` instruction and written back).
+* ``thresholds`` -- ``{(layer, mode, operand): Q16.16}`` of ``ADAPT`` (reset:
+  :data:`THRESH_NEVER`); ``stats`` -- the FAST statistics (below).
 * ``lfsrs`` -- the matmul engine's two converter LFSRs; they run on across passes *and*
   programs (only :meth:`CoreModel.reset` restarts them).
 * ``counters`` -- cumulative since construction / :meth:`CoreModel.reset`:
@@ -58,6 +60,12 @@ sequencer's ``status`` / ``err_pc`` after a successful run):
   "the final value is non-finite" agree.
 * ``LOOP count stride``: the body runs ``count`` times, iteration ``i`` with loop offset
   ``i * stride`` lines; ``ENDLOOP`` jumps back. ``FENCE``: nothing. ``HALT``: stop.
+* FAST statistics (docs/fast.md): ``stats[(layer, mode)]`` holds two
+  :class:`sim.model.stats.StatModel` (operand 0: the ``width_a`` side, converter 0; 1: the
+  ``width_b`` side, converter 1); a ``MATMUL`` feeds them every group its converters
+  quantize. Only ``reset`` and ``ADAPT`` clear them (not ``run``). ``ADAPT``: for every ``(layer, mode, operand)`` with
+  ``num * 2**16 > threshold * den`` (:func:`adapt_raises`) that operand's width in
+  ``prec[(layer, mode)]`` grows by 2 up to ``max_mantissa``; then every statistic is cleared.
 
 Host actions (``CoreModel.apply``)
 ----------------------------------
@@ -72,6 +80,10 @@ golden model and the RTL are driven identically. Results go into the returned di
 * ``("prec", layer, mode, width_a, width_b, rounding)`` -- one precision-table entry
   (``ValueError`` if invalid: widths in ``config.array.widths``, rounding 0..2, ``layer <
   config.layers``, mode 0..2).
+* ``("thresh", layer, mode, operand, value)`` -- one ADAPT threshold (Q16.16, 32 bits;
+  ``ValueError`` if out of range).
+* ``("stats", key)`` -- ``result[key]`` = ``{(layer, mode, operand): StatState}``, every FAST
+  statistic (docs/fast.md).
 * ``("setreg", reg, value_bits)`` -- an optimizer register (:class:`hdl.optim.config.Reg`),
   a 32-bit value (the FP32 bit pattern for FP32 registers).
 * ``("run",)`` -- run the program; ``(status, err_pc)`` is appended to the list
@@ -95,18 +107,26 @@ import numpy as np
 
 from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, MODES
 from hdl.core.config import CoreConfig
-from hdl.core.isa import (LOOP_FIELDS, Acc, Op, Rop, Status, check_program, decode)
+from hdl.core.isa import (LOOP_FIELDS, THRESH_FRAC_BITS, THRESH_NEVER, Acc, Op, Rop, Status,
+                          check_program, decode)
 from hdl.optim.config import STATUS_FIELDS, Mem, Mode, OptimConfig, Reg
 from sim.model.array import matmul_pass, pass_beats
 from sim.model.bfp import LFSR, ROUNDING_MODES
 from sim.model.optim import OptimEngineModel, f32_bits
+from sim.model.stats import StatModel, StatState
 from sim.model.vector import get_matrix, get_vector, run_vector, set_matrix, set_vector
 
-__all__ = ["CoreModel", "COUNTERS", "OPT_MAX_COUNT", "effective_fields", "resolve_acc",
+__all__ = ["CoreModel", "COUNTERS", "adapt_raises", "OPT_MAX_COUNT", "effective_fields", "resolve_acc",
            "gscale_bits", "gradient_window"]
 
 #: Largest ``OPT`` count (the optimizer engine's ``N`` range in the core).
 OPT_MAX_COUNT = 65536
+
+def adapt_raises(state: StatState, threshold: int) -> bool:
+    """ADAPT's rule: ``r = num / den > threshold / 2**16``, decided exactly as
+    ``num * 2**16 > threshold * den`` (never without a statistic)."""
+    return bool(state.seen) and (state.num << THRESH_FRAC_BITS) > threshold * state.den
+
 
 #: Names of :attr:`CoreModel.counters`.
 COUNTERS = ("instructions", "matmuls", "macs", "beats", "vec", "reduce", "softmax", "opt")
@@ -209,6 +229,42 @@ class CoreModel:
         self.invalid = self.overflow = False      # matmul converters' sticky NaN / Inf flags
         self.grad_nonfinite = False               # sticky: a NaN / Inf written into the window
         self.counters = dict.fromkeys(COUNTERS, 0)
+        self.thresholds = {(layer, mode, op): THRESH_NEVER for layer in range(cfg.layers)
+                           for mode in MODES for op in (0, 1)}
+        self.clear_stats()
+
+    def clear_stats(self) -> None:
+        """Empty every FAST statistic (reset and ``ADAPT`` do)."""
+        arr = self.config.array
+        self.stats = {(layer, mode): (StatModel(arr.bfp(0)), StatModel(arr.bfp(1)))
+                      for layer in range(self.config.layers) for mode in MODES}
+
+    def stat_states(self) -> dict:
+        """``{(layer, mode, operand): StatState}`` of every statistic."""
+        return {(layer, mode, op): pair[op].state
+                for (layer, mode), pair in self.stats.items() for op in (0, 1)}
+
+    def set_threshold(self, layer: int, mode: int, operand: int, value: int) -> None:
+        """One ADAPT threshold (unsigned Q16.16, 32 bits)."""
+        if (layer, mode, operand) not in self.thresholds:
+            raise ValueError(f"threshold (layer, mode, operand) must have layer < "
+                             f"{self.config.layers}, mode in {MODES}, operand 0 or 1, not "
+                             f"{(layer, mode, operand)!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+                or not 0 <= value <= 0xFFFF_FFFF:
+            raise ValueError(f"threshold value must be a 32-bit unsigned int, not {value!r}")
+        self.thresholds[(layer, mode, operand)] = int(value)
+
+    def adapt(self) -> None:
+        """``ADAPT``: raise every width whose statistic exceeds its threshold by 2 (up to
+        ``max_mantissa``), then clear the statistics."""
+        mm = self.config.max_mantissa
+        for (layer, mode, op), st in self.stat_states().items():
+            if adapt_raises(st, self.thresholds[(layer, mode, op)]):
+                w = list(self.prec[(layer, mode)])
+                w[op] = min(w[op] + 2, mm)
+                self.prec[(layer, mode)] = tuple(w)
+        self.clear_stats()
 
     def set_precision(self, layer: int, mode: int, width_a: int, width_b: int,
                       rounding: int) -> None:
@@ -347,6 +403,8 @@ class CoreModel:
                 loop = None
             elif op == Op.FENCE:
                 pass
+            elif op == Op.ADAPT:
+                self.adapt()
             else:                   # unreachable after check_program
                 raise AssertionError(f"opcode {op} at pc {pc}")
             pc += 1
@@ -358,7 +416,8 @@ class CoreModel:
         B = self.get_matrix(f["b"], K, N).view(np.float32)
         C = self.get_matrix(f["c"], M, N).view(np.float32)
         res = matmul_pass(mode, A, B, C, self.config.array, width_a=width_a, width_b=width_b,
-                          rounding=rounding, accumulate=accumulate, lfsrs=self.lfsrs)
+                          rounding=rounding, accumulate=accumulate, lfsrs=self.lfsrs,
+                          stats=self.stats[(f["layer"], mode)])
         target = {FWD: f["c"], BWD_DATA: f["a"], BWD_WEIGHT: f["b"]}[mode]
         self.set_matrix(target, res.out)
         self._snoop(target, np.asarray(res.out, np.float32).view(np.uint32))
@@ -448,6 +507,11 @@ class CoreModel:
                 self.set_precision(*args)
             elif kind == "setreg":
                 self.optim_setreg(*args)
+            elif kind == "thresh":
+                self.set_threshold(*args)
+            elif kind == "stats":
+                key, = args
+                out[key] = self.stat_states()
             elif kind in ("run", "status", "counters") and args:
                 raise ValueError(f"({kind!r},) takes no arguments, not {act!r}")
             elif kind == "run":

@@ -23,13 +23,14 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotb.utils import get_sim_time
 
 from hdl.core.config import CoreConfig
-from hdl.core.core import STATE_LAYOUT
+from hdl.core.core import REGS, STATE_LAYOUT, stat_reg
 from hdl.core.host import HostOp, HostStatus
-from hdl.core.isa import Op, Status, encode
+from hdl.core.isa import THRESH_FRAC_BITS, Op, Status, encode, stat_slot, stat_slots
 from sim.host.compiler import MLP, compile_mlp
 from sim.host.driver import CoreDriver, HostError, pack_cmd
 from sim.host.optim import SGD, Adam, AdamW, Clip, LossScale, Momentum
 from sim.model.core import CoreModel
+from sim.model.stats import ratio
 from sim.tb.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
 
 F32 = np.float32
@@ -280,6 +281,28 @@ async def inf_skips_step(dut):
     await tb.compare_memory(comp.plan)
 
 
+def fast_program(comp) -> list:
+    """The compiled step program with ``ADAPT`` at its top (FAST, docs/fast.md): each step
+    first raises the widths whose statistic of the previous step exceeded its threshold."""
+    return [encode(Op.ADAPT)] + list(comp.program)
+
+
+def fast_step(comp, x, y, t: int, *, prec=()) -> list:
+    """A step's host actions without a program load and without precision writes (the
+    table keeps what ADAPT made of it), after the ``("prec", ...)`` entries in ``prec``."""
+    acts = [a for a in comp.step_actions(x, y, t, load_program=False) if a[0] != "prec"]
+    return [("prec", *p) for p in prec] + acts
+
+
+def fast_thresholds(states: dict, raise_, keep) -> list:
+    """``THRESH`` actions: 10 % below the statistic ``r`` of the slots in ``raise_`` (ADAPT
+    raises them) and 10 % above for those in ``keep`` (it does not)."""
+    r = {k: ratio(s) for k, s in states.items()}
+    one = 1 << THRESH_FRAC_BITS
+    return ([("thresh", *k, int(r[k] * 0.9 * one)) for k in raise_]
+            + [("thresh", *k, int(r[k] * 1.1 * one) + 1) for k in keep])
+
+
 def non_finite_gradient_case(where: str):
     """A step whose only non-finite gradient no BFP converter sees (its operands are finite):
     ``"matmul"``, a 1-layer net whose inputs near 1e38 make ``dW0 = x^T dz`` overflow in the
@@ -434,7 +457,14 @@ async def rejected_input_changes_nothing(dut):
                         (pack_cmd(cfg, HostOp.PREC, cfg.layers * 4), HostStatus.BAD_ADDR),
                         (pack_cmd(cfg, HostOp.PROG, cfg.prog_depth), HostStatus.BAD_ADDR),
                         (pack_cmd(cfg, HostOp.REG, 999), HostStatus.BAD_ADDR),
-                        (pack_cmd(cfg, 7), HostStatus.BAD_OP)):
+                        (pack_cmd(cfg, HostOp.REG, len(REGS)), HostStatus.BAD_ADDR),
+                        (pack_cmd(cfg, HostOp.REG, stat_reg(stat_slots(cfg), 0)),
+                         HostStatus.BAD_ADDR),
+                        (pack_cmd(cfg, HostOp.THRESH, stat_slot(0, 3, 0), 1),
+                         HostStatus.BAD_ADDR),
+                        (pack_cmd(cfg, HostOp.THRESH, stat_slot(cfg.layers, 0, 0), 1),
+                         HostStatus.BAD_ADDR),
+                        (pack_cmd(cfg, 15), HostStatus.BAD_OP)):
         (_, st, _), = await tb.driver._do([cmd])
         assert st == status, (cmd, st, status)
     try:
@@ -448,6 +478,29 @@ async def rejected_input_changes_nothing(dut):
     x, y = batch(desc, rng)
     got, _ = await tb.apply(comp.step_actions(x, y, 1))
     assert comp.decode_step(got)["ok"]
+    await tb.compare_memory(comp.plan)
+
+
+@cocotb.test()
+async def fast_adapt_steps(dut):
+    """FAST: the program (ADAPT at its top) is loaded once; all widths start at 4; after step
+    1 the host sets thresholds just below the statistic of some slots and just above others;
+    step 2's ADAPT raises exactly the former; step 3 also gets a host PREC. Every result, the
+    statistics after every step and the whole scratchpad bit-exact with the golden model."""
+    tb, cfg, desc, comp, rng, Ws, bs = await _setup(dut, 7)
+    start = [("prec", l, mode, 4, 4, 0) for l in range(desc.L) for mode in range(3)]
+    await tb.apply([("program", fast_program(comp))] + start)
+    x, y = batch(desc, rng)
+    await tb.apply(fast_step(comp, x, y, 1) + [("stats", "stats1")])
+    raise_, keep = [(0, 0, 1), (1, 2, 0), (1, 0, 0)], [(0, 0, 0), (1, 1, 1)]
+    await tb.apply(fast_thresholds(tb.model.stat_states(), raise_, keep))
+    x, y = batch(desc, rng)
+    await tb.apply(fast_step(comp, x, y, 2) + [("stats", "stats2")])
+    prec = tb.model.prec
+    assert prec[(0, 0)] == (4, 6, 0) and prec[(1, 0)] == (6, 4, 0) and prec[(1, 2)][0] == 6
+    assert prec[(1, 1)] == (4, 4, 0)
+    x, y = batch(desc, rng)
+    await tb.apply(fast_step(comp, x, y, 3, prec=[(1, 2, 6, 2, 1)]) + [("stats", "stats3")])
     await tb.compare_memory(comp.plan)
 
 

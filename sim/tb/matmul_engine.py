@@ -20,8 +20,10 @@ from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, MODE_NAMES, ArrayConfig
 from hdl.array.control import (MEM_A, MEM_B, MEM_C, OP_READ, OP_START, OP_WRITE, cmd_layout,
                                counters_layout, rsp_layout)
+from hdl.bfp.stat import stat_layout
 from sim.model import array as G
 from sim.model.bfp import ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE
+from sim.model.stats import StatState
 from sim.tb.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
 from sim.tb.payload import pack, unpack
 
@@ -121,9 +123,19 @@ class TB:
         cnt = self.counters()
         self.check_pass(cmd, status, res, r, cnt)
         assert cnt["interval"] == cnt["cycles"], cnt          # nothing overlapped it
+        self.check_stats(cmd)
         if check:
             await self.check_output(cmd)
         return r, cnt
+
+    def check_stats(self, cmd):
+        """The two converters' FAST statistics (accumulated from reset) equal the model's."""
+        layout = stat_layout(self.cfg.bfp(0))
+        for i in range(2):
+            got = StatState.of(layout.from_bits(getattr(self.dut, f"stat__{i}").value
+                                                .to_unsigned()))
+            assert got == self.model.stats[i].state, \
+                f"{cmd}: statistic {i}: RTL {got} != model {self.model.stats[i].state}"
 
     def check_pass(self, cmd, status, res, r, cnt):
         """Status, flags and counters of one START's response against the model."""

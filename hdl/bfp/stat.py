@@ -1,0 +1,191 @@
+"""FP32 -> BFP converter with FAST's precision-switching statistic beside it (docs/fast.md).
+
+Golden model: :mod:`sim.model.stats` (bit-exact). The statistic is
+``r(X) = sum |BFP(X, m + 2) - BFP(X, m)| / sum |BFP(X, m)|`` over the groups delivered since
+the last ``stat_load``, accumulated as ``(exp, num, den)`` (``r = num / den``).
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import STAT_BITS, BFPConfig, check_stat_bits
+from ..registry import Block
+from .converter import (BFPConverter, Rounding, bfp_stream_layout, converter_latency,
+                        converter_members, decode_width, fp32_stream_layout, layout_fields)
+
+__all__ = ["STAT_BITS", "stat_layout", "QuantStat"]
+
+
+
+def stat_layout(config: BFPConfig, stat_bits: int = STAT_BITS) -> data.StructLayout:
+    """The statistic, LSB first: ``num`` | ``den`` (``STAT_BITS`` each) | ``exp`` (signed,
+    ``exp_bits + 1``) | ``seen`` (a group was added since the clear). ``r = num / den``; the
+    value of ``num`` is ``num * 2**(exp - max_mantissa + 1)``."""
+    return data.StructLayout({"num": stat_bits, "den": stat_bits,
+                              "exp": signed(config.exp_bits + 1), "seen": 1})
+
+
+class QuantStat(wiring.Component):
+    """:class:`~hdl.bfp.converter.BFPConverter` at the run-time width ``m`` plus the statistic.
+
+    A second converter quantizes the same groups at ``m + 2`` with round-to-nearest-even in
+    lock step (both are stall-all pipelines fed the same ``valid`` and ``ready``; its output is
+    used only by the statistic). Each group delivered on ``o`` gives, one cycle later (stage
+    register), ``D = sum |H_j - 4 M_j| << (mm - m - 2)`` and ``N = sum M_j << (mm - m)`` in
+    units of ``2**(E - mm + 1)``; the next cycle adds them into the accumulator (the smaller
+    exponent's side truncated to the larger, renormalised by one bit when a sum overflows).
+    Groups at ``m = max_mantissa`` and groups with ``N = 0`` add nothing. ``stat_load`` sets the
+    accumulator to ``stat_in`` at the next edge (all zeros: a clear) and drops the staged group:
+    groups delivered from the load cycle on are added to the loaded value, earlier ones are not.
+    (The training core loads a layer's saved statistic when it issues a pass and saves the
+    result when the pass completes.) Reset clears it.
+
+    Parameters
+    ----------
+    config : BFPConfig
+        The converter's configuration.
+    stat_bits : int
+        Width of ``num``/``den`` (:data:`STAT_BITS`; smaller only to test the renormalisation).
+
+    Attributes
+    ----------
+    latency : int
+        The converter's latency (``o`` as for :class:`BFPConverter`).
+    stat_latency : int
+        Cycles from a group's delivery on ``o`` to its effect on ``stat`` (2).
+
+    Members
+    -------
+    i, o, flags, clear_flags
+        As for :class:`~hdl.bfp.converter.BFPConverter` (the ``m`` converter's).
+    stat_load : In(1), stat_in : In(stat_layout(config, stat_bits))
+        Load the accumulator (zeros clear it).
+    stat : Out(stat_layout(config, stat_bits))
+        The accumulator.
+    """
+
+    stat_latency = 2
+
+    def __init__(self, *, config: BFPConfig, stat_bits: int = STAT_BITS):
+        if not isinstance(config, BFPConfig):
+            self._MustUse__silence = True        # no "never used" warning when rejected
+            raise TypeError(f"QuantStat.config must be a BFPConfig, not {config!r}")
+        try:
+            check_stat_bits("QuantStat", stat_bits, config)
+        except (TypeError, ValueError):
+            self._MustUse__silence = True
+            raise
+        self.config = config
+        self.stat_bits = stat_bits
+        self.latency = converter_latency(config)
+        super().__init__({
+            **converter_members(config),
+            "stat_load": In(1),
+            "stat_in": In(stat_layout(config, stat_bits)),
+            "stat": Out(stat_layout(config, stat_bits)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        G, mm, B = cfg.group_size, cfg.max_mantissa, self.stat_bits
+        lo = m.submodules.conv = BFPConverter(config=cfg)
+        hi = m.submodules.conv_hi = BFPConverter(config=cfg)
+
+        # ---- the two converters in lock step -------------------------------------------------
+        eff = decode_width(m, self.i.payload.width, cfg, name="in_width")
+        m.d.comb += [
+            lo.i.valid.eq(self.i.valid), lo.i.payload.eq(self.i.payload),
+            self.i.ready.eq(lo.i.ready),
+            hi.i.valid.eq(self.i.valid), hi.i.payload.data.eq(self.i.payload.data),
+            hi.i.payload.width.eq(eff + 2), hi.i.payload.rounding.eq(Rounding.NEAREST),
+            self.o.valid.eq(lo.o.valid), self.o.payload.eq(lo.o.payload),
+            lo.o.ready.eq(self.o.ready), hi.o.ready.eq(self.o.ready),
+            self.flags.eq(lo.flags), lo.clear_flags.eq(self.clear_flags),
+        ]
+
+        # ---- stage: the group's terms ----------------------------------------------------------
+        out = lo.o.payload
+        width = out.width                                   # the decoded m
+        d_sum = 0
+        n_sum = 0
+        for j in range(G):
+            mlo = out.group.elems[j].mag
+            mhi = hi.o.payload.group.elems[j].mag
+            diff = Signal(signed(mm + 3), name=f"diff_{j}")
+            adiff = Signal(unsigned(mm + 2), name=f"adiff_{j}")
+            m.d.comb += [diff.eq(mhi - (mlo << 2)), adiff.eq(Mux(diff < 0, -diff, diff))]
+            d_sum = d_sum + adiff
+            n_sum = n_sum + mlo
+        d_grp = Signal(range(3 * G + 1), name="group_d")
+        n_grp = Signal(range(G * (2 ** mm - 1) + 1), name="group_n")
+        m.d.comb += [d_grp.eq(d_sum), n_grp.eq(n_sum)]
+        short = Signal(range(mm + 1), name="width_short")    # mm - m
+        m.d.comb += short.eq(mm - width)
+
+        s_valid = Signal(name="stage_valid")
+        s_exp = Signal(signed(cfg.exp_bits), name="stage_exp")
+        s_d = Signal(B, name="stage_d")
+        s_n = Signal(B, name="stage_n")
+        take = (lo.o.valid & self.o.ready & (width != mm) & (n_grp != 0))
+        m.d.sync += [s_valid.eq(take), s_exp.eq(out.group.exp),
+                     s_d.eq((d_grp << short) >> 2), s_n.eq(n_grp << short)]
+
+        # ---- accumulator -------------------------------------------------------------------------
+        st = self.stat
+        e_bits = cfg.exp_bits + 1
+        diff_e = Signal(signed(e_bits + 1), name="exp_diff")        # s_exp - st.exp
+        m.d.comb += diff_e.eq(s_exp - st.exp)
+        up = Signal(name="exp_up")                                  # the group's exponent wins
+        m.d.comb += up.eq(st.seen & (diff_e > 0))
+        k = Signal(range(B + 1), name="align_shift")
+        mag = Mux(diff_e < 0, -diff_e, diff_e)
+        m.d.comb += k.eq(Mux(~st.seen, 0, Mux(mag > B, B, mag)))
+        a_num = Signal(B, name="acc_num_aligned")
+        a_den = Signal(B, name="acc_den_aligned")
+        g_num = Signal(B, name="grp_num_aligned")
+        g_den = Signal(B, name="grp_den_aligned")
+        m.d.comb += [
+            a_num.eq(Mux(~st.seen, 0, Mux(up, st.num >> k, st.num))),
+            a_den.eq(Mux(~st.seen, 0, Mux(up, st.den >> k, st.den))),
+            g_num.eq(Mux(up, s_d, s_d >> k)),
+            g_den.eq(Mux(up, s_n, s_n >> k)),
+        ]
+        new_exp = Signal(signed(e_bits), name="acc_exp_next")
+        m.d.comb += new_exp.eq(Mux(~st.seen | up, s_exp, st.exp))
+        s_num = Signal(B + 1, name="acc_num_sum")
+        s_den = Signal(B + 1, name="acc_den_sum")
+        m.d.comb += [s_num.eq(a_num + g_num), s_den.eq(a_den + g_den)]
+        ovf = Signal(name="acc_renorm")
+        m.d.comb += ovf.eq(s_num[B] | s_den[B])
+        with m.If(self.stat_load):
+            m.d.sync += st.eq(self.stat_in)
+        with m.Elif(s_valid):
+            m.d.sync += [
+                st.num.eq(Mux(ovf, s_num[1:], s_num[:B])),
+                st.den.eq(Mux(ovf, s_den[1:], s_den[:B])),
+                st.exp.eq(new_exp + ovf),
+                st.seen.eq(1),
+            ]
+        return m
+
+
+def _params(preset: str) -> dict:
+    cfg = BFPConfig.preset(preset)
+    return {
+        **cfg.to_dict(),
+        "latency": converter_latency(cfg),
+        "stat_latency": QuantStat.stat_latency,
+        "stat_bits": STAT_BITS,
+        "i_fields": layout_fields(fp32_stream_layout(cfg)),
+        "o_fields": layout_fields(bfp_stream_layout(cfg)),
+        "stat_fields": layout_fields(stat_layout(cfg)),
+    }
+
+
+TESSERA_BLOCKS = [
+    Block("bfp_stat", build=lambda preset: QuantStat(config=BFPConfig.preset(preset)),
+          params=_params),
+]

@@ -97,7 +97,8 @@ class TrainingCore(wiring.Component):
         cfg = self.config
         S, lb = cfg.size, cfg.line_bits
 
-        host = m.submodules.host = HostPort(config=cfg, reg_count=len(REGS))
+        host = m.submodules.host = HostPort(config=cfg, reg_count=len(REGS),
+                                          opt_depth=self.optim_config.depth)
         seq = m.submodules.sequencer = Sequencer(config=cfg)
         mm = m.submodules.matmul = MatmulEngine(config=cfg.array)
         vec = m.submodules.vector = VectorUnit(config=cfg, grad_config=self.grad_config,

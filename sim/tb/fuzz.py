@@ -52,7 +52,7 @@ assert OP_BAD not in HostOp.ALL
 
 #: Mutations :func:`random_program` applies (``None``: the program stays valid).
 MUTATIONS = (None, "flip", "random_word", "bad_opcode", "no_halt", "endloop_alone",
-             "nested_loop", "halt_in_loop", "loop_zero", "wide_softmax",
+             "nested_loop", "halt_in_loop", "long_loop", "loop_zero", "wide_softmax",
              "same_bank", "big_dim", "bad_field", "far_addr")
 
 
@@ -206,11 +206,12 @@ def _set(word: int, **fields) -> int:
 def random_program(rng: random.Random, cfg: CoreConfig, mutation="random") -> list[int]:
     """A program of at most ``cfg.prog_depth`` words: a few valid instructions (perhaps in a
     short counted loop), ``HALT``, then the ``mutation`` (one of :data:`MUTATIONS`, or
-    ``"random"``). Loops are short (count <= 3) so that a run stays within a small cycle
-    bound; a SOFTMAX_XENT's ``imm`` stays within a few octaves of 1 unless a mutation makes it
-    invalid (its product with the loss scale must stay normal, docs/isa.md)."""
-    if mutation == "random":
-        mutation = rng.choice(MUTATIONS)
+    ``"random"``: none in about 40 % of the programs). Loops are short (count <= 3) so that
+    a run stays within a small cycle bound; a SOFTMAX_XENT's ``imm`` stays within a few
+    octaves of 1 unless a mutation makes it invalid (its product with the loss scale must stay
+    normal, docs/isa.md)."""
+    if mutation == "random":            # about 40 % of the programs run
+        mutation = None if rng.random() < 0.35 else rng.choice(MUTATIONS)
     n = rng.randint(1, min(5, cfg.prog_depth - 4))
     body = [_valid_instruction(rng, cfg) for _ in range(n)]
     if rng.random() < 0.3:
@@ -234,6 +235,9 @@ def random_program(rng: random.Random, cfg: CoreConfig, mutation="random") -> li
         prog[k:k] = [encode(Op.LOOP, count=2, stride=0)] * 2 + [encode(Op.ENDLOOP)] * 2
     elif mutation == "halt_in_loop":
         prog[k:k] = [encode(Op.LOOP, count=2, stride=0), encode(Op.HALT), encode(Op.ENDLOOP)]
+    elif mutation == "long_loop":      # valid: hundreds of iterations, empty or a FENCE
+        prog[k:k] = ([encode(Op.LOOP, count=rng.randint(100, 400), stride=rng.randrange(4))]
+                     + [encode(Op.FENCE)] * rng.randrange(2) + [encode(Op.ENDLOOP)])
     elif mutation == "loop_zero":
         prog[k:k] = [encode(Op.LOOP, count=0, stride=1), encode(Op.ENDLOOP)]
     elif mutation == "wide_softmax":   # a row longer than max_classes, inside the scratchpad

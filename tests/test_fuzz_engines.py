@@ -5,23 +5,15 @@ registers and register values) -- each answered as the golden model predicts (a 
 command changes nothing: the matmul engine answers an error status, the optimizer engine sets
 its sticky ``error`` bit), every wait with a cycle deadline, and every memory read back and
 compared with the model's at the end."""
-import random
-
-import numpy as np
-
 from hdl.array.config import ArrayConfig
 from hdl.array.standalone import MatmulEngineWithMemories
 from hdl.fp32.config import FP32Config
 from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
-from hdl.optim.config import Mem, Op, OptimConfig
-from hdl.optim.engine import cmd_layout as optim_cmd_layout
+from hdl.optim.config import STATUS_FIELDS, OptimConfig
 from hdl.optim.standalone import OptimEngineWithMemories
 from sim.model.array import ERR_ADDR, ERR_MODE, ERR_ROUNDING, ERR_SHAPE, ERR_WIDTH, OK
-from sim.model.fp32 import canon
 from sim.tb.amaranth_tb import StreamTransport, run_sim
-from sim.tb.fuzz import (OptimFuzzModel, fuzz_matmul_engine, optim_engine_commands,
-                         random_fp32_word)
-from sim.tb.payload import pack
+from sim.tb.fuzz import fuzz_matmul_engine, fuzz_optim_engine
 
 
 def test_matmul_engine_random_commands():
@@ -40,35 +32,55 @@ def test_matmul_engine_random_commands():
     assert out.get((2, OK), 0) >= 10, out          # passes that ran
 
 
-async def _put(ctx, st, payload, deadline=200):
-    """``payload`` (int) on stream ``st``, failing after ``deadline`` cycles without ready."""
-    ctx.set(st.valid, 1)
-    ctx.set(st.payload.as_value() if hasattr(st.payload, "as_value") else st.payload, payload)
-    for _ in range(deadline):
-        _, _, ready = await ctx.tick().sample(st.ready)
-        if ready:
-            ctx.set(st.valid, 0)
-            return
-    raise TimeoutError(f"stream not ready within {deadline} cycles")
+class AmaranthOptimPort:
+    """The optimizer engine's streams in the Amaranth simulator, every wait with a deadline
+    (the ``port`` of :func:`sim.tb.fuzz.fuzz_optim_engine`)."""
 
+    def __init__(self, ctx, dut, deadline=400):
+        self.ctx, self.dut, self.deadline = ctx, dut, deadline
 
-async def _get(ctx, st, deadline=200):
-    ctx.set(st.ready, 1)
-    for _ in range(deadline):
-        _, _, valid, payload = await ctx.tick().sample(st.valid, st.payload)
-        if valid:
-            ctx.set(st.ready, 0)
-            return int(payload)
-    raise TimeoutError(f"no word within {deadline} cycles")
+    async def _put(self, st, payload):
+        ctx = self.ctx
+        ctx.set(st.valid, 1)
+        ctx.set(st.payload.as_value() if hasattr(st.payload, "as_value") else st.payload,
+                payload)
+        for _ in range(self.deadline):
+            _, _, ready = await ctx.tick().sample(st.ready)
+            if ready:
+                ctx.set(st.valid, 0)
+                return
+        raise TimeoutError(f"stream not ready within {self.deadline} cycles")
 
+    async def send(self, payload):
+        await self._put(self.dut.cmd, payload)
 
-async def _idle(ctx, dut, deadline):
-    await ctx.tick()
-    for _ in range(deadline):
-        if not ctx.get(dut.busy):
-            return
-        await ctx.tick()
-    raise TimeoutError(f"engine busy after {deadline} cycles")
+    async def send_words(self, words):
+        for w in words:
+            await self._put(self.dut.wdata, w)
+
+    async def get_words(self, count):
+        ctx, st, out = self.ctx, self.dut.rdata, []
+        ctx.set(st.ready, 1)
+        for _ in range(self.deadline * max(count, 1)):
+            _, _, valid, payload = await ctx.tick().sample(st.valid, st.payload)
+            if valid:
+                out.append(int(payload))
+                if len(out) == count:
+                    ctx.set(st.ready, 0)
+                    return out
+        raise TimeoutError(f"{len(out)} of {count} words")
+
+    async def wait_idle(self):
+        await self.ctx.tick()
+        for _ in range(self.deadline):
+            if not self.ctx.get(self.dut.busy):
+                return
+            await self.ctx.tick()
+        raise TimeoutError(f"engine busy after {self.deadline} cycles")
+
+    def status(self) -> dict:
+        st = self.ctx.get(self.dut.status)
+        return {name: int(getattr(st, name)) for name, _ in STATUS_FIELDS}
 
 
 def test_optim_engine_random_commands():
@@ -77,35 +89,10 @@ def test_optim_engine_random_commands():
     cfg = OptimConfig(depth=16, reduce_lanes=8)
     dut = OptimEngineWithMemories(config=cfg, fp32_config=FP32Config(),
                                   divsqrt_config=FP32DivSqrtConfig.preset("tiny"))
-    rng = random.Random(5)
-    cmds = optim_engine_commands(rng, cfg, 150)
-    model = OptimFuzzModel(cfg)
-    lay = optim_cmd_layout()
-    seen = {"refused": 0, "steps": 0, "reads": 0}
+    seen = {}
 
     async def tb(ctx):
-        for i, cmd in enumerate(cmds + [{"op": Op.READ, "mem": m, "addr": 0, "count": cfg.depth}
-                                        for m in Mem.ALL]):
-            what = f"command {i}: {cmd}"
-            valid = model.valid(cmd)
-            words = None
-            if valid and cmd["op"] in (Op.WRITE, Op.ACCUM):
-                words = [random_fp32_word(rng) for _ in range(cmd["count"])]
-            want = model.apply(cmd, words)
-            await _put(ctx, dut.cmd, pack(lay, cmd))
-            if words:
-                for w in words:
-                    await _put(ctx, dut.wdata, w)
-            if want is not None:
-                got = [await _get(ctx, dut.rdata) for _ in range(len(want))]
-                assert np.array_equal(canon(np.array(got, np.uint32)), canon(want)), what
-                seen["reads"] += 1
-            await _idle(ctx, dut, 400)
-            for name, v in model.status().items():
-                got = ctx.get(getattr(dut.status, name))
-                assert got == v, f"{what}: status.{name} {got:#x}, expected {v:#x}"
-            seen["refused"] += not valid
-            seen["steps"] += valid and cmd["op"] in (Op.STEP, Op.STEP1)
+        seen.update(await fuzz_optim_engine(cfg, AmaranthOptimPort(ctx, dut), seed=5, n=150))
 
     run_sim(dut, tb)
     assert seen["refused"] >= 10 and seen["steps"] >= 5 and seen["reads"] >= 10, seen

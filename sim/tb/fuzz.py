@@ -21,8 +21,8 @@ malformed programs (docs/testing.md, "Fuzzing"), shared by both test tiers.
 The two engines the core is built from are fuzzed alone too (tests/test_fuzz_engines.py):
 :func:`matmul_engine_commands` / :func:`fuzz_matmul_engine` (raw commands of the matmul
 engine against :class:`sim.model.array.MatmulEngineModel`) and :func:`optim_engine_commands` /
-:class:`OptimFuzzModel` (raw commands of the optimizer engine against
-:class:`sim.model.optim.OptimEngineModel` plus the engine's sticky ``error`` bit).
+:class:`OptimFuzzModel` / :func:`fuzz_optim_engine` (raw commands of the optimizer engine
+against :class:`sim.model.optim.OptimEngineModel` plus the engine's sticky ``error`` bit).
 
 Randomness is :class:`random.Random` with a fixed seed (no ``hypothesis``): a failure is
 reproduced by its seed, and the report names the command index.
@@ -37,14 +37,15 @@ from hdl.core.config import CoreConfig
 from hdl.core.core import REGS, STATE_LAYOUT
 from hdl.core.host import HostOp, HostStatus, host_data_bits
 from hdl.core.isa import INSTR_BITS, PREC_ENTRY, Acc, Op, Rop, Status, Vop, decode, encode
-from hdl.optim.config import MODE_CLIP, MODE_DYNSCALE, Reg
+from hdl.optim.config import MODE_CLIP, MODE_DYNSCALE, Mem, Reg
 from sim.host.driver import pack_cmd, unpack_rsp
 from sim.model.core import CoreModel
 from sim.model.fp32 import canon
 
 __all__ = ["HostModel", "random_fp32_word", "random_program", "random_commands",
            "program_commands", "fuzz_core", "OP_BAD", "MUTATIONS", "matmul_engine_commands",
-           "matmul_engine_expect", "fuzz_matmul_engine", "optim_engine_commands", "OptimFuzzModel"]
+           "matmul_engine_expect", "fuzz_matmul_engine", "optim_engine_commands", "OptimFuzzModel",
+           "fuzz_optim_engine"]
 
 #: The one host opcode the 3-bit ``op`` field can carry that is not a command.
 OP_BAD = 7
@@ -603,3 +604,45 @@ class OptimFuzzModel:
 
     def status(self) -> dict:
         return dict(self.model.status(), error=self.error)
+
+
+async def fuzz_optim_engine(cfg, port, *, seed: int, n: int) -> dict:
+    """``n`` random raw commands (:func:`optim_engine_commands`, seed ``seed``) to an optimizer
+    engine behind ``port``, then READs of all of W, M, V, G. ``port`` moves the data, each wait
+    with a deadline (raising ``TimeoutError``): ``async send(payload)`` (a command),
+    ``async send_words(words)`` (WRITE / ACCUM data), ``async get_words(count)`` (READ data),
+    ``async wait_idle()``, ``status()`` (the ``status`` port as a dict). After every command
+    the whole status (``error`` included) must equal :class:`OptimFuzzModel`'s. Returns counts
+    of refused commands, steps and reads."""
+    from hdl.optim.config import Op as OOp
+    from hdl.optim.engine import cmd_layout
+    from sim.tb.payload import pack
+    rng = random.Random(seed)
+    model = OptimFuzzModel(cfg)
+    cmds = optim_engine_commands(rng, cfg, n)
+    cmds += [{"op": OOp.READ, "mem": m, "addr": 0, "count": cfg.depth} for m in Mem.ALL]
+    seen = {"refused": 0, "steps": 0, "reads": 0}
+    for i, cmd in enumerate(cmds):
+        what = f"seed {seed}, command {i}: {cmd}"
+        valid = model.valid(cmd)
+        words = None
+        if valid and cmd["op"] in (OOp.WRITE, OOp.ACCUM):
+            words = [random_fp32_word(rng) for _ in range(cmd["count"])]
+        want = model.apply(cmd, words)
+        await port.send(pack(cmd_layout(), cmd))
+        if words:
+            await port.send_words(words)
+        if want is not None:
+            got = np.array(await port.get_words(len(want)), np.uint32)
+            bad = np.nonzero(canon(got) != canon(want))[0]
+            assert not len(bad), (f"{what}: word {bad[0]} is {int(got[bad[0]]):#010x}, "
+                                  f"expected {int(want[bad[0]]):#010x}")
+            seen["reads"] += 1
+        await port.wait_idle()
+        got_status = port.status()
+        for name, v in model.status().items():
+            assert got_status[name] == v, \
+                f"{what}: status.{name} {got_status[name]:#x}, expected {v:#x}"
+        seen["refused"] += not valid
+        seen["steps"] += valid and cmd["op"] in (OOp.STEP, OOp.STEP1)
+    return seen

@@ -7,13 +7,11 @@ every wait with a cycle deadline, and the whole scratchpad equal to the model's 
 The cocotb tier runs longer streams on the generated Verilog (tests/test_fuzz_core_cocotb.py)."""
 import random
 
-from amaranth.sim import Simulator
-
 from hdl.core.config import CoreConfig
 from hdl.core.core import TrainingCore
 from hdl.core.isa import Status, check_program_for
 from sim.model.core import CoreModel
-from sim.tb.amaranth_tb import StreamTransport
+from sim.tb.amaranth_tb import StreamTransport, run_sim
 from sim.tb.fuzz import MUTATIONS, fuzz_core, program_commands, random_program
 
 #: a small core: 4 banks of 16 lines of S = 4 words, 16 program words, 2 layers
@@ -31,10 +29,7 @@ def test_random_host_commands_and_malformed_programs():
         out.update(await fuzz_core(CFG, StreamTransport(ctx, dut.cmd, dut.rsp), seed=1,
                                    n=150, cmds=cmds))
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(tb)
-    sim.run()
+    run_sim(dut, tb)
     # the stream reached every kind of response (so the comparison could fail on each)
     st = out["statuses"]
     for key in [("host", s) for s in (0, 8, 9, 10)] + [("START", Status.OK)]:

@@ -9,10 +9,12 @@ import random
 
 from hdl.core.config import CoreConfig
 from hdl.core.core import TrainingCore
+from hdl.core.host import HostStatus
 from hdl.core.isa import Status, check_program_for
 from sim.model.core import CoreModel
 from sim.tb.amaranth_tb import StreamTransport, run_sim
-from sim.tb.fuzz import MUTATIONS, fuzz_core, program_commands, random_program
+from sim.tb.fuzz import (MUTATIONS, HostModel, edge_commands, fuzz_core, program_commands,
+                         random_program)
 
 #: a small core: 4 banks of 16 lines of S = 4 words, 16 program words, 2 layers
 CFG = CoreConfig(size=4, banks=4, bank_depth=16, prog_depth=16, layers=2, max_classes=8)
@@ -20,12 +22,13 @@ CFG = CoreConfig(size=4, banks=4, bank_depth=16, prog_depth=16, layers=2, max_cl
 
 def test_random_host_commands_and_malformed_programs():
     """One simulation (the core's elaboration dominates a short one): 150 random commands,
-    then each mutation of :data:`sim.tb.fuzz.MUTATIONS` once."""
+    then the named edge cases of :func:`sim.tb.fuzz.edge_commands` and each mutation of
+    :data:`sim.tb.fuzz.MUTATIONS` once."""
     dut = TrainingCore(config=CFG)
     out = {}
 
     async def tb(ctx):
-        cmds = program_commands(random.Random(7), CFG)
+        cmds = edge_commands(CFG) + program_commands(random.Random(7), CFG)
         out.update(await fuzz_core(CFG, StreamTransport(ctx, dut.cmd, dut.rsp), seed=1,
                                    n=150, cmds=cmds))
 
@@ -60,3 +63,17 @@ def test_program_mutations_reach_their_statuses():
     for mut, status in want.items():
         assert status in seen[mut], (mut, seen[mut])
     assert set().union(*seen.values()) == set(Status.ALL), seen
+
+
+def test_edge_commands_expected_statuses():
+    """The reference's answers to the named edge cases are the documented ones (docs/isa.md,
+    hdl/core/host.py), so the RTL comparison above checks the documentation, not only the
+    model."""
+    ok, addr, val, op = (HostStatus.OK, HostStatus.BAD_ADDR, HostStatus.BAD_VALUE,
+                         HostStatus.BAD_OP)
+    model = HostModel(CFG)
+    got = [model.command(*c)[0] for c in edge_commands(CFG)]
+    assert got == [ok, addr, addr, ok, addr, addr,                        # WRITE READ PROG
+                   ok, addr, val, val, val, val, val,                     # PREC
+                   ok, addr, val, ok, val, val, ok,                       # SETREG
+                   ok, addr, op, op]                                      # REG, op 7

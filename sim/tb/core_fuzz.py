@@ -2,7 +2,7 @@
 (docs/testing.md, "Fuzzing"): :func:`sim.tb.fuzz.fuzz_core` (seeded random raw host commands
 and malformed programs, every response against :class:`sim.tb.fuzz.HostModel`, the whole
 scratchpad compared at the end) over the cocotb transport of :mod:`sim.tb.core`, after every
-named program mutation once. The Amaranth-simulator tier runs the same on a small core
+named host-command edge case and program mutation once. The Amaranth-simulator tier runs the same on a small core
 (tests/test_fuzz_core.py).
 
 Environment (tests/test_fuzz_core_cocotb.py, ``make fuzz``): ``TB_FUZZ_SEEDS`` (comma-separated
@@ -20,7 +20,7 @@ from hdl.core.config import CoreConfig
 from hdl.core.host import HostOp
 from sim.tb.cocotb_stream import reset, start_clock
 from sim.tb.core import CocotbTransport
-from sim.tb.fuzz import fuzz_core, program_commands
+from sim.tb.fuzz import edge_commands, fuzz_core, program_commands
 
 
 @cocotb.test()
@@ -42,7 +42,9 @@ async def random_host_commands(dut):
         clear = ([(HostOp.WRITE, line, 0) for line in range(cfg.lines)]
                  + [(HostOp.PROG, pc, 0) for pc in range(cfg.prog_depth)])
         stats = await fuzz_core(cfg, tr, seed=seed, n=n,
-                                cmds=program_commands(random.Random(seed), cfg), pre=clear)
+                                cmds=edge_commands(cfg) + program_commands(random.Random(seed),
+                                                                           cfg),
+                                pre=clear)
         tr.stop()
         for k, v in stats["statuses"].items():
             totals[k] = totals.get(k, 0) + v

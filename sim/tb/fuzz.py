@@ -37,13 +37,13 @@ from hdl.core.config import CoreConfig
 from hdl.core.core import REGS, STATE_LAYOUT
 from hdl.core.host import HostOp, HostStatus, host_data_bits
 from hdl.core.isa import INSTR_BITS, PREC_ENTRY, Acc, Op, Rop, Status, Vop, decode, encode
-from hdl.optim.config import MODE_CLIP, MODE_DYNSCALE, Mem, Reg
+from hdl.optim.config import MODE_CLIP, MODE_DYNSCALE, Mem, Mode, Reg
 from sim.host.driver import pack_cmd, unpack_rsp
 from sim.model.core import CoreModel
 from sim.model.fp32 import canon
 
 __all__ = ["HostModel", "random_fp32_word", "random_program", "random_commands",
-           "program_commands", "fuzz_core", "OP_BAD", "MUTATIONS", "matmul_engine_commands",
+           "program_commands", "edge_commands", "fuzz_core", "OP_BAD", "MUTATIONS", "matmul_engine_commands",
            "matmul_engine_expect", "fuzz_matmul_engine", "optim_engine_commands", "OptimFuzzModel",
            "fuzz_optim_engine"]
 
@@ -349,6 +349,31 @@ def random_commands(rng: random.Random, cfg: CoreConfig, n: int) -> list[tuple[i
 
 
 # ---- running a stream ------------------------------------------------------------------------
+def edge_commands(cfg: CoreConfig) -> list[tuple[int, int, int]]:
+    """Named edge cases of the host commands, each next to the boundary it tests: the last
+    and the first invalid line, program word, precision entry (and mode 3, an odd width, a
+    too wide one, rounding 3), register and optimizer register; the refused optimizer values
+    (update rule 3, ``N`` = 0 and one past the range); the unknown opcode."""
+    W = max(cfg.array.widths)
+    prec = lambda wa, wb, r: PREC_ENTRY.const(                  # noqa: E731
+        {"width_a": wa, "width_b": wb, "rounding": r}).as_value().value
+    return [
+        (HostOp.WRITE, cfg.lines - 1, 1), (HostOp.WRITE, cfg.lines, 2),
+        (HostOp.WRITE, (1 << 16) - 1, 3), (HostOp.READ, cfg.lines - 1, 0),
+        (HostOp.READ, cfg.lines, 0), (HostOp.PROG, cfg.prog_depth, 0),
+        (HostOp.PREC, cfg.layers * 4 - 2, prec(W, W, 2)),
+        (HostOp.PREC, cfg.layers * 4, prec(W, W, 0)),
+        (HostOp.PREC, 3, prec(W, W, 0)), (HostOp.PREC, 0, prec(3, W, 0)),
+        (HostOp.PREC, 0, prec(W, W + 2, 0)), (HostOp.PREC, 0, prec(W, W, 3)),
+        (HostOp.PREC, 0, prec(0, W, 0)),
+        (HostOp.SETREG, max(Reg.ALL), 0), (HostOp.SETREG, max(Reg.ALL) + 1, 0),
+        (HostOp.SETREG, Reg.MODE, 3), (HostOp.SETREG, Reg.MODE, Mode.ADAM | MODE_CLIP),
+        (HostOp.SETREG, Reg.N, 0), (HostOp.SETREG, Reg.N, 65537), (HostOp.SETREG, Reg.N, 65536),
+        (HostOp.REG, len(REGS) - 1, 0), (HostOp.REG, len(REGS), 0),
+        (OP_BAD, 0, 0), (OP_BAD, (1 << 16) - 1, (1 << 128) - 1),
+    ]
+
+
 def program_commands(rng: random.Random, cfg: CoreConfig, mutations=MUTATIONS):
     """For each of ``mutations``: a program so malformed (:func:`random_program`), its PROG
     words and a START (named edge cases)."""

@@ -11,7 +11,7 @@ FPGA_STAMP := $(VENV)/.tessera-fpga
 PYTEST_JOBS ?= 2
 export AMARANTH_USE_YOSYS := builtin
 
-.PHONY: setup setup-fpga test test-fast demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train docs synth clean
+.PHONY: setup setup-fpga test test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train docs synth clean
 
 setup: $(STAMP)
 
@@ -75,6 +75,13 @@ WAVE_TEST ?= tests/test_bfp_converter_cocotb.py
 waves: setup
 	WAVES=1 $(PY) -m pytest -q -x $(WAVE_TEST) -k "$(or $(WAVE_K),.)" -p no:xdist
 	@find build/sim/runs -name '*.fst' -o -name '*.vcd' | head
+
+# Longer fuzzing of the training core's host protocol on its generated Verilog (docs/testing.md,
+# "Fuzzing"): FUZZ_SEEDS streams of FUZZ_N random commands each (make test runs seeds 1,2).
+FUZZ_SEEDS ?= 1,2,3,4,5,6,7,8
+FUZZ_N ?= 1000
+fuzz: setup
+	FUZZ_SEEDS=$(FUZZ_SEEDS) FUZZ_N=$(FUZZ_N) $(PY) -m pytest -q -p no:xdist tests/test_fuzz_core_cocotb.py
 
 bench-blocks: setup
 	$(PY) -m sim.bench.blocks

@@ -10,7 +10,10 @@ READ       -                                                    line ``addr``
 PROG       program word ``addr`` := ``data[:128]``              -
 PREC       precision entry ``addr = layer * 4 + mode`` :=       -
            ``data`` (``PREC_ENTRY``)
-SETREG     optimizer register ``addr`` := ``data[:32]``         -
+SETREG     optimizer register ``addr`` := ``data[:32]`` (a      -
+           value the optimizer refuses -- update rule 3 in
+           ``MODE``, ``N`` outside 1..depth -- answers
+           ``BAD_VALUE``)
 START      check and run the program; answers when it stops     ``err_pc`` (status: the
                                                                 program's :class:`Status`)
 REG        -                                                    register ``addr`` (``REGS``, or
@@ -50,7 +53,8 @@ class HostStatus:
     """Response status of a non-START command (START answers with a program ``Status``)."""
     OK = 0
     BAD_ADDR = 8    #: line, program word, precision entry or register index out of range
-    BAD_VALUE = 9   #: invalid precision entry
+    BAD_VALUE = 9   #: invalid precision entry, or an optimizer register value the optimizer
+                    #: refuses (update rule 3 in ``Reg.MODE``, ``Reg.N`` outside 1..depth)
     BAD_OP = 10     #: unknown opcode
 
 
@@ -86,12 +90,15 @@ class HostPort(wiring.Component):
     thr_we, thr_waddr, thr_wdata : Out
         THRESH to the sequencer (``addr`` must be a slot of a layer below ``config.layers``
         and a mode below 3).
+    opt_depth : int
+        Words of the optimizer engine's range: ``SETREG N`` must be in ``1..opt_depth``.
     """
 
     def __init__(self, *, config: CoreConfig, reg_count: int, stat_base: int = 0,
-                 stat_count: int = 0):
+                 stat_count: int = 0, opt_depth: int = 65536):
         self.config, self.reg_count = config, reg_count
         self.stat_base, self.stat_count = stat_base, stat_count
+        self.opt_depth = opt_depth
         db = host_data_bits(config)
         super().__init__({
             "cmd": In(stream.Signature(host_cmd_layout(config))),
@@ -177,10 +184,17 @@ class HostPort(wiring.Component):
                     with m.Else():
                         m.d.comb += self.prec_we.eq(1)
                 with m.Case(HostOp.SETREG):
-                    with m.If(c.addr <= max(Reg.ALL)):
-                        m.d.comb += self.opt_cmd.valid.eq(1)
-                    with m.Else():
+                    # what the optimizer engine would ignore (setting its sticky error bit)
+                    # is refused here, so that a rejected SETREG changes nothing
+                    v = c.data[:32]
+                    bad_value = (((c.addr == Reg.MODE) & (v[:2] == 3))
+                                 | ((c.addr == Reg.N) & ((v == 0) | (v > self.opt_depth))))
+                    with m.If(c.addr > max(Reg.ALL)):
                         m.d.sync += r.status.eq(HostStatus.BAD_ADDR)
+                    with m.Elif(bad_value):
+                        m.d.sync += r.status.eq(HostStatus.BAD_VALUE)
+                    with m.Else():
+                        m.d.comb += self.opt_cmd.valid.eq(1)
                 with m.Case(HostOp.START):
                     m.d.comb += self.start.eq(1)
                     m.d.sync += [rsp_valid.eq(0), waiting.eq(1)]

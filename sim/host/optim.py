@@ -97,6 +97,8 @@ class Adam:
 
     def __post_init__(self):
         n = self.name
+        if n not in ("Adam", "AdamW"):
+            raise ValueError(f"Adam.name must be 'Adam' or 'AdamW' (use AdamW(...)), not {n!r}")
         _check_float(n, "lr", self.lr, lo=0, lo_open=True)
         _check_float(n, "beta1", self.beta1, lo=0, hi=1, hi_open=True)
         _check_float(n, "beta2", self.beta2, lo=0, hi=1, hi_open=True)
@@ -139,6 +141,9 @@ class LossScale:
                 raise TypeError(f"LossScale.{name} must be an int, not {type(v).__name__} {v!r}")
             if not lo <= v <= hi:
                 raise ValueError(f"LossScale.{name} must be in {lo}..{hi}, not {v!r}")
+        if not isinstance(self.dynamic, (bool, np.bool_)):
+            raise TypeError(f"LossScale.dynamic must be a bool, not {type(self.dynamic).__name__} "
+                            f"{self.dynamic!r}")
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,15 @@ class TrainSpec:
         if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) \
                 or not 0 < self.lr < 1:
             raise ValueError(f"TrainSpec.lr must be a float in (0, 1), not {self.lr!r}")
+        for name in ("layers", "checkpoint"):
+            v = getattr(self, name)
+            if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+                raise TypeError(f"TrainSpec.{name} must be a tuple of ints, not "
+                                f"{type(v).__name__} {v!r}")
+            for x in v:
+                if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+                    raise TypeError(f"TrainSpec.{name} entries must be ints, not "
+                                    f"{type(x).__name__} {x!r}")
         layers = tuple(self.layers)
         if len(layers) < 2 or layers[0] != 64 or layers[-1] != 10:
             raise ValueError(f"TrainSpec.layers must start with 64 (the digits' pixels) and "

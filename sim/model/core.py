@@ -22,7 +22,7 @@ State
 
 Execution (``run``)
 -------------------
-The whole program is checked first with :func:`hdl.core.isa.check_program`; a rejected program
+The whole program is checked first with :func:`hdl.core.isa.check_program_for`; a rejected program
 executes nothing (memory, registers, LFSRs and counters unchanged) and ``(status, err_pc)`` is
 returned. Otherwise instructions execute in program order from pc 0 (the hardware's scoreboard
 makes its overlapped execution equal to this order) and ``(Status.OK, 0)`` is returned (the
@@ -108,7 +108,7 @@ import numpy as np
 from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, MODES
 from hdl.core.config import CoreConfig
 from hdl.core.isa import (LOOP_FIELDS, THRESH_FRAC_BITS, THRESH_NEVER, Acc, Op, Rop, Status,
-                          check_program, decode)
+                          check_program_for, decode)
 from hdl.optim.config import STATUS_FIELDS, Mem, Mode, OptimConfig, Reg
 from sim.model.array import matmul_pass, pass_beats
 from sim.model.bfp import LFSR, ROUNDING_MODES
@@ -363,10 +363,8 @@ class CoreModel:
 
     # ---- execution -----------------------------------------------------------------------
     def check(self) -> tuple[int, int]:
-        cfg = self.config
-        return check_program(self.prog, S=cfg.size, lines=cfg.lines, bank_depth=cfg.bank_depth,
-                             layers=cfg.layers, dim_max=(1 << cfg.dim_bits) - 1,
-                             prog_depth=cfg.prog_depth)
+        # every limit the sequencer checks, including the softmax row limit max_classes
+        return check_program_for(self.prog, self.config)
 
     def run(self) -> tuple[int, int]:
         """Check, then execute the program. Returns ``(Status, err_pc)``: the first bad

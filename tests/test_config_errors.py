@@ -1,0 +1,215 @@
+"""Every configuration class refuses an invalid value with a clear error naming the parameter
+(issue 13): one table, a row per (class, field, bad value, exception type, name the message
+must contain). The hardware configs (``hdl/``) and the host-side descriptions (the training
+run's ``TrainSpec``, the compiler's ``MLP``, the optimizer descriptions, width schedules)."""
+import dataclasses
+import math
+
+import pytest
+
+from hdl.array.config import ArrayConfig
+from hdl.config import BFPConfig, FMACConfig
+from hdl.core.config import CoreConfig
+from hdl.edge_converter import EdgeConfig
+from hdl.fp32.config import FP32Config
+from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
+from hdl.fp32.log_config import FP32LogConfig
+from hdl.grad.config import GradConfig
+from hdl.optim.config import OptimConfig
+from sim.host.compiler import MLP
+from sim.host.optim import SGD, Adam, Clip, LossScale, Momentum
+from sim.host.schedule import WidthSchedule
+from sim.host.train import TrainSpec
+
+V, T = ValueError, TypeError
+
+#: (class, field, bad value, exception, text the message must contain)
+ROWS = [
+    (BFPConfig, "group_size", 0, V, "BFPConfig.group_size"),
+    (BFPConfig, "group_size", 65, V, "BFPConfig.group_size"),
+    (BFPConfig, "group_size", 4.0, T, "BFPConfig.group_size"),
+    (BFPConfig, "max_mantissa", 5, V, "BFPConfig.max_mantissa"),
+    (BFPConfig, "max_mantissa", True, T, "BFPConfig.max_mantissa"),
+    (BFPConfig, "exp_bits", 8, V, "BFPConfig.exp_bits"),
+    (BFPConfig, "noise_bits", 0, V, "BFPConfig.noise_bits"),
+    (BFPConfig, "noise_bits", 17, V, "BFPConfig.noise_bits"),
+    (BFPConfig, "lfsr_seed", 0, V, "BFPConfig.lfsr_seed"),
+    (BFPConfig, "lfsr_seed", 2**32, V, "BFPConfig.lfsr_seed"),
+    (FMACConfig, "max_mantissa", 10, V, "FMACConfig.max_mantissa"),
+    (FMACConfig, "lanes", 3, V, "FMACConfig.lanes"),
+    (FMACConfig, "lanes", 32, V, "FMACConfig.lanes"),
+    (FMACConfig, "acc_bits", 17, V, "FMACConfig.acc_bits"),
+    (FMACConfig, "acc_bits", 65, V, "FMACConfig.acc_bits"),
+    (FMACConfig, "acc_bits", "32", T, "FMACConfig.acc_bits"),
+    (ArrayConfig, "size", 3, V, "ArrayConfig.size"),
+    (ArrayConfig, "size", None, T, "ArrayConfig.size"),
+    (ArrayConfig, "max_mantissa", 7, V, "ArrayConfig.max_mantissa"),
+    (ArrayConfig, "lanes", 0, V, "ArrayConfig.lanes"),
+    (ArrayConfig, "lanes", 3, V, "ArrayConfig.lanes"),
+    (ArrayConfig, "exp_bits", 9, V, "ArrayConfig.exp_bits"),
+    (ArrayConfig, "noise_bits", 0, V, "ArrayConfig.noise_bits"),
+    (ArrayConfig, "lfsr_seed", 0, V, "ArrayConfig.lfsr_seed"),
+    (ArrayConfig, "mem_depth", 3, V, "ArrayConfig.mem_depth"),
+    (ArrayConfig, "mem_depth", 100, V, "ArrayConfig.mem_depth"),
+    (ArrayConfig, "mem_depth", 1 << 17, V, "ArrayConfig.mem_depth"),
+    (ArrayConfig, "dim_bits", 0, V, "ArrayConfig.dim_bits"),
+    (ArrayConfig, "dim_bits", 1.5, T, "ArrayConfig.dim_bits"),
+    (FP32Config, "add_stages", 0, V, "FP32Config.add_stages"),
+    (FP32Config, "add_stages", 8, V, "FP32Config.add_stages"),
+    (FP32Config, "mul_stages", 6, V, "FP32Config.mul_stages"),
+    (FP32Config, "cmp_stages", 3, V, "FP32Config.cmp_stages"),
+    (FP32Config, "itof_stages", 5, V, "FP32Config.itof_stages"),
+    (FP32Config, "ftoi_stages", 0, V, "FP32Config.ftoi_stages"),
+    (FP32Config, "ftoi_stages", "1", T, "FP32Config.ftoi_stages"),
+    (FP32Config, "cmp_zero_order", "c", V, "FP32Config.cmp_zero_order"),
+    (FP32Config, "cmp_zero_order", 0, T, "FP32Config.cmp_zero_order"),
+    (FP32DivSqrtConfig, "div_bits_per_stage", 0, V, "FP32DivSqrtConfig.div_bits_per_stage"),
+    (FP32DivSqrtConfig, "div_bits_per_stage", 100, V, "FP32DivSqrtConfig.div_bits_per_stage"),
+    (FP32DivSqrtConfig, "sqrt_bits_per_stage", 0, V, "FP32DivSqrtConfig.sqrt_bits_per_stage"),
+    (FP32DivSqrtConfig, "exp_table_bits", 3, V, "FP32DivSqrtConfig.exp_table_bits"),
+    (FP32DivSqrtConfig, "exp_table_bits", 9, V, "FP32DivSqrtConfig.exp_table_bits"),
+    (FP32LogConfig, "table_bits", 3, V, "FP32LogConfig.table_bits"),
+    (FP32LogConfig, "table_bits", 9, V, "FP32LogConfig.table_bits"),
+    (FP32LogConfig, "table_bits", None, T, "FP32LogConfig.table_bits"),
+    (EdgeConfig, "int_bits", 1, V, "EdgeConfig.int_bits"),
+    (EdgeConfig, "int_bits", 65, V, "EdgeConfig.int_bits"),
+    (EdgeConfig, "exp_bits", 1, V, "EdgeConfig.exp_bits"),
+    (EdgeConfig, "exp_bits", 17, V, "EdgeConfig.exp_bits"),
+    (GradConfig, "lanes", 1, V, "GradConfig.lanes"),
+    (GradConfig, "lanes", 6, V, "GradConfig.lanes"),
+    (GradConfig, "max_cols", 1, V, "GradConfig.max_cols"),
+    (GradConfig, "max_classes", 65537, V, "GradConfig.max_classes"),
+    (OptimConfig, "depth", 8, V, "OptimConfig.depth"),
+    (OptimConfig, "depth", 100, V, "OptimConfig.depth"),
+    (OptimConfig, "depth", 1 << 17, V, "OptimConfig.depth"),
+    (OptimConfig, "reduce_lanes", 1, V, "OptimConfig.reduce_lanes"),
+    (OptimConfig, "reduce_lanes", 6, V, "OptimConfig.reduce_lanes"),
+    (OptimConfig, "rd_fifo_depth", 1, V, "OptimConfig.rd_fifo_depth"),
+    (CoreConfig, "size", 5, V, "ArrayConfig.size"),
+    (CoreConfig, "size", "8", T, "CoreConfig.size"),
+    (CoreConfig, "banks", 2, V, "CoreConfig.banks"),
+    (CoreConfig, "banks", 32, V, "CoreConfig.banks"),
+    (CoreConfig, "bank_depth", 8, V, "CoreConfig.bank_depth"),
+    (CoreConfig, "bank_depth", 1000, V, "CoreConfig.bank_depth"),
+    (CoreConfig, "bank_depth", 1 << 14, V, "CoreConfig.banks * bank_depth"),
+    (CoreConfig, "prog_depth", 8, V, "CoreConfig.prog_depth"),
+    (CoreConfig, "prog_depth", 100, V, "CoreConfig.prog_depth"),
+    (CoreConfig, "prog_depth", 8192, V, "CoreConfig.prog_depth"),
+    (CoreConfig, "layers", 0, V, "CoreConfig.layers"),
+    (CoreConfig, "layers", 17, V, "CoreConfig.layers"),
+    (CoreConfig, "dim_bits", None, T, "CoreConfig.dim_bits"),
+    (CoreConfig, "max_classes", 1, V, "CoreConfig.max_classes"),
+    (CoreConfig, "max_classes", 4096, V, "CoreConfig.max_classes"),
+    (CoreConfig, "vector_lanes", 3, V, "CoreConfig.vector_lanes"),
+    (CoreConfig, "vector_lanes", -1, V, "CoreConfig.vector_lanes"),
+    (CoreConfig, "lfsr_seed", 0, V, "ArrayConfig.lfsr_seed"),
+    (CoreConfig, "lfsr_seed", 1.0, T, "CoreConfig.lfsr_seed"),
+    (CoreConfig, "max_mantissa", 3, V, "ArrayConfig.max_mantissa"),
+    (CoreConfig, "max_mantissa", "8", T, "CoreConfig.max_mantissa"),
+    (CoreConfig, "lanes", 3, V, "ArrayConfig.lanes"),
+    (CoreConfig, "exp_bits", 9, V, "ArrayConfig.exp_bits"),
+    (CoreConfig, "noise_bits", 0, V, "ArrayConfig.noise_bits"),
+    (TrainSpec, "size", 16, V, "TrainSpec.size"),
+    (TrainSpec, "layers", (32, 10), V, "TrainSpec.layers"),
+    (TrainSpec, "layers", 64, T, "TrainSpec.layers"),
+    (TrainSpec, "layers", (64, "x", 10), T, "TrainSpec.layers"),
+    (TrainSpec, "batch", 0, V, "TrainSpec.batch"),
+    (TrainSpec, "batch", 2.0, T, "TrainSpec.batch"),
+    (TrainSpec, "micro_batches", 5, V, "micro_batches"),
+    (TrainSpec, "optimizer", "rmsprop", V, "TrainSpec.optimizer"),
+    (TrainSpec, "lr", 0.0, V, "TrainSpec.lr"),
+    (TrainSpec, "lr", "0.1", V, "TrainSpec.lr"),
+    (TrainSpec, "checkpoint", (5,), V, "checkpoint"),
+    (TrainSpec, "checkpoint", 1, T, "TrainSpec.checkpoint"),
+    (TrainSpec, "checkpoint", ("a", 1), T, "TrainSpec.checkpoint"),
+    (TrainSpec, "widths", "3", V, "widths"),
+    (TrainSpec, "widths", "4,x", V, "widths"),
+    (TrainSpec, "epochs", 0, V, "TrainSpec.epochs"),
+    (TrainSpec, "seed", -1, V, "TrainSpec.seed"),
+    (TrainSpec, "steps_per_epoch", -1, V, "TrainSpec.steps_per_epoch"),
+    (TrainSpec, "check_every", True, T, "TrainSpec.check_every"),
+    (MLP, "layers", (8,), V, "MLP.layers"),
+    (MLP, "layers", "8,10", T, "MLP.layers"),
+    (MLP, "layers", (8, 0, 10), V, "MLP.layers[1]"),
+    (MLP, "layers", (8, 1), V, "MLP.layers[-1]"),
+    (MLP, "layers", (8, 2.5, 10), T, "MLP.layers[1]"),
+    (MLP, "batch", 0, V, "MLP.batch"),
+    (MLP, "micro_batches", 0, V, "MLP.micro_batches"),
+    (MLP, "micro_batches", 5, V, "MLP.micro_batches"),
+    (MLP, "optimizer", "adam", T, "MLP.optimizer"),
+    (MLP, "loss_scale", 16, T, "MLP.loss_scale"),
+    (MLP, "clip", 1.0, T, "MLP.clip"),
+    (MLP, "checkpoint", (2,), V, "MLP.checkpoint"),
+    (MLP, "checkpoint", "1", T, "MLP.checkpoint"),
+    (MLP, "checkpoint", (1.0,), T, "MLP.checkpoint"),
+    (MLP, "schedule", "fast", V, "MLP.schedule"),
+    (MLP, "one_pass", 1, T, "MLP.one_pass"),
+    (WidthSchedule, "stages", (), V, "WidthSchedule.stages"),
+    (WidthSchedule, "stages", [8], V, "WidthSchedule.stages"),
+    (WidthSchedule, "stages", (3,), V, "WidthSchedule.stages"),
+    (WidthSchedule, "stages", (10,), V, "WidthSchedule.stages"),
+    (SGD, "lr", 0.0, V, "SGD.lr"),
+    (SGD, "lr", math.inf, V, "SGD.lr"),
+    (SGD, "lr", "0.1", T, "SGD.lr"),
+    (SGD, "lr", 1e39, V, "SGD.lr"),
+    (Momentum, "lr", -0.1, V, "Momentum.lr"),
+    (Momentum, "momentum", 1.0, V, "Momentum.momentum"),
+    (Momentum, "momentum", -0.1, V, "Momentum.momentum"),
+    (Adam, "lr", -1.0, V, "Adam.lr"),
+    (Adam, "beta1", 1.0, V, "Adam.beta1"),
+    (Adam, "beta2", math.nan, V, "Adam.beta2"),
+    (Adam, "eps", 0.0, V, "Adam.eps"),
+    (Adam, "eps", 1e-50, V, "Adam.eps"),
+    (Adam, "weight_decay", 0.1, V, "Adam.weight_decay"),
+    (Adam, "weight_decay", -0.1, V, "Adam.weight_decay"),
+    (Adam, "name", "Adamax", V, "Adam.name"),
+    (LossScale, "init_exp", 127, V, "LossScale.init_exp"),
+    (LossScale, "init_exp", -1, V, "LossScale.init_exp"),
+    (LossScale, "growth_interval", 0, V, "LossScale.growth_interval"),
+    (LossScale, "growth_interval", 1 << 16, V, "LossScale.growth_interval"),
+    (LossScale, "growth_interval", 2.0, T, "LossScale.growth_interval"),
+    (LossScale, "dynamic", "yes", T, "LossScale.dynamic"),
+    (LossScale, "dynamic", None, T, "LossScale.dynamic"),
+    (Clip, "max_norm", 0.0, V, "Clip.max_norm"),
+    (Clip, "eps", -1e-6, V, "Clip.eps"),
+]
+
+#: a valid instance of each class (the base a row replaces one field of)
+VALID = {SGD: SGD(lr=0.1), Momentum: Momentum(lr=0.1, momentum=0.9), Clip: Clip(max_norm=1.0),
+         WidthSchedule: WidthSchedule((8,))}
+
+
+def _ids(row):
+    cls, field, value, exc, _ = row
+    return f"{cls.__name__}.{field}={value!r}"
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[_ids(r) for r in ROWS])
+def test_invalid_value_raises_naming_parameter(row):
+    cls, field, value, exc, name = row
+    base = VALID.get(cls) or cls()
+    dataclasses.replace(base, **{field: getattr(base, field)})     # the base itself is valid
+    with pytest.raises(exc) as info:
+        dataclasses.replace(base, **{field: value})
+    assert type(info.value) is exc or issubclass(type(info.value), exc)
+    assert name in str(info.value), f"message {str(info.value)!r} does not name {name!r}"
+
+
+def test_every_field_of_every_class_has_a_row():
+    """The table covers every field of every class it lists (a new field needs a row)."""
+    missing = [f"{cls.__name__}.{f.name}" for cls in {r[0] for r in ROWS}
+               for f in dataclasses.fields(cls)
+               if f.name not in {r[1] for r in ROWS if r[0] is cls}]
+    assert not missing, missing
+
+
+def test_every_config_class_is_in_the_table():
+    """Every ``*Config`` dataclass of ``hdl/`` has rows."""
+    import hdl.array.config, hdl.config, hdl.core.config, hdl.edge_converter     # noqa: E401
+    import hdl.fp32.config, hdl.fp32.divsqrt_config, hdl.fp32.log_config      # noqa: E401
+    import hdl.grad.config, hdl.optim.config                                 # noqa: E401
+    mods = (hdl.array.config, hdl.config, hdl.core.config, hdl.edge_converter, hdl.fp32.config,
+            hdl.fp32.divsqrt_config, hdl.fp32.log_config, hdl.grad.config, hdl.optim.config)
+    found = {obj for m in mods for name, obj in vars(m).items()
+             if name.endswith("Config") and dataclasses.is_dataclass(obj)}
+    assert found <= {r[0] for r in ROWS}, found - {r[0] for r in ROWS}

@@ -7,7 +7,7 @@ import pytest
 from sim.tb.runner import run_cocotb
 
 # builds the training core (S = 4 and S = 8) in Verilator: minutes each under load
-pytestmark = pytest.mark.timeout(1800)
+pytestmark = pytest.mark.timeout(3600)
 
 # name: (preset, testcase, environment)
 CASES = {

@@ -19,7 +19,7 @@ from hdl.array.standalone import MatmulEngineWithMemories
 from hdl.lib.memport import LinePort
 from sim.model import array as G
 from sim.model.bfp import ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE
-from sim.tb.matmul_engine import random_command, start_fields
+from sim.tb.matmul_cmds import random_command, start_fields
 from sim.tb.payload import pack, unpack
 
 MEMS = {"a": MEM_A, "b": MEM_B, "c": MEM_C}

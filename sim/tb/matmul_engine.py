@@ -24,6 +24,7 @@ from hdl.array.control import (MEM_A, MEM_B, MEM_C, OP_READ, OP_START, OP_WRITE,
 from sim.model import array as G
 from sim.model.bfp import ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE
 from sim.tb.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
+from sim.tb.matmul_cmds import rand_matrix, random_command, start_fields
 from sim.tb.payload import pack, unpack
 
 MEMS = {"a": MEM_A, "b": MEM_B, "c": MEM_C}
@@ -32,11 +33,6 @@ COUNTERS_LAYOUT = counters_layout()
 
 def config() -> ArrayConfig:
     return ArrayConfig.preset(os.environ.get("TESSERA_PRESET", "tiny"))
-
-
-def rand_matrix(rng, shape, spread=4):
-    return (rng.standard_normal(shape) * np.exp2(rng.integers(-spread, spread + 1, shape))
-            ).astype(np.float32)
 
 
 class TB:
@@ -192,33 +188,6 @@ class TB:
         for k in ("a", "b", "c"):
             got = await self.read_region(k, 0, self.cfg.mem_depth)
             assert (got == self.model.mem[k]).all(), f"scratchpad {k} differs from the model"
-
-
-def start_fields(cmd: G.MatmulCommand) -> dict:
-    return dict(op=OP_START, mode=cmd.mode, M=cmd.M, K=cmd.K, N=cmd.N, width_a=cmd.width_a,
-                width_b=cmd.width_b, rounding=cmd.rounding, accumulate=int(cmd.accumulate),
-                base_a=cmd.base_a, base_b=cmd.base_b, base_c=cmd.base_c)
-
-
-def random_command(rng, cfg, mode=None, max_dim=None):
-    S = cfg.size
-    max_dim = max_dim or 3 * S
-    for _ in range(1000):
-        mode_ = int(rng.integers(0, 3)) if mode is None else mode
-        M, K, N = (int(rng.integers(1, max_dim + 1)) for _ in range(3))
-        la, lb, lc = (G.lines_of(M, K, S), G.lines_of(K, N, S), G.lines_of(M, N, S))
-        depth = cfg.mem_depth
-        if max(la, lb, lc) > depth:
-            continue
-        cmd = G.MatmulCommand(
-            mode=mode_, M=M, K=K, N=N,
-            width_a=int(rng.choice(cfg.widths)), width_b=int(rng.choice(cfg.widths)),
-            rounding=int(rng.choice([ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE])),
-            accumulate=bool(rng.integers(0, 2)),
-            base_a=int(rng.integers(0, depth - la + 1)), base_b=int(rng.integers(0, depth - lb + 1)),
-            base_c=int(rng.integers(0, depth - lc + 1)))
-        return cmd
-    raise RuntimeError("no command fits")
 
 
 @cocotb.test()

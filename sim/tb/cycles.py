@@ -10,7 +10,8 @@ from __future__ import annotations
 
 __all__ = ["beat_cycles", "fmac_core_latency", "array_latency", "lanesum_flush",
            "optim_update_latency", "optim_sumsq_latency", "optim_step1_cycles",
-           "optim_step_cycles_min", "matmul_pass_overhead", "matmul_pass_cycles"]
+           "optim_step_cycles_min", "matmul_pass_overhead", "matmul_pass_cycles",
+           "core_opt_busy_cycles"]
 
 #: ``FMACCore.latency = 1`` (docs/fmac.md: ``done`` and the product in cycle ``t + B + 1``).
 fmac_core_latency = 1
@@ -68,3 +69,10 @@ def optim_step_cycles_min(n: int, lm: int, la: int, lsqrt: int, ldiv: int, lanes
     """docs/datapaths.md: a two-pass ``STEP`` takes about ``2N + Lsum (+ Lclip) + Lupdate``;
     this is that sum without the clip factor (the fewest cycles a STEP can take)."""
     return 2 * n + optim_sumsq_latency(lm, la, lanes) + optim_update_latency(lm, la, lsqrt, ldiv)
+
+
+def core_opt_busy_cycles(n: int) -> int:
+    """docs/core.md: a one-pass ``OPT`` (no clipping) keeps the training core's optimizer busy
+    ``3 + N + 88`` cycles (SETREG N and STEP1 in the two cycles after issue, the unit free a
+    cycle after ``busy`` falls; ``N + 88`` is ``STEP1`` with the default FP32 units)."""
+    return 3 + n + 88

@@ -242,6 +242,9 @@ def test_back_to_back_passes():
         assert cnt["interval"] <= cnt["cycles"], i
         if cnt["interval"] < cnt["cycles"]:
             overlapped.append(i)
+            # it started after its predecessor: its latency is at most the predecessor's
+            # plus the cycles it added (the counter restarts for every pass)
+            assert cnt["cycles"] <= got[i - 1][1]["cycles"] + cnt["interval"], (i, cnt)
     assert [bool(expected[i][1].invalid) for i in (2, 9)] == [True, True]
     assert not expected[3][1].invalid and not expected[8][1].invalid
     # every START with its predecessor's settings overlapped it; the others did not

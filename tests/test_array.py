@@ -15,6 +15,7 @@ from hdl.array.array import SystolicArray, array_latency
 from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
 from hdl.array.pe import PE
 from sim.model.array import ArrayStreamModel
+from sim.tb import cycles as doc
 
 
 def _elems(vals):
@@ -196,8 +197,9 @@ def test_latency_and_one_beat_per_product_time(wa, wb):
     timing = []
     got = run_array(cfg, FWD, wa, wb, tiles, timing=timing)
     assert got == expected(cfg, FWD, tiles)
-    B = cfg.beat_cycles(wa, wb)
-    lat = array_latency(cfg, wa, wb)
+    B = doc.beat_cycles(wa, wb, cfg.lanes)            # docs/array.md, not the code under test
+    lat = doc.array_latency(S, wa, wb, cfg.lanes)
+    assert array_latency(cfg, wa, wb) == lat               # the published figure agrees
     assert [o - a for a, o in timing] == [lat] * len(timing)
     assert [timing[i + 1][0] - timing[i][0] for i in range(len(timing) - 1)] == \
         [B] * (len(timing) - 1)

@@ -18,6 +18,7 @@ from hdl.config import BFPConfig, FMACConfig
 from hdl.bfp import converter as converter_module
 from hdl.bfp import to_fp32 as to_fp32_module
 from sim.model import bfp
+from sim.tb.amaranth_tb import add_deadline
 
 TINY = BFPConfig.preset("tiny")
 MODES = (bfp.ROUND_NEAREST, bfp.ROUND_STOCHASTIC, bfp.ROUND_TRUNCATE)
@@ -85,6 +86,7 @@ def run_stream(dut, words, *, seed=0, idle=0.0, stall=0.0, max_cycles=20_000, du
     sim.add_testbench(checker, background=True)
     if during is not None:
         sim.add_testbench(lambda ctx: during(ctx, cd), background=True)
+    add_deadline(sim)
     sim.run()
     assert not res["violations"], res["violations"][:3]
     return res
@@ -232,6 +234,7 @@ def test_reset_mid_stream_then_correct_run():
     sim = Simulator(top)
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
+    add_deadline(sim)
     sim.run()
     check_outputs(got, expected(cfg, second)[0], cfg)     # fresh model: LFSR back at seed
 
@@ -283,6 +286,7 @@ def test_sticky_flags_set_and_clear():
     sim = Simulator(dut)
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
+    add_deadline(sim)
     sim.run()
     assert seen == [0b00, 0b01, 0b01, 0b00, 0b10, 0b01, 0b00]
 
@@ -307,6 +311,7 @@ def test_noise_source_matches_model_lfsr():
     sim = Simulator(dut)
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
+    add_deadline(sim)
     sim.run()
 
 

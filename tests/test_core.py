@@ -12,21 +12,16 @@ from amaranth.sim import Simulator
 from hdl.core.config import CoreConfig
 from hdl.core.core import TrainingCore
 from hdl.core.isa import Status
-from hdl.optim.engine import step1_busy_cycles
 from sim.host.compiler import MLP, compile_mlp
 from sim.host.driver import CoreDriver
 from sim.host.optim import Adam, LossScale
 from sim.model.core import CoreModel
-from sim.tb.amaranth_tb import StreamTransport
-from sim.tb.core import non_finite_gradient_case
+from sim.tb import cycles as doc
+from sim.tb.amaranth_tb import StreamTransport, add_deadline
+from sim.tb.core_cases import non_finite_gradient_case
 
 CFG = CoreConfig(size=4, banks=8, bank_depth=64, prog_depth=64, layers=4)
 
-
-#: cycles the sequencer's optimizer is busy beyond the engine's own busy cycles: SETREG N and
-#: STEP / STEP1 are accepted in the two cycles after issue, and the unit is free one cycle
-#: after the engine's busy falls
-OPT_ISSUE_CYCLES = 3
 
 
 def _run_core(actions, *, mem=False):
@@ -50,6 +45,7 @@ def _run_core(actions, *, mem=False):
     sim = Simulator(dut)
     sim.add_clock(1e-6)
     sim.add_testbench(tb)
+    add_deadline(sim)
     sim.run()
     return got
 
@@ -94,7 +90,7 @@ def test_training_step_bit_exact_with_golden_model(inject_inf):
         for key in ("params", "m", "v"):
             assert np.array_equal(got[key], ref[key]), key
     else:               # one pass over the N words
-        assert got["counters"]["optim_busy"] == OPT_ISSUE_CYCLES + step1_busy_cycles(n), \
+        assert got["counters"]["optim_busy"] == doc.core_opt_busy_cycles(n), \
             (got["counters"]["optim_busy"], n)
     assert np.array_equal(got["mem"], model.mem)
     # host loads and reads stream at one line per cycle (plus the response latency)

@@ -6,6 +6,9 @@ import pytest
 
 from sim.tb.runner import run_cocotb
 
+# builds the training core (S = 4 and S = 8) in Verilator: minutes each under load
+pytestmark = pytest.mark.timeout(3600)
+
 # name: (preset, testcase, environment)
 CASES = {
     "s4_adam_mixed_widths": ("tiny", "training_steps",

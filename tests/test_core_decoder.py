@@ -9,6 +9,7 @@ from hdl.core.config import CoreConfig
 from hdl.core.decoder import Decoder
 from hdl.core.isa import (ARG_LAYOUTS, Op, Status, check_instruction, decode, encode,
                           operand_ranges)
+from sim.tb.amaranth_tb import add_deadline
 
 CFG = CoreConfig.preset("tiny")          # S = 4, 8 banks x 512 lines
 
@@ -58,6 +59,7 @@ def run_decoder(cases, cfg=CFG):
 
     sim = Simulator(dut)
     sim.add_testbench(tb)
+    add_deadline(sim)
     sim.run()
     return got
 

@@ -11,7 +11,7 @@ from sim.host.compiler import MLP, OPERAND_TENSORS, compile_mlp
 from sim.host.optim import Adam
 from sim.model.core import CoreModel, adapt_raises
 from sim.model.stats import StatState
-from sim.tb.core import fast_program, fast_step, fast_thresholds
+from sim.tb.core_cases import fast_program, fast_step, fast_thresholds
 
 from test_core import CFG, _run_core
 

@@ -9,6 +9,7 @@ from amaranth.sim import Simulator
 
 from hdl.core.config import CoreConfig
 from hdl.core.scratchpad import Scratchpad
+from sim.tb.amaranth_tb import add_deadline
 
 CFG = CoreConfig(size=2, banks=4, bank_depth=16, prog_depth=16)
 
@@ -65,6 +66,7 @@ def test_random_traffic_in_disjoint_banks_matches_a_memory_model():
     sim = Simulator(dut)
     sim.add_clock(1e-6)
     sim.add_testbench(tb)
+    add_deadline(sim)
     sim.run()
     assert errors == []
 
@@ -85,4 +87,5 @@ def test_same_bank_clash_sets_conflict():
     sim = Simulator(dut)
     sim.add_clock(1e-6)
     sim.add_testbench(tb)
+    add_deadline(sim)
     sim.run()

@@ -12,6 +12,7 @@ from hdl.core.isa import (LOOP_FIELDS, Acc, Op, Status, Vop, check_program, deco
                           operand_ranges)
 from hdl.core.sequencer import Sequencer
 from hdl.optim.config import Op as OptOp
+from sim.tb.amaranth_tb import add_deadline
 
 CFG = CoreConfig.preset("tiny")
 D = CFG.bank_depth
@@ -172,6 +173,7 @@ def run_program(words, *, seed=0, lat=(1, 40), scale_exp=0, prec=None, gwin=Fals
     sim.add_testbench(clock, background=True)
     for p in (matmul, vector, optim):
         sim.add_testbench(p, background=True)
+    add_deadline(sim)
     sim.run()         # ends with the host testbench, which has its own deadline
     assert "status" in result, "no result (deadline)"
     if gwin:

@@ -22,7 +22,7 @@ from hdl.fp32.sqrt import FP32Sqrt
 from hdl.registry import get_block
 from sim.model.fp32 import SPECIALS_SMALL, random_fp32
 from sim.model.fp32_exp import model_for, random_operands, special_operands
-from sim.tb.amaranth_tb import assert_payloads, stream_through
+from sim.tb.amaranth_tb import add_deadline, assert_payloads, stream_through
 
 UNITS = {"fp32_div": FP32Div, "fp32_sqrt": FP32Sqrt, "fp32_exp": FP32Exp}
 SEEDS = {"fp32_div": 101, "fp32_sqrt": 202, "fp32_exp": 303}
@@ -109,6 +109,7 @@ def test_latency_and_throughput(block):
     sim = Simulator(dut)
     sim.add_clock(1e-6)
     sim.add_testbench(tb)
+    add_deadline(sim)
     sim.run()
     assert log["latency"] == dut.latency == model.latency
     assert log["edges"] == len(inputs) + dut.latency

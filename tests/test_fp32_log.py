@@ -24,7 +24,7 @@ from sim.model.fp32 import SPECIALS_SMALL, random_fp32
 from sim.model.fp32_log import FP32Log as Model
 from sim.model.fp32_log import (LOG_SPECIALS, log_ulp_error, measure_log_accuracy, random_operands,
                                 special_operands)
-from sim.tb.amaranth_tb import assert_payloads, stream_through
+from sim.tb.amaranth_tb import add_deadline, assert_payloads, stream_through
 
 F32 = np.float32
 
@@ -122,6 +122,7 @@ def test_latency_throughput_and_reset():
     sim = Simulator(top)
     sim.add_clock(1e-6)
     sim.add_testbench(tb)
+    add_deadline(sim)
     sim.run()
     assert log["latency"] == dut.latency == Model(cfg).latency == LOG_LATENCY
     assert log["edges"] == 40 + dut.latency

@@ -24,6 +24,7 @@ from hdl.fp32.config import CUT_PRIORITY, STEP_BOUNDARIES, UNIT_NAMES, FP32Confi
 from hdl.fp32.convert import FP32ToInt, FP32ToIntIn, FP32ToIntOut, IntToFP32
 from hdl.fp32.mul import FP32Mul, FP32MulIn
 from sim.model import fp32 as gold
+from sim.tb.amaranth_tb import add_deadline
 
 pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 
@@ -92,6 +93,7 @@ def simulate(dut, payloads, *, seed=0, idle_prob=0.0, stall_prob=0.0, reset_afte
     sim = Simulator(top)
     sim.add_clock(1e-6, domain="sync")
     sim.add_testbench(bench)
+    add_deadline(sim)
     sim.run()
     return result
 
@@ -231,6 +233,7 @@ def test_split_rounding_matches_shared_round_golden():
 
         sim = Simulator(dut)
         sim.add_testbench(bench)
+        add_deadline(sim)
         sim.run()
         for (sign, exp, norm), g in zip(cases, got):
             # the jammed LSB stands for "non-zero bits below": golden sees it as sticky
@@ -258,6 +261,7 @@ def test_count_leading_zeros(width):
 
     sim = Simulator(m)
     sim.add_testbench(bench)
+    add_deadline(sim)
     sim.run()
     assert got == [width - v.bit_length() for v in vals]
 
@@ -310,6 +314,7 @@ def test_split_rounding_with_late_normalization_matches_golden():
 
     sim = Simulator(dut)
     sim.add_testbench(bench)
+    add_deadline(sim)
     sim.run()
     for (sign, exp, sig), g in zip(cases, got):
         e = golden(sign, exp, sig)

@@ -76,7 +76,9 @@ def test_grad_unit_all_blocks():
         for op, a, b, scale in cases:
             got = [(await stream_get(ctx, dut.ew_o, rng=prng, stall_prob=0.3))["r"] for _ in a]
             exp = canon(elementwise(op, a, b, scale))
-            assert list(canon(np.array(got, np.uint64))) == list(exp), f"op {op}"
+            # raw hardware words: a NaN result must be the canonical 0x7FC00000 (docs/fp32.md);
+            # only the golden side (numpy, free NaN payloads) is canonicalised
+            assert [int(g) for g in got] == list(exp), f"op {op}"
             received.append(op)
 
     async def tb(ctx):
@@ -175,13 +177,12 @@ def _check_rows(dut, rows, got, gscale):
                                          dut.divsqrt_config, dut.log_config)
         out = got[k:k + len(z)]
         k += len(z)
-        assert list(canon(np.array([g["r"] for g in out], np.uint64))) == list(canon(grad[0])), \
+        assert [int(g["r"]) for g in out] == list(canon(grad[0])), \
             f"row of {len(z)}: {z}"
         assert [g["last"] for g in out] == [0] * (len(z) - 1) + [1]
         assert {g["sum"] for g in out} == {f32_bits(s[0])}
         assert {g["zt"] for g in out} == {f32_bits(zt[0])}
-        assert {int(canon(np.array([g["loss"]], np.uint64))[0]) for g in out} == \
-            {int(canon(loss)[0])}
+        assert {int(g["loss"]) for g in out} == {int(canon(loss)[0])}
 
 
 @pytest.mark.parametrize("units, idle, stall", [("default", 0.2, 0.3), ("tiny", 0.0, 0.7)])

@@ -20,7 +20,7 @@ from hdl.lib.memport import LinePort
 from sim.model import array as G
 from sim.model.bfp import ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE
 from sim.model.stats import StatState
-from sim.tb.matmul_engine import random_command, start_fields
+from sim.tb.matmul_cmds import random_command, start_fields
 from sim.tb.payload import pack, unpack
 
 MEMS = {"a": MEM_A, "b": MEM_B, "c": MEM_C}
@@ -247,6 +247,9 @@ def test_back_to_back_passes():
         assert cnt["interval"] <= cnt["cycles"], i
         if cnt["interval"] < cnt["cycles"]:
             overlapped.append(i)
+            # it started after its predecessor: its latency is at most the predecessor's
+            # plus the cycles it added (the counter restarts for every pass)
+            assert cnt["cycles"] <= got[i - 1][1]["cycles"] + cnt["interval"], (i, cnt)
     assert [bool(expected[i][1].invalid) for i in (2, 9)] == [True, True]
     assert not expected[3][1].invalid and not expected[8][1].invalid
     # every START with its predecessor's settings overlapped it; the others did not

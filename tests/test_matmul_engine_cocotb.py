@@ -7,6 +7,7 @@ from sim.tb.runner import run_cocotb
 
 @pytest.mark.parametrize("testcase", ["named_shapes_every_mode", "random_passes",
                                       "back_to_back_passes", "bwd_data_uses_fwd_weight_image",
+                                      "pass_cycles_documented",
                                       "reset_mid_operation", "invalid_commands"])
 def test_matmul_engine_tiny(testcase):
     run_cocotb("matmul_engine", "tiny", "sim.tb.matmul_engine",

@@ -14,6 +14,9 @@ from sim.host.driver import CoreDriver, pack_cmd
 from sim.host.train import CheckFailed, TrainSpec, train
 from sim.verilated.core import Recorder, VerilatedCore, run_sync
 
+# builds the training core and its C++ loop in Verilator: minutes under load
+pytestmark = pytest.mark.timeout(3600)
+
 SPEC = TrainSpec(size=4, widths="2", epochs=2, steps_per_epoch=2, check_every=1)
 
 

@@ -18,7 +18,7 @@ def array_latency(config: ArrayConfig, width_a: int, width_b: int) -> int:
     """Cycles from an ``inp`` transfer to its ``out`` vector without backpressure:
     ``(2*S + 1) * beat_cycles + 3 + FMACCore.LATENCY``."""
     return ((2 * config.size + 1) * config.beat_cycles(width_a, width_b) + 3
-            + getattr(FMACCore, "LATENCY", 0))
+            + FMACCore.LATENCY)
 
 
 def beat_layout(config: ArrayConfig) -> data.StructLayout:

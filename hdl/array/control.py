@@ -326,8 +326,9 @@ class PassControl(wiring.Component):
             m.d.sync += lines_ret.eq(lines_ret + 1)
         m.d.comb += finish.eq(running & (lines_ret >= sa["end"]) & ~rsp_valid & ~g1_ahead)
         with m.If(running):
-            m.d.sync += [sa["cycles"].eq(sa["cycles"] + 1), interval.eq(interval + 1),
-                         sb["cycles"].eq(sb["cycles"] + 1)]
+            m.d.sync += [sa["cycles"].eq(sa["cycles"] + 1), interval.eq(interval + 1)]
+            with m.If(~ov_start):   # (new_pass above restarts slot b's count; not overridden)
+                m.d.sync += sb["cycles"].eq(sb["cycles"] + 1)
         with m.If(finish):
             m.d.sync += [rsp_valid.eq(1), rsp.op.eq(OP_START), rsp.status.eq(STATUS_OK),
                          rsp.data.eq(0), rsp.invalid.eq(sa["inv"]), rsp.overflow.eq(sa["ovf"]),

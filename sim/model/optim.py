@@ -31,6 +31,13 @@ One-pass ``STEP1`` (``step(one_pass=True)``): with clipping off and no outside s
 caller guarantees finite gradients): ``skip = False``, the same ``sumsq`` and update. Otherwise
 it is exactly ``STEP``.
 
+Rejected commands: the engine ignores a command it cannot execute and sets the sticky
+``error`` status bit -- ``SETREG`` of an unknown register, of ``MODE`` with update rule 3 or of
+``N`` outside ``1..depth``; ``WRITE``/``READ``/``ACCUM`` with ``count = 0`` or ``addr + count >
+depth``; ``STEP``/``STEP1`` before ``N`` was set; an unknown opcode. :meth:`OptimEngineModel.command`
+models exactly that (nothing else changes); the host-level methods (``setreg``, ``write``, ...)
+raise ``ValueError`` for the same commands instead.
+
 Loss scale: a skipped step halves the scale (``k -= 1``, floor 0) and clears the clean-step
 counter; ``GROWTH`` clean steps in a row double it (``k += 1``, ceiling 126). Only when dynamic
 scaling is enabled; a step with Inf/NaN gradients is skipped either way.
@@ -39,7 +46,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hdl.optim.config import MODE_CLIP, MODE_DYNSCALE, SCALE_EXP_MAX, Mem, Mode, OptimConfig, Reg
+from hdl.optim.config import (MODE_CLIP, MODE_DYNSCALE, SCALE_EXP_MAX, Mem, Mode, Op, OptimConfig,
+                              Reg)
 
 __all__ = ["f32_bits", "bits_f32", "lane_sum", "OptimEngineModel"]
 
@@ -93,6 +101,7 @@ class OptimEngineModel:
         self.clipped = 0
         self.sumsq = 0           # bits
         self.clip_factor = f32_bits(F32(1))
+        self.error = 0           # sticky: a command was rejected (ignored)
 
     # memory views by name
     w = property(lambda self: self.mems[Mem.W])
@@ -105,10 +114,57 @@ class OptimEngineModel:
             raise ValueError(f"range base={base} count={count} outside depth {self.config.depth}")
         return slice(base, base + count)
 
+    def rejection(self, op: int, *, mem: int = 0, addr: int = 0, count: int = 0,
+                  data: int = 0) -> str | None:
+        """Why the engine would ignore this command (and set ``error``), or None if it takes
+        it. ``data`` is the raw 32-bit register word of a ``SETREG``."""
+        depth = self.config.depth
+        if op == Op.SETREG:
+            if addr not in Reg.ALL:
+                return f"register address must be one of {Reg.ALL}, not {addr!r}"
+            if addr == Reg.MODE and data & 3 == 3:
+                return f"Reg.MODE update rule must be one of {Mode.ALL}, not 3"
+            if addr == Reg.N and not 1 <= data <= depth:
+                return f"Reg.N must be in 1..{depth}, not {data!r}"
+        elif op in (Op.WRITE, Op.READ, Op.ACCUM):
+            if mem not in Mem.ALL:
+                return f"mem must be one of {Mem.ALL}, not {mem!r}"
+            if count == 0 or addr + count > depth:
+                return f"range addr={addr} count={count} outside depth {depth}"
+        elif op in (Op.STEP, Op.STEP1):
+            if self.regs[Reg.N] == 0:
+                return "STEP before Reg.N was set"
+        else:
+            return f"opcode must be one of {Op.ALL}, not {op!r}"
+        return None
+
+    def command(self, op: int, *, mem: int = 0, addr: int = 0, count: int = 0, data: int = 0,
+                first: bool = False, words=None, force_skip: bool = False):
+        """One command as the engine decodes it. A rejected command (:meth:`rejection`) sets
+        the sticky ``error`` and changes nothing else; returns ``(accepted, result)`` with
+        ``result`` = the words read (READ), the skip decision (STEP/STEP1) or None. ``words``:
+        the ``wdata`` words of WRITE/ACCUM (FP32 values)."""
+        if self.rejection(op, mem=mem, addr=addr, count=count, data=data) is not None:
+            self.error = 1
+            return False, None
+        if op == Op.SETREG:
+            self.setreg(addr, int(data) & 0xFFFFFFFF)
+            return True, None
+        if op == Op.WRITE:
+            self.write(mem, addr, words)
+            return True, None
+        if op == Op.ACCUM:
+            self.accum(addr, words, first)
+            return True, None
+        if op == Op.READ:
+            return True, self.read(mem, addr, count)
+        return True, self.step(force_skip=force_skip, one_pass=op == Op.STEP1)
+
     def setreg(self, addr: int, value) -> None:
-        if addr not in Reg.ALL:
-            raise ValueError(f"register address must be one of {Reg.ALL}, not {addr!r}")
         word = f32_bits(value) if isinstance(value, np.floating) else int(value) & 0xFFFFFFFF
+        why = self.rejection(Op.SETREG, addr=addr, data=word)
+        if why is not None:
+            raise ValueError(why)
         self.regs[addr] = word
         if addr == Reg.SCALE_EXP:
             self.scale_exp = min(word & 0xFF, SCALE_EXP_MAX)
@@ -137,12 +193,11 @@ class OptimEngineModel:
         ``force_skip`` mirrors the engine's ``skip_in`` (an outside non-finite flag)."""
         cfg = self.config
         n = self.regs[Reg.N]
-        if not 1 <= n <= cfg.depth:
-            raise ValueError(f"Reg.N must be in 1..{cfg.depth}, not {n!r}")
+        why = self.rejection(Op.STEP)
+        if why is not None:
+            raise ValueError(why)
         mode_reg = self.regs[Reg.MODE]
         mode = mode_reg & 3
-        if mode not in Mode.ALL:
-            raise ValueError(f"Reg.MODE update rule must be one of {Mode.ALL}, not {mode!r}")
         clip_en = bool(mode_reg & MODE_CLIP)
         dyn = bool(mode_reg & MODE_DYNSCALE)
         graw = self.g[:n]
@@ -195,5 +250,5 @@ class OptimEngineModel:
     def status(self) -> dict:
         return {name: int(getattr(self, name)) for name in
                 ("scale_exp", "good_count", "step_count", "skip_count", "last_skipped",
-                 "clipped", "sumsq", "clip_factor")}
+                 "clipped", "error", "sumsq", "clip_factor")}
 

@@ -11,8 +11,15 @@ from types import SimpleNamespace
 from amaranth.lib import data
 from amaranth.sim import Simulator
 
-__all__ = ["stream_put", "stream_get", "run_sim", "stream_through", "assert_payloads",
-           "StreamTransport"]
+__all__ = ["stream_put", "stream_get", "run_sim", "add_deadline", "stream_through",
+           "assert_payloads", "StreamTransport", "SIM_PERIOD", "MAX_CYCLES"]
+
+#: The ``sync`` clock period of every fast-tier simulation (1 MHz).
+SIM_PERIOD = 1e-6
+#: Default deadline of a simulation, in clock periods: far beyond any fast-tier test (the
+#: longest, a training-core step, runs about 60k cycles) and about 6 minutes of Amaranth
+#: simulation at ~3k cycles/s, so a hang fails here before pytest-timeout stops the test.
+MAX_CYCLES = 1_000_000
 
 
 def _raw(value):
@@ -41,19 +48,38 @@ async def stream_get(ctx, stream, *, rng=None, stall_prob: float = 0.0, raw: boo
     return payload
 
 
-def run_sim(dut, *testbenches, processes=(), vcd: str | None = None, deadline=None):
-    """Simulate ``dut`` with a 1 MHz ``sync`` clock (if it has one) and the given testbenches."""
+def add_deadline(sim: Simulator, max_cycles: int = MAX_CYCLES, what: str = "simulation"):
+    """Fail ``sim`` with :class:`TimeoutError` if its testbenches have not all finished after
+    ``max_cycles`` periods of :data:`SIM_PERIOD` (a background testbench: it never keeps the
+    simulation alive, and it raises only while a critical testbench or process still runs)."""
+    if max_cycles < 1:
+        raise ValueError(f"max_cycles must be >= 1, not {max_cycles!r}")
+
+    async def watchdog(ctx):
+        await ctx.delay(max_cycles * SIM_PERIOD)
+        raise TimeoutError(f"{what}: testbenches still running after {max_cycles} cycles "
+                           f"(deadline)")
+
+    sim.add_testbench(watchdog, background=True)
+    return sim
+
+
+def run_sim(dut, *testbenches, processes=(), vcd: str | None = None,
+            max_cycles: int = MAX_CYCLES):
+    """Simulate ``dut`` with a 1 MHz ``sync`` clock (if it has one) and the given testbenches
+    until they all return; :class:`TimeoutError` after ``max_cycles`` cycles."""
     sim = Simulator(dut)
-    sim.add_clock(1e-6, if_exists=True)   # combinational harnesses have no sync domain
+    sim.add_clock(SIM_PERIOD, if_exists=True)   # combinational harnesses have no sync domain
     for tb in testbenches:
         sim.add_testbench(tb)
     for p in processes:
         sim.add_process(p)
+    add_deadline(sim, max_cycles, type(dut).__name__)
     if vcd:
         with sim.write_vcd(vcd):
-            sim.run_until(deadline) if deadline else sim.run()
+            sim.run()
     else:
-        sim.run_until(deadline) if deadline else sim.run()
+        sim.run()
 
 
 def stream_through(dut, payloads, *, idle_prob: float = 0.0, stall_prob: float = 0.0,

@@ -12,13 +12,13 @@ import random
 
 import cocotb
 import numpy as np
-from cocotb.triggers import ClockCycles, RisingEdge, Timer
-from cocotb.utils import get_sim_time
+from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge, Timer
 
 from hdl.array.array import array_out_layout, beat_layout, wload_layout
 from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
 from sim.model.array import ArrayStreamModel
-from sim.tb.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
+from sim.tb import cycles as doc
+from sim.tb.cocotb_stream import WAIT_CYCLES, StreamDriver, StreamMonitor, reset, start_clock
 from sim.tb.payload import pack, to_signed
 
 MODES = (FWD, BWD_DATA, BWD_WEIGHT)
@@ -121,16 +121,24 @@ class TB:
         async def loader():
             for t, (w, _) in enumerate(tiles):
                 if w is not None:
-                    while state["issued"] < t - 1:
+                    for _ in range(WAIT_CYCLES):
+                        if state["issued"] >= t - 1:
+                            break
                         await RisingEdge(dut.clk)
+                    else:
+                        raise TimeoutError(f"tile {t - 1} not issued (deadline)")
                     for r in range(S):
                         await self.wload.send(pack_wload(cfg, w[r], r, t % 2))
                 state["loaded"] = t + 1
 
         async def streamer():
             for t, (_, beats) in enumerate(tiles):
-                while state["loaded"] <= t:
+                for _ in range(WAIT_CYCLES):
+                    if state["loaded"] > t:
+                        break
                     await RisingEdge(dut.clk)
+                else:
+                    raise TimeoutError(f"tile {t} not loaded (deadline)")
                 for h, v, first, last in beats:
                     await self.inp.send(pack_beat(cfg, h, v, t % 2, first, last))
                 state["issued"] = t + 1
@@ -151,16 +159,37 @@ def _check(got, want, what):
         assert g == w, f"{what}: output {i}: got {g}, expected {w}"
 
 
+def _width_pairs() -> list[tuple[int, int]]:
+    """``TB_WIDTHS`` ("2x2,4x8,8x6,8x8" by default): the width pairs of the random run."""
+    text = os.environ.get("TB_WIDTHS", "2x2,4x8,8x6,8x8")
+    return [tuple(int(w) for w in pair.split("x")) for pair in text.split(",")]
+
+
+async def _transfer_cycles(dut, accepts, outs):
+    """Record the cycle of every ``inp`` and ``out`` transfer (cycles since the call)."""
+    cycle = 0
+    while True:
+        await ReadOnly()
+        if dut.inp__valid.value == 1 and dut.inp__ready.value == 1:
+            accepts.append(cycle)
+        if dut.out__valid.value == 1 and dut.out__ready.value == 1:
+            outs.append(cycle)
+        await RisingEdge(dut.clk)
+        cycle += 1
+
+
 @cocotb.test()
 async def random_tiles_all_modes(dut):
-    """Every mode x several width pairs, random idle cycles and backpressure."""
+    """Every mode x several width pairs (``TB_WIDTHS``), ``TB_TILES`` (8) tiles each, random
+    idle cycles and backpressure."""
     tb = TB(dut, seed=11, idle=0.2, stall=0.3)
     await tb.start()
     S = tb.cfg.size
     rng = np.random.default_rng(5)
+    n_tiles = int(os.environ.get("TB_TILES", "8"))
     for mode in MODES:
-        for wa, wb in ((2, 2), (4, 8), (8, 6), (8, 8)):
-            tiles = make_tiles(rng, S, mode, wa, wb, 8, [1, 3, 2 * S, 4 * S])
+        for wa, wb in _width_pairs():
+            tiles = make_tiles(rng, S, mode, wa, wb, n_tiles, [1, 3, 2 * S, 4 * S])
             got, want = await tb.run(mode, wa, wb, tiles)
             _check(got, want, f"mode {mode} widths {wa}x{wb}")
     for _ in range(40):              # the last bubble beat finishes within one beat
@@ -172,23 +201,39 @@ async def random_tiles_all_modes(dut):
 
 @cocotb.test()
 async def back_to_back_throughput(dut):
-    """No idle, no backpressure: a beat every B cycles (utilization of the array alone)."""
+    """No idle, no backpressure, tiles of 4S beats in every mode, settings changed S + 2
+    cycles before the first beat: every output vector leaves exactly ``(2S + 1)*B + 4`` cycles
+    after its beat was accepted and the beats are accepted exactly ``B`` cycles apart, across
+    tile and bank switches (docs/array.md's formulas, :mod:`sim.tb.cycles`): a bubble anywhere
+    fails."""
     tb = TB(dut, seed=3)
     await tb.start()
-    S = tb.cfg.size
+    cfg = tb.cfg
+    S = cfg.size
     rng = np.random.default_rng(6)
-    for wa, wb in ((2, 2), (8, 8)):
-        tiles = make_tiles(rng, S, FWD, wa, wb, 6, [4 * S])
-        t0 = get_sim_time("ns")
-        got, want = await tb.run(FWD, wa, wb, tiles)
-        cycles = (get_sim_time("ns") - t0) // 10
-        _check(got, want, f"throughput {wa}x{wb}")
-        B = tb.cfg.beat_cycles(wa, wb)
-        beats = sum(len(b) for _, b in tiles)
-        lat = (2 * S + 1) * B + 2
-        assert cycles <= beats * B + lat + 4 * S, f"{cycles} cycles for {beats} beats of {B}"
-        dut._log.info(f"{wa}x{wb}: {beats} beats in {cycles} cycles, "
-                      f"utilization {beats * B / cycles:.3f}")
+    for mode in MODES:
+        for wa, wb in ((2, 2), (8, 8)):
+            tiles = make_tiles(rng, S, mode, wa, wb, 6, [4 * S])
+            # docs/array.md: after a settings change no beat starts for S + 1 cycles (a beat
+            # accepted meanwhile waits); the exact figures hold once the settings have settled
+            dut.mode.value, dut.width_a.value, dut.width_b.value = mode, wa, wb
+            await ClockCycles(dut.clk, S + 2)
+            accepts, outs = [], []
+            watch = cocotb.start_soon(_transfer_cycles(dut, accepts, outs))
+            got, want = await tb.run(mode, wa, wb, tiles)
+            watch.cancel()
+            _check(got, want, f"throughput mode {mode} {wa}x{wb}")
+            B = doc.beat_cycles(wa, wb, cfg.lanes)
+            lat = doc.array_latency(S, wa, wb, cfg.lanes)
+            beats = sum(len(b) for _, b in tiles)
+            assert len(accepts) == len(outs) == beats, (len(accepts), len(outs), beats)
+            late = [(i, o - a) for i, (a, o) in enumerate(zip(accepts, outs)) if o - a != lat]
+            assert not late, f"mode {mode} {wa}x{wb}: latency {late[:4]}, documented {lat}"
+            gaps = [(i, b - a) for i, (a, b) in enumerate(zip(accepts, accepts[1:])) if b - a != B]
+            assert not gaps, f"mode {mode} {wa}x{wb}: beat spacing {gaps[:4]}, documented {B}"
+            cycles = outs[-1] - accepts[0] + 1
+            dut._log.info(f"mode {mode} {wa}x{wb}: {beats} beats in {cycles} cycles, "
+                          f"utilization {beats * B / cycles:.3f}")
 
 
 @cocotb.test()

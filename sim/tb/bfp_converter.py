@@ -258,12 +258,14 @@ async def sticky_flags_set_and_clear(dut):
     word = bfp.pack_fp32_group(inf, CFG, 4, 0)
     tb.expect(word, "inf during clear")
     sender = cocotb.start_soon(tb.driver.send(word))
-    while True:
+    for _ in range(1000):
         await ReadOnly()
         if dut.o__valid.value == 1 and dut.o__ready.value == 1:
             break
         assert tb.flags() == (False, False)
         await RisingEdge(dut.clk)
+    else:
+        raise TimeoutError("Inf group not delivered within 1000 cycles (deadline)")
     await RisingEdge(dut.clk)                  # the delivery edge, clear_flags still 1
     dut.clear_flags.value = 0
     await ReadOnly()

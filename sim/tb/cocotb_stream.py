@@ -14,13 +14,30 @@ from collections import deque
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
+from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge, SimTimeoutError, with_timeout
 
-__all__ = ["start_clock", "reset", "StreamDriver", "StreamMonitor", "StreamTB"]
+__all__ = ["start_clock", "reset", "wait_trigger", "StreamDriver", "StreamMonitor", "StreamTB",
+           "CLOCK_NS", "WAIT_CYCLES"]
+
+#: Clock period of every cocotb testbench (:func:`start_clock`), in ns.
+CLOCK_NS = 10
+#: Default deadline of one wait, in clock cycles: far beyond any single wait of the cocotb
+#: tier (the longest, a training step of the S = 8 core, is about 110k cycles).
+WAIT_CYCLES = 1_000_000
 
 
-def start_clock(dut, period_ns: int = 10):
+def start_clock(dut, period_ns: int = CLOCK_NS):
     return cocotb.start_soon(Clock(dut.clk, period_ns, unit="ns").start())
+
+
+async def wait_trigger(trigger, what: str, max_cycles: int = WAIT_CYCLES):
+    """Await ``trigger`` (e.g. ``FallingEdge(dut.busy)``) without waking Python every cycle;
+    :class:`TimeoutError` naming ``what`` if it has not fired within ``max_cycles`` clock
+    cycles of :data:`CLOCK_NS`."""
+    try:
+        return await with_timeout(trigger, max_cycles * CLOCK_NS, "ns")
+    except SimTimeoutError:
+        raise TimeoutError(f"{what}: not within {max_cycles} cycles (deadline)") from None
 
 
 async def reset(dut, cycles: int = 2):
@@ -37,10 +54,14 @@ class StreamDriver:
     dut, name : the DUT handle and stream member name (``"i"``).
     idle_prob : probability of an idle (``valid = 0``) cycle before each payload.
     rng : :class:`random.Random` (fixed seed for reproducibility).
+    timeout_cycles : deadline of one transfer (:class:`TimeoutError` after it).
     """
 
-    def __init__(self, dut, name: str, *, idle_prob: float = 0.0, rng: random.Random | None = None):
+    def __init__(self, dut, name: str, *, idle_prob: float = 0.0, rng: random.Random | None = None,
+                 timeout_cycles: int = WAIT_CYCLES):
         self.clk = dut.clk
+        self.name = name
+        self.timeout_cycles = timeout_cycles
         self.valid = getattr(dut, f"{name}__valid")
         self.ready = getattr(dut, f"{name}__ready")
         self.payload = getattr(dut, f"{name}__payload")
@@ -55,12 +76,15 @@ class StreamDriver:
             await RisingEdge(self.clk)
         self.valid.value = 1
         self.payload.value = payload
-        while True:
+        for _ in range(self.timeout_cycles):
             await ReadOnly()
             accepted = bool(self.ready.value)
             await RisingEdge(self.clk)
             if accepted:
                 break
+        else:
+            raise TimeoutError(f"{self.name}: payload {payload:#x} not accepted within "
+                               f"{self.timeout_cycles} cycles (deadline)")
         self.valid.value = 0
         self.sent += 1
 
@@ -105,7 +129,7 @@ class StreamMonitor:
                 self.queue.append(self.payload.value.to_unsigned())
             await RisingEdge(self.clk)
 
-    async def wait_for(self, count: int, timeout_cycles: int = 1_000_000) -> list[int]:
+    async def wait_for(self, count: int, timeout_cycles: int = WAIT_CYCLES) -> list[int]:
         """Wait until ``count`` payloads arrived; return and remove them."""
         for _ in range(timeout_cycles):
             if len(self.queue) >= count:

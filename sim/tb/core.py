@@ -25,13 +25,15 @@ from cocotb.utils import get_sim_time
 from hdl.core.config import CoreConfig
 from hdl.core.core import REGS, STATE_LAYOUT, stat_reg
 from hdl.core.host import HostOp, HostStatus
-from hdl.core.isa import THRESH_FRAC_BITS, Op, Status, encode, stat_slot, stat_slots
+from hdl.core.isa import Op, Status, encode, stat_slot, stat_slots
 from sim.host.compiler import MLP, compile_mlp
 from sim.host.driver import CoreDriver, HostError, pack_cmd
 from sim.host.optim import SGD, Adam, AdamW, Clip, LossScale, Momentum
 from sim.model.core import CoreModel
-from sim.model.stats import ratio
+from sim.tb import cycles as doc
 from sim.tb.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
+from sim.tb.core_cases import (fast_program, fast_step, fast_thresholds,
+                               non_finite_gradient_case)
 
 F32 = np.float32
 CLOCK_NS = 10       # sim.tb.cocotb_stream.start_clock's default period
@@ -281,63 +283,12 @@ async def inf_skips_step(dut):
     await tb.compare_memory(comp.plan)
 
 
-def fast_program(comp) -> list:
-    """The compiled step program with ``ADAPT`` at its top (FAST, docs/fast.md): each step
-    first raises the widths whose statistic of the previous step exceeded its threshold."""
-    return [encode(Op.ADAPT)] + list(comp.program)
-
-
-def fast_step(comp, x, y, t: int, *, prec=()) -> list:
-    """A step's host actions without a program load and without precision writes (the
-    table keeps what ADAPT made of it), after the ``("prec", ...)`` entries in ``prec``."""
-    acts = [a for a in comp.step_actions(x, y, t, load_program=False) if a[0] != "prec"]
-    return [("prec", *p) for p in prec] + acts
-
-
-def fast_thresholds(states: dict, raise_, keep) -> list:
-    """``THRESH`` actions: 10 % below the statistic ``r`` of the slots in ``raise_`` (ADAPT
-    raises them) and 10 % above for those in ``keep`` (it does not)."""
-    r = {k: ratio(s) for k, s in states.items()}
-    one = 1 << THRESH_FRAC_BITS
-    return ([("thresh", *k, int(r[k] * 0.9 * one)) for k in raise_]
-            + [("thresh", *k, int(r[k] * 1.1 * one) + 1) for k in keep])
-
-
-def non_finite_gradient_case(where: str):
-    """A step whose only non-finite gradient no BFP converter sees (its operands are finite):
-    ``"matmul"``, a 1-layer net whose inputs near 1e38 make ``dW0 = x^T dz`` overflow in the
-    matmul pass; ``"vector"``, a 2-layer net whose ``W1`` column 0 (4e37) makes the activation
-    gradient large but finite, and the bias gradient ``db0`` (the vector unit's column sums
-    over the batch) overflows. Returns ``(desc, Ws, bs, x, y)`` (Adam, loss scaling, batch 4).
-    The two-pass ``OPT`` skips it through its check pass (``flags`` 0); the one-pass ``OPT``
-    through the core's gradient-write snoop (``flags`` bit 2)."""
-    rng = np.random.default_rng(5)
-    ls = LossScale(init_exp=5, growth_interval=2)
-    if where == "matmul":
-        desc = MLP(layers=(4, 3), batch=4, optimizer=Adam(lr=1e-2), loss_scale=ls)
-        Ws = [(rng.standard_normal((4, 3)) * 1e-3).astype(F32)]
-        bs = [np.zeros(3, F32)]
-        x = (rng.standard_normal((4, 4)) * 1e38).astype(F32)
-        y = rng.integers(0, 3, 4)
-    elif where == "vector":
-        desc = MLP(layers=(4, 6, 3), batch=4, optimizer=Adam(lr=1e-2), loss_scale=ls)
-        Ws = [np.zeros((4, 6), F32), np.zeros((6, 3), F32)]
-        Ws[1][:, 0] = 4e37
-        bs = [np.full(6, 1e-30, F32), np.zeros(3, F32)]
-        x = (rng.standard_normal((4, 4)) * 1e-3).astype(F32)
-        y = np.ones(4, int)
-    else:
-        raise ValueError(f"where must be 'matmul' or 'vector', not {where!r}")
-    return desc, Ws, bs, x, y
-
-
 @cocotb.test()
 async def one_pass_skip_matches_two_pass(dut):
     """A gradient made non-finite by a matmul pass or by the vector unit with no BFP converter
     flag: the two-pass OPT (check pass) and the one-pass OPT (write snoop, ``flags`` bit 2)
     both skip the step, write nothing, and leave identical memories and status; then a clean
     step runs one-pass with the optimizer busy ``N + latency`` cycles (no check pass)."""
-    from hdl.optim.engine import step1_busy_cycles
     cfg = _config()
     tb = CoreTB(dut, cfg, seed=9)
     await tb.start()
@@ -377,7 +328,7 @@ async def one_pass_skip_matches_two_pass(dut):
     assert tb.last_regs["flags"] == 0
     n = comp.report()["parameter_words_padded"]
     # SETREG N and STEP1 in the two cycles after issue, the unit free a cycle after busy falls
-    assert tb.last_regs["optim_busy"] == 3 + step1_busy_cycles(n), tb.last_regs["optim_busy"]
+    assert tb.last_regs["optim_busy"] == doc.core_opt_busy_cycles(n), tb.last_regs["optim_busy"]
     await tb.compare_memory(comp.plan)
 
 

@@ -18,17 +18,13 @@ from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge
 from hdl.optim.config import Mem, Op, OptimConfig, Reg, unpack_status
 from sim.host.optim import (SGD, Adam, AdamW, Clip, LossScale, Momentum, optimizer_registers,
                             pack_cmd, reg_word)
+from sim.model.grad import canon
 from sim.model.optim import OptimEngineModel
-from sim.tb.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
+from sim.tb.cocotb_stream import (WAIT_CYCLES, StreamDriver, StreamMonitor, reset, start_clock,
+                                  wait_trigger)
 
 N_PARAMS = 1000
 STEPS = 100
-
-
-def _canon(bits):
-    """NaN payloads are free: map every NaN to one pattern before comparing."""
-    b = np.asarray(bits, dtype=np.uint64) & 0xFFFFFFFF
-    return np.where((b & 0x7FFFFFFF) > 0x7F800000, 0x7FC00000, b)
 
 
 class TB:
@@ -52,10 +48,12 @@ class TB:
     async def command(self, op, **kw):
         await self.cmd.send(pack_cmd(op, **kw))
 
-    async def wait_idle(self):
+    async def wait_idle(self, max_cycles: int = WAIT_CYCLES):
+        """Until ``busy`` falls (Python not woken per cycle); TimeoutError after
+        ``max_cycles``."""
         await ReadOnly()
         if self.dut.busy.value == 1:
-            await FallingEdge(self.dut.busy)
+            await wait_trigger(FallingEdge(self.dut.busy), "optimizer busy", max_cycles)
         await RisingEdge(self.dut.clk)
 
     async def setreg(self, addr, value, model=True):
@@ -102,19 +100,20 @@ class TB:
         return skipped, cycles
 
     def check_status(self):
-        got, exp = self.status(), self.model.status()
-        assert got["error"] == 0, "engine flagged an error"
+        got, exp = self.status(), self.model.status()      # error included (model: 0)
         for k, v in exp.items():
             g = got[k]
-            if k == "sumsq":
-                g, v = int(_canon([g])[0]), int(_canon([v])[0])
+            if k == "sumsq":        # raw DUT word; a NaN must be the canonical 0x7FC00000
+                v = int(canon(np.array([v], np.uint64))[0])
             assert g == v, f"status.{k}: DUT {g:#x} != model {v:#x}"
 
     async def check_mems(self, n, mems=(Mem.W, Mem.M, Mem.V), what=""):
         for mem in mems:
             got = await self.read(mem, 0, n)
             exp = self.model.mems[mem][:n].view(np.uint32).astype(np.uint64)
-            bad = np.nonzero(_canon(got) != _canon(exp))[0]
+            # raw DUT words: a NaN must be the canonical 0x7FC00000 (docs/fp32.md); only the
+            # golden side (numpy, free NaN payloads) is canonicalised
+            bad = np.nonzero(got != canon(exp))[0]
             assert len(bad) == 0, (
                 f"{what} mem {Mem.NAMES[mem]}: {len(bad)} words differ, first at {bad[0]}: "
                 f"DUT {int(got[bad[0]]):#010x} model {int(exp[bad[0]]):#010x}")
@@ -230,25 +229,55 @@ async def clip_boundary(dut):
 
 @cocotb.test()
 async def invalid_commands_flag_error(dut):
-    """Out-of-range N / count and an invalid mode are ignored and raise ``status.error``."""
+    """Every command the golden model rejects (:meth:`OptimEngineModel.command`: out-of-range
+    N / count / address, update rule 3, unknown register or opcode, STEP before N) is ignored:
+    after a reset and a known state (memories, registers, one applied step), the command
+    raises ``status.error`` and the whole status equals the model's; the memories read back
+    unchanged, and a following STEP runs with the N and MODE set before."""
     tb = TB(dut, seed=31)
     await tb.start()
-    depth = tb.config.depth
-    bad = [pack_cmd(Op.SETREG, addr=Reg.N, data=0),
-           pack_cmd(Op.SETREG, addr=Reg.N, data=depth + 1),
-           pack_cmd(Op.SETREG, addr=Reg.MODE, data=3),
-           pack_cmd(Op.WRITE, mem=Mem.W, addr=depth - 2, count=3),
-           pack_cmd(Op.READ, mem=Mem.W, addr=0, count=0),
-           pack_cmd(Op.STEP),                       # N never set
-           pack_cmd(7)]
-    for word in bad:
+    depth, n = tb.config.depth, 8
+    regions = ((0, 16), (depth - 8, 8))         # what the bad ranges would touch
+
+    async def check_regions(what):
+        for mem in (Mem.W, Mem.M, Mem.V, Mem.G):
+            for base, count in regions:
+                got = await tb.read(mem, base, count)
+                exp = tb.model.mems[mem][base:base + count].view(np.uint32)
+                assert np.array_equal(got, exp), f"{what}: mem {Mem.NAMES[mem]} changed"
+
+    bad = [(Op.SETREG, dict(addr=Reg.N, data=0)), (Op.SETREG, dict(addr=Reg.N, data=depth + 1)),
+           (Op.SETREG, dict(addr=Reg.MODE, data=3)), (Op.SETREG, dict(addr=Reg.MODE, data=15)),
+           (Op.WRITE, dict(mem=Mem.W, addr=depth - 2, count=3)),
+           (Op.ACCUM, dict(addr=depth - 1, count=2)),
+           (Op.READ, dict(mem=Mem.W, addr=0, count=0)), (Op.STEP, {}), (6, {}), (7, {})]
+    for op, kw in bad:
         await reset(dut)
-        await tb.command(Op.SETREG, addr=Reg.CLEAR)  # a good command: no error
-        await tb.wait_idle()
+        # reset clears registers and status, not the memories: a fresh model keeps them
+        mems = [m.copy() for m in tb.model.mems]
+        tb.model = OptimEngineModel(tb.config)
+        tb.model.mems = mems
+        if op != Op.STEP:                            # STEP: rejected because N was never set
+            for mem in (Mem.W, Mem.M, Mem.V):
+                for base, count in regions:
+                    await tb.write(mem, base, np.abs(tb.rng.standard_normal(count)).astype(
+                        np.float32))
+            await tb.setregs(optimizer_registers(Adam(lr=1e-2), 1, n, LossScale(3, 2)))
+            for base, count in regions:
+                await tb.accum(base, tb.rng.standard_normal(count).astype(np.float32), True)
+            await tb.step()
         assert tb.status()["error"] == 0
-        await tb.cmd.send(word)
+        assert tb.model.rejection(op, **kw) is not None, (op, kw)
+        tb.model.command(op, **kw)
+        await tb.cmd.send(pack_cmd(op, **kw))
         await tb.wait_idle()
-        assert tb.status()["error"] == 1, f"command {word:#x} not flagged: {tb.status()}"
+        assert tb.status()["error"] == 1, f"command {op} {kw} not flagged: {tb.status()}"
+        tb.check_status()
+        await check_regions(f"rejected {op} {kw}")
+        if op != Op.STEP:
+            await tb.accum(0, tb.rng.standard_normal(16).astype(np.float32), True)
+            await tb.step()
+            await check_regions(f"STEP after rejected {op} {kw}")
     # after reset the engine works normally
     await reset(dut)
     await tb.write(Mem.W, 0, np.arange(8, dtype=np.float32))
@@ -283,7 +312,6 @@ async def reset_mid_step(dut):
 @cocotb.test(skip=os.environ.get("TESSERA_BENCH_OUT") is None)
 async def bench_throughput(dut):
     """Latency and elements/cycle of the engine's passes (JSON to $TESSERA_BENCH_OUT)."""
-    import hdl.optim.engine as eng_mod  # noqa: F401  (for the published latency)
     from hdl.registry import get_block
     preset = os.environ.get("TESSERA_PRESET", "tiny")
     params = get_block("optim_engine").params(preset)

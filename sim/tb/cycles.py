@@ -1,0 +1,78 @@
+"""Cycle counts as the documentation states them, written out again for the tests.
+
+Each function is a formula from a block's page under ``docs/``, implemented here from the
+text and not imported from ``hdl`` (whose own ``cycles``/``latency`` helpers are what the
+tests check). The inputs are configuration facts: sizes, widths, lane counts, and the FP32
+units' pipeline latencies, which the FP32 units' own tests measure. Nothing here imports
+cocotb, so the fast tier can use it.
+"""
+from __future__ import annotations
+
+__all__ = ["beat_cycles", "fmac_core_latency", "array_latency", "lanesum_flush",
+           "optim_update_latency", "optim_sumsq_latency", "optim_step1_cycles",
+           "optim_step_cycles_min", "matmul_pass_overhead", "matmul_pass_cycles",
+           "core_opt_busy_cycles"]
+
+#: ``FMACCore.latency = 1`` (docs/fmac.md: ``done`` and the product in cycle ``t + B + 1``).
+fmac_core_latency = 1
+
+
+def beat_cycles(width_a: int, width_b: int, lanes: int) -> int:
+    """docs/array.md: ``beat_cycles(m_a, m_b) = ceil((m_a/2)(m_b/2)/lanes)``."""
+    return -(-((width_a // 2) * (width_b // 2)) // lanes)
+
+
+def array_latency(size: int, width_a: int, width_b: int, lanes: int) -> int:
+    """docs/array.md: an ``inp`` beat's output vector appears ``(2S + 1)*B + 3 +
+    FMACCore.LATENCY`` cycles later without backpressure."""
+    return (2 * size + 1) * beat_cycles(width_a, width_b, lanes) + 3 + fmac_core_latency
+
+
+def matmul_pass_overhead(size: int) -> int:
+    """docs/array.md (*Measured*): besides its beats, a single pass pays ``(2S + 1)`` beats of
+    skew and systolic flow plus ``25 + 2S`` cycles that do not scale with the beat."""
+    return 25 + 2 * size
+
+
+def matmul_pass_cycles(size: int, beats: int, beat: int) -> int:
+    """docs/array.md: ``cycles`` of a pass on an idle engine whose tiles keep the array fed
+    (square passes of 4S and 8S per side in the benchmark): its beats, ``(2S + 1)`` beats of
+    fill and drain, and ``25 + 2S`` fixed cycles; the last beat's ``B - 1`` cycles after its
+    start overlap the drain, so the fill costs ``2S*B + 1``: ``(beats + 2S)*B + 2S + 26``
+    (= ``beats + 4S + 26`` at 1-cycle beats, the 42 / 58 cycles the page quotes)."""
+    return (beats + 2 * size) * beat + 1 + matmul_pass_overhead(size)
+
+
+def lanesum_flush(lm: int, la: int, lanes: int) -> int:
+    """docs/datapaths.md (``LaneSum``): flush latency ``Lm + La + 2 + (lanes-1)(La+1) + 1``."""
+    return lm + la + 2 + (lanes - 1) * (la + 1) + 1
+
+
+def optim_update_latency(lm: int, la: int, lsqrt: int, ldiv: int) -> int:
+    """docs/datapaths.md: update pipeline ``2 + 6*Lmul + 3*Ladd + Lsqrt + Ldiv``."""
+    return 2 + 6 * lm + 3 * la + lsqrt + ldiv
+
+
+def optim_sumsq_latency(lm: int, la: int, lanes: int) -> int:
+    """docs/datapaths.md: ``sumsq_latency`` = read 2 + unscale multiply + ``LaneSum`` flush + 1."""
+    return 2 + lm + lanesum_flush(lm, la, lanes) + 1
+
+
+def optim_step1_cycles(n: int, lm: int, la: int, lsqrt: int, ldiv: int, lanes: int) -> int:
+    """docs/datapaths.md: busy cycles of a one-pass ``STEP1`` (no clipping, not skipped):
+    ``N + max(latency + 3, sumsq_latency)``."""
+    return n + max(optim_update_latency(lm, la, lsqrt, ldiv) + 3,
+                   optim_sumsq_latency(lm, la, lanes))
+
+
+def optim_step_cycles_min(n: int, lm: int, la: int, lsqrt: int, ldiv: int, lanes: int) -> int:
+    """docs/datapaths.md: a two-pass ``STEP`` takes about ``2N + Lsum (+ Lclip) + Lupdate``;
+    this is that sum without the clip factor (the fewest cycles a STEP can take)."""
+    return 2 * n + optim_sumsq_latency(lm, la, lanes) + optim_update_latency(lm, la, lsqrt, ldiv)
+
+
+def core_opt_busy_cycles(n: int) -> int:
+    """docs/core.md: a one-pass ``OPT`` (no clipping) keeps the training core's optimizer busy
+    ``3 + N + 88`` cycles (SETREG N and STEP1 in the two cycles after issue, the unit free a
+    cycle after ``busy`` falls; ``N + 88`` is ``STEP1`` with the default FP32 units)."""
+    return 3 + n + 88

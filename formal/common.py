@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -235,10 +236,16 @@ def run_sby(proof: Proof, mode: str, workdir: Path, *, il_text: str | None = Non
     (job / "top.il").write_text(il_text)
     (job / "top.sby").write_text(sby_text(mode, proof.depth, proof.timeout))
     t0 = time.monotonic()
-    proc = subprocess.run(["yowasp-sby", "-f", "top.sby"], cwd=job, env=tool_env(),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # its own process group: an interrupted run takes sby, smtbmc and yices down with it
+    proc = subprocess.Popen(["yowasp-sby", "-f", "top.sby"], cwd=job, env=tool_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        log, _ = proc.communicate()
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGTERM)
+        raise
     seconds = time.monotonic() - t0
-    log = proc.stdout
     (job / "sby.log").write_text(log)
     reached = len(_REACHED_RE.findall(log))
     unreached = len(_UNREACHED_RE.findall(log))

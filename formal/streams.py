@@ -113,6 +113,9 @@ def _line_reader():
 
 
 def _reader_env(m: Module, dut):
+    # its contract: ``start`` only once the previous walk has been consumed (the vector unit
+    # starts a reader when its command arrives); weakest form: not while a beat waits
+    m.d.comb += Assume(~(dut.start & dut.o.valid & ~dut.o.ready))
     # the reader's read side is a bare r_en/r_addr/r_data triple, not a LinePort member
     p_en = past(m, dut.r_en, name="r_past_en")
     p_data = past(m, dut.r_data, name="r_past_data")

@@ -28,8 +28,6 @@ from amaranth.hdl import Assert, Assume, Cat, Cover, Module, Mux, Signal, signed
 from hdl.bfp.converter import E_ZERO, BFPConverter, Rounding
 from hdl.config import BFPConfig
 
-from hdl.lib.mustuse import mark_used
-
 from .common import FormalWrapper, Proof, free_inputs, stream_rule
 
 __all__ = ["BFPRounding", "PROOFS"]
@@ -49,10 +47,7 @@ class BFPRounding(FormalWrapper):
     """Wrapper of :class:`BFPConverter`: the tracked group's output against the reference."""
 
     def __init__(self, config: BFPConfig):
-        if not isinstance(config, BFPConfig):
-            mark_used(self)
-            raise TypeError(f"BFPRounding.config must be a BFPConfig, not {config!r}")
-        self.config = config
+        self.config = self._check_config(config, BFPConfig)
         super().__init__(BFPConverter(config=config))
 
     def properties(self, m: Module):

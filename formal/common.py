@@ -10,6 +10,7 @@ once per mode (``bmc``/``prove`` for the assertions, ``cover`` for the covers).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -26,8 +27,10 @@ from amaranth.back import rtlil
 from amaranth.hdl import Assert, Assume, Cover, Module, ResetSignal, Signal, Value
 from amaranth.lib import wiring
 
+from hdl.lib.mustuse import mark_used
+
 __all__ = ["Proof", "Result", "FormalWrapper", "free_inputs", "stream_rule", "past",
-           "to_rtlil", "sby_text", "run_sby", "tool_env", "MODES"]
+           "small_core_config", "to_rtlil", "sby_text", "run_sby", "tool_env", "MODES"]
 
 #: SymbiYosys modes a proof may run: ``bmc`` (assertions up to ``depth`` cycles), ``prove``
 #: (k-induction: assertions for every cycle), ``cover`` (every Cover reached within ``depth``).
@@ -126,6 +129,15 @@ class FormalWrapper(wiring.Component):
         self.dut = dut
         super().__init__({})
 
+    def _check_config(self, config, kind: type):
+        """Return ``config`` if it is a ``kind``; else raise ``TypeError`` naming it (and
+        silence the never-used warning of this rejected wrapper)."""
+        if not isinstance(config, kind):
+            mark_used(self)
+            raise TypeError(f"{type(self).__name__}.config must be a {kind.__name__}, "
+                            f"not {config!r}")
+        return config
+
     def properties(self, m: Module):
         raise NotImplementedError
 
@@ -185,6 +197,14 @@ def stream_rule(m: Module, port, *, name: str, assume: bool = False, cover: bool
         m.d.comb += [Cover(transfer, f"{name}: transfer"),
                      Cover(held & transfer, f"{name}: transfer after backpressure")]
     return transfer
+
+
+def small_core_config():
+    """The smallest training-core config the sequencer proofs use: ``CoreConfig`` tiny with 4
+    banks of 16 lines, 16 program words, one precision-table layer, 4-bit dimensions."""
+    from hdl.core.config import CoreConfig
+    return dataclasses.replace(CoreConfig.preset("tiny"), banks=4, bank_depth=16,
+                               prog_depth=16, layers=1, dim_bits=4)
 
 
 def to_rtlil(wrapper: FormalWrapper) -> str:

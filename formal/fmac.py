@@ -44,10 +44,7 @@ class FMACProduct(FormalWrapper):
 
     def __init__(self, config: FMACConfig, *, one_product: bool = False, value: bool = True,
                  widths: tuple | None = None, reference: str = "chunks"):
-        if not isinstance(config, FMACConfig):
-            mark_used(self)
-            raise TypeError(f"FMACProduct.config must be an FMACConfig, not {config!r}")
-        self.config = config
+        self.config = self._check_config(config, FMACConfig)
         self.one_product = bool(one_product)
         self.value = bool(value)
         if widths is not None and not set(widths) <= set(config.widths):

@@ -22,8 +22,6 @@ the scoreboard (issue gating, ownership, release), not of the address decoding.
 """
 from __future__ import annotations
 
-import dataclasses
-
 from amaranth.hdl import Assert, Assume, Cover, Module, ResetSignal, Signal
 from amaranth.hdl._ast import Assign, Switch
 from amaranth.lib import data
@@ -35,7 +33,7 @@ from hdl.optim.config import Op as OptOp
 
 from hdl.lib.mustuse import mark_used
 
-from .common import FormalWrapper, Proof, free_inputs
+from .common import FormalWrapper, Proof, free_inputs, small_core_config
 
 __all__ = ["HazardRule", "internal_signals", "PROOFS"]
 
@@ -71,10 +69,7 @@ class HazardRule(FormalWrapper):
     """Wrapper of :class:`Sequencer`: the scoreboard against a record of running work."""
 
     def __init__(self, config: CoreConfig):
-        if not isinstance(config, CoreConfig):
-            mark_used(self)
-            raise TypeError(f"HazardRule.config must be a CoreConfig, not {config!r}")
-        self.config = config
+        self.config = self._check_config(config, CoreConfig)
         super().__init__(Sequencer(config=config))
 
     def elaborate(self, platform):
@@ -145,14 +140,11 @@ class HazardRule(FormalWrapper):
         ]
 
 
-def _config():
-    return dataclasses.replace(CoreConfig.preset("tiny"), prog_depth=16)
-
-
 PROOFS = [
-    Proof(name="hazard_sequencer", block="Sequencer (CoreConfig tiny, prog_depth 16)",
+    Proof(name="hazard_sequencer", block="Sequencer (small_core_config: 4 banks x 16 lines, "
+                                         "prog_depth 16)",
           prop="no issue on banks a running instruction owns, one instruction per unit, "
                "SOFTMAX_XENT/OPT ordering, HALT only when all units finished; any program, "
                "units abstracted (free ready/completion)",
-          build=lambda: HazardRule(_config()), depth=30),
+          build=lambda: HazardRule(small_core_config()), depth=22),
 ]

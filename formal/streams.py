@@ -29,7 +29,7 @@ from hdl.core.vector import VectorUnit, _LineReader
 from hdl.optim.config import OptimConfig
 from hdl.optim.engine import OptimEngine
 
-from .common import FormalWrapper, Proof, free_inputs, past, stream_rule
+from .common import FormalWrapper, Proof, free_inputs, past, small_core_config, stream_rule
 
 __all__ = ["StreamRules", "memory_contract", "PROOFS"]
 
@@ -124,7 +124,7 @@ def _reader_env(m: Module, dut):
 
 
 def _sequencer():
-    return StreamRules(Sequencer(config=CoreConfig.preset("tiny")),
+    return StreamRules(Sequencer(config=small_core_config()),
                        outs=("mm_cmd", "vec_cmd", "opt_cmd"), ins=("mm_rsp",),
                        extra=_sequencer_env)
 
@@ -142,5 +142,6 @@ PROOFS = [
     _proof("stream_vector_unit", "VectorUnit (CoreConfig tiny, S = 4)", _vector, 16),
     _proof("stream_vector_line_reader", "VectorUnit's _LineReader (S = 4, L = 4)",
            _line_reader, 16),
-    _proof("stream_sequencer", "Sequencer (CoreConfig tiny)", _sequencer, 24),
+    _proof("stream_sequencer", "Sequencer (small_core_config: 4 banks x 16 lines, prog_depth 16)",
+           _sequencer, 18),
 ]

@@ -63,7 +63,7 @@ def test_invalid_arguments():
     with pytest.raises(ValueError, match="Proof.expect"):
         Proof(**{**ok, "expect": "maybe"})
     from hdl.config import FMACConfig
-    with pytest.raises(TypeError, match="FMACProduct.config"):
+    with pytest.raises(TypeError, match="FMACProduct.config must be a FMACConfig"):
         FMACProduct(None)
     with pytest.raises(ValueError, match="FMACProduct.widths"):
         FMACProduct(FMACConfig(), widths=(3,))

@@ -129,19 +129,20 @@ def _sequencer():
                        extra=_sequencer_env)
 
 
-def _proof(name, block, build, depth):
+def _proof(name, block, build, depth, modes=("bmc", "cover")):
     return Proof(name=name, block=block,
                  prop="stream rule: valid held and payload stable until ready on every output "
                       "stream (inputs assumed to follow it; free backpressure)",
-                 build=build, depth=depth)
+                 build=build, depth=depth, modes=modes)
 
 
 PROOFS = [
     _proof("stream_matmul_engine", "MatmulEngine (ArrayConfig tiny, S = 4)", _matmul, 24),
     _proof("stream_optim_engine", "OptimEngine (OptimConfig depth 16)", _optim, 24),
     _proof("stream_vector_unit", "VectorUnit (CoreConfig tiny, S = 4)", _vector, 16),
+    # small enough for k-induction: the rule holds in every cycle, not only up to the depth
     _proof("stream_vector_line_reader", "VectorUnit's _LineReader (S = 4, L = 4)",
-           _line_reader, 16),
+           _line_reader, 12, modes=("prove", "cover")),
     _proof("stream_sequencer", "Sequencer (small_core_config: 4 banks x 16 lines, prog_depth 16)",
            _sequencer, 18),
 ]

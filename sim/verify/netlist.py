@@ -11,7 +11,9 @@ coverage, and :func:`dead_bits` finds both, per module, for signals that are not
 * **constant**: bits of a signal assigned once, by ``assign``, from a constant or from a
   concatenation whose parts include constants (``{ 8'h00, s5_base, 23'h000000 }``).
 
-A read is any occurrence of the name outside the left-hand side of an assignment; a read
+A read is any occurrence of the name outside the left-hand side of an assignment (and
+outside the ``.port(`` name of an instance's connection; the connected expression counts as
+read even when the port is an output); a read
 with a constant part-select (``x[7:0]``, ``x[3]``) uses those bits, any other read (a
 variable index, the whole name) uses all bits. This over-approximates what is read, so a bit
 is reported unread only if it really is.
@@ -21,7 +23,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-__all__ = ["dead_bits", "split_modules"]
+__all__ = ["dead_bits", "declarations", "split_modules"]
 
 _NAME = r"(?:\\\S+\s|[A-Za-z_][A-Za-z0-9_$]*)"
 _DECL_RE = re.compile(r"^\s*(input|output|inout|wire|reg)\s+(?:signed\s+)?(?:\[(\d+):(\d+)\]\s*)?"
@@ -89,9 +91,9 @@ def _const_bits(expr: str, widths: dict[str, int]) -> dict[int, int] | None:
     return out
 
 
-def dead_bits(lines: list[str]) -> dict[str, dict[str, set[int]]]:
-    """``{"unread": {signal: bits}, "constant": {signal: bits}}`` of one module's lines, for
-    its non-port multi-bit and single-bit signals (bits numbered from the declared LSB)."""
+def declarations(lines: list[str]) -> tuple[dict[str, tuple[int, int]], set[str], set[int]]:
+    """Of one module's lines: ``{name: (msb, lsb)}`` of its signals (memories left out), the
+    names of its ports, and the indices of the declaration lines."""
     decl: dict[str, tuple[int, int]] = {}
     ports: set[str] = set()
     decl_lines: set[int] = set()
@@ -101,10 +103,16 @@ def dead_bits(lines: list[str]) -> dict[str, dict[str, set[int]]]:
             decl_lines.add(i)
         if m and "[" not in line[m.end():]:     # a memory (`reg [7:0] mem [15:0]`) is skipped
             name = _clean(m.group(4))
-            hi, lo = (int(m.group(2)), int(m.group(3))) if m.group(2) else (0, 0)
-            decl[name] = (hi, lo)
+            decl[name] = (int(m.group(2)), int(m.group(3))) if m.group(2) else (0, 0)
             if m.group(1) in ("input", "output", "inout"):
                 ports.add(name)
+    return decl, ports, decl_lines
+
+
+def dead_bits(lines: list[str]) -> dict[str, dict[str, set[int]]]:
+    """``{"unread": {signal: bits}, "constant": {signal: bits}}`` of one module's lines, for
+    its non-port signals (bits numbered from the declared LSB, which Amaranth makes 0)."""
+    decl, ports, decl_lines = declarations(lines)
     widths = {n: hi - lo + 1 for n, (hi, lo) in decl.items()}
     read: dict[str, set[int]] = defaultdict(set)
     assigns: dict[str, list[str]] = defaultdict(list)   # right-hand sides of `assign`
@@ -122,7 +130,7 @@ def dead_bits(lines: list[str]) -> dict[str, dict[str, set[int]]]:
             start = lhs.end()
         for t in _TOKEN_RE.finditer(line, start):
             name = _clean(t.group(0))
-            if name not in decl:
+            if name not in decl or line[:t.start()].endswith("."):   # `.port(` of an instance
                 continue
             hi, lo = decl[name]
             s = _SLICE_RE.match(line, t.end())

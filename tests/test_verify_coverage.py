@@ -130,6 +130,7 @@ def test_summarise_counts_groups_and_exclusions(tmp_path):
     md = cov.render_markdown(s, {"tests": 1, "files": 1})
     assert "| top | tiny | 50.0% ✗ (1/2) | 66.7% ✗ (2/3) | 1/3 |" in md
     assert "(unread bits)" in md
+    assert "## Below target" in md and "**top-tiny**" in md and "not explained yet" in md
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -335,6 +335,8 @@ def render_markdown(summary: dict, meta: dict) -> str:
            "Verilog; a toggle point one bit of a signal in one direction. Points of modules "
            "instantiated several times are summed over the instances. Excluded points (last "
            "table) are not counted. Points never hit: `build/coverage/<block>-<preset>.missed.txt`.",
+           "", "Runs merged (`build/sim/runs-cov/`): " + ", ".join(
+               f"`{r}`" for r in meta.get("runs", [])) + ".",
            "", "## Per block", "",
            "| block | preset | line | toggle | excluded (line/toggle) |",
            "|---|---|---|---|---|"]
@@ -399,8 +401,9 @@ def main(argv=None) -> int:
     for variant, points in merged.items():
         write_dat(points, OUT / f"{variant}.dat")
     summary = summarise(merged, missed_dir=OUT)
-    tests = len({p.parent for p in COVERAGE_RUNS.glob("*/coverage-*.dat")})
-    meta = {"tests": tests, "files": len(list(COVERAGE_RUNS.glob("*/coverage-*.dat")))}
+    files = sorted(COVERAGE_RUNS.glob("*/coverage-*.dat"))
+    meta = {"tests": len({p.parent for p in files}), "files": len(files),
+            "runs": sorted({p.parent.name for p in files})}
     if not args.report_only:
         meta["run_seconds"] = round(time.monotonic() - started)
     write_json("coverage", {**summary, **meta})

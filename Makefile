@@ -12,7 +12,7 @@ FORMAL_STAMP := $(VENV)/.tessera-formal
 PYTEST_JOBS ?= 2
 export AMARANTH_USE_YOSYS := builtin
 
-.PHONY: setup setup-fpga setup-formal formal test test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train docs synth clean
+.PHONY: setup setup-fpga setup-formal formal test test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train coverage docs synth clean
 
 setup: $(STAMP)
 
@@ -119,6 +119,12 @@ bench-core: setup
 
 bench-train: setup
 	$(PY) -m sim.bench.train
+
+# Verilator line and toggle coverage of the cocotb tier, per block (docs/testing.md, "Coverage"):
+# separate -cov builds, about as long as the cocotb tier or longer, so not part of `make test`.
+# Writes docs/bench/coverage.{json,md}; merged files and missed points in build/coverage/.
+coverage: setup
+	$(PY) -m sim.verify.coverage --pytest-args "-n $(PYTEST_JOBS)"
 
 # Pages generated from the code (docs/isa.md from the ISA layouts); tests fail when stale.
 docs: setup

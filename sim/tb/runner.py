@@ -5,6 +5,10 @@
   whether a rebuild is needed, so ``pytest -n 2`` workers share builds safely.
 * Every test runs in its own ``build/sim/runs/<test name>/`` directory.
 * Waveforms only when asked: ``WAVES=1`` builds a separate ``-waves`` variant with tracing.
+* Coverage only when asked: ``TESSERA_COVERAGE=1`` builds a separate ``-cov`` variant with Verilator
+  line and toggle coverage (:data:`COVERAGE_ARGS`); its runs go to ``build/sim/runs-cov/`` and
+  each writes ``coverage-<block>-<preset>.dat`` there, merged and reported per block by
+  :mod:`sim.verify.coverage` (``make coverage``). Normal builds and runs are not touched.
 """
 from __future__ import annotations
 
@@ -31,12 +35,22 @@ VERILATOR_ARGS = [
     "-j", "2",
 ]
 
-__all__ = ["ROOT", "BUILD", "waves_requested", "ensure_verilator_on_path", "build_block",
-           "run_cocotb"]
+#: Extra Verilator flags of a coverage build (``TESSERA_COVERAGE=1``).
+COVERAGE_ARGS = ["--coverage-line", "--coverage-toggle"]
+#: Where coverage runs write their ``coverage-<block>-<preset>.dat`` (one directory per test).
+COVERAGE_RUNS = BUILD / "runs-cov"
+
+__all__ = ["ROOT", "BUILD", "COVERAGE_ARGS", "COVERAGE_RUNS", "waves_requested",
+           "coverage_requested", "ensure_verilator_on_path", "build_block", "run_cocotb"]
 
 
 def waves_requested() -> bool:
     return os.environ.get("WAVES", "0") not in ("", "0")
+
+
+def coverage_requested() -> bool:
+    # not ``COVERAGE``: cocotb reads that one as a request for Python coverage of the testbench
+    return os.environ.get("TESSERA_COVERAGE", "0") not in ("", "0")
 
 
 def _runner():
@@ -50,12 +64,17 @@ def _runner():
 PORTS_ONLY_BLOCKS = ("training_core",)
 
 
-def _source_digest(block: str, preset: str) -> str:
+def _build_args(coverage: bool) -> list[str]:
+    return VERILATOR_ARGS + (COVERAGE_ARGS if coverage else [])
+
+
+def _source_digest(block: str, preset: str, coverage: bool) -> str:
     """A hash of everything the generated Verilog and its build depend on."""
-    return hdl_digest(block, preset, VERILATOR_ARGS, block in PORTS_ONLY_BLOCKS)
+    return hdl_digest(block, preset, _build_args(coverage), block in PORTS_ONLY_BLOCKS)
 
 
-def build_block(block: str, preset: str, *, waves: bool = False) -> Path:
+def build_block(block: str, preset: str, *, waves: bool = False,
+                coverage: bool = False) -> Path:
     """Generate and Verilator-build one variant once; return its build directory.
 
     Generation is skipped when no source of :mod:`hdl` changed since the last build (the
@@ -63,21 +82,22 @@ def build_block(block: str, preset: str, *, waves: bool = False) -> Path:
     the model rebuilt only if the Verilog itself changed."""
     from hdl.cli import generate_one
 
-    tag = f"{block}-{preset}" + ("-waves" if waves else "")
+    tag = f"{block}-{preset}" + ("-waves" if waves else "") + ("-cov" if coverage else "")
+    args = _build_args(coverage)
     build_dir = BUILD / tag
     BUILD.mkdir(parents=True, exist_ok=True)
     with FileLock(str(BUILD / f"{tag}.lock")):
         source = build_dir / f"tessera_{block}.v"
         stamp = build_dir / "verilog.sha256"
         src_stamp = build_dir / "source.sha256"
-        src_digest = _source_digest(block, preset)
+        src_digest = _source_digest(block, preset, coverage)
         if (src_stamp.exists() and src_stamp.read_text() == src_digest and stamp.exists()
                 and source.exists()):
             return build_dir
         tmp = BUILD / f"{tag}.candidate.v"
         generate_one(block, preset, tmp)
         # the build flags are part of what was built
-        flags = repr((VERILATOR_ARGS, block in PORTS_ONLY_BLOCKS)).encode()
+        flags = repr((args, block in PORTS_ONLY_BLOCKS)).encode()
         digest = hashlib.sha256(tmp.read_bytes() + flags).hexdigest()
         if not (stamp.exists() and stamp.read_text() == digest and source.exists()):
             if build_dir.exists():
@@ -96,7 +116,7 @@ def build_block(block: str, preset: str, *, waves: bool = False) -> Path:
                 extra = ["--no-public-flat-rw", str(vlt)]
             _runner().build(
                 sources=[source], hdl_toplevel=f"tessera_{block}", build_dir=build_dir,
-                build_args=VERILATOR_ARGS + extra, waves=waves, always=True,
+                build_args=args + extra, waves=waves, always=True,
                 log_file=build_dir / "build.log",
             )
             stamp.write_text(digest)
@@ -116,13 +136,20 @@ def run_cocotb(block: str, preset: str, test_module: str, *, name: str,
     build the matching config and golden model.
     """
     waves = waves_requested()
-    build_dir = build_block(block, preset, waves=waves)
-    test_dir = BUILD / "runs" / name
+    coverage = coverage_requested()
+    build_dir = build_block(block, preset, waves=waves, coverage=coverage)
+    test_dir = (COVERAGE_RUNS if coverage else BUILD / "runs") / name
     test_dir.mkdir(parents=True, exist_ok=True)
+    plusargs = []
+    if coverage:
+        # the file names which block and preset it measured (sim.verify.coverage reads them)
+        cov_file = test_dir / f"coverage-{block}-{preset}.dat"
+        cov_file.unlink(missing_ok=True)
+        plusargs = [f"+verilator+coverage+file+{cov_file.name}"]
     env = {"TESSERA_BLOCK": block, "TESSERA_PRESET": preset, **(extra_env or {})}
     return _runner().test(
         hdl_toplevel=f"tessera_{block}", hdl_toplevel_lang="verilog",
         test_module=test_module, testcase=testcase,
         build_dir=build_dir, test_dir=test_dir, waves=waves, seed=seed, extra_env=env,
-        log_file=test_dir / "sim.log",
+        plusargs=plusargs, log_file=test_dir / "sim.log",
     )

@@ -1,0 +1,1 @@
+"""Verification reports over the test tiers (``python -m sim.verify.coverage``)."""

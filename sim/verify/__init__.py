@@ -1,0 +1,1 @@
+"""Verification tools that run beside the test suite (mutation testing: ``make mutation``)."""

@@ -15,11 +15,12 @@
    pytest runs there (``python -m pytest -x -q -p no:cacheprovider -p no:xdist``, the copy's
    root first on ``sys.path``, bytecode writing off) and the file is restored. The worker
    checks once that ``hdl`` is imported from its copy. A mutant is ``killed`` when a test
-   fails or errors, ``timeout`` when the run exceeds its deadline (``--timeout-factor`` times
+   fails or errors, ``error`` when pytest reports a usage error or collects nothing (a fault of the tool, left
+   out of the score), ``timeout`` when the run exceeds its deadline (``--timeout-factor`` times
    the tests' traced time plus ``--timeout-base`` seconds: a hang is caught, counted as
-   killed, reported apart), ``survived`` otherwise. A survivor of the selected tests is run
-   again on the whole files those tests are in (a test may depend on a design another test
-   elaborated). A mutant no fast test executes survives without a run (``covered: false``).
+   killed, reported apart), ``survived`` otherwise. With ``--wide`` a survivor of the selected
+   tests runs again on the whole files those tests are in (a test may depend on a design
+   another test elaborated). A mutant no fast test executes survives without a run (``covered: false``).
 4. **Equivalents.** ``sim/verify/mutation_equivalent.toml`` names, by mutant id, the
    survivors that cannot change behaviour, each with its reason; they are reported as
    ``equivalent`` and left out of the score's denominator.
@@ -187,8 +188,9 @@ class Worker:
         dt = time.perf_counter() - t0
         if r.returncode == 0:
             return "survived", None, dt
-        if r.returncode == 5:
-            raise RuntimeError(f"no tests collected: {tests[:3]}...\n{r.stdout[-2000:]}")
+        if r.returncode in (4, 5):      # usage error / nothing collected: a tool fault
+            tail = (r.stdout + r.stderr).strip().splitlines() or [""]
+            return "error", f"pytest exit {r.returncode}: {tail[-1][:200]}", dt
         killer = None
         for line in r.stdout.splitlines():
             if line.startswith(("FAILED ", "ERROR ")):
@@ -211,7 +213,7 @@ class Worker:
         try:
             stages = [tests]
             wider = tmap.files_of(tests)
-            if len(wider) > len(tests):
+            if args.wide and len(wider) > len(tests):
                 stages.append(wider)
             total = 0.0
             for sel in stages:
@@ -244,7 +246,8 @@ def select(mutants: list[Mutant], sample: int | None, seed: int) -> list[Mutant]
     ordered = sorted(mutants, key=lambda m: m.id)
     if sample is None or sample >= len(ordered):
         return ordered
-    return sorted(random.Random(seed).sample(ordered, sample), key=lambda m: (m.path, m.line))
+    # In the sample's random order: mutants a --budget leaves unrun are a random subset too.
+    return random.Random(seed).sample(ordered, sample)
 
 
 def run(args) -> dict:
@@ -298,7 +301,7 @@ def summarize(results, everything, args, seconds, map_seconds, stale) -> dict:
     counts = Counter(r["result"] for r in results)
     ran = [r for r in results if r["result"] != "not_run"]
     killed = counts["killed"] + counts["timeout"]
-    scored = len(ran) - counts["equivalent"]
+    scored = len(ran) - counts["equivalent"] - counts["error"]
     timed = [r["seconds"] for r in ran if r.get("covered", True) and r["seconds"]]
     return {
         "sites": len(everything),
@@ -312,6 +315,7 @@ def summarize(results, everything, args, seconds, map_seconds, stale) -> dict:
         "survived": counts["survived"],
         "equivalent": counts["equivalent"],
         "not_run": counts["not_run"],
+        "error": counts["error"],
         "not_covered": sum(1 for r in ran if not r.get("covered", True)),
         "score": round(killed / scored, 4) if scored else None,
         "jobs": args.jobs, "budget_s": args.budget,
@@ -345,6 +349,7 @@ def markdown(rep: dict) -> str:
         f"{rep['not_covered']}) |",
         f"| equivalent (sim/verify/mutation_equivalent.toml) | {rep['equivalent']} |",
         f"| not run (budget) | {rep['not_run']} |",
+        f"| tool errors (pytest exit 4/5, not scored) | {rep['error']} |",
         f"| score killed / (run - equivalent) | {rep['score']} |",
         f"| seconds per mutant, mean / median | {rep['seconds_per_mutant_mean']} / "
         f"{rep['seconds_per_mutant_median']} |",
@@ -392,6 +397,8 @@ def main(argv=None) -> int:
                    help="seconds added to each run's deadline")
     p.add_argument("--timeout-factor", type=float, default=4.0,
                    help="deadline = base + factor x the tests' traced seconds")
+    p.add_argument("--wide", action="store_true",
+                   help="run a survivor again on the whole files of its tests")
     p.add_argument("--only", default=None, help="comma-separated mutant ids to run")
     p.add_argument("--list", action="store_true", help="print the mutation sites and exit")
     p.add_argument("--out", default="mutation", help="report name in docs/bench/")

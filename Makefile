@@ -80,8 +80,8 @@ bench-blocks: setup
 	$(PY) -m sim.bench.blocks
 
 # Mutation testing of hdl/ against the fast tier (docs/testing.md "Mutation testing"): a fixed
-# sample that fits ~35-40 min on 2 shared cores. MUTATION_ARGS= (empty) runs every site.
-MUTATION_ARGS ?= --sample 200 --seed 1 --budget 2100 --jobs 2
+# sample that fits ~30-35 min on 2 shared cores. MUTATION_ARGS= (empty) runs every site.
+MUTATION_ARGS ?= --sample 200 --seed 1 --budget 1800 --jobs 2
 mutation: setup
 	$(PY) -m sim.verify.mutation $(MUTATION_ARGS)
 

@@ -111,6 +111,9 @@ def test_test_selection(tree):
     assert tmap.tests_for(ms[13, "BINOP"]) == ["tests/test_a.py::t2", "tests/test_a.py::t1"]
     assert tmap.tests_for(ms[16, "CMP"]) == []          # only a failing test executes it
     assert tmap.tests_for(ms[2, "CONST"]) == ["tests/test_a.py::t2", "tests/test_a.py::t1"]
+    assert tmap.budgeted(["tests/test_a.py::t2", "tests/test_a.py::t1"], 2.5) == [
+        "tests/test_a.py::t2"]
+    assert tmap.budgeted(["tests/test_a.py::t1"], 0.1) == ["tests/test_a.py::t1"]
     assert tmap.files_of(["tests/test_a.py::t1"]) == [
         "tests/test_a.py::t3", "tests/test_a.py::t2", "tests/test_a.py::t1"]
 

@@ -9,7 +9,8 @@
    ``hdl/`` lines each test executes (cached per file in ``build/mutation/map/``, traced
    again when the file or ``hdl/``/``sim/`` change). A mutant runs only the passing tests that execute
    one of its lines (all tests that execute any line of its file, for a site outside any
-   function: module and class bodies run once, at import), quickest first.
+   function: module and class bodies run once, at import), quickest first, as many as fit
+   ``--test-budget`` traced seconds (at least one).
 3. **Runs.** Each worker owns a copy of the tree (``build/mutation/work/<n>/``: the files
    ``git ls-files`` lists, without ``__pycache__``); a mutant's file is written into the copy,
    pytest runs there (``python -m pytest -x -q -p no:cacheprovider -p no:xdist``, the copy's
@@ -152,6 +153,17 @@ class LineMap:
                 found |= self.by_line.get((m.path, ln), set())
         return sorted(found, key=lambda n: (self.seconds[n], n))
 
+    def budgeted(self, tests: list[str], seconds: float) -> list[str]:
+        """The quickest of ``tests`` (sorted quickest first) whose traced seconds add up to at
+        most ``seconds``; at least one."""
+        out, total = [], 0.0
+        for t in tests:
+            if out and total + self.seconds[t] > seconds:
+                break
+            out.append(t)
+            total += self.seconds[t]
+        return out
+
     def files_of(self, tests: list[str]) -> list[str]:
         """Every passing test of the files ``tests`` are in, quickest first."""
         files = {t.split("::")[0] for t in tests}
@@ -201,7 +213,9 @@ class Worker:
     def run(self, m: Mutant, tmap: LineMap, args) -> dict:
         rec = {"id": m.id, "file": m.path, "line": m.line, "scope": m.scope,
                "operator": m.operator, "original": m.original, "mutant": m.mutated}
-        tests = tmap.tests_for(m)
+        covering = tmap.tests_for(m)
+        tests = tmap.budgeted(covering, args.test_budget)
+        rec["covering"] = len(covering)
         rec["tests"] = len(tests)
         rec["covered"] = bool(tests)
         if not tests:
@@ -397,6 +411,9 @@ def main(argv=None) -> int:
                    help="seconds added to each run's deadline")
     p.add_argument("--timeout-factor", type=float, default=4.0,
                    help="deadline = base + factor x the tests' traced seconds")
+    p.add_argument("--test-budget", type=float, default=90.0,
+                   help="a mutant runs the quickest tests executing its site whose traced "
+                        "seconds add up to at most this (at least one test)")
     p.add_argument("--wide", action="store_true",
                    help="run a survivor again on the whole files of its tests")
     p.add_argument("--only", default=None, help="comma-separated mutant ids to run")

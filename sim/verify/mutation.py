@@ -29,6 +29,8 @@
 ``--sample N --seed S`` draws N mutants deterministically (from the id-sorted list); the report
 states the sampled and the full totals. ``--budget`` stops starting mutants after that many
 seconds; mutants not started are reported as ``not_run`` and left out of the score.
+``--rerun`` runs the survivors (and equivalents, errors) of the existing report again, e.g.
+after adding tests that kill them, and updates that report.
 Results go to ``docs/bench/mutation.json`` and ``docs/bench/mutation.md``.
 """
 from __future__ import annotations
@@ -51,6 +53,7 @@ from pathlib import Path
 from .mutants import OPERATORS, Mutant, all_mutants
 
 ROOT = Path(__file__).resolve().parents[2]
+DOCS_BENCH = ROOT / "docs" / "bench"
 BUILD = ROOT / "build" / "mutation"
 EQUIVALENT_TABLE = ROOT / "sim" / "verify" / "mutation_equivalent.toml"
 PYTEST_ARGS = ["-x", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
@@ -235,6 +238,12 @@ class Worker:
                                                                         for t in sel)
                 result, killer, dt = self.pytest(sel, timeout)
                 total += dt
+                if result == "error":
+                    # The mutant renamed a parametrized test (its ids come from the design's
+                    # constants): run the whole files of the selected tests instead.
+                    files = list(dict.fromkeys(t.split("::")[0] for t in sel))
+                    result, killer, dt = self.pytest(files, timeout)
+                    total += dt
                 if result != "survived":
                     break
             rec.update(result=result, killed_by=killer, seconds=round(total, 2),
@@ -268,7 +277,15 @@ def run(args) -> dict:
     t_start = time.perf_counter()
     everything = all_mutants(ROOT)
     chosen = select(everything, args.sample, args.seed)
-    if args.only:
+    previous = []
+    if args.rerun:
+        report = json.loads((DOCS_BENCH / f"{args.out}.json").read_text())
+        args.sample, args.seed = report["sample"], report["seed"]
+        previous = report["mutants"]
+        t_start -= report["seconds"]        # the report's run time includes the first run
+        ids = {r["id"] for r in previous if r["result"] in ("survived", "equivalent", "error")}
+        chosen = [m for m in everything if m.id in ids]
+    elif args.only:
         ids = set(args.only.split(","))
         chosen = [m for m in everything if m.id in ids]
     equivalents = load_equivalents()
@@ -282,7 +299,7 @@ def run(args) -> dict:
     for i in range(args.jobs):
         workers.put(Worker(i))
     deadline = time.perf_counter() + args.budget if args.budget else None
-    results: dict[str, dict] = {}
+    results: dict[str, dict] = {r["id"]: r for r in previous}
 
     def job(m: Mutant):
         if deadline is not None and time.perf_counter() > deadline:
@@ -416,6 +433,9 @@ def main(argv=None) -> int:
                         "seconds add up to at most this (at least one test)")
     p.add_argument("--wide", action="store_true",
                    help="run a survivor again on the whole files of its tests")
+    p.add_argument("--rerun", action="store_true",
+                   help="run the survivors, equivalents and errors of the existing report "
+                        "again (after adding tests) and update it in place")
     p.add_argument("--only", default=None, help="comma-separated mutant ids to run")
     p.add_argument("--list", action="store_true", help="print the mutation sites and exit")
     p.add_argument("--out", default="mutation", help="report name in docs/bench/")

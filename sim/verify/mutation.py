@@ -10,7 +10,9 @@
    again when the file or ``hdl/``/``sim/`` change). A mutant runs only the passing tests that execute
    one of its lines (all tests that execute any line of its file, for a site outside any
    function: module and class bodies run once, at import), quickest first, as many as fit
-   ``--test-budget`` traced seconds (at least one).
+   ``--test-budget`` traced seconds (at least one); a survivor runs again with as many as fit
+   ``--survivor-test-budget`` seconds (the quickest tests are often ones that only elaborate
+   a design, which cannot see a change of behaviour).
 3. **Runs.** Each worker owns a copy of the tree (``build/mutation/work/<n>/``: the files
    ``git ls-files`` lists, without ``__pycache__``); a mutant's file is written into the copy,
    pytest runs there (``python -m pytest -x -q -p no:cacheprovider -p no:xdist``, the copy's
@@ -229,7 +231,10 @@ class Worker:
         path.write_bytes(m.apply(original))
         try:
             stages = [tests]
-            wider = tmap.files_of(tests)
+            second = tmap.budgeted(covering, args.survivor_test_budget)
+            if len(second) > len(tests):
+                stages.append(second)
+            wider = tmap.files_of(second)
             if args.wide and len(wider) > len(tests):
                 stages.append(wider)
             total = 0.0
@@ -431,6 +436,9 @@ def main(argv=None) -> int:
     p.add_argument("--test-budget", type=float, default=90.0,
                    help="a mutant runs the quickest tests executing its site whose traced "
                         "seconds add up to at most this (at least one test)")
+    p.add_argument("--survivor-test-budget", type=float, default=300.0,
+                   help="a survivor runs again with the quickest covering tests within this "
+                        "many traced seconds")
     p.add_argument("--wide", action="store_true",
                    help="run a survivor again on the whole files of its tests")
     p.add_argument("--rerun", action="store_true",

@@ -107,15 +107,28 @@ def test_test_selection(tree):
                                 "lines": {"hdl/other.py": [1]}},
         "tests/test_b.py::t4": {"outcome": "failed", "seconds": 0.1,
                                 "lines": {"hdl/blk.py": [13, 16]}},
+        "tests/test_c.py::p[0]": {"outcome": "passed", "seconds": 0.2,
+                                  "lines": {"hdl/blk.py": [17]}},
+        "tests/test_c.py::p[1]": {"outcome": "passed", "seconds": 0.3,
+                                  "lines": {"hdl/blk.py": [17]}},
+        "tests/test_c.py::q": {"outcome": "passed", "seconds": 5.0,
+                               "lines": {"hdl/blk.py": [17]}},
     }})
+    # one parametrization of each test function before the others
+    assert tmap.tests_for(ms[17, "EQ0"]) == [
+        "tests/test_c.py::p[0]", "tests/test_c.py::q", "tests/test_c.py::p[1]"]
     assert tmap.tests_for(ms[13, "BINOP"]) == ["tests/test_a.py::t2", "tests/test_a.py::t1"]
     assert tmap.tests_for(ms[16, "CMP"]) == []          # only a failing test executes it
-    assert tmap.tests_for(ms[2, "CONST"]) == ["tests/test_a.py::t2", "tests/test_a.py::t1"]
+    # module level: every test executing the file
+    assert tmap.tests_for(ms[2, "CONST"]) == [
+        "tests/test_c.py::p[0]", "tests/test_a.py::t2", "tests/test_a.py::t1",
+        "tests/test_c.py::q", "tests/test_c.py::p[1]"]
     assert tmap.budgeted(["tests/test_a.py::t2", "tests/test_a.py::t1"], 2.5) == [
         "tests/test_a.py::t2"]
     assert tmap.budgeted(["tests/test_a.py::t1"], 0.1) == ["tests/test_a.py::t1"]
     assert tmap.files_of(["tests/test_a.py::t1"]) == [
         "tests/test_a.py::t3", "tests/test_a.py::t2", "tests/test_a.py::t1"]
+    assert "tests/test_c.py::p[1]" in tmap.files_of(["tests/test_c.py::q"])
 
 
 @pytest.mark.parametrize("argv", [["--sample", "0"], ["--jobs", "0"]])

@@ -9,7 +9,8 @@
    ``hdl/`` lines each test executes (cached per file in ``build/mutation/map/``, traced
    again when the file or ``hdl/``/``sim/`` change). A mutant runs only the passing tests that execute
    one of its lines (all tests that execute any line of its file, for a site outside any
-   function: module and class bodies run once, at import), quickest first, as many as fit
+   function: module and class bodies run once, at import), the quickest parametrization of
+   each test function first, then the others, quickest first, as many as fit
    ``--test-budget`` traced seconds (at least one); a survivor runs again with as many as fit
    ``--survivor-test-budget`` seconds (the quickest tests are often ones that only elaborate
    a design, which cannot see a change of behaviour).
@@ -149,18 +150,27 @@ class LineMap:
                     self.by_line.setdefault((path, ln), set()).add(n)
 
     def tests_for(self, m: Mutant) -> list[str]:
-        """The tests that execute ``m``'s site, quickest first."""
+        """The tests that execute ``m``'s site: the quickest parametrization of each test
+        function first (quickest first), then the other parametrizations (quickest first), so
+        that a budget spends its seconds on different tests before repeating one."""
         if m.module_level:
             found = set(self.by_file.get(m.path, ()))
         else:
             found = set()
             for ln in range(m.line, m.end_line + 1):
                 found |= self.by_line.get((m.path, ln), set())
-        return sorted(found, key=lambda n: (self.seconds[n], n))
+        ordered = sorted(found, key=lambda n: (self.seconds[n], n))
+        first, seen = [], set()
+        for n in ordered:
+            func = n.split("[")[0]
+            if func not in seen:
+                seen.add(func)
+                first.append(n)
+        return first + [n for n in ordered if n not in set(first)]
 
     def budgeted(self, tests: list[str], seconds: float) -> list[str]:
-        """The quickest of ``tests`` (sorted quickest first) whose traced seconds add up to at
-        most ``seconds``; at least one."""
+        """The leading ``tests`` whose traced seconds add up to at most ``seconds``; at least
+        one."""
         out, total = [], 0.0
         for t in tests:
             if out and total + self.seconds[t] > seconds:

@@ -343,6 +343,25 @@ def run(args) -> dict:
                      map_seconds, stale)
 
 
+def render(args) -> dict:
+    """The existing report with the equivalent table applied again (no mutant runs)."""
+    report = json.loads((DOCS_BENCH / f"{args.out}.json").read_text())
+    equivalents = load_equivalents()
+    for r in report["mutants"]:
+        if r["result"] in ("survived", "equivalent"):
+            if r["id"] in equivalents:
+                r["result"], r["reason"] = "equivalent", equivalents[r["id"]]["reason"]
+            else:
+                r["result"] = "survived"
+                r.pop("reason", None)
+    args.sample, args.seed, args.only = report["sample"], report["seed"], report["only"]
+    args.jobs, args.budget = report["jobs"], report["budget_s"]
+    stale = [r["id"] for r in report["mutants"]
+             if r["id"] in equivalents and r["result"] in ("killed", "timeout")]
+    return summarize(report["mutants"], all_mutants(ROOT), args, report["seconds"],
+                     report["map_seconds"], stale)
+
+
 def summarize(results, everything, args, seconds, map_seconds, stale) -> dict:
     counts = Counter(r["result"] for r in results)
     ran = [r for r in results if r["result"] != "not_run"]
@@ -396,7 +415,7 @@ def markdown(rep: dict) -> str:
         f"| equivalent (sim/verify/mutation_equivalent.toml) | {rep['equivalent']} |",
         f"| not run (budget) | {rep['not_run']} |",
         f"| tool errors (pytest exit 4/5, not scored) | {rep['error']} |",
-        f"| score killed / (run - equivalent) | {rep['score']} |",
+        f"| score killed / (run - equivalent - errors) | {rep['score']} |",
         f"| seconds per mutant, mean / median | {rep['seconds_per_mutant_mean']} / "
         f"{rep['seconds_per_mutant_median']} |",
         f"| run time (jobs) | {rep['seconds']:.0f} s ({rep['jobs']}), test map "
@@ -454,6 +473,9 @@ def main(argv=None) -> int:
     p.add_argument("--rerun", action="store_true",
                    help="run the survivors, equivalents and errors of the existing report "
                         "again (after adding tests) and update it in place")
+    p.add_argument("--render", action="store_true",
+                   help="rewrite the existing report with the equivalent table applied, "
+                        "running nothing")
     p.add_argument("--only", default=None, help="comma-separated mutant ids to run")
     p.add_argument("--list", action="store_true", help="print the mutation sites and exit")
     p.add_argument("--out", default="mutation", help="report name in docs/bench/")
@@ -466,7 +488,7 @@ def main(argv=None) -> int:
         for m in all_mutants(ROOT):
             print(f"{m.id} {m.describe()}")
         return 0
-    rep = run(args)
+    rep = render(args) if args.render else run(args)
     from sim.bench.common import write_json, write_markdown
     write_json(args.out, rep)
     write_markdown(args.out, markdown(rep))

@@ -293,15 +293,17 @@ def run(args) -> dict:
     everything = all_mutants(ROOT)
     chosen = select(everything, args.sample, args.seed)
     previous = []
-    if args.rerun:
+    if args.rerun or args.only:
+        # update the existing report: its sample, its other mutants, its run time
         report = json.loads((DOCS_BENCH / f"{args.out}.json").read_text())
         args.sample, args.seed = report["sample"], report["seed"]
         previous = report["mutants"]
-        t_start -= report["seconds"]        # the report's run time includes the first run
-        ids = {r["id"] for r in previous if r["result"] in ("survived", "equivalent", "error")}
-        chosen = [m for m in everything if m.id in ids]
-    elif args.only:
-        ids = set(args.only.split(","))
+        t_start -= report["seconds"]
+        if args.rerun:
+            ids = {r["id"] for r in previous
+                   if r["result"] in ("survived", "equivalent", "error")}
+        else:
+            ids = set(args.only.split(","))
         chosen = [m for m in everything if m.id in ids]
     equivalents = load_equivalents()
     print(f"{len(everything)} mutants in hdl/, {len(chosen)} selected", flush=True)

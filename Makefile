@@ -12,7 +12,7 @@ FORMAL_STAMP := $(VENV)/.tessera-formal
 PYTEST_JOBS ?= 2
 export AMARANTH_USE_YOSYS := builtin
 
-.PHONY: setup setup-fpga setup-formal formal test test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train coverage docs synth clean
+.PHONY: setup setup-fpga setup-formal formal test test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train coverage docs synth mutation clean
 
 setup: $(STAMP)
 
@@ -100,6 +100,12 @@ fuzz: setup
 
 bench-blocks: setup
 	$(PY) -m sim.bench.blocks
+
+# Mutation testing of hdl/ against the fast tier (docs/testing.md "Mutation testing"): a fixed
+# sample that fits ~30-35 min on 2 shared cores. MUTATION_ARGS= (empty) runs every site.
+MUTATION_ARGS ?= --sample 200 --seed 1 --budget 1800 --jobs 2
+mutation: setup
+	$(PY) -m sim.verify.mutation $(MUTATION_ARGS)
 
 synth: setup-fpga
 	$(PY) -m boards.synth

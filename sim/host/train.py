@@ -447,7 +447,7 @@ def train(spec: TrainSpec, out, *, resume: bool = False, progress: bool = True,
         for epoch in range(start_epoch, spec.epochs):
             widths0 = sched.widths(L, epoch=epoch, epochs=spec.epochs,
                                    step=epoch * steps_per_epoch, steps=total_steps)
-            width = widths0[(0, "x")] if sched.uniform else None
+            width = (widths0[(0, "x")] if sched.uniform and sched.per == "epoch" else None)
             batches = epoch_batches(ntrain, spec.batch, spec.seed, epoch)[:steps_per_epoch]
             if progress:
                 from tqdm import tqdm
@@ -542,7 +542,7 @@ def train(spec: TrainSpec, out, *, resume: bool = False, progress: bool = True,
                 bar.close()
                 bar = None
             else:
-                log(f"epoch {epoch + 1}/{spec.epochs} w{width if width else sched}: loss {ep['loss']:.4f} test "
+                log(f"epoch {epoch + 1}/{spec.epochs} w{ep['width'] or sched}: loss {ep['loss']:.4f} test "
                     f"accuracy {acc:.4f} (float32 reference {ref_acc:.4f}), "
                     f"{ep['sim_cycles_per_second']:.0f} sim cycles/s")
             if golden:

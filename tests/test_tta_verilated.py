@@ -79,6 +79,11 @@ def test_quick_sweep_writes_its_report_and_resumes(tmp_path, capsys):
     assert "3 run(s) cached, 0 to run" in capsys.readouterr().out
     again = json.loads((tmp_path / "tta.json").read_text())
     assert again["schedules"] == d["schedules"]
+    # the report alone, from the cache
+    (tmp_path / "tta.json").unlink()
+    assert tta.main(["--quick", "--report-only", "--cache", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "tta.json").read_text())["schedules"] == d["schedules"]
+    assert tta.main(["--quick", "--report-only", "--cache", str(tmp_path / "none")]) == 1
 
 
 def test_bad_options(capsys):

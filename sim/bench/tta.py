@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import platform
 import subprocess
 import sys
@@ -317,6 +318,7 @@ def _task(spec_dict, schedule, seed, cycles):
     spec = SweepSpec(**{**spec_dict, "layers": tuple(spec_dict["layers"])})
     rec = run_one(spec, schedule, seed, engine="golden", cycles=cycles)
     rec.pop("final_words")
+    rec["spec"], rec["cycle_table"] = spec.to_dict(), _key(cycles)
     return rec
 
 
@@ -398,6 +400,20 @@ def sweep(spec: SweepSpec, schedules, seeds, *, workers: int = 2, scheduler: str
     return results
 
 
+def cached_runs(spec: SweepSpec, cache: Path = WORK) -> list:
+    """The finished runs of ``spec`` in ``cache`` (for ``--report-only``): if runs of several
+    step-cycle tables (hardware versions) are there, those of the newest run file."""
+    recs = []
+    for p in sorted((cache / "runs").glob("*.json"), key=lambda p: p.stat().st_mtime):
+        rec = json.loads(p.read_text())
+        if rec.get("spec") == spec.to_dict():
+            recs.append(rec)
+    if not recs:
+        return []
+    newest = recs[-1].get("cycle_table")
+    return [r for r in recs if r.get("cycle_table") == newest]
+
+
 def summarize(spec: SweepSpec, schedules, seeds, results, fmax) -> dict:
     mhz, block = fmax
     by = {}
@@ -418,19 +434,21 @@ def summarize(spec: SweepSpec, schedules, seeds, results, fmax) -> dict:
             continue
         ctt = [r["cycles_to_target"] for r in runs]
         reached = [c for c in ctt if c is not None]
+        # median with "never" as infinitely late: None unless most seeds reached the target
+        med = float(np.median([math.inf if c is None else c for c in ctt]))
+        med = None if math.isinf(med) else med
         out["schedules"][s] = {
             "description": describe(s, len(spec.layers) - 1),
             "cycles_to_target": {
                 "per_seed": {str(r["seed"]): r["cycles_to_target"] for r in runs},
                 "mean": float(np.mean(reached)) if len(reached) == len(runs) else None,
-                "median": float(np.median(ctt)) if len(reached) * 2 > len(runs) else None,
+                "median": med,
                 "reached": len(reached), "runs": len(runs)},
             "final_accuracy": {"per_seed": {str(r["seed"]): r["final_accuracy"] for r in runs},
                                "mean": float(np.mean([r["final_accuracy"] for r in runs]))},
             "reference_accuracy": float(np.mean([r["reference_accuracy"] for r in runs])),
             "total_cycles": float(np.mean([r["total_cycles"] for r in runs])),
-            "time_to_target_ms": (float(np.median(ctt)) / (mhz * 1e3)
-                                  if len(reached) * 2 > len(runs) else None),
+            "time_to_target_ms": med / (mhz * 1e3) if med is not None else None,
         }
     base = out["schedules"].get("8", {}).get("cycles_to_target", {}).get("median")
     for s, row in out["schedules"].items():
@@ -576,6 +594,9 @@ def main(argv=None) -> int:
     p.add_argument("--cache", type=Path, default=None,
                    help="cache of finished runs and step cycles (build/tta, --quick: "
                         "build/tta/quick); the quick report is written there too")
+    p.add_argument("--report-only", action="store_true",
+                   help="write the report from the finished runs in the cache, run nothing "
+                        "(the table says how many seeds each schedule has)")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     try:
@@ -601,8 +622,14 @@ def main(argv=None) -> int:
     except (ValueError, TypeError) as exc:
         print(f"bench-tta: error: {exc}", file=sys.stderr)
         return 2
-    results = sweep(spec, schedules, seeds, workers=args.workers, scheduler=args.scheduler,
-                    cache=cache, progress=not args.no_progress)
+    if args.report_only:
+        results = [r for r in cached_runs(spec, cache) if r["seed"] in seeds]
+    else:
+        results = sweep(spec, schedules, seeds, workers=args.workers,
+                        scheduler=args.scheduler, cache=cache, progress=not args.no_progress)
+    if not results:
+        print("bench-tta: no finished runs to report", file=sys.stderr)
+        return 1
     summary = summarize(spec, schedules, seeds, results, fmax_mhz())
     summary.update(commit=_git_head(), machine=platform.machine())
     if args.quick:

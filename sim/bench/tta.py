@@ -9,13 +9,13 @@ batches, float32 reference) on one of two engines, both taking the same host act
 
 * ``rtl``: the Verilated training core (:class:`sim.verilated.core.VerilatedCore`); the cycles
   of a step are the simulated cycles of its host actions;
-* ``golden`` (default): the golden model (:class:`sim.model.core.CoreModel`), bit-exact with the
-  RTL on the same schedule (``tests/test_tta.py`` runs a schedule that changes the widths every
-  step on both and compares every word and every step's cycles). Its cycles come from the
-  **step-cycle table** (:class:`StepCycles`): the cycles of one step as a function of the
-  precision table, measured once per distinct table on the Verilated core (cached on disk,
-  keyed by the core's build hash). The core's timing does not depend on the data (the test
-  checks it on every step of its run), so the table is exact, not an estimate.
+* ``golden`` (default): the golden model (:class:`sim.model.core.CoreModel`), bit-exact with
+  the RTL on the same schedule (``tests/test_tta_verilated.py`` runs schedules that change the
+  widths between steps on both and compares every word and every step's cycles). Its cycles
+  come from the **step-cycle table** (:class:`StepCycles`): the cycles of one step as a
+  function of the precision table, measured once per distinct table on the Verilated core
+  (cached on disk, keyed by the core's build hash). The core's timing does not depend on the
+  data (the test checks it on every step of its runs), so the table is exact, not an estimate.
 
 The program is loaded once before the first step (not counted); every step writes the batch, the
 precision table and the registers, runs and reads the losses and status: its cycles are all of
@@ -318,7 +318,6 @@ def _task(spec_dict, schedule, seed, cycles):
     spec = SweepSpec(**{**spec_dict, "layers": tuple(spec_dict["layers"])})
     rec = run_one(spec, schedule, seed, engine="golden", cycles=cycles)
     rec.pop("final_words")
-    rec["spec"], rec["cycle_table"] = spec.to_dict(), _key(cycles)
     return rec
 
 
@@ -346,12 +345,12 @@ def sweep(spec: SweepSpec, schedules, seeds, *, workers: int = 2, scheduler: str
         log(f"step-cycle table: {len(cyc.table)} precision tables ({n} measured now on the "
             f"Verilated core, build {cyc.build_hash[:12]})")
         table = dict(cyc.table)
-        model_hash = _key([cyc.build_hash, table])
+        model_hash = _model_hash(cyc.build_hash, table)
     finally:
         cyc.close()
 
     def path(s, seed):
-        return runs_dir / f"{_key([spec.to_dict(), str(s), seed, model_hash])}.json"
+        return _run_path(cache, spec, s, seed, model_hash)
 
     results, todo = [], []
     for s in runnable:
@@ -371,8 +370,11 @@ def sweep(spec: SweepSpec, schedules, seeds, *, workers: int = 2, scheduler: str
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                dashboard_address=None)
         client = Client(cluster)
+    # the task by its module's name (not __main__'s copy under `python -m`): workers import
+    # the code instead of receiving it pickled by value
+    from sim.bench.tta import _task as task
     try:
-        futures = {client.submit(_task, spec.to_dict(), s, seed, table, pure=False,
+        futures = {client.submit(task, spec.to_dict(), s, seed, table, pure=False,
                                  key=f"tta-{s}-{seed}-{_key([s, seed, time.time()])}"): (s, seed)
                    for s, seed in todo}
         bar = None
@@ -400,18 +402,33 @@ def sweep(spec: SweepSpec, schedules, seeds, *, workers: int = 2, scheduler: str
     return results
 
 
-def cached_runs(spec: SweepSpec, cache: Path = WORK) -> list:
-    """The finished runs of ``spec`` in ``cache`` (for ``--report-only``): if runs of several
-    step-cycle tables (hardware versions) are there, those of the newest run file."""
-    recs = []
-    for p in sorted((cache / "runs").glob("*.json"), key=lambda p: p.stat().st_mtime):
-        rec = json.loads(p.read_text())
-        if rec.get("spec") == spec.to_dict():
-            recs.append(rec)
-    if not recs:
+def _model_hash(build_hash: str, table: dict) -> str:
+    return _key([build_hash, table])
+
+
+def _run_path(cache: Path, spec: SweepSpec, schedule: str, seed: int, model_hash: str) -> Path:
+    """Where a finished run is cached: keyed by the sweep spec, schedule, seed and the
+    engine's cycle model (the core's build hash and its step-cycle table)."""
+    return cache / "runs" / f"{_key([spec.to_dict(), str(schedule), seed, model_hash])}.json"
+
+
+def cached_runs(spec: SweepSpec, schedules, seeds, cache: Path = WORK) -> list:
+    """The finished runs of ``spec`` in ``cache`` for the current core build (``--report-only``;
+    the build hash from ``build/verilated/<preset>/build.sha256``, the step-cycle table from
+    the cache): nothing is built or run."""
+    from sim.host.train import PRESET_OF_SIZE
+    from sim.verilated.build import BUILD
+    stamp = BUILD / PRESET_OF_SIZE[spec.size] / "build.sha256"
+    cyc = StepCycles(spec, cache / "step_cycles.json")
+    if not stamp.exists():
         return []
-    newest = recs[-1].get("cycle_table")
-    return [r for r in recs if r.get("cycle_table") == newest]
+    build_hash = stamp.read_text().strip()
+    table = cyc._all.get(build_hash, {}).get(cyc.spec_key)
+    if not table:
+        return []
+    model_hash = _model_hash(build_hash, table)
+    paths = [_run_path(cache, spec, s, seed, model_hash) for s in schedules for seed in seeds]
+    return [json.loads(p.read_text()) for p in paths if p.exists()]
 
 
 def summarize(spec: SweepSpec, schedules, seeds, results, fmax) -> dict:
@@ -489,7 +506,7 @@ def markdown(summary: dict, plots_rel: str | None) -> str:
         f"MLP {'-'.join(map(str, sp['layers']))}, S = {sp['size']}, batch {sp['batch']}, "
         f"{sp['optimizer']} lr {sp['lr']}, {sp['epochs']} epochs, seeds "
         f"{', '.join(map(str, summary['seeds']))}. Runs on the golden model (bit-exact with "
-        "the RTL, tests/test_tta.py) with each step's cycles from the step-cycle table measured "
+        "the RTL, tests/test_tta_verilated.py) with each step's cycles from the step-cycle table measured "
         "on the Verilated core. Test accuracy measured every "
         f"{summary['accuracy_measured_every_steps']} steps and after each epoch. Target per "
         "seed: its float32 reference's final accuracy - 1 point. Time at "
@@ -501,10 +518,12 @@ def markdown(summary: dict, plots_rel: str | None) -> str:
     for s, r in summary["schedules"].items():
         c = r["cycles_to_target"]
         per = ", ".join(_fmt_c(v) for v in c["per_seed"].values())
+        n = len(summary["seeds"])
+        missing = f" ({n - c['runs']} of {n} seeds not run)" if c["runs"] < n else ""
         vs = f"{r['vs_fixed8']:.2f}" if r["vs_fixed8"] is not None else "-"
         t = f"{r['time_to_target_ms']:.1f}" if r["time_to_target_ms"] is not None else "-"
         lines.append(f"| `{s}` | {r['description']} | {_fmt_c(c['median'])} | {per} | "
-                     f"{c['reached']}/{c['runs']} | {vs} | {t} | "
+                     f"{c['reached']}/{c['runs']}{missing} | {vs} | {t} | "
                      f"{100 * r['final_accuracy']['mean']:.2f} % | "
                      f"{100 * r['reference_accuracy']:.2f} % | {r['total_cycles'] / 1e6:,.1f} M |")
     for p in summary["pending"]:
@@ -539,7 +558,6 @@ def plots(summary: dict, results, out: Path) -> list:
         ax.plot(cyc / 1e6, 100 * acc, label=s, lw=1.2)
     tgt = np.mean([r["target"] for r in results])
     ax.axhline(100 * tgt, color="k", ls=":", lw=1, label="target (mean)")
-    ax.set_xscale("symlog", linthresh=1.0)
     ax.set_ylim(max(0, 100 * tgt - 30), 100)
     ax.set_xlabel("simulated training cycles (millions)")
     ax.set_ylabel("test accuracy (%)")
@@ -549,7 +567,8 @@ def plots(summary: dict, results, out: Path) -> list:
     fig.savefig(out / "accuracy.png", dpi=110)
     plt.close(fig)
     rows = len(names)
-    fig, axes = plt.subplots(rows, 1, figsize=(8, 0.9 + 0.75 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, 1, figsize=(8, 1.2 + 0.8 * rows), squeeze=False,
+                             layout="constrained")
     im = None
     for ax, s in zip(axes[:, 0], names):
         r = min(by[s], key=lambda r: r["seed"])
@@ -623,7 +642,7 @@ def main(argv=None) -> int:
         print(f"bench-tta: error: {exc}", file=sys.stderr)
         return 2
     if args.report_only:
-        results = [r for r in cached_runs(spec, cache) if r["seed"] in seeds]
+        results = cached_runs(spec, schedules, seeds, cache)
     else:
         results = sweep(spec, schedules, seeds, workers=args.workers,
                         scheduler=args.scheduler, cache=cache, progress=not args.no_progress)

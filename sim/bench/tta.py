@@ -353,8 +353,8 @@ def sweep(spec: SweepSpec, schedules, seeds, *, workers: int = 2, scheduler: str
         return _run_path(cache, spec, s, seed, model_hash)
 
     results, todo = [], []
-    for s in runnable:
-        for seed in seeds:
+    for seed in seeds:          # seed-major: a sweep cut short has every schedule's first seeds
+        for s in runnable:
             p = path(s, seed)
             if p.exists():
                 results.append(json.loads(p.read_text()))

@@ -548,14 +548,16 @@ def plots(summary: dict, results, out: Path) -> list:
     for r in results:
         by.setdefault(r["schedule"], []).append(r)
     fig, ax = plt.subplots(figsize=(8, 5))
-    for s in names:
+    colors = plt.get_cmap("tab20").colors
+    for n_, s in enumerate(names):
         runs = sorted(by.get(s, []), key=lambda r: r["seed"])
         if not runs:
             continue
         n = min(len(r["curve"]) for r in runs)
         cyc = np.mean([[p["cycles"] for p in r["curve"][:n]] for r in runs], axis=0)
         acc = np.mean([[p["accuracy"] for p in r["curve"][:n]] for r in runs], axis=0)
-        ax.plot(cyc / 1e6, 100 * acc, label=s, lw=1.2)
+        ax.plot(cyc / 1e6, 100 * acc, label=s, lw=1.2, color=colors[2 * n_ % 20],
+                ls=("-", "--")[n_ >= 10])
     tgt = np.mean([r["target"] for r in results])
     ax.axhline(100 * tgt, color="k", ls=":", lw=1, label="target (mean)")
     ax.set_ylim(max(0, 100 * tgt - 30), 100)

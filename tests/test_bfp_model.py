@@ -326,6 +326,21 @@ def test_lfsr_noise_is_the_bit_sequence():
     assert list(lfsr.state) == seeds
 
 
+@pytest.mark.parametrize("G, r, seed", [(3, 13, 0xDEADBEEF), (8, 8, 1), (4, 1, 9), (16, 16, 7)])
+def test_lfsr_noise_block_equals_single_groups(G, r, seed):
+    """noise_block(n) (the whole sequence at once) = n calls of noise(), same final state."""
+    cfg = BFPConfig(group_size=G, noise_bits=r, lfsr_seed=seed)
+    one, block = LFSR(cfg), LFSR(cfg)
+    for n in (0, 1, 5, 37, 700, 2):
+        want = [one.noise() for _ in range(n)]
+        got = block.noise_block(n)
+        assert got.shape == (n, G)
+        assert np.array_equal(got, np.array(want).reshape(n, G))
+        assert np.array_equal(block.state, one.state)
+    with pytest.raises(ValueError, match="n must be"):
+        block.noise_block(-1)
+
+
 # --- Stochastic rounding statistics --------------------------------------------------------
 
 def test_stochastic_rounding_unbiased_truncation_biased():

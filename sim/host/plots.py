@@ -48,13 +48,14 @@ def plot_run(out: Path, epochs: list, steps: list) -> list[Path]:
     ax.plot(e, [100 * ep["reference_accuracy"] for ep in epochs], "s--",
             label="float32 reference")
     for ep in epochs:
-        ax.annotate(f"w{ep['width']}", (ep["epoch"] + 1, 100 * ep["test_accuracy"]),
+        ax.annotate(f"w{ep['width'] or '*'}", (ep["epoch"] + 1, 100 * ep["test_accuracy"]),
                     textcoords="offset points", xytext=(0, -12), ha="center", fontsize=7)
     written.append(_finish(plt, fig, ax, "epoch", "test accuracy (%)", out / "accuracy.png"))
 
     # mean cycle breakdown of a step per width (busy counts overlap; shown as stacked bars
     # beside the measured step and the MAC bound)
-    widths = sorted({s["width"] for s in steps})
+    # (steps of a non-uniform schedule, width None, are one group "per tensor")
+    widths = sorted({s["width"] for s in steps}, key=lambda w: (w is None, w or 0))
     fig, ax = plt.subplots(figsize=(7, 4))
     x = np.arange(len(widths))
     bottom = np.zeros(len(widths))
@@ -65,8 +66,9 @@ def plot_run(out: Path, epochs: list, steps: list) -> list[Path]:
     ax.bar(x + 0.2, [np.mean([s["step_cycles"] for s in steps if s["width"] == w])
                      for w in widths], 0.2, color="k", label="measured step")
     ax.bar(x + 0.4, [np.mean([s["mac_bound_cycles"] for s in steps if s["width"] == w])
-                     for w in widths], 0.2, color="grey", label="MAC bound")
-    ax.set_xticks(x, [f"{w}-bit" for w in widths])
+                     if w is not None else 0 for w in widths], 0.2, color="grey",
+           label="MAC bound")
+    ax.set_xticks(x, [f"{w}-bit" if w else "per tensor" for w in widths])
     ax.set_ylabel("cycles per training step")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")

@@ -42,9 +42,10 @@ from hdl.core.config import CoreConfig
 from sim.host.compiler import MLP, compile_mlp
 from sim.host.digits import epoch_batches, load_digits
 from sim.host.optim import SGD, Adam, AdamW, Momentum
-from sim.host.schedule import WidthSchedule
+from sim.host.schedule import KINDS, WidthSchedule
 
-__all__ = ["TrainSpec", "train", "CheckFailed", "RunResult", "OPTIMIZERS", "PRESET_OF_SIZE"]
+__all__ = ["TrainSpec", "train", "CheckFailed", "RunResult", "OPTIMIZERS", "PRESET_OF_SIZE",
+           "Reference", "accuracy"]
 
 F32 = np.float32
 #: ``TrainSpec.size`` -> the core preset whose Verilog is built.
@@ -75,8 +76,9 @@ class TrainSpec:
     checkpoint : tuple of int
         Hidden activations recomputed in the backward pass instead of kept.
     widths : str
-        Width schedule (:class:`sim.host.schedule.WidthSchedule`): ``"8"``, ``"4,8"``,
-        ``"mixed"`` ...
+        Precision schedule (:class:`sim.host.schedule.WidthSchedule`): ``"8"``, ``"4,8"``,
+        ``"mixed"``, ``"8,6,4@step"``, ``"layer-hl"``, ``"xwg:4,8,8"``, ``"+sr"`` ... (the
+        precision table is set every step).
     epochs, seed : int
         Epochs; seed of the initial weights and of the epochs' shuffles.
     steps_per_epoch : int
@@ -138,6 +140,10 @@ class TrainSpec:
         object.__setattr__(self, "checkpoint", tuple(sorted(self.checkpoint)))
         object.__setattr__(self, "lr", float(self.lr))
         self.schedule.check(self.config.array.widths)
+        if self.schedule.needs_statistics:
+            raise ValueError(f"TrainSpec.widths {self.widths!r}: the FAST schedule needs the "
+                             f"core's per-tensor statistics between steps, which the training run "
+                             f"does not read yet (pending; docs/tta.md)")
         self.mlp        # the compiler's own checks (batch, micro-batches, checkpointing)
 
     @property
@@ -305,7 +311,10 @@ class _Golden:
 
 
 # -- float32 reference ----------------------------------------------------------------------
-class _Reference:
+class Reference:
+    """The float32 reference MLP (:func:`sim.model.reference.reference_step` in float32) trained
+    on the same batches with the same hyperparameters: the accuracy baseline."""
+
     def __init__(self, spec: TrainSpec, W, b, state=None, t=0):
         self.spec, self.opt = spec, spec.opt
         self.W = [np.asarray(a, F32) for a in W]
@@ -409,7 +418,7 @@ def train(spec: TrainSpec, out, *, resume: bool = False, progress: bool = True,
         scale_exp = int(z["scale_exp"])
         W, b, st = _load_state(z, "", L, states)
         rW, rb, rst = _load_state(z, "ref_", L, ("m", "v"))
-        ref = _Reference(spec, rW, rb, rst or None, int(z["ref_t"]))
+        ref = Reference(spec, rW, rb, rst or None, int(z["ref_t"]))
         res.epochs = json.loads((out / "epochs.json").read_text())[:start_epoch]
         res.steps = [s for s in json.loads((out / "steps.json").read_text())
                      if s["epoch"] < start_epoch]
@@ -420,7 +429,7 @@ def train(spec: TrainSpec, out, *, resume: bool = False, progress: bool = True,
         from sim.model.train import init_params
         W, b = init_params(desc, seed=spec.seed)
         opt_state = None
-        ref = _Reference(spec, W, b)
+        ref = Reference(spec, W, b)
     _write_json(out / "run.json", {"spec": spec.to_dict(), "status": "running"})
 
     if core is None:
@@ -442,19 +451,27 @@ def train(spec: TrainSpec, out, *, resume: bool = False, progress: bool = True,
     cycles0 = core.cycles
     first = True
     try:
+        sched = spec.schedule
+        total_steps = spec.epochs * steps_per_epoch
         for epoch in range(start_epoch, spec.epochs):
-            width = spec.schedule.width(epoch, spec.epochs)
+            widths0 = sched.widths(L, epoch=epoch, epochs=spec.epochs,
+                                   step=epoch * steps_per_epoch, steps=total_steps)
+            width = (widths0[(0, "x")] if sched.uniform and sched.per == "epoch" else None)
             batches = epoch_batches(ntrain, spec.batch, spec.seed, epoch)[:steps_per_epoch]
             if progress:
                 from tqdm import tqdm
                 bar = tqdm(total=len(batches), desc=f"epoch {epoch + 1}/{spec.epochs} "
-                           f"w{width}", unit="step", leave=True, dynamic_ncols=True,
+                           f"w{width if width else sched}", unit="step", leave=True, dynamic_ncols=True,
                            file=sys.stderr)
             e_cycles, e_wall0 = core.cycles, time.perf_counter()
             losses = []
             for i, idx in enumerate(batches):
                 x, y = data.x_train[idx], data.y_train[idx]
-                acts = comp.step_actions(x, y, t + 1, precision=width, load_program=first)
+                gi = epoch * steps_per_epoch + i
+                widths = sched.widths(L, epoch=epoch, epochs=spec.epochs, step=gi,
+                                      steps=total_steps)
+                table = sched.table(widths, L)
+                acts = comp.step_actions(x, y, t + 1, precision=table, load_program=first)
                 c0, w0 = core.cycles, time.perf_counter()
                 r = apply(acts)
                 c1 = core.cycles
@@ -481,13 +498,18 @@ def train(spec: TrainSpec, out, *, resume: bool = False, progress: bool = True,
                                     apply(reads))
                     golden.poll()
                 macs = regs["macs"]
-                beat = config.array.beat_cycles(width, width)
                 S = config.size
-                rec = {"epoch": epoch, "step": i, "t": t, "width": width,
+                sw = widths[(0, "x")] if sched.uniform else None
+                # MAC bound: per pass kind the beat of its widths (uniform schedules only: the
+                # counters give the MACs of the whole step, not per pass)
+                mac_bound = (-(-macs * config.array.beat_cycles(sw, sw) // (S * S))
+                             if sw else None)
+                rec = {"epoch": epoch, "step": i, "t": t, "width": sw,
+                       "widths": [[widths[(l, k)] for k in KINDS] for l in range(L)],
                        "loss": step["loss"], "ref_loss": ref_loss, "skipped": step["skipped"],
                        "step_cycles": c1 - c0, "run_cycles": regs["cycles"],
                        "host_io_cycles": c1 - c0 - regs["cycles"],
-                       "mac_bound_cycles": -(-macs * beat // (S * S)),
+                       "mac_bound_cycles": mac_bound,
                        "array_busy": regs["matmul_busy"], "vector_busy": regs["vector_busy"],
                        "optim_busy": regs["optim_busy"], "overlap": regs["overlap"],
                        "idle": regs["idle"], "array_stalls": regs["array_stalls"],
@@ -511,7 +533,9 @@ def train(spec: TrainSpec, out, *, resume: bool = False, progress: bool = True,
             acc = accuracy(W, b, data.x_test, data.y_test)
             ref_acc = accuracy(ref.W, ref.b, data.x_test, data.y_test)
             e_steps = res.steps[-len(batches):]
-            ep = {"epoch": epoch, "width": width, "steps": len(batches), "t": t,
+            e_widths = {s["width"] for s in e_steps}
+            ep = {"epoch": epoch, "width": e_widths.pop() if len(e_widths) == 1 else None,
+                  "steps": len(batches), "t": t,
                   "loss": float(np.mean(losses)), "ref_loss": float(np.mean(
                       [s["ref_loss"] for s in e_steps])),
                   "test_accuracy": acc, "reference_accuracy": ref_acc,
@@ -527,7 +551,7 @@ def train(spec: TrainSpec, out, *, resume: bool = False, progress: bool = True,
                 bar.close()
                 bar = None
             else:
-                log(f"epoch {epoch + 1}/{spec.epochs} w{width}: loss {ep['loss']:.4f} test "
+                log(f"epoch {epoch + 1}/{spec.epochs} w{ep['width'] or sched}: loss {ep['loss']:.4f} test "
                     f"accuracy {acc:.4f} (float32 reference {ref_acc:.4f}), "
                     f"{ep['sim_cycles_per_second']:.0f} sim cycles/s")
             if golden:
@@ -592,8 +616,10 @@ def add_parser(sub) -> None:
     p.add_argument("--checkpoint", default="none",
                    help="hidden activations recomputed in the backward pass: 1,2 | none")
     p.add_argument("--widths", default=d.widths,
-                   help="width schedule: 8 | 4 | 2 | 4,8 (stages over the epochs) | mixed "
-                        "(= 2,4,8) (default 8)")
+                   help="precision schedule: 8 | 6 | 4 | 2 | 8,6,4 (stages over the epochs; "
+                        "@step: over the steps) | mixed (= 2,4,8) | temporal-hl | temporal-lh "
+                        "| layer-hl | layer-lh | layer:8,4 | xwg:X,W,G; +sr: stochastic "
+                        "rounding in the backward passes (docs/train.md) (default 8)")
     p.add_argument("--epochs", type=int, default=d.epochs, help=f"epochs ({d.epochs})")
     p.add_argument("--seed", type=int, default=d.seed, help="weights and shuffles (0)")
     p.add_argument("--steps-per-epoch", type=int, default=0,

@@ -164,58 +164,71 @@ def matmul_pass(mode: int, A, B, C, config: ArrayConfig, *, width_a: int, width_
     inv = ovf = False
     res = PassResult(out=None, beats=pass_beats(mode, M, K, N, S), macs=useful_macs(M, K, N))
 
+    # Every tile is quantized in one call per converter, its groups in the hardware's order
+    # (so each LFSR hands out its noise in that order); the FP32 accumulation then runs over
+    # the contraction tiles in ascending order, all output tiles of one step at once.
     if mode in (FWD, BWD_DATA):
+        KT, NT = _cdiv(K, S), _cdiv(N, S)
+        Bp = _pad(B, KT * S, NT * S).reshape(KT, S, NT, S).transpose(0, 2, 1, 3)  # [kt,nt,r,c]
         if mode == FWD:
-            out = C.copy() if accumulate else np.zeros((M, N), np.float32)
-            order = [(kt, nt) for kt in range(_cdiv(K, S)) for nt in range(_cdiv(N, S))]
+            tiles = Bp                                                    # order kt, nt
+            src = _pad(A, M, KT * S).reshape(M, KT, S).transpose(1, 0, 2)[:, None]  # [kt,1,m,S]
+            out = _pad(C, M, NT * S) if accumulate else np.zeros((M, NT * S), np.float32)
         else:
-            out = A.copy() if accumulate else np.zeros((M, K), np.float32)
-            order = [(kt, nt) for nt in range(_cdiv(N, S)) for kt in range(_cdiv(K, S))]
-        for kt, nt in order:
-            ks, ns = slice(kt * S, (kt + 1) * S), slice(nt * S, (nt + 1) * S)
-            e_w, w_s, w_m, i1, o1 = quantize_weight_tile(
-                _pad(B[ks, ns], S, S), config, width=width_b, rounding=rounding, lfsr=l1,
-                stat=st1)
-            res.weight_tiles[(kt, nt)] = (e_w, w_s.copy(), w_m.copy())
-            w = signed_ints(w_s, w_m)                                     # [k, n]
-            src = A[:, ks] if mode == FWD else C[:, ns]
-            xs = _pad(src, M, S)
-            q = quantize(xs, cfg0, width=width_a, axis=-1, rounding=rounding, lfsr=l0)
-            if st0 is not None:
-                st0.accept_groups(xs, width_a, q)
-            x = signed_ints(q.sign, q.mag)                                # [m, S]
-            chain = x @ w if mode == FWD else x @ w.T                     # [m, lanes]
-            exp = q.exp.astype(np.int64) + e_w - shift                    # [m, 1]
-            val = edge_fp32(chain, exp)
-            inv |= i1 or bool(q.invalid.any())
-            ovf |= o1 or bool(q.overflow.any())
-            lanes = ns if mode == FWD else ks
-            width_out = out[:, lanes].shape[1]
-            out[:, lanes] = (out[:, lanes] + val[:, :width_out]).astype(np.float32)
+            tiles = Bp.transpose(1, 0, 2, 3)                              # order nt, kt
+            src = _pad(C, M, NT * S).reshape(M, NT, S).transpose(1, 0, 2)[:, None]  # [nt,1,m,S]
+            out = _pad(A, M, KT * S) if accumulate else np.zeros((M, KT * S), np.float32)
+        T0, T1 = tiles.shape[:2]
+        tiles = np.ascontiguousarray(tiles)
+        qw = quantize(tiles, cfg1, width=width_b, axis=-1, rounding=rounding, lfsr=l1)
+        if st1 is not None:                 # the row groups, before the tile alignment
+            st1.accept_groups(tiles, width_b, qw)
+        row_exp = qw.exp[..., 0].astype(np.int64)                         # [t0, t1, r]
+        e_w = row_exp.max(axis=-1)                                        # [t0, t1]
+        w_m = align_rne(qw.mag, (e_w[..., None] - row_exp)[..., None], config.max_mantissa)
+        w_s = qw.sign.astype(np.int64)
+        for i in range(T0):
+            for j in range(T1):
+                key = (i, j) if mode == FWD else (j, i)
+                res.weight_tiles[key] = (int(e_w[i, j]), w_s[i, j].copy(), w_m[i, j].copy())
+        w = signed_ints(w_s, w_m)                                         # [t0, t1, k, n]
+        xs = np.ascontiguousarray(np.broadcast_to(src, (T0, T1, M, S)))
+        q = quantize(xs, cfg0, width=width_a, axis=-1, rounding=rounding, lfsr=l0)
+        if st0 is not None:
+            st0.accept_groups(xs, width_a, q)
+        x = signed_ints(q.sign, q.mag)                                    # [t0, t1, m, S]
+        chain = x @ w if mode == FWD else x @ np.swapaxes(w, -1, -2)      # [t0, t1, m, lanes]
+        exp = q.exp.astype(np.int64) + e_w[..., None, None] - shift       # [t0, t1, m, 1]
+        val = edge_fp32(chain, exp)
+        inv = bool(qw.invalid.any() or q.invalid.any())
+        ovf = bool(qw.overflow.any() or q.overflow.any())
+        for i in range(T0):                                               # contraction tiles
+            out = (out + val[i].transpose(1, 0, 2).reshape(M, T1 * S)).astype(np.float32)
+        out = out[:, :N] if mode == FWD else out[:, :K]
     elif mode == BWD_WEIGHT:
-        out = B.copy() if accumulate else np.zeros((K, N), np.float32)
-        for mt in range(_cdiv(M, S)):
-            ms = slice(mt * S, (mt + 1) * S)
-            for kt in range(_cdiv(K, S)):
-                ks = slice(kt * S, (kt + 1) * S)
-                for nt in range(_cdiv(N, S)):
-                    ns = slice(nt * S, (nt + 1) * S)
-                    xa, xc = _pad(A[ms, ks], S, S), _pad(C[ms, ns], S, S)
-                    qx = quantize(xa, cfg0, width=width_a, axis=0, rounding=rounding, lfsr=l0)
-                    qd = quantize(xc, cfg1, width=width_b, axis=0, rounding=rounding, lfsr=l1)
-                    if stats is not None:       # column groups, in column order
-                        st0.accept_groups(xa, width_a, qx, axis=0)
-                        st1.accept_groups(xc, width_b, qd, axis=0)
-                    x = signed_ints(qx.sign, qx.mag)                      # [m, k]
-                    d = signed_ints(qd.sign, qd.mag)                      # [m, n]
-                    chain = x.T @ d                                       # [k, n]
-                    exp = (qx.exp.astype(np.int64).reshape(S, 1)
-                           + qd.exp.astype(np.int64).reshape(1, S) - shift)
-                    val = edge_fp32(chain, exp)
-                    inv |= bool(qx.invalid.any() or qd.invalid.any())
-                    ovf |= bool(qx.overflow.any() or qd.overflow.any())
-                    blk = out[ks, ns]
-                    out[ks, ns] = (blk + val[:blk.shape[0], :blk.shape[1]]).astype(np.float32)
+        MT, KT, NT = _cdiv(M, S), _cdiv(K, S), _cdiv(N, S)
+        Ap = _pad(A, MT * S, KT * S).reshape(MT, S, KT, S).transpose(0, 2, 1, 3)  # [mt,kt,m,k]
+        Cp = _pad(C, MT * S, NT * S).reshape(MT, S, NT, S).transpose(0, 2, 1, 3)  # [mt,nt,m,n]
+        xa = np.ascontiguousarray(np.broadcast_to(Ap[:, :, None], (MT, KT, NT, S, S)))
+        ca = np.ascontiguousarray(np.broadcast_to(Cp[:, None], (MT, KT, NT, S, S)))
+        qx = quantize(xa, cfg0, width=width_a, axis=-2, rounding=rounding, lfsr=l0)
+        qd = quantize(ca, cfg1, width=width_b, axis=-2, rounding=rounding, lfsr=l1)
+        if st0 is not None:                 # column groups, in column order
+            st0.accept_groups(xa, width_a, qx, axis=-2)
+            st1.accept_groups(ca, width_b, qd, axis=-2)
+        x = signed_ints(qx.sign, qx.mag)                                  # [.., m, k]
+        d = signed_ints(qd.sign, qd.mag)                                  # [.., m, n]
+        chain = np.swapaxes(x, -1, -2) @ d                                # [.., k, n]
+        exp = (np.swapaxes(qx.exp.astype(np.int64), -1, -2)
+               + qd.exp.astype(np.int64) - shift)                         # [.., k, n]
+        val = edge_fp32(chain, exp)
+        inv = bool(qx.invalid.any() or qd.invalid.any())
+        ovf = bool(qx.overflow.any() or qd.overflow.any())
+        out = _pad(B, KT * S, NT * S) if accumulate else np.zeros((KT * S, NT * S), np.float32)
+        for mt in range(MT):                                              # batch tiles
+            out = (out + val[mt].transpose(0, 2, 1, 3).reshape(KT * S, NT * S)).astype(
+                np.float32)
+        out = out[:K, :N]
     else:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     res.out, res.invalid, res.overflow = out, inv, ovf

@@ -134,18 +134,33 @@ class StatModel:
             self.state = stat_update(self.state, int(exp), D, N, bits=self.stat_bits)
 
     def accept_groups(self, values, width_code: int, groups, *, axis: int = -1) -> None:
-        """Every group of a :func:`sim.model.bfp.quantize` result ``groups`` of the 2-D float32
-        ``values`` (already padded like ``groups.mag``), grouped along ``axis`` (-1: rows, 0:
-        columns), in C order of the groups."""
-        G = self.config.group_size
+        """Every group of a :func:`sim.model.bfp.quantize` result ``groups`` of the float32
+        ``values`` (any number of leading axes, already padded like ``groups.mag``), grouped
+        along ``axis`` (-1: along the last axis; -2 or, for 2-D, 0: along the second-to-last),
+        in C order of the groups with the group axis last. Same result as :meth:`accept` on
+        each group in that order; the ``m + 2`` quantization and the terms are vectorised."""
+        G, mm = self.config.group_size, self.config.max_mantissa
+        m = decode_width(width_code, self.config)
+        if m == mm:
+            return
         vals = np.asarray(values, np.float32)
         mags = np.asarray(groups.mag)
         exps = np.asarray(groups.exp)
-        if axis == 0:
-            vals, mags, exps = vals.T, mags.T, exps.T
-        vals, mags, exps = vals.reshape(-1, G), mags.reshape(-1, G), exps.reshape(-1)
-        for v, e, mg in zip(vals, exps, mags):
-            self.accept(v, width_code, int(e), mg)
+        if axis in (0, -2):
+            vals, mags, exps = (np.swapaxes(a, -1, -2) for a in (vals, mags, exps))
+        elif axis != -1:
+            raise ValueError(f"axis must be -1, -2 or 0, not {axis!r}")
+        vals = np.ascontiguousarray(vals).reshape(-1, G)
+        lo = np.ascontiguousarray(mags).reshape(-1, G).astype(np.int64)
+        exps = np.ascontiguousarray(exps).reshape(-1)
+        hi = quantize(vals, self.config, width=m + 2, axis=-1,
+                      rounding=ROUND_NEAREST).mag.astype(np.int64)
+        D = np.abs(hi - 4 * lo).sum(axis=-1) << (mm - m - 2)
+        N = lo.sum(axis=-1) << (mm - m)
+        state = self.state
+        for i in np.flatnonzero(N):
+            state = stat_update(state, int(exps[i]), int(D[i]), int(N[i]), bits=self.stat_bits)
+        self.state = state
 
 
 class QuantStatModel:

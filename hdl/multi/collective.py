@@ -1,0 +1,280 @@
+"""The collective engine of one core: ring all-reduce of an FP32 vector (docs/multicore.md).
+
+The engine holds no memory: it reaches the vector through one
+:class:`~hdl.lib.memport.WordPort` (``mem``), so it can later be a client of the training core's
+scratchpad crossbar, and talks to its ring neighbours through two streams: ``tx`` to rank
+``r + 1`` and ``rx`` from rank ``r - 1`` (mod ``N``).
+
+One ``ALLREDUCE`` command reduces ``mem[base : base + length]`` over the ring. The vector is cut
+into ``N`` segments of ``seg`` words (segment ``k`` is ``[k*seg, min((k+1)*seg, length))``,
+possibly empty). Step ``t = 0 .. 2N - 3`` sends segment ``(r - t) mod N`` and receives segment
+``(r - t - 1) mod N``:
+
+* reduce-scatter (``t < N - 1``): every received word is added to the local word,
+  ``mem = rx + mem`` (FP32Add, the received partial sum as the left operand), so segment ``k``
+  ends up on rank ``k - 1`` as ``((x_k + x_{k+1}) + x_{k+2}) + ... + x_{k-1}``: the ranks'
+  contributions are summed left to right starting at rank ``k`` (ranks mod ``N``);
+* all-gather (``t >= N - 1``): every received word overwrites the local word.
+
+A step ends when its segment is sent and every received word is written; the next step then
+starts (it sends what the last one wrote). The response reports ``OK``; or ``TIMEOUT`` when for
+``timeout`` consecutive cycles no beat moved on ``tx`` or ``rx`` and no word was written (the
+run is aborted, the vector is left partly reduced, and words still in flight on the links must
+be cleared by resetting the ring before the next collective); or ``BAD_*`` for an invalid
+command, which changes nothing. Golden model: :mod:`sim.model.collective`.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from ..fp32.add import FP32Add
+from ..fp32.config import FP32Config
+from ..lib.memport import WordPort
+from .config import CollectiveConfig, CollOp, CollStatus
+
+__all__ = ["CollectiveEngine", "cmd_layout", "rsp_layout"]
+
+#: Width of the response's cycle count (saturates).
+CYCLE_BITS = 32
+
+
+def cmd_layout(config: CollectiveConfig) -> data.StructLayout:
+    """``op`` (:class:`~hdl.multi.config.CollOp`), ``base``, ``length``, ``seg`` (words per
+    segment), ``timeout`` (cycles without progress before ``TIMEOUT``)."""
+    return data.StructLayout({"op": 2, "base": config.addr_bits, "length": config.len_bits,
+                              "seg": config.len_bits, "timeout": config.timeout_bits})
+
+
+def rsp_layout(config: CollectiveConfig) -> data.StructLayout:
+    """``status`` (:class:`~hdl.multi.config.CollStatus`), ``step`` (the ring step running at
+    a ``TIMEOUT``, else 0), ``cycles`` (cycles from acceptance to the response, saturating;
+    0 for a ``BAD_*``)."""
+    return data.StructLayout({"status": 3, "step": 5, "cycles": CYCLE_BITS})
+
+
+class CollectiveEngine(wiring.Component):
+    """Ring all-reduce engine of one rank.
+
+    Parameters
+    ----------
+    config : CollectiveConfig
+    fp32_config : FP32Config
+        The adder's pipeline (:class:`~hdl.fp32.add.FP32Add`).
+
+    Members
+    -------
+    mem : Out(WordPort(addr_bits=config.addr_bits))
+        The vector's memory (one-cycle read latency, :mod:`hdl.lib.memport`). Transmit reads
+        and reduce-scatter reads share the read port, alternating when both want it.
+    tx : Out(stream.Signature(32))
+        FP32 words to rank ``r + 1``.
+    rx : In(stream.Signature(32))
+        FP32 words from rank ``r - 1``. ``rx.ready`` does not depend on ``rx.valid``.
+    cmd : In(stream.Signature(cmd_layout(config)))
+        Accepted only while idle.
+    rsp : Out(stream.Signature(rsp_layout(config)))
+        One response per command.
+    rank : In(range(config.ranks))
+        This engine's rank ``r``; hold it constant (a multi-core top ties it).
+    busy : Out(1)
+        A command is executing (the memory port is in use).
+    """
+
+    def __init__(self, *, config: CollectiveConfig | None = None,
+                 fp32_config: FP32Config | None = None):
+        self.config = config or CollectiveConfig()
+        if not isinstance(self.config, CollectiveConfig):
+            raise TypeError(f"config must be a CollectiveConfig, not "
+                            f"{type(self.config).__name__}")
+        self.fp32_config = fp32_config or FP32Config()
+        if not isinstance(self.fp32_config, FP32Config):
+            raise TypeError(f"fp32_config must be an FP32Config, not "
+                            f"{type(self.fp32_config).__name__}")
+        super().__init__({
+            "mem": Out(WordPort(addr_bits=self.config.addr_bits)),
+            "tx": Out(stream.Signature(32)),
+            "rx": In(stream.Signature(32)),
+            "cmd": In(stream.Signature(cmd_layout(self.config))),
+            "rsp": Out(stream.Signature(rsp_layout(self.config))),
+            "rank": In(range(self.config.ranks)),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        N, ab, lb = cfg.ranks, cfg.addr_bits, cfg.len_bits
+        port = self.mem
+
+        m.submodules.add = add = FP32Add(config=self.fp32_config)
+        m.submodules.txq = txq = SyncFIFOBuffered(width=32, depth=cfg.tx_fifo_depth)
+
+        # ---- command registers -------------------------------------------------------------
+        base = Signal(ab, name="base")
+        length = Signal(lb, name="length")
+        seg = Signal(lb, name="seg")
+        timeout = Signal(cfg.timeout_bits, name="timeout")
+        step = Signal(range(cfg.steps + 1), name="step")
+        send_idx = Signal(range(N), name="send_idx")       # (r - t) mod N
+        recv_idx = Signal(range(N), name="recv_idx")       # (r - t - 1) mod N
+        reduce = Signal(name="reduce")                     # reduce-scatter phase
+        cycles = Signal(CYCLE_BITS, name="cycles")
+        idle_cnt = Signal(cfg.timeout_bits, name="idle_cnt")
+
+        # per-step segment geometry
+        send_base = Signal(ab, name="send_base")
+        send_len = Signal(lb, name="send_len")
+        recv_base = Signal(ab, name="recv_base")
+        recv_len = Signal(lb, name="recv_len")
+
+        def geometry(idx, start_sig, len_sig):
+            start = Signal(lb + (N - 1).bit_length(), name=f"{start_sig.name}_off")
+            rest = Signal(lb + 1, name=f"{len_sig.name}_rest")
+            m.d.comb += [start.eq(seg * idx), rest.eq(length - start)]
+            return [start_sig.eq(base + start),
+                    len_sig.eq(Mux(start >= length, 0, Mux(rest < seg, rest, seg)))]
+
+        def dec(idx):
+            return Mux(idx == 0, N - 1, idx - 1)
+
+        # ---- per-step counters -------------------------------------------------------------
+        tx_issued = Signal(lb, name="tx_issued")    # reads issued for tx
+        tx_sent = Signal(lb, name="tx_sent")        # tx beats
+        tx_occ = Signal(range(cfg.tx_fifo_depth + 1), name="tx_occ")   # issued, not yet sent
+        rx_got = Signal(lb, name="rx_got")          # rx beats accepted
+        rx_done = Signal(lb, name="rx_done")        # received words written
+
+        running = Signal(name="running")
+        tx_fire = Signal(name="tx_fire")
+        rx_fire = Signal(name="rx_fire")
+        m.d.comb += [tx_fire.eq(self.tx.valid & self.tx.ready),
+                     rx_fire.eq(self.rx.valid & self.rx.ready)]
+
+        # ---- read-port arbitration: tx read-ahead vs reduce-scatter reads ------------------
+        prio_rx = Signal(name="prio_rx")            # alternates every cycle
+        m.d.sync += prio_rx.eq(~prio_rx)
+        tx_req = Signal(name="tx_req")
+        m.d.comb += tx_req.eq(running & (tx_issued != send_len)
+                              & (tx_occ != cfg.tx_fifo_depth))
+        rx_room = Signal(name="rx_room")
+        m.d.comb += rx_room.eq(running & (rx_got != recv_len))
+        m.d.comb += self.rx.ready.eq(rx_room & (~reduce | ~tx_req | prio_rx))
+        tx_read = Signal(name="tx_read")
+        m.d.comb += tx_read.eq(tx_req & ~(rx_fire & reduce))
+        rx_read = Signal(name="rx_read")
+        m.d.comb += rx_read.eq(rx_fire & reduce)
+
+        m.d.comb += [
+            port.r_en.eq(tx_read | rx_read),
+            port.r_addr.eq(Mux(rx_read, recv_base + rx_got, send_base + tx_issued)),
+        ]
+
+        # tx: read data one cycle later into the FIFO
+        tx_rd_pending = Signal(name="tx_rd_pending")
+        m.d.sync += tx_rd_pending.eq(tx_read)
+        m.d.comb += [txq.w_en.eq(tx_rd_pending & running), txq.w_data.eq(port.r_data),
+                     self.tx.valid.eq(txq.r_rdy & running), self.tx.payload.eq(txq.r_data),
+                     # while idle the FIFO is emptied (left over from an aborted run)
+                     txq.r_en.eq(Mux(running, self.tx.ready, 1))]
+        m.d.sync += tx_occ.eq(tx_occ + tx_read - tx_fire)
+
+        # rx (reduce-scatter): received word and local word -> adder -> write back
+        add_v = Signal(name="add_v")
+        add_rx = Signal(32, name="add_rx")
+        add_addr = Signal(ab, name="add_addr")
+        m.d.sync += [add_v.eq(rx_read), add_rx.eq(self.rx.payload),
+                     add_addr.eq(recv_base + rx_got)]
+        m.d.comb += [add.i.valid.eq(add_v), add.i.payload.a.eq(add_rx),
+                     add.i.payload.b.eq(port.r_data), add.i.payload.sub.eq(0),
+                     add.o.ready.eq(1)]
+        # the adder never stalls (o.ready = 1): its latency is fixed, so the address and a
+        # valid bit that an abort can clear travel beside it
+        wv, wa = add_v, add_addr
+        for k in range(add.latency):
+            nv, na = Signal(name=f"wb_v{k}"), Signal(ab, name=f"wb_addr{k}")
+            m.d.sync += [nv.eq(wv & running), na.eq(wa)]
+            wv, wa = nv, na
+        add_write = Signal(name="add_write")
+        m.d.comb += add_write.eq(wv & running)
+        ag_write = Signal(name="ag_write")
+        m.d.comb += ag_write.eq(rx_fire & ~reduce)
+        m.d.comb += [
+            port.w_en.eq(add_write | ag_write),
+            port.w_addr.eq(Mux(add_write, wa, recv_base + rx_got)),
+            port.w_data.eq(Mux(add_write, add.o.payload, self.rx.payload)),
+        ]
+
+        m.d.sync += [tx_issued.eq(tx_issued + tx_read), tx_sent.eq(tx_sent + tx_fire),
+                     rx_got.eq(rx_got + rx_fire),
+                     rx_done.eq(rx_done + (add_write | ag_write))]
+
+        # ---- control -----------------------------------------------------------------------
+        cmd = self.cmd.payload
+        rsp = self.rsp.payload
+        progress = Signal(name="progress")
+        m.d.comb += progress.eq(tx_fire | rx_fire | port.w_en)
+        with m.If(self.busy):
+            m.d.sync += cycles.eq(Mux(cycles == (1 << CYCLE_BITS) - 1, cycles, cycles + 1))
+        with m.If(running):
+            m.d.sync += idle_cnt.eq(Mux(progress, 0, idle_cnt + 1))
+
+        end = Signal(lb + 1, name="cmd_end")
+        m.d.comb += end.eq(cmd.base + cmd.length)
+        drained = Signal(name="drained")
+        m.d.comb += drained.eq(~txq.r_rdy & (tx_occ == 0) & ~tx_rd_pending)
+
+        with m.FSM(name="ctrl"):
+            with m.State("IDLE"):
+                m.d.comb += self.cmd.ready.eq(drained)
+                with m.If(self.cmd.valid & drained):
+                    m.d.sync += [base.eq(cmd.base), length.eq(cmd.length), seg.eq(cmd.seg),
+                                 timeout.eq(cmd.timeout), cycles.eq(0), rsp.step.eq(0),
+                                 rsp.cycles.eq(0)]
+                    with m.If(cmd.op != CollOp.ALLREDUCE):
+                        m.d.sync += rsp.status.eq(CollStatus.BAD_OP)
+                        m.next = "RESP"
+                    with m.Elif((cmd.length == 0) | (end > cfg.depth)):
+                        m.d.sync += rsp.status.eq(CollStatus.BAD_LEN)
+                        m.next = "RESP"
+                    with m.Elif((cmd.seg == 0) | (cmd.seg * N < cmd.length)):
+                        m.d.sync += rsp.status.eq(CollStatus.BAD_SEG)
+                        m.next = "RESP"
+                    with m.Elif(cmd.timeout == 0):
+                        m.d.sync += rsp.status.eq(CollStatus.BAD_TIMEOUT)
+                        m.next = "RESP"
+                    with m.Else():
+                        m.d.sync += [step.eq(0), send_idx.eq(self.rank),
+                                     recv_idx.eq(dec(self.rank)), reduce.eq(1),
+                                     rsp.status.eq(CollStatus.OK)]
+                        m.next = "SETUP"
+            with m.State("SETUP"):
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += geometry(send_idx, send_base, send_len)
+                m.d.sync += geometry(recv_idx, recv_base, recv_len)
+                m.d.sync += [tx_issued.eq(0), tx_sent.eq(0), rx_got.eq(0), rx_done.eq(0),
+                             tx_occ.eq(0), idle_cnt.eq(0), running.eq(1)]
+                m.next = "RUN"
+            with m.State("RUN"):
+                m.d.comb += self.busy.eq(1)
+                with m.If((tx_sent == send_len) & (rx_done == recv_len) & running):
+                    m.d.sync += [running.eq(0), step.eq(step + 1), send_idx.eq(dec(send_idx)),
+                                 recv_idx.eq(dec(recv_idx)),
+                                 reduce.eq(step + 1 < cfg.ranks - 1)]
+                    with m.If(step == cfg.steps - 1):
+                        m.d.sync += rsp.cycles.eq(cycles)
+                        m.next = "RESP"
+                    with m.Else():
+                        m.next = "SETUP"
+                with m.Elif(running & (idle_cnt >= timeout)):
+                    m.d.sync += [running.eq(0), tx_occ.eq(0),
+                                 rsp.status.eq(CollStatus.TIMEOUT),
+                                 rsp.step.eq(step), rsp.cycles.eq(cycles)]
+                    m.next = "RESP"
+            with m.State("RESP"):
+                m.d.comb += self.rsp.valid.eq(1)
+                with m.If(self.rsp.ready):
+                    m.next = "IDLE"
+        return m

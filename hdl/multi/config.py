@@ -1,0 +1,156 @@
+"""Configuration, opcodes and status codes of the multi-core blocks (pure Python, no Amaranth).
+
+The golden model (:mod:`sim.model.collective`), the testbenches and the hardware
+(:mod:`hdl.multi.link`, :mod:`hdl.multi.collective`, :mod:`hdl.multi.ring`) import this module,
+so the numbers are defined once (docs/multicore.md).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..config import PresetMixin, check_int
+
+__all__ = ["LinkConfig", "CollectiveConfig", "RingConfig", "CollOp", "CollStatus"]
+
+
+class CollOp:
+    """Collective opcodes (``cmd.payload.op``)."""
+    ALLREDUCE = 0   #: ring all-reduce (FP32 sum) of ``mem[base : base + length]``
+    ALL = (ALLREDUCE,)
+
+
+class CollStatus:
+    """Response status codes (``rsp.payload.status``). A ``BAD_*`` command changes nothing."""
+    OK = 0            #: the all-reduce finished; the vector holds the sum on every rank
+    TIMEOUT = 1       #: no link beat and no memory write for ``timeout`` cycles: aborted
+    BAD_OP = 2        #: unknown opcode
+    BAD_LEN = 3       #: ``length == 0`` or ``base + length > depth``
+    BAD_SEG = 4       #: ``seg == 0`` or ``seg * ranks < length``
+    BAD_TIMEOUT = 5   #: ``timeout == 0``
+    NAMES = {OK: "OK", TIMEOUT: "TIMEOUT", BAD_OP: "BAD_OP", BAD_LEN: "BAD_LEN",
+             BAD_SEG: "BAD_SEG", BAD_TIMEOUT: "BAD_TIMEOUT"}
+
+
+@dataclass(frozen=True)
+class LinkConfig(PresetMixin):
+    """A point-to-point link standing in for a chip-to-chip interconnect (docs/multicore.md).
+
+    Parameters
+    ----------
+    word_bits : int
+        Width of the words the endpoints send and receive (32: FP32), 1..256.
+    width : int
+        Width of one flit on the wire; must divide ``word_bits``. A word crosses as
+        ``word_bits // width`` flits, least significant first.
+    latency : int
+        Cycles a flit and a returning credit each spend on the wire, 0..64.
+    fifo_depth : int
+        Flits the receive FIFO holds (= credits of the sender), 1..256. The link runs at one
+        flit per cycle when ``fifo_depth >= 2 * latency + 2`` (the credit round trip).
+    """
+
+    word_bits: int = 32
+    width: int = 32
+    latency: int = 2
+    fifo_depth: int = 8
+
+    PRESETS: ClassVar[dict[str, dict]] = {"tiny": {"width": 16, "latency": 2, "fifo_depth": 4},
+                                          "default": {}}
+
+    def __post_init__(self):
+        check_int("LinkConfig", "word_bits", self.word_bits, lo=1, hi=256)
+        check_int("LinkConfig", "width", self.width, lo=1, hi=self.word_bits)
+        if self.word_bits % self.width:
+            raise ValueError(f"LinkConfig.width must divide word_bits ({self.word_bits}), "
+                             f"not {self.width!r}")
+        check_int("LinkConfig", "latency", self.latency, lo=0, hi=64)
+        check_int("LinkConfig", "fifo_depth", self.fifo_depth, lo=1, hi=256)
+
+    @property
+    def flits_per_word(self) -> int:
+        return self.word_bits // self.width
+
+    @property
+    def full_rate(self) -> bool:
+        """One flit per cycle is sustainable (the credits cover the round trip)."""
+        return self.fifo_depth >= 2 * self.latency + 2
+
+
+@dataclass(frozen=True)
+class CollectiveConfig(PresetMixin):
+    """The collective engine of one core (:class:`hdl.multi.collective.CollectiveEngine`).
+
+    Parameters
+    ----------
+    ranks : int
+        Cores in the ring (``N``), 2..16.
+    depth : int
+        FP32 words the engine's memory port reaches, 2..65536.
+    timeout_bits : int
+        Width of the command's ``timeout`` field (cycles), 4..32.
+    tx_fifo_depth : int
+        Words read ahead for the transmit stream, 2..64.
+    """
+
+    ranks: int = 4
+    depth: int = 1024
+    timeout_bits: int = 16
+    tx_fifo_depth: int = 4
+
+    PRESETS: ClassVar[dict[str, dict]] = {"tiny": {"ranks": 2, "depth": 64},
+                                          "default": {}}
+
+    def __post_init__(self):
+        check_int("CollectiveConfig", "ranks", self.ranks, lo=2, hi=16)
+        check_int("CollectiveConfig", "depth", self.depth, lo=2, hi=65536)
+        check_int("CollectiveConfig", "timeout_bits", self.timeout_bits, lo=4, hi=32)
+        check_int("CollectiveConfig", "tx_fifo_depth", self.tx_fifo_depth, lo=2, hi=64)
+
+    @property
+    def addr_bits(self) -> int:
+        """Width of a word address (``0 .. depth - 1``)."""
+        return (self.depth - 1).bit_length()
+
+    @property
+    def len_bits(self) -> int:
+        """Width of ``length`` and ``seg`` (``0 .. depth``)."""
+        return self.depth.bit_length()
+
+    @property
+    def steps(self) -> int:
+        """Ring steps of one all-reduce: ``N - 1`` reduce-scatter + ``N - 1`` all-gather."""
+        return 2 * (self.ranks - 1)
+
+
+@dataclass(frozen=True)
+class RingConfig(PresetMixin):
+    """The ring test top :class:`hdl.multi.ring.CollectiveRing`: ``collective.ranks`` engines,
+    each with its own memory of ``collective.depth`` words, joined by links.
+
+    Parameters
+    ----------
+    collective : CollectiveConfig
+    link : LinkConfig
+        Every link of the ring (``word_bits`` must be 32).
+    """
+
+    collective: CollectiveConfig = CollectiveConfig()
+    link: LinkConfig = LinkConfig()
+
+    PRESETS: ClassVar[dict[str, dict]] = {}
+
+    @classmethod
+    def preset(cls, name: str):
+        return cls(collective=CollectiveConfig.preset(name), link=LinkConfig.preset(name))
+
+    def __post_init__(self):
+        if not isinstance(self.collective, CollectiveConfig):
+            raise TypeError(f"RingConfig.collective must be a CollectiveConfig, not "
+                            f"{type(self.collective).__name__}")
+        if not isinstance(self.link, LinkConfig):
+            raise TypeError(f"RingConfig.link must be a LinkConfig, not "
+                            f"{type(self.link).__name__}")
+        if self.link.word_bits != 32:
+            raise ValueError(f"RingConfig.link.word_bits must be 32 (FP32 words), not "
+                             f"{self.link.word_bits!r}")

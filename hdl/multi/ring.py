@@ -1,0 +1,155 @@
+"""The ring test top: ``N`` collective engines, each with its own memory, joined by links.
+
+:class:`CollectiveRing` is what the tests (both tiers) and ``tessera generate --block
+collective_ring`` build: engine ``r`` (rank ``r``) sends to engine ``r + 1`` through link ``r``
+(:func:`~hdl.multi.link.connect_ring`); a :class:`~hdl.multi.link.LinkGate` on each end of
+every link lets a testbench put random backpressure on it or make it stop delivering. Each
+engine's memory (:class:`WordMemory`) also has a host port, which owns the memory while the
+engine is idle, so a testbench loads the vectors and reads the results through ports only.
+It stands in for the multi-core top of issue 12 until the training cores carry the engines.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..fp32.config import FP32Config
+from ..lib.memport import WordPort
+from ..registry import Block
+from .collective import CollectiveEngine, cmd_layout, rsp_layout
+from .config import RingConfig
+from .link import LinkGate, connect_ring
+
+__all__ = ["WordMemory", "CollectiveRing"]
+
+
+class WordMemory(wiring.Component):
+    """A memory of ``depth`` FP32 words with two client ports: ``a`` (an engine) while ``sel``
+    is 1, else ``b`` (the host). The port not selected reads nothing and writes nothing.
+
+    Parameters
+    ----------
+    depth : int
+        Words, >= 2.
+
+    Members
+    -------
+    a, b : In(WordPort(addr_bits=(depth - 1).bit_length()))
+        One-cycle read latency (:mod:`hdl.lib.memport`); both see the same ``r_data``.
+    sel : In(1)
+    """
+
+    def __init__(self, *, depth: int):
+        if isinstance(depth, bool) or not isinstance(depth, int):
+            raise TypeError(f"WordMemory.depth must be an int, not {type(depth).__name__}")
+        if depth < 2:
+            raise ValueError(f"WordMemory.depth must be >= 2, not {depth!r}")
+        self.depth = depth
+        port = WordPort(addr_bits=(depth - 1).bit_length())
+        super().__init__({"a": In(port), "b": In(port), "sel": In(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.mem = mem = Memory(shape=32, depth=self.depth, init=[])
+        rp = mem.read_port()
+        wp = mem.write_port()
+        a, b, sel = self.a, self.b, self.sel
+        m.d.comb += [
+            rp.en.eq(Mux(sel, a.r_en, b.r_en)), rp.addr.eq(Mux(sel, a.r_addr, b.r_addr)),
+            a.r_data.eq(rp.data), b.r_data.eq(rp.data),
+            wp.en.eq(Mux(sel, a.w_en, b.w_en)), wp.addr.eq(Mux(sel, a.w_addr, b.w_addr)),
+            wp.data.eq(Mux(sel, a.w_data, b.w_data)),
+        ]
+        return m
+
+
+class CollectiveRing(wiring.Component):
+    """``N`` collective engines in a ring with memories, links and stall gates.
+
+    Parameters
+    ----------
+    config : RingConfig
+    fp32_config : FP32Config
+
+    Members
+    -------
+    cmd_<r>, rsp_<r> : the command and response streams of engine ``r``
+    host_<r> : In(WordPort)
+        Host port of engine ``r``'s memory (used only while ``busy_<r>`` is 0).
+    busy_<r> : Out(1)
+    stall_tx : In(N)
+        Bit ``r`` stalls the entry of link ``r`` (engine ``r``'s ``tx``).
+    stall_rx : In(N)
+        Bit ``r`` stalls engine ``r``'s ``rx`` (the exit of link ``r - 1``).
+    flits_<r> : Out(32)
+        Flits sent on link ``r``.
+    overflow : Out(N)
+        Link ``r``'s receive FIFO overflowed (never, by the credits).
+    """
+
+    def __init__(self, *, config: RingConfig | None = None,
+                 fp32_config: FP32Config | None = None):
+        self.config = config or RingConfig()
+        if not isinstance(self.config, RingConfig):
+            raise TypeError(f"config must be a RingConfig, not {type(self.config).__name__}")
+        self.fp32_config = fp32_config or FP32Config()
+        c = self.config.collective
+        N = c.ranks
+        members = {}
+        for r in range(N):
+            members[f"cmd_{r}"] = In(stream.Signature(cmd_layout(c)))
+            members[f"rsp_{r}"] = Out(stream.Signature(rsp_layout(c)))
+            members[f"host_{r}"] = In(WordPort(addr_bits=c.addr_bits))
+            members[f"busy_{r}"] = Out(1)
+            members[f"flits_{r}"] = Out(32)
+        members["stall_tx"] = In(N)
+        members["stall_rx"] = In(N)
+        members["overflow"] = Out(N)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self.config.collective
+        N = c.ranks
+        engines, gtx, grx = [], [], []
+        for r in range(N):
+            eng = CollectiveEngine(config=c, fp32_config=self.fp32_config)
+            mem = WordMemory(depth=c.depth)
+            m.submodules[f"engine{r}"] = eng
+            m.submodules[f"mem{r}"] = mem
+            m.submodules[f"gate_tx{r}"] = gt = LinkGate(width=32)
+            m.submodules[f"gate_rx{r}"] = gr = LinkGate(width=32)
+            m.d.comb += [eng.rank.eq(r), mem.sel.eq(eng.busy),
+                         getattr(self, f"busy_{r}").eq(eng.busy),
+                         gt.stall.eq(self.stall_tx[r]), gr.stall.eq(self.stall_rx[r])]
+            wiring.connect(m, eng.mem, mem.a)
+            wiring.connect(m, wiring.flipped(getattr(self, f"host_{r}")), mem.b)
+            wiring.connect(m, wiring.flipped(getattr(self, f"cmd_{r}")), eng.cmd)
+            wiring.connect(m, eng.rsp, wiring.flipped(getattr(self, f"rsp_{r}")))
+            wiring.connect(m, eng.tx, gt.i)
+            engines.append(eng)
+            gtx.append(gt)
+            grx.append(gr)
+        links = connect_ring(m, [g.o for g in gtx], [g.i for g in grx], self.config.link)
+        for r in range(N):
+            # gate_rx r sits in front of engine r, on the exit of link r - 1
+            wiring.connect(m, grx[r].o, engines[r].rx)
+            m.d.comb += [getattr(self, f"flits_{r}").eq(links[r].flits),
+                         self.overflow[r].eq(links[r].overflow)]
+        return m
+
+
+def _build(preset: str) -> CollectiveRing:
+    return CollectiveRing(config=RingConfig.preset(preset), fp32_config=FP32Config.preset(preset))
+
+
+def _params(preset: str) -> dict:
+    cfg = RingConfig.preset(preset)
+    return {"collective": cfg.collective.to_dict(), "link": cfg.link.to_dict(),
+            "fp32": FP32Config.preset(preset).to_dict(),
+            "latency": FP32Config.preset(preset).latency("fp32_add")}
+
+
+TESSERA_BLOCKS = [Block("collective_ring", build=_build, params=_params)]

@@ -1,0 +1,123 @@
+"""Fast-tier driver of :class:`hdl.multi.ring.CollectiveRing` in Amaranth's simulator.
+
+:func:`run_ring` loads every rank's memory through its host port, sends each command to every
+rank in the same cycle, waits for all responses (a cycle deadline per command), reads the
+memories back and returns what happened. A background process drives the links' stall gates:
+random stalls with probability ``stall_prob`` on every gate, and gates listed in ``stop`` held
+stalled for good (a link that stops delivering).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hdl.multi.collective import cmd_layout, rsp_layout
+from hdl.multi.config import CollOp
+
+from .amaranth_tb import run_sim
+from .payload import pack, unpack
+
+__all__ = ["RingRun", "run_ring", "command"]
+
+
+def command(*, base: int, length: int, seg: int, timeout: int,
+            op: int = CollOp.ALLREDUCE) -> dict:
+    """One command's fields (the same command goes to every rank)."""
+    return {"op": op, "base": base, "length": length, "seg": seg, "timeout": timeout}
+
+
+@dataclass
+class RingRun:
+    """What :func:`run_ring` saw: ``responses[c][r]`` (fields of the response of rank ``r`` to
+    command ``c``), the memories afterwards, the flits per link and the overflow flags."""
+    responses: list = field(default_factory=list)
+    memories: list = field(default_factory=list)
+    flits: list = field(default_factory=list)
+    overflow: int = 0
+    cycles: int = 0
+    stalled_cycles: int = 0
+
+
+def run_ring(dut, images, commands, *, stall_prob: float = 0.0, seed: int = 0,
+             stop=(), deadline: int = 20_000, max_cycles: int = 200_000) -> RingRun:
+    """Run ``commands`` (see :func:`command`) on ``dut`` after loading ``images`` (one
+    ``uint32`` array of ``depth`` words per rank).
+
+    ``stop``: names ``("tx", r)`` / ``("rx", r)`` of gates held stalled from the start.
+    ``deadline``: cycles every command may take before :class:`TimeoutError`.
+    """
+    cfg = dut.config.collective
+    N = cfg.ranks
+    if len(images) != N:
+        raise ValueError(f"images: {len(images)} for {N} ranks")
+    rng = random.Random(seed)
+    run = RingRun()
+    cmd_l, rsp_l = cmd_layout(cfg), rsp_layout(cfg)
+    cmd_ports = [getattr(dut, f"cmd_{r}") for r in range(N)]
+    rsp_ports = [getattr(dut, f"rsp_{r}") for r in range(N)]
+    host = [getattr(dut, f"host_{r}") for r in range(N)]
+    stop_tx = sum(1 << r for kind, r in stop if kind == "tx")
+    stop_rx = sum(1 << r for kind, r in stop if kind == "rx")
+    full = (1 << N) - 1
+
+    async def stalls(ctx):
+        async for _ in ctx.tick():
+            tx = sum(1 << r for r in range(N) if rng.random() < stall_prob) | stop_tx
+            rx = sum(1 << r for r in range(N) if rng.random() < stall_prob) | stop_rx
+            ctx.set(dut.stall_tx, tx & full)
+            ctx.set(dut.stall_rx, rx & full)
+            run.stalled_cycles += bool(tx or rx)
+
+    async def bench(ctx):
+        # load
+        for a in range(cfg.depth):
+            for r in range(N):
+                ctx.set(host[r].w_en, 1)
+                ctx.set(host[r].w_addr, a)
+                ctx.set(host[r].w_data, int(images[r][a]))
+            await ctx.tick()
+        for r in range(N):
+            ctx.set(host[r].w_en, 0)
+        # commands
+        for c in commands:
+            word = pack(cmd_l, c)
+            got = [None] * N
+            accepted = [False] * N
+            for r in range(N):
+                ctx.set(cmd_ports[r].valid, 1)
+                ctx.set(cmd_ports[r].payload.as_value(), word)
+                ctx.set(rsp_ports[r].ready, 1)
+            for _ in range(deadline):
+                _, _, *vals = await ctx.tick().sample(
+                    *[p.ready for p in cmd_ports], *[p.valid for p in rsp_ports],
+                    *[p.payload.as_value() for p in rsp_ports])
+                run.cycles += 1
+                for r in range(N):
+                    if not accepted[r] and vals[r]:
+                        accepted[r] = True
+                        ctx.set(cmd_ports[r].valid, 0)
+                    if vals[N + r] and got[r] is None:
+                        got[r] = unpack(rsp_l, vals[2 * N + r])
+                        ctx.set(rsp_ports[r].ready, 0)
+                if all(g is not None for g in got):
+                    break
+            else:
+                raise TimeoutError(f"command {c}: responses {got} after {deadline} cycles")
+            run.responses.append(got)
+        # read back
+        mems = [np.zeros(cfg.depth, dtype=np.uint32) for _ in range(N)]
+        for a in range(cfg.depth):
+            for r in range(N):
+                ctx.set(host[r].r_en, 1)
+                ctx.set(host[r].r_addr, a)
+            await ctx.tick()
+            for r in range(N):
+                mems[r][a] = ctx.get(host[r].r_data)
+        run.memories = mems
+        run.flits = [ctx.get(getattr(dut, f"flits_{r}")) for r in range(N)]
+        run.overflow = ctx.get(dut.overflow)
+
+    run_sim(dut, bench, processes=[stalls], max_cycles=max_cycles)
+    return run

@@ -33,6 +33,7 @@ from amaranth.lib.wiring import In, Out
 from ..fp32.add import FP32Add
 from ..fp32.config import FP32Config
 from ..lib.memport import WordPort
+from ..lib.mustuse import mark_used
 from .config import CollectiveConfig, CollOp, CollStatus
 
 __all__ = ["CollectiveEngine", "cmd_layout", "rsp_layout"]
@@ -87,10 +88,12 @@ class CollectiveEngine(wiring.Component):
                  fp32_config: FP32Config | None = None):
         self.config = config or CollectiveConfig()
         if not isinstance(self.config, CollectiveConfig):
+            mark_used(self)
             raise TypeError(f"config must be a CollectiveConfig, not "
                             f"{type(self.config).__name__}")
         self.fp32_config = fp32_config or FP32Config()
         if not isinstance(self.fp32_config, FP32Config):
+            mark_used(self)
             raise TypeError(f"fp32_config must be an FP32Config, not "
                             f"{type(self.fp32_config).__name__}")
         super().__init__({

@@ -14,6 +14,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
+from ..lib.mustuse import mark_used
 from .config import LinkConfig
 
 __all__ = ["Link", "LinkGate", "connect_ring"]
@@ -51,6 +52,7 @@ class Link(wiring.Component):
     def __init__(self, *, config: LinkConfig | None = None):
         self.config = config or LinkConfig()
         if not isinstance(self.config, LinkConfig):
+            mark_used(self)
             raise TypeError(f"config must be a LinkConfig, not {type(self.config).__name__}")
         wb = self.config.word_bits
         super().__init__({
@@ -138,8 +140,10 @@ class LinkGate(wiring.Component):
 
     def __init__(self, *, width: int = 32):
         if isinstance(width, bool) or not isinstance(width, int):
+            mark_used(self)
             raise TypeError(f"LinkGate.width must be an int, not {type(width).__name__}")
         if width < 1:
+            mark_used(self)
             raise ValueError(f"LinkGate.width must be >= 1, not {width!r}")
         super().__init__({"i": In(stream.Signature(width)), "o": Out(stream.Signature(width)),
                           "stall": In(1)})

@@ -19,6 +19,7 @@ from ..fp32.config import FP32Config
 from ..lib.memport import WordPort
 from ..registry import Block
 from .collective import CollectiveEngine, cmd_layout, rsp_layout
+from ..lib.mustuse import mark_used
 from .config import RingConfig
 from .link import LinkGate, connect_ring
 
@@ -43,8 +44,10 @@ class WordMemory(wiring.Component):
 
     def __init__(self, *, depth: int):
         if isinstance(depth, bool) or not isinstance(depth, int):
+            mark_used(self)
             raise TypeError(f"WordMemory.depth must be an int, not {type(depth).__name__}")
         if depth < 2:
+            mark_used(self)
             raise ValueError(f"WordMemory.depth must be >= 2, not {depth!r}")
         self.depth = depth
         port = WordPort(addr_bits=(depth - 1).bit_length())
@@ -93,6 +96,7 @@ class CollectiveRing(wiring.Component):
                  fp32_config: FP32Config | None = None):
         self.config = config or RingConfig()
         if not isinstance(self.config, RingConfig):
+            mark_used(self)
             raise TypeError(f"config must be a RingConfig, not {type(self.config).__name__}")
         self.fp32_config = fp32_config or FP32Config()
         c = self.config.collective

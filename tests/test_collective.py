@@ -1,0 +1,140 @@
+"""Fast tier: the collective engine's ring all-reduce in Amaranth's simulator
+(hdl/multi/collective.py in the ring top hdl/multi/ring.py), bit-exact with
+sim/model/collective.py, for N = 2 and 4."""
+import numpy as np
+import pytest
+
+from hdl.fp32.config import FP32Config
+from hdl.multi.collective import CollectiveEngine
+from hdl.multi.config import CollectiveConfig, CollOp, CollStatus, LinkConfig, RingConfig
+from hdl.multi.ring import CollectiveRing, WordMemory
+from sim.model.collective import CollectiveModel, schedule, segments
+from sim.model.fp32 import f32_to_bits
+from sim.tb.collective_tb import command, run_ring
+
+DEPTH = 24
+FP32 = FP32Config.preset("tiny")
+
+
+def _ring(N, width=32, latency=2, fifo_depth=4):
+    cfg = RingConfig(collective=CollectiveConfig(ranks=N, depth=DEPTH),
+                     link=LinkConfig(width=width, latency=latency, fifo_depth=fifo_depth))
+    return CollectiveRing(config=cfg, fp32_config=FP32)
+
+
+def _images(seed, N):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((N, DEPTH)) * 2.0 ** rng.integers(-6, 7, (N, DEPTH))
+    return [f32_to_bits(v.astype(np.float32)) for v in x]
+
+
+def _flits(cmds, N, per_word):
+    """Flits each link carries for the accepted commands (link r leaves rank r)."""
+    out = [0] * N
+    for c in cmds:
+        segs = segments(c["length"], c["seg"], N)
+        for r in range(N):
+            out[r] += per_word * sum(segs[s][1] for s, _, _ in schedule(r, N))
+    return out
+
+
+def _check(dut, images, cmds, **kw):
+    """Run ``cmds`` on the RTL and the model; everything must agree bit for bit."""
+    N = dut.config.collective.ranks
+    model = CollectiveModel(dut.config.collective)
+    for r in range(N):
+        model.mem[r][:] = images[r]
+    run = run_ring(dut, images, cmds, **kw)
+    for c, got in zip(cmds, run.responses):
+        status = model.allreduce(**c)
+        assert [g["status"] for g in got] == [status] * N, (c, got)
+    for r in range(N):
+        bad = np.flatnonzero(run.memories[r] != model.mem[r])
+        assert bad.size == 0, (f"rank {r} words {bad.tolist()}: got "
+                               f"{[hex(v) for v in run.memories[r][bad]]}, expected "
+                               f"{[hex(v) for v in model.mem[r][bad]]}")
+    ok = [c for c in cmds if CollectiveModel(dut.config.collective).allreduce(**c)
+          == CollStatus.OK]
+    assert run.flits == _flits(ok, N, dut.config.link.flits_per_word)
+    assert run.overflow == 0
+    return run
+
+
+#: (base, length, seg): divisible, not divisible, length < N (empty segments), one word,
+#: uneven seg larger than needed, the whole memory
+def _cases(N):
+    return [(0, 4 * N, 4), (3, 4 * N + 1, 5), (2, N - 1, 1), (DEPTH - 1, 1, 1),
+            (1, 2 * N, 3), (0, DEPTH, -(-DEPTH // N))]
+
+
+@pytest.mark.parametrize("N", [2, 4])
+def test_allreduce_bit_exact(N):
+    cmds = [command(base=b, length=n, seg=s, timeout=200) for b, n, s in _cases(N)]
+    _check(_ring(N), _images(10 + N, N), cmds)
+
+
+@pytest.mark.parametrize("N,width", [(2, 8), (4, 16)])
+def test_allreduce_random_backpressure_on_every_link(N, width):
+    """Every gate of every link stalls at random half the time; nothing is lost or
+    duplicated (bit-exact memories, exact flit counts, no FIFO overflow)."""
+    cmds = [command(base=1, length=3 * N + 2, seg=4, timeout=200),
+            command(base=0, length=N - 1, seg=1, timeout=200)]
+    run = _check(_ring(N, width=width, latency=3, fifo_depth=3), _images(20 + N, N), cmds,
+                 stall_prob=0.5, seed=N)
+    assert run.stalled_cycles > run.cycles // 2
+
+
+def test_allreduce_special_values():
+    N = 4
+    specials = np.array([0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000,
+                         0x7F800001, 0x00000001, 0x807FFFFF, 0x7F7FFFFF, 0xFF7FFFFF],
+                        dtype=np.uint32)
+    rng = np.random.default_rng(5)
+    images = [rng.choice(specials, DEPTH) for _ in range(N)]
+    images[0][:4] = images[1][:4] = images[2][:4] = images[3][:4] = 0x80000000   # -0 sums
+    images[0][4], images[1][4], images[2][4], images[3][4] = 0x7F800000, 0xFF800000, 0, 0
+    _check(_ring(N), images, [command(base=0, length=DEPTH, seg=6, timeout=200)])
+
+
+def test_bad_commands_change_nothing():
+    N = 2
+    cmds = [command(base=0, length=4, seg=2, timeout=50, op=1),
+            command(base=0, length=0, seg=2, timeout=50),
+            command(base=DEPTH - 3, length=4, seg=2, timeout=50),
+            command(base=0, length=5, seg=2, timeout=50),
+            command(base=0, length=4, seg=0, timeout=50),
+            command(base=0, length=4, seg=2, timeout=0),
+            command(base=0, length=5, seg=3, timeout=50)]          # valid: runs after all
+    run = _check(_ring(N), _images(3, N), cmds)
+    assert [g[0]["status"] for g in run.responses] == [
+        CollStatus.BAD_OP, CollStatus.BAD_LEN, CollStatus.BAD_LEN, CollStatus.BAD_SEG,
+        CollStatus.BAD_SEG, CollStatus.BAD_TIMEOUT, CollStatus.OK]
+    assert all(g[0]["cycles"] == 0 for g in run.responses[:-1])
+
+
+@pytest.mark.parametrize("N,stop", [(2, ("rx", 1)), (4, ("tx", 2))])
+def test_stopped_link_reports_timeout(N, stop):
+    """A link that stops delivering: every engine answers TIMEOUT (none hangs), after at
+    least ``timeout`` cycles, and then accepts the next command."""
+    timeout = 40
+    cmds = [command(base=0, length=4 * N, seg=4, timeout=timeout),
+            command(base=0, length=0, seg=1, timeout=timeout)]
+    run = run_ring(_ring(N), _images(4, N), cmds, stop=[stop], deadline=2000)
+    first, second = run.responses
+    assert [g["status"] for g in first] == [CollStatus.TIMEOUT] * N, first
+    assert all(g["cycles"] >= timeout for g in first)
+    assert all(g["step"] < 2 * (N - 1) for g in first)
+    assert [g["status"] for g in second] == [CollStatus.BAD_LEN] * N
+    assert run.overflow == 0
+
+
+def test_engine_rejects_wrong_configs():
+    with pytest.raises(TypeError, match="config must be a CollectiveConfig"):
+        CollectiveEngine(config=LinkConfig())
+    with pytest.raises(TypeError, match="fp32_config must be an FP32Config"):
+        CollectiveEngine(fp32_config=CollectiveConfig())
+    with pytest.raises(TypeError, match="config must be a RingConfig"):
+        CollectiveRing(config=CollectiveConfig())
+    with pytest.raises(ValueError, match="WordMemory.depth"):
+        WordMemory(depth=1)
+    assert CollOp.ALL == (CollOp.ALLREDUCE,)

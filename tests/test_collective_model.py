@@ -1,0 +1,140 @@
+"""The ring all-reduce golden model (sim/model/collective.py): schedule, summation order, the
+statuses, and the bound against the exact sum."""
+import numpy as np
+import pytest
+
+from hdl.multi.config import CollectiveConfig, CollOp, CollStatus
+from sim.model.collective import (CollectiveModel, ring_allreduce, schedule, segments,
+                                  sum_order, validate)
+from sim.model.fp32 import QNAN, bits_to_f32, canon, f32_to_bits
+
+#: unit roundoff of binary32
+U = 2.0 ** -24
+
+
+def _vectors(rng, ranks, n, spread=8):
+    """Normal values with exponents spread over ``2**±spread`` (cancellation happens)."""
+    x = rng.standard_normal((ranks, n)) * 2.0 ** rng.integers(-spread, spread + 1, (ranks, n))
+    return [f32_to_bits(v.astype(np.float32)) for v in x]
+
+
+def _fold(vectors, length, seg):
+    """Independent formulation: every element summed left to right in sum_order."""
+    ranks = len(vectors)
+    out = np.zeros(length, dtype=np.uint32)
+    for k, (s0, n) in enumerate(segments(length, seg, ranks)):
+        for i in range(s0, s0 + n):
+            acc = None
+            for r in sum_order(k, ranks):
+                v = bits_to_f32(vectors[r][i])
+                with np.errstate(all="ignore"):
+                    acc = v if acc is None else np.float32(acc + v)
+            out[i] = canon(np.float32(acc).view(np.uint32))
+    return out
+
+
+def test_schedule_covers_every_segment_and_ends_reduced():
+    for N in (2, 3, 4, 8):
+        for r in range(N):
+            plan = schedule(r, N)
+            assert len(plan) == 2 * (N - 1)
+            assert [red for _, _, red in plan] == [True] * (N - 1) + [False] * (N - 1)
+            # what rank r sends in step t is what rank r + 1 receives in step t
+            nxt = schedule((r + 1) % N, N)
+            assert [s for s, _, _ in plan] == [rcv for _, rcv, _ in nxt]
+            # after reduce-scatter rank r owns segment r + 1; all-gather receives every
+            # other segment once
+            assert plan[N - 2][1] == (r + 1) % N
+            assert sorted(rcv for _, rcv, _ in plan[N - 1:]) == sorted(
+                set(range(N)) - {(r + 1) % N})
+        assert sum_order(1, N) == [(1 + j) % N for j in range(N)]
+
+
+@pytest.mark.parametrize("length,seg,N,expect", [
+    (8, 2, 4, [(0, 2), (2, 2), (4, 2), (6, 2)]),
+    (7, 2, 4, [(0, 2), (2, 2), (4, 2), (6, 1)]),
+    (3, 1, 4, [(0, 1), (1, 1), (2, 1), (3, 0)]),
+    (5, 4, 2, [(0, 4), (4, 1)]),
+    (1, 1, 2, [(0, 1), (1, 0)]),
+])
+def test_segments(length, seg, N, expect):
+    assert segments(length, seg, N) == expect
+
+
+@pytest.mark.parametrize("N", [2, 3, 4])
+@pytest.mark.parametrize("length", [1, 3, 7, 16])
+def test_allreduce_equals_documented_fold_on_every_rank(N, length):
+    rng = np.random.default_rng(100 * N + length)
+    vecs = _vectors(rng, N, length)
+    seg = -(-length // N)
+    out = ring_allreduce(vecs, seg)
+    ref = _fold(vecs, length, seg)
+    for r in range(N):
+        np.testing.assert_array_equal(out[r], ref, err_msg=f"rank {r}")
+
+
+def test_order_is_observable():
+    """The documented order is not just any order: a reordering changes a result."""
+    big, one = np.float32(2.0 ** 24), np.float32(1.0)
+    # segment 0 sums ranks 0, 1, 2: (2**24 + 1) + 1 = 2**24 (each tie rounds to even);
+    # ranks 2, 1, 0 would give (1 + 1) + 2**24 = 2**24 + 2
+    vecs = [f32_to_bits(np.array([v, 0, 0], dtype=np.float32)) for v in (big, one, one)]
+    out = ring_allreduce(vecs, 1)
+    assert bits_to_f32(out[0][0]) == big
+    assert np.float32(np.float32(one + one) + big) != big
+
+
+@pytest.mark.parametrize("N", [2, 4])
+def test_allreduce_within_recursive_summation_bound_of_exact_sum(N):
+    """Only the order differs from the plain sum: each element is a left-to-right float32 sum
+    of N terms, so |result - exact| <= gamma_{N-1} * sum|x_i| with
+    gamma_k = k*u / (1 - k*u) (Higham, Accuracy and Stability, Thm. 4.4 / eq. 4.4)."""
+    rng = np.random.default_rng(7 + N)
+    length = 257
+    vecs = _vectors(rng, N, length)
+    out = bits_to_f32(ring_allreduce(vecs, -(-length // N))[0]).astype(np.float64)
+    x = np.stack([bits_to_f32(v).astype(np.float64) for v in vecs])
+    exact, mag = x.sum(axis=0), np.abs(x).sum(axis=0)
+    k = N - 1
+    gamma = k * U / (1 - k * U)
+    err = np.abs(out - exact)
+    assert np.all(err <= gamma * mag), float(np.max(err / mag))
+    # numpy's rank-order float32 sum obeys the same bound, so both are within 2*gamma
+    plain = x.astype(np.float32).sum(axis=0, dtype=np.float32).astype(np.float64)
+    assert np.all(np.abs(out - plain) <= 2 * gamma * mag)
+
+
+def test_special_values():
+    inf, ninf = np.float32(np.inf), np.float32(-np.inf)
+    cols = [  # per element: rank 0, rank 1
+        (0.0, -0.0), (-0.0, -0.0), (inf, 1.0), (inf, ninf), (np.nan, 1.0), (1e-45, 1e-45),
+        (3.4e38, 3.4e38)]
+    vecs = [f32_to_bits(np.array([c[r] for c in cols], dtype=np.float32)) for r in range(2)]
+    out = ring_allreduce(vecs, 4)[1]
+    assert list(out) == [0x00000000, 0x80000000, 0x7F800000, QNAN, QNAN, 0x00000002,
+                         0x7F800000]
+
+
+def test_validate_and_bad_commands_change_nothing():
+    cfg = CollectiveConfig(ranks=4, depth=32)
+    ok = dict(op=CollOp.ALLREDUCE, base=4, length=10, seg=3, timeout=100)
+    assert validate(cfg, **ok) == CollStatus.OK
+    bad = [({"op": 1}, CollStatus.BAD_OP), ({"length": 0}, CollStatus.BAD_LEN),
+           ({"base": 23}, CollStatus.BAD_LEN), ({"seg": 0}, CollStatus.BAD_SEG),
+           ({"seg": 2}, CollStatus.BAD_SEG), ({"timeout": 0}, CollStatus.BAD_TIMEOUT)]
+    model = CollectiveModel(cfg)
+    rng = np.random.default_rng(1)
+    for r in range(4):
+        model.mem[r][:] = rng.integers(0, 2**32, 32, dtype=np.uint32)
+    before = [m.copy() for m in model.mem]
+    for change, status in bad:
+        args = {**ok, **change}
+        assert validate(cfg, **args) == status
+        assert model.allreduce(**args) == status
+        for m, b in zip(model.mem, before):
+            np.testing.assert_array_equal(m, b)
+    assert validate(cfg, **{**ok, "base": 22}) == CollStatus.OK     # ends exactly at depth
+    with pytest.raises(TypeError, match="CollectiveConfig"):
+        CollectiveModel(object())
+    with pytest.raises(ValueError, match="seg"):
+        ring_allreduce([np.zeros(5, np.uint32)] * 2, 2)

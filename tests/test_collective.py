@@ -16,10 +16,10 @@ DEPTH = 24
 FP32 = FP32Config.preset("tiny")
 
 
-def _ring(N, width=32, latency=2, fifo_depth=4):
+def _ring(N, width=32, latency=2, fifo_depth=4, fp32=FP32):
     cfg = RingConfig(collective=CollectiveConfig(ranks=N, depth=DEPTH),
                      link=LinkConfig(width=width, latency=latency, fifo_depth=fifo_depth))
-    return CollectiveRing(config=cfg, fp32_config=FP32)
+    return CollectiveRing(config=cfg, fp32_config=fp32)
 
 
 def _images(seed, N):
@@ -67,10 +67,12 @@ def _cases(N):
             (1, 2 * N, 3), (0, DEPTH, -(-DEPTH // N))]
 
 
-@pytest.mark.parametrize("N", [2, 4])
-def test_allreduce_bit_exact(N):
+@pytest.mark.parametrize("N,fp32", [(2, "default"), (4, "tiny")])
+def test_allreduce_bit_exact(N, fp32):
+    """Every case in sequence on one ring; the default FP32 preset's 7-cycle adder (N = 2)
+    and the tiny preset's 1-cycle adder (N = 4)."""
     cmds = [command(base=b, length=n, seg=s, timeout=200) for b, n, s in _cases(N)]
-    _check(_ring(N), _images(10 + N, N), cmds)
+    _check(_ring(N, fp32=FP32Config.preset(fp32)), _images(10 + N, N), cmds)
 
 
 @pytest.mark.parametrize("N,width", [(2, 8), (4, 16)])

@@ -69,6 +69,9 @@ def test_link_full_rate_when_credits_cover_the_round_trip():
     assert fast.full_rate
     r = _timed_transfer(fast, n)
     assert r["cycles"] <= n + lat + 2, r
+    # one credit fewer than the round trip is not full rate: the bound is tight
+    r = _timed_transfer(LinkConfig(width=32, latency=lat, fifo_depth=2 * lat + 1), n)
+    assert r["cycles"] > n + lat + 2, r
     slow = LinkConfig(width=32, latency=lat, fifo_depth=2)
     assert not slow.full_rate
     r = _timed_transfer(slow, n)

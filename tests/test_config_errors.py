@@ -15,6 +15,7 @@ from hdl.fp32.config import FP32Config
 from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
 from hdl.fp32.log_config import FP32LogConfig
 from hdl.grad.config import GradConfig
+from hdl.multi.config import CollectiveConfig, LinkConfig, RingConfig
 from hdl.optim.config import OptimConfig
 from sim.host.compiler import MLP
 from sim.host.optim import SGD, Adam, Clip, LossScale, Momentum
@@ -85,6 +86,22 @@ ROWS = [
     (OptimConfig, "reduce_lanes", 1, V, "OptimConfig.reduce_lanes"),
     (OptimConfig, "reduce_lanes", 6, V, "OptimConfig.reduce_lanes"),
     (OptimConfig, "rd_fifo_depth", 1, V, "OptimConfig.rd_fifo_depth"),
+    (LinkConfig, "word_bits", 0, V, "LinkConfig.word_bits"),
+    (LinkConfig, "width", 12, V, "LinkConfig.width"),          # does not divide 32
+    (LinkConfig, "width", 64, V, "LinkConfig.width"),
+    (LinkConfig, "latency", -1, V, "LinkConfig.latency"),
+    (LinkConfig, "latency", 65, V, "LinkConfig.latency"),
+    (LinkConfig, "fifo_depth", 0, V, "LinkConfig.fifo_depth"),
+    (LinkConfig, "fifo_depth", 2.0, T, "LinkConfig.fifo_depth"),
+    (CollectiveConfig, "ranks", 1, V, "CollectiveConfig.ranks"),
+    (CollectiveConfig, "ranks", 17, V, "CollectiveConfig.ranks"),
+    (CollectiveConfig, "ranks", True, T, "CollectiveConfig.ranks"),
+    (CollectiveConfig, "depth", 1, V, "CollectiveConfig.depth"),
+    (CollectiveConfig, "timeout_bits", 3, V, "CollectiveConfig.timeout_bits"),
+    (CollectiveConfig, "tx_fifo_depth", 1, V, "CollectiveConfig.tx_fifo_depth"),
+    (RingConfig, "collective", LinkConfig(), T, "RingConfig.collective"),
+    (RingConfig, "link", CollectiveConfig(), T, "RingConfig.link"),
+    (RingConfig, "link", LinkConfig(word_bits=16, width=16), V, "RingConfig.link.word_bits"),
     (CoreConfig, "size", 5, V, "ArrayConfig.size"),
     (CoreConfig, "size", "8", T, "CoreConfig.size"),
     (CoreConfig, "banks", 2, V, "CoreConfig.banks"),
@@ -213,9 +230,10 @@ def test_every_config_class_is_in_the_table():
     """Every ``*Config`` dataclass of ``hdl/`` has rows."""
     import hdl.array.config, hdl.config, hdl.core.config, hdl.edge_converter     # noqa: E401
     import hdl.fp32.config, hdl.fp32.divsqrt_config, hdl.fp32.log_config      # noqa: E401
-    import hdl.grad.config, hdl.optim.config                                 # noqa: E401
+    import hdl.grad.config, hdl.multi.config, hdl.optim.config               # noqa: E401
     mods = (hdl.array.config, hdl.config, hdl.core.config, hdl.edge_converter, hdl.fp32.config,
-            hdl.fp32.divsqrt_config, hdl.fp32.log_config, hdl.grad.config, hdl.optim.config)
+            hdl.fp32.divsqrt_config, hdl.fp32.log_config, hdl.grad.config, hdl.multi.config,
+            hdl.optim.config)
     found = {obj for m in mods for name, obj in vars(m).items()
              if name.endswith("Config") and dataclasses.is_dataclass(obj)}
     assert found <= {r[0] for r in ROWS}, found - {r[0] for r in ROWS}

@@ -121,33 +121,9 @@ def test_connect_ring_joins_rank_r_to_r_plus_1():
         connect_ring(mark_used(Module()), txs[:1], rxs[:1], LinkConfig())
 
 
-@pytest.mark.parametrize("cls,field,value,exc", [
-    (LinkConfig, "word_bits", 0, ValueError),
-    (LinkConfig, "width", 12, ValueError),         # does not divide 32
-    (LinkConfig, "width", 64, ValueError),
-    (LinkConfig, "latency", -1, ValueError),
-    (LinkConfig, "latency", 65, ValueError),
-    (LinkConfig, "fifo_depth", 0, ValueError),
-    (LinkConfig, "fifo_depth", 2.0, TypeError),
-    (CollectiveConfig, "ranks", 1, ValueError),
-    (CollectiveConfig, "ranks", 17, ValueError),
-    (CollectiveConfig, "depth", 1, ValueError),
-    (CollectiveConfig, "timeout_bits", 3, ValueError),
-    (CollectiveConfig, "tx_fifo_depth", 1, ValueError),
-    (CollectiveConfig, "ranks", True, TypeError),
-])
-def test_invalid_config_names_parameter(cls, field, value, exc):
-    with pytest.raises(exc, match=rf"{cls.__name__}\.{field}"):
-        cls(**{field: value})
-
-
-def test_ring_config_checks_its_parts():
-    with pytest.raises(TypeError, match="RingConfig.collective"):
-        RingConfig(collective=LinkConfig())
-    with pytest.raises(TypeError, match="RingConfig.link"):
-        RingConfig(link=CollectiveConfig())
-    with pytest.raises(ValueError, match="RingConfig.link.word_bits"):
-        RingConfig(link=LinkConfig(word_bits=16, width=16))
+def test_constructors_check_their_arguments():
+    """(Config fields: tests/test_config_errors.py.)"""
+    assert RingConfig.preset("tiny").collective == CollectiveConfig.preset("tiny")
     with pytest.raises(ValueError, match="preset"):
         RingConfig.preset("huge")
     with pytest.raises(TypeError, match="config must be a LinkConfig"):

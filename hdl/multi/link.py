@@ -14,6 +14,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
+from ..config import check_int
 from ..lib.mustuse import mark_used
 from .config import LinkConfig
 
@@ -139,12 +140,11 @@ class LinkGate(wiring.Component):
     """
 
     def __init__(self, *, width: int = 32):
-        if isinstance(width, bool) or not isinstance(width, int):
-            mark_used(self)
-            raise TypeError(f"LinkGate.width must be an int, not {type(width).__name__}")
-        if width < 1:
-            mark_used(self)
-            raise ValueError(f"LinkGate.width must be >= 1, not {width!r}")
+        try:
+            check_int("LinkGate", "width", width, lo=1)
+        except (TypeError, ValueError):
+            mark_used(self)              # rejected: no "never used" warning
+            raise
         super().__init__({"i": In(stream.Signature(width)), "o": Out(stream.Signature(width)),
                           "stall": In(1)})
 

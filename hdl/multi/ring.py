@@ -19,6 +19,7 @@ from ..fp32.config import FP32Config
 from ..lib.memport import WordPort
 from ..registry import Block
 from .collective import CollectiveEngine, cmd_layout, rsp_layout
+from ..config import check_int
 from ..lib.mustuse import mark_used
 from .config import RingConfig
 from .link import LinkGate, connect_ring
@@ -43,12 +44,11 @@ class WordMemory(wiring.Component):
     """
 
     def __init__(self, *, depth: int):
-        if isinstance(depth, bool) or not isinstance(depth, int):
-            mark_used(self)
-            raise TypeError(f"WordMemory.depth must be an int, not {type(depth).__name__}")
-        if depth < 2:
-            mark_used(self)
-            raise ValueError(f"WordMemory.depth must be >= 2, not {depth!r}")
+        try:
+            check_int("WordMemory", "depth", depth, lo=2)
+        except (TypeError, ValueError):
+            mark_used(self)              # rejected: no "never used" warning
+            raise
         self.depth = depth
         port = WordPort(addr_bits=(depth - 1).bit_length())
         super().__init__({"a": In(port), "b": In(port), "sel": In(1)})

@@ -86,6 +86,23 @@ def test_allreduce_random_backpressure_on_every_link(N, width):
     assert run.stalled_cycles > run.cycles // 2
 
 
+def test_random_commands_three_ranks():
+    """N = 3 (not a power of two: the rank arithmetic wraps by compare, not by mask), links
+    of latency 0 with a one-entry FIFO and 16-bit flits, 8 random commands (some invalid)
+    under random stalls."""
+    rng = np.random.default_rng(33)
+    cmds = []
+    for _ in range(8):
+        length = int(rng.integers(0, DEPTH + 2))
+        base = int(rng.integers(0, DEPTH - min(length, DEPTH - 1)))
+        seg = int(rng.integers(0, -(-length // 3) + 3))      # around the smallest legal
+        cmds.append(command(base=base, length=length, seg=seg, timeout=300))
+    run = _check(_ring(3, width=16, latency=0, fifo_depth=1), _images(33, 3), cmds,
+                 stall_prob=0.3, seed=33)
+    statuses = {g[0]["status"] for g in run.responses}
+    assert CollStatus.OK in statuses and statuses - {CollStatus.OK}, statuses
+
+
 def test_allreduce_special_values():
     N = 4
     specials = np.array([0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000,

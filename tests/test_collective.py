@@ -4,20 +4,23 @@ sim/model/collective.py, for N = 2 and 4."""
 import numpy as np
 import pytest
 
+from hdl.config import BFPConfig
 from hdl.fp32.config import FP32Config
 from hdl.multi.collective import CollectiveEngine
 from hdl.multi.config import CollectiveConfig, CollOp, CollStatus, LinkConfig, RingConfig
 from hdl.multi.ring import CollectiveRing, WordMemory
-from sim.model.collective import CollectiveModel, schedule, segments
+from sim.model.collective import CollectiveModel, link_flits
 from sim.model.fp32 import f32_to_bits
 from sim.tb.collective_tb import command, run_ring
 
 DEPTH = 24
 FP32 = FP32Config.preset("tiny")
+#: groups of 4 (the converters of the default, groups of 16, make each test 4-6 s slower)
+BFP = BFPConfig.preset("tiny")
 
 
 def _ring(N, width=32, latency=2, fifo_depth=4, fp32=FP32):
-    cfg = RingConfig(collective=CollectiveConfig(ranks=N, depth=DEPTH),
+    cfg = RingConfig(collective=CollectiveConfig(ranks=N, depth=DEPTH, bfp=BFP),
                      link=LinkConfig(width=width, latency=latency, fifo_depth=fifo_depth))
     return CollectiveRing(config=cfg, fp32_config=fp32)
 
@@ -28,16 +31,6 @@ def _images(seed, N):
     return [f32_to_bits(v.astype(np.float32)) for v in x]
 
 
-def _flits(cmds, N, per_word):
-    """Flits each link carries for the accepted commands (link r leaves rank r)."""
-    out = [0] * N
-    for c in cmds:
-        segs = segments(c["length"], c["seg"], N)
-        for r in range(N):
-            out[r] += per_word * sum(segs[s][1] for s, _, _ in schedule(r, N))
-    return out
-
-
 def _check(dut, images, cmds, **kw):
     """Run ``cmds`` on the RTL and the model; everything must agree bit for bit."""
     N = dut.config.collective.ranks
@@ -45,17 +38,21 @@ def _check(dut, images, cmds, **kw):
     for r in range(N):
         model.mem[r][:] = images[r]
     run = run_ring(dut, images, cmds, **kw)
+    flits = [0] * N
     for c, got in zip(cmds, run.responses):
         status = model.allreduce(**c)
         assert [g["status"] for g in got] == [status] * N, (c, got)
+        assert [g["flags"] for g in got] == model.flags, (c, got)
+        if status == CollStatus.OK:
+            sent = link_flits(dut.config.collective, dut.config.link.width, length=c["length"],
+                              seg=c["seg"], comp=c["comp"], width=c["width"])
+            flits = [a + b for a, b in zip(flits, sent)]
     for r in range(N):
         bad = np.flatnonzero(run.memories[r] != model.mem[r])
         assert bad.size == 0, (f"rank {r} words {bad.tolist()}: got "
                                f"{[hex(v) for v in run.memories[r][bad]]}, expected "
                                f"{[hex(v) for v in model.mem[r][bad]]}")
-    ok = [c for c in cmds if CollectiveModel(dut.config.collective).allreduce(**c)
-          == CollStatus.OK]
-    assert run.flits == _flits(ok, N, dut.config.link.flits_per_word)
+    assert run.flits == flits
     assert run.overflow == 0
     return run
 

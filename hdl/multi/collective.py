@@ -30,11 +30,14 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
+from ..bfp.converter import width_shape
+from ..formats import BFPFlags
 from ..fp32.add import FP32Add
 from ..fp32.config import FP32Config
 from ..lib.memport import WordPort
 from ..lib.mustuse import mark_used
-from .config import CollectiveConfig, CollOp, CollStatus
+from .codec import mode_layout
+from .config import CollComp, CollectiveConfig, CollOp, CollStatus
 
 __all__ = ["CollectiveEngine", "cmd_layout", "rsp_layout"]
 
@@ -44,16 +47,19 @@ CYCLE_BITS = 32
 
 def cmd_layout(config: CollectiveConfig) -> data.StructLayout:
     """``op`` (:class:`~hdl.multi.config.CollOp`), ``base``, ``length``, ``seg`` (words per
-    segment), ``timeout`` (cycles without progress before ``TIMEOUT``)."""
+    segment), ``timeout`` (cycles without progress before ``TIMEOUT``), ``comp``
+    (:class:`~hdl.multi.config.CollComp`) and ``width`` (BFP mantissa width)."""
     return data.StructLayout({"op": 2, "base": config.addr_bits, "length": config.len_bits,
-                              "seg": config.len_bits, "timeout": config.timeout_bits})
+                              "seg": config.len_bits, "timeout": config.timeout_bits,
+                              "comp": 1, "width": width_shape(config.bfp)})
 
 
 def rsp_layout(config: CollectiveConfig) -> data.StructLayout:
     """``status`` (:class:`~hdl.multi.config.CollStatus`), ``step`` (the ring step running at
     a ``TIMEOUT``, else 0), ``cycles`` (cycles from acceptance to the response, saturating;
-    0 for a ``BAD_*``)."""
-    return data.StructLayout({"status": 3, "step": 5, "cycles": CYCLE_BITS})
+    0 for a ``BAD_*``), ``flags`` (the transmit codec's: a BFP group with a NaN / an infinity
+    was sent as zeros during this command)."""
+    return data.StructLayout({"status": 3, "step": 5, "cycles": CYCLE_BITS, "flags": BFPFlags})
 
 
 class CollectiveEngine(wiring.Component):
@@ -82,6 +88,13 @@ class CollectiveEngine(wiring.Component):
         This engine's rank ``r``; hold it constant (a multi-core top ties it).
     busy : Out(1)
         A command is executing (the memory port is in use).
+    mode : Out(mode_layout(config.bfp))
+        The running command's ``comp`` and ``width``, for the link codecs
+        (:mod:`hdl.multi.codec`); held until the next command is accepted.
+    codec_flags : In(BFPFlags)
+        The transmit codec's sticky flags, reported in ``rsp.flags``.
+    codec_clear : Out(1)
+        Pulses when a command is accepted (clears ``codec_flags``).
     """
 
     def __init__(self, *, config: CollectiveConfig | None = None,
@@ -104,6 +117,9 @@ class CollectiveEngine(wiring.Component):
             "rsp": Out(stream.Signature(rsp_layout(self.config))),
             "rank": In(range(self.config.ranks)),
             "busy": Out(1),
+            "mode": Out(mode_layout(self.config.bfp)),
+            "codec_flags": In(BFPFlags),
+            "codec_clear": Out(1),
         })
 
     def elaborate(self, platform):
@@ -120,7 +136,8 @@ class CollectiveEngine(wiring.Component):
         length = Signal(lb, name="length")
         seg = Signal(lb, name="seg")
         timeout = Signal(cfg.timeout_bits, name="timeout")
-        step = Signal(range(cfg.steps + 1), name="step")
+        step = Signal(range(cfg.steps(CollComp.BFP) + 1), name="step")
+        last_step = Signal(range(cfg.steps(CollComp.BFP)), name="last_step")
         send_idx = Signal(range(N), name="send_idx")       # (r - t) mod N
         recv_idx = Signal(range(N), name="recv_idx")       # (r - t - 1) mod N
         reduce = Signal(name="reduce")                     # reduce-scatter phase
@@ -226,6 +243,19 @@ class CollectiveEngine(wiring.Component):
 
         end = Signal(lb + 1, name="cmd_end")
         m.d.comb += end.eq(cmd.base + cmd.length)
+        G = cfg.bfp.group_size
+        bfp = Signal(name="cmd_bfp")
+        m.d.comb += bfp.eq(cmd.comp == CollComp.BFP)
+        width_ok = Signal(name="cmd_width_ok")
+        m.d.comb += width_ok.eq(0)
+        with m.Switch(cmd.width):
+            with m.Case(*cfg.bfp.widths):
+                m.d.comb += width_ok.eq(1)
+        # BFP groups never straddle a segment: length and seg are multiples of G
+        ragged_len = Signal(name="cmd_ragged_len")
+        ragged_seg = Signal(name="cmd_ragged_seg")
+        m.d.comb += [ragged_len.eq(bfp & (cmd.length[:G.bit_length() - 1] != 0)),
+                     ragged_seg.eq(bfp & (cmd.seg[:G.bit_length() - 1] != 0))]
         drained = Signal(name="drained")
         m.d.comb += drained.eq(~txq.r_rdy & (tx_occ == 0) & ~tx_rd_pending)
 
@@ -233,16 +263,20 @@ class CollectiveEngine(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(drained)
                 with m.If(self.cmd.valid & drained):
+                    m.d.comb += self.codec_clear.eq(1)
                     m.d.sync += [base.eq(cmd.base), length.eq(cmd.length), seg.eq(cmd.seg),
                                  timeout.eq(cmd.timeout), cycles.eq(0), rsp.step.eq(0),
-                                 rsp.cycles.eq(0)]
+                                 rsp.cycles.eq(0), rsp.flags.eq(0)]
                     with m.If(cmd.op != CollOp.ALLREDUCE):
                         m.d.sync += rsp.status.eq(CollStatus.BAD_OP)
                         m.next = "RESP"
-                    with m.Elif((cmd.length == 0) | (end > cfg.depth)):
+                    with m.Elif(bfp & ~width_ok):
+                        m.d.sync += rsp.status.eq(CollStatus.BAD_COMP)
+                        m.next = "RESP"
+                    with m.Elif((cmd.length == 0) | (end > cfg.depth) | ragged_len):
                         m.d.sync += rsp.status.eq(CollStatus.BAD_LEN)
                         m.next = "RESP"
-                    with m.Elif((cmd.seg == 0) | (cmd.seg * N < cmd.length)):
+                    with m.Elif((cmd.seg == 0) | (cmd.seg * N < cmd.length) | ragged_seg):
                         m.d.sync += rsp.status.eq(CollStatus.BAD_SEG)
                         m.next = "RESP"
                     with m.Elif(cmd.timeout == 0):
@@ -251,7 +285,10 @@ class CollectiveEngine(wiring.Component):
                     with m.Else():
                         m.d.sync += [step.eq(0), send_idx.eq(self.rank),
                                      recv_idx.eq(dec(self.rank)), reduce.eq(1),
-                                     rsp.status.eq(CollStatus.OK)]
+                                     rsp.status.eq(CollStatus.OK),
+                                     self.mode.comp.eq(cmd.comp), self.mode.width.eq(cmd.width),
+                                     last_step.eq(Mux(bfp, cfg.steps(CollComp.BFP) - 1,
+                                                      cfg.steps() - 1))]
                         m.next = "SETUP"
             with m.State("SETUP"):
                 m.d.comb += self.busy.eq(1)
@@ -266,15 +303,15 @@ class CollectiveEngine(wiring.Component):
                     m.d.sync += [running.eq(0), step.eq(step + 1), send_idx.eq(dec(send_idx)),
                                  recv_idx.eq(dec(recv_idx)),
                                  reduce.eq(step + 1 < cfg.ranks - 1)]
-                    with m.If(step == cfg.steps - 1):
-                        m.d.sync += rsp.cycles.eq(cycles)
+                    with m.If(step == last_step):
+                        m.d.sync += [rsp.cycles.eq(cycles), rsp.flags.eq(self.codec_flags)]
                         m.next = "RESP"
                     with m.Else():
                         m.next = "SETUP"
                 with m.Elif(running & (idle_cnt >= timeout)):
                     m.d.sync += [running.eq(0), tx_occ.eq(0),
-                                 rsp.status.eq(CollStatus.TIMEOUT),
-                                 rsp.step.eq(step), rsp.cycles.eq(cycles)]
+                                 rsp.status.eq(CollStatus.TIMEOUT), rsp.step.eq(step),
+                                 rsp.cycles.eq(cycles), rsp.flags.eq(self.codec_flags)]
                     m.next = "RESP"
             with m.State("RESP"):
                 m.d.comb += self.rsp.valid.eq(1)

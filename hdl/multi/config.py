@@ -9,15 +9,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..config import PresetMixin, check_int
+from ..config import BFPConfig, PresetMixin, check_int
 
-__all__ = ["LinkConfig", "CollectiveConfig", "RingConfig", "CollOp", "CollStatus"]
+__all__ = ["LinkConfig", "CollectiveConfig", "RingConfig", "CollOp", "CollComp", "CollStatus",
+           "bfp_packet_bits", "flits_per_group"]
 
 
 class CollOp:
     """Collective opcodes (``cmd.payload.op``)."""
     ALLREDUCE = 0   #: ring all-reduce (FP32 sum) of ``mem[base : base + length]``
     ALL = (ALLREDUCE,)
+
+
+class CollComp:
+    """Link compression of a command (``cmd.payload.comp``), chosen at run time."""
+    NONE = 0   #: FP32 words on the wire
+    BFP = 1    #: BFP groups (``bfp.group_size`` words, shared exponent, ``width``-bit mantissas)
+    ALL = (NONE, BFP)
+
+
+def bfp_packet_bits(config: BFPConfig, width: int) -> int:
+    """Bits of one BFP group on the wire at mantissa width ``width``: the shared exponent and
+    a sign and ``width`` magnitude bits per element."""
+    return config.exp_bits + config.group_size * (width + 1)
+
+
+def flits_per_group(config: BFPConfig, width: int, flit_bits: int) -> int:
+    """Flits of ``flit_bits`` carrying one BFP group at mantissa width ``width``."""
+    return -(-bfp_packet_bits(config, width) // flit_bits)
 
 
 class CollStatus:
@@ -28,8 +47,11 @@ class CollStatus:
     BAD_LEN = 3       #: ``length == 0`` or ``base + length > depth``
     BAD_SEG = 4       #: ``seg == 0`` or ``seg * ranks < length``
     BAD_TIMEOUT = 5   #: ``timeout == 0``
+    #: ``comp`` unknown, or ``BFP`` with a ``width`` the converter does not have
+    #: (not in ``bfp.widths``)
+    BAD_COMP = 6
     NAMES = {OK: "OK", TIMEOUT: "TIMEOUT", BAD_OP: "BAD_OP", BAD_LEN: "BAD_LEN",
-             BAD_SEG: "BAD_SEG", BAD_TIMEOUT: "BAD_TIMEOUT"}
+             BAD_SEG: "BAD_SEG", BAD_TIMEOUT: "BAD_TIMEOUT", BAD_COMP: "BAD_COMP"}
 
 
 @dataclass(frozen=True)
@@ -91,21 +113,31 @@ class CollectiveConfig(PresetMixin):
         Width of the command's ``timeout`` field (cycles), 4..32.
     tx_fifo_depth : int
         Words read ahead for the transmit stream, 2..64.
+    bfp : BFPConfig
+        The BFP format of compressed links (``CollComp.BFP``): ``group_size`` (a power of
+        two), ``max_mantissa`` (the widths a command may choose), ``exp_bits``.
     """
 
     ranks: int = 4
     depth: int = 1024
     timeout_bits: int = 16
     tx_fifo_depth: int = 4
+    bfp: BFPConfig = BFPConfig()
 
-    PRESETS: ClassVar[dict[str, dict]] = {"tiny": {"ranks": 2, "depth": 64},
-                                          "default": {}}
+    PRESETS: ClassVar[dict[str, dict]] = {
+        "tiny": {"ranks": 2, "depth": 64, "bfp": BFPConfig.preset("tiny")}, "default": {}}
 
     def __post_init__(self):
         check_int("CollectiveConfig", "ranks", self.ranks, lo=2, hi=16)
         check_int("CollectiveConfig", "depth", self.depth, lo=2, hi=65536)
         check_int("CollectiveConfig", "timeout_bits", self.timeout_bits, lo=4, hi=32)
         check_int("CollectiveConfig", "tx_fifo_depth", self.tx_fifo_depth, lo=2, hi=64)
+        if not isinstance(self.bfp, BFPConfig):
+            raise TypeError(f"CollectiveConfig.bfp must be a BFPConfig, not "
+                            f"{type(self.bfp).__name__}")
+        g = self.bfp.group_size
+        if g & (g - 1):
+            raise ValueError(f"CollectiveConfig.bfp.group_size must be a power of two, not {g!r}")
 
     @property
     def addr_bits(self) -> int:
@@ -117,10 +149,11 @@ class CollectiveConfig(PresetMixin):
         """Width of ``length`` and ``seg`` (``0 .. depth``)."""
         return self.depth.bit_length()
 
-    @property
-    def steps(self) -> int:
-        """Ring steps of one all-reduce: ``N - 1`` reduce-scatter + ``N - 1`` all-gather."""
-        return 2 * (self.ranks - 1)
+    def steps(self, comp: int = CollComp.NONE) -> int:
+        """Ring steps of one all-reduce: ``N - 1`` reduce-scatter + ``N - 1`` all-gather, and
+        with BFP compression one more all-gather step that returns every segment to its owner
+        (so the owner too holds the value the others decoded)."""
+        return 2 * (self.ranks - 1) + (comp == CollComp.BFP)
 
 
 @dataclass(frozen=True)
@@ -132,7 +165,9 @@ class RingConfig(PresetMixin):
     ----------
     collective : CollectiveConfig
     link : LinkConfig
-        Every link of the ring (``word_bits`` must be 32).
+        Every link of the ring (``word_bits`` must be 32). The top builds each link as a
+        flit-level link (``word_bits = width``) between two codecs
+        (:mod:`hdl.multi.codec`), which cut words or BFP groups into flits.
     """
 
     collective: CollectiveConfig = CollectiveConfig()

@@ -1,14 +1,18 @@
 """The ring test top: ``N`` collective engines, each with its own memory, joined by links.
 
 :class:`CollectiveRing` is what the tests (both tiers) and ``tessera generate --block
-collective_ring`` build: engine ``r`` (rank ``r``) sends to engine ``r + 1`` through link ``r``
-(:func:`~hdl.multi.link.connect_ring`); a :class:`~hdl.multi.link.LinkGate` on each end of
+collective_ring`` build: engine ``r`` (rank ``r``) sends to engine ``r + 1`` through its
+transmit codec, link ``r`` (:func:`~hdl.multi.link.connect_ring`, a flit-level link) and the
+receive codec in front of engine ``r + 1`` (:mod:`hdl.multi.codec`: FP32 words or BFP groups
+as flits, chosen per command); a :class:`~hdl.multi.link.LinkGate` on each end of
 every link lets a testbench put random backpressure on it or make it stop delivering. Each
 engine's memory (:class:`WordMemory`) also has a host port, which owns the memory while the
 engine is idle, so a testbench loads the vectors and reads the results through ports only.
 It stands in for the multi-core top of issue 12 until the training cores carry the engines.
 """
 from __future__ import annotations
+
+import dataclasses
 
 from amaranth.hdl import Module, Mux
 from amaranth.lib import stream, wiring
@@ -18,6 +22,7 @@ from amaranth.lib.wiring import In, Out
 from ..fp32.config import FP32Config
 from ..lib.memport import WordPort
 from ..registry import Block
+from .codec import LinkRxCodec, LinkTxCodec
 from .collective import CollectiveEngine, cmd_layout, rsp_layout
 from ..config import check_int
 from ..lib.mustuse import mark_used
@@ -87,7 +92,7 @@ class CollectiveRing(wiring.Component):
     stall_rx : In(N)
         Bit ``r`` stalls engine ``r``'s ``rx`` (the exit of link ``r - 1``).
     flits_<r> : Out(32)
-        Flits sent on link ``r``.
+        Flits of ``link.width`` bits sent on link ``r``.
     overflow : Out(N)
         Link ``r``'s receive FIFO overflowed (never, by the credits).
     """
@@ -117,29 +122,37 @@ class CollectiveRing(wiring.Component):
         m = Module()
         c = self.config.collective
         N = c.ranks
+        W = self.config.link.width
         engines, gtx, grx = [], [], []
         for r in range(N):
             eng = CollectiveEngine(config=c, fp32_config=self.fp32_config)
             mem = WordMemory(depth=c.depth)
             m.submodules[f"engine{r}"] = eng
             m.submodules[f"mem{r}"] = mem
-            m.submodules[f"gate_tx{r}"] = gt = LinkGate(width=32)
-            m.submodules[f"gate_rx{r}"] = gr = LinkGate(width=32)
+            m.submodules[f"txc{r}"] = txc = LinkTxCodec(flit_bits=W, bfp_config=c.bfp)
+            m.submodules[f"rxc{r}"] = rxc = LinkRxCodec(flit_bits=W, bfp_config=c.bfp)
+            m.submodules[f"gate_tx{r}"] = gt = LinkGate(width=W)
+            m.submodules[f"gate_rx{r}"] = gr = LinkGate(width=W)
             m.d.comb += [eng.rank.eq(r), mem.sel.eq(eng.busy),
                          getattr(self, f"busy_{r}").eq(eng.busy),
+                         txc.mode.eq(eng.mode), rxc.mode.eq(eng.mode),
+                         eng.codec_flags.eq(txc.flags), txc.clear_flags.eq(eng.codec_clear),
                          gt.stall.eq(self.stall_tx[r]), gr.stall.eq(self.stall_rx[r])]
             wiring.connect(m, eng.mem, mem.a)
             wiring.connect(m, wiring.flipped(getattr(self, f"host_{r}")), mem.b)
             wiring.connect(m, wiring.flipped(getattr(self, f"cmd_{r}")), eng.cmd)
             wiring.connect(m, eng.rsp, wiring.flipped(getattr(self, f"rsp_{r}")))
-            wiring.connect(m, eng.tx, gt.i)
+            # engine r -> its tx codec -> gate -> link r ... gate -> rx codec -> engine r + 1
+            wiring.connect(m, eng.tx, txc.i)
+            wiring.connect(m, txc.o, gt.i)
+            wiring.connect(m, gr.o, rxc.i)
+            wiring.connect(m, rxc.o, eng.rx)
             engines.append(eng)
             gtx.append(gt)
             grx.append(gr)
-        links = connect_ring(m, [g.o for g in gtx], [g.i for g in grx], self.config.link)
+        flit_link = dataclasses.replace(self.config.link, word_bits=W)
+        links = connect_ring(m, [g.o for g in gtx], [g.i for g in grx], flit_link)
         for r in range(N):
-            # gate_rx r sits in front of engine r, on the exit of link r - 1
-            wiring.connect(m, grx[r].o, engines[r].rx)
             m.d.comb += [getattr(self, f"flits_{r}").eq(links[r].flits),
                          self.overflow[r].eq(links[r].overflow)]
         return m

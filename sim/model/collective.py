@@ -5,7 +5,10 @@ the same segments (:func:`segments`), the same schedule (step ``t`` sends segmen
 ``(r - t) mod N`` and receives ``(r - t - 1) mod N``) and the same FP32 additions
 (``received + local``, numpy ``float32``, NaN canonicalised to ``0x7FC00000`` as
 :class:`hdl.fp32.add.FP32Add` produces), so every rank's result is predicted bit for bit,
-and :func:`validate` gives the status the engine answers to a command.
+and :func:`validate` gives the status the engine answers to a command. With BFP link
+compression every sent segment is what the link codecs (:mod:`hdl.multi.codec`) deliver:
+:func:`sim.model.bfp.quantize` (round to nearest even) then :func:`sim.model.bfp.dequantize`,
+in groups from the segment's start, and the all-gather has one more step.
 
 Summation order: segment ``k`` is reduced as ``((x_k + x_{k+1}) + x_{k+2}) + ... + x_{k-1}``
 (ranks mod ``N``); :func:`sum_order` lists it.
@@ -14,12 +17,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from hdl.multi.config import CollectiveConfig, CollOp, CollStatus
+from hdl.config import BFPConfig
+from hdl.multi.config import CollComp, CollectiveConfig, CollOp, CollStatus, flits_per_group
 
+from .bfp import ROUND_NEAREST, dequantize, quantize
 from .fp32 import bits_to_f32, canon
 
-__all__ = ["segments", "schedule", "sum_order", "validate", "ring_allreduce",
-           "CollectiveModel"]
+__all__ = ["segments", "schedule", "sum_order", "validate", "bfp_link", "ring_allreduce",
+           "link_flits", "CollectiveModel"]
 
 
 def _check_config(config) -> CollectiveConfig:
@@ -38,11 +43,12 @@ def segments(length: int, seg: int, ranks: int) -> list[tuple[int, int]]:
     return out
 
 
-def schedule(rank: int, ranks: int) -> list[tuple[int, int, bool]]:
+def schedule(rank: int, ranks: int, comp: int = CollComp.NONE) -> list[tuple[int, int, bool]]:
     """``(send segment, receive segment, reduce)`` of every step of rank ``rank``: ``2N - 2``
-    steps, the first ``N - 1`` reduce-scatter (``reduce``), then all-gather."""
-    return [((rank - t) % ranks, (rank - t - 1) % ranks, t < ranks - 1)
-            for t in range(2 * (ranks - 1))]
+    steps (``2N - 1`` with BFP compression), the first ``N - 1`` reduce-scatter (``reduce``),
+    then all-gather."""
+    steps = 2 * (ranks - 1) + (comp == CollComp.BFP)
+    return [((rank - t) % ranks, (rank - t - 1) % ranks, t < ranks - 1) for t in range(steps)]
 
 
 def sum_order(segment: int, ranks: int) -> list[int]:
@@ -51,14 +57,18 @@ def sum_order(segment: int, ranks: int) -> list[int]:
 
 
 def validate(config: CollectiveConfig, *, op: int, base: int, length: int, seg: int,
-             timeout: int) -> int:
+             timeout: int, comp: int = CollComp.NONE, width: int = 0) -> int:
     """The status the engine answers before running (``OK`` when it runs)."""
     cfg = _check_config(config)
+    G = cfg.bfp.group_size
+    bfp = comp == CollComp.BFP
     if op != CollOp.ALLREDUCE:
         return CollStatus.BAD_OP
-    if length == 0 or base + length > cfg.depth:
+    if bfp and width not in cfg.bfp.widths:
+        return CollStatus.BAD_COMP
+    if length == 0 or base + length > cfg.depth or (bfp and length % G):
         return CollStatus.BAD_LEN
-    if seg == 0 or seg * cfg.ranks < length:
+    if seg == 0 or seg * cfg.ranks < length or (bfp and seg % G):
         return CollStatus.BAD_SEG
     if timeout == 0:
         return CollStatus.BAD_TIMEOUT
@@ -72,10 +82,22 @@ def _add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return canon(r.view(np.uint32))
 
 
-def ring_allreduce(vectors, seg: int) -> list[np.ndarray]:
+def bfp_link(words: np.ndarray, config: BFPConfig, width: int) -> tuple[np.ndarray, int]:
+    """What a BFP-compressed link delivers for ``words`` (uint32, a multiple of
+    ``group_size``), and the flags of the sent groups (bit 0 a NaN, bit 1 an infinity)."""
+    g = quantize(bits_to_f32(words), config, width=width, rounding=ROUND_NEAREST)
+    flags = int(np.any(g.invalid)) | (int(np.any(g.overflow)) << 1)
+    return dequantize(g, config, width=width).view(np.uint32), flags
+
+
+def ring_allreduce(vectors, seg: int, *, comp: int = CollComp.NONE,
+                   bfp: tuple[BFPConfig, int] | None = None, flags: list | None = None
+                   ) -> list[np.ndarray]:
     """Run the ring all-reduce on ``vectors`` (one ``uint32`` array of bit patterns per rank,
     all the same length) exactly as the engines do, step by step; return every rank's vector
-    afterwards (all equal)."""
+    afterwards (all equal). With ``comp = CollComp.BFP``, ``bfp = (config, width)`` and every
+    sent segment crosses :func:`bfp_link`; ``flags`` (a list, one int per rank) collects each
+    rank's sent-group flags."""
     ranks = len(vectors)
     if ranks < 2:
         raise ValueError(f"ring_allreduce needs at least 2 ranks, not {ranks}")
@@ -85,14 +107,21 @@ def ring_allreduce(vectors, seg: int) -> list[np.ndarray]:
         raise ValueError("every rank's vector must have the same length")
     if seg < 1 or seg * ranks < length:
         raise ValueError(f"seg must be >= 1 and seg * ranks >= length, not {seg!r}")
+    if comp == CollComp.BFP and bfp is None:
+        raise ValueError("BFP compression needs bfp=(BFPConfig, width)")
     segs = segments(length, seg, ranks)
-    plans = [schedule(r, ranks) for r in range(ranks)]
-    for t in range(2 * (ranks - 1)):
+    plans = [schedule(r, ranks, comp) for r in range(ranks)]
+    for t in range(len(plans[0])):
         # every rank sends before anyone writes: a step's sends read the previous step's state
         sent = []
         for r in range(ranks):
             s0, n = segs[plans[r][t][0]]
-            sent.append(mem[r][s0:s0 + n].copy())
+            words = mem[r][s0:s0 + n].copy()
+            if comp == CollComp.BFP and n:
+                words, f = bfp_link(words, *bfp)
+                if flags is not None:
+                    flags[r] |= f
+            sent.append(words)
         for r in range(ranks):
             _, recv, reduce = plans[r][t]
             s0, n = segs[recv]
@@ -100,6 +129,24 @@ def ring_allreduce(vectors, seg: int) -> list[np.ndarray]:
             assert len(incoming) == n
             mem[r][s0:s0 + n] = _add(incoming, mem[r][s0:s0 + n]) if reduce else incoming
     return mem
+
+
+def link_flits(config: CollectiveConfig, flit_bits: int, *, length: int, seg: int,
+               comp: int = CollComp.NONE, width: int = 0) -> list[int]:
+    """Flits of ``flit_bits`` that one accepted all-reduce puts on each link (link ``r``
+    leaves rank ``r``): ``32 / flit_bits`` per word, or :func:`flits_per_group` per BFP
+    group."""
+    N = config.ranks
+    segs = segments(length, seg, N)
+    out = []
+    for r in range(N):
+        words = sum(segs[s][1] for s, _, _ in schedule(r, N, comp))
+        if comp == CollComp.BFP:
+            out.append(words // config.bfp.group_size
+                       * flits_per_group(config.bfp, width, flit_bits))
+        else:
+            out.append(words * (32 // flit_bits))
+    return out
 
 
 class CollectiveModel:
@@ -116,13 +163,17 @@ class CollectiveModel:
         self.config = _check_config(config or CollectiveConfig())
         self.mem = [np.zeros(self.config.depth, dtype=np.uint32)
                     for _ in range(self.config.ranks)]
+        #: each rank's ``rsp.flags`` of the last command
+        self.flags = [0] * self.config.ranks
 
     def allreduce(self, *, base: int, length: int, seg: int, timeout: int = 1000,
-                  op: int = CollOp.ALLREDUCE) -> int:
+                  op: int = CollOp.ALLREDUCE, comp: int = CollComp.NONE, width: int = 0) -> int:
         status = validate(self.config, op=op, base=base, length=length, seg=seg,
-                          timeout=timeout)
+                          timeout=timeout, comp=comp, width=width)
+        self.flags = [0] * self.config.ranks
         if status == CollStatus.OK:
-            out = ring_allreduce([m[base:base + length] for m in self.mem], seg)
+            out = ring_allreduce([m[base:base + length] for m in self.mem], seg, comp=comp,
+                                 bfp=(self.config.bfp, width), flags=self.flags)
             for m, v in zip(self.mem, out):
                 m[base:base + length] = v
         return status

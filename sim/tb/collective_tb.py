@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hdl.multi.collective import cmd_layout, rsp_layout
-from hdl.multi.config import CollOp
+from hdl.multi.config import CollComp, CollOp
 
 from .amaranth_tb import run_sim
 from .payload import pack, unpack
@@ -22,10 +22,11 @@ from .payload import pack, unpack
 __all__ = ["RingRun", "run_ring", "command"]
 
 
-def command(*, base: int, length: int, seg: int, timeout: int,
-            op: int = CollOp.ALLREDUCE) -> dict:
+def command(*, base: int, length: int, seg: int, timeout: int, op: int = CollOp.ALLREDUCE,
+            comp: int = CollComp.NONE, width: int = 0) -> dict:
     """One command's fields (the same command goes to every rank)."""
-    return {"op": op, "base": base, "length": length, "seg": seg, "timeout": timeout}
+    return {"op": op, "base": base, "length": length, "seg": seg, "timeout": timeout,
+            "comp": comp, "width": width}
 
 
 @dataclass

@@ -7,7 +7,8 @@ import pytest
 from hdl.config import BFPConfig
 from hdl.fp32.config import FP32Config
 from hdl.multi.collective import CollectiveEngine
-from hdl.multi.config import CollectiveConfig, CollOp, CollStatus, LinkConfig, RingConfig
+from hdl.multi.config import (CollComp, CollectiveConfig, CollOp, CollStatus, LinkConfig,
+                              RingConfig)
 from hdl.multi.ring import CollectiveRing, WordMemory
 from sim.model.collective import CollectiveModel, link_flits
 from sim.model.fp32 import f32_to_bits
@@ -142,6 +143,59 @@ def test_stopped_link_reports_timeout(N, stop):
     assert all(g["step"] < 2 * (N - 1) for g in first)
     assert [g["status"] for g in second] == [CollStatus.BAD_LEN] * N
     assert run.overflow == 0
+
+
+def _region_equal(run, base, length):
+    N = len(run.memories)
+    return all(np.array_equal(run.memories[0][base:base + length],
+                              run.memories[r][base:base + length]) for r in range(N))
+
+
+@pytest.mark.parametrize("N,flit", [(2, 8), (4, 32)])
+def test_allreduce_bfp_compressed(N, flit):
+    """BFP link compression (groups of 4) at every width (N = 2; 2 and 8 at N = 4), under
+    random stalls: bit-exact with
+    the model (quantize + dequantize on every hop), the same result on every rank (the extra
+    all-gather step), and the flits of the formula."""
+    G = BFP.group_size
+    widths = BFP.widths if N == 2 else (2, 8)
+    cmds = [command(base=0, length=G * N, seg=G, timeout=300, comp=CollComp.BFP, width=w)
+            for w in widths]
+    # segments of two groups, the last one empty; then one group (segments past it empty)
+    cmds.append(command(base=0, length=2 * G * (N - 1), seg=2 * G, timeout=300,
+                        comp=CollComp.BFP, width=6))
+    cmds.append(command(base=G, length=G, seg=G, timeout=300, comp=CollComp.BFP, width=8))
+    run = _check(_ring(N, width=flit, latency=1, fifo_depth=4), _images(40 + N, N), cmds,
+                 stall_prob=0.3, seed=N)
+    assert all(g["status"] == CollStatus.OK for resp in run.responses for g in resp)
+    assert _region_equal(run, 0, 2 * G * (N - 1))
+
+
+def test_bfp_nonfinite_groups_are_zeroed_and_flagged():
+    N, G = 2, BFP.group_size
+    images = _images(50, N)
+    images[0][1] = 0x7FC00000            # NaN in group 0 of rank 0
+    images[1][G + 2] = 0xFF800000        # -Inf in group 1 of rank 1
+    run = _check(_ring(N), images, [command(base=0, length=2 * G, seg=G, timeout=300,
+                                            comp=CollComp.BFP, width=4)])
+    assert [g["flags"] for g in run.responses[0]] != [0, 0]
+    assert _region_equal(run, 0, 2 * G)
+    assert not np.any(run.memories[0][:2 * G] & 0x7F800000 == 0x7F800000)   # no NaN/Inf left
+
+
+def test_bfp_bad_commands():
+    N, G = 2, BFP.group_size
+    bfp = dict(timeout=100, comp=CollComp.BFP)
+    cmds = [command(base=0, length=2 * G, seg=G, width=3, **bfp),           # odd width
+            command(base=0, length=2 * G, seg=G, width=10, **bfp),          # too wide
+            command(base=0, length=2 * G, seg=G, width=0, **bfp),
+            command(base=0, length=2 * G - 1, seg=G, width=4, **bfp),       # ragged length
+            command(base=0, length=2 * G, seg=G + 1, width=4, **bfp),       # ragged segment
+            command(base=0, length=2 * G, seg=G, width=3, timeout=100)]     # no BFP: width free
+    run = _check(_ring(N), _images(6, N), cmds)
+    assert [g[0]["status"] for g in run.responses] == [
+        CollStatus.BAD_COMP, CollStatus.BAD_COMP, CollStatus.BAD_COMP, CollStatus.BAD_LEN,
+        CollStatus.BAD_SEG, CollStatus.OK]
 
 
 def test_engine_rejects_wrong_configs():

@@ -3,9 +3,11 @@ statuses, and the bound against the exact sum."""
 import numpy as np
 import pytest
 
-from hdl.multi.config import CollectiveConfig, CollOp, CollStatus
-from sim.model.collective import (CollectiveModel, ring_allreduce, schedule, segments,
-                                  sum_order, validate)
+from hdl.config import BFPConfig
+from hdl.multi.config import CollComp, CollectiveConfig, CollOp, CollStatus
+from sim.model.bfp import ROUND_NEAREST, quantize
+from sim.model.collective import (CollectiveModel, bfp_link, link_flits, ring_allreduce,
+                                  schedule, segments, sum_order, validate)
 from sim.model.fp32 import QNAN, bits_to_f32, canon, f32_to_bits
 
 #: unit roundoff of binary32
@@ -138,3 +140,50 @@ def test_validate_and_bad_commands_change_nothing():
         CollectiveModel(object())
     with pytest.raises(ValueError, match="seg"):
         ring_allreduce([np.zeros(5, np.uint32)] * 2, 2)
+
+
+@pytest.mark.parametrize("width", [2, 4, 6, 8])
+def test_bfp_link_relay_is_exact(width):
+    """A decoded group quantizes to the same group: relaying in the all-gather adds no error."""
+    cfg = BFPConfig()
+    rng = np.random.default_rng(width)
+    x = _vectors(rng, 1, 16 * 64, spread=20)[0]
+    once, _ = bfp_link(x, cfg, width)
+    twice, _ = bfp_link(once, cfg, width)
+    np.testing.assert_array_equal(once, twice)
+    g = quantize(bits_to_f32(x), cfg, width=width, rounding=ROUND_NEAREST)
+    assert not np.any(g.invalid) and not np.any(g.overflow)
+
+
+@pytest.mark.parametrize("N", [2, 3, 4])
+def test_bfp_allreduce_same_on_every_rank(N):
+    cfg = CollectiveConfig(ranks=N, depth=256)
+    rng = np.random.default_rng(N)
+    vecs = _vectors(rng, N, 16 * 2 * N)
+    vecs[0][5] = 0x7FC00000                           # a NaN: its group goes as zeros
+    flags = [0] * N
+    out = ring_allreduce(vecs, 32, comp=CollComp.BFP, bfp=(cfg.bfp, 4), flags=flags)
+    for r in range(1, N):
+        np.testing.assert_array_equal(out[r], out[0])
+    assert flags[0] & 1 and not np.any(np.isnan(bits_to_f32(out[0])))
+    exact = np.sum([bits_to_f32(v).astype(np.float64) for v in vecs], axis=0)
+    good = np.arange(len(exact)) >= 16                # groups without the NaN
+    rel = np.abs(bits_to_f32(out[0])[good] - exact[good]) / np.max(np.abs(exact[good]))
+    assert 0 < np.max(rel) < 2.0 ** -1                # 4-bit mantissas: coarse, not garbage
+
+
+def test_link_flits_and_bytes_ratio():
+    """Flits per all-reduce (what the RTL's counters must show) and the bytes ratio of BFP to
+    FP32 words: (exp_bits + G*(w+1)) rounded up to flits, over G words, times the extra step
+    (2N-1)/(2N-2)."""
+    cfg = CollectiveConfig(ranks=4, depth=1024)     # groups of 16, exp_bits 10
+    L = 1024
+    plain = link_flits(cfg, 32, length=L, seg=L // 4)
+    assert plain == [2 * 3 * 256] * 4
+    ratios = {}
+    for w, flits in [(2, 2), (4, 3), (6, 4), (8, 5)]:   # 58, 90, 122, 154 bits
+        got = link_flits(cfg, 32, length=L, seg=L // 4, comp=CollComp.BFP, width=w)
+        assert got == [7 * 16 * flits] * 4             # 7 steps of 16 groups
+        ratios[w] = got[0] / plain[0]
+    assert ratios[8] == pytest.approx(5 / 16 * 7 / 6)
+    assert link_flits(cfg, 8, length=L, seg=L // 4) == [4 * x for x in plain]

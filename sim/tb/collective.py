@@ -17,8 +17,8 @@ import numpy as np
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from hdl.multi.collective import cmd_layout, rsp_layout
-from hdl.multi.config import CollOp, CollStatus, RingConfig
-from sim.model.collective import CollectiveModel, schedule, segments
+from hdl.multi.config import CollComp, CollOp, CollStatus, RingConfig
+from sim.model.collective import CollectiveModel, link_flits
 from sim.model.fp32 import f32_to_bits
 from sim.tb.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
 from sim.tb.payload import pack, unpack
@@ -100,6 +100,7 @@ class TB:
         """Send one command to every rank; return the responses (fields) after checking the
         statuses against the model's (unless ``check_model`` is off)."""
         c = self.config.collective
+        fields = {"comp": CollComp.NONE, "width": 0, **fields}
         word = pack(cmd_layout(c), {"op": CollOp.ALLREDUCE, **fields})
         tasks = [cocotb.start_soon(d.send(word)) for d in self.cmd]
         for t in tasks:
@@ -108,11 +109,11 @@ class TB:
         if check_model:
             status = self.model.allreduce(**fields)
             assert [g["status"] for g in got] == [status] * self.N, (fields, got)
+            assert [g["flags"] for g in got] == self.model.flags, (fields, got)
             if status == CollStatus.OK:
-                segs = segments(fields["length"], fields["seg"], self.N)
-                k = self.config.link.flits_per_word
-                for r in range(self.N):
-                    self.flits[r] += k * sum(segs[s][1] for s, _, _ in schedule(r, self.N))
+                sent = link_flits(c, self.config.link.width, length=fields["length"],
+                                  seg=fields["seg"], comp=fields["comp"], width=fields["width"])
+                self.flits = [a + b for a, b in zip(self.flits, sent)]
         return got
 
     async def check(self):
@@ -141,7 +142,8 @@ class TB:
 @cocotb.test()
 async def allreduce_random_backpressure(dut):
     """Random vectors (with specials), every link stalled at random 40 % of the cycles:
-    bit-exact on every rank, exact flit counts, no overflow; BAD_* commands change nothing."""
+    bit-exact on every rank, exact flit counts, no overflow, plain and BFP-compressed (every
+    width; the specials make flagged groups); BAD_* commands change nothing."""
     tb = TB(dut, seed=11, stall_prob=0.4)
     await tb.start()
     N, D = tb.N, tb.depth
@@ -150,6 +152,12 @@ async def allreduce_random_backpressure(dut):
         for base, length, seg in [(0, D, -(-D // N)), (5, 4 * N + 3, 5), (D - N + 1, N - 1, 1),
                                   (7, 13, 13)]:
             await tb.allreduce(base=base, length=length, seg=seg, timeout=300)
+        G = tb.config.collective.bfp.group_size
+        for w in tb.config.collective.bfp.widths:
+            await tb.allreduce(base=4 * rep, length=G * 2 * N, seg=2 * G, timeout=300,
+                               comp=CollComp.BFP, width=w)
+        await tb.allreduce(base=0, length=G, seg=G, timeout=300, comp=CollComp.BFP,
+                           width=5)                                         # BAD_COMP
         await tb.allreduce(base=0, length=0, seg=1, timeout=300)            # BAD_LEN
         await tb.allreduce(base=0, length=8, seg=1, timeout=300)            # BAD_SEG
         await tb.allreduce(base=0, length=8, seg=8, timeout=0)              # BAD_TIMEOUT

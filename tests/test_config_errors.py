@@ -99,6 +99,8 @@ ROWS = [
     (CollectiveConfig, "depth", 1, V, "CollectiveConfig.depth"),
     (CollectiveConfig, "timeout_bits", 3, V, "CollectiveConfig.timeout_bits"),
     (CollectiveConfig, "tx_fifo_depth", 1, V, "CollectiveConfig.tx_fifo_depth"),
+    (CollectiveConfig, "bfp", FMACConfig(), T, "CollectiveConfig.bfp"),
+    (CollectiveConfig, "bfp", BFPConfig(group_size=12), V, "CollectiveConfig.bfp.group_size"),
     (RingConfig, "collective", LinkConfig(), T, "RingConfig.collective"),
     (RingConfig, "link", CollectiveConfig(), T, "RingConfig.link"),
     (RingConfig, "link", LinkConfig(word_bits=16, width=16), V, "RingConfig.link.word_bits"),

@@ -190,11 +190,8 @@ class LinkRxCodec(wiring.Component):
                     m.d.comb += need.eq(g.n[cfg.max_mantissa])
         with m.Else():
             m.d.comb += need.eq(g.k)
-        m.d.comb += self.i.ready.eq(~full)
-        with m.If(self.i.valid & ~full):
-            m.d.sync += [buf.eq(Cat(buf[W:], self.i.payload)), got.eq(got + 1)]
-            with m.If(got == need - 1):
-                m.d.sync += [full.eq(1), got.eq(0)]
+        consumed = Signal(name="unit_consumed")       # the full unit leaves this cycle
+        m.d.comb += self.i.ready.eq(~full | consumed)
 
         # ---- output: a word, or the G words of a decoded group, one per cycle --------------
         obuf = Signal(32 * G, name="out_words")
@@ -223,13 +220,20 @@ class LinkRxCodec(wiring.Component):
                      dec.i.valid.eq(comp & full),
                      dec.o.ready.eq(comp & out_free)]
         with m.If(comp):
-            m.d.comb += out_load.eq(dec.o.valid & out_free)
-            with m.If(dec.i.valid & dec.i.ready):
-                m.d.sync += full.eq(0)
+            m.d.comb += [out_load.eq(dec.o.valid & out_free),
+                         consumed.eq(dec.i.valid & dec.i.ready)]
             with m.If(out_load):
                 m.d.sync += [obuf.eq(dec.o.payload.data), ocnt.eq(G)]
         with m.Else():
-            m.d.comb += out_load.eq(full & out_free)
+            m.d.comb += [out_load.eq(full & out_free), consumed.eq(out_load)]
             with m.If(out_load):
-                m.d.sync += [obuf.eq(buf[B - 32:]), ocnt.eq(1), full.eq(0)]
+                m.d.sync += [obuf.eq(buf[B - 32:]), ocnt.eq(1)]
+        with m.If(consumed):
+            m.d.sync += full.eq(0)
+        # a flit may enter while the full unit leaves (the unit is read before this edge);
+        # written after the clear so a unit completed in the same cycle stays full
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += [buf.eq(Cat(buf[W:], self.i.payload)), got.eq(got + 1)]
+            with m.If(got == need - 1):
+                m.d.sync += [full.eq(1), got.eq(0)]
         return m

@@ -16,6 +16,13 @@ possibly empty). Step ``t = 0 .. 2N - 3`` sends segment ``(r - t) mod N`` and re
   contributions are summed left to right starting at rank ``k`` (ranks mod ``N``);
 * all-gather (``t >= N - 1``): every received word overwrites the local word.
 
+With ``comp = CollComp.BFP`` the words cross the links as BFP groups (the link codecs of
+:mod:`hdl.multi.codec`, driven by ``mode``), so what a rank receives is the decoded group;
+``length`` and ``seg`` must then be multiples of the group size (groups never straddle a
+segment) and the all-gather takes one more step (``t = 2N - 2``, the same formula), which
+brings every segment back to its owner: the owner too ends with the decoded value, so all
+ranks agree bit for bit.
+
 A step ends when its segment is sent and every received word is written; the next step then
 starts (it sends what the last one wrote). The response reports ``OK``; or ``TIMEOUT`` when for
 ``timeout`` consecutive cycles no beat moved on ``tx`` or ``rx`` and no word was written (the

@@ -12,7 +12,7 @@ FORMAL_STAMP := $(VENV)/.tessera-formal
 PYTEST_JOBS ?= 2
 export AMARANTH_USE_YOSYS := builtin
 
-.PHONY: setup setup-fpga setup-formal formal test test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train bench-tta bench-tta-quick coverage docs synth mutation clean
+.PHONY: setup setup-fpga setup-formal formal test test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train bench-tta bench-tta-quick bench-collective coverage docs synth mutation clean
 
 setup: $(STAMP)
 
@@ -119,6 +119,12 @@ bench-datapaths: setup
 
 bench-array: setup
 	$(PY) -m sim.bench.array
+
+# Ring all-reduce (docs/multicore.md): cycles, flits and bytes per link, bytes ratio and error
+# of plain FP32 and BFP-compressed links, N = 2 and 4, in the Amaranth simulator (about 4 min
+# on a loaded 2-core machine) -> docs/bench/collective.{json,md}. COLLECTIVE_ARGS adds options.
+bench-collective: setup
+	$(PY) -m sim.bench.collective $(COLLECTIVE_ARGS)
 
 bench-core: setup
 	$(PY) -m sim.bench.core

@@ -171,6 +171,20 @@ def test_allreduce_bfp_compressed(N, flit):
     assert _region_equal(run, 0, 2 * G * (N - 1))
 
 
+def test_ranks_drift_apart_and_modes_change():
+    """Each rank takes its next command as soon as it answered (not in lockstep), and the
+    commands alternate plain and BFP at different widths: a rank's last groups of one command
+    still in its codec, or the next command's flits arriving early, must not mix modes."""
+    N, G = 2, BFP.group_size
+    cmds = []
+    for k, (comp, w) in enumerate([(CollComp.BFP, 8), (CollComp.NONE, 0), (CollComp.BFP, 2),
+                                   (CollComp.BFP, 6), (CollComp.NONE, 0), (CollComp.BFP, 4)]):
+        cmds.append(command(base=k, length=2 * G * N - (comp == CollComp.NONE),
+                            seg=2 * G, timeout=300, comp=comp, width=w))
+    _check(_ring(N, width=8, latency=2, fifo_depth=3), _images(60, N), cmds, stall_prob=0.3,
+           seed=60, lockstep=False)
+
+
 def test_bfp_nonfinite_groups_are_zeroed_and_flagged():
     N, G = 2, BFP.group_size
     images = _images(50, N)

@@ -79,6 +79,9 @@ class LinkTxCodec(wiring.Component):
         Sticky: a group with a NaN (``invalid``) or an infinity (``overflow``) was sent as
         zeros since reset or the last ``clear_flags``.
     clear_flags : In(1)
+    idle : Out(1)
+        No word is held (none gathered, none in the converter, no flit left to send): ``mode``
+        may change.
     """
 
     def __init__(self, *, flit_bits: int, bfp_config: BFPConfig):
@@ -87,6 +90,7 @@ class LinkTxCodec(wiring.Component):
         super().__init__({
             "i": In(stream.Signature(32)), "o": Out(stream.Signature(flit_bits)),
             "mode": In(mode_layout(bfp_config)), "flags": Out(BFPFlags), "clear_flags": In(1),
+            "idle": Out(1),
         })
 
     def elaborate(self, platform):
@@ -125,6 +129,10 @@ class LinkTxCodec(wiring.Component):
             conv.i.payload.rounding.eq(Rounding.NEAREST),
             conv.o.ready.eq(comp & can_load),
         ]
+        in_conv = Signal(range(conv.latency + 2), name="groups_in_converter")
+        m.d.sync += in_conv.eq(in_conv + (conv.i.valid & conv.i.ready)
+                               - (conv.o.valid & conv.o.ready))
+        m.d.comb += self.idle.eq((gcnt == 0) & (in_conv == 0) & (left == 0))
         grp = conv.o.payload.group
         packed = {mw: Cat(grp.exp, *[Cat(e.sign, e.mag[:mw]) for e in grp.elems])
                   for mw in cfg.widths}
@@ -159,6 +167,10 @@ class LinkRxCodec(wiring.Component):
     o : Out(stream.Signature(32))
     mode : In(mode_layout(bfp_config))
         The same mode as the sending codec's; hold it while words are in flight.
+    enable : In(1)
+        Flits are taken only while 1 (the receiving engine runs the command they belong to),
+        so flits of the next command, maybe in another mode, wait on the link until ``mode``
+        is theirs.
     """
 
     def __init__(self, *, flit_bits: int, bfp_config: BFPConfig):
@@ -166,7 +178,7 @@ class LinkRxCodec(wiring.Component):
         self.geometry = _Geometry(flit_bits, bfp_config)
         super().__init__({
             "i": In(stream.Signature(flit_bits)), "o": Out(stream.Signature(32)),
-            "mode": In(mode_layout(bfp_config)),
+            "mode": In(mode_layout(bfp_config)), "enable": In(1),
         })
 
     def elaborate(self, platform):
@@ -191,7 +203,7 @@ class LinkRxCodec(wiring.Component):
         with m.Else():
             m.d.comb += need.eq(g.k)
         consumed = Signal(name="unit_consumed")       # the full unit leaves this cycle
-        m.d.comb += self.i.ready.eq(~full | consumed)
+        m.d.comb += self.i.ready.eq(self.enable & (~full | consumed))
 
         # ---- output: a word, or the G words of a decoded group, one per cycle --------------
         obuf = Signal(32 * G, name="out_words")

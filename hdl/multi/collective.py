@@ -102,6 +102,11 @@ class CollectiveEngine(wiring.Component):
         The transmit codec's sticky flags, reported in ``rsp.flags``.
     codec_clear : Out(1)
         Pulses when a command is accepted (clears ``codec_flags``).
+    codec_idle : In(1)
+        The transmit codec holds no word. An accepted valid command waits for it before it
+        changes ``mode`` and starts (the last groups of the previous command leave in their
+        own mode), and answers ``TIMEOUT`` (step 0) if it has not come within ``timeout``
+        cycles. Tie it to 1 without codecs.
     """
 
     def __init__(self, *, config: CollectiveConfig | None = None,
@@ -127,6 +132,7 @@ class CollectiveEngine(wiring.Component):
             "mode": Out(mode_layout(self.config.bfp)),
             "codec_flags": In(BFPFlags),
             "codec_clear": Out(1),
+            "codec_idle": In(1),
         })
 
     def elaborate(self, platform):
@@ -145,6 +151,7 @@ class CollectiveEngine(wiring.Component):
         timeout = Signal(cfg.timeout_bits, name="timeout")
         step = Signal(range(cfg.steps(CollComp.BFP) + 1), name="step")
         last_step = Signal(range(cfg.steps(CollComp.BFP)), name="last_step")
+        new_mode = Signal(mode_layout(cfg.bfp), name="new_mode")
         send_idx = Signal(range(N), name="send_idx")       # (r - t) mod N
         recv_idx = Signal(range(N), name="recv_idx")       # (r - t - 1) mod N
         reduce = Signal(name="reduce")                     # reduce-scatter phase
@@ -270,7 +277,6 @@ class CollectiveEngine(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(drained)
                 with m.If(self.cmd.valid & drained):
-                    m.d.comb += self.codec_clear.eq(1)
                     m.d.sync += [base.eq(cmd.base), length.eq(cmd.length), seg.eq(cmd.seg),
                                  timeout.eq(cmd.timeout), cycles.eq(0), rsp.step.eq(0),
                                  rsp.cycles.eq(0), rsp.flags.eq(0)]
@@ -292,11 +298,24 @@ class CollectiveEngine(wiring.Component):
                     with m.Else():
                         m.d.sync += [step.eq(0), send_idx.eq(self.rank),
                                      recv_idx.eq(dec(self.rank)), reduce.eq(1),
-                                     rsp.status.eq(CollStatus.OK),
-                                     self.mode.comp.eq(cmd.comp), self.mode.width.eq(cmd.width),
+                                     rsp.status.eq(CollStatus.OK), idle_cnt.eq(0),
+                                     new_mode.comp.eq(cmd.comp), new_mode.width.eq(cmd.width),
                                      last_step.eq(Mux(bfp, cfg.steps(CollComp.BFP) - 1,
                                                       cfg.steps() - 1))]
-                        m.next = "SETUP"
+                        m.next = "CODEC"
+            with m.State("CODEC"):
+                # the transmit codec may still send the last groups of the previous command
+                # in its mode: change the mode only when it is empty (or give up: TIMEOUT)
+                with m.If(self.codec_idle):
+                    m.d.comb += self.codec_clear.eq(1)
+                    m.d.sync += self.mode.eq(new_mode)
+                    m.next = "SETUP"
+                with m.Elif(idle_cnt >= timeout):
+                    m.d.sync += [rsp.status.eq(CollStatus.TIMEOUT), rsp.step.eq(0),
+                                 rsp.cycles.eq(cycles)]
+                    m.next = "RESP"
+                with m.Else():
+                    m.d.sync += [idle_cnt.eq(idle_cnt + 1), cycles.eq(cycles + 1)]
             with m.State("SETUP"):
                 m.d.comb += self.busy.eq(1)
                 m.d.sync += geometry(send_idx, send_base, send_len)

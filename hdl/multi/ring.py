@@ -137,6 +137,7 @@ class CollectiveRing(wiring.Component):
                          getattr(self, f"busy_{r}").eq(eng.busy),
                          txc.mode.eq(eng.mode), rxc.mode.eq(eng.mode),
                          eng.codec_flags.eq(txc.flags), txc.clear_flags.eq(eng.codec_clear),
+                         eng.codec_idle.eq(txc.idle), rxc.enable.eq(eng.busy),
                          gt.stall.eq(self.stall_tx[r]), gr.stall.eq(self.stall_rx[r])]
             wiring.connect(m, eng.mem, mem.a)
             wiring.connect(m, wiring.flipped(getattr(self, f"host_{r}")), mem.b)

@@ -42,12 +42,16 @@ class RingRun:
 
 
 def run_ring(dut, images, commands, *, stall_prob: float = 0.0, seed: int = 0,
-             stop=(), deadline: int = 20_000, max_cycles: int = 200_000) -> RingRun:
+             stop=(), deadline: int = 20_000, max_cycles: int = 200_000,
+             lockstep: bool = True) -> RingRun:
     """Run ``commands`` (see :func:`command`) on ``dut`` after loading ``images`` (one
     ``uint32`` array of ``depth`` words per rank).
 
     ``stop``: names ``("tx", r)`` / ``("rx", r)`` of gates held stalled from the start.
     ``deadline``: cycles every command may take before :class:`TimeoutError`.
+    ``lockstep``: every command goes to all ranks in the same cycle after all answered the
+    previous one; otherwise each rank gets its next command as soon as it answered (ranks
+    drift apart, as cores would).
     """
     cfg = dut.config.collective
     N = cfg.ranks
@@ -81,32 +85,40 @@ def run_ring(dut, images, commands, *, stall_prob: float = 0.0, seed: int = 0,
             await ctx.tick()
         for r in range(N):
             ctx.set(host[r].w_en, 0)
-        # commands
-        for c in commands:
-            word = pack(cmd_l, c)
-            got = [None] * N
-            accepted = [False] * N
+        # commands: rank r works through its own queue; in lockstep a rank waits until every
+        # rank has answered before it takes the next command
+        words = [pack(cmd_l, c) for c in commands]
+        got = [[None] * N for _ in commands]
+        nxt = [0] * N                      # the command rank r is on
+        sent = [False] * N
+        for r in range(N):
+            ctx.set(rsp_ports[r].ready, 1)
+        waited = 0
+        while min(nxt) < len(commands):
+            offer = [nxt[r] < len(commands) and not sent[r]
+                     and (not lockstep or min(nxt) == nxt[r]) for r in range(N)]
             for r in range(N):
-                ctx.set(cmd_ports[r].valid, 1)
-                ctx.set(cmd_ports[r].payload.as_value(), word)
-                ctx.set(rsp_ports[r].ready, 1)
-            for _ in range(deadline):
-                _, _, *vals = await ctx.tick().sample(
-                    *[p.ready for p in cmd_ports], *[p.valid for p in rsp_ports],
-                    *[p.payload.as_value() for p in rsp_ports])
-                run.cycles += 1
-                for r in range(N):
-                    if not accepted[r] and vals[r]:
-                        accepted[r] = True
-                        ctx.set(cmd_ports[r].valid, 0)
-                    if vals[N + r] and got[r] is None:
-                        got[r] = unpack(rsp_l, vals[2 * N + r])
-                        ctx.set(rsp_ports[r].ready, 0)
-                if all(g is not None for g in got):
-                    break
-            else:
-                raise TimeoutError(f"command {c}: responses {got} after {deadline} cycles")
-            run.responses.append(got)
+                ctx.set(cmd_ports[r].valid, offer[r])
+                if offer[r]:
+                    ctx.set(cmd_ports[r].payload.as_value(), words[nxt[r]])
+            _, _, *vals = await ctx.tick().sample(
+                *[p.ready for p in cmd_ports], *[p.valid for p in rsp_ports],
+                *[p.payload.as_value() for p in rsp_ports])
+            run.cycles += 1
+            waited += 1
+            for r in range(N):
+                k = nxt[r]
+                if offer[r] and vals[r]:
+                    sent[r] = True
+                if vals[N + r] and k < len(commands):
+                    got[k][r] = unpack(rsp_l, vals[2 * N + r])
+                    nxt[r], sent[r], waited = k + 1, False, 0
+            if waited > deadline:
+                raise TimeoutError(f"no response for {deadline} cycles: ranks at commands "
+                                   f"{nxt}, responses {got}")
+        for r in range(N):
+            ctx.set(cmd_ports[r].valid, 0)
+        run.responses = got
         # read back
         mems = [np.zeros(cfg.depth, dtype=np.uint32) for _ in range(N)]
         for a in range(cfg.depth):

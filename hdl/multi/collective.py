@@ -94,7 +94,8 @@ class CollectiveEngine(wiring.Component):
     rank : In(range(config.ranks))
         This engine's rank ``r``; hold it constant (a multi-core top ties it).
     busy : Out(1)
-        A command is executing (the memory port is in use).
+        A command is executing (the memory port is in use); not while an accepted command
+        waits for the transmit codec (``codec_idle``).
     mode : Out(mode_layout(config.bfp))
         The running command's ``comp`` and ``width``, for the link codecs
         (:mod:`hdl.multi.codec`); held until the next command is accepted.

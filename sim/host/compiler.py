@@ -151,7 +151,8 @@ from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, MODES
 from hdl.config import check_int
 from hdl.core.config import CoreConfig
 from hdl.core.isa import (LOOP_FIELDS, OPT_MAX_COUNT, STATUS_NAMES, Acc, Op, Rop, Status, Vop,
-                          check_program_for, disassemble, encode, operand_ranges)
+                          check_program_for, decode, disassemble, encode,
+                          operand_ranges)
 from hdl.optim.config import SCALE_EXP_MAX, Mode, Reg
 from sim.host.optim import SGD, Adam, Clip, LossScale, Momentum, optimizer_registers, reg_word
 from sim.model.vector import get_matrix, get_vector, set_matrix, set_vector
@@ -208,6 +209,12 @@ class MLP:
         Let the ``OPT`` run in one pass (its ``one_pass`` bit) when the step allows it: without
         clipping (see "One-pass OPT" in the module docstring). ``False`` keeps the two-pass
         step; the results are the same either way.
+    mean_rows : int
+        Rows the gradient is the mean over: the softmax's gradient scale ``imm`` is
+        ``FP32(1 / mean_rows)``; ``0`` (default): ``batch``. Data parallelism over ``N`` cores
+        (:mod:`sim.host.dataparallel`) compiles each core's step with ``batch = B / N`` and
+        ``mean_rows = B``, so the sum of the cores' gradient regions (the all-reduce) is the
+        mean over the global batch ``B`` with no extra multiply.
     """
 
     layers: tuple = (64, 64, 10)
@@ -219,6 +226,7 @@ class MLP:
     checkpoint: frozenset = frozenset()
     schedule: str = "listed"
     one_pass: bool = True
+    mean_rows: int = 0
 
     def __post_init__(self):
         layers = self.layers
@@ -283,6 +291,7 @@ class MLP:
             raise TypeError(f"MLP.one_pass must be a bool, not {type(self.one_pass).__name__} "
                             f"{self.one_pass!r}")
         object.__setattr__(self, "one_pass", bool(self.one_pass))
+        check_int("MLP", "mean_rows", self.mean_rows, lo=0)
 
     @property
     def L(self) -> int:
@@ -485,8 +494,9 @@ class _Builder:
             self._fwd_layer(l, src, dst)
             src = dst
         z = ("z", 0, False)
-        imm = int(np.asarray(F32(1.0 / desc.batch)).view(np.uint32))
-        self._emit(Op.SOFTMAX_XENT, f"softmax cross-entropy, gradient scale 1/{desc.batch} "
+        rows = desc.mean_rows or desc.batch
+        imm = int(np.asarray(F32(1.0 / rows)).view(np.uint32))
+        self._emit(Op.SOFTMAX_XENT, f"softmax cross-entropy, gradient scale 1/{rows} "
                    f"(x loss scale)",
                    {"a": z, "b": self._data("labels"), "d": z,
                     "e": self._data("loss")}, rows=m, cols=d[L], imm=imm)
@@ -1001,6 +1011,22 @@ class Compiled:
         c = self.config
         return check_program_for(self.program, c)
 
+    def split_programs(self) -> tuple[list[int], list[int]]:
+        """The step as two programs, for a host that acts between the backward pass and the
+        optimizer (data parallelism, :mod:`sim.host.dataparallel`, all-reduces the gradient
+        region there): ``(backward, optimizer)`` = the program up to its ``OPT`` then
+        ``HALT``, and that ``OPT`` then ``HALT`` (same words, same addresses). Run one after
+        the other they do what :attr:`program` does, except for a one-pass ``OPT``: its skip
+        decision is the flags of *its* run, which the backward pass no longer shares, so split
+        a step compiled with ``one_pass=False`` (the two-pass ``OPT`` tests the gradients
+        itself)."""
+        pcs = [pc for pc, w in enumerate(self.program) if decode(w)[0] == Op.OPT]
+        halt = encode(Op.HALT)
+        if len(pcs) != 1:      # the compiler emits exactly one OPT
+            raise AssertionError(f"expected one OPT in the program, found {len(pcs)}")
+        pc = pcs[0]
+        return self.program[:pc] + [halt], [self.program[pc], halt]
+
     def asm(self) -> str:
         """The program as assembly (:func:`hdl.core.isa.assemble_program` reads it back)."""
         head = [f"# {self.desc.describe()}",
@@ -1249,7 +1275,7 @@ class Compiled:
         return [("write", self.place[n], img) for n, img in sorted(imgs.items())]
 
     def step_actions(self, x, y, t: int, *, precision=None, scale_exp=None,
-                     load_program: bool = True) -> list:
+                     load_program: bool = True, part: str = "step") -> list:
         """One training step: write the batch (``x``: ``B x d_0`` float, ``y``: ``B`` int
         labels; or lists of ``k`` micro-batches), set the precision table
         (:meth:`precision_table`), the optimizer registers of step ``t``
@@ -1258,7 +1284,11 @@ class Compiled:
         growth count), load the program (unless ``load_program`` is false: the program memory
         keeps the one loaded before, and only the table and registers change), run it, read
         the per-row losses (keys ``loss0`` .. ``loss{k-1}``) and the optimizer status. Decode
-        with :meth:`decode_step`."""
+        with :meth:`decode_step`. ``part="backward"`` loads and runs only the backward
+        program of :meth:`split_programs` (the optimizer status read is then that of the
+        previous ``OPT``); :meth:`optimizer_actions` runs the rest."""
+        if part not in ("step", "backward"):
+            raise ValueError(f"part must be 'step' or 'backward', not {part!r}")
         b = self._b
         acts = self.data_writes(x, y)
         for (l, mode), (wa, wb, r) in sorted(self.precision_table(precision).items()):
@@ -1266,12 +1296,19 @@ class Compiled:
         acts += [("setreg", r, reg_word(v)) for r, v in sorted(self._registers(t, scale_exp)
                                                                  .items())]
         if load_program:
-            acts.append(("program", list(self.program)))
+            acts.append(("program", list(self.program) if part == "step"
+                         else self.split_programs()[0]))
         acts.append(("run",))
         loss0 = self.plan["loss"].line
         acts += [("read", f"loss{j}", loss0 + j * b.R, b.nr) for j in range(b.k)]
         acts.append(("status",))
         return acts
+
+    def optimizer_actions(self) -> list:
+        """Load and run the optimizer program of :meth:`split_programs` (after
+        ``step_actions(..., part="backward")`` set the registers) and read the optimizer
+        status (key ``status``)."""
+        return [("program", self.split_programs()[1]), ("run",), ("status",)]
 
     def read_actions(self) -> list:
         """Read the parameters, the gradient region and the kept optimizer state (keys

@@ -24,7 +24,7 @@ from .bfp import ROUND_NEAREST, dequantize, quantize
 from .fp32 import bits_to_f32, canon
 
 __all__ = ["segments", "schedule", "sum_order", "validate", "bfp_link", "ring_allreduce",
-           "link_flits", "CollectiveModel"]
+           "link_flits", "add_f32", "CollectiveModel"]
 
 
 def _check_config(config) -> CollectiveConfig:
@@ -75,7 +75,7 @@ def validate(config: CollectiveConfig, *, op: int, base: int, length: int, seg: 
     return CollStatus.OK
 
 
-def _add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def add_f32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """FP32 ``a + b`` on bit patterns, as the hardware adder (NaN -> the canonical NaN)."""
     with np.errstate(all="ignore"):
         r = (bits_to_f32(a) + bits_to_f32(b)).astype(np.float32)
@@ -127,7 +127,7 @@ def ring_allreduce(vectors, seg: int, *, comp: int = CollComp.NONE,
             s0, n = segs[recv]
             incoming = sent[(r - 1) % ranks]
             assert len(incoming) == n
-            mem[r][s0:s0 + n] = _add(incoming, mem[r][s0:s0 + n]) if reduce else incoming
+            mem[r][s0:s0 + n] = add_f32(incoming, mem[r][s0:s0 + n]) if reduce else incoming
     return mem
 
 

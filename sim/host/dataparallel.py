@@ -1,0 +1,191 @@
+"""Data-parallel training across ``N`` training cores, in the golden model.
+
+``N`` :class:`sim.model.core.CoreModel` cores hold the same parameters. A step of global batch
+``B`` (``B % N == 0``):
+
+1. rank ``r`` takes rows ``r*B/N .. (r+1)*B/N - 1`` and runs the **backward program** of the
+   step (:meth:`sim.host.compiler.Compiled.split_programs`: forward, softmax cross-entropy,
+   backward, no ``OPT``). Each core's step is compiled with ``batch = B/N`` and
+   ``mean_rows = B`` (:class:`sim.host.compiler.MLP`), so the softmax's gradient scale is
+   ``FP32(1/B)`` -- the single core's -- and each core's gradient region holds
+   ``(1/B) * sum over its rows`` (times the loss scale);
+2. the gradient regions (``P * S`` words, padding lanes included: zeros) are **all-reduced**:
+   the sum of the ``N`` regions is the global-batch mean with no extra multiply (this is what
+   the hardware would do: the collective engine runs on the gradient lines of every core's
+   scratchpad, nothing else changes). Link modes: plain FP32 and BFP groups use
+   :func:`sim.model.collective.ring_allreduce` (the engine's segments, schedule and FP32
+   additions, with a :class:`hdl.multi.config.CollectiveConfig` of ``ranks = N``);
+   top-k uses :func:`sim.model.compress.topk_allreduce` (each rank's error-feedback residual);
+3. every core runs the **optimizer program** (the same ``OPT``; two-pass, see below) and so
+   holds bit-identical parameters and state.
+
+Skips. A one-pass ``OPT`` decides its skip from the flags of its own run, which the split no
+longer shares with the backward pass, so the per-core step is compiled with
+``one_pass=False``: the two-pass ``OPT`` tests the all-reduced gradients itself, and a NaN or
+infinity in any core's gradients reaches every core through the FP32 sum (every core skips).
+What a single core also skips on -- a converter's NaN / Inf flag in a matmul pass, or a BFP /
+top-k link that sent a non-finite group as zeros -- is gathered by the host: when any core's
+backward run raised a flag, or any link flagged a group, the host writes the canonical NaN
+into word 0 of every core's gradient region before the ``OPT``, so every core skips (and
+dynamic loss scaling backs off) as one core would.
+
+Only the order in which the batch's per-row gradient contributions are summed differs from
+one core running the global batch (rows of one shard are summed inside a core, shards by the
+ring): with shards of whole batch tiles (``B/N`` a multiple of ``S``), each ``BWD_WEIGHT``
+tile's FP32 value and every BFP group are the same on both sides (tests/test_dataparallel.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hdl.core.config import CoreConfig
+from hdl.multi.config import CollComp, CollectiveConfig
+from sim.model.collective import link_flits, ring_allreduce
+from sim.model.compress import TopK, TopKState, topk_allreduce
+from sim.model.core import CoreModel
+
+from .compiler import MLP, compile_mlp
+
+__all__ = ["DataParallel", "COMPRESSIONS", "NAN_BITS"]
+
+#: Link compression modes: ``"none"`` (FP32 words), ``"bfp"`` (BFP groups, ``width``),
+#: ``"topk"`` (:class:`sim.model.compress.TopK`).
+COMPRESSIONS = ("none", "bfp", "topk")
+#: The canonical NaN the host writes to make every core's ``OPT`` skip.
+NAN_BITS = 0x7FC00000
+
+
+class DataParallel:
+    """``ranks`` golden-model cores training ``desc`` (global batch ``desc.batch``)
+    data-parallel.
+
+    Parameters
+    ----------
+    desc : MLP
+        The single-core description of the step: ``batch`` is the global batch ``B``
+        (``B % ranks == 0``), ``micro_batches`` per core's shard.
+    config : CoreConfig
+    ranks : int
+        Cores, 2..16.
+    compression : str
+        ``"none"``, ``"bfp"`` or ``"topk"`` (:data:`COMPRESSIONS`).
+    width : int
+        BFP mantissa width (``"bfp"``), one of the collective's ``bfp.widths``.
+    topk : TopK or None
+        Segment and ``k`` (``"topk"``; default :class:`TopK` ``()``).
+    """
+
+    def __init__(self, desc: MLP, config: CoreConfig | None = None, ranks: int = 2, *,
+                 compression: str = "none", width: int = 8, topk: TopK | None = None):
+        if not isinstance(desc, MLP):
+            raise TypeError(f"desc must be an MLP, not {type(desc).__name__}")
+        config = CoreConfig() if config is None else config
+        if isinstance(ranks, bool) or not isinstance(ranks, int) or not 2 <= ranks <= 16:
+            raise ValueError(f"ranks must be an int in 2..16, not {ranks!r}")
+        if desc.batch % (ranks * desc.micro_batches):
+            raise ValueError(f"desc.batch ({desc.batch}) must be a multiple of ranks * "
+                             f"micro_batches ({ranks} * {desc.micro_batches})")
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
+        self.ranks, self.compression, self.width = ranks, compression, width
+        self.local = desc.replace(batch=desc.batch // ranks, mean_rows=desc.batch,
+                                  one_pass=False)
+        self.compiled = compile_mlp(self.local, config)
+        self.config = config
+        self.cores = [CoreModel(config) for _ in range(ranks)]
+        line, lines = self.compiled.regions["grads"]
+        self._grads = (line, lines)
+        self.length = lines * config.size
+        self.coll = CollectiveConfig(ranks=ranks, depth=max(2, self.length))
+        self.seg = -(-self.length // ranks)
+        if compression == "bfp":
+            G = self.coll.bfp.group_size
+            if width not in self.coll.bfp.widths:
+                raise ValueError(f"width must be one of {self.coll.bfp.widths}, not {width!r}")
+            if self.length % G:
+                raise ValueError(f"BFP links need the gradient region ({self.length} words) to "
+                                 f"be a multiple of the group size {G}")
+            self.seg = -(-self.length // (ranks * G)) * G
+        self.topk = None
+        if compression == "topk":
+            self.topk = TopK() if topk is None else topk
+            if not isinstance(self.topk, TopK):
+                raise TypeError(f"topk must be a TopK, not {type(self.topk).__name__}")
+            self.states = [TopKState(self.length, self.topk) for _ in range(ranks)]
+        #: link bits of every all-reduce so far (32-bit flits), and what plain FP32 links
+        #: would have carried
+        self.link_bits = 0
+        self.plain_bits = 0
+
+    # -- host actions on every core ------------------------------------------------------------
+    def init(self, weights, biases, opt_state=None) -> None:
+        """Write the same parameters (and state) into every core."""
+        acts = self.compiled.init_actions(weights, biases, opt_state)
+        for core in self.cores:
+            core.apply(acts)
+
+    def _allreduce(self, grads: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
+        N, n = self.ranks, self.length
+        self.plain_bits += sum(link_flits(self.coll, 32, length=n, seg=-(-n // N))) * 32
+        if self.compression == "topk":
+            out, bits = topk_allreduce(grads, self.states)
+            self.link_bits += sum(bits)
+            return out, 0
+        comp = CollComp.BFP if self.compression == "bfp" else CollComp.NONE
+        flags = [0] * N
+        out = ring_allreduce(grads, self.seg, comp=comp, bfp=(self.coll.bfp, self.width),
+                             flags=flags)
+        self.link_bits += sum(link_flits(self.coll, 32, length=n, seg=self.seg, comp=comp,
+                                         width=self.width)) * 32
+        return out, int(any(flags))
+
+    def step(self, x, y, t: int, *, precision=None, scale_exp=None) -> dict:
+        """One data-parallel step on the global batch ``x`` (``B x d_0``), ``y`` (``B``) at
+        optimizer step ``t``: ``dict(losses (B, rank order = row order), loss, status (rank
+        0's optimizer status), skipped, poisoned (the host forced the skip), runs)``."""
+        c, N = self.compiled, self.ranks
+        x, y = np.asarray(x), np.asarray(y)
+        m = self.local.batch
+        if len(x) != m * N or len(y) != m * N:
+            raise ValueError(f"x and y must hold the global batch of {m * N} rows, not "
+                             f"{len(x)} and {len(y)}")
+        losses, runs, flagged = [], [], False
+        for r, core in enumerate(self.cores):
+            rows = slice(r * m, (r + 1) * m)
+            res = core.apply(c.step_actions(x[rows], y[rows], t, precision=precision,
+                                            scale_exp=scale_exp, part="backward"))
+            runs.append(tuple(res["run"][-1]))
+            losses.append(c.decode_loss(res))
+            flagged |= bool(core.run_flags)
+        line, lines = self._grads
+        S = self.config.size
+        grads = [core.read_lines(line, lines).reshape(-1) for core in self.cores]
+        out, link_flag = self._allreduce(grads)
+        poisoned = flagged or bool(link_flag)
+        for core, g in zip(self.cores, out):
+            g = g.copy()
+            if poisoned:
+                g[0] = NAN_BITS
+            core.write_lines(line, g.reshape(lines, S))
+        st = None
+        for core in self.cores:
+            res = core.apply(c.optimizer_actions())
+            runs.append(tuple(res["run"][-1]))
+            st = st or dict(res["status"])
+        losses = np.concatenate(losses)
+        return {"losses": losses, "loss": float(np.mean(losses.astype(np.float64))),
+                "status": st, "skipped": bool(st["last_skipped"]), "poisoned": poisoned,
+                "runs": runs}
+
+    def read(self, rank: int = 0) -> dict:
+        """:meth:`sim.host.compiler.Compiled.read_actions` results of core ``rank``."""
+        return self.cores[rank].apply(self.compiled.read_actions())
+
+    def params(self, rank: int = 0) -> tuple[list, list]:
+        """``(weights, biases)`` float32 of core ``rank``."""
+        return self.compiled.decode_params(self.read(rank))
+
+    @property
+    def bytes_ratio(self) -> float:
+        """Link bytes of the all-reduces so far over those of plain FP32 ring all-reduces."""
+        return self.link_bits / self.plain_bits if self.plain_bits else 0.0

@@ -12,7 +12,7 @@ FORMAL_STAMP := $(VENV)/.tessera-formal
 PYTEST_JOBS ?= 2
 export AMARANTH_USE_YOSYS := builtin
 
-.PHONY: setup setup-fpga setup-formal formal test test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train bench-tta bench-tta-quick bench-collective coverage docs synth mutation clean
+.PHONY: setup setup-fpga setup-formal formal test test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train bench-tta bench-tta-quick bench-collective bench-distributed coverage docs synth mutation clean
 
 setup: $(STAMP)
 
@@ -125,6 +125,11 @@ bench-array: setup
 # on a loaded 2-core machine) -> docs/bench/collective.{json,md}. COLLECTIVE_ARGS adds options.
 bench-collective: setup
 	$(PY) -m sim.bench.collective $(COLLECTIVE_ARGS)
+
+# Data-parallel digits training across N golden-model cores with FP32 / BFP / top-k links
+# (docs/multicore.md): bytes ratio and test accuracy -> docs/bench/distributed.{json,md}.
+bench-distributed: setup
+	$(PY) -m sim.bench.distributed $(DISTRIBUTED_ARGS)
 
 bench-core: setup
 	$(PY) -m sim.bench.core

@@ -21,6 +21,7 @@ from sim.host.compiler import MLP
 from sim.host.optim import SGD, Adam, Clip, LossScale, Momentum
 from sim.host.schedule import WidthSchedule
 from sim.host.train import TrainSpec
+from sim.model.compress import TopK
 
 V, T = ValueError, TypeError
 
@@ -163,6 +164,12 @@ ROWS = [
     (MLP, "checkpoint", (1.0,), T, "MLP.checkpoint"),
     (MLP, "schedule", "fast", V, "MLP.schedule"),
     (MLP, "one_pass", 1, T, "MLP.one_pass"),
+    (MLP, "mean_rows", -1, V, "MLP.mean_rows"),
+    (MLP, "mean_rows", 1.5, T, "MLP.mean_rows"),
+    (TopK, "seg", 0, V, "TopK.seg"),
+    (TopK, "k", 0, V, "TopK.k"),
+    (TopK, "k", 257, V, "TopK.k"),
+    (TopK, "k", 2.0, T, "TopK.k"),
     (WidthSchedule, "stages", (), V, "WidthSchedule.stages"),
     (WidthSchedule, "stages", [8], V, "WidthSchedule.stages"),
     (WidthSchedule, "stages", (3,), V, "WidthSchedule.stages"),

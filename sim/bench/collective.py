@@ -22,7 +22,7 @@ import numpy as np
 from hdl.fp32.config import FP32Config
 from hdl.multi.config import CollComp, CollectiveConfig, LinkConfig, RingConfig
 from hdl.multi.ring import CollectiveRing
-from sim.bench.common import write_json, write_markdown
+from sim.bench.common import publish
 from sim.model.collective import CollectiveModel, link_flits
 from sim.model.fp32 import bits_to_f32, f32_to_bits
 from sim.tb.collective_tb import command, run_ring
@@ -102,9 +102,7 @@ def main(argv=None) -> int:
             rows += measure(N, flit, args.length)
     data = {"bench": "collective", "length": args.length, "rows": rows,
             "wall_seconds": round(time.time() - t0, 1), "machine": platform.machine()}
-    j, md = write_json("collective", data), write_markdown("collective", to_markdown(data))
-    print(to_markdown(data))
-    print(f"wrote {j} and {md}")
+    publish("collective", data, to_markdown(data))
     return 0
 
 

@@ -41,3 +41,11 @@ def write_markdown(name: str, text: str) -> Path:
     path = DOCS_BENCH / f"{name}.md"
     path.write_text(text.rstrip() + "\n")
     return path
+
+
+def publish(name: str, data: dict, markdown: str) -> None:
+    """Write ``docs/bench/<name>.json`` (``data``) and ``.md`` (``markdown``), print the
+    table and where they went."""
+    j, md = write_json(name, data), write_markdown(name, markdown)
+    print(markdown)
+    print(f"wrote {j} and {md}")

@@ -11,10 +11,11 @@ from amaranth.sim import Simulator
 
 from hdl.core.config import CoreConfig
 from hdl.core.core import TrainingCore
-from hdl.core.isa import Status
+from hdl.core.isa import Op, Rop, Status, Vop, decode
 from sim.host.compiler import MLP, compile_mlp
 from sim.host.driver import CoreDriver
 from sim.host.optim import Adam, LossScale
+from sim.model.array import pass_beats
 from sim.model.core import CoreModel
 from sim.tb import cycles as doc
 from sim.tb.amaranth_tb import StreamTransport, add_deadline
@@ -47,7 +48,42 @@ def _run_core(actions, *, mem=False):
     sim.add_testbench(tb)
     add_deadline(sim)
     sim.run()
+    got["blocks"] = dut.blocks
     return got
+
+
+def _step_cycle_bounds(program, trace, vector):
+    """docs/core.md *Cycles of a step* (``sim.tb.cycles.core_step_cycle_bounds``) for the run
+    the golden model executed (``CoreModel.trace``), with the vector unit's published
+    latencies; also the documented busy cycles of each unit: ``(lower, upper, busy)``."""
+    ops = [decode(w)[0] for w in program]
+    static = ops.index(Op.HALT) + 1          # the compiler's programs have no HALT in a loop
+    S, lanes = CFG.size, CFG.array.lanes
+    f = vector.fp32_config
+    lat = dict(lanes=vector.lanes, ladd=f.latency("fp32_add"), lmul=f.latency("fp32_mul"),
+               bg_latency=vector.bg_latency, sumsq_latency=vector.sumsq_latency,
+               softmax_latency=vector.softmax_latency, bg_chunk=vector.bg_chunk,
+               grad_lanes=vector.grad_config.lanes)
+    mm, vec, opt = [], [], 0
+    for op, a in trace:
+        if op == Op.MATMUL:
+            beats = pass_beats(a["mode"], a["M"], a["K"], a["N"], S)
+            mm.append(doc.matmul_pass_cycles(S, beats,
+                                             doc.beat_cycles(a["width_a"], a["width_b"], lanes)))
+        elif op == Op.VEC:
+            kind = "copy" if a["vop"] in (Vop.COPY, Vop.ZERO) else "vec"
+            vec.append(doc.vector_cycles(kind, a["rows"], a["cols"], **lat))
+        elif op == Op.REDUCE:
+            kind = "sumsq" if a["rop"] == Rop.SUMSQ else "bias_grad"
+            vec.append(doc.vector_cycles(kind, a["rows"], a["cols"], acc=bool(a["acc"]), **lat))
+        elif op == Op.SOFTMAX_XENT:
+            vec.append(doc.vector_cycles("softmax", a["rows"], a["cols"], **lat))
+        elif op == Op.OPT:
+            opt += doc.core_opt_busy_cycles(a["count"])
+    lo, hi = doc.core_step_cycle_bounds(static, len(trace), mm, vec, opt)
+    busy = {"matmul_busy": sum(mm) + len(mm), "vector_busy": sum(vec), "optim_busy": opt,
+            "check_cycles": doc.core_check_cycles(static)}
+    return lo, hi, busy
 
 
 @pytest.mark.parametrize("inject_inf", [False, True])
@@ -92,6 +128,17 @@ def test_training_step_bit_exact_with_golden_model(inject_inf):
     else:               # one pass over the N words
         assert got["counters"]["optim_busy"] == doc.core_opt_busy_cycles(n), \
             (got["counters"]["optim_busy"], n)
+        # the whole step's cycles (docs/core.md, "Cycles of a step"): every unit busy as
+        # its page states, and the cycles counter within the documented bounds
+        lo, hi, busy = _step_cycle_bounds(comp.program, model.trace, got["blocks"]["vector"])
+        c = got["counters"]
+        assert {k: c[k] for k in busy} == busy, (c, busy)
+        assert c["instructions"] == len(model.trace)
+        assert lo <= c["cycles"] <= hi, (lo, c["cycles"], hi)
+    # exact: check, then every cycle has a unit busy (at most two at once) or is idle
+    c = got["counters"]
+    assert c["cycles"] == (c["check_cycles"] + c["matmul_busy"] + c["vector_busy"]
+                           + c["optim_busy"] - c["overlap"] + c["idle"]), c
     assert np.array_equal(got["mem"], model.mem)
     # host loads and reads stream at one line per cycle (plus the response latency)
     assert got["read_cycles"] <= CFG.lines + 2, got["read_cycles"]

@@ -302,9 +302,11 @@ def run(args) -> dict:
         if args.rerun:
             ids = {r["id"] for r in previous
                    if r["result"] in ("survived", "equivalent", "error")}
+            chosen = [m for m in everything if m.id in ids]
         else:
-            ids = set(args.only.split(","))
-        chosen = [m for m in everything if m.id in ids]
+            # in the order given (e.g. the sample's order): a --budget leaves the tail unrun
+            by_id = {m.id: m for m in everything}
+            chosen = [by_id[i] for i in dict.fromkeys(args.only.split(",")) if i in by_id]
     equivalents = load_equivalents()
     print(f"{len(everything)} mutants in hdl/, {len(chosen)} selected", flush=True)
     data = build_map(args.jobs)

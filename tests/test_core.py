@@ -44,8 +44,19 @@ def _run_core(actions, *, mem=False):
             got["write_cycles"] = tr.cycles - c0
 
     sim = Simulator(dut)
+    got["vec_held"] = got["vec_cmds"] = 0
+
+    async def watch(ctx):
+        # cycles the sequencer offers the vector unit a command it does not take (a held
+        # command's payload must stay stable; docs/formal.md, "Findings": none in the core)
+        cmd = dut.blocks["sequencer"].vec_cmd
+        async for _clk, _rst, valid, ready in ctx.tick().sample(cmd.valid, cmd.ready):
+            got["vec_held"] += valid & ~ready & 1
+            got["vec_cmds"] += valid & ready
+
     sim.add_clock(1e-6)
     sim.add_testbench(tb)
+    sim.add_process(watch)
     add_deadline(sim)
     sim.run()
     got["blocks"] = dut.blocks
@@ -135,6 +146,9 @@ def test_training_step_bit_exact_with_golden_model(inject_inf):
         assert {k: c[k] for k in busy} == busy, (c, busy)
         assert c["instructions"] == len(model.trace)
         assert lo <= c["cycles"] <= hi, (lo, c["cycles"], hi)
+    assert got["vec_held"] == 0, "a vector command waited with valid & ~ready"
+    assert got["vec_cmds"] == sum(op in (Op.VEC, Op.REDUCE, Op.SOFTMAX_XENT)
+                                  for op, _ in model.trace)
     # exact: check, then every cycle has a unit busy (at most two at once) or is idle
     c = got["counters"]
     assert c["cycles"] == (c["check_cycles"] + c["matmul_busy"] + c["vector_busy"]

@@ -30,8 +30,8 @@ from amaranth.lib import wiring
 
 from hdl.lib.mustuse import mark_used
 
-__all__ = ["Proof", "Result", "FormalWrapper", "free_inputs", "internal_signals", "stream_rule", "past",
-           "small_core_config", "to_rtlil", "sby_text", "run_sby", "tool_env", "MODES"]
+__all__ = ["Proof", "Result", "FormalWrapper", "free_inputs", "internal_signals", "stream_rule",
+           "past", "small_core_config", "to_rtlil", "sby_text", "run_sby", "tool_env", "MODES"]
 
 #: SymbiYosys modes a proof may run: ``bmc`` (assertions up to ``depth`` cycles), ``prove``
 #: (k-induction: assertions for every cycle), ``cover`` (every Cover reached within ``depth``).

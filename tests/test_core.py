@@ -11,7 +11,8 @@ from amaranth.sim import Simulator
 
 from hdl.core.config import CoreConfig
 from hdl.core.core import TrainingCore
-from hdl.core.isa import Op, Rop, Status, Vop, decode
+from hdl.core.core import STATE_LAYOUT
+from hdl.core.isa import Op, Rop, Status, Vop, decode, encode
 from sim.host.compiler import MLP, compile_mlp
 from sim.host.driver import CoreDriver
 from sim.host.optim import Adam, LossScale
@@ -25,9 +26,10 @@ CFG = CoreConfig(size=4, banks=8, bank_depth=64, prog_depth=64, layers=4)
 
 
 
-def _run_core(actions, *, mem=False):
+def _run_core(actions, *, mem=False, after=None):
     """The host actions on the Amaranth-simulated core; with ``mem`` also the whole
-    scratchpad (``got["mem"]``) and the cycles of reading and writing it back."""
+    scratchpad (``got["mem"]``) and the cycles of reading and writing it back; then the
+    ``after`` actions (their results in ``got["after"]``)."""
     dut = TrainingCore(config=CFG)
     got = {}
 
@@ -42,6 +44,8 @@ def _run_core(actions, *, mem=False):
             c0 = tr.cycles
             await drv.write_lines(0, got["mem"])
             got["write_cycles"] = tr.cycles - c0
+        if after:
+            got["after"] = await drv.apply(after)
 
     sim = Simulator(dut)
     got["vec_held"] = got["vec_cmds"] = 0
@@ -188,10 +192,19 @@ def test_one_pass_skip_for_gradient_no_converter_saw(where):
     ref = CoreModel(CFG).apply(comp.init_actions(Ws, bs) + comp.read_actions())
     for key in ("params", "m", "v"):            # nothing written
         assert np.array_equal(want[key], ref[key]), key
-    got = _run_core(actions)
+    # then a program the check rejects (ENDLOOP outside a loop at pc 2): START answers the
+    # status and pc, runs nothing, and the state register reads them back
+    bad = [encode(Op.FENCE), encode(Op.FENCE), encode(Op.ENDLOOP), encode(Op.HALT)]
+    after = [("program", bad), ("run",), ("counters",)]
+    got = _run_core(actions, after=after)
     assert got["run"] == want["run"] == [(Status.OK, 0)]
     for key in ("params", "grads", "m", "v"):
         assert np.array_equal(got[key], want[key]), key
     for name in want["status"]:
         assert got["status"][name] == want["status"][name], name
     assert got["counters"]["flags"] == 4
+    assert got["after"]["run"] == model.apply(after)["run"] == [(Status.ERR_LOOP, 2)]
+    state = STATE_LAYOUT.const({"status": Status.ERR_LOOP, "err_pc": 2, "running": 0,
+                                "conflict": 0}).as_value().value
+    assert got["after"]["counters"]["state"] == state
+    assert got["after"]["counters"]["instructions"] == 0

@@ -137,7 +137,8 @@ def core_step_cycle_bounds(static_instructions: int, executed: int, matmul: list
         lower = 3P + M + opt + 4
         upper = 3P + M + V + opt + 3 * executed + adapt_cycles
 
-    ``cycles = 3P + M + V + opt - overlap + idle`` exactly (at most two units run at once);
+    ``cycles = 3P + M + V + opt - overlap + idle`` exactly (in a step program at most two units
+    run at once);
     ``overlap <= V`` (the matmul engine and the optimizer never run together in a step
     program: OPT waits for the matmul engine and only HALT follows it), ``idle >= 4`` (the
     first instruction's fetch, decode, issue; HALT's last cycle), ``idle <= 3 * executed +

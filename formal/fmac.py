@@ -30,6 +30,18 @@ from .common import FormalWrapper, Proof, free_inputs, internal_signals
 __all__ = ["FMACProduct", "FMACSteps", "PROOFS", "mutate_chunk_table"]
 
 
+def free_inputs_legal_widths(m: Module, dut, widths) -> None:
+    """Every input of the fMAC core free (``AnySeq``); at a ``start``, both widths assumed to
+    be among ``widths``."""
+    free_inputs(m, dut)
+
+    def legal(w):
+        return Signal.cast(sum((w == v for v in widths[1:]), w == widths[0]).bool())
+
+    with m.If(dut.start):
+        m.d.comb += [Assume(legal(dut.width_a)), Assume(legal(dut.width_b))]
+
+
 class FMACProduct(FormalWrapper):
     """Wrapper of :class:`FMACCore`: product value and cycle count against a shadow model.
 
@@ -62,14 +74,8 @@ class FMACProduct(FormalWrapper):
     def properties(self, m: Module):
         cfg, dut = self.config, self.dut
         mm, lanes = cfg.max_mantissa, cfg.lanes
-        free_inputs(m, dut)
+        free_inputs_legal_widths(m, dut, self.widths)
         widths = self.widths
-
-        def legal(w):
-            return Signal.cast(sum((w == v for v in widths[1:]), w == widths[0]).bool())
-
-        with m.If(dut.start):
-            m.d.comb += [Assume(legal(dut.width_a)), Assume(legal(dut.width_b))]
         if self.one_product:
             m.d.comb += Assume(dut.start == Initial())
 
@@ -183,14 +189,8 @@ class FMACSteps(FormalWrapper):
         cfg, dut, sig = self.config, self.dut, self.internal
         mm, lanes = cfg.max_mantissa, cfg.lanes
         maxc = mm // 2
-        free_inputs(m, dut)
+        free_inputs_legal_widths(m, dut, self.widths)
         widths = self.widths
-
-        def legal(w):
-            return Signal.cast(sum((w == v for v in widths[1:]), w == widths[0]).bool())
-
-        with m.If(dut.start):
-            m.d.comb += [Assume(legal(dut.width_a)), Assume(legal(dut.width_b))]
 
         def chunk(v, i):
             return (v >> (2 * i))[:2]

@@ -480,7 +480,8 @@ def main(argv=None) -> int:
     p.add_argument("--render", action="store_true",
                    help="rewrite the existing report with the equivalent table applied, "
                         "running nothing")
-    p.add_argument("--only", default=None, help="comma-separated mutant ids to run")
+    p.add_argument("--only", default=None,
+                   help="comma-separated mutant ids to run, in this order")
     p.add_argument("--list", action="store_true", help="print the mutation sites and exit")
     p.add_argument("--out", default="mutation", help="report name in docs/bench/")
     args = p.parse_args(argv)

@@ -25,12 +25,13 @@ from typing import Callable
 from amaranth.asserts import AnySeq
 from amaranth.back import rtlil
 from amaranth.hdl import Assert, Assume, Cover, Module, ResetSignal, Signal, Value
+from amaranth.hdl._ast import Assign, Switch
 from amaranth.lib import wiring
 
 from hdl.lib.mustuse import mark_used
 
-__all__ = ["Proof", "Result", "FormalWrapper", "free_inputs", "stream_rule", "past",
-           "small_core_config", "to_rtlil", "sby_text", "run_sby", "tool_env", "MODES"]
+__all__ = ["Proof", "Result", "FormalWrapper", "free_inputs", "internal_signals", "stream_rule",
+           "past", "small_core_config", "to_rtlil", "sby_text", "run_sby", "tool_env", "MODES"]
 
 #: SymbiYosys modes a proof may run: ``bmc`` (assertions up to ``depth`` cycles), ``prove``
 #: (k-induction: assertions for every cycle), ``cover`` (every Cover reached within ``depth``).
@@ -296,3 +297,29 @@ def run_sby(proof: Proof, mode: str, workdir: Path, *, il_text: str | None = Non
                   detail="; ".join(lines)[:600],
                   covers={"reached": reached, "unreached": unreached} if mode == "cover" else {})
 
+
+def internal_signals(module: Module, names) -> dict:
+    """``{name: Signal}`` of the named signals used in an elaborated ``module``'s statements.
+
+    Lets a wrapper observe state the DUT keeps inside its ``elaborate`` (read only; the DUT is
+    unchanged). Raises ``KeyError`` naming what is missing, so a rename cannot pass silently.
+    """
+    module._flush()
+    found = {}
+
+    def walk(stmts):
+        for stmt in stmts:
+            if isinstance(stmt, Assign):
+                for sig in stmt.lhs._lhs_signals():
+                    if sig.name in names:
+                        found.setdefault(sig.name, sig)
+            elif isinstance(stmt, Switch):
+                for _patterns, body, _src_loc in stmt.cases:
+                    walk(body)
+
+    for stmts in module._statements.values():
+        walk(stmts)
+    missing = set(names) - set(found)
+    if missing:
+        raise KeyError(f"internal_signals: {sorted(missing)} not found in the module")
+    return found

@@ -23,7 +23,6 @@ the scoreboard (issue gating, ownership, release), not of the address decoding.
 from __future__ import annotations
 
 from amaranth.hdl import Array, Assert, Assume, Const, Cover, Module, ResetSignal, Signal
-from amaranth.hdl._ast import Assign, Switch
 from amaranth.lib import data
 
 from hdl.core.config import CoreConfig
@@ -33,36 +32,9 @@ from hdl.optim.config import Op as OptOp
 
 from hdl.lib.mustuse import mark_used
 
-from .common import FormalWrapper, Proof, free_inputs, small_core_config
+from .common import FormalWrapper, Proof, free_inputs, internal_signals, small_core_config
 
 __all__ = ["HazardRule", "internal_signals", "PROOFS"]
-
-
-def internal_signals(module: Module, names) -> dict:
-    """``{name: Signal}`` of the named signals used in an elaborated ``module``'s statements.
-
-    Lets a wrapper observe state the DUT keeps inside its ``elaborate`` (read only; the DUT is
-    unchanged). Raises ``KeyError`` naming what is missing, so a rename cannot pass silently.
-    """
-    module._flush()
-    found = {}
-
-    def walk(stmts):
-        for stmt in stmts:
-            if isinstance(stmt, Assign):
-                for sig in stmt.lhs._lhs_signals():
-                    if sig.name in names:
-                        found.setdefault(sig.name, sig)
-            elif isinstance(stmt, Switch):
-                for _patterns, body, _src_loc in stmt.cases:
-                    walk(body)
-
-    for stmts in module._statements.values():
-        walk(stmts)
-    missing = set(names) - set(found)
-    if missing:
-        raise KeyError(f"internal_signals: {sorted(missing)} not found in the module")
-    return found
 
 
 class HazardRule(FormalWrapper):

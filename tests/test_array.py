@@ -16,6 +16,7 @@ from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
 from hdl.array.pe import PE
 from sim.model.array import ArrayStreamModel
 from sim.tb import cycles as doc
+from sim.tb.amaranth_tb import run_sim
 
 
 def _elems(vals):
@@ -231,3 +232,50 @@ def test_invalid_configs():
         ArrayConfig(size=32)
     with pytest.raises(ValueError, match="ArrayConfig.max_mantissa.*7"):
         ArrayConfig(max_mantissa=7)
+
+
+def test_width_change_with_a_beat_while_the_cores_run():
+    """Edge case: the widths change in the very cycle a beat is accepted, while the beat
+    started that cycle runs the new, longer beat (2x2 -> 2x8: B 1 -> 4 at one lane) and the
+    next beat is already offered. The accepted beat waits in ``hold`` until the rows have the
+    new settings; ``inp.ready`` must stay low while it waits even once the settings are quiet
+    and the cores are about to be ready, or the next beat would overwrite it. Magnitudes fit
+    both widths, so every output is the exact product of its beat (no beat lost, none twice).
+    Kills mutant 798660411557 (``waiting_n`` as ``accept & waiting``; found by a bounded
+    formal check of that line)."""
+    S = 2
+    cfg = ArrayConfig(size=S)
+    rng = np.random.default_rng(5)
+    w = rng.integers(-3, 4, (S, S))
+    beats = [(rng.integers(-3, 4, S), np.zeros(S, int), j == 0, j == 3) for j in range(4)]
+    tiles = [(w, beats)]
+    want = expected(cfg, FWD, tiles)
+    dut = SystolicArray(config=cfg)
+    got = []
+
+    async def tb(ctx):
+        ctx.set(dut.mode, FWD)
+        ctx.set(dut.width_a, 2)
+        ctx.set(dut.width_b, 2)
+        for r in range(S):
+            ctx.set(dut.wload.payload, {"w": _elems(w[r]), "row": r, "bank": 0})
+            ctx.set(dut.wload.valid, 1)
+            await ctx.tick().until(dut.wload.ready)
+        ctx.set(dut.wload.valid, 0)
+        for k, (h, v, first, last) in enumerate(beats):
+            ctx.set(dut.inp.payload, {"h": _elems(h), "v": _elems(v), "bank": 0,
+                                      "first": int(first), "last": int(last)})
+            ctx.set(dut.inp.valid, 1)
+            if k == 1:              # the change lands in the cycle beat 1 is offered
+                ctx.set(dut.width_b, 8)
+            await ctx.tick().until(dut.inp.ready)
+        ctx.set(dut.inp.valid, 0)
+
+    async def collector(ctx):
+        ctx.set(dut.out.ready, 1)
+        for _ in want:
+            payload, = await ctx.tick().sample(dut.out.payload).until(dut.out.valid)
+            got.append([int(payload.value[i]) for i in range(S)])
+
+    run_sim(dut, tb, collector, max_cycles=2000)
+    assert got == want

@@ -11,10 +11,12 @@ from amaranth.sim import Simulator
 
 from hdl.core.config import CoreConfig
 from hdl.core.core import TrainingCore
-from hdl.core.isa import Status
+from hdl.core.core import STATE_LAYOUT
+from hdl.core.isa import Op, Rop, Status, Vop, decode, encode
 from sim.host.compiler import MLP, compile_mlp
 from sim.host.driver import CoreDriver
 from sim.host.optim import Adam, LossScale
+from sim.model.array import pass_beats
 from sim.model.core import CoreModel
 from sim.tb import cycles as doc
 from sim.tb.amaranth_tb import StreamTransport, add_deadline
@@ -24,9 +26,10 @@ CFG = CoreConfig(size=4, banks=8, bank_depth=64, prog_depth=64, layers=4)
 
 
 
-def _run_core(actions, *, mem=False):
+def _run_core(actions, *, mem=False, after=None):
     """The host actions on the Amaranth-simulated core; with ``mem`` also the whole
-    scratchpad (``got["mem"]``) and the cycles of reading and writing it back."""
+    scratchpad (``got["mem"]``) and the cycles of reading and writing it back; then the
+    ``after`` actions (their results in ``got["after"]``)."""
     dut = TrainingCore(config=CFG)
     got = {}
 
@@ -41,13 +44,61 @@ def _run_core(actions, *, mem=False):
             c0 = tr.cycles
             await drv.write_lines(0, got["mem"])
             got["write_cycles"] = tr.cycles - c0
+        if after:
+            got["after"] = await drv.apply(after)
 
     sim = Simulator(dut)
+    got["vec_held"] = got["vec_cmds"] = 0
+
+    async def watch(ctx):
+        # cycles the sequencer offers the vector unit a command it does not take (a held
+        # command's payload must stay stable; docs/formal.md, "Findings": none in the core)
+        cmd = dut.blocks["sequencer"].vec_cmd
+        async for _clk, _rst, valid, ready in ctx.tick().sample(cmd.valid, cmd.ready):
+            got["vec_held"] += valid & ~ready & 1
+            got["vec_cmds"] += valid & ready
+
     sim.add_clock(1e-6)
     sim.add_testbench(tb)
+    sim.add_process(watch)
     add_deadline(sim)
     sim.run()
+    got["blocks"] = dut.blocks
     return got
+
+
+def _step_cycle_bounds(program, trace, vector):
+    """docs/core.md *Cycles of a step* (``sim.tb.cycles.core_step_cycle_bounds``) for the run
+    the golden model executed (``CoreModel.trace``), with the vector unit's published
+    latencies; also the documented busy cycles of each unit: ``(lower, upper, busy)``."""
+    ops = [decode(w)[0] for w in program]
+    static = ops.index(Op.HALT) + 1          # the compiler's programs have no HALT in a loop
+    S, lanes = CFG.size, CFG.array.lanes
+    f = vector.fp32_config
+    lat = dict(lanes=vector.lanes, ladd=f.latency("fp32_add"), lmul=f.latency("fp32_mul"),
+               bg_latency=vector.bg_latency, sumsq_latency=vector.sumsq_latency,
+               softmax_latency=vector.softmax_latency, bg_chunk=vector.bg_chunk,
+               grad_lanes=vector.grad_config.lanes)
+    mm, vec, opt = [], [], 0
+    for op, a in trace:
+        if op == Op.MATMUL:
+            beats = pass_beats(a["mode"], a["M"], a["K"], a["N"], S)
+            mm.append(doc.matmul_pass_cycles(S, beats,
+                                             doc.beat_cycles(a["width_a"], a["width_b"], lanes)))
+        elif op == Op.VEC:
+            kind = "copy" if a["vop"] in (Vop.COPY, Vop.ZERO) else "vec"
+            vec.append(doc.vector_cycles(kind, a["rows"], a["cols"], **lat))
+        elif op == Op.REDUCE:
+            kind = "sumsq" if a["rop"] == Rop.SUMSQ else "bias_grad"
+            vec.append(doc.vector_cycles(kind, a["rows"], a["cols"], acc=bool(a["acc"]), **lat))
+        elif op == Op.SOFTMAX_XENT:
+            vec.append(doc.vector_cycles("softmax", a["rows"], a["cols"], **lat))
+        elif op == Op.OPT:
+            opt += doc.core_opt_busy_cycles(a["count"])
+    lo, hi = doc.core_step_cycle_bounds(static, len(trace), mm, vec, opt)
+    busy = {"matmul_busy": sum(mm) + len(mm), "vector_busy": sum(vec), "optim_busy": opt,
+            "check_cycles": doc.core_check_cycles(static)}
+    return lo, hi, busy
 
 
 @pytest.mark.parametrize("inject_inf", [False, True])
@@ -92,6 +143,20 @@ def test_training_step_bit_exact_with_golden_model(inject_inf):
     else:               # one pass over the N words
         assert got["counters"]["optim_busy"] == doc.core_opt_busy_cycles(n), \
             (got["counters"]["optim_busy"], n)
+        # the whole step's cycles (docs/core.md, "Cycles of a step"): every unit busy as
+        # its page states, and the cycles counter within the documented bounds
+        lo, hi, busy = _step_cycle_bounds(comp.program, model.trace, got["blocks"]["vector"])
+        c = got["counters"]
+        assert {k: c[k] for k in busy} == busy, (c, busy)
+        assert c["instructions"] == len(model.trace)
+        assert lo <= c["cycles"] <= hi, (lo, c["cycles"], hi)
+    assert got["vec_held"] == 0, "a vector command waited with valid & ~ready"
+    assert got["vec_cmds"] == sum(op in (Op.VEC, Op.REDUCE, Op.SOFTMAX_XENT)
+                                  for op, _ in model.trace)
+    # exact: check, then every cycle has a unit busy (at most two at once) or is idle
+    c = got["counters"]
+    assert c["cycles"] == (c["check_cycles"] + c["matmul_busy"] + c["vector_busy"]
+                           + c["optim_busy"] - c["overlap"] + c["idle"]), c
     assert np.array_equal(got["mem"], model.mem)
     # host loads and reads stream at one line per cycle (plus the response latency)
     assert got["read_cycles"] <= CFG.lines + 2, got["read_cycles"]
@@ -127,10 +192,19 @@ def test_one_pass_skip_for_gradient_no_converter_saw(where):
     ref = CoreModel(CFG).apply(comp.init_actions(Ws, bs) + comp.read_actions())
     for key in ("params", "m", "v"):            # nothing written
         assert np.array_equal(want[key], ref[key]), key
-    got = _run_core(actions)
+    # then a program the check rejects (ENDLOOP outside a loop at pc 2): START answers the
+    # status and pc, runs nothing, and the state register reads them back
+    bad = [encode(Op.FENCE), encode(Op.FENCE), encode(Op.ENDLOOP), encode(Op.HALT)]
+    after = [("program", bad), ("run",), ("counters",)]
+    got = _run_core(actions, after=after)
     assert got["run"] == want["run"] == [(Status.OK, 0)]
     for key in ("params", "grads", "m", "v"):
         assert np.array_equal(got[key], want[key]), key
     for name in want["status"]:
         assert got["status"][name] == want["status"][name], name
     assert got["counters"]["flags"] == 4
+    assert got["after"]["run"] == model.apply(after)["run"] == [(Status.ERR_LOOP, 2)]
+    state = STATE_LAYOUT.const({"status": Status.ERR_LOOP, "err_pc": 2, "running": 0,
+                                "conflict": 0}).as_value().value
+    assert got["after"]["counters"]["state"] == state
+    assert got["after"]["counters"]["instructions"] == 0

@@ -89,6 +89,14 @@ def test_invalid_config(field, value, exc):
         EdgeConverter(config={"int_bits": 8})
 
 
+@pytest.mark.parametrize("int_bits, exp_bits", [(2, 2), (64, 16)])
+def test_config_limits_accepted(int_bits, exp_bits):
+    """The ends of the validated ranges are legal (int_bits 2..64, exp_bits 2..16): the checks
+    reject only what lies outside them (kills mutant 9f230f8d7152, exp_bits limit 15)."""
+    cfg = EdgeConfig(int_bits=int_bits, exp_bits=exp_bits)
+    assert (cfg.int_bits, cfg.exp_bits) == (int_bits, exp_bits)
+
+
 def test_presets():
     assert EdgeConfig.preset("default").int_bits == 32
     assert EdgeConfig.preset("tiny").int_bits < 32

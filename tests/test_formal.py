@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from amaranth.hdl import Fragment
 
-from formal.common import Proof, Result, run_sby, to_rtlil
-from formal.fmac import FMACProduct, mutate_chunk_table
+from formal.common import Proof, Result, internal_signals, run_sby, to_rtlil
+from formal.fmac import FMACProduct, FMACSteps, mutate_chunk_table
 from formal.run import ALL_PROOFS, main, write_report
 
 #: wrappers around a whole engine take minutes to convert; they are elaborated only
@@ -69,6 +69,17 @@ def test_invalid_arguments():
         FMACProduct(None)
     with pytest.raises(ValueError, match="FMACProduct.widths"):
         FMACProduct(FMACConfig(), widths=(3,))
+    with pytest.raises(TypeError, match="FMACSteps.config must be a FMACConfig"):
+        FMACSteps(None)
+    with pytest.raises(ValueError, match="FMACSteps.widths"):
+        FMACSteps(FMACConfig(), widths=(10,))
+    from amaranth.hdl import Module, Signal
+    m = Module()
+    m._MustUse__silence = True          # only searched, never elaborated
+    m.d.sync += Signal(name="present").eq(1)
+    with pytest.raises(KeyError, match="absent"):
+        internal_signals(m, ("present", "absent"))
+    assert set(internal_signals(m, ("present",))) == {"present"}
     with pytest.raises(SystemExit):
         main(["--only", "no_such_proof"])
 

@@ -535,3 +535,26 @@ def test_engine_ports_depth_65536_step():
             assert stores[sel] == want, Mem.NAMES[sel]
 
     run_sim(dut, tb, processes=[memories])
+
+
+def test_engine_step_after_step1():
+    """A two-pass STEP right after a one-pass STEP1, then another STEP with new gradients:
+    STEP1 must leave nothing of its fused pass behind (its extra sum-of-squares feed in the
+    update pass; a late sum would be taken as the next STEP's). Status (``sumsq`` included)
+    and W, M, V after every step equal the golden model's. Kills the mutant that keeps
+    ``fused`` set after STEP1 (docs/bench/mutation.md, hdl/optim/engine.py UPD_DRAIN)."""
+    n = 8
+
+    async def script(h):
+        opt = Adam(lr=1e-2)
+        await h.write(Mem.W, h.rng.standard_normal(n).astype(np.float32))
+        await h.setregs(optimizer_registers(opt, 1, n, LossScale(4, 3)))
+        for t, one in ((1, True), (2, False), (3, False)):
+            if t > 1:
+                await h.setregs(optimizer_registers(opt, t, n, first=False))
+            g = (h.rng.standard_normal(n) * (4.0 * t)).astype(np.float32)
+            await h.accum(g, True)
+            assert not await h.step(one_pass=one)
+            await h.check(n)
+
+    _run_engine(script)

@@ -385,6 +385,37 @@ def test_line_reader_backpressure(rows, cols, stride, zero, L, narrow):
         assert not mem.reads["r"]
 
 
+def test_line_reader_widest_row():
+    """Edge case: rows of the largest ``cols`` the ISA's field holds (``2**DIM_BITS - 1``),
+    wide beats, ZERO mode (a row spans more lines than the test image; the walk is the same):
+    each row ends exactly at its last beat (the column counter plus a beat must not wrap),
+    then the next row, then ``last``."""
+    from hdl.core.isa import DIM_BITS
+    rows, cols, L = 2, (1 << DIM_BITS) - 1, S
+    rd = _LineReader(line_bits=CFG.line_bits, S=S, L=L)
+    img = _image(7)
+    mem = LineMemory(img, {"r": rd})
+    expect = _beats(img, 3, rows, cols, 0, 1, L, 0)
+    got = []
+
+    async def tb(ctx):
+        for name, v in (("base", 3), ("rows", rows), ("cols", cols), ("stride", 0),
+                        ("zero", 1), ("narrow", 0), ("start", 1)):
+            ctx.set(getattr(rd, name), v)
+        await ctx.tick()
+        ctx.set(rd.start, 0)
+        for _ in expect:
+            p = await stream_get(ctx, rd.o)
+            got.append((tuple(int(p.x[j]) for j in range(L)), int(p.eol), int(p.last)))
+        for _ in range(3):
+            await ctx.tick()
+            assert not ctx.get(rd.o.valid)
+
+    run_sim(rd, tb, processes=[mem.process])
+    assert got == expect and len(got) == rows * -(-cols // L)
+    assert not mem.errors and not mem.reads["r"]
+
+
 @pytest.mark.parametrize("L, narrow", [(1, 0), (2, 0), (2, 1), (S, 0), (S, 1)])
 @pytest.mark.parametrize("rows, cols", [(3, 6), (2, 9), (4, 1), (1, 4), (2, 8)])
 def test_line_writer_gaps(rows, cols, L, narrow):

@@ -373,6 +373,10 @@ class CoreModel:
         if status != Status.OK:
             return status, err_pc
         self.run_flags = 0          # flags of this run (the core's `flags` counter)
+        #: the instructions this run executed, in order: ``(op, fields)`` with the loop offset
+        #: applied, ``acc`` resolved to 0/1 and, for MATMUL, ``width_a``/``width_b`` of its
+        #: precision entry (the inputs of the cycle formulas, sim.tb.cycles.core_step_*)
+        self.trace = []
         self.gwin = gradient_window(self.prog, self.config.size)
         pc = 0
         loop = None                 # [body_pc, count, stride, iteration]
@@ -382,13 +386,19 @@ class CoreModel:
             cnt["instructions"] += 1
             it = loop[3] if loop else 0
             offset = it * loop[2] if loop else 0
+            eff = effective_fields(op, f, offset)
+            if op in (Op.MATMUL, Op.REDUCE):
+                eff = dict(eff, acc=int(resolve_acc(f["acc"], it)))
+            if op == Op.MATMUL:
+                wa, wb, _ = self.prec[(f["layer"], f["mode"])]
+                eff.update(width_a=wa, width_b=wb)
+            self.trace.append((op, eff))
             if op == Op.HALT:
                 return Status.OK, 0
             if op == Op.MATMUL:
-                self._matmul(effective_fields(op, f, offset), resolve_acc(f["acc"], it))
+                self._matmul(eff, bool(eff["acc"]))
             elif op in (Op.VEC, Op.REDUCE, Op.SOFTMAX_XENT):
-                self._vector(op, effective_fields(op, f, offset),
-                             resolve_acc(f["acc"], it) if op == Op.REDUCE else False)
+                self._vector(op, eff, bool(eff["acc"]) if op == Op.REDUCE else False)
             elif op == Op.OPT:
                 self._opt(f)
             elif op == Op.LOOP:

@@ -11,7 +11,8 @@ from __future__ import annotations
 __all__ = ["beat_cycles", "fmac_core_latency", "array_latency", "lanesum_flush",
            "optim_update_latency", "optim_sumsq_latency", "optim_step1_cycles",
            "optim_step_cycles_min", "matmul_pass_overhead", "matmul_pass_cycles",
-           "core_opt_busy_cycles"]
+           "core_opt_busy_cycles", "vector_cycles", "core_check_cycles",
+           "core_step_cycle_bounds"]
 
 #: ``FMACCore.latency = 1`` (docs/fmac.md: ``done`` and the product in cycle ``t + B + 1``).
 fmac_core_latency = 1
@@ -76,3 +77,75 @@ def core_opt_busy_cycles(n: int) -> int:
     ``3 + N + 88`` cycles (SETREG N and STEP1 in the two cycles after issue, the unit free a
     cycle after ``busy`` falls; ``N + 88`` is ``STEP1`` with the default FP32 units)."""
     return 3 + n + 88
+
+
+def vector_cycles(kind: str, rows: int, cols: int, *, lanes: int, ladd: int, lmul: int,
+                  bg_latency: int, sumsq_latency: int, softmax_latency: int, bg_chunk: int,
+                  grad_lanes: int, acc: bool = False) -> int:
+    """docs/vector.md: cycles from the cycle ``cmd`` is accepted to the ``done`` cycle of one
+    vector command, ``beats(w) = ceil(w / L)``, ``Lew = max(Ladd, Lmul)``:
+
+    * ``"vec"`` (arithmetic ``VEC``): ``rows * beats(cols) + Lew + 5``;
+    * ``"copy"`` (``VEC COPY``/``ZERO``): ``rows * beats(cols) + 3``;
+    * ``"sumsq"`` (``REDUCE SUMSQ``): ``rows * cols + LaneSum.latency + 3``;
+    * ``"bias_grad"`` (``REDUCE BIAS_GRAD``): per chunk of ``w <= bg_chunk`` columns, ``g =
+      beats(w)``: ``rows*g + (rows-1)*max(0, Ladd+2-g) + g + BiasGrad.latency + 9``, plus
+      ``Lew + 2`` with ``acc``; chunks add;
+    * ``"softmax"`` (``SOFTMAX_XENT``): ``rows * max(cols, lanes) + SoftmaxXent.latency +
+      2*cols + 2`` (``lanes`` = ``GradConfig.lanes``, ``grad_lanes`` here).
+    """
+    beats = lambda w: -(-w // lanes)                                    # noqa: E731
+    lew = max(ladd, lmul)
+    if kind == "vec":
+        return rows * beats(cols) + lew + 5
+    if kind == "copy":
+        return rows * beats(cols) + 3
+    if kind == "sumsq":
+        return rows * cols + sumsq_latency + 3
+    if kind == "bias_grad":
+        total = 0
+        for c0 in range(0, cols, bg_chunk):
+            g = beats(min(bg_chunk, cols - c0))
+            total += (rows * g + (rows - 1) * max(0, ladd + 2 - g) + g + bg_latency + 9
+                      + (lew + 2 if acc else 0))
+        return total
+    if kind == "softmax":
+        return rows * max(cols, grad_lanes) + softmax_latency + 2 * cols + 2
+    raise ValueError(f"vector_cycles: kind must be vec, copy, sumsq, bias_grad or softmax, "
+                     f"not {kind!r}")
+
+
+def core_check_cycles(static_instructions: int) -> int:
+    """docs/core.md: the program check before a run takes 3 cycles per instruction from pc 0
+    to the first ``HALT`` outside a loop (loop bodies once)."""
+    return 3 * static_instructions
+
+
+def core_step_cycle_bounds(static_instructions: int, executed: int, matmul: list[int],
+                           vector: list[int], opt: int, adapt_cycles: int = 0
+                           ) -> tuple[int, int]:
+    """docs/core.md, *Cycles of a step*: lower and upper bound of the ``cycles`` counter of a
+    compiled step program (its MATMULs, vector instructions, then one ``OPT`` and ``HALT``).
+
+    ``matmul``: each MATMUL's pass cycles (``matmul_pass_cycles``), ``vector``: each vector
+    instruction's ``vector_cycles``, ``opt``: the OPT's busy cycles (``core_opt_busy_cycles``
+    one-pass), ``executed``: instructions executed (loop bodies per iteration, ``LOOP``,
+    ``ENDLOOP`` and ``HALT`` included), ``adapt_cycles``: the ``ADAPT`` instructions' slot
+    cycles. With ``M = sum(matmul) + len(matmul)`` (a MATMUL keeps the unit busy one cycle
+    more than its pass), ``V = sum(vector)``::
+
+        lower = 3P + M + opt + 4
+        upper = 3P + M + V + opt + 3 * executed + adapt_cycles
+
+    ``cycles = 3P + M + V + opt - overlap + idle`` exactly (in a step program at most two units
+    run at once);
+    ``overlap <= V`` (the matmul engine and the optimizer never run together in a step
+    program: OPT waits for the matmul engine and only HALT follows it), ``idle >= 4`` (the
+    first instruction's fetch, decode, issue; HALT's last cycle), ``idle <= 3 * executed +
+    adapt_cycles`` (fetch, decode and one issue cycle per instruction; waiting cycles have a
+    unit busy)."""
+    check = core_check_cycles(static_instructions)
+    m = sum(matmul) + len(matmul)
+    lower = check + m + opt + 4
+    upper = check + m + sum(vector) + opt + 3 * executed + adapt_cycles
+    return lower, upper

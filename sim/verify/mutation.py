@@ -302,9 +302,11 @@ def run(args) -> dict:
         if args.rerun:
             ids = {r["id"] for r in previous
                    if r["result"] in ("survived", "equivalent", "error")}
+            chosen = [m for m in everything if m.id in ids]
         else:
-            ids = set(args.only.split(","))
-        chosen = [m for m in everything if m.id in ids]
+            # in the order given (e.g. the sample's order): a --budget leaves the tail unrun
+            by_id = {m.id: m for m in everything}
+            chosen = [by_id[i] for i in dict.fromkeys(args.only.split(",")) if i in by_id]
     equivalents = load_equivalents()
     print(f"{len(everything)} mutants in hdl/, {len(chosen)} selected", flush=True)
     data = build_map(args.jobs)
@@ -478,7 +480,8 @@ def main(argv=None) -> int:
     p.add_argument("--render", action="store_true",
                    help="rewrite the existing report with the equivalent table applied, "
                         "running nothing")
-    p.add_argument("--only", default=None, help="comma-separated mutant ids to run")
+    p.add_argument("--only", default=None,
+                   help="comma-separated mutant ids to run, in this order")
     p.add_argument("--list", action="store_true", help="print the mutation sites and exit")
     p.add_argument("--out", default="mutation", help="report name in docs/bench/")
     args = p.parse_args(argv)

@@ -471,7 +471,8 @@ def sweep(spec: SweepSpec, schedules, seeds, *, workers: int = 2, scheduler: str
 def _run_path(cache: Path, spec: SweepSpec, schedule: str, seed: int, build_hash: str) -> Path:
     """Where a finished run is cached: keyed by the sweep spec, schedule, seed and the core's
     build hash (its cycles are that build's step-cycle table's)."""
-    return cache / "runs" / f"{_key([spec.to_dict(), str(schedule), seed, build_hash])}.json"
+    canon = str(WidthSchedule.parse(schedule))      # "fast" -> "fast:0.25,0.1": its alpha, beta
+    return cache / "runs" / f"{_key([spec.to_dict(), canon, seed, build_hash])}.json"
 
 
 def cached_runs(spec: SweepSpec, schedules, seeds, cache: Path = WORK) -> list:
@@ -544,6 +545,32 @@ def fast_switches(rec: dict, layers: int) -> dict:
     return out
 
 
+def merge_previous(summary: dict, previous: dict, schedules) -> list:
+    """Rows of ``previous`` (an earlier ``tta.json``) for the schedules of ``schedules`` this
+    sweep did not run, copied into ``summary`` with ``measured_on`` (the earlier commit) and
+    their ``vs_fixed8`` recomputed against this sweep's fixed 8-bit row. Only for the same
+    sweep spec and seeds (ValueError otherwise). Returns the schedules copied."""
+    if previous.get("spec") != summary["spec"] or previous.get("seeds") != summary["seeds"]:
+        raise ValueError("--merge-previous: the earlier tta.json has another spec or seeds")
+    copied = []
+    rows = {}
+    for s in schedules:
+        if s in summary["schedules"]:
+            rows[s] = summary["schedules"][s]
+        elif s in previous.get("schedules", {}):
+            row = dict(previous["schedules"][s])
+            row.setdefault("measured_on", previous.get("commit", "?"))
+            rows[s] = row
+            copied.append(s)
+    summary["schedules"] = rows
+    base = rows.get("8", {}).get("cycles_to_target", {}).get("median")
+    for row in rows.values():
+        m = row["cycles_to_target"]["median"]
+        row["vs_fixed8"] = (m / base) if base and m is not None else None
+    summary["merged_from"] = {"commit": previous.get("commit", "?"), "schedules": copied}
+    return copied
+
+
 def describe(schedule: str, layers: int) -> str:
     """The exact widths of a schedule, in words (the table's description column)."""
     s = WidthSchedule.parse(schedule)
@@ -592,7 +619,8 @@ def markdown(summary: dict, plots_rel: str | None) -> str:
         missing = f" ({n - c['runs']} of {n} seeds not run)" if c["runs"] < n else ""
         vs = f"{r['vs_fixed8']:.2f}" if r["vs_fixed8"] is not None else "-"
         t = f"{r['time_to_target_ms']:.1f}" if r["time_to_target_ms"] is not None else "-"
-        lines.append(f"| `{s}` | {r['description']} | {_fmt_c(c['median'])} | {per} | "
+        when = f" (measured on {r['measured_on']})" if r.get("measured_on") else ""
+        lines.append(f"| `{s}` | {r['description']}{when} | {_fmt_c(c['median'])} | {per} | "
                      f"{c['reached']}/{c['runs']}{missing} | {vs} | {t} | "
                      f"{100 * r['final_accuracy']['mean']:.2f} % | "
                      f"{100 * r['reference_accuracy']:.2f} % | {r['total_cycles'] / 1e6:,.1f} M |")
@@ -616,6 +644,12 @@ def markdown(summary: dict, plots_rel: str | None) -> str:
                      f"fast_r.png)" if fast else "") + "."]
     lines += ["", f"Measured on commit {summary.get('commit', '?')}, machine "
               f"{summary.get('machine', '?')}."]
+    merged = summary.get("merged_from")
+    if merged and merged["schedules"]:
+        lines[-1] += (f" The rows marked \"measured on {merged['commit']}\" ("
+                      + ", ".join(f"`{s}`" for s in merged["schedules"])
+                      + f") are kept from the sweep at commit {merged['commit']} (not rerun "
+                      f"here); their `vs fixed 8` is against this sweep's fixed 8-bit row.")
     return "\n".join(lines)
 
 
@@ -626,10 +660,10 @@ def plots(summary: dict, results, out: Path) -> list:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     out.mkdir(parents=True, exist_ok=True)
-    names = list(summary["schedules"])
     by = {}
     for r in results:
         by.setdefault(r["schedule"], []).append(r)
+    names = [s for s in summary["schedules"] if s in by]     # merged rows have no runs here
     fig, ax = plt.subplots(figsize=(8, 5))
     colors = plt.get_cmap("tab20").colors
     for n_, s in enumerate(names):
@@ -734,6 +768,9 @@ def main(argv=None) -> int:
     p.add_argument("--report-only", action="store_true",
                    help="write the report from the finished runs in the cache, run nothing "
                         "(the table says how many seeds each schedule has)")
+    p.add_argument("--merge-previous", action="store_true",
+                   help="keep the rows of docs/bench/tta.json for the schedules this sweep "
+                        "does not run (marked with the commit they were measured on)")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     try:
@@ -769,6 +806,13 @@ def main(argv=None) -> int:
         return 1
     summary = summarize(spec, schedules, seeds, results, fmax_mhz())
     summary.update(commit=_git_head(), machine=platform.machine())
+    if args.merge_previous and not args.quick and (DOCS_BENCH / "tta.json").exists():
+        try:
+            merge_previous(summary, json.loads((DOCS_BENCH / "tta.json").read_text()),
+                           SCHEDULES + tuple(s for s in schedules if s not in SCHEDULES))
+        except ValueError as exc:
+            print(f"bench-tta: error: {exc}", file=sys.stderr)
+            return 2
     if args.quick:
         out = cache
         (out / "tta.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")

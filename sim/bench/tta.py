@@ -123,7 +123,8 @@ def _table_of_key(key: str) -> tuple[dict, bool]:
 class StepCycles:
     """Cycles of one training step per precision table, measured on the Verilated core.
 
-    ``path``: a JSON cache ``{build hash: {spec key: {table key: cycles}}}``. :meth:`measure`
+    ``path``: a JSON cache ``{core key: {spec key: {table key: cycles}}}`` (:func:`core_key`:
+    the core's sources, so nothing needs building to look a table up). :meth:`measure`
     runs one step per missing table (initialise, load the program, one step with the first
     batch) with the step actions of the schedules using it (a FAST key's: ``ADAPT`` and the
     statistics read, :func:`sim.host.train.schedule_step_actions`); :meth:`__call__` looks a
@@ -134,24 +135,21 @@ class StepCycles:
 
     def __init__(self, spec: SweepSpec, path: Path | None = None, *, core=None):
         self.spec, self.path = spec, path
-        self.table: dict = {}
-        self.build_hash = None
         self._core, self._own = core, core is None
         self.spec_key = _key({k: v for k, v in spec.to_dict().items()
                               if k not in ("epochs", "steps_per_epoch", "eval_every")})
         self.config = spec.train_spec("8", 0).config
+        self.build_hash = core_key(spec.size)
         if path is not None and path.exists():
             self._all = json.loads(path.read_text())
         else:
             self._all = {}
+        self.table: dict = self._all.setdefault(self.build_hash, {}).setdefault(self.spec_key, {})
 
     def _open(self):
-        if self._core is None:
+        if self._core is None:       # built on first use (the first table to measure)
             from sim.verilated.core import VerilatedCore
             self._core = VerilatedCore(self.config, build_log=lambda *a: None)
-        if self.build_hash is None:
-            self.build_hash = (self._core.build_dir / "build.sha256").read_text().strip()
-            self.table = self._all.setdefault(self.build_hash, {}).setdefault(self.spec_key, {})
         return self._core
 
     def measure(self, keys) -> int:
@@ -397,19 +395,19 @@ def fmax_mhz() -> tuple[float, str]:
 def sweep(spec: SweepSpec, schedules, seeds, *, workers: int = 2, scheduler: str | None = None,
           cache: Path = WORK, progress: bool = True, log=print) -> list:
     """Run every (schedule, seed) not cached yet on Dask; returns every run's record (cached
-    ones too). The tables of the statistics-free schedules are measured first; a FAST run's
-    tables are measured here (this process holds the Verilated core) as each run comes back,
-    then the run's cycles are filled in (:func:`attach_cycles`) and it is cached."""
+    ones too). The workers run the golden model only; the tables a run used that the
+    step-cycle table lacks (all of a FAST run's, which depend on its data, and any table of a
+    new core) are measured here, on the Verilated core (built on first use, while the workers
+    train), as each run comes back; then the run's cycles are filled in
+    (:func:`attach_cycles`) and it is cached."""
     from distributed import Client, LocalCluster, as_completed
     runs_dir = cache / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     cyc = StepCycles(spec, cache / "step_cycles.json")
     cluster = client = None
     try:
-        keys = [k for s in schedules for k in schedule_tables(spec, s)]
-        n = cyc.measure(keys)
-        log(f"step-cycle table: {len(cyc.table)} precision tables ({n} measured now on the "
-            f"Verilated core, build {cyc.build_hash[:12]})")
+        log(f"step-cycle table: {len(cyc.table)} precision tables measured (core "
+            f"{cyc.build_hash[:12]}); the runs' other tables are measured as they come back")
 
         def path(s, seed):
             return _run_path(cache, spec, s, seed, cyc.build_hash)
@@ -445,7 +443,7 @@ def sweep(spec: SweepSpec, schedules, seeds, *, workers: int = 2, scheduler: str
         for fut in as_completed(futures):
             s, seed = futures[fut]
             rec = fut.result()
-            if rec["missing_tables"]:               # a FAST run's new tables: measure them
+            if rec["missing_tables"]:               # tables not measured yet: measure them
                 cyc.measure(rec["missing_tables"])
                 attach_cycles(rec, cyc.table)
             p = path(s, seed)
@@ -475,17 +473,21 @@ def _run_path(cache: Path, spec: SweepSpec, schedule: str, seed: int, build_hash
     return cache / "runs" / f"{_key([spec.to_dict(), canon, seed, build_hash])}.json"
 
 
-def cached_runs(spec: SweepSpec, schedules, seeds, cache: Path = WORK) -> list:
-    """The finished runs of ``spec`` in ``cache`` for the current core build (``--report-only``;
-    the build hash from ``build/verilated/<preset>/build.sha256``): nothing is built or
-    run."""
+def core_key(size: int) -> str:
+    """What the core's cycles depend on: every source of :mod:`hdl` (and the Amaranth version),
+    the preset and the C++ loop that counts them (``sim/verilated/harness.cpp``). Known
+    without building, so runs can be looked up and started while the core builds."""
     from sim.host.train import PRESET_OF_SIZE
-    from sim.verilated.build import BUILD
-    stamp = BUILD / PRESET_OF_SIZE[spec.size] / "build.sha256"
-    if not stamp.exists():
-        return []
-    build_hash = stamp.read_text().strip()
-    paths = [_run_path(cache, spec, s, seed, build_hash) for s in schedules for seed in seeds]
+    from sim.verilated.build import BLOCK, HARNESS
+    from sim.verilated.toolchain import hdl_digest
+    return hdl_digest(BLOCK, PRESET_OF_SIZE[size], HARNESS.read_bytes())
+
+
+def cached_runs(spec: SweepSpec, schedules, seeds, cache: Path = WORK) -> list:
+    """The finished runs of ``spec`` in ``cache`` for the current core sources
+    (``--report-only``, :func:`core_key`): nothing is built or run."""
+    key = core_key(spec.size)
+    paths = [_run_path(cache, spec, s, seed, key) for s in schedules for seed in seeds]
     return [json.loads(p.read_text()) for p in paths if p.exists()]
 
 

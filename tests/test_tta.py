@@ -119,3 +119,23 @@ def test_fast_run_follows_the_rule_and_gets_its_cycles_later():
 def test_golden_needs_the_cycle_table():
     with pytest.raises(ValueError, match="step-cycle table"):
         run_one(SweepSpec(size=8, epochs=1, steps_per_epoch=1), "fast", 0, engine="golden")
+
+
+def test_merge_previous_keeps_missing_rows_marked():
+    from sim.bench.tta import merge_previous
+
+    def row(median):
+        return {"cycles_to_target": {"median": median}, "vs_fixed8": None}
+    spec = SweepSpec().to_dict()
+    summary = {"spec": spec, "seeds": [0, 1, 2], "schedules": {"8": row(20.0),
+                                                                "fast": row(5.0)}}
+    previous = {"spec": spec, "seeds": [0, 1, 2], "commit": "abc1234",
+                "schedules": {"8": row(22.0), "4": row(7.0), "2": row(None)}}
+    assert merge_previous(summary, previous, ("8", "4", "2", "fast")) == ["4", "2"]
+    rows = summary["schedules"]
+    assert list(rows) == ["8", "4", "2", "fast"]
+    assert rows["8"]["cycles_to_target"]["median"] == 20.0 and "measured_on" not in rows["8"]
+    assert rows["4"]["measured_on"] == "abc1234" and rows["4"]["vs_fixed8"] == 7.0 / 20.0
+    assert rows["2"]["vs_fixed8"] is None and rows["fast"]["vs_fixed8"] == 0.25
+    with pytest.raises(ValueError, match="spec or seeds"):
+        merge_previous(summary, {**previous, "seeds": [0]}, ("8",))

@@ -628,8 +628,8 @@ def markdown(summary: dict, plots_rel: str | None) -> str:
                      f"{100 * r['reference_accuracy']:.2f} % | {r['total_cycles'] / 1e6:,.1f} M |")
     fast = {s: r["fast"] for s, r in summary["schedules"].items() if "fast" in r}
     if fast:
-        lines += ["", "FAST runs: the step (of " + f"{summary['spec']['epochs']} x "
-                  "steps per epoch) at which each tensor moved to each width, per seed "
+        lines += ["", "FAST runs: the step (0-based) at which each tensor moved to each width, "
+                  "per seed "
                   "(`L0 x 2@0 4@12` = layer 0's activations at 2 bits from step 0, 4 bits "
                   "from step 12); the widths are decided by the host after every step from "
                   "the statistics read from the core (docs/tta.md).", "",
@@ -651,7 +651,8 @@ def markdown(summary: dict, plots_rel: str | None) -> str:
         lines[-1] += (f" The rows marked \"measured on {merged['commit']}\" ("
                       + ", ".join(f"`{s}`" for s in merged["schedules"])
                       + f") are kept from the sweep at commit {merged['commit']} (not rerun "
-                      f"here); their `vs fixed 8` is against this sweep's fixed 8-bit row.")
+                      f"here); their `vs fixed 8` is against this sweep's fixed 8-bit row. The "
+                      f"plots show this sweep's runs only.")
     return "\n".join(lines)
 
 

@@ -4,7 +4,10 @@ training core's generated Verilog (Verilated), Python acting only at step bounda
 Per step the host writes the batch, sets the precision table and the optimizer registers,
 starts the program, waits for ``done`` and reads the per-row losses, the optimizer status and
 the counters (:class:`sim.host.driver.CoreDriver` over :class:`sim.verilated.core.VerilatedCore`,
-whose C++ loop runs each command batch). The program is loaded once.
+whose C++ loop runs each command batch). The program is loaded once. Under FAST
+(``--widths fast``) the program starts with ``ADAPT`` (which clears the statistics), the host
+reads the step's statistics after the run and sets the next step's widths from them
+(:meth:`sim.host.schedule.WidthSchedule.advance`, docs/tta.md).
 
 Beside the RTL run:
 
@@ -340,7 +343,7 @@ def accuracy(W, b, x, y) -> float:
 
 # -- the run --------------------------------------------------------------------------------
 def schedule_step_actions(comp, sched: WidthSchedule, x, y, t: int, table: dict,
-                      program=None) -> list:
+                          program=None) -> list:
     """A step's host actions under ``sched``: :meth:`Compiled.step_actions` at precision
     ``table``, loading ``program`` (``sched.program(comp.program)``) when given; a FAST
     schedule also reads the step's statistics (``("stats", "stats")``) after the run. The
@@ -492,7 +495,7 @@ def train(spec: TrainSpec, out, *, resume: bool = False, progress: bool = True,
                                       steps=total_steps, current=current)
                 table = sched.table(widths, L)
                 acts = schedule_step_actions(comp, sched, x, y, t + 1, table,
-                                         program if first else None)
+                                             program if first else None)
                 c0, w0 = core.cycles, time.perf_counter()
                 r = apply(acts)
                 c1 = core.cycles

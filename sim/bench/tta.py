@@ -53,9 +53,10 @@ ROOT = Path(__file__).resolve().parents[2]
 WORK = ROOT / "build" / "tta"
 PLOTS = DOCS_BENCH / "tta"
 #: Every schedule of the study (docs/tta.md gives their exact widths; ``fast`` uses
-#: :data:`sim.host.schedule.FAST_ALPHA`, ``FAST_BETA``, chosen in docs/tta.md).
+#: :data:`sim.host.schedule.FAST_ALPHA`, ``FAST_BETA``, chosen in docs/tta.md;
+#: ``fast:0.25,0.2`` is its sensitivity row).
 SCHEDULES = ("8", "6", "4", "2", "8+sr", "4+sr", "temporal-hl", "temporal-lh", "mixed",
-             "layer-hl", "layer-lh", "xwg:4,8,8", "fast", "fast+sr")
+             "layer-hl", "layer-lh", "xwg:4,8,8", "fast", "fast+sr", "fast:0.25,0.2")
 QUICK_SCHEDULES = ("8", "4,8@step+sr", "layer-hl", "fast")
 
 

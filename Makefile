@@ -148,7 +148,7 @@ coverage: setup
 bench-tta: setup
 	$(PY) -m sim.bench.tta $(TTA_ARGS)
 
-# The sweep's smoke test (S = 4, one seed, 6 steps, 3 schedules) into build/tta/quick/.
+# The sweep's smoke test (S = 4, one seed, 6 steps, 4 schedules with FAST) into build/tta/quick/.
 bench-tta-quick: setup
 	$(PY) -m sim.bench.tta --quick $(TTA_ARGS)
 

@@ -4,7 +4,7 @@ import pytest
 
 from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD
 from sim.host.schedule import (KINDS, NAMED, StatisticsMissing, WidthSchedule, fast_threshold,
-                               fast_update)
+                               fast_update, tensor_stats)
 
 
 def widths_over(spec, layers=2, epochs=3, steps=6):
@@ -148,14 +148,43 @@ def test_fast_update_errors():
 
 def test_fast_schedule_state_and_missing_statistics():
     s = WidthSchedule.parse("fast")
-    assert s.needs_statistics and s.per == "step"
+    assert s.needs_statistics and s.per == "step" and not s.uniform
     cur = s.widths(2, epoch=0, epochs=1)
     assert set(cur.values()) == {2}
     with pytest.raises(StatisticsMissing, match="statistics"):
         s.advance(cur, None, step=0, steps=10, layers=2)
     nxt = s.advance(cur, {(1, "g"): 1.0}, step=0, steps=10, layers=2)
     assert nxt[(1, "g")] == 4 and s.widths(2, epoch=0, epochs=1, current=nxt) == nxt
-    # FAST in a training run is refused while the core has no statistics
+    # the table of FAST's per-tensor widths: every pass's operands, backward rounding
+    t = WidthSchedule.parse("fast+sr").table(nxt, 2)
+    assert t[(1, FWD)] == (2, 2, 0) and t[(1, BWD_DATA)] == (4, 2, 1)
+    assert t[(1, BWD_WEIGHT)] == (2, 4, 1)
+    # FAST's program clears the statistics at the top of every step; others are unchanged
+    from hdl.core.isa import Op, encode
+    assert s.program([5, 6]) == [encode(Op.ADAPT), 5, 6]
+    assert WidthSchedule.parse("8").program([5, 6]) == [5, 6]
+    # a training run takes it (the host reads the statistics between steps)
     from sim.host.train import TrainSpec
-    with pytest.raises(ValueError, match="pending"):
-        TrainSpec(widths="fast")
+    assert TrainSpec(widths="fast:0.2,0.1+sr").schedule == WidthSchedule(
+        (2,), kind="fast", per="step", grad_rounding=1, alpha=0.2, beta=0.1)
+
+
+def test_tensor_stats_pools_both_passes_of_a_tensor():
+    from fractions import Fraction
+
+    from sim.model.stats import StatState
+    a = StatState(exp=-3, num=5, den=40, seen=True)        # (0, FWD, 0): x of layer 0
+    b = StatState(exp=-1, num=3, den=7, seen=True)         # (0, BWD_WEIGHT, 0): x again
+    c = StatState(exp=2, num=1, den=9, seen=True)          # (0, FWD, 1): w, alone
+    states = {(0, FWD, 0): a, (0, BWD_WEIGHT, 0): b, (0, FWD, 1): c,
+              (0, BWD_DATA, 0): StatState(),               # nothing seen: no statistic
+              (0, BWD_DATA, 1): StatState(exp=5, num=0, den=0, seen=True),
+              (0, 3, 0): StatState(exp=0, num=1, den=1, seen=True)}   # mode 3: no pass
+    r = tensor_stats(states)
+    assert set(r) == {(0, "x"), (0, "w")}
+    want = Fraction(5 * 2 ** -3 + 3 * 2 ** -1) / Fraction(40 * 2 ** -3 + 7 * 2 ** -1)
+    assert r[(0, "x")] == float(want)
+    assert min(5 / 40, 3 / 7) < r[(0, "x")] < max(5 / 40, 3 / 7)
+    assert r[(0, "w")] == 1 / 9
+    with pytest.raises(TypeError, match="states"):
+        tensor_stats([a])

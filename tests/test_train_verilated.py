@@ -82,10 +82,22 @@ def test_check_stops_at_a_corrupted_word(core, tmp_path):
               core=_fresh(core), on_step=corrupt)
 
 
-def test_interrupt_and_resume_equal_an_uninterrupted_run(core, tmp_path):
-    spec = TrainSpec(size=4, widths="2", epochs=3, steps_per_epoch=2, check_every=2)
+@pytest.mark.parametrize("widths", ["2", "fast:0.2,0.1"])
+def test_interrupt_and_resume_equal_an_uninterrupted_run(core, tmp_path, widths):
+    """Also FAST in ``tessera train``: the widths rise from the statistics read after each
+    step (compared with the golden model's every step), and a resumed run continues from the
+    widths it had reached."""
+    spec = TrainSpec(size=4, widths=widths, epochs=3, steps_per_epoch=2, check_every=2)
     whole = train(spec, tmp_path / "a", progress=False, plots=False, log=lambda *a: None,
                   core=_fresh(core))
+    steps = json.loads((tmp_path / "a" / "steps.json").read_text())
+    if widths.startswith("fast"):
+        assert steps[0]["widths"] == [[2, 2, 2], [2, 2, 2]]
+        assert len({str(s["widths"]) for s in steps}) >= 2, "FAST must raise a width here"
+        assert all(s["width"] is None and s["mac_bound_cycles"] is None for s in steps)
+        for s in steps:                  # r per layer [x, w, g]; none at 8 bits
+            assert all((r is None) == (w == 8) for rl, wl in zip(s["r"], s["widths"])
+                       for r, w in zip(rl, wl))
 
     def stop(epoch, step, c):
         if (epoch, step) == (1, 0):
@@ -98,6 +110,8 @@ def test_interrupt_and_resume_equal_an_uninterrupted_run(core, tmp_path):
     resumed = train(spec, tmp_path / "b", resume=True, progress=False, plots=False,
                     log=lambda *a: None, core=_fresh(core))
     assert resumed.summary["golden_checked"] and len(resumed.epochs) == 3
+    again = json.loads((tmp_path / "b" / "steps.json").read_text())
+    assert [s["widths"] for s in again] == [s["widths"] for s in steps]
     for a, b in zip(whole.weights + whole.biases, resumed.weights + resumed.biases):
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
     with pytest.raises(ValueError, match="different run"):
@@ -112,3 +126,4 @@ def test_a_run_that_does_not_finish_is_a_timeout(core):
     # cycle cannot finish
     with pytest.raises(TimeoutError, match="responses within 1 cycles"):
         core.transact_sync([pack_cmd(cfg, HostOp.READ, i) for i in range(8)], 1)
+

@@ -38,8 +38,9 @@ from dataclasses import dataclass
 
 from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD
 
-__all__ = ["WidthSchedule", "MIXED", "NAMED", "KINDS", "ROUND_NEAREST", "ROUND_STOCHASTIC",
-           "FAST_ALPHA", "FAST_BETA", "fast_threshold", "fast_update", "StatisticsMissing"]
+__all__ = ["WidthSchedule", "MIXED", "NAMED", "KINDS", "OPERAND_KINDS", "ROUND_NEAREST",
+           "ROUND_STOCHASTIC", "FAST_ALPHA", "FAST_BETA", "fast_threshold", "fast_update",
+           "tensor_stats", "StatisticsMissing"]
 
 #: The named mixed schedule: a third of the epochs at 2, 4 and 8 bits each.
 MIXED = "2,4,8"
@@ -48,6 +49,9 @@ NAMED = {"mixed": MIXED, "temporal-hl": "8,6,4", "temporal-lh": "4,6,8",
          "layer-hl": "layer:8,4", "layer-lh": "layer:4,8"}
 #: Tensor kinds: activations, weights, output gradients.
 KINDS = ("x", "w", "g")
+#: The tensor kind of each operand of each pass: ``mode -> (width_a's, width_b's)`` (the
+#: compiler's ``OPERAND_TENSORS`` in this module's kinds).
+OPERAND_KINDS = {FWD: ("x", "w"), BWD_DATA: ("g", "w"), BWD_WEIGHT: ("x", "g")}
 ROUND_NEAREST, ROUND_STOCHASTIC = 0, 1
 #: FAST's threshold ``eps(l, i) = alpha - beta * i / I - beta * l / L`` (docs/tta.md says why).
 FAST_ALPHA, FAST_BETA = 0.25, 0.1
@@ -74,8 +78,9 @@ def fast_update(stats: dict, widths: dict, *, i: int, iterations: int, layers: i
                 choices=_WIDTHS) -> dict:
     """FAST's decision after step ``i`` (pure): the new width of every tensor.
 
-    ``stats``: ``{(layer, kind): r}`` with ``r = sum|BFP(X, m+2) - BFP(X, m)| / |sum BFP(X, m)|``
-    read for the tensor quantized at its current width ``m``; ``widths``: ``{(layer, kind): m}``.
+    ``stats``: ``{(layer, kind): r}`` with ``r = sum|BFP(X, m+2) - BFP(X, m)| / sum|BFP(X, m)|``
+    read for the tensor quantized at its current width ``m`` (:func:`tensor_stats` of the
+    core's statistics); ``widths``: ``{(layer, kind): m}``.
     A tensor whose ``r`` exceeds ``eps(l, i)`` (:func:`fast_threshold`) -- two more bits would
     still change it by more than the threshold -- moves to the next width of ``choices``; widths
     never fall, and a tensor with no statistic keeps its width. Returns a new dict.
@@ -104,6 +109,36 @@ def fast_update(stats: dict, widths: dict, *, i: int, iterations: int, layers: i
             higher = [c for c in choices if c > m]
             if higher:
                 out[key] = higher[0]
+    return out
+
+
+def tensor_stats(states: dict) -> dict:
+    """Per-tensor FAST statistics ``{(layer, kind): r}`` from the core's per-slot ones.
+
+    ``states``: ``{(layer, mode, operand): StatState}`` (``CoreModel.stat_states()``, the
+    driver's ``("stats", key)``). A tensor is quantized by two passes (``x`` by ``FWD`` and
+    ``BWD_WEIGHT``, ``w`` by ``FWD`` and ``BWD_DATA``, ``g`` by ``BWD_DATA`` and
+    ``BWD_WEIGHT``: :data:`OPERAND_KINDS`); its ``r`` pools both slots' sums,
+    ``sum_s num_s 2**exp_s / sum_s den_s 2**exp_s`` (exact integers, one division), i.e. the
+    statistic of every group of the tensor the step quantized. Slots without a statistic
+    (nothing quantized since the last clear, or a tensor at the top width) add nothing; a
+    tensor with none has no entry (:func:`fast_update` keeps its width).
+    """
+    if not isinstance(states, dict):
+        raise TypeError(f"states must be a dict {{(layer, mode, operand): StatState}}, not "
+                        f"{type(states).__name__}")
+    parts: dict = {}
+    for key, st in states.items():
+        layer, mode, op = key
+        if mode not in OPERAND_KINDS or not st.seen or not st.den:
+            continue
+        parts.setdefault((layer, OPERAND_KINDS[mode][op]), []).append(st)
+    out = {}
+    for key, sts in parts.items():
+        e0 = min(st.exp for st in sts)
+        num = sum(st.num << (st.exp - e0) for st in sts)
+        den = sum(st.den << (st.exp - e0) for st in sts)
+        out[key] = num / den
     return out
 
 
@@ -212,7 +247,7 @@ class WidthSchedule:
     @property
     def uniform(self) -> bool:
         """Every tensor of every layer has the same width at each step."""
-        return self.kind == "temporal" or len(set(self.stages)) == 1
+        return self.kind == "temporal" or (self.kind != "fast" and len(set(self.stages)) == 1)
 
     @property
     def needs_statistics(self) -> bool:
@@ -259,7 +294,8 @@ class WidthSchedule:
     def advance(self, current: dict, stats: dict | None, *, step: int, steps: int,
                 layers: int) -> dict:
         """The FAST state after step ``step``: :func:`fast_update` on the core's statistics.
-        Other schedules return ``current``. Raises :class:`StatisticsMissing` without them."""
+        ``stats``: ``{(layer, kind): r}`` (:func:`tensor_stats`). Other schedules return
+        ``current``. Raises :class:`StatisticsMissing` without them."""
         if self.kind != "fast":
             return current
         if stats is None:
@@ -274,11 +310,19 @@ class WidthSchedule:
         g = self.grad_rounding
         out = {}
         for l in range(layers):
-            x, w, d = (widths[(l, k)] for k in KINDS)
-            out[(l, FWD)] = (x, w, ROUND_NEAREST)
-            out[(l, BWD_DATA)] = (d, w, g)
-            out[(l, BWD_WEIGHT)] = (x, d, g)
+            for mode, (a, b) in OPERAND_KINDS.items():
+                out[(l, mode)] = (widths[(l, a)], widths[(l, b)],
+                                  ROUND_NEAREST if mode == FWD else g)
         return out
+
+    def program(self, program) -> list:
+        """The step program a run of this schedule loads: ``program`` (the compiler's) as is,
+        or for FAST with ``ADAPT`` at its top. The run leaves the thresholds at their reset
+        value (``THRESH_NEVER``), so ``ADAPT`` raises nothing: it clears the statistics, and
+        the statistics the host reads after a step are that step's alone (docs/tta.md). The
+        host decides and rewrites the table (``PREC``) between steps."""
+        from hdl.core.isa import Op, encode
+        return ([encode(Op.ADAPT)] if self.kind == "fast" else []) + list(program)
 
     def precision(self, layers: int, *, epoch: int, epochs: int, step: int = 0,
                   steps: int = 1, current: dict | None = None) -> dict:

@@ -4,7 +4,10 @@ training core's generated Verilog (Verilated), Python acting only at step bounda
 Per step the host writes the batch, sets the precision table and the optimizer registers,
 starts the program, waits for ``done`` and reads the per-row losses, the optimizer status and
 the counters (:class:`sim.host.driver.CoreDriver` over :class:`sim.verilated.core.VerilatedCore`,
-whose C++ loop runs each command batch). The program is loaded once.
+whose C++ loop runs each command batch). The program is loaded once. Under FAST
+(``--widths fast``) the program starts with ``ADAPT`` (which clears the statistics), the host
+reads the step's statistics after the run and sets the next step's widths from them
+(:meth:`sim.host.schedule.WidthSchedule.advance`, docs/tta.md).
 
 Beside the RTL run:
 
@@ -42,10 +45,10 @@ from hdl.core.config import CoreConfig
 from sim.host.compiler import MLP, compile_mlp
 from sim.host.digits import epoch_batches, load_digits
 from sim.host.optim import SGD, Adam, AdamW, Momentum
-from sim.host.schedule import KINDS, WidthSchedule
+from sim.host.schedule import KINDS, WidthSchedule, tensor_stats
 
 __all__ = ["TrainSpec", "train", "CheckFailed", "RunResult", "OPTIMIZERS", "PRESET_OF_SIZE",
-           "Reference", "accuracy"]
+           "Reference", "accuracy", "schedule_step_actions"]
 
 F32 = np.float32
 #: ``TrainSpec.size`` -> the core preset whose Verilog is built.
@@ -77,8 +80,9 @@ class TrainSpec:
         Hidden activations recomputed in the backward pass instead of kept.
     widths : str
         Precision schedule (:class:`sim.host.schedule.WidthSchedule`): ``"8"``, ``"4,8"``,
-        ``"mixed"``, ``"8,6,4@step"``, ``"layer-hl"``, ``"xwg:4,8,8"``, ``"+sr"`` ... (the
-        precision table is set every step).
+        ``"mixed"``, ``"8,6,4@step"``, ``"layer-hl"``, ``"xwg:4,8,8"``, ``"fast"``,
+        ``"fast:0.3,0.1+sr"``, ``"+sr"`` ... (the precision table is set every step; FAST
+        decides it from the statistics the host reads after every step, docs/tta.md).
     epochs, seed : int
         Epochs; seed of the initial weights and of the epochs' shuffles.
     steps_per_epoch : int
@@ -140,10 +144,6 @@ class TrainSpec:
         object.__setattr__(self, "checkpoint", tuple(sorted(self.checkpoint)))
         object.__setattr__(self, "lr", float(self.lr))
         self.schedule.check(self.config.array.widths)
-        if self.schedule.needs_statistics:
-            raise ValueError(f"TrainSpec.widths {self.widths!r}: the FAST schedule needs the "
-                             f"core's per-tensor statistics between steps, which the training run "
-                             f"does not read yet (pending; docs/tta.md)")
         self.mlp        # the compiler's own checks (batch, micro-batches, checkpointing)
 
     @property
@@ -206,7 +206,7 @@ def _golden_worker(preset: str, inq, outq) -> None:
             return
         for key, rtl in expect.items():
             want = got[key]
-            if key == "status":
+            if key in ("status", "stats"):
                 if dict(want) != dict(rtl):
                     outq.put(("mismatch", tag, key, None, dict(rtl), dict(want)))
                     return
@@ -266,9 +266,10 @@ class _Golden:
             raise CheckFailed(self._report(*msg[1:]))
 
     def _report(self, tag, key, where, rtl, want) -> str:
-        if key == "status":
+        if key in ("status", "stats"):
             diff = {k: (rtl.get(k), want.get(k)) for k in want if rtl.get(k) != want.get(k)}
-            return f"{tag}: optimizer status differs (field: (RTL, golden)): {diff}"
+            what = "optimizer status" if key == "status" else "FAST statistics"
+            return f"{tag}: {what} differ (field: (RTL, golden)): {diff}"
         if where is None:
             return f"{tag}: read {key!r} has shape {rtl.shape} in RTL, {want.shape} golden"
         line, lane = where
@@ -341,6 +342,21 @@ def accuracy(W, b, x, y) -> float:
 
 
 # -- the run --------------------------------------------------------------------------------
+def schedule_step_actions(comp, sched: WidthSchedule, x, y, t: int, table: dict,
+                          program=None) -> list:
+    """A step's host actions under ``sched``: :meth:`Compiled.step_actions` at precision
+    ``table``, loading ``program`` (``sched.program(comp.program)``) when given; a FAST
+    schedule also reads the step's statistics (``("stats", "stats")``) after the run. The
+    training run and the time-to-accuracy sweep both use it (their step cycles are these
+    actions')."""
+    acts = comp.step_actions(x, y, t, precision=table, load_program=program is not None)
+    if program is not None:
+        acts = [("program", list(program)) if a[0] == "program" else a for a in acts]
+    if sched.needs_statistics:
+        acts.append(("stats", "stats"))
+    return acts
+
+
 def _save_npz(path: Path, **arrays) -> None:
     tmp = path.with_suffix(".tmp.npz")
     np.savez(tmp, **arrays)
@@ -404,6 +420,9 @@ def train(spec: TrainSpec, out, *, resume: bool = False, progress: bool = True,
 
     res = RunResult(out)
     start_epoch, t, scale_exp = 0, 0, None
+    sched = spec.schedule
+    fast = sched.needs_statistics
+    current = None                  # FAST's widths {(layer, kind): m} for the next step
     ckpt = out / "checkpoint.npz"
     if resume:
         if not (out / "run.json").exists() or not ckpt.exists():
@@ -424,6 +443,9 @@ def train(spec: TrainSpec, out, *, resume: bool = False, progress: bool = True,
                      if s["epoch"] < start_epoch]
         opt_state = dict(st)
         opt_state["scale_exp"] = scale_exp
+        if fast:
+            current = {(l, k): int(z["fast_widths"][l, j]) for l in range(L)
+                       for j, k in enumerate(KINDS)}
         log(f"resuming {out} after epoch {start_epoch} (step {t})")
     else:
         from sim.model.train import init_params
@@ -450,12 +472,13 @@ def train(spec: TrainSpec, out, *, resume: bool = False, progress: bool = True,
     wall0 = time.perf_counter()
     cycles0 = core.cycles
     first = True
+    program = sched.program(comp.program)     # FAST: ADAPT at the top (clears the statistics)
     try:
-        sched = spec.schedule
         total_steps = spec.epochs * steps_per_epoch
         for epoch in range(start_epoch, spec.epochs):
             widths0 = sched.widths(L, epoch=epoch, epochs=spec.epochs,
-                                   step=epoch * steps_per_epoch, steps=total_steps)
+                                   step=epoch * steps_per_epoch, steps=total_steps,
+                                   current=current)
             width = (widths0[(0, "x")] if sched.uniform and sched.per == "epoch" else None)
             batches = epoch_batches(ntrain, spec.batch, spec.seed, epoch)[:steps_per_epoch]
             if progress:
@@ -469,9 +492,10 @@ def train(spec: TrainSpec, out, *, resume: bool = False, progress: bool = True,
                 x, y = data.x_train[idx], data.y_train[idx]
                 gi = epoch * steps_per_epoch + i
                 widths = sched.widths(L, epoch=epoch, epochs=spec.epochs, step=gi,
-                                      steps=total_steps)
+                                      steps=total_steps, current=current)
                 table = sched.table(widths, L)
-                acts = comp.step_actions(x, y, t + 1, precision=table, load_program=first)
+                acts = schedule_step_actions(comp, sched, x, y, t + 1, table,
+                                             program if first else None)
                 c0, w0 = core.cycles, time.perf_counter()
                 r = apply(acts)
                 c1 = core.cycles
@@ -487,9 +511,15 @@ def train(spec: TrainSpec, out, *, resume: bool = False, progress: bool = True,
                 if not step["skipped"]:
                     t += 1
                 ref_loss = ref.step(x, y)
+                rs = None
+                if fast:            # the step's statistics -> the next step's widths
+                    rs = tensor_stats(r["stats"])
+                    current = sched.advance(widths, rs, step=gi, steps=total_steps, layers=L)
                 if golden:
                     expect = {k: v for k, v in r.items() if k.startswith("loss")}
                     expect["status"] = r["status"]
+                    if fast:
+                        expect["stats"] = r["stats"]
                     golden.send(f"epoch {epoch + 1} step {i + 1} (t={t})", acts, expect)
                     gstep = epoch * steps_per_epoch + i + 1
                     if gstep % spec.check_every == 0:
@@ -506,6 +536,8 @@ def train(spec: TrainSpec, out, *, resume: bool = False, progress: bool = True,
                              if sw else None)
                 rec = {"epoch": epoch, "step": i, "t": t, "width": sw,
                        "widths": [[widths[(l, k)] for k in KINDS] for l in range(L)],
+                       "r": (None if rs is None else
+                             [[rs.get((l, k)) for k in KINDS] for l in range(L)]),
                        "loss": step["loss"], "ref_loss": ref_loss, "skipped": step["skipped"],
                        "step_cycles": c1 - c0, "run_cycles": regs["cycles"],
                        "host_io_cycles": c1 - c0 - regs["cycles"],
@@ -558,6 +590,9 @@ def train(spec: TrainSpec, out, *, resume: bool = False, progress: bool = True,
                 golden.poll()
             arrays = _state_arrays("", W, b, st, states)
             arrays.update(_state_arrays("ref_", ref.W, ref.b, ref.state, ("m", "v")))
+            if fast:
+                arrays["fast_widths"] = np.array([[current[(l, k)] for k in KINDS]
+                                                  for l in range(L)], np.int64)
             _save_npz(ckpt, epoch=epoch + 1, t=t, scale_exp=scale_exp, ref_t=ref.t, **arrays)
             _save_npz(out / "weights.npz", **_state_arrays("", W, b, None, ()))
             _write_json(out / "epochs.json", res.epochs)
@@ -618,8 +653,9 @@ def add_parser(sub) -> None:
     p.add_argument("--widths", default=d.widths,
                    help="precision schedule: 8 | 6 | 4 | 2 | 8,6,4 (stages over the epochs; "
                         "@step: over the steps) | mixed (= 2,4,8) | temporal-hl | temporal-lh "
-                        "| layer-hl | layer-lh | layer:8,4 | xwg:X,W,G; +sr: stochastic "
-                        "rounding in the backward passes (docs/train.md) (default 8)")
+                        "| layer-hl | layer-lh | layer:8,4 | xwg:X,W,G | fast | fast:ALPHA,BETA "
+                        "(FAST: widths rise from 2 bits with the core's statistics); +sr: "
+                        "stochastic rounding in the backward passes (docs/train.md) (default 8)")
     p.add_argument("--epochs", type=int, default=d.epochs, help=f"epochs ({d.epochs})")
     p.add_argument("--seed", type=int, default=d.seed, help="weights and shuffles (0)")
     p.add_argument("--steps-per-epoch", type=int, default=0,

@@ -16,6 +16,8 @@ Each run writes ``build/synth/<block>-<preset>/result.json`` (with the wall time
 ``stat`` run and of P&R); ``docs/bench/synth.json`` and ``docs/bench/synth.md`` are rebuilt from
 those files plus the committed rows not re-measured, so a partial run merges its rows. Select
 blocks with ``python -m boards.synth --only training_core:tiny,training_core:default``.
+Besides the registered blocks, :data:`VARIANTS` names builds made only here: the training core
+with :meth:`hdl.core.config.CoreConfig.fpga` (``training_core_fpga``).
 """
 from __future__ import annotations
 

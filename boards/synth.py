@@ -16,6 +16,8 @@ Each run writes ``build/synth/<block>-<preset>/result.json`` (with the wall time
 ``stat`` run and of P&R); ``docs/bench/synth.json`` and ``docs/bench/synth.md`` are rebuilt from
 those files plus the committed rows not re-measured, so a partial run merges its rows. Select
 blocks with ``python -m boards.synth --only training_core:tiny,training_core:default``.
+Besides the registered blocks, :data:`VARIANTS` names builds made only here: the training core
+with :meth:`hdl.core.config.CoreConfig.fpga` (``training_core_fpga``).
 """
 from __future__ import annotations
 
@@ -56,7 +58,29 @@ TARGETS = [
     # program memory and every engine included.
     ("training_core", "tiny"),
     ("training_core", "default"),
+    # The training core's FPGA build (CoreConfig.fpga(): one vector lane), S = 4 and S = 8.
+    ("training_core_fpga", "tiny"),
+    ("training_core_fpga", "default"),
 ]
+
+
+def _fpga_core(preset: str):
+    from hdl.core.config import CoreConfig
+    from hdl.core.core import TrainingCore
+    return TrainingCore(config=CoreConfig.preset(preset).fpga())
+
+
+#: Targets that are builds of a registered block with other parameters, not blocks of their own
+#: (``tessera generate`` does not know them): ``name -> build(preset)``.
+VARIANTS = {"training_core_fpga": _fpga_core}
+
+
+def build_block(block: str, preset: str):
+    """The component of a target: a registered block, or a :data:`VARIANTS` build."""
+    if block in VARIANTS:
+        return VARIANTS[block](preset)
+    from hdl.registry import get_block
+    return get_block(block).build(preset)
 
 #: The part every P&R run targets (checked against the platform before building) and its
 #: logic cells (nextpnr's TRELLIS_COMB: one per LUT4, two per CCU2C carry cell).
@@ -89,11 +113,15 @@ def _tool_path(name: str) -> str:
 
 def synth_resources(block: str, preset: str, work: Path) -> dict:
     from hdl.cli import generate_one
+    from hdl.gen import to_verilog
 
     work.mkdir(parents=True, exist_ok=True)
     verilog = work / f"{block}.v"
-    generate_one(block, preset, verilog)
     top = f"tessera_{block}"
+    if block in VARIANTS:
+        verilog.write_text(to_verilog(build_block(block, preset), top))
+    else:
+        generate_one(block, preset, verilog)
     script = (f"read_verilog {verilog.name}; synth_ecp5 -top {top}; "
               f"tee -q -o stat.json stat -json")
     # The stat of exactly this Verilog is reused (an unchanged block after a P&R-only rerun).
@@ -119,7 +147,6 @@ def place_and_route(block: str, preset: str, work: Path, seed: int | None = None
     from amaranth.build import Clock, Pins, Resource, Attrs
     from amaranth_boards.ulx3s import ULX3S_85F_Platform
 
-    from hdl.registry import get_block
     from .harness import SynthHarness
 
     class Platform(ULX3S_85F_Platform):
@@ -133,7 +160,7 @@ def place_and_route(block: str, preset: str, work: Path, seed: int | None = None
     platform = Platform()
     if platform.device != DEVICE:
         raise RuntimeError(f"P&R platform is {platform.device}, not the {DEVICE}")
-    harness = SynthHarness(get_block(block).build(preset))
+    harness = SynthHarness(build_block(block, preset))
     os.environ.update(_tool_env())
     # A block slower than the target is a result to report, not an error; so is a block that
     # does not fit the part (nextpnr stops, its utilisation lines say by how much).

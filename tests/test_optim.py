@@ -385,6 +385,33 @@ def test_engine_rejected_commands_change_nothing():
     _run_engine(script)
 
 
+def test_engine_without_data_cmds_rejects_them():
+    """``data_cmds=False`` (the training core's engine): WRITE, READ and ACCUM with valid
+    ranges are rejected like an invalid op -- the sticky error rises, the engine stays idle,
+    takes no ``wdata``, sends no ``rdata`` and touches no memory port -- and a non-bool
+    ``data_cmds`` is a TypeError naming it."""
+    with pytest.raises(TypeError, match="data_cmds"):
+        OptimEngine(config=OptimConfig(depth=16), data_cmds=1)
+    dut = OptimEngine(config=OptimConfig(depth=16), fp32_config=FP32Config.preset("tiny"),
+                      divsqrt_config=FP32DivSqrtConfig.preset("tiny"), data_cmds=False)
+    ports = [getattr(dut, Mem.NAMES[s]) for s in Mem.ALL]
+
+    async def tb(ctx):
+        ctx.set(dut.wdata.valid, 1)
+        ctx.set(dut.rdata.ready, 1)
+        for op in (Op.WRITE, Op.READ, Op.ACCUM):
+            assert ctx.get(dut.status.error) == (op != Op.WRITE)
+            await stream_put(ctx, dut.cmd, _cmd(op, count=4))
+            for _ in range(8):
+                assert not ctx.get(dut.busy) and not ctx.get(dut.wdata.ready)
+                assert not ctx.get(dut.rdata.valid)
+                assert not any(ctx.get(p.w_en) or ctx.get(p.r_en) for p in ports)
+                await ctx.tick()
+            assert ctx.get(dut.status.error) == 1
+
+    run_sim(dut, tb)
+
+
 def test_engine_momentum_accumulation():
     """Momentum over gradients accumulated from two micro-batches."""
     n = 10
@@ -402,11 +429,12 @@ def test_engine_momentum_accumulation():
     _run_engine(script)
 
 
-@pytest.mark.parametrize("preset, latency, sumsq", [("tiny", 31, 23), ("default", 85, 79)])
+@pytest.mark.parametrize("preset, latency, sumsq", [("tiny", 31, 24), ("default", 85, 84)])
 def test_engine_latency_is_documented(preset, latency, sumsq):
     """docs/datapaths.md: update pipeline ``2 + 6*Lmul + 3*Ladd + Lsqrt + Ldiv`` = 31 (tiny
-    units) / 85 (default units); ``sumsq_latency`` = 2 + Lmul + LaneSum flush + 1 (flush 19 /
-    71); STEP1 busy ``N + 34`` / ``N + 88``. The formulas are the page's (sim.tb.cycles); the
+    units) / 85 (default units); ``sumsq_latency`` = 2 + 3*Lmul + LaneSum flush + 1 (flush 18 /
+    66, no square stage: the squares are the update pipeline's); STEP1 busy ``N + 34`` /
+    ``N + 88``. The formulas are the page's (sim.tb.cycles); the
     numbers are the page's too."""
     f, d = FP32Config.preset(preset), FP32DivSqrtConfig.preset(preset)
     lm, la = f.latency("fp32_mul"), f.latency("fp32_add")

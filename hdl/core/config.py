@@ -1,6 +1,7 @@
 """Configuration of the training core (pure Python)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -60,6 +61,11 @@ class CoreConfig(PresetMixin):
         "default": {},
     }
 
+    #: Overrides of the FPGA build (:meth:`fpga`; ``make synth``'s ``training_core_fpga`` rows,
+    #: docs/core.md "FPGA"): one vector lane instead of ``S``. Programs and results are those of
+    #: the same config without them; only vector-unit cycles grow (docs/vector.md's table).
+    FPGA: ClassVar[dict] = {"vector_lanes": 1}
+
     def __post_init__(self):
         for name in ("size", "max_mantissa", "lanes", "exp_bits", "noise_bits", "lfsr_seed",
                      "dim_bits"):
@@ -83,6 +89,10 @@ class CoreConfig(PresetMixin):
         if self.vector_lanes and self.size % self.vector_lanes:
             raise ValueError(f"CoreConfig.vector_lanes must divide size = {self.size} (or be 0 "
                              f"for size), not {self.vector_lanes!r}")
+
+    def fpga(self) -> "CoreConfig":
+        """This config with the :attr:`FPGA` overrides applied (``dataclasses.replace``)."""
+        return dataclasses.replace(self, **self.FPGA)
 
     @property
     def array(self) -> ArrayConfig:

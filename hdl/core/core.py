@@ -120,9 +120,12 @@ class TrainingCore(wiring.Component):
                                                fp32_config=self.fp32_config,
                                                divsqrt_config=self.divsqrt_config,
                                                log_config=self.log_config)
+        # the host and the sequencer issue only SETREG, STEP and STEP1: no WRITE/READ/ACCUM
+        # hardware (the read FIFO, the accumulate adder)
         opt = m.submodules.optim = OptimEngine(config=self.optim_config,
                                                fp32_config=self.fp32_config,
-                                               divsqrt_config=self.divsqrt_config)
+                                               divsqrt_config=self.divsqrt_config,
+                                               data_cmds=False)
         spad = m.submodules.scratchpad = Scratchpad(config=cfg, clients=len(CLIENTS))
         #: sub-blocks of the last elaboration (tests reach memories and state through them)
         self.blocks = {"host": host, "sequencer": seq, "matmul": mm, "vector": vec,

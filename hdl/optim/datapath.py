@@ -8,6 +8,12 @@ Per element, in exactly this order (golden model: :meth:`sim.model.optim.OptimEn
     d  = sqrt(v') * RC2 + EPS
     u  = g (SGD) | m' (momentum) | m' / d (Adam, AdamW)
     w' = w*WDEC - LR*u
+
+Two taps let the optimizer engine use the same units for its one-shot computations instead of
+units of its own (docs/datapaths.md): ``sq`` is ``g*g`` (the check pass's squares, with
+``CLIP = 1`` so that ``g = G * INV_SCALE`` exactly), and with ``alt = 1`` the square root takes
+``ALT_SQRT`` instead of ``v'`` and the divider ``ALT_NUM`` instead of ``m'``, so ``ratio`` is
+``ALT_NUM / (sqrt(ALT_SQRT) * RC2 + EPS)`` (the clip factor's quotient with ``RC2 = 1``).
 """
 from __future__ import annotations
 
@@ -20,10 +26,13 @@ from ..fp32.divsqrt_config import FP32DivSqrtConfig
 from ..lib.dataflow import Dataflow
 from .config import Mode
 
-__all__ = ["OptimDatapath", "datapath_in_layout", "datapath_out_layout", "HYPER_FIELDS"]
+__all__ = ["OptimDatapath", "datapath_in_layout", "datapath_out_layout", "HYPER_FIELDS",
+           "ALT_FIELDS"]
 
 #: FP32 hyperparameter inputs (constant during an update pass).
 HYPER_FIELDS = ("inv_scale", "clip", "lr", "b1", "omb1", "b2", "omb2", "rc2", "eps", "wdec")
+#: FP32 operands of the ``alt`` pass (constant during it): square-root operand and numerator.
+ALT_FIELDS = ("alt_sqrt", "alt_num")
 
 
 def datapath_in_layout(tag_bits: int) -> data.StructLayout:
@@ -52,6 +61,11 @@ class OptimDatapath(wiring.Component):
     latency : int
         Cycles from an input element to its output (sum of the unit latencies on the critical
         path: 6 multiplies, 3 adds, sqrt, divide).
+    sq_latency : int
+        Cycles from an input element to its ``g*g`` on ``sq`` (3 multiplies).
+    ratio_latency : int
+        Cycles from an input element to its quotient on ``ratio`` (``latency`` less the
+        ``LR`` multiply and the final subtraction).
 
     Members
     -------
@@ -65,6 +79,15 @@ class OptimDatapath(wiring.Component):
         before its first element: the datapath registers it).
     inv_scale, clip, lr, b1, omb1, b2, omb2, rc2, eps, wdec : In(32)
         FP32 hyperparameters (likewise constant during a pass and registered).
+    alt : In(1)
+        Square root of ``alt_sqrt`` and numerator ``alt_num`` instead of ``v'`` and ``m'``
+        (constant during a pass and registered like ``mode``).
+    alt_sqrt, alt_num : In(32)
+        FP32 operands of an ``alt`` pass (registered like the hyperparameters).
+    sq, ratio : Out(32)
+        ``g*g`` of the element that entered ``sq_latency`` cycles earlier, and the divider's
+        quotient of the one that entered ``ratio_latency`` cycles earlier (meaningful only in
+        those cycles; the consumer delays the input's valid bit itself).
     """
 
     def __init__(self, *, tag_bits: int = 16, fp32_config: FP32Config | None = None,
@@ -76,22 +99,33 @@ class OptimDatapath(wiring.Component):
             "i": In(stream.Signature(datapath_in_layout(tag_bits), always_ready=True)),
             "o": Out(stream.Signature(datapath_out_layout(tag_bits), always_ready=True)),
             "mode": In(2),
+            "alt": In(1),
+            "sq": Out(32),
+            "ratio": Out(32),
         }
-        for name in HYPER_FIELDS:
+        for name in HYPER_FIELDS + ALT_FIELDS:
             sig[name] = In(32)
         super().__init__(sig)
-        self.latency = self.latency_for(self.fp32_config, self.divsqrt_config)
+        self.latency, self.sq_latency, self.ratio_latency = self.latencies_for(
+            self.fp32_config, self.divsqrt_config)
 
     @classmethod
     def latency_for(cls, fp32_config: FP32Config, divsqrt_config: FP32DivSqrtConfig) -> int:
         """The pipeline latency for these unit configurations (no hardware built)."""
+        return cls.latencies_for(fp32_config, divsqrt_config)[0]
+
+    @classmethod
+    def latencies_for(cls, fp32_config: FP32Config,
+                      divsqrt_config: FP32DivSqrtConfig) -> tuple[int, int, int]:
+        """``(latency, sq_latency, ratio_latency)`` for these unit configurations."""
         df = Dataflow(None, None, fp32_config=fp32_config, divsqrt_config=divsqrt_config)
-        return cls._graph(df, {}, {}, None)[0].t
+        w1, _, _, _, gg, q = cls._graph(df, {}, {}, None, None)
+        return w1.t, gg.t, q.t
 
     @staticmethod
-    def _graph(df, inputs: dict, hyper: dict, mode):
+    def _graph(df, inputs: dict, hyper: dict, mode, alt):
         w, mm, v, graw, tag = (df.input(inputs.get(n), n) for n in ("w", "m", "v", "g", "tag"))
-        h = {n: df.const(hyper.get(n), n) for n in HYPER_FIELDS}
+        h = {n: df.const(hyper.get(n), n) for n in HYPER_FIELDS + ALT_FIELDS}
         u = df.mul(graw, h["inv_scale"], name="unscale")
         g = df.mul(u, h["clip"], name="clipped")
         bm = df.mul(h["b1"], mm, name="b1m")
@@ -101,15 +135,16 @@ class OptimDatapath(wiring.Component):
         bv = df.mul(h["b2"], v, name="b2v")
         ogg = df.mul(h["omb2"], gg, name="omb2gsq")
         v1 = df.add(bv, ogg, name="v_new")
-        sq = df.sqrt(v1, name="sqrt_v")
+        sq = df.sqrt(df.select(alt, {1: h["alt_sqrt"]}, v1, name="sqrt_in"), name="sqrt_v")
         sr = df.mul(sq, h["rc2"], name="sqrt_v_rc2")
         den = df.add(sr, h["eps"], name="denom")
-        q = df.div(m1, den, name="adam_ratio")
+        q = df.div(df.select(alt, {1: h["alt_num"]}, m1, name="div_num"), den,
+                   name="adam_ratio")
         upd = df.select(mode, {Mode.SGD: g, Mode.MOMENTUM: m1}, q, name="upd")
         lu = df.mul(h["lr"], upd, name="lr_upd")
         wd = df.mul(w, h["wdec"], name="w_decay")
         w1 = df.sub(wd, lu, name="w_new")
-        return w1, m1, v1, tag
+        return w1, m1, v1, tag, gg, q
 
     def elaborate(self, platform):
         m = Module()
@@ -122,15 +157,17 @@ class OptimDatapath(wiring.Component):
         # cycle, which no element can see: the engine sets them before a pass and an element
         # reaches the datapath at least READ_LATENCY cycles after its read is issued.
         hyper = {}
-        for n in HYPER_FIELDS:
+        for n in HYPER_FIELDS + ALT_FIELDS:
             hyper[n] = Signal(32, name=f"{n}_r")
             m.d.sync += hyper[n].eq(getattr(self, n))
         mode = Signal.like(self.mode, name="mode_r")
-        m.d.sync += mode.eq(self.mode)
-        w1, m1, v1, tag = self._graph(
-            df, {n: getattr(p, n) for n in ("w", "m", "v", "g", "tag")}, hyper, mode)
+        alt = Signal(name="alt_r")
+        m.d.sync += [mode.eq(self.mode), alt.eq(self.alt)]
+        w1, m1, v1, tag, gg, q = self._graph(
+            df, {n: getattr(p, n) for n in ("w", "m", "v", "g", "tag")}, hyper, mode, alt)
         t_out = w1.t
-        assert t_out == self.latency
+        assert (t_out, gg.t, q.t) == (self.latency, self.sq_latency, self.ratio_latency)
+        m.d.comb += [self.sq.eq(gg.value), self.ratio.eq(q.value)]
         m.d.comb += [
             self.o.valid.eq(df.valid_at(t_out)),
             self.o.payload.w.eq(df.at(w1, t_out)),

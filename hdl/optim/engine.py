@@ -11,8 +11,9 @@ Commands arrive on ``cmd`` (:class:`~hdl.optim.config.Op`); data on ``wdata``/``
 
 1. **Check pass** (reads G only): ``u = G * 2**-k`` (exact), ``sumsq`` of ``u`` in
    :class:`~hdl.lib.lanesum.LaneSum` order, sticky Inf/NaN detection on the raw ``G``. With
-   clipping enabled, :class:`~hdl.optim.clip.ClipFactor` turns ``sumsq`` into the factor.
-   Skip when any ``G`` is Inf/NaN, or clipping is on and ``sumsq`` is Inf/NaN.
+   clipping enabled, one more element through the update pipeline turns ``sumsq`` into the
+   factor (:func:`~hdl.optim.clip.clip_factor`). Skip when any ``G`` is Inf/NaN, or clipping
+   is on and ``sumsq`` is Inf/NaN.
 2. **Update pass** (only when not skipped): ``W, M, V, G`` at the same address stream through
    :class:`~hdl.optim.datapath.OptimDatapath`, one element per cycle, and the results are
    written back ``latency`` cycles later. A skipped step performs no memory write at all.
@@ -23,6 +24,12 @@ sum of squares beside it (so every status field equals a non-skipped ``STEP``'s)
 look for a non-finite ``G``: the skip decision is ``skip_in`` at acceptance, and the caller
 guarantees that it covers the gradients (the training core's write snooping, docs/core.md).
 With clipping on or ``skip_in = 1``, ``STEP1`` is exactly ``STEP``.
+
+The check pass and the clip factor have no FP32 units of their own: they run on
+:class:`~hdl.optim.datapath.OptimDatapath`'s (the update never runs at the same time). The
+check pass streams ``G`` through it with ``CLIP = 1`` and sums its ``g*g`` tap; the clip factor
+is one element with ``alt = 1``: ``max_norm / (sqrt(sumsq) * 1 + clip_eps)`` on the update's
+square root, adder and divider. Elements that are not an update are never written back.
 
 Loss-scale bookkeeping (scale halves on a skip, doubles after ``GROWTH`` clean steps) and the
 counters are updated at the end of the step. Golden model:
@@ -42,7 +49,7 @@ from ..lib.fp32bits import is_inf_or_nan
 from ..lib.lanesum import LaneSum
 from ..lib.memport import WordPort
 from ..lib.mustuse import mark_used
-from .clip import ONE_F32, ClipFactor
+from .clip import ONE_F32, clip_factor
 from .config import SCALE_EXP_MAX, STATUS_FIELDS, Mem, Mode, Op, OptimConfig, Reg
 from .datapath import HYPER_FIELDS, OptimDatapath
 
@@ -76,6 +83,11 @@ class OptimEngine(wiring.Component):
     config : OptimConfig
     fp32_config : FP32Config
     divsqrt_config : FP32DivSqrtConfig
+    data_cmds : bool
+        Build ``WRITE``, ``READ`` and ``ACCUM`` (the ``wdata``/``rdata`` streams, the read FIFO
+        and the accumulate adder). Without them (the training core, whose host and sequencer
+        issue only ``SETREG``, ``STEP`` and ``STEP1``) those commands are rejected like an
+        invalid op (``error``), ``wdata`` is never ready and ``rdata`` never valid.
 
     Attributes
     ----------
@@ -87,7 +99,11 @@ class OptimEngine(wiring.Component):
         (:meth:`step1_cycles`).
     sumsq_latency : int
         Cycles from the read of the last gradient word to the sum of squares being registered
-        (read, unscale multiply, :class:`~hdl.lib.lanesum.LaneSum` flush, the register).
+        (read, the datapath's three multiplies to ``g*g``, :class:`~hdl.lib.lanesum.LaneSum`
+        flush, the register).
+    clip_latency : int
+        Cycles of the clip factor (states ``CLIP`` and ``CLIP_WAIT``): the datapath's
+        ``ratio_latency`` plus 1.
 
     Members
     -------
@@ -122,8 +138,13 @@ class OptimEngine(wiring.Component):
 
     def __init__(self, *, config: OptimConfig | None = None,
                  fp32_config: FP32Config | None = None,
-                 divsqrt_config: FP32DivSqrtConfig | None = None):
+                 divsqrt_config: FP32DivSqrtConfig | None = None, data_cmds: bool = True):
         self.config = config or OptimConfig()
+        if not isinstance(data_cmds, bool):
+            mark_used(self)                  # rejected: no "never used" warning
+            raise TypeError(f"data_cmds must be a bool, not {type(data_cmds).__name__} "
+                            f"{data_cmds!r}")
+        self.data_cmds = data_cmds
         if not isinstance(self.config, OptimConfig):
             raise TypeError(f"config must be an OptimConfig, not {type(self.config).__name__}")
         self.fp32_config = fp32_config or FP32Config()
@@ -145,7 +166,10 @@ class OptimEngine(wiring.Component):
         })
         self.latency = READ_LATENCY + OptimDatapath.latency_for(self.fp32_config,
                                                                 self.divsqrt_config)
-        self.sumsq_latency = _sumsq_latency(self.config.reduce_lanes, self.fp32_config)
+        self.sumsq_latency = _sumsq_latency(self.config.reduce_lanes, self.fp32_config,
+                                            self.divsqrt_config)
+        self.clip_latency = OptimDatapath.latencies_for(self.fp32_config,
+                                                        self.divsqrt_config)[2] + 1
 
     def step1_cycles(self, n: int) -> int:
         """Cycles ``busy`` is high for a one-pass ``STEP1`` over ``n`` words (clipping off, not
@@ -188,34 +212,46 @@ class OptimEngine(wiring.Component):
         m.d.comb += st.clip_factor.eq(clip)
 
         # ---- datapaths ----------------------------------------------------------------------
-        m.submodules.dp = dp = OptimDatapath(tag_bits=ab, fp32_config=self.fp32_config,
+        # The tag is the write-back address and, on top, whether the element is an update (the
+        # check pass and the clip factor run through the same pipeline and write nothing).
+        m.submodules.dp = dp = OptimDatapath(tag_bits=ab + 1, fp32_config=self.fp32_config,
                                              divsqrt_config=self.divsqrt_config)
+        sq_phase = Signal(name="sq_phase")         # check pass: the pipeline runs with CLIP = 1
+        alt_phase = Signal(name="alt_phase")       # clip factor: sqrt(sumsq), max_norm / ...
         for name in HYPER_FIELDS:
             if name == "inv_scale":
                 m.d.comb += dp.inv_scale.eq(inv_scale)
             elif name == "clip":
-                m.d.comb += dp.clip.eq(clip)
+                m.d.comb += dp.clip.eq(Mux(sq_phase, ONE_F32, clip))
+            elif name == "rc2":
+                m.d.comb += dp.rc2.eq(Mux(alt_phase, ONE_F32, fregs[Reg.RC2]))
+            elif name == "eps":
+                m.d.comb += dp.eps.eq(Mux(alt_phase, fregs[Reg.CLIP_EPS], fregs[Reg.EPS]))
             else:
                 addr = next(a for a, n in _REG_NAMES.items() if n == name)
                 m.d.comb += getattr(dp, name).eq(fregs[addr])
-        m.d.comb += dp.mode.eq(upd_mode)
+        m.d.comb += [dp.mode.eq(upd_mode), dp.alt.eq(alt_phase), dp.alt_sqrt.eq(st.sumsq),
+                     dp.alt_num.eq(fregs[Reg.MAX_NORM])]
 
-        m.submodules.sumsq = ss = LaneSum(lanes=cfg.reduce_lanes, square=True,
-                                          fp32_config=self.fp32_config)
-        m.submodules.clipf = cf = ClipFactor(fp32_config=self.fp32_config,
-                                             divsqrt_config=self.divsqrt_config)
-        m.d.comb += [cf.max_norm.eq(fregs[Reg.MAX_NORM]), cf.eps.eq(fregs[Reg.CLIP_EPS])]
+        m.submodules.sumsq = ss = LaneSum(lanes=cfg.reduce_lanes, fp32_config=self.fp32_config)
 
-        # Check-pass front end: G (read) -> * 2**-k -> LaneSum (always ready while streaming).
+        # Check-pass front end: G (read) -> the datapath's g*g (g = G * 2**-k * 1) -> LaneSum
+        # (always ready while streaming).
         chk_valid = Signal(name="chk_valid")       # read data of the check pass is valid
         chk_last = Signal(name="chk_last")
         cdf = Dataflow(m, chk_valid, fp32_config=self.fp32_config,
                        divsqrt_config=self.divsqrt_config, prefix="chk")
         g_raw = rdata[Mem.G]
-        un = cdf.mul(cdf.input(g_raw, "graw"), cdf.const(inv_scale, "inv_scale"), name="unscale")
         last_n = cdf.input(chk_last, "last")
-        m.d.comb += [ss.i.valid.eq(cdf.valid_at(un.t)), ss.i.payload.x.eq(cdf.at(un, un.t)),
-                     ss.i.payload.last.eq(cdf.at(last_n, un.t))]
+        m.d.comb += [ss.i.valid.eq(cdf.valid_at(dp.sq_latency)), ss.i.payload.x.eq(dp.sq),
+                     ss.i.payload.last.eq(cdf.at(last_n, dp.sq_latency))]
+
+        # Clip-factor front end: one element into the datapath, its quotient ratio_latency later.
+        clip_go = Signal(name="clip_go")
+        clf = Dataflow(m, clip_go, fp32_config=self.fp32_config,
+                       divsqrt_config=self.divsqrt_config, prefix="clipf")
+        clip_done = clf.valid_at(dp.ratio_latency)
+        clip_q, clip_lt = clip_factor(m, dp.ratio)
         nonfinite = Signal(name="nonfinite")
         fused = Signal(name="fused")           # a one-pass STEP1 is running
         ss_got = Signal(name="sumsq_got")      # its sum of squares has arrived
@@ -225,38 +261,41 @@ class OptimEngine(wiring.Component):
         acc_first = Signal(name="acc_first")
         acc_g = Signal(32, name="acc_g")
         acc_addr = Signal(ab, name="acc_addr")
-        adf = Dataflow(m, acc_valid, fp32_config=self.fp32_config,
-                       divsqrt_config=self.divsqrt_config, prefix="acc")
-        gin = adf.input(acc_g, "gin")
-        gsum = adf.add(adf.input(rdata[Mem.G], "gold"), gin, name="gsum")
-        acc_out = Signal(32, name="acc_out")
-        m.d.comb += acc_out.eq(Mux(acc_first, adf.at(gin, gsum.t), adf.at(gsum, gsum.t)))
-        acc_wvalid = adf.valid_at(gsum.t)
-        acc_waddr = adf.at(adf.input(acc_addr, "addr"), gsum.t)
+        acc_wvalid = None
+        if self.data_cmds:
+            adf = Dataflow(m, acc_valid, fp32_config=self.fp32_config,
+                           divsqrt_config=self.divsqrt_config, prefix="acc")
+            gin = adf.input(acc_g, "gin")
+            gsum = adf.add(adf.input(rdata[Mem.G], "gold"), gin, name="gsum")
+            acc_out = Signal(32, name="acc_out")
+            m.d.comb += acc_out.eq(Mux(acc_first, adf.at(gin, gsum.t), adf.at(gsum, gsum.t)))
+            acc_wvalid = adf.valid_at(gsum.t)
+            acc_waddr = adf.at(adf.input(acc_addr, "addr"), gsum.t)
 
         # Update front end.
         upd_valid = Signal(name="upd_valid")
         upd_addr = Signal(ab, name="upd_addr")
         m.d.comb += [
-            dp.i.valid.eq(upd_valid),
+            dp.i.valid.eq(upd_valid | chk_valid | clip_go),
             dp.i.payload.w.eq(rdata[Mem.W]),
             dp.i.payload.m.eq(rdata[Mem.M]),
             dp.i.payload.v.eq(rdata[Mem.V]),
             dp.i.payload.g.eq(rdata[Mem.G]),
-            dp.i.payload.tag.eq(upd_addr),
+            dp.i.payload.tag.eq(Cat(upd_addr, upd_valid)),
         ]
 
         # ---- READ FIFO ------------------------------------------------------------------------
-        m.submodules.rfifo = rf = SyncFIFOBuffered(width=32, depth=cfg.rd_fifo_depth)
         rd_pending = Signal(name="rd_pending")
         rd_sel = Signal(2, name="rd_sel")
-        m.d.comb += [
-            rf.w_en.eq(rd_pending),
-            rf.w_data.eq(_sel_data(rdata, rd_sel)),
-            self.rdata.valid.eq(rf.r_rdy),
-            self.rdata.payload.eq(rf.r_data),
-            rf.r_en.eq(self.rdata.ready),
-        ]
+        if self.data_cmds:
+            m.submodules.rfifo = rf = SyncFIFOBuffered(width=32, depth=cfg.rd_fifo_depth)
+            m.d.comb += [
+                rf.w_en.eq(rd_pending),
+                rf.w_data.eq(_sel_data(rdata, rd_sel)),
+                self.rdata.valid.eq(rf.r_rdy),
+                self.rdata.payload.eq(rf.r_data),
+                rf.r_en.eq(self.rdata.ready),
+            ]
 
         # ---- control --------------------------------------------------------------------------
         cur = Signal(cmd_layout(), name="cur")
@@ -289,7 +328,7 @@ class OptimEngine(wiring.Component):
         for s in Mem.ALL:
             m.d.comb += ports[s].w_data.eq(wdata_words[s])
 
-        with m.FSM(name="ctrl"):
+        with m.FSM(name="ctrl") as ctrl:
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(self.cmd.valid):
@@ -321,21 +360,13 @@ class OptimEngine(wiring.Component):
                                         m.d.sync += sig.eq(cmd.data)
                                 with m.Default():
                                     m.d.sync += st.error.eq(1)
-                        with m.Case(Op.WRITE):
-                            with m.If(in_range):
-                                m.next = "WRITE"
-                            with m.Else():
-                                m.d.sync += st.error.eq(1)
-                        with m.Case(Op.READ):
-                            with m.If(in_range):
-                                m.next = "READ"
-                            with m.Else():
-                                m.d.sync += st.error.eq(1)
-                        with m.Case(Op.ACCUM):
-                            with m.If(in_range):
-                                m.next = "ACCUM"
-                            with m.Else():
-                                m.d.sync += st.error.eq(1)
+                        for op in ((Op.WRITE, Op.READ, Op.ACCUM) if self.data_cmds else ()):
+                            with m.Case(op):
+                                with m.If(in_range):
+                                    m.next = {Op.WRITE: "WRITE", Op.READ: "READ",
+                                              Op.ACCUM: "ACCUM"}[op]
+                                with m.Else():
+                                    m.d.sync += st.error.eq(1)
                         with m.Case(Op.STEP, Op.STEP1):
                             with m.If(n_reg == 0):
                                 m.d.sync += st.error.eq(1)
@@ -351,40 +382,41 @@ class OptimEngine(wiring.Component):
                         with m.Default():
                             m.d.sync += st.error.eq(1)
 
-            with m.State("WRITE"):
-                m.d.comb += self.wdata.ready.eq(1)
-                with m.If(self.wdata.valid):
-                    m.d.comb += waddr.eq(cur.addr + idx)
-                    for s in Mem.ALL:
-                        m.d.comb += [wdata_words[s].eq(self.wdata.payload),
-                                     ports[s].w_en.eq(cur.mem == s)]
-                    m.d.sync += [idx.eq(idx + 1), remaining.eq(remaining - 1)]
-                    with m.If(remaining == 1):
-                        m.next = "IDLE"
+            if self.data_cmds:
+                with m.State("WRITE"):
+                    m.d.comb += self.wdata.ready.eq(1)
+                    with m.If(self.wdata.valid):
+                        m.d.comb += waddr.eq(cur.addr + idx)
+                        for s in Mem.ALL:
+                            m.d.comb += [wdata_words[s].eq(self.wdata.payload),
+                                         ports[s].w_en.eq(cur.mem == s)]
+                        m.d.sync += [idx.eq(idx + 1), remaining.eq(remaining - 1)]
+                        with m.If(remaining == 1):
+                            m.next = "IDLE"
 
-            with m.State("READ"):
-                m.d.comb += raddr.eq(cur.addr + idx)
-                with m.If(rf.level + rd_pending + rd_pending_rd < cfg.rd_fifo_depth):
-                    m.d.comb += [ren[s].eq(cur.mem == s) for s in Mem.ALL]
-                    m.d.sync += [rd_pending_rd.eq(1), rd_sel_rd.eq(cur.mem), idx.eq(idx + 1),
-                                 remaining.eq(remaining - 1)]
-                    with m.If(remaining == 1):
-                        m.next = "IDLE"
+                with m.State("READ"):
+                    m.d.comb += raddr.eq(cur.addr + idx)
+                    with m.If(rf.level + rd_pending + rd_pending_rd < cfg.rd_fifo_depth):
+                        m.d.comb += [ren[s].eq(cur.mem == s) for s in Mem.ALL]
+                        m.d.sync += [rd_pending_rd.eq(1), rd_sel_rd.eq(cur.mem), idx.eq(idx + 1),
+                                     remaining.eq(remaining - 1)]
+                        with m.If(remaining == 1):
+                            m.next = "IDLE"
 
-            with m.State("ACCUM"):
-                m.d.comb += [self.wdata.ready.eq(1), raddr.eq(cur.addr + idx)]
-                with m.If(self.wdata.valid):
-                    m.d.comb += ren[Mem.G].eq(1)
-                    m.d.sync += [acc_valid_rd.eq(1), acc_g_rd.eq(self.wdata.payload),
-                                 acc_addr_rd.eq(cur.addr + idx), acc_first_rd.eq(cur.first),
-                                 idx.eq(idx + 1), remaining.eq(remaining - 1)]
-                    with m.If(remaining == 1):
-                        m.d.sync += drain.eq(gsum.t + READ_LATENCY + 1)
-                        m.next = "ACC_DRAIN"
-            with m.State("ACC_DRAIN"):
-                m.d.sync += drain.eq(drain - 1)
-                with m.If(drain == 0):
-                    m.next = "IDLE"
+                with m.State("ACCUM"):
+                    m.d.comb += [self.wdata.ready.eq(1), raddr.eq(cur.addr + idx)]
+                    with m.If(self.wdata.valid):
+                        m.d.comb += ren[Mem.G].eq(1)
+                        m.d.sync += [acc_valid_rd.eq(1), acc_g_rd.eq(self.wdata.payload),
+                                     acc_addr_rd.eq(cur.addr + idx), acc_first_rd.eq(cur.first),
+                                     idx.eq(idx + 1), remaining.eq(remaining - 1)]
+                        with m.If(remaining == 1):
+                            m.d.sync += drain.eq(gsum.t + READ_LATENCY + 1)
+                            m.next = "ACC_DRAIN"
+                with m.State("ACC_DRAIN"):
+                    m.d.sync += drain.eq(drain - 1)
+                    with m.If(drain == 0):
+                        m.next = "IDLE"
 
             with m.State("CHECK"):
                 m.d.comb += [raddr.eq(idx), ren[Mem.G].eq(1)]
@@ -406,14 +438,11 @@ class OptimEngine(wiring.Component):
                         m.d.sync += [clip.eq(ONE_F32), st.clipped.eq(0)]
                         m.next = "UPDATE_START"
             with m.State("CLIP"):
-                m.d.comb += [cf.i.valid.eq(1), cf.i.payload.sumsq.eq(st.sumsq)]
-                with m.If(cf.i.ready):
-                    m.next = "CLIP_WAIT"
+                m.d.comb += clip_go.eq(1)
+                m.next = "CLIP_WAIT"
             with m.State("CLIP_WAIT"):
-                m.d.comb += cf.o.ready.eq(1)
-                with m.If(cf.o.valid):
-                    m.d.sync += [clip.eq(cf.o.payload.factor),
-                                 st.clipped.eq(cf.o.payload.clipped)]
+                with m.If(clip_done):
+                    m.d.sync += [clip.eq(clip_q), st.clipped.eq(clip_lt)]
                     m.next = "UPDATE_START"
             with m.State("SKIP"):
                 m.d.sync += [st.skip_count.eq(st.skip_count + 1), st.last_skipped.eq(1),
@@ -451,17 +480,23 @@ class OptimEngine(wiring.Component):
                             m.d.sync += st.good_count.eq(st.good_count + 1)
                     m.next = "IDLE"
 
+        # The datapath's registered copies lag these by a cycle: the first check element reaches
+        # the CLIP multiply, and the clip element the square root, several cycles later.
+        m.d.comb += [sq_phase.eq(ctrl.ongoing("CHECK") | ctrl.ongoing("SUMSQ")),
+                     alt_phase.eq(ctrl.ongoing("CLIP") | ctrl.ongoing("CLIP_WAIT"))]
+
         # Sticky Inf/NaN of the raw gradients read in the check pass.
         with m.If(chk_valid & is_inf_or_nan(g_raw)):
             m.d.sync += nonfinite.eq(1)
 
         # Write-back of ACCUM and of the update pass (never both at once: one command at a time).
-        with m.If(acc_wvalid):
-            m.d.comb += [waddr.eq(acc_waddr), wdata_words[Mem.G].eq(acc_out),
-                         ports[Mem.G].w_en.eq(1)]
-        with m.If(dp.o.valid):
+        if acc_wvalid is not None:
+            with m.If(acc_wvalid):
+                m.d.comb += [waddr.eq(acc_waddr), wdata_words[Mem.G].eq(acc_out),
+                             ports[Mem.G].w_en.eq(1)]
+        with m.If(dp.o.valid & dp.o.payload.tag[ab]):
             m.d.comb += [
-                waddr.eq(dp.o.payload.tag),
+                waddr.eq(dp.o.payload.tag[:ab]),
                 wdata_words[Mem.W].eq(dp.o.payload.w),
                 wdata_words[Mem.M].eq(dp.o.payload.m),
                 wdata_words[Mem.V].eq(dp.o.payload.v),
@@ -474,10 +509,12 @@ class OptimEngine(wiring.Component):
         return m
 
 
-def _sumsq_latency(lanes: int, fp32_config: FP32Config) -> int:
-    ls = LaneSum(lanes=lanes, square=True, fp32_config=fp32_config)
+def _sumsq_latency(lanes: int, fp32_config: FP32Config,
+                   divsqrt_config: FP32DivSqrtConfig) -> int:
+    ls = LaneSum(lanes=lanes, fp32_config=fp32_config)
     mark_used(ls)                            # only asked for its latency
-    return READ_LATENCY + fp32_config.latency("fp32_mul") + ls.latency + 1
+    sq = OptimDatapath.latencies_for(fp32_config, divsqrt_config)[1]
+    return READ_LATENCY + sq + ls.latency + 1
 
 
 def step1_busy_cycles(n: int, *, reduce_lanes: int = 8, fp32_config: FP32Config | None = None,
@@ -487,7 +524,7 @@ def step1_busy_cycles(n: int, *, reduce_lanes: int = 8, fp32_config: FP32Config 
     fc = fp32_config or FP32Config()
     dc = divsqrt_config or FP32DivSqrtConfig()
     latency = READ_LATENCY + OptimDatapath.latency_for(fc, dc)
-    return n + max(latency + 3, _sumsq_latency(reduce_lanes, fc))
+    return n + max(latency + 3, _sumsq_latency(reduce_lanes, fc, dc))
 
 
 def _sel_data(words, sel):

@@ -55,8 +55,9 @@ def optim_update_latency(lm: int, la: int, lsqrt: int, ldiv: int) -> int:
 
 
 def optim_sumsq_latency(lm: int, la: int, lanes: int) -> int:
-    """docs/datapaths.md: ``sumsq_latency`` = read 2 + unscale multiply + ``LaneSum`` flush + 1."""
-    return 2 + lm + lanesum_flush(lm, la, lanes) + 1
+    """docs/datapaths.md: ``sumsq_latency`` = read 2 + the update pipeline's three multiplies
+    to ``g*g`` + ``LaneSum`` flush (no square stage of its own) + 1."""
+    return 2 + 3 * lm + lanesum_flush(0, la, lanes) + 1
 
 
 def optim_step1_cycles(n: int, lm: int, la: int, lsqrt: int, ldiv: int, lanes: int) -> int:

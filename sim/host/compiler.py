@@ -1374,11 +1374,8 @@ class Compiled:
         if part not in ("step", "backward"):
             raise ValueError(f"part must be 'step' or 'backward', not {part!r}")
         b = self._b
-        acts = self.data_writes(x, y)
-        for (l, mode), (wa, wb, r) in sorted(self.precision_table(precision).items()):
-            acts.append(("prec", l, mode, wa, wb, r))
-        acts += [("setreg", r, reg_word(v)) for r, v in sorted(self._registers(t, scale_exp)
-                                                                 .items())]
+        acts = self.data_writes(x, y) + self.setup_actions(t, precision=precision,
+                                                           scale_exp=scale_exp)
         if load_program:
             acts.append(("program", list(self.program) if part == "step"
                          else self.split_programs()[0]))
@@ -1386,6 +1383,15 @@ class Compiled:
         loss0 = self.plan["loss"].line
         acts += [("read", f"loss{j}", loss0 + j * b.R, b.nr) for j in range(b.k)]
         acts.append(("status",))
+        return acts
+
+    def setup_actions(self, t: int, *, precision=None, scale_exp=None) -> list:
+        """The precision table (:meth:`precision_table`) and the optimizer registers of step
+        ``t`` (see :meth:`step_actions`, which writes them after the batch)."""
+        acts = [("prec", l, mode, wa, wb, r)
+                for (l, mode), (wa, wb, r) in sorted(self.precision_table(precision).items())]
+        acts += [("setreg", r, reg_word(v)) for r, v in sorted(self._registers(t, scale_exp)
+                                                                 .items())]
         return acts
 
     def optimizer_actions(self) -> list:

@@ -12,14 +12,7 @@ from sim.host.compiler import MLP, compile_mlp
 from sim.host.optim import SGD, Adam, LossScale, Momentum
 from sim.host.pipeline import (Pipeline, bubble_formula, even_bounds, stage_order, timeline)
 from sim.model.core import CoreModel
-
-
-def _init(seed, layers):
-    rng = np.random.default_rng(seed)
-    W = [(rng.standard_normal((a, b)) * 0.2).astype(np.float32)
-         for a, b in zip(layers, layers[1:])]
-    b = [(rng.standard_normal(n) * 0.05).astype(np.float32) for n in layers[1:]]
-    return rng, W, b
+from test_dataparallel import _init
 
 
 def _bits(arrays):

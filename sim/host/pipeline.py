@@ -256,6 +256,11 @@ class Pipeline:
         #: per stage, ``(forward, backward)`` array beats of one micro-batch (last step)
         self.durations = [(0, 0)] * stages
 
+    @property
+    def stash_words(self) -> list:
+        """Per stage, the words one stashed micro-batch takes (whole lines, padding included)."""
+        return [sum(n for _, n in io["stash"]) * self.config.size for io in self.io]
+
     # -- parameters ------------------------------------------------------------------------------
     def _split(self, values):
         return [list(values[a:b]) for a, b in zip(self.bounds, self.bounds[1:])]

@@ -166,6 +166,8 @@ ROWS = [
     (MLP, "one_pass", 1, T, "MLP.one_pass"),
     (MLP, "mean_rows", -1, V, "MLP.mean_rows"),
     (MLP, "mean_rows", 1.5, T, "MLP.mean_rows"),
+    (MLP, "head", 1, T, "MLP.head"),
+    (MLP, "input_grad", "yes", T, "MLP.input_grad"),
     (TopK, "seg", 0, V, "TopK.seg"),
     (TopK, "k", 0, V, "TopK.k"),
     (TopK, "k", 257, V, "TopK.k"),

@@ -7,7 +7,15 @@ FP32 words, BFP groups (mantissa 8 and 4) or top-k pairs with error feedback (16
 words), for N = 2 and 4 (``--ranks``). Reported per N and compression: the bytes ratio of the links against plain FP32 ring all-reduces (32-bit flits),
 the final test accuracy (float32 inference with rank 0's weights; every rank holds the same
 bits, checked each epoch) and the mean training loss of the last epoch. These are golden-model
-results: there is no RTL multi-core top yet (docs/multicore.md). Writes
+results: there is no RTL multi-core top yet (docs/multicore.md).
+
+Pipeline parallelism (key ``pipeline``, :mod:`sim.host.pipeline`): the digits MLP 64-64-10 on
+``p = 2`` stages and 64-64-64-10 on ``p = 3``, ``m = 1, 2, 4, 8`` micro-batches of the batch:
+one step checked bit-identical to one core running the same micro-batches, the stages'
+forward / backward array beats per micro-batch from the golden model, and the bubble fraction
+of the simulated GPipe and 1F1B timelines (link latency 0 and ``--latency``) against ``(p - 1)
+/ (m + p - 1)``; the same timeline with every stage given the mean duration ("equal stages");
+the peak of stashed micro-batches (stage 0) and their words. Writes
 ``docs/bench/distributed.json`` and ``docs/bench/distributed.md``.
 """
 from __future__ import annotations
@@ -20,11 +28,13 @@ import numpy as np
 
 from hdl.core.config import CoreConfig
 from sim.bench.common import publish
-from sim.host.compiler import MLP
+from sim.host.compiler import MLP, compile_mlp
 from sim.host.dataparallel import DataParallel
 from sim.host.digits import epoch_batches, load_digits
 from sim.host.optim import Adam
+from sim.host.pipeline import Pipeline, bubble_formula, timeline
 from sim.model.compress import TopK
+from sim.model.core import CoreModel
 from sim.model.reference import forward
 
 #: ``(label, compression, width, TopK)`` of every run.
@@ -62,6 +72,52 @@ def run(label, compression, width, topk, *, ranks, epochs, batch, seed) -> dict:
             "steps": t}
 
 
+#: ``(layers, stages)`` of the pipeline runs.
+PIPELINES = [((64, 64, 10), 2), ((64, 64, 64, 10), 3)]
+MICRO_BATCHES = (1, 2, 4, 8)
+
+
+def pipeline_run(layers, stages, m, *, batch, seed, latency) -> dict:
+    """One pipeline step on a digits batch, checked against one core; its timelines."""
+    data = load_digits()
+    rng = np.random.default_rng(seed)
+    W = [(rng.standard_normal((a, b)) * np.sqrt(2.0 / a)).astype(np.float32)
+         for a, b in zip(layers, layers[1:])]
+    b = [np.zeros(n, np.float32) for n in layers[1:]]
+    desc = MLP(layers=layers, batch=batch, micro_batches=m, optimizer=Adam(lr=3e-3))
+    x = data.x_train[:batch, :layers[0]]
+    y = data.y_train[:batch]
+    one = compile_mlp(desc)
+    core = CoreModel(CoreConfig())
+    core.apply(one.init_actions(W, b))
+    want = core.apply(one.step_actions(x, y, 1) + one.read_actions())
+    out = {"layers": "-".join(map(str, layers)), "stages": stages, "micro_batches": m,
+           "formula": round(bubble_formula(stages, m), 4)}
+    for schedule in ("gpipe", "1f1b"):
+        pl = Pipeline(desc, CoreConfig(), stages, schedule=schedule)
+        pl.init(W, b)
+        pl.step(x, y, 1)
+        got = pl.read()
+        Ws, bs = one.decode_params(want)
+        if not all(np.array_equal(u.view(np.uint32), v.view(np.uint32)) for u, v in
+                   zip(Ws + bs, got["params"]["W"] + got["params"]["b"])):
+            raise AssertionError(f"pipeline {out['layers']} m={m} {schedule}: parameters "
+                                 f"differ from one core")
+        tl, tl_lat = pl.timeline(), pl.timeline(latency=latency)
+        out[schedule] = {"bubble": round(tl["bubble"], 4),
+                         "bubble_latency": round(tl_lat["bubble"], 4),
+                         "makespan": tl["makespan"], "peak_stash": tl["peak_stash"],
+                         "peak_stash_words": [n * w for n, w in zip(tl["peak_stash"],
+                                                                      pl.stash_words)]}
+    out["beats"] = [list(d) for d in pl.durations]
+    out["link_words"] = pl.link_words
+    mean = sum(f + g for f, g in pl.durations) / stages
+    f = max(1, round(mean / 3))
+    eq = timeline([f] * stages, [round(mean) - f] * stages, m)
+    out["equal_stages_bubble"] = round(eq["bubble"], 4)
+    return out
+
+
 def to_markdown(data: dict) -> str:
     lines = ["# Data-parallel digits training with link compression (golden model)", "",
              f"MLP 64-64-10, Adam 3e-3, global batch {data['batch']}, {data['epochs']} epochs, "
@@ -74,6 +130,24 @@ def to_markdown(data: dict) -> str:
     for r in data["compression"]:
         lines.append(f"| {r['ranks']} | {r['compression']} | {r['bytes_ratio']:.4f} | "
                      f"{r['test_accuracy']:.4f} | {r['last_epoch_loss']:.4f} |")
+    lines += ["", "## Pipeline parallelism (golden model)", "",
+              f"Batch {data['batch']} in m micro-batches; each step checked bit-identical to "
+              "one core running the same micro-batches. Stage durations: the golden model's "
+              "array beats per micro-batch pass (forward, backward) of each stage. Bubble: "
+              "idle fraction of the simulated timeline (link latency 0; "
+              f"`lat` = {data['latency']} cycles). Equal stages: every stage given the mean "
+              "duration. Peak stash: micro-batches stage 0 holds at once.", "",
+              "| MLP | p | m | (p-1)/(m+p-1) | equal stages | GPipe | GPipe lat | 1F1B | "
+              "1F1B lat | stage beats (F, B) | peak stash GPipe / 1F1B |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in data["pipeline"]:
+        g, o = r["gpipe"], r["1f1b"]
+        beats = " ".join(f"({f}, {b})" for f, b in r["beats"])
+        lines.append(f"| {r['layers']} | {r['stages']} | {r['micro_batches']} | "
+                     f"{r['formula']:.4f} | {r['equal_stages_bubble']:.4f} | "
+                     f"{g['bubble']:.4f} | {g['bubble_latency']:.4f} | {o['bubble']:.4f} | "
+                     f"{o['bubble_latency']:.4f} | {beats} | "
+                     f"{g['peak_stash'][0]} / {o['peak_stash'][0]} |")
     lines += ["", f"Wall time {data['wall_seconds']} s ({data['machine']})."]
     return "\n".join(lines)
 
@@ -84,12 +158,17 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--latency", type=int, default=64,
+                    help="pipeline link latency (cycles) of the second timeline")
     args = ap.parse_args(argv)
     t0 = time.time()
     ranks = [int(x) for x in args.ranks.split(",")]
     rows = [run(*spec, ranks=n, epochs=args.epochs, batch=args.batch, seed=args.seed)
             for n in ranks for spec in RUNS]
+    pipe = [pipeline_run(layers, p, m, batch=args.batch, seed=args.seed, latency=args.latency)
+            for layers, p in PIPELINES for m in MICRO_BATCHES]
     data = {"bench": "distributed", "model": "golden", "ranks": ranks,
+            "pipeline": pipe, "latency": args.latency,
             "epochs": args.epochs, "batch": args.batch, "seed": args.seed,
             "compression": rows, "wall_seconds": round(time.time() - t0, 1),
             "machine": platform.machine()}

@@ -215,6 +215,18 @@ class MLP:
         (:mod:`sim.host.dataparallel`) compiles each core's step with ``batch = B / N`` and
         ``mean_rows = B``, so the sum of the cores' gradient regions (the all-reduce) is the
         mean over the global batch ``B`` with no extra multiply.
+    head : bool
+        The step ends in softmax cross-entropy (default). ``False``: a **pipeline stage**
+        that is not the last (:mod:`sim.host.pipeline`): its last layer gets the ReLU of a
+        hidden layer and its output goes to the next stage, which writes the gradient of that
+        output into the same buffer before the backward pass (the labels / loss lines are
+        then unused).
+    input_grad : bool
+        Also compute the gradient of the input (``BWD_DATA`` of layer 0 and ``RELU_GRAD``
+        against the input, which is the previous stage's ReLU output): a pipeline stage that
+        is not the first sends it back. Stage options (``head=False`` or ``input_grad=True``)
+        need ``micro_batches = 1`` and schedule ``"listed"`` (the pipeline runs one
+        micro-batch per program; :meth:`Compiled.stage_programs`).
     """
 
     layers: tuple = (64, 64, 10)
@@ -227,6 +239,8 @@ class MLP:
     schedule: str = "listed"
     one_pass: bool = True
     mean_rows: int = 0
+    head: bool = True
+    input_grad: bool = False
 
     def __post_init__(self):
         layers = self.layers
@@ -292,6 +306,24 @@ class MLP:
                             f"{self.one_pass!r}")
         object.__setattr__(self, "one_pass", bool(self.one_pass))
         check_int("MLP", "mean_rows", self.mean_rows, lo=0)
+        for name in ("head", "input_grad"):
+            v = getattr(self, name)
+            if not isinstance(v, (bool, np.bool_)):
+                raise TypeError(f"MLP.{name} must be a bool, not {type(v).__name__} {v!r}")
+            object.__setattr__(self, name, bool(v))
+        if self.is_stage:
+            if self.micro_batches != 1:
+                raise ValueError(f"MLP.micro_batches must be 1 for a pipeline stage (head=False "
+                                 f"or input_grad=True), not {self.micro_batches!r}")
+            if self.schedule != "listed":
+                raise ValueError(f"MLP.schedule must be 'listed' for a pipeline stage, not "
+                                 f"{self.schedule!r}")
+
+    @property
+    def is_stage(self) -> bool:
+        """A pipeline stage that is not the whole network (``head=False`` or
+        ``input_grad=True``)."""
+        return not self.head or self.input_grad
 
     @property
     def L(self) -> int:
@@ -455,7 +487,7 @@ class _Builder:
                    M=self.m, K=self.d[l], N=self.d[l + 1])
 
     def _fwd_layer(self, l, src, dst, tag=""):
-        last = l == self.L - 1
+        last = l == self.L - 1 and self.desc.head
         self._mm(FWD, l, src, self._W(l), dst, Acc.OFF,
                  f"{tag}layer {l} forward: {self._nm(src)} x W{l} -> {dst[0]}")
         self._emit(Op.VEC, f"{tag}{dst[0]} += b{l}" + ("" if last else ", relu"),
@@ -496,10 +528,13 @@ class _Builder:
         z = ("z", 0, False)
         rows = desc.mean_rows or desc.batch
         imm = int(np.asarray(F32(1.0 / rows)).view(np.uint32))
-        self._emit(Op.SOFTMAX_XENT, f"softmax cross-entropy, gradient scale 1/{rows} "
-                   f"(x loss scale)",
-                   {"a": z, "b": self._data("labels"), "d": z,
-                    "e": self._data("loss")}, rows=m, cols=d[L], imm=imm)
+        if desc.head:
+            self._emit(Op.SOFTMAX_XENT, f"softmax cross-entropy, gradient scale 1/{rows} "
+                       f"(x loss scale)",
+                       {"a": z, "b": self._data("labels"), "d": z,
+                        "e": self._data("loss")}, rows=m, cols=d[L], imm=imm)
+        #: first instruction of the backward pass (a pipeline stage's forward program ends here)
+        self.split = len(self.ins)
         dz = {L - 1: z}
         acc = Acc.AFTER_FIRST
 
@@ -530,7 +565,7 @@ class _Builder:
                 a = self._act(l)
                 bw_weight(l, a)
                 reduce(l)
-                if l > 0:
+                if l > 0 or desc.input_grad:
                     relu_grad(l, bw_data(l), a)
         else:
             acts = {}
@@ -549,6 +584,7 @@ class _Builder:
                 else:
                     bw_weight(l, a)
                     reduce(l)
+        self.dx = dz.get(-1)        # the input's gradient (input_grad)
         if k > 1:
             self._emit(Op.ENDLOOP)
         opt_name = getattr(desc.optimizer, "name", type(desc.optimizer).__name__)
@@ -1027,6 +1063,54 @@ class Compiled:
         pc = pcs[0]
         return self.program[:pc] + [halt], [self.program[pc], halt]
 
+    def stage_programs(self) -> dict:
+        """A pipeline stage's step as programs, for a host that moves activations and
+        gradients between stages (:mod:`sim.host.pipeline`); each ends in ``HALT``, same
+        words and addresses as :attr:`program`:
+
+        * ``forward``: the forward pass (and ``SOFTMAX_XENT`` with ``head``) of one
+          micro-batch;
+        * ``backward``: the backward pass of the first micro-batch of a step (``BWD_WEIGHT`` /
+          ``REDUCE`` overwrite the gradients: ``AFTER_FIRST`` outside a loop);
+        * ``backward_acc``: the same with ``acc = ON`` (later micro-batches add into them,
+          what ``AFTER_FIRST`` does in iterations ``> 0`` of the one-core loop);
+        * ``optimizer``: the ``OPT`` (compile with ``one_pass=False``, see
+          :meth:`split_programs`).
+
+        Needs ``micro_batches = 1`` (one micro-batch per program)."""
+        if self._b.k != 1:
+            raise ValueError(f"stage_programs needs micro_batches = 1, not {self._b.k}")
+        back, opt = self.split_programs()
+        sp, halt = self._b.split, encode(Op.HALT)
+
+        def acc_on(w):
+            op, f = decode(w)
+            if op in (Op.MATMUL, Op.REDUCE) and f["acc"] == Acc.AFTER_FIRST:
+                return encode(op, **{**f, "acc": Acc.ON})
+            return w
+        return {"forward": back[:sp] + [halt], "backward": back[sp:],
+                "backward_acc": [acc_on(w) for w in back[sp:]], "optimizer": opt}
+
+    def stage_io(self) -> dict:
+        """Where a pipeline stage's transfers are (global lines; see :meth:`stage_programs`):
+        ``input`` (the ``x`` matrix, ``m x d_0``), ``output`` (the last layer's ``m x d_L``
+        output: the activation sent on; the gradient that comes back is written here before
+        the backward pass; with ``head`` the logits, turned into their gradient), ``dx`` (the
+        input's gradient, ``m x d_0``, with ``input_grad``; else ``None``) as ``(line, rows,
+        cols)``; ``stash``: ``[(line, lines)]`` of every buffer the backward pass reads that
+        the forward pass wrote or the host loaded (the input and the activations live
+        across the split: what a stage keeps per micro-batch in flight)."""
+        b = self._b
+        sp, d, m = b.split, b.d, b.m
+        stash = [(self.place["data"], b.x_lines)]
+        for n, buf in b.bufs.items():
+            if not buf.persistent and not buf.alias and buf.lo < sp <= buf.hi:
+                stash.append((self.place[n], buf.lines))
+        return {"input": (self.place["data"], m, d[0]),
+                "output": (self.place["z"], m, d[-1]),
+                "dx": (self.place[b.dx[0]], m, d[0]) if b.dx is not None else None,
+                "stash": sorted(stash)}
+
     def asm(self) -> str:
         """The program as assembly (:func:`hdl.core.isa.assemble_program` reads it back)."""
         head = [f"# {self.desc.describe()}",
@@ -1290,11 +1374,8 @@ class Compiled:
         if part not in ("step", "backward"):
             raise ValueError(f"part must be 'step' or 'backward', not {part!r}")
         b = self._b
-        acts = self.data_writes(x, y)
-        for (l, mode), (wa, wb, r) in sorted(self.precision_table(precision).items()):
-            acts.append(("prec", l, mode, wa, wb, r))
-        acts += [("setreg", r, reg_word(v)) for r, v in sorted(self._registers(t, scale_exp)
-                                                                 .items())]
+        acts = self.data_writes(x, y) + self.setup_actions(t, precision=precision,
+                                                           scale_exp=scale_exp)
         if load_program:
             acts.append(("program", list(self.program) if part == "step"
                          else self.split_programs()[0]))
@@ -1302,6 +1383,15 @@ class Compiled:
         loss0 = self.plan["loss"].line
         acts += [("read", f"loss{j}", loss0 + j * b.R, b.nr) for j in range(b.k)]
         acts.append(("status",))
+        return acts
+
+    def setup_actions(self, t: int, *, precision=None, scale_exp=None) -> list:
+        """The precision table (:meth:`precision_table`) and the optimizer registers of step
+        ``t`` (see :meth:`step_actions`, which writes them after the batch)."""
+        acts = [("prec", l, mode, wa, wb, r)
+                for (l, mode), (wa, wb, r) in sorted(self.precision_table(precision).items())]
+        acts += [("setreg", r, reg_word(v)) for r, v in sorted(self._registers(t, scale_exp)
+                                                                 .items())]
         return acts
 
     def optimizer_actions(self) -> list:

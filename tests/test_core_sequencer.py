@@ -351,3 +351,172 @@ def test_bad_program_rejected_and_nothing_runs(name):
     status, pc, events, counters = run_program(words)
     assert (status, pc) == want
     assert events == [] and counters["instructions"] == 0
+
+
+# ---- FAST statistics and thresholds (memories with written bits, docs/fast.md) -------------
+
+ZERO_STAT = {"num": 0, "den": 0, "exp": 0, "seen": 0}
+W0 = 8 if CFG.max_mantissa >= 8 else CFG.max_mantissa       # the precision table's reset width
+
+
+def _stat_value(rng):
+    return {"num": rng.randrange(1 << 32), "den": rng.randrange(1, 1 << 32),
+            "exp": rng.randrange(-(1 << CFG.exp_bits), 1 << CFG.exp_bits),
+            "seen": rng.randrange(2)}
+
+
+def _stat_dict(v):
+    return {"num": int(v.num), "den": int(v.den), "exp": int(v.exp), "seen": int(v.seen)}
+
+
+def _stats_reference(seq, outs, thr, widths):
+    """What the sequencer must load into each MATMUL and hold at the end: ``seq`` is the run's
+    ``(layer, mode)`` pairs and ``"ADAPT"``; pass ``n`` saves ``outs[n]``; ``ADAPT`` raises
+    the width of each slot whose ``num * 2**16 > threshold * den`` (unwritten: never) and
+    clears every statistic. Returns (loads, saved)."""
+    from hdl.core.isa import stat_slot
+    saved, loads, n = {}, [], 0
+    for item in seq:
+        if item == "ADAPT":
+            for (layer, mode, op), st in sorted(saved.items()):
+                t = thr.get(stat_slot(layer, mode, op), 0xFFFFFFFF)
+                if st["seen"] and (st["num"] << 16) > t * st["den"]:
+                    w = list(widths.get((layer, mode), (W0, W0)))
+                    w[op] = min(w[op] + 2, CFG.max_mantissa)
+                    widths[(layer, mode)] = tuple(w)
+            saved.clear()
+            continue
+        wa, wb = widths.get(item, (W0, W0))
+        loads.append((wa, wb, saved.get((*item, 0), ZERO_STAT), saved.get((*item, 1), ZERO_STAT)))
+        saved[(*item, 0)], saved[(*item, 1)] = outs[n]
+        n += 1
+    return loads, saved
+
+
+@pytest.mark.parametrize("seed,lat", [(0, (1, 1)), (1, (1, 3)), (2, (1, 40))])
+def test_fast_statistics_saved_loaded_adapted_and_reset(seed, lat):
+    """Every MATMUL is loaded with the statistics its ``(layer, mode)`` last saved (zero when
+    never saved or cleared since), also when the same pair runs back to back (the memory's read
+    port is transparent for the save); ``ADAPT`` compares every slot with its threshold
+    (unwritten: never), raises exactly those widths and clears; the host reads every slot;
+    reset clears the statistics and the thresholds (the written bits), not the memories' words:
+    afterwards every slot reads zero and ``ADAPT`` raises nothing."""
+    from amaranth.hdl import ClockDomain, Module
+    from hdl.core.isa import stat_slot, stat_slots
+    rng = random.Random(seed)
+
+    def mm(layer, mode):
+        return encode(Op.MATMUL, mode=mode, M=4, K=4, N=4, a=0, b=D, c=2 * D, layer=layer)
+
+    pairs = [(0, 0), (0, 0), (0, 0), (1, 2), (CFG.layers - 1, 1), (1, 2), (0, 1)]
+    seq1 = pairs + ["ADAPT"] + pairs[::-1]
+    seq2 = [(0, 0), "ADAPT", (0, 0), (0, 0)]
+    prec = {p: (2, 4) for p in set(pairs)}
+    # thresholds: about half of the slots get one, drawn so that some r are above, some below
+    thr = {stat_slot(l, m, op): rng.choice([0, rng.randrange(1 << 17), rng.randrange(1 << 32)])
+           for (l, m) in set(pairs) for op in range(2) if rng.random() < 0.7}
+    thr[stat_slot(0, 0, 0)] = 0                     # a seen statistic there raises
+    dut = Sequencer(config=CFG)
+    top = Module()
+    top.submodules.dut = dut
+    top.domains.sync = cd = ClockDomain("sync")
+    loads, outs = [], []
+
+    async def matmul(ctx):
+        ctx.set(dut.mm_cmd.ready, 1)
+        while True:
+            _, _, valid, ready, load, p, s0, s1 = await ctx.tick().sample(
+                dut.mm_cmd.valid, dut.mm_cmd.ready, dut.mm_stat_load, dut.mm_cmd.payload,
+                dut.mm_stat_in[0], dut.mm_stat_in[1])
+            if not (valid and ready):
+                continue
+            assert load, "a MATMUL issued without loading its statistics"
+            loads.append((int(p.width_a), int(p.width_b), _stat_dict(s0), _stat_dict(s1)))
+            for _ in range(rng.randint(*lat) - 1):
+                await ctx.tick()
+            out = (_stat_value(rng), _stat_value(rng))
+            out[0]["seen"] = 1 if len(outs) == 0 else out[0]["seen"]
+            outs.append(out)
+            ctx.set(dut.mm_stat[0], out[0])
+            ctx.set(dut.mm_stat[1], out[1])
+            ctx.set(dut.mm_rsp.valid, 1)
+            await ctx.tick()
+            ctx.set(dut.mm_rsp.valid, 0)
+
+    async def read_all(ctx):
+        got = {}
+        for k in range(stat_slots(CFG)):
+            ctx.set(dut.stat_raddr, k)
+            ctx.set(dut.stat_ren, 1)
+            await ctx.tick()
+            ctx.set(dut.stat_ren, 0)
+            ctx.set(dut.stat_raddr, (k * 7 + 3) % stat_slots(CFG))   # held without stat_ren
+            await ctx.tick()
+            got[k] = _stat_dict(ctx.get(dut.stat_rdata))
+        return got
+
+    async def run(ctx, seq, thr, prec):
+        words = [encode(Op.ADAPT) if p == "ADAPT" else mm(*p) for p in seq] + [encode(Op.HALT)]
+        for i, w in enumerate(words):
+            ctx.set(dut.prog_we, 1)
+            ctx.set(dut.prog_waddr, i)
+            ctx.set(dut.prog_wdata, w)
+            await ctx.tick()
+        ctx.set(dut.prog_we, 0)
+        for (layer, mode), (wa, wb) in prec.items():
+            ctx.set(dut.prec_we, 1)
+            ctx.set(dut.prec_waddr, layer * 4 + mode)
+            ctx.set(dut.prec_wdata, {"width_a": wa, "width_b": wb, "rounding": 0})
+            await ctx.tick()
+        ctx.set(dut.prec_we, 0)
+        for k, t in thr.items():
+            ctx.set(dut.thr_we, 1)
+            ctx.set(dut.thr_waddr, k)
+            ctx.set(dut.thr_wdata, t)
+            await ctx.tick()
+        ctx.set(dut.thr_we, 0)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        for _ in range(DEADLINE):
+            await ctx.tick()
+            if ctx.get(dut.done):
+                return ctx.get(dut.status)
+        raise AssertionError("sequencer did not finish within the deadline")
+
+    result = {}
+
+    async def host(ctx):
+        result["status"] = await run(ctx, seq1, thr, prec)
+        result["loads"] = list(loads)
+        result["outs"] = list(outs)
+        result["after_run"] = await read_all(ctx)
+        ctx.set(cd.rst, 1)
+        await ctx.delay(2e-6)                  # two clock edges in reset
+        ctx.set(cd.rst, 0)
+        result["after_reset"] = await read_all(ctx)
+        loads.clear()
+        outs.clear()
+        result["status2"] = await run(ctx, seq2, {}, {(0, 0): (2, 2)})
+        result["loads2"], result["outs2"] = list(loads), list(outs)
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6)
+    sim.add_testbench(host)
+    sim.add_testbench(matmul, background=True)
+    add_deadline(sim)
+    sim.run()
+    assert result["status"] == Status.OK and result["status2"] == Status.OK
+    want_loads, saved = _stats_reference(seq1, result["outs"], thr, dict(prec))
+    assert result["loads"] == want_loads
+    raised = [l[:2] for l in want_loads[len(pairs):]] != [prec[p] for p in pairs[::-1]]
+    assert raised, "the thresholds raised no width: the case tests nothing"
+    assert result["after_run"] == {stat_slot(l, mo, op): saved.get((l, mo, op), ZERO_STAT)
+                                   for l in range(CFG.layers) for mo in range(4)
+                                   for op in range(2)}
+    assert any(v != ZERO_STAT for v in result["after_run"].values())
+    assert all(v == ZERO_STAT for v in result["after_reset"].values())
+    # after reset: no threshold written, so ADAPT raises nothing, but it still clears
+    want2, _ = _stats_reference(seq2, result["outs2"], {}, {(0, 0): (2, 2)})
+    assert result["loads2"] == want2
+    assert [l[:2] for l in result["loads2"]] == [(2, 2)] * 3

@@ -155,10 +155,9 @@ class TrainingCore(wiring.Component):
             for i, v in enumerate(values):
                 with m.Case(i):
                     m.d.comb += host.reg_data.eq(v)
-            for k, st in enumerate(seq.stat):
-                for w in range(2):
-                    with m.Case(stat_reg(k, w)):
-                        m.d.comb += host.reg_data.eq(st.as_value()[64 * w:64 * (w + 1)])
+        # FAST statistic words: read from the sequencer's statistic memories
+        m.d.comb += [seq.stat_raddr.eq(host.stat_slot), seq.stat_ren.eq(host.stat_en),
+                     host.stat_rdata.eq(seq.stat_rdata)]
 
         # ---- matmul engine ------------------------------------------------------------------
         connect(m, seq.mm_cmd, mm.cmd)

@@ -85,8 +85,13 @@ class HostPort(wiring.Component):
     opt_cmd : Out(stream)
         SETREG to the optimizer (only while no program runs).
     reg_index : Out(16), reg_data : In(64), reg_count : int
-        Register file read (combinational mux in the core): indices ``0 .. reg_count - 1``
-        and ``stat_base .. stat_base + stat_count - 1``.
+        Register file read (combinational mux in the core): indices ``0 .. reg_count - 1``.
+    stat_en : Out(1), stat_slot : Out(16), stat_rdata : In(128), stat_base, stat_count : int
+        FAST statistic words ``stat_base .. stat_base + stat_count - 1`` (two per slot): a
+        ``REG`` of one raises ``stat_en`` with the slot on ``stat_slot``; the statistic memory
+        answers on ``stat_rdata`` the next cycle (held until the next ``stat_en``), and the
+        response carries its low or high 64 bits. The answer still comes one cycle after
+        acceptance.
     thr_we, thr_waddr, thr_wdata : Out
         THRESH to the sequencer (``addr`` must be a slot of a layer below ``config.layers``
         and a mode below 3).
@@ -112,6 +117,7 @@ class HostPort(wiring.Component):
             "err_pc": In(16),
             "opt_cmd": Out(stream.Signature(opt_cmd_layout())),
             "reg_index": Out(16), "reg_data": In(64),
+            "stat_en": Out(1), "stat_slot": Out(16), "stat_rdata": In(128),
             "thr_we": Out(1), "thr_waddr": Out(range(config.layers * 8)), "thr_wdata": Out(32),
         })
         self._db = db
@@ -126,9 +132,14 @@ class HostPort(wiring.Component):
         rsp_valid = Signal(name="rsp_valid")
         rsp_read = Signal(name="rsp_is_read")      # data comes from the memory port
         rsp_data = Signal(self._db, name="rsp_data")
+        rsp_stat = Signal(name="rsp_is_stat")      # data comes from the statistic memory
+        rsp_word = Signal(name="rsp_stat_word")
         waiting = Signal(name="waiting_run")
         m.d.comb += [self.rsp.valid.eq(rsp_valid),
-                     r.data.eq(Mux(rsp_read, self.mem.r_data, rsp_data))]
+                     r.data.eq(Mux(rsp_read, self.mem.r_data,
+                                   Mux(rsp_stat,
+                                       Mux(rsp_word, self.stat_rdata[64:], self.stat_rdata[:64]),
+                                       rsp_data)))]
         with m.If(self.rsp.valid & self.rsp.ready):
             m.d.sync += rsp_valid.eq(0)
 
@@ -152,13 +163,16 @@ class HostPort(wiring.Component):
             self.reg_index.eq(c.addr),
             self.thr_waddr.eq(c.addr), self.thr_wdata.eq(c.data[:32]),
         ]
+        is_stat = Signal(name="reg_is_stat")
+        m.d.comb += is_stat.eq((c.addr >= self.stat_base)
+                               & (c.addr < self.stat_base + self.stat_count))
+        stat_off = Signal(16, name="stat_offset")
+        m.d.comb += [stat_off.eq(c.addr - self.stat_base), self.stat_slot.eq(stat_off[1:])]
         reg_ok = Signal(name="reg_ok")
-        m.d.comb += reg_ok.eq((c.addr < self.reg_count)
-                              | ((c.addr >= self.stat_base)
-                                 & (c.addr < self.stat_base + self.stat_count)))
+        m.d.comb += reg_ok.eq((c.addr < self.reg_count) | is_stat)
         with m.If(take):
-            m.d.sync += [rsp_valid.eq(1), r.op.eq(op), rsp_read.eq(0), rsp_data.eq(0),
-                         r.status.eq(HostStatus.OK)]
+            m.d.sync += [rsp_valid.eq(1), r.op.eq(op), rsp_read.eq(0), rsp_stat.eq(0),
+                         rsp_data.eq(0), r.status.eq(HostStatus.OK)]
             with m.Switch(op):
                 with m.Case(HostOp.WRITE):
                     with m.If(line_ok):
@@ -204,7 +218,10 @@ class HostPort(wiring.Component):
                     with m.Else():
                         m.d.comb += self.thr_we.eq(1)
                 with m.Case(HostOp.REG):
-                    with m.If(reg_ok):
+                    with m.If(is_stat):
+                        m.d.comb += self.stat_en.eq(1)
+                        m.d.sync += [rsp_stat.eq(1), rsp_word.eq(stat_off[0])]
+                    with m.Elif(reg_ok):
                         m.d.sync += rsp_data.eq(self.reg_data)
                     with m.Else():
                         m.d.sync += r.status.eq(HostStatus.BAD_ADDR)
@@ -212,5 +229,6 @@ class HostPort(wiring.Component):
                     m.d.sync += r.status.eq(HostStatus.BAD_OP)
         with m.If(waiting & self.done):
             m.d.sync += [waiting.eq(0), rsp_valid.eq(1), r.op.eq(HostOp.START),
-                         r.status.eq(self.status), rsp_read.eq(0), rsp_data.eq(self.err_pc)]
+                         r.status.eq(self.status), rsp_read.eq(0), rsp_stat.eq(0),
+                         rsp_data.eq(self.err_pc)]
         return m

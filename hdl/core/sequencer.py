@@ -2,7 +2,7 @@
 counted loop, the precision table and the core's counters (docs/core.md)."""
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -115,8 +115,18 @@ class Sequencer(wiring.Component):
         covers every group its converter quantized since reset or the last ``ADAPT`` (runs do
         not clear them: an ``ADAPT`` at the top of a step's program decides from the previous
         step's statistics, and the host reads a step's statistics after its run).
-    stat : Out(stat_layout).array(stat_slots(config))
-        The saved statistics (the host reads them with ``REG``).
+    stat_raddr : In(range(stat_slots(config))), stat_ren : In(1), stat_rdata : Out(stat_layout)
+        The host's read of a saved statistic (``REG``): ``stat_rdata`` is slot ``stat_raddr``
+        of the cycle ``stat_ren`` was high, from the next cycle on, and held until the next
+        ``stat_ren``.
+
+    The statistics and the thresholds live in memories (per operand one statistic memory of
+    ``layers * 4`` entries, one threshold memory of ``stat_slots`` entries; LUT RAM or block RAM
+    on an FPGA) with a *written* bit per slot in flip-flops: reset and ``ADAPT`` clear the bits,
+    so an unwritten statistic reads as zero and an unwritten threshold as ``THRESH_NEVER``
+    without a walk over the memories. Reads are synchronous: the sequencer addresses its read
+    port one cycle ahead (from the instruction being decoded, and ``ADAPT``'s next slot), so
+    no instruction takes a cycle more than with the slots in flip-flops.
     """
 
     def __init__(self, *, config: CoreConfig):
@@ -156,7 +166,8 @@ class Sequencer(wiring.Component):
             "mm_stat_load": Out(1),
             "mm_stat_in": Out(stat_layout(acfg.bfp(0))).array(2),
             "mm_stat": In(stat_layout(acfg.bfp(0))).array(2),
-            "stat": Out(stat_layout(acfg.bfp(0))).array(stat_slots(config)),
+            "stat_raddr": In(range(stat_slots(config))), "stat_ren": In(1),
+            "stat_rdata": Out(stat_layout(acfg.bfp(0))),
         })
 
     def elaborate(self, platform):
@@ -192,24 +203,85 @@ class Sequencer(wiring.Component):
             m.d.sync += prec[self.prec_waddr].eq(pwd)
 
         # ---- FAST: threshold table and statistics (docs/fast.md) --------------------------------
+        # Memories plus a written bit per slot (reset and ADAPT clear only the bits). The
+        # sequencer's read ports are addressed one cycle ahead (`s_pair`, `t_slot` below) and are
+        # transparent for the statistic saves, so the value read in a cycle is the slot's value
+        # in that cycle.
         n_slots = stat_slots(cfg)
-        thr = Array(Signal(32, name=f"thr_{k // 8}_{k // 2 % 4}_{k % 2}", init=THRESH_NEVER)
-                    for k in range(n_slots))
-        with m.If(self.thr_we & ~self.running):
-            m.d.sync += thr[self.thr_waddr].eq(self.thr_wdata)
-        stats = Array(self.stat)
-        zero_stat = self.stat[0].shape().const({})
-        mm_layer = Signal(4, name="mm_layer")      # (layer, mode) of the running MATMUL
+        n_pairs = n_slots // 2                       # (layer, mode) entries
+        st_shape = self.mm_stat[0].shape()
+        zero_stat = st_shape.const({})
+        mm_layer = Signal(4, name="mm_layer")       # (layer, mode) of the running MATMUL
         mm_mode = Signal(2, name="mm_mode")
-        with m.If(self.mm_rsp.valid):               # the pass is complete: save its statistics
-            for op in range(2):
-                m.d.sync += stats[Cat(Const(op, 1), mm_mode, mm_layer)].eq(self.mm_stat[op])
+        s_pair = Signal(range(n_pairs), name="stat_rd_pair")   # sequencer read address (comb)
+        t_slot = Signal(range(n_slots), name="thr_rd_slot")
+        save_pair = Signal(range(n_pairs), name="stat_save_pair")
+        m.d.comb += save_pair.eq(Cat(mm_mode, mm_layer))
+        save = Signal(name="stat_save")
+        m.d.comb += save.eq(self.mm_rsp.valid)       # the pass is complete: save its statistics
         adapt_k = Signal(range(n_slots), name="adapt_slot")
-        a_stat = stats[adapt_k]
+        adapt_clear = Signal(name="adapt_clear")     # ADAPT clears slot adapt_k this cycle
+        host_pair = Signal(range(n_pairs), name="stat_host_pair")
+        m.d.comb += host_pair.eq(self.stat_raddr[1:])
+        host_op = Signal(name="stat_host_op")
+        with m.If(self.stat_ren):
+            m.d.sync += host_op.eq(self.stat_raddr[0])
+        st_seq = []       # per operand: the sequencer's view of slot (s_pair of last cycle, op)
+        st_host = []
+        for op in range(2):
+            mem = Memory(shape=st_shape, depth=n_pairs, init=[])
+            m.submodules[f"stat_mem{op}"] = mem
+            wp = mem.write_port()
+            rs = mem.read_port(transparent_for=(wp,))
+            rh = mem.read_port()
+            m.d.comb += [wp.addr.eq(save_pair), wp.data.eq(self.mm_stat[op]), wp.en.eq(save),
+                         rs.addr.eq(s_pair), rs.en.eq(1),
+                         rh.addr.eq(host_pair), rh.en.eq(self.stat_ren)]
+            written = Signal(n_pairs, name=f"stat_written{op}")
+            cleared = Signal(name=f"stat_cleared{op}")
+            m.d.comb += cleared.eq(adapt_clear & (adapt_k[0] == op))
+            with m.If(save):
+                m.d.sync += written.bit_select(save_pair, 1).eq(1)
+            with m.If(cleared):
+                m.d.sync += written.bit_select(adapt_k[1:], 1).eq(0)
+            # the written bit as the read port sees it: this cycle's save or clear included
+            ws_q = Signal(name=f"stat_rd_written{op}")
+            m.d.sync += ws_q.eq(Mux(save & (save_pair == s_pair), 1,
+                                    Mux(cleared & (adapt_k[1:] == s_pair), 0,
+                                        written.bit_select(s_pair, 1))))
+            wh_q = Signal(name=f"stat_host_written{op}")
+            with m.If(self.stat_ren):
+                m.d.sync += wh_q.eq(written.bit_select(host_pair, 1))
+            v = Signal(st_shape, name=f"stat_rd{op}")
+            m.d.comb += v.eq(Mux(ws_q, rs.data, zero_stat))
+            st_seq.append(v)
+            vh = Signal(st_shape, name=f"stat_host{op}")
+            m.d.comb += vh.eq(Mux(wh_q, rh.data, zero_stat))
+            st_host.append(vh)
+        m.d.comb += self.stat_rdata.eq(Mux(host_op, st_host[1], st_host[0]))
+
+        thr_mem = Memory(shape=32, depth=n_slots, init=[])
+        m.submodules.thr_mem = thr_mem
+        thr_wp = thr_mem.write_port()
+        thr_rp = thr_mem.read_port()
+        thr_we = Signal(name="thr_write")
+        m.d.comb += thr_we.eq(self.thr_we & ~self.running)
+        m.d.comb += [thr_wp.addr.eq(self.thr_waddr), thr_wp.data.eq(self.thr_wdata),
+                     thr_wp.en.eq(thr_we), thr_rp.addr.eq(t_slot), thr_rp.en.eq(1)]
+        thr_written = Signal(n_slots, name="thr_written")
+        with m.If(thr_we):
+            m.d.sync += thr_written.bit_select(self.thr_waddr, 1).eq(1)
+        thr_wq = Signal(name="thr_rd_written")
+        m.d.sync += thr_wq.eq(thr_written.bit_select(t_slot, 1))
+        a_thr = Signal(32, name="adapt_thr")
+        m.d.comb += a_thr.eq(Mux(thr_wq, thr_rp.data, THRESH_NEVER))
+
+        a_stat = Signal(st_shape, name="adapt_stat")
+        m.d.comb += a_stat.eq(Mux(adapt_k[0], st_seq[1], st_seq[0]))
         a_num = Signal(32 + THRESH_FRAC_BITS, name="adapt_num_scaled")
         a_rhs = Signal(64, name="adapt_thr_den")
         a_raise = Signal(name="adapt_raise")
-        m.d.comb += [a_num.eq(a_stat.num << THRESH_FRAC_BITS), a_rhs.eq(thr[adapt_k] * a_stat.den),
+        m.d.comb += [a_num.eq(a_stat.num << THRESH_FRAC_BITS), a_rhs.eq(a_thr * a_stat.den),
                      a_raise.eq(a_stat.seen & (a_num > a_rhs))]
 
         # ---- decoder ----------------------------------------------------------------------------
@@ -287,7 +359,11 @@ class Sequencer(wiring.Component):
             mp.base_a.eq(d_start[0]), mp.base_b.eq(d_start[1]), mp.base_c.eq(d_start[2]),
         ]
         for op in range(2):
-            m.d.comb += self.mm_stat_in[op].eq(stats[Cat(Const(op, 1), mmi.mode, mmi.layer)])
+            m.d.comb += self.mm_stat_in[op].eq(st_seq[op])
+        # the statistic read port looks at the registered instruction's (layer, mode) by
+        # default; DECODE addresses the instruction being decoded, EXEC of ADAPT and the ADAPT
+        # walk the next slot (below)
+        m.d.comb += s_pair.eq(Cat(mmi.mode, mmi.layer))
         vp = self.vec_cmd.payload
         m.d.comb += [vp.op.eq(ir.op), vp.acc.eq(d_acc),
                      vp.gscale.eq(ir.args.softmax.imm + (self.scale_exp << 23))]
@@ -369,6 +445,8 @@ class Sequencer(wiring.Component):
                 m.d.comb += [pr.addr.eq(pc), pr.en.eq(1)]
                 m.next = "DECODE"
             with m.State("DECODE"):
+                dmm = INSTR(pr.data).args.matmul
+                m.d.comb += s_pair.eq(Cat(dmm.mode, dmm.layer))
                 m.d.sync += [ir.eq(pr.data), d_status.eq(dec.status), d_banks.eq(dec.banks),
                              d_acc.eq(dec.acc)]
                 m.d.sync += [d_start[i].eq(dec.ranges[i].start) for i in range(4)]
@@ -438,6 +516,7 @@ class Sequencer(wiring.Component):
                         with m.Else():
                             m.d.sync += ctr.stall_fence.eq(ctr.stall_fence + 1)
                     with m.Case(Op.ADAPT):
+                        m.d.comb += [s_pair.eq(0), t_slot.eq(0)]
                         with m.If(all_idle):
                             m.d.sync += adapt_k.eq(0)
                             m.next = "ADAPT"
@@ -495,7 +574,9 @@ class Sequencer(wiring.Component):
                     with m.Else():
                         with m.If(prec[pidx].width_a < cfg.max_mantissa):
                             m.d.sync += prec[pidx].width_a.eq(prec[pidx].width_a + 2)
-                m.d.sync += [a_stat.eq(zero_stat), adapt_k.eq(adapt_k + 1)]
+                m.d.comb += [adapt_clear.eq(1), s_pair.eq((adapt_k + 1)[1:]),
+                             t_slot.eq(adapt_k + 1)]
+                m.d.sync += adapt_k.eq(adapt_k + 1)
                 with m.If(adapt_k == n_slots - 1):
                     m.d.sync += [ctr.instructions.eq(ctr.instructions + 1), *next_pc()]
                     m.next = "FETCH"

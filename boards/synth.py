@@ -58,7 +58,8 @@ TARGETS = [
     # program memory and every engine included.
     ("training_core", "tiny"),
     ("training_core", "default"),
-    # The training core's FPGA build (CoreConfig.fpga(): one vector lane), S = 4 and S = 8.
+    # The training core's FPGA build (CoreConfig.fpga(): one vector lane, four banks), S = 4
+    # and S = 8.
     ("training_core_fpga", "tiny"),
     ("training_core_fpga", "default"),
 ]

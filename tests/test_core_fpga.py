@@ -1,21 +1,36 @@
-"""The training core's FPGA build (docs/core.md "FPGA"): ``CoreConfig.fpga()`` and the
-``training_core_fpga`` rows of ``make synth`` (no synthesis here: configs only)."""
+"""The training core's FPGA build (docs/core.md "FPGA"): ``CoreConfig.fpga()``, the
+``training_core_fpga`` rows of ``make synth`` (no synthesis here), the default MLP on the FPGA
+build in the golden model (the same bits as on the preset), and a core of the FPGA build's
+shape in the Amaranth simulator."""
 import dataclasses
 
+import numpy as np
 import pytest
+
+from amaranth.sim import Simulator
 
 from boards.synth import TARGETS, VARIANTS, build_block
 from hdl.core.config import CoreConfig
 from hdl.core.core import TrainingCore
+from hdl.core.isa import Status
 from hdl.registry import blocks
+from sim.host.compiler import MLP, compile_mlp
+from sim.host.driver import CoreDriver
+from sim.host.optim import Adam
+from sim.model.core import CoreModel
+from sim.tb.amaranth_tb import StreamTransport, add_deadline
 
 
 @pytest.mark.parametrize("preset", ["tiny", "default"])
-def test_fpga_config_is_the_preset_with_one_vector_lane(preset):
+def test_fpga_config_is_the_preset_with_one_vector_lane_and_four_banks(preset):
     cfg = CoreConfig.preset(preset)
     fpga = cfg.fpga()
-    assert fpga == dataclasses.replace(cfg, vector_lanes=1)
+    assert fpga == dataclasses.replace(cfg, vector_lanes=1, banks=4,
+                                       bank_depth=cfg.bank_depth * cfg.banks // 4)
     assert fpga.vec_lanes == 1 and fpga.size == cfg.size and fpga.lines == cfg.lines
+    assert fpga.fpga() == fpga
+    small = CoreConfig(banks=4, bank_depth=64)
+    assert small.fpga().banks == 4 and small.fpga().bank_depth == 64
     core = build_block("training_core_fpga", preset)
     core._MustUse__silence = True       # built only for its config (never elaborated)
     assert isinstance(core, TrainingCore) and core.config == fpga
@@ -24,3 +39,68 @@ def test_fpga_config_is_the_preset_with_one_vector_lane(preset):
 def test_fpga_rows_are_synth_targets_and_not_registered_blocks():
     assert {("training_core_fpga", p) for p in ("tiny", "default")} <= set(TARGETS)
     assert not set(VARIANTS) & set(blocks())
+
+
+def _step_actions(comp, desc, seed):
+    rng = np.random.default_rng(seed)
+    Ws = [(rng.standard_normal((a, b)) * 0.3).astype(np.float32)
+          for a, b in zip(desc.layers[:-1], desc.layers[1:])]
+    bs = [(rng.standard_normal(b) * 0.1).astype(np.float32) for b in desc.layers[1:]]
+    acts = comp.init_actions(Ws, bs)
+    for t in (1, 2):
+        x = rng.standard_normal((desc.batch, desc.layers[0])).astype(np.float32)
+        y = rng.integers(0, desc.layers[-1], desc.batch)
+        acts += comp.step_actions(x, y, t)
+    return acts + comp.read_actions()
+
+
+@pytest.mark.parametrize("preset", ["tiny", "default"])
+def test_fpga_build_trains_the_default_mlp_to_the_same_bits(preset):
+    """The default MLP (64-64-10, batch 32, Adam) compiles for the FPGA build (four banks)
+    and two golden-model steps give the same parameters, optimizer state and losses, bit for
+    bit, as on the preset: only the placement (and so the cycles) differs."""
+    desc = MLP(layers=(64, 64, 10), batch=32, optimizer=Adam(lr=3e-3))
+    cfg = CoreConfig.preset(preset)
+    got = {}
+    for name, c in (("preset", cfg), ("fpga", cfg.fpga())):
+        comp = compile_mlp(desc, c)
+        got[name] = CoreModel(c).apply(_step_actions(comp, desc, 0))
+        got[name + "_program"] = comp.program
+    assert got["preset_program"] != got["fpga_program"], "the placement did not change"
+    for key in ("params", "grads", "m", "v", "loss0"):
+        assert np.array_equal(got["preset"][key], got["fpga"][key]), key
+    assert got["fpga"]["run"] == [(Status.OK, 0)] * 2
+
+
+def test_fpga_shaped_core_step_bit_exact_in_rtl():
+    """The FPGA build's shape (four banks, one vector lane) in the Amaranth simulator: two
+    training steps of a small MLP bit-exact with the golden model (parameters, gradients,
+    optimizer state, loss, the executed instructions and array beats, the whole scratchpad)."""
+    cfg = CoreConfig(size=4, banks=8, bank_depth=64, prog_depth=64, layers=4).fpga()
+    assert (cfg.banks, cfg.bank_depth, cfg.vec_lanes) == (4, 128, 1)
+    desc = MLP(layers=(4, 6, 3), batch=4, optimizer=Adam(lr=1e-2))
+    comp = compile_mlp(desc, cfg)
+    actions = _step_actions(comp, desc, 1) + [("counters",)]
+    model = CoreModel(cfg)
+    want = model.apply(actions)
+    dut = TrainingCore(config=cfg)
+    got = {}
+
+    async def tb(ctx):
+        drv = CoreDriver(cfg, StreamTransport(ctx, dut.cmd, dut.rsp), run_deadline=60_000)
+        got.update(await drv.apply(actions))
+        got["mem"] = await drv.read_lines(0, cfg.lines)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(tb)
+    add_deadline(sim)
+    sim.run()
+    assert got["run"] == want["run"] == [(Status.OK, 0)] * 2
+    for key in ("params", "grads", "m", "v", "loss0"):
+        assert np.array_equal(got[key], want[key]), key
+    # the hardware's counters are the last run's, the model's count since reset: the two
+    # steps run the same program
+    assert got["counters"]["instructions"] == len(model.trace)
+    assert 2 * got["counters"]["array_beats"] == want["counters"]["beats"]
+    assert np.array_equal(got["mem"], model.mem)

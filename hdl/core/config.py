@@ -62,9 +62,13 @@ class CoreConfig(PresetMixin):
     }
 
     #: Overrides of the FPGA build (:meth:`fpga`; ``make synth``'s ``training_core_fpga`` rows,
-    #: docs/core.md "FPGA"): one vector lane instead of ``S``. Programs and results are those of
-    #: the same config without them; only vector-unit cycles grow (docs/vector.md's table).
+    #: docs/core.md "FPGA"): one vector lane instead of ``S``, and ``FPGA_BANKS`` banks of
+    #: proportionally more lines (the same scratchpad, a smaller crossbar). Results are those
+    #: of the same config without them; the compiler places the tensors in fewer banks, so
+    #: units overlap less, and the vector unit takes more cycles (docs/vector.md's table).
     FPGA: ClassVar[dict] = {"vector_lanes": 1}
+    #: Banks of the FPGA build (when the config has more).
+    FPGA_BANKS: ClassVar[int] = 4
 
     def __post_init__(self):
         for name in ("size", "max_mantissa", "lanes", "exp_bits", "noise_bits", "lfsr_seed",
@@ -91,8 +95,11 @@ class CoreConfig(PresetMixin):
                              f"for size), not {self.vector_lanes!r}")
 
     def fpga(self) -> "CoreConfig":
-        """This config with the :attr:`FPGA` overrides applied (``dataclasses.replace``)."""
-        return dataclasses.replace(self, **self.FPGA)
+        """This config as the FPGA build: the :attr:`FPGA` overrides, and at most
+        :attr:`FPGA_BANKS` banks holding the same lines (``dataclasses.replace``)."""
+        banks = min(self.banks, self.FPGA_BANKS)
+        return dataclasses.replace(self, **self.FPGA, banks=banks,
+                                   bank_depth=self.bank_depth * self.banks // banks)
 
     @property
     def array(self) -> ArrayConfig:

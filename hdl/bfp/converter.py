@@ -17,7 +17,7 @@ from .pipeline import StallAll
 
 __all__ = ["Rounding", "E_ZERO", "width_shape", "fp32_stream_layout", "bfp_stream_layout",
            "decode_width", "layout_fields", "tree_levels", "converter_latency",
-           "converter_members",
+           "converter_members", "residual_layout",
            "BFPConverter"]
 
 #: Shared exponent of an all-zero (or NaN/Inf) group: one below any real group's exponent.
@@ -147,6 +147,11 @@ def converter_members(config: BFPConfig) -> dict:
     }
 
 
+def residual_layout(config: BFPConfig) -> data.ArrayLayout:
+    """:attr:`BFPConverter.residual`: one ``|H_j - 4 M_j|`` (at most 4) per element."""
+    return data.ArrayLayout(unsigned(3), config.group_size)
+
+
 class BFPConverter(wiring.Component):
     """Stream converter FP32 -> BFP, one group of ``group_size`` values per cycle.
 
@@ -170,10 +175,23 @@ class BFPConverter(wiring.Component):
     n-th group after reset gets the n-th draw, as when it is accepted. Golden model:
     :mod:`sim.model.bfp`.
 
+    With ``residual=True`` the round stage also gives, per element, ``|H_j - 4 M_j|`` where
+    ``H_j`` is the element's magnitude at width ``m + 2`` with round-to-nearest-even (what a
+    second converter fed the group at ``m + 2``, ``NEAREST`` would output) and ``M_j`` its
+    magnitude on ``o`` (FAST's statistic, :class:`hdl.bfp.stat.QuantStat`). It shares every
+    stage with ``o``: the ``m + 2`` value is the alignment window shifted two bits less, i.e.
+    the same window read two bits lower (the window keeps at least 3 fraction bits), its
+    sticky bit is computed instead of ``o``'s (``o``'s is that one OR the two window bits
+    between the two guard bits), and only the low 4 bits of ``H_j`` are formed
+    (``|H_j - 4 M_j| <= 4``: ``H_j`` is within 4 of ``4 floor(x)``, ``4 M_j`` is
+    ``4 floor(x)`` or 4 more, both saturate at the top). ``o`` and ``flags`` are unchanged.
+
     Parameters
     ----------
     config : BFPConfig
         ``group_size``, ``max_mantissa``, ``exp_bits``, ``noise_bits``, ``lfsr_seed``.
+    residual : bool
+        Add the :attr:`residual` output (default ``False``).
 
     Attributes
     ----------
@@ -192,21 +210,33 @@ class BFPConverter(wiring.Component):
     clear_flags : In(1)
         Clear ``flags`` at the next edge (a flagged group delivered in the same cycle still
         sets them).
+    residual : Out(residual_layout(config))
+        Only with ``residual=True``: ``|H_j - 4 M_j|`` of each element of the group on ``o``
+        (registered and held with ``o.payload``). Meaningful when ``m <= max_mantissa - 2`` and
+        the group is neither NaN nor Inf (otherwise unspecified).
     """
 
-    def __init__(self, *, config: BFPConfig):
+    def __init__(self, *, config: BFPConfig, residual: bool = False):
         if not isinstance(config, BFPConfig):
             raise TypeError(f"BFPConverter.config must be a BFPConfig, not {config!r}")
         self.config = config
         self.latency = converter_latency(config)
-        super().__init__(converter_members(config))
+        self.with_residual = bool(residual)
+        members = converter_members(config)
+        if self.with_residual:
+            members["residual"] = Out(residual_layout(config))
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
         G, mm, r = cfg.group_size, cfg.max_mantissa, cfg.noise_bits
-        low = mm - 1 + r                # zero bits appended below the significand
-        win = r + mm                    # aligned window: integer part | r fraction bits
+        fine = self.with_residual
+        # fraction bits of the aligned window: r, and at least 3 with the residual (the m + 2
+        # value's guard bit is the third below the binary point)
+        rw = max(r, 3) if fine else r
+        low = mm - 1 + rw               # zero bits appended below the significand
+        win = rw + mm                   # aligned window: integer part | rw fraction bits
         front = max(2, tree_levels(G))
         m.submodules.noise = noise = BFPNoise(config=cfg)
 
@@ -350,14 +380,18 @@ class BFPConverter(wiring.Component):
 
         # ---- align stage: window of (sig << low) >> k, sticky below the guard bit ------------
         windows, stickies = [], []
+        # with the residual the sticky bit is the m + 2 value's: below the window position
+        # rw - 3 (two below o's guard bit)
+        below = mm + 2 if fine else mm
         for j in range(G):
             ext = Cat(Const(0, low), sigs[j])
             wdw = Signal(win, name=f"e{j}_window")
-            sticky = Signal(name=f"e{j}_sticky")
-            # bit b of sig lies below the guard bit (ext position < k + r - 1) iff k > b + mm
+            sticky = Signal(name=f"e{j}_sticky_fine" if fine else f"e{j}_sticky")
+            # bit b of sig lies below the guard bit (ext position < k + rw - 1) iff k > b + mm;
+            # below position rw - 3 iff k > b + mm + 2
             m.d.comb += [
                 wdw.eq((ext >> ks[j])[:win]),
-                sticky.eq(Cat(*[sigs[j][b] & (ks[j] > b + mm) for b in range(24)]).any()),
+                sticky.eq(Cat(*[sigs[j][b] & (ks[j] > b + below) for b in range(24)]).any()),
             ]
             windows.append(wdw)
             stickies.append(sticky)
@@ -382,8 +416,14 @@ class BFPConverter(wiring.Component):
         out = self.o.payload
         for j in range(G):
             wdw = windows[j]
-            integer, fraction = wdw[r:], wdw[:r]
-            up_rne = wdw[r - 1] & (stickies[j] | integer[0])
+            integer, fraction = wdw[rw:], wdw[rw - r:rw]
+            if fine:
+                sticky_fine = stickies[j]
+                sticky = Signal(name=f"e{j}_sticky")
+                m.d.comb += sticky.eq(sticky_fine | wdw[rw - 3] | wdw[rw - 2])
+            else:
+                sticky = stickies[j]
+            up_rne = wdw[rw - 1] & (sticky | integer[0])
             sum_sr = Signal(r + 1, name=f"e{j}_noise_sum")
             inc = Signal(mm + 1, name=f"e{j}_inc")
             m.d.comb += [sum_sr.eq(fraction + noise.noise[j]), inc.eq(integer + 1)]
@@ -395,13 +435,37 @@ class BFPConverter(wiring.Component):
                     m.d.comb += up.eq(sum_sr[r])
                 with m.Default():
                     m.d.comb += up.eq(0)
+            at_limit = Signal(name=f"e{j}_at_limit")
             take_inc = Signal(name=f"e{j}_take_inc")
-            m.d.comb += take_inc.eq(up & (integer != limit))
+            m.d.comb += [at_limit.eq(integer == limit), take_inc.eq(up & ~at_limit)]
             with m.If(en):
                 m.d.sync += [
                     out.group.elems[j].mag.eq(Mux(bad, 0, Mux(take_inc, inc[:mm], integer))),
                     out.group.elems[j].sign.eq(signs[j] & ~bad),
                 ]
+            if fine:
+                # H = the m + 2 value: integer part wdw[rw - 2:], guard wdw[rw - 3], sticky
+                # sticky_fine; saturates at 2**(m + 2) - 1 (integer part all ones: o's integer
+                # at its limit and the two bits below it set). Only H mod 16 is formed, and
+                # 4 M mod 16 from M's low 2 bits (a NaN/Inf group's M = 0 is not looked at).
+                up_f = Signal(name=f"e{j}_fine_up")
+                top_f = Signal(name=f"e{j}_fine_at_limit")
+                low_f = Signal(4, name=f"e{j}_fine_low")
+                h_f = Signal(4, name=f"e{j}_fine_mod16")
+                m_lo = Signal(2, name=f"e{j}_mag_low")
+                diff = Signal(4, name=f"e{j}_fine_diff")      # H - 4 M mod 16, in -4..4
+                res = Signal(3, name=f"e{j}_residual")
+                m.d.comb += [
+                    up_f.eq(wdw[rw - 3] & (sticky_fine | wdw[rw - 2])),
+                    top_f.eq(at_limit & wdw[rw - 1] & wdw[rw - 2]),
+                    low_f.eq(Cat(wdw[rw - 2], wdw[rw - 1], integer[:2])),
+                    h_f.eq(Mux(up_f & ~top_f, low_f + 1, low_f)),
+                    m_lo.eq(Mux(take_inc, inc[:2], integer[:2])),
+                    diff.eq(h_f - Cat(Const(0, 2), m_lo)),
+                    res.eq(Mux(diff[3], (0 - diff)[:3], diff[:3])),
+                ]
+                with m.If(en):
+                    m.d.sync += self.residual[j].eq(res)
         with m.If(en):
             m.d.sync += [
                 self.o.valid.eq(v),

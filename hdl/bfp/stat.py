@@ -6,14 +6,14 @@ the last ``stat_load``, accumulated as ``(exp, num, den)`` (``r = num / den``).
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import STAT_BITS, BFPConfig, check_stat_bits
 from ..registry import Block
-from .converter import (BFPConverter, Rounding, bfp_stream_layout, converter_latency,
-                        converter_members, decode_width, fp32_stream_layout, layout_fields)
+from .converter import (BFPConverter, bfp_stream_layout, converter_latency,
+                        converter_members, fp32_stream_layout, layout_fields)
 
 __all__ = ["STAT_BITS", "stat_layout", "QuantStat"]
 
@@ -30,9 +30,11 @@ def stat_layout(config: BFPConfig, stat_bits: int = STAT_BITS) -> data.StructLay
 class QuantStat(wiring.Component):
     """:class:`~hdl.bfp.converter.BFPConverter` at the run-time width ``m`` plus the statistic.
 
-    A second converter quantizes the same groups at ``m + 2`` with round-to-nearest-even in
-    lock step (both are stall-all pipelines fed the same ``valid`` and ``ready``; its output is
-    used only by the statistic). Each group delivered on ``o`` gives, one cycle later (stage
+    The converter is built with ``residual=True``: besides each group at ``m`` it gives each
+    element's ``|H_j - 4 M_j|``, ``H_j`` the magnitude the group would have at ``m + 2`` with
+    round-to-nearest-even, from the same pipeline (shared exponent, flags, alignment; the same
+    result as a second converter fed the group at ``m + 2`` in lock step, which is what this
+    unit used to be). Each group delivered on ``o`` gives, one cycle later (stage
     register), ``D = sum |H_j - 4 M_j| << (mm - m - 2)`` and ``N = sum M_j << (mm - m)`` in
     units of ``2**(E - mm + 1)``; the next cycle adds them into the accumulator (the smaller
     exponent's side truncated to the larger, renormalised by one bit when a sum overflows).
@@ -91,34 +93,24 @@ class QuantStat(wiring.Component):
         m = Module()
         cfg = self.config
         G, mm, B = cfg.group_size, cfg.max_mantissa, self.stat_bits
-        lo = m.submodules.conv = BFPConverter(config=cfg)
-        hi = m.submodules.conv_hi = BFPConverter(config=cfg)
-
-        # ---- the two converters in lock step -------------------------------------------------
-        eff = decode_width(m, self.i.payload.width, cfg, name="in_width")
+        lo = m.submodules.conv = BFPConverter(config=cfg, residual=True)
         m.d.comb += [
             lo.i.valid.eq(self.i.valid), lo.i.payload.eq(self.i.payload),
             self.i.ready.eq(lo.i.ready),
-            hi.i.valid.eq(self.i.valid), hi.i.payload.data.eq(self.i.payload.data),
-            hi.i.payload.width.eq(eff + 2), hi.i.payload.rounding.eq(Rounding.NEAREST),
             self.o.valid.eq(lo.o.valid), self.o.payload.eq(lo.o.payload),
-            lo.o.ready.eq(self.o.ready), hi.o.ready.eq(self.o.ready),
+            lo.o.ready.eq(self.o.ready),
             self.flags.eq(lo.flags), lo.clear_flags.eq(self.clear_flags),
         ]
 
         # ---- stage: the group's terms ----------------------------------------------------------
+        # (a group at m = mm or with N = 0, e.g. NaN/Inf, is not taken: its residuals are unused)
         out = lo.o.payload
         width = out.width                                   # the decoded m
         d_sum = 0
         n_sum = 0
         for j in range(G):
-            mlo = out.group.elems[j].mag
-            mhi = hi.o.payload.group.elems[j].mag
-            diff = Signal(signed(mm + 3), name=f"diff_{j}")
-            adiff = Signal(unsigned(mm + 2), name=f"adiff_{j}")
-            m.d.comb += [diff.eq(mhi - (mlo << 2)), adiff.eq(Mux(diff < 0, -diff, diff))]
-            d_sum = d_sum + adiff
-            n_sum = n_sum + mlo
+            d_sum = d_sum + lo.residual[j]                  # |H_j - 4 M_j|
+            n_sum = n_sum + out.group.elems[j].mag
         d_grp = Signal(range(3 * G + 1), name="group_d")
         n_grp = Signal(range(G * (2 ** mm - 1) + 1), name="group_n")
         m.d.comb += [d_grp.eq(d_sum), n_grp.eq(n_sum)]

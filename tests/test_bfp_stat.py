@@ -190,3 +190,13 @@ def test_invalid_stat_bits():
         QuantStat(config=TINY, stat_bits=8)
     with pytest.raises(TypeError, match="config"):
         QuantStat(config=None)
+
+
+def test_group_residual_sum_of_four_per_element():
+    """Named edge case: a truncated (or stochastic) element can be 4 away from the m + 2
+    value (x' = 2.9 at m = 2: M = 2, H = 12), so a group's sum of |H - 4M| reaches 4 G. The
+    group sum was sized for 3 G and wrapped to 0 here (num = 0 against the model's 256)."""
+    x = np.full(TINY.group_size, 2.9 * 2.0 ** -1, np.float32)
+    w = bfp.pack_fp32_group(x, TINY, 2, bfp.ROUND_TRUNCATE)
+    stats = check(TINY, [[w]])
+    assert stats[-1].num != 0

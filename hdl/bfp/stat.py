@@ -111,7 +111,7 @@ class QuantStat(wiring.Component):
         for j in range(G):
             d_sum = d_sum + lo.residual[j]                  # |H_j - 4 M_j|
             n_sum = n_sum + out.group.elems[j].mag
-        d_grp = Signal(range(3 * G + 1), name="group_d")
+        d_grp = Signal(range(4 * G + 1), name="group_d")       # |H_j - 4 M_j| <= 4
         n_grp = Signal(range(G * (2 ** mm - 1) + 1), name="group_n")
         m.d.comb += [d_grp.eq(d_sum), n_grp.eq(n_sum)]
         short = Signal(range(mm + 1), name="width_short")    # mm - m

@@ -15,7 +15,8 @@ One BFP group (exponent ``E``, magnitudes ``M_j`` at width ``m`` and ``H_j`` at 
 share ``E``, and signs are equal: the sign is the input's sign bit) gives two exact integers in
 units of ``2**(E - mm + 1)`` (the LSB of the widest width ``mm = max_mantissa``):
 
-* ``D = sum_j |H_j - 4 M_j| << (mm - m - 2)`` (``|H_j - 4 M_j| <= 3``),
+* ``D = sum_j |H_j - 4 M_j| << (mm - m - 2)`` (``|H_j - 4 M_j| <= 4``: 4 when ``M_j``
+  truncates or rounds stochastically),
 * ``N = sum_j M_j << (mm - m)``.
 
 The accumulator is a small floating-point pair ``(exp, num, den)`` with ``STAT_BITS``-bit

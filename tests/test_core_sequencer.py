@@ -56,6 +56,36 @@ def banks_of(ranges):
     return s
 
 
+async def load_program(ctx, dut, words, prec=None):
+    """Write ``words`` into the program memory and ``prec`` (``{(layer, mode): (width_a,
+    width_b, rounding)}``) into the precision table, one per cycle, as the host does."""
+    for i, w in enumerate(words):
+        ctx.set(dut.prog_we, 1)
+        ctx.set(dut.prog_waddr, i)
+        ctx.set(dut.prog_wdata, w)
+        await ctx.tick()
+    ctx.set(dut.prog_we, 0)
+    for (layer, mode), (wa, wb, rnd) in (prec or {}).items():
+        ctx.set(dut.prec_we, 1)
+        ctx.set(dut.prec_waddr, layer * 4 + mode)
+        ctx.set(dut.prec_wdata, {"width_a": wa, "width_b": wb, "rounding": rnd})
+        await ctx.tick()
+    ctx.set(dut.prec_we, 0)
+
+
+async def start_and_wait(ctx, dut):
+    """Pulse ``start`` and wait for ``done`` (a hang past ``DEADLINE`` cycles fails); the run's
+    status."""
+    ctx.set(dut.start, 1)
+    await ctx.tick()
+    ctx.set(dut.start, 0)
+    for _ in range(DEADLINE):
+        await ctx.tick()
+        if ctx.get(dut.done):
+            return ctx.get(dut.status)
+    raise AssertionError("sequencer did not finish within the deadline")
+
+
 async def accepted(ctx, stream):
     """The payload of the next transfer on ``stream`` (its ``ready`` is driven by the caller).
     A plain tick loop: background testbenches blocked in ``.until()`` leave "generator already
@@ -81,29 +111,9 @@ def run_program(words, *, seed=0, lat=(1, 40), scale_exp=0, prec=None, gwin=Fals
             cycle[0] += 1
 
     async def host(ctx):
-        for i, w in enumerate(words):
-            ctx.set(dut.prog_we, 1)
-            ctx.set(dut.prog_waddr, i)
-            ctx.set(dut.prog_wdata, w)
-            await ctx.tick()
-        ctx.set(dut.prog_we, 0)
-        for (layer, mode), (wa, wb, rnd) in (prec or {}).items():
-            ctx.set(dut.prec_we, 1)
-            ctx.set(dut.prec_waddr, layer * 4 + mode)
-            ctx.set(dut.prec_wdata, {"width_a": wa, "width_b": wb, "rounding": rnd})
-            await ctx.tick()
-        ctx.set(dut.prec_we, 0)
+        await load_program(ctx, dut, words, prec)
         ctx.set(dut.scale_exp, scale_exp)
-        ctx.set(dut.start, 1)
-        await ctx.tick()
-        ctx.set(dut.start, 0)
-        for _ in range(DEADLINE):
-            await ctx.tick()
-            if ctx.get(dut.done):
-                break
-        else:
-            raise AssertionError("sequencer did not finish within the deadline")
-        result["status"] = ctx.get(dut.status)
+        result["status"] = await start_and_wait(ctx, dut)
         result["err_pc"] = ctx.get(dut.err_pc)
         result["counters"] = {n: ctx.get(dut.counters[n]) for n in
                               ("instructions", "cycles", "check_cycles", "stall_bank",
@@ -457,32 +467,14 @@ def test_fast_statistics_saved_loaded_adapted_and_reset(seed, lat):
 
     async def run(ctx, seq, thr, prec):
         words = [encode(Op.ADAPT) if p == "ADAPT" else mm(*p) for p in seq] + [encode(Op.HALT)]
-        for i, w in enumerate(words):
-            ctx.set(dut.prog_we, 1)
-            ctx.set(dut.prog_waddr, i)
-            ctx.set(dut.prog_wdata, w)
-            await ctx.tick()
-        ctx.set(dut.prog_we, 0)
-        for (layer, mode), (wa, wb) in prec.items():
-            ctx.set(dut.prec_we, 1)
-            ctx.set(dut.prec_waddr, layer * 4 + mode)
-            ctx.set(dut.prec_wdata, {"width_a": wa, "width_b": wb, "rounding": 0})
-            await ctx.tick()
-        ctx.set(dut.prec_we, 0)
+        await load_program(ctx, dut, words, {k: (wa, wb, 0) for k, (wa, wb) in prec.items()})
         for k, t in thr.items():
             ctx.set(dut.thr_we, 1)
             ctx.set(dut.thr_waddr, k)
             ctx.set(dut.thr_wdata, t)
             await ctx.tick()
         ctx.set(dut.thr_we, 0)
-        ctx.set(dut.start, 1)
-        await ctx.tick()
-        ctx.set(dut.start, 0)
-        for _ in range(DEADLINE):
-            await ctx.tick()
-            if ctx.get(dut.done):
-                return ctx.get(dut.status)
-        raise AssertionError("sequencer did not finish within the deadline")
+        return await start_and_wait(ctx, dut)
 
     result = {}
 

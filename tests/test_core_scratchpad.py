@@ -18,6 +18,15 @@ def _line(words):
     return sum(int(w) << (32 * j) for j, w in enumerate(words))
 
 
+
+def _simulate(dut, tb):
+    """Run testbench ``tb`` on ``dut`` with a clock and the suite's cycle deadline."""
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(tb)
+    add_deadline(sim)
+    sim.run()
+
 def test_random_traffic_in_disjoint_banks_matches_a_memory_model():
     rng = random.Random(5)
     clients = 3
@@ -63,11 +72,7 @@ def test_random_traffic_in_disjoint_banks_matches_a_memory_model():
                     errors.append((cycle, i))
         assert ctx.get(dut.conflict) == 0
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(tb)
-    add_deadline(sim)
-    sim.run()
+    _simulate(dut, tb)
     assert errors == []
 
 
@@ -142,9 +147,5 @@ def test_clashes_follow_the_cycle_exact_model():
                 errors.append((cycle, "conflict"))
         assert conflict
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(tb)
-    add_deadline(sim)
-    sim.run()
+    _simulate(dut, tb)
     assert errors == []

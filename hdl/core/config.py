@@ -40,6 +40,13 @@ class CoreConfig(PresetMixin):
         BIAS_GRAD`` (docs/vector.md): a divisor of ``size``, or 0 for ``size`` (a whole line
         per cycle, the default). Each lane costs one FP32 adder and multiplier (``VEC``) and
         one FP32 adder (bias gradient). :attr:`vec_lanes` is the resolved value.
+    ranks : int
+        Cores in the ring this core is built for (docs/multicore.md): 1 (the default) builds no
+        collective engine and ``ALLREDUCE`` is an unknown opcode; 2..16 add the engine
+        (:attr:`collective`), its link codecs and the ``link_tx`` / ``link_rx`` ports.
+    link_width : int
+        Bits of one flit on the ring's links (a divisor of 32): what ``link_tx`` / ``link_rx``
+        carry.
     """
 
     size: int = 8
@@ -55,6 +62,8 @@ class CoreConfig(PresetMixin):
     dim_bits: int = 10
     max_classes: int = 256
     vector_lanes: int = 0
+    ranks: int = 1
+    link_width: int = 32
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"size": 4, "bank_depth": 2048, "max_classes": 64},
@@ -93,6 +102,10 @@ class CoreConfig(PresetMixin):
         if self.vector_lanes and self.size % self.vector_lanes:
             raise ValueError(f"CoreConfig.vector_lanes must divide size = {self.size} (or be 0 "
                              f"for size), not {self.vector_lanes!r}")
+        check_int("CoreConfig", "ranks", self.ranks, lo=1, hi=16)
+        check_int("CoreConfig", "link_width", self.link_width, lo=1, hi=32)
+        if 32 % self.link_width:
+            raise ValueError(f"CoreConfig.link_width must divide 32, not {self.link_width!r}")
 
     def fpga(self) -> "CoreConfig":
         """This config as the FPGA build: the :attr:`FPGA` overrides, and at most
@@ -108,6 +121,16 @@ class CoreConfig(PresetMixin):
                            exp_bits=self.exp_bits, noise_bits=self.noise_bits,
                            lfsr_seed=self.lfsr_seed, mem_depth=self.lines,
                            dim_bits=self.dim_bits)
+
+    @property
+    def collective(self):
+        """The collective engine's :class:`hdl.multi.config.CollectiveConfig` (``ranks``
+        cores, 16-bit word addresses relative to the ``ALLREDUCE``'s first line, the default
+        BFP link format), or ``None`` when ``ranks == 1``."""
+        if self.ranks == 1:
+            return None
+        from ..multi.config import CollectiveConfig
+        return CollectiveConfig(ranks=self.ranks, depth=1 << 16)
 
     @property
     def vec_lanes(self) -> int:

@@ -32,7 +32,8 @@ __all__ = [
     "LOOP_FIELDS", "encode", "decode", "disassemble", "assemble", "assemble_program",
     "disassemble_program", "Range", "operand_ranges", "check_instruction", "check_program",
     "ProgramError", "STATUS_NAMES", "check_program_for", "ARGS", "VECTOR_CMD", "arg_name",
-    "THRESH_FRAC_BITS", "THRESH_NEVER", "stat_slot", "stat_slots",
+    "THRESH_FRAC_BITS", "THRESH_NEVER", "stat_slot", "stat_slots", "check_allreduce",
+    "ALLREDUCE_MAX_WORDS",
 ]
 
 ADDR_BITS = 16      #: a line address field
@@ -73,12 +74,16 @@ class Op:
     FENCE = 8         #: wait until every unit is idle
     ADAPT = 9         #: FAST: raise the widths whose statistic exceeds its threshold, clear
                       #: the statistics (docs/fast.md)
-    ALL = (HALT, MATMUL, VEC, REDUCE, SOFTMAX_XENT, OPT, LOOP, ENDLOOP, FENCE, ADAPT)
+    ALLREDUCE = 10    #: ring all-reduce of a line range with the other cores' (collective
+                      #: engine, docs/multicore.md); only on a core with ``ranks >= 2``
+    ALL = (HALT, MATMUL, VEC, REDUCE, SOFTMAX_XENT, OPT, LOOP, ENDLOOP, FENCE, ADAPT,
+           ALLREDUCE)
 
 
 OP_NAMES = {Op.HALT: "HALT", Op.MATMUL: "MATMUL", Op.VEC: "VEC", Op.REDUCE: "REDUCE",
             Op.SOFTMAX_XENT: "SOFTMAX_XENT", Op.OPT: "OPT", Op.LOOP: "LOOP",
-            Op.ENDLOOP: "ENDLOOP", Op.FENCE: "FENCE", Op.ADAPT: "ADAPT"}
+            Op.ENDLOOP: "ENDLOOP", Op.FENCE: "FENCE", Op.ADAPT: "ADAPT",
+            Op.ALLREDUCE: "ALLREDUCE"}
 MODE_NAMES = {0: "FWD", 1: "BWD_DATA", 2: "BWD_WEIGHT"}   # hdl.array.config FWD, BWD_*
 
 
@@ -134,7 +139,11 @@ class Status:
     ERR_BANK = 5     #: two ports of one instruction need the same bank port
     ERR_LOOP = 6     #: nested LOOP, ENDLOOP outside a loop, or HALT inside a loop
     ERR_NO_HALT = 7  #: the program runs off the end of the program memory
-    ALL = tuple(range(8))
+    #: an ``ALLREDUCE`` ended in the collective engine's ``TIMEOUT`` (no link beat for
+    #: ``timeout`` cycles): the run stops once the other units are idle; the region is left
+    #: partly reduced (the only run-time error; ``err_pc`` is the ``ALLREDUCE``)
+    ERR_LINK = 8
+    ALL = tuple(range(9))
 
 
 STATUS_NAMES = {v: k for k, v in vars(Status).items() if k.isupper() and k != "ALL"}
@@ -161,6 +170,17 @@ OPT_ARGS = data.StructLayout({
     "one_pass": 1,
 })
 LOOP_ARGS = data.StructLayout({"count": 16, "stride": ADDR_BITS})
+#: ``ALLREDUCE``: lines ``a .. a + lines - 1`` (``lines * S`` words) all-reduced over the ring
+#: in segments of ``seg`` lines; ``timeout`` cycles without progress give ``ERR_LINK``;
+#: ``comp``/``width``: the links' compression (:class:`hdl.multi.config.CollComp`: 0 FP32
+#: words, 1 BFP groups of ``width``-bit mantissas); ``poison``: wait for the matmul engine, and
+#: if this run's ``flags`` are set send the canonical NaN as the region's word 0 (so every
+#: core's two-pass ``OPT`` skips, docs/multicore.md).
+ALLREDUCE_ARGS = data.StructLayout({
+    "a": ADDR_BITS, "lines": 16, "seg": 16, "timeout": 16, "comp": 1, "width": 4, "poison": 1,
+})
+#: Words an ``ALLREDUCE`` reaches (the collective engine's 16-bit word addresses).
+ALLREDUCE_MAX_WORDS = 1 << 16
 EMPTY_ARGS = data.StructLayout({})
 
 #: ``{opcode: args layout}``
@@ -168,10 +188,12 @@ ARG_LAYOUTS = {
     Op.HALT: EMPTY_ARGS, Op.MATMUL: MATMUL_ARGS, Op.VEC: VEC_ARGS, Op.REDUCE: REDUCE_ARGS,
     Op.SOFTMAX_XENT: SOFTMAX_ARGS, Op.OPT: OPT_ARGS, Op.LOOP: LOOP_ARGS,
     Op.ENDLOOP: EMPTY_ARGS, Op.FENCE: EMPTY_ARGS, Op.ADAPT: EMPTY_ARGS,
+    Op.ALLREDUCE: ALLREDUCE_ARGS,
 }
 _ARG_NAME = {Op.HALT: "halt", Op.MATMUL: "matmul", Op.VEC: "vec", Op.REDUCE: "reduce",
              Op.SOFTMAX_XENT: "softmax", Op.OPT: "opt", Op.LOOP: "loop",
-             Op.ENDLOOP: "endloop", Op.FENCE: "fence", Op.ADAPT: "adapt"}
+             Op.ENDLOOP: "endloop", Op.FENCE: "fence", Op.ADAPT: "adapt",
+             Op.ALLREDUCE: "allreduce"}
 # ops without fields have no union member (a zero-width member would give `wire [-1:0]`)
 ARGS = data.UnionLayout({_ARG_NAME[op]: lay for op, lay in ARG_LAYOUTS.items() if lay.size})
 assert ARGS.size <= INSTR_BITS - 4
@@ -232,7 +254,8 @@ def _fmt(op, name, value):
         return VOP_NAMES.get(value, str(value))
     if name == "rop":
         return ROP_NAMES.get(value, str(value))
-    if name in ("a", "b", "c", "d", "e", "w", "m", "v", "g", "imm", "stride"):
+    if name in ("a", "b", "c", "d", "e", "w", "m", "v", "g", "imm", "stride") \
+            and not (op == Op.ALLREDUCE and name != "a"):
         return f"0x{value:x}"
     return str(value)
 
@@ -352,16 +375,44 @@ def operand_ranges(op: int, f: dict, S: int, *, offset: int = 0, span: int = 0) 
         n = _cdiv(f["count"], S)
         return [Range("w", "rw", f["w"], n), Range("m", "rw", f["m"], n),
                 Range("v", "rw", f["v"], n), Range("g", "r", f["g"], n)]
+    if op == Op.ALLREDUCE:
+        return [Range("a", "rw", f["a"], f["lines"])]
     return []
 
 
+def check_allreduce(f: dict, *, S: int, collective) -> int:
+    """:class:`Status` of an ``ALLREDUCE``'s fields on a core whose collective engine has
+    config ``collective`` (:class:`hdl.multi.config.CollectiveConfig`, ``None``: the core has
+    none). The engine then never answers ``BAD_*`` (each of its checks is one here)."""
+    if collective is None:
+        return Status.ERR_OPCODE
+    G = collective.bfp.group_size
+    if f["comp"] > 1 or (f["comp"] == 1 and f["width"] not in collective.bfp.widths):
+        return Status.ERR_FIELD
+    if f["timeout"] == 0 or f["timeout"] >= 1 << collective.timeout_bits:
+        return Status.ERR_FIELD
+    if f["lines"] == 0 or f["seg"] == 0 or f["lines"] * S > collective.depth:
+        return Status.ERR_SHAPE
+    if f["seg"] * collective.ranks < f["lines"]:
+        return Status.ERR_FIELD
+    if f["comp"] == 1 and ((f["lines"] * S) % G or (f["seg"] * S) % G):
+        return Status.ERR_FIELD
+    return Status.OK
+
+
 def check_instruction(op: int, f: dict, *, S: int, lines: int, bank_depth: int, layers: int,
-                      dim_max: int, span: int = 0, max_classes: int | None = None) -> int:
+                      dim_max: int, span: int = 0, max_classes: int | None = None,
+                      collective=None) -> int:
     """:class:`Status` of one instruction (``span`` as in :func:`operand_ranges`;
-    ``max_classes``: the longest softmax row, ``CoreConfig.max_classes``). Loop structure is
-    checked by :func:`check_program`."""
+    ``max_classes``: the longest softmax row, ``CoreConfig.max_classes``; ``collective``: the
+    core's :class:`hdl.multi.config.CollectiveConfig`, ``None`` without one, when
+    ``ALLREDUCE`` is ``ERR_OPCODE``). Loop structure is checked by :func:`check_program`."""
     if op not in ARG_LAYOUTS:
         return Status.ERR_OPCODE
+    if op == Op.ALLREDUCE:
+        st = check_allreduce(f, S=S, collective=collective)
+        if st != Status.OK:
+            return st
     if op == Op.MATMUL:
         if f["mode"] > 2 or f["acc"] not in Acc.ALL or f["layer"] >= layers:
             return Status.ERR_FIELD
@@ -429,7 +480,8 @@ class ProgramError(ValueError):
 
 
 def check_program(words, *, S: int, lines: int, bank_depth: int, layers: int, dim_max: int,
-                  prog_depth: int, max_classes: int | None = None) -> tuple[int, int]:
+                  prog_depth: int, max_classes: int | None = None,
+                  collective=None) -> tuple[int, int]:
     """``(status, pc)`` of the whole-program check the sequencer runs before executing
     anything: instructions from pc 0 up to the first ``HALT`` outside a loop. ``pc`` is the
     first bad instruction (0 when OK). Words beyond ``len(words)`` read as 0 (``HALT``)."""
@@ -440,7 +492,7 @@ def check_program(words, *, S: int, lines: int, bank_depth: int, layers: int, di
         op, f = decode(word)
         st = check_instruction(op, f, S=S, lines=lines, bank_depth=bank_depth, layers=layers,
                                dim_max=dim_max, span=span if in_loop else 0,
-                               max_classes=max_classes)
+                               max_classes=max_classes, collective=collective)
         if st != Status.OK:
             return st, pc
         if op == Op.LOOP:
@@ -464,7 +516,7 @@ def check_program_for(words, config) -> tuple[int, int]:
     return check_program(words, S=config.size, lines=config.lines,
                          bank_depth=config.bank_depth, layers=config.layers,
                          dim_max=(1 << config.dim_bits) - 1, prog_depth=config.prog_depth,
-                         max_classes=config.max_classes)
+                         max_classes=config.max_classes, collective=config.collective)
 
 
 #: What the sequencer hands the vector unit for ``VEC``, ``REDUCE`` and ``SOFTMAX_XENT``:

@@ -1,5 +1,6 @@
 """The hardware decoder (hdl/core/decoder.py) against the ISA's Python definition
 (hdl/core/isa.py): status, operand ranges and bank masks of random and named instructions."""
+import dataclasses
 import random
 
 import pytest
@@ -7,7 +8,8 @@ from amaranth.sim import Simulator
 
 from hdl.core.config import CoreConfig
 from hdl.core.decoder import Decoder
-from hdl.core.isa import (ARG_LAYOUTS, Op, Status, check_instruction, decode, encode,
+from hdl.core.isa import (ARG_LAYOUTS, Op, Status, check_instruction, decode, disassemble,
+                          encode,
                           operand_ranges)
 from sim.tb.amaranth_tb import add_deadline
 
@@ -68,7 +70,7 @@ def expected(word, offset, span, cfg=CFG):
     op, f = decode(word)
     status = check_instruction(op, f, S=cfg.size, lines=cfg.lines, bank_depth=cfg.bank_depth,
                                layers=cfg.layers, dim_max=(1 << cfg.dim_bits) - 1, span=span,
-                               max_classes=cfg.max_classes)
+                               max_classes=cfg.max_classes, collective=cfg.collective)
     banks = 0
     ranges = []
     if status == Status.OK and op in ARG_LAYOUTS:
@@ -103,6 +105,43 @@ def test_decoder_matches_isa_on_random_words(seed):
     # the random words reach every instruction-level status
     assert {Status.OK, Status.ERR_OPCODE, Status.ERR_FIELD, Status.ERR_SHAPE, Status.ERR_ADDR,
             Status.ERR_BANK} <= seen, seen
+
+
+def random_allreduce(rng: random.Random, cfg: CoreConfig) -> int:
+    """An ALLREDUCE with fields at the edges of every check (check_allreduce)."""
+    G = cfg.collective.bfp.group_size if cfg.collective else 16
+    lines = rng.choice([0, 1, 3, 4, 8, G, 100, cfg.bank_depth, (1 << 16) // cfg.size,
+                        (1 << 16) // cfg.size + 1, (1 << 16) - 1])
+    seg = rng.choice([0, 1, 2, 4, max(1, -(-lines // cfg.ranks)), lines, lines + 1,
+                      (1 << 16) - 1]) % (1 << 16)
+    return encode(Op.ALLREDUCE, a=rng.choice([0, 5, cfg.bank_depth, cfg.lines - lines % 97,
+                                              cfg.lines - 1]) % (1 << 16),
+                  lines=lines, seg=seg, timeout=rng.choice([0, 1, 0xFFFF]),
+                  comp=rng.choice([0, 1, 1]), width=rng.choice([0, 2, 3, 4, 8, 10]),
+                  poison=rng.randrange(2))
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_decoder_allreduce_matches_isa(ranks):
+    """ALLREDUCE: every status of check_allreduce (ERR_OPCODE on a core without the engine),
+    the range (both ports of its banks) and the bank mask, against the ISA's Python check."""
+    cfg = dataclasses.replace(CFG, ranks=ranks)
+    rng = random.Random(ranks)
+    cases = [(random_allreduce(rng, cfg), 0, 0, 1) for _ in range(400)]
+    got = run_decoder(cases, cfg)
+    seen = set()
+    for (word, _, _, _), (status, banks, hw_ranges, _) in zip(cases, got):
+        op, st, bk, ranges = expected(word, 0, 0, cfg)
+        seen.add(st)
+        assert status == st, f"{disassemble(word)}: status {status} != {st}"
+        if st == Status.OK:
+            assert banks == bk, f"{disassemble(word)}: banks {banks:#x} != {bk:#x}"
+            r = hw_ranges[0]
+            assert (r["start"], r["lines"], r["read"], r["write"]) == \
+                (ranges[0].start, ranges[0].lines, 1, 1)
+    want = {Status.ERR_OPCODE} if ranks == 1 else \
+        {Status.OK, Status.ERR_FIELD, Status.ERR_SHAPE, Status.ERR_ADDR}
+    assert want <= seen, seen
 
 
 def test_decoder_named_cases():

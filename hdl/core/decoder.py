@@ -72,8 +72,9 @@ class Decoder(wiring.Component):
         lg = (S - 1).bit_length()
         ins = self.instr
         op = ins.op
-        mm, vec, red, sx, opt, lp = (ins.args.matmul, ins.args.vec, ins.args.reduce,
-                                     ins.args.softmax, ins.args.opt, ins.args.loop)
+        mm, vec, red, sx, opt, lp, ar = (ins.args.matmul, ins.args.vec, ins.args.reduce,
+                                         ins.args.softmax, ins.args.opt, ins.args.loop,
+                                         ins.args.allreduce)
 
         def cdiv(x):
             return (x + (S - 1)) >> lg
@@ -137,6 +138,8 @@ class Decoder(wiring.Component):
                     *slot(0, opt.w, n, 1, 1), *slot(1, opt.m, n, 1, 1),
                     *slot(2, opt.v, n, 1, 1), *slot(3, opt.g, n, 1, 0),
                 ]
+            with m.Case(Op.ALLREDUCE):
+                m.d.comb += slot(0, ar.a, ar.lines, 1, 1)
 
         # ---- ranges and bank masks ----------------------------------------------------------
         span_nz = Signal(name="span_nonzero")
@@ -195,7 +198,9 @@ class Decoder(wiring.Component):
         # ---- field and shape checks ----------------------------------------------------------
         dmax = (1 << cfg.dim_bits) - 1
         known = Signal(name="known_op")
-        m.d.comb += known.eq(Cat(*[op == o for o in Op.ALL]).any())
+        coll = cfg.collective        # None: no collective engine, ALLREDUCE is unknown
+        m.d.comb += known.eq(Cat(*[op == o for o in Op.ALL
+                                   if o != Op.ALLREDUCE or coll is not None]).any())
         bad_field = Signal(name="bad_field")
         bad_shape = Signal(name="bad_shape")
         with m.Switch(op):
@@ -221,6 +226,22 @@ class Decoder(wiring.Component):
                              bad_shape.eq((opt.count == 0) | (opt.count > OPT_MAX_COUNT))]
             with m.Case(Op.LOOP):
                 m.d.comb += bad_shape.eq(lp.count == 0)
+            if coll is not None:         # hdl.core.isa.check_allreduce
+                with m.Case(Op.ALLREDUCE):
+                    G = coll.bfp.group_size
+                    bfp = ar.comp == 1
+                    width_ok = Cat(*[ar.width == w for w in coll.bfp.widths]).any()
+                    words = Signal(16 + lg + 1, name="ar_words")
+                    seg_words = Signal(16 + lg + 1, name="ar_seg_words")
+                    m.d.comb += [words.eq(ar.lines * S), seg_words.eq(ar.seg * S)]
+                    gl = (G - 1).bit_length()
+                    ragged = (words[:gl] != 0) | (seg_words[:gl] != 0) if gl else 0
+                    m.d.comb += [
+                        bad_field.eq((ar.comp > 1) | (bfp & ~width_ok) | (ar.timeout == 0)
+                                     | (ar.timeout >= (1 << coll.timeout_bits))
+                                     | (ar.seg * coll.ranks < ar.lines) | (bfp & ragged)),
+                        bad_shape.eq((ar.lines == 0) | (ar.seg == 0) | (words > coll.depth)),
+                    ]
 
         with m.If(~known):
             m.d.comb += self.status.eq(Status.ERR_OPCODE)

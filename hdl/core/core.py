@@ -2,7 +2,7 @@
 around one banked FP32 scratchpad (docs/core.md)."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out, connect
 
@@ -12,6 +12,8 @@ from ..fp32.divsqrt_config import FP32DivSqrtConfig
 from ..fp32.log_config import FP32LogConfig
 from ..grad.config import GradConfig
 from ..lib.memport import WordToLine
+from ..multi.codec import LinkRxCodec, LinkTxCodec
+from ..multi.collective import CollectiveEngine
 from ..optim.config import STATUS_FIELDS, OptimConfig
 from ..optim.engine import OptimEngine
 from ..registry import Block
@@ -22,12 +24,15 @@ from .scratchpad import Scratchpad
 from .sequencer import COUNTERS, Sequencer
 from .vector import VectorUnit
 
-__all__ = ["TrainingCore", "REGS", "CLIENTS", "STATE_LAYOUT", "STAT_REG_BASE", "stat_reg"]
+__all__ = ["TrainingCore", "REGS", "CLIENTS", "STATE_LAYOUT", "STAT_REG_BASE", "stat_reg",
+           "clients_of", "POISON_BITS"]
 
 #: Registers the host reads with ``REG`` (index = position): ``(name, meaning)``.
 REGS = (
     ("state", "`STATE_LAYOUT`: status of the last run (4 bits), err_pc (16), running (1), "
-              "conflict (1: two clients hit one bank port)"),
+              "conflict (1: two clients hit one bank port), and the last ALLREDUCE's response: "
+              "coll_status (3, `CollStatus`), coll_step (5, the ring step of a TIMEOUT), "
+              "coll_flags (2: a BFP group this core sent held a NaN / an Inf)"),
     *((name, meaning) for name, _, meaning in COUNTERS),
     *((f"optim_{name}", f"optimizer status field {name} ({w} bits)")
       for name, w in STATUS_FIELDS),
@@ -46,11 +51,21 @@ def stat_reg(slot: int, word: int) -> int:
 
 
 #: The ``state`` register (``REG`` 0).
-STATE_LAYOUT = data.StructLayout({"status": 4, "err_pc": 16, "running": 1, "conflict": 1})
+STATE_LAYOUT = data.StructLayout({"status": 4, "err_pc": 16, "running": 1, "conflict": 1,
+                                  "coll_status": 3, "coll_step": 5, "coll_flags": 2})
 
-#: Scratchpad clients in crossbar priority order.
+#: Scratchpad clients in crossbar priority order (a core with ``ranks >= 2`` adds ``COLL_CLIENT``
+#: last).
 CLIENTS = ("host", "mm_a", "mm_b", "mm_c", "vec_a", "vec_b", "vec_d", "vec_e",
            "opt_w", "opt_m", "opt_v", "opt_g")
+COLL_CLIENT = "coll"
+#: What the collective engine reads as word 0 of a poisoned ``ALLREDUCE`` (canonical NaN).
+POISON_BITS = 0x7FC00000
+
+
+def clients_of(config: CoreConfig) -> tuple[str, ...]:
+    """The scratchpad clients of a core of ``config``, in crossbar priority order."""
+    return CLIENTS + ((COLL_CLIENT,) if config.collective is not None else ())
 
 
 class TrainingCore(wiring.Component):
@@ -72,6 +87,13 @@ class TrainingCore(wiring.Component):
     done : Out(1)
         One-cycle pulse when a program stops (the interrupt line); START's response follows.
     running : Out(1)
+    link_tx : Out(stream.Signature(config.link_width)), only with ``config.ranks >= 2``
+        Flits to the next core of the ring (rank ``r + 1``): the collective engine's words or
+        BFP groups through the transmit codec (:mod:`hdl.multi.codec`).
+    link_rx : In(stream.Signature(config.link_width)), only with ``config.ranks >= 2``
+        Flits from the previous core (rank ``r - 1``).
+    rank : In(range(config.ranks)), only with ``config.ranks >= 2``
+        This core's rank, held constant (the multi-core top ties it).
     """
 
     def __init__(self, *, config: CoreConfig, grad_config: GradConfig | None = None,
@@ -103,6 +125,11 @@ class TrainingCore(wiring.Component):
             "rsp": Out(stream.Signature(host_rsp_layout(config))),
             "done": Out(1),
             "running": Out(1),
+            **({} if config.collective is None else {
+                "link_tx": Out(stream.Signature(config.link_width)),
+                "link_rx": In(stream.Signature(config.link_width)),
+                "rank": In(range(config.ranks)),
+            }),
         })
 
     def elaborate(self, platform):
@@ -126,7 +153,8 @@ class TrainingCore(wiring.Component):
                                                fp32_config=self.fp32_config,
                                                divsqrt_config=self.divsqrt_config,
                                                data_cmds=False)
-        spad = m.submodules.scratchpad = Scratchpad(config=cfg, clients=len(CLIENTS))
+        clients = clients_of(cfg)
+        spad = m.submodules.scratchpad = Scratchpad(config=cfg, clients=len(clients))
         #: sub-blocks of the last elaboration (tests reach memories and state through them)
         self.blocks = {"host": host, "sequencer": seq, "matmul": mm, "vector": vec,
                        "optim": opt, "scratchpad": spad}
@@ -149,6 +177,10 @@ class TrainingCore(wiring.Component):
         state = Signal(STATE_LAYOUT, name="reg_state")
         m.d.comb += [state.status.eq(seq.status), state.err_pc.eq(seq.err_pc),
                      state.running.eq(seq.running), state.conflict.eq(spad.conflict)]
+        if cfg.collective is not None:
+            m.d.comb += [state.coll_status.eq(seq.coll_last.status),
+                         state.coll_step.eq(seq.coll_last.step),
+                         state.coll_flags.eq(seq.coll_last.flags)]
         values = [state] + [seq.counters[name] for name, _, _ in COUNTERS] \
             + [opt.status[name] for name, _ in STATUS_FIELDS]
         with m.Switch(host.reg_index):
@@ -193,11 +225,45 @@ class TrainingCore(wiring.Component):
             connect(m, getattr(opt, name), ad.word)
             m.d.comb += ad.base.eq(seq.opt_base[i])
 
-        # ---- scratchpad clients -------------------------------------------------------------
+        # ---- collective engine (ranks >= 2): ALLREDUCE over the ring (docs/multicore.md) -----
         client_ports = {"host": host.mem, "mm_a": mm.a, "mm_b": mm.b, "mm_c": mm.c,
                         "vec_a": vec.a, "vec_b": vec.b, "vec_d": vec.d, "vec_e": vec.e,
                         **{f"opt_{n}": adapters[n].line for n in "wmvg"}}
-        for i, name in enumerate(CLIENTS):
+        coll = cfg.collective
+        if coll is not None:
+            eng = m.submodules.collective = CollectiveEngine(config=coll,
+                                                             fp32_config=self.fp32_config)
+            txc = m.submodules.link_tx_codec = LinkTxCodec(flit_bits=cfg.link_width,
+                                                           bfp_config=coll.bfp)
+            rxc = m.submodules.link_rx_codec = LinkRxCodec(flit_bits=cfg.link_width,
+                                                           bfp_config=coll.bfp)
+            self.blocks["collective"] = eng
+            connect(m, seq.coll_cmd, eng.cmd)
+            connect(m, eng.rsp, seq.coll_rsp)
+            m.d.comb += [eng.rank.eq(self.rank),
+                         txc.mode.eq(eng.mode), rxc.mode.eq(eng.mode),
+                         eng.codec_flags.eq(txc.flags), txc.clear_flags.eq(eng.codec_clear),
+                         eng.codec_idle.eq(txc.idle), rxc.enable.eq(eng.busy)]
+            connect(m, eng.tx, txc.i)
+            connect(m, txc.o, wiring.flipped(self.link_tx))
+            connect(m, wiring.flipped(self.link_rx), rxc.i)
+            connect(m, rxc.o, eng.rx)
+            # the engine's word port reaches lines coll_base.. through a word-to-line adapter;
+            # a poisoned ALLREDUCE reads the canonical NaN as word 0 (the memory keeps its word)
+            ad = m.submodules.coll_adapter = WordToLine(word_bits=coll.addr_bits, line_bits=lb,
+                                                        words=S)
+            m.d.comb += ad.base.eq(seq.coll_base)
+            w, e = ad.word, eng.mem
+            m.d.comb += [w.r_addr.eq(e.r_addr), w.r_en.eq(e.r_en), w.w_addr.eq(e.w_addr),
+                         w.w_en.eq(e.w_en), w.w_data.eq(e.w_data)]
+            read0 = Signal(name="coll_read_word0")
+            with m.If(e.r_en):
+                m.d.sync += read0.eq(e.r_addr == 0)
+            m.d.comb += e.r_data.eq(Mux(seq.coll_poison & read0, POISON_BITS, w.r_data))
+            client_ports[COLL_CLIENT] = ad.line
+
+        # ---- scratchpad clients -------------------------------------------------------------
+        for i, name in enumerate(clients):
             connect(m, client_ports[name], spad.ports[i])
 
         # ---- gradient-write snoop (the skip decision of a one-pass OPT) ---------------------

@@ -13,6 +13,9 @@ from ..array.engine import cmd_layout as mm_cmd_layout
 from ..optim.config import Op as OptOp
 from ..optim.config import Reg
 from ..optim.engine import cmd_layout as opt_cmd_layout
+from ..multi.collective import cmd_layout as coll_cmd_layout
+from ..multi.collective import rsp_layout as coll_rsp_layout
+from ..multi.config import CollOp, CollStatus
 from .config import CoreConfig
 from .decoder import Decoder
 from .isa import (ADDR_BITS, INSTR, INSTR_BITS, PREC_ENTRY, THRESH_FRAC_BITS, THRESH_NEVER,
@@ -21,7 +24,7 @@ from .isa import (ADDR_BITS, INSTR, INSTR_BITS, PREC_ENTRY, THRESH_FRAC_BITS, TH
 __all__ = ["Sequencer", "COUNTERS", "counters_layout_core", "UNITS"]
 
 #: Units the scoreboard tracks (index = bit of ``unit_busy``).
-UNITS = ("matmul", "vector", "optim")
+UNITS = ("matmul", "vector", "optim", "coll")
 
 #: Counters the host can read (``REG`` index = position), ``(name, width, meaning)``.
 COUNTERS = (
@@ -45,6 +48,7 @@ COUNTERS = (
     ("flags", 3, "sticky: bit 0 a NaN, bit 1 an Inf reached a BFP converter; bit 2 the matmul "
                  "engine or the vector unit wrote a NaN / Inf into a one-pass OPT's gradient "
                  "lines"),
+    ("coll_busy", 48, "cycles the collective engine runs an ALLREDUCE (0 without one)"),
 )
 
 
@@ -115,6 +119,15 @@ class Sequencer(wiring.Component):
         covers every group its converter quantized since reset or the last ``ADAPT`` (runs do
         not clear them: an ``ADAPT`` at the top of a step's program decides from the previous
         step's statistics, and the host reads a step's statistics after its run).
+    coll_cmd, coll_rsp, coll_base, coll_poison, coll_last : only with ``config.ranks >= 2``
+        The collective engine (:class:`hdl.multi.collective.CollectiveEngine`): the
+        ``ALLREDUCE`` command (``base`` 0, ``length = lines * S``, ``seg = seg * S`` words:
+        word addresses relative to ``coll_base``, the first line, for the engine's
+        word-to-line adapter), its response, ``coll_poison`` (held for the command: the
+        ``ALLREDUCE`` has ``poison`` and this run's ``flags`` were set when it issued) and the
+        last response (``coll_last``). A response other than ``OK`` (a ``TIMEOUT``) stops the
+        run with ``ERR_LINK`` at the ``ALLREDUCE``'s pc once every unit is idle: what was
+        issued before the response completes, nothing issues after it.
     stat_raddr : In(range(stat_slots(config))), stat_ren : In(1), stat_rdata : Out(stat_layout)
         The host's read of a saved statistic (``REG``): ``stat_rdata`` is slot ``stat_raddr``
         of the cycle ``stat_ren`` was high, from the next cycle on, and held until the next
@@ -168,6 +181,12 @@ class Sequencer(wiring.Component):
             "mm_stat": In(stat_layout(acfg.bfp(0))).array(2),
             "stat_raddr": In(range(stat_slots(config))), "stat_ren": In(1),
             "stat_rdata": Out(stat_layout(acfg.bfp(0))),
+            **({} if config.collective is None else {
+                "coll_cmd": Out(stream.Signature(coll_cmd_layout(config.collective))),
+                "coll_rsp": In(stream.Signature(coll_rsp_layout(config.collective))),
+                "coll_base": Out(lb), "coll_poison": Out(1),
+                "coll_last": Out(coll_rsp_layout(config.collective)),
+            }),
         })
 
     def elaborate(self, platform):
@@ -317,7 +336,7 @@ class Sequencer(wiring.Component):
         owned = [Signal(nb, name=f"owned_{u}") for u in UNITS]
         m.d.comb += self.unit_busy.eq(Cat(*busy))
         owned_any = Signal(nb, name="owned_any")
-        m.d.comb += owned_any.eq(owned[0] | owned[1] | owned[2])
+        m.d.comb += owned_any.eq(owned[0] | owned[1] | owned[2] | owned[3])
         all_idle = Signal(name="all_idle")
         m.d.comb += all_idle.eq(~Cat(*busy).any())
 
@@ -335,7 +354,17 @@ class Sequencer(wiring.Component):
         m.d.comb += opt_fin.eq(opt_wait & ~self.opt_busy)
         with m.If(opt_fin):
             m.d.sync += opt_wait.eq(0)
-        for u, fin in ((0, mm_fin), (1, self.vec_done), (2, opt_fin)):
+        coll = cfg.collective
+        coll_fin = self.coll_rsp.valid if coll is not None else 0
+        coll_err = Signal(name="coll_err")       # an ALLREDUCE answered TIMEOUT: stop the run
+        coll_pc = Signal(range(cfg.prog_depth), name="coll_pc")
+        if coll is not None:
+            m.d.comb += self.coll_rsp.ready.eq(1)
+            with m.If(coll_fin):
+                m.d.sync += self.coll_last.eq(self.coll_rsp.payload)
+                with m.If(self.coll_rsp.payload.status != CollStatus.OK):
+                    m.d.sync += coll_err.eq(1)
+        for u, fin in ((0, mm_fin), (1, self.vec_done), (2, opt_fin), (3, coll_fin)):
             with m.If(fin):
                 m.d.sync += [busy[u].eq(0), owned[u].eq(0)]
         with m.If(mm_fin):
@@ -391,8 +420,16 @@ class Sequencer(wiring.Component):
             op_cmd.addr.eq(Reg.N), op_cmd.data.eq(ir.args.opt.count),
         ]
 
+        if coll is not None:
+            ar = ir.args.allreduce
+            cp = self.coll_cmd.payload
+            S = cfg.size
+            m.d.comb += [cp.op.eq(CollOp.ALLREDUCE), cp.base.eq(0), cp.length.eq(ar.lines * S),
+                         cp.seg.eq(ar.seg * S), cp.timeout.eq(ar.timeout), cp.comp.eq(ar.comp),
+                         cp.width.eq(ar.width)]
+
         # ---- FSM ------------------------------------------------------------------------------
-        unit_of = Signal(2, name="unit_of")     # 0 mm, 1 vec, 2 opt, 3 none
+        unit_of = Signal(3, name="unit_of")     # 0 mm, 1 vec, 2 opt, 3 coll, 4 none
         with m.Switch(ir.op):
             with m.Case(Op.MATMUL):
                 m.d.comb += unit_of.eq(0)
@@ -400,8 +437,10 @@ class Sequencer(wiring.Component):
                 m.d.comb += unit_of.eq(1)
             with m.Case(Op.OPT):
                 m.d.comb += unit_of.eq(2)
-            with m.Default():
+            with m.Case(Op.ALLREDUCE):
                 m.d.comb += unit_of.eq(3)
+            with m.Default():
+                m.d.comb += unit_of.eq(4)
         unit_free = Signal(name="unit_free")
         m.d.comb += unit_free.eq(~Array(busy)[unit_of])
         banks_free = Signal(name="banks_free")
@@ -412,7 +451,10 @@ class Sequencer(wiring.Component):
         scale_ok = Signal(name="order_ok")
         m.d.comb += scale_ok.eq(((ir.op != Op.SOFTMAX_XENT) | ~busy[2])
                                 & ((ir.op != Op.OPT) | ~busy[0])
-                                & ((ir.op != Op.OPT) | ~ir.args.opt.one_pass | ~busy[1]))
+                                & ((ir.op != Op.OPT) | ~ir.args.opt.one_pass | ~busy[1])
+                                # a poisoning ALLREDUCE reads the run's final flags
+                                & ((ir.op != Op.ALLREDUCE) | ~ir.args.allreduce.poison
+                                   | ~(busy[0] | busy[1])))
         can_issue = Signal(name="can_issue")
         m.d.comb += can_issue.eq(unit_free & banks_free & scale_ok)
         in_exec = Signal(name="in_exec")
@@ -438,7 +480,8 @@ class Sequencer(wiring.Component):
                     m.d.sync += [self.running.eq(1), checking.eq(1), pc.eq(0), in_loop.eq(0),
                                  check_span.eq(0), loop_offset.eq(0), loop_iter.eq(0),
                                  self.status.eq(Status.OK), self.err_pc.eq(0),
-                                 self.gwin_lo.eq(cfg.lines), self.gwin_hi.eq(0)]
+                                 self.gwin_lo.eq(cfg.lines), self.gwin_hi.eq(0),
+                                 coll_err.eq(0)]
                     m.d.sync += [ctr[name].eq(0) for name, _, _ in COUNTERS]
                     m.next = "FETCH"
             with m.State("FETCH"):
@@ -503,68 +546,87 @@ class Sequencer(wiring.Component):
                     m.next = "FETCH"
             with m.State("EXEC"):
                 m.d.comb += in_exec.eq(1)
-                with m.Switch(ir.op):
-                    with m.Case(Op.HALT, Op.FENCE):
-                        with m.If(all_idle):
-                            m.d.sync += ctr.instructions.eq(ctr.instructions + 1)
-                            with m.If(ir.op == Op.HALT):
-                                m.d.sync += finish(Status.OK, 0)
-                                m.next = "IDLE"
+                with m.If(coll_err):     # an ALLREDUCE timed out: drain, then stop
+                    with m.If(all_idle):
+                        m.d.sync += finish(Status.ERR_LINK, coll_pc)
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.d.sync += ctr.stall_fence.eq(ctr.stall_fence + 1)
+                with m.Else():
+                    with m.Switch(ir.op):
+                        with m.Case(Op.HALT, Op.FENCE):
+                            with m.If(all_idle):
+                                m.d.sync += ctr.instructions.eq(ctr.instructions + 1)
+                                with m.If(ir.op == Op.HALT):
+                                    m.d.sync += finish(Status.OK, 0)
+                                    m.next = "IDLE"
+                                with m.Else():
+                                    m.d.sync += next_pc()
+                                    m.next = "FETCH"
                             with m.Else():
-                                m.d.sync += next_pc()
-                                m.next = "FETCH"
-                        with m.Else():
-                            m.d.sync += ctr.stall_fence.eq(ctr.stall_fence + 1)
-                    with m.Case(Op.ADAPT):
-                        m.d.comb += [s_pair.eq(0), t_slot.eq(0)]
-                        with m.If(all_idle):
-                            m.d.sync += adapt_k.eq(0)
-                            m.next = "ADAPT"
-                        with m.Else():
-                            m.d.sync += ctr.stall_fence.eq(ctr.stall_fence + 1)
-                    with m.Case(Op.LOOP):
-                        m.d.sync += [in_loop.eq(1), loop_count.eq(ir.args.loop.count),
-                                     loop_stride.eq(ir.args.loop.stride), loop_iter.eq(0),
-                                     loop_offset.eq(0), loop_start.eq(pc + 1), *next_pc(),
-                                     ctr.instructions.eq(ctr.instructions + 1)]
-                        m.next = "FETCH"
-                    with m.Case(Op.ENDLOOP):
-                        m.d.sync += ctr.instructions.eq(ctr.instructions + 1)
-                        with m.If(loop_iter + 1 < loop_count):
-                            m.d.sync += [loop_iter.eq(loop_iter + 1), pc.eq(loop_start),
-                                         loop_offset.eq(loop_offset + loop_stride)]
-                        with m.Else():
-                            m.d.sync += [in_loop.eq(0), loop_iter.eq(0), loop_offset.eq(0),
-                                         *next_pc()]
-                        m.next = "FETCH"
-                    with m.Default():
-                        with m.If(~unit_free):
-                            m.d.sync += ctr.stall_unit.eq(ctr.stall_unit + 1)
-                        with m.Elif(~banks_free):
-                            m.d.sync += ctr.stall_bank.eq(ctr.stall_bank + 1)
-                        with m.Elif(~scale_ok):
-                            m.d.sync += ctr.stall_order.eq(ctr.stall_order + 1)
-                        with m.Else():
-                            with m.Switch(unit_of):
-                                with m.Case(0):
-                                    m.d.comb += self.mm_cmd.valid.eq(1)
-                                    with m.If(self.mm_cmd.ready):
-                                        m.d.comb += self.mm_stat_load.eq(1)
-                                        m.d.sync += [busy[0].eq(1), owned[0].eq(d_banks),
-                                                     mm_layer.eq(mmi.layer),
-                                                     mm_mode.eq(mmi.mode)]
-                                        m.next = "ISSUED"
-                                with m.Case(1):
-                                    m.d.comb += self.vec_cmd.valid.eq(1)
-                                    with m.If(self.vec_cmd.ready):
-                                        m.d.sync += [busy[1].eq(1), owned[1].eq(d_banks)]
-                                        m.next = "ISSUED"
-                                with m.Case(2):
-                                    m.d.sync += [busy[2].eq(1), owned[2].eq(d_banks),
-                                                 opt_phase.eq(0)]
-                                    m.d.sync += [self.opt_base[i].eq(d_start[i])
-                                                 for i in range(4)]
-                                    m.next = "OPT"
+                                m.d.sync += ctr.stall_fence.eq(ctr.stall_fence + 1)
+                        with m.Case(Op.ADAPT):
+                            m.d.comb += [s_pair.eq(0), t_slot.eq(0)]
+                            with m.If(all_idle):
+                                m.d.sync += adapt_k.eq(0)
+                                m.next = "ADAPT"
+                            with m.Else():
+                                m.d.sync += ctr.stall_fence.eq(ctr.stall_fence + 1)
+                        with m.Case(Op.LOOP):
+                            m.d.sync += [in_loop.eq(1), loop_count.eq(ir.args.loop.count),
+                                         loop_stride.eq(ir.args.loop.stride), loop_iter.eq(0),
+                                         loop_offset.eq(0), loop_start.eq(pc + 1), *next_pc(),
+                                         ctr.instructions.eq(ctr.instructions + 1)]
+                            m.next = "FETCH"
+                        with m.Case(Op.ENDLOOP):
+                            m.d.sync += ctr.instructions.eq(ctr.instructions + 1)
+                            with m.If(loop_iter + 1 < loop_count):
+                                m.d.sync += [loop_iter.eq(loop_iter + 1), pc.eq(loop_start),
+                                             loop_offset.eq(loop_offset + loop_stride)]
+                            with m.Else():
+                                m.d.sync += [in_loop.eq(0), loop_iter.eq(0), loop_offset.eq(0),
+                                             *next_pc()]
+                            m.next = "FETCH"
+                        with m.Default():
+                            with m.If(~unit_free):
+                                m.d.sync += ctr.stall_unit.eq(ctr.stall_unit + 1)
+                            with m.Elif(~banks_free):
+                                m.d.sync += ctr.stall_bank.eq(ctr.stall_bank + 1)
+                            with m.Elif(~scale_ok):
+                                m.d.sync += ctr.stall_order.eq(ctr.stall_order + 1)
+                            with m.Else():
+                                with m.Switch(unit_of):
+                                    with m.Case(0):
+                                        m.d.comb += self.mm_cmd.valid.eq(1)
+                                        with m.If(self.mm_cmd.ready):
+                                            m.d.comb += self.mm_stat_load.eq(1)
+                                            m.d.sync += [busy[0].eq(1), owned[0].eq(d_banks),
+                                                         mm_layer.eq(mmi.layer),
+                                                         mm_mode.eq(mmi.mode)]
+                                            m.next = "ISSUED"
+                                    with m.Case(1):
+                                        m.d.comb += self.vec_cmd.valid.eq(1)
+                                        with m.If(self.vec_cmd.ready):
+                                            m.d.sync += [busy[1].eq(1), owned[1].eq(d_banks)]
+                                            m.next = "ISSUED"
+                                    with m.Case(2):
+                                        m.d.sync += [busy[2].eq(1), owned[2].eq(d_banks),
+                                                     opt_phase.eq(0)]
+                                        m.d.sync += [self.opt_base[i].eq(d_start[i])
+                                                     for i in range(4)]
+                                        m.next = "OPT"
+                                    if coll is not None:
+                                        with m.Case(3):
+                                            m.d.comb += self.coll_cmd.valid.eq(1)
+                                            with m.If(self.coll_cmd.ready):
+                                                m.d.sync += [
+                                                    busy[3].eq(1), owned[3].eq(d_banks),
+                                                    coll_pc.eq(pc),
+                                                    self.coll_base.eq(d_start[0]),
+                                                    self.coll_poison.eq(
+                                                        ir.args.allreduce.poison
+                                                        & (ctr.flags != 0))]
+                                                m.next = "ISSUED"
             with m.State("ADAPT"):    # one slot per cycle: raise its width if r > threshold
                 pidx = adapt_k[1:]
                 with m.If(a_raise):

@@ -1,0 +1,194 @@
+"""The multi-core top (``hdl/multi/cores.py``) in the Amaranth simulator: training cores whose
+``ALLREDUCE`` instructions meet over the ring of links (docs/multicore.md).
+
+Every result is compared with the collective engine's golden model
+(:func:`sim.model.collective.ring_allreduce`) word for word, on every core, with the link
+flits counted against :func:`sim.model.collective.link_flits`."""
+import dataclasses
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from hdl.core.config import CoreConfig
+from hdl.core.core import STATE_LAYOUT
+from hdl.core.isa import Op, Status, encode
+from hdl.multi.config import CollComp, CollStatus, LinkConfig
+from hdl.multi.cores import TrainingRing, TrainingRingConfig
+from sim.host.driver import CoreDriver
+from sim.model.collective import link_flits, ring_allreduce
+from sim.tb.amaranth_tb import StreamTransport, add_deadline
+
+#: a small core: S = 4, four banks of 64 lines, 16-bit flits
+CORE = CoreConfig(size=4, banks=4, bank_depth=64, prog_depth=32, layers=2, max_classes=16)
+NAN = 0x7FC00000
+
+
+def ring_config(ranks: int, *, width: int = 16, latency: int = 2) -> TrainingRingConfig:
+    return TrainingRingConfig(
+        core=dataclasses.replace(CORE, ranks=ranks, link_width=width),
+        link=LinkConfig(width=width, latency=latency, fifo_depth=2 * latency + 2))
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match="ranks"):
+        TrainingRingConfig(core=CORE)
+    with pytest.raises(ValueError, match="link.width"):
+        TrainingRingConfig(core=dataclasses.replace(CORE, ranks=2), link=LinkConfig(width=8))
+    with pytest.raises(TypeError, match="core"):
+        TrainingRingConfig(core=None)
+    with pytest.raises(ValueError, match="link_width"):
+        dataclasses.replace(CORE, ranks=2, link_width=12)
+    with pytest.raises(ValueError, match="ranks"):
+        dataclasses.replace(CORE, ranks=17)
+    assert TrainingRingConfig.preset("tiny").ranks == 2
+    assert TrainingRingConfig.preset("default", ranks=2).core.size == 8
+
+
+def run_ring(cfg: TrainingRingConfig, per_core, *, stall=None, deadline=200_000):
+    """Run ``per_core[r](drv, ctx)`` (async) for every core at once; ``stall(ctx)`` (async)
+    drives the link gates. Returns each core's result and the flits of every link."""
+    dut = TrainingRing(config=cfg)
+    N = cfg.ranks
+    out = [None] * N
+    flits = []
+
+    def tb_of(r):
+        async def tb(ctx):
+            drv = CoreDriver(cfg.core, StreamTransport(ctx, getattr(dut, f"cmd_{r}"),
+                                                       getattr(dut, f"rsp_{r}")),
+                             run_deadline=deadline)
+            out[r] = await per_core[r](drv, ctx)
+            if r == 0:
+                for _ in range(50):
+                    await ctx.tick()
+                flits.extend(ctx.get(getattr(dut, f"flits_{k}")) for k in range(N))
+        return tb
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    for r in range(N):
+        sim.add_testbench(tb_of(r))
+    if stall is not None:
+        async def stall_tb(ctx):
+            await stall(ctx, dut)
+        sim.add_testbench(stall_tb, background=True)
+    add_deadline(sim, 4 * deadline)
+    sim.run()
+    return out, flits
+
+
+def _vectors(rng, N, words):
+    """Random FP32 words spread over 2**-8 .. 2**8, with a few exact cancellations."""
+    v = (rng.standard_normal((N, words)) * 2.0 ** rng.integers(-8, 9, (N, words)))
+    v = v.astype(np.float32)
+    v[1, :3] = -v[0, :3]
+    return v.view(np.uint32)
+
+
+def _state(regs):
+    s = STATE_LAYOUT.from_bits(regs["state"])
+    return {"status": int(s.status), "err_pc": int(s.err_pc),
+            "coll_status": int(s.coll_status), "coll_step": int(s.coll_step),
+            "coll_flags": int(s.coll_flags)}
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_allreduce_program_bit_exact_on_every_core(ranks):
+    """Three programs in a row on every core: a plain FP32 ALLREDUCE of a region that crosses
+    a bank boundary, a BFP-4 one (groups of 16 words), and a poisoning one after a MATMUL
+    whose input holds a NaN on core 0 only (flags set there): every core's region equals the
+    model's sum, word 0 of the poisoned one is the canonical NaN on every core, and the
+    links carried exactly the model's flits. ``coll_busy`` counts the engine's cycles."""
+    cfg = ring_config(ranks)
+    c = cfg.core
+    S, D = c.size, c.bank_depth
+    rng = np.random.default_rng(ranks)
+    lines = 4 * 5                                  # 80 words: 5 BFP groups
+    base = D - 7                                   # crosses from bank 0 into bank 1
+    seg = -(-lines // ranks)
+    seg_bfp = -(-lines // (ranks * 4)) * 4         # whole groups of 16 words
+    data = [_vectors(rng, ranks, lines * S) for _ in range(3)]
+    progs = [
+        [encode(Op.ALLREDUCE, a=base, lines=lines, seg=seg, timeout=500), encode(Op.HALT)],
+        [encode(Op.ALLREDUCE, a=base, lines=lines, seg=seg_bfp, timeout=500,
+                comp=CollComp.BFP, width=4), encode(Op.HALT)],
+        # a 1 x 4 x 4 forward pass (A at line 2D, B at 3D, C at D + 40), then the poisoning
+        # all-reduce: core 0's A holds a NaN, so its converter flags it
+        [encode(Op.MATMUL, mode=0, M=1, K=4, N=4, a=2 * D, b=3 * D, c=D + 40),
+         encode(Op.ALLREDUCE, a=base, lines=lines, seg=seg, timeout=500, poison=1),
+         encode(Op.HALT)],
+    ]
+
+    def core_tb(r):
+        async def run(drv, ctx):
+            res = []
+            for k, prog in enumerate(progs):
+                await drv.write_lines(base, data[k][r].reshape(lines, S))
+                a = np.ones((1, S), np.float32)
+                if k == 2 and r == 0:
+                    a[0, 1] = np.nan
+                await drv.write_lines(2 * D, a.view(np.uint32))
+                await drv.write_lines(3 * D, np.ones((4, S), np.float32).view(np.uint32))
+                await drv.load_program(prog)
+                st = await drv.run()
+                regs = await drv.read_regs()
+                got = await drv.read_lines(base, lines)
+                res.append((st, _state(regs), regs["coll_busy"], regs["flags"],
+                            got.reshape(-1)))
+            return res
+        return run
+
+    out, flits = run_ring(cfg, [core_tb(r) for r in range(ranks)])
+    coll = c.collective
+    want_flits = np.zeros(ranks, np.int64)
+    for k in range(3):
+        vec = [d.copy() for d in data[k]]
+        comp = CollComp.BFP if k == 1 else CollComp.NONE
+        if k == 2:
+            vec[0][0] = NAN                        # core 0's poisoned contribution
+        sg = (seg_bfp if k == 1 else seg) * S
+        want = ring_allreduce(vec, sg, comp=comp, bfp=(coll.bfp, 4))
+        want_flits += np.array(link_flits(coll, 16, length=lines * S, seg=sg, comp=comp,
+                                          width=4))
+        for r in range(ranks):
+            st, state, busy, flags, got = out[r][k]
+            assert st == (Status.OK, 0), (k, r, st)
+            assert state["coll_status"] == CollStatus.OK and state["coll_flags"] == 0
+            assert busy > lines * S // 2, (k, r, busy)
+            assert np.array_equal(got, want[r]), f"program {k}, core {r}: " \
+                f"{np.flatnonzero(got != want[r])[:8]}"
+        if k == 2:
+            assert all(out[r][k][4][0] == NAN for r in range(ranks))
+            assert out[0][k][3] & 1 and not any(out[r][k][3] for r in range(1, ranks))
+    assert list(flits) == list(want_flits)
+
+
+def test_stopped_link_gives_err_link_and_the_next_program_runs():
+    """Link 0 stops delivering: the ALLREDUCE on both cores reports ERR_LINK at its pc (the
+    state register holds the engine's TIMEOUT) instead of hanging, and the instruction that
+    waits for its region never runs (its COPY would have written line 0)."""
+    cfg = ring_config(2)
+    S, D = cfg.core.size, cfg.core.bank_depth
+    prog = [encode(Op.FENCE),
+            encode(Op.ALLREDUCE, a=D, lines=8, seg=4, timeout=300),
+            encode(Op.VEC, vop=5, rows=1, cols=S, a=D, d=0),      # COPY: waits for bank 1
+            encode(Op.HALT)]
+    ones = np.ones((1, S), np.float32).view(np.uint32)
+
+    def core_tb(r):
+        async def run(drv, ctx):
+            await drv.write_lines(0, ones)
+            await drv.load_program(prog)
+            st = await drv.run()
+            return st, _state(await drv.read_regs()), await drv.read_lines(0, 1)
+        return run
+
+    async def stall(ctx, dut):
+        ctx.set(dut.stall_rx, 0b10)      # core 1 never receives from link 0
+    out, _ = run_ring(cfg, [core_tb(r) for r in range(2)], stall=stall, deadline=20_000)
+    for r in range(2):
+        st, state, line0 = out[r]
+        assert st == (Status.ERR_LINK, 1), (r, st)
+        assert state["coll_status"] == CollStatus.TIMEOUT, (r, state)
+        assert np.array_equal(line0, ones), "an instruction after the failed ALLREDUCE ran"

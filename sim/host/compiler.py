@@ -144,6 +144,7 @@ recompute buffers), ``total`` = every used line once, and used lines per bank.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from math import gcd
 
 import numpy as np
 
@@ -158,7 +159,7 @@ from sim.host.optim import SGD, Adam, Clip, LossScale, Momentum, optimizer_regis
 from sim.model.vector import get_matrix, get_vector, set_matrix, set_vector
 
 __all__ = ["MLP", "Tensor", "Compiled", "CompileError", "compile_mlp", "KINDS", "SCHEDULES",
-           "OPERAND_TENSORS"]
+           "OPERAND_TENSORS", "allreduce_seg_lines"]
 
 F32 = np.float32
 KINDS = ("weights", "activations", "gradients", "optimizer_state", "data")
@@ -171,6 +172,19 @@ _MODE_KEYS = {"FWD": FWD, "BWD_DATA": BWD_DATA, "BWD_WEIGHT": BWD_WEIGHT,
               "fwd": FWD, "bwd_data": BWD_DATA, "bwd_weight": BWD_WEIGHT}
 _UNIT = {Op.MATMUL: "matmul", Op.VEC: "vector", Op.REDUCE: "vector",
          Op.SOFTMAX_XENT: "vector", Op.OPT: "optimizer"}
+
+
+def allreduce_seg_lines(lines: int, ranks: int, size: int, group_size: int | None = None) -> int:
+    """Lines per segment of an ``ALLREDUCE`` of ``lines`` lines over ``ranks`` cores of ``size``
+    lanes: ``ceil(lines / ranks)``, and with BFP links (``group_size`` given) rounded up to
+    whole groups (``seg * size`` a multiple of ``group_size``). Data parallelism uses it for
+    the compiled ``ALLREDUCE`` (:meth:`Compiled.dataparallel_program`) and for the host's
+    all-reduce (:mod:`sim.host.dataparallel`), so both sum in the same order."""
+    seg = _cdiv(lines, ranks)
+    if group_size:
+        q = group_size // gcd(group_size, size)     # lines per whole number of groups
+        seg = _cdiv(seg, q) * q
+    return seg
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -1063,6 +1077,57 @@ class Compiled:
         pc = pcs[0]
         return self.program[:pc] + [halt], [self.program[pc], halt]
 
+    def dataparallel_program(self, comp: int = 0, width: int = 8, timeout: int = 0xFFFF,
+                             seg: int | None = None) -> list[int]:
+        """The data-parallel step as one program per core (every core runs the same words):
+        :attr:`program` with ``ALLREDUCE a=<grads line> lines=<grads lines> seg timeout comp
+        width poison=1`` right before its ``OPT``, so the collective engine all-reduces the
+        gradient region of every core (``P * S`` words, padding lanes included) between the
+        backward pass and the optimizer, and a core whose run raised a flag poisons the sum
+        (docs/multicore.md, "ALLREDUCE in the golden model").
+
+        Parameters
+        ----------
+        comp : int
+            Link compression (:class:`hdl.multi.config.CollComp`): 0 FP32 words, 1 BFP groups.
+        width : int
+            BFP mantissa width (``comp = 1``; one of the engine's ``bfp.widths``).
+        timeout : int
+            Cycles without link progress before ``ERR_LINK`` (1..65535).
+        seg : int or None
+            Lines per segment; ``None``: :func:`allreduce_seg_lines` (``ceil(lines / ranks)``,
+            rounded up to whole BFP groups with ``comp = 1``).
+
+        Raises ``ValueError`` for a config with ``ranks < 2``, a step compiled with a one-pass
+        ``OPT`` (compile with ``one_pass=False``: the two-pass ``OPT`` tests the all-reduced
+        gradients, so a poisoned or non-finite sum skips on every core; a one-pass ``OPT``
+        would decide from its own core's flags only), or fields the program check rejects
+        (e.g. a BFP gradient region that is not whole groups)."""
+        cfg = self.config
+        if cfg.ranks < 2:
+            raise ValueError(f"dataparallel_program needs a config with ranks >= 2 (the cores "
+                             f"of the ring), not ranks = {cfg.ranks}")
+        pcs = [pc for pc, w in enumerate(self.program) if decode(w)[0] == Op.OPT]
+        if len(pcs) != 1:      # the compiler emits exactly one OPT
+            raise AssertionError(f"expected one OPT in the program, found {len(pcs)}")
+        pc = pcs[0]
+        if decode(self.program[pc])[1]["one_pass"]:
+            raise ValueError("dataparallel_program needs the step compiled with "
+                             "one_pass=False (its OPT must test the all-reduced gradients)")
+        line, lines = self.regions["grads"]
+        if seg is None:
+            seg = allreduce_seg_lines(lines, cfg.ranks, cfg.size,
+                                      cfg.collective.bfp.group_size if comp == 1 else None)
+        ar = encode(Op.ALLREDUCE, a=line, lines=lines, seg=seg, timeout=timeout, comp=comp,
+                    width=width, poison=1)
+        prog = self.program[:pc] + [ar] + self.program[pc:]
+        st, bad = check_program_for(prog, cfg)
+        if st != Status.OK:
+            raise ValueError(f"dataparallel_program: {STATUS_NAMES[st]} at pc {bad}: "
+                             f"{disassemble(prog[bad])} (grads: {lines} lines of {cfg.size} "
+                             f"words; see hdl.core.isa.check_allreduce)")
+        return prog
+
     def stage_programs(self) -> dict:
         """A pipeline stage's step as programs, for a host that moves activations and
         gradients between stages (:mod:`sim.host.pipeline`); each ends in ``HALT``, same
@@ -1359,7 +1424,8 @@ class Compiled:
         return [("write", self.place[n], img) for n, img in sorted(imgs.items())]
 
     def step_actions(self, x, y, t: int, *, precision=None, scale_exp=None,
-                     load_program: bool = True, part: str = "step") -> list:
+                     load_program: bool = True, part: str = "step",
+                     program: list | None = None) -> list:
         """One training step: write the batch (``x``: ``B x d_0`` float, ``y``: ``B`` int
         labels; or lists of ``k`` micro-batches), set the precision table
         (:meth:`precision_table`), the optimizer registers of step ``t``
@@ -1370,15 +1436,22 @@ class Compiled:
         the per-row losses (keys ``loss0`` .. ``loss{k-1}``) and the optimizer status. Decode
         with :meth:`decode_step`. ``part="backward"`` loads and runs only the backward
         program of :meth:`split_programs` (the optimizer status read is then that of the
-        previous ``OPT``); :meth:`optimizer_actions` runs the rest."""
+        previous ``OPT``); :meth:`optimizer_actions` runs the rest. ``program`` (with
+        ``part="step"``) loads those words instead of :attr:`program`, e.g. the
+        :meth:`dataparallel_program` (run the cores together in
+        :class:`sim.model.multicore.MultiCoreModel`)."""
         if part not in ("step", "backward"):
             raise ValueError(f"part must be 'step' or 'backward', not {part!r}")
+        if program is not None and part != "step":
+            raise ValueError("program= replaces the whole step's program: use part='step'")
         b = self._b
         acts = self.data_writes(x, y) + self.setup_actions(t, precision=precision,
                                                            scale_exp=scale_exp)
         if load_program:
-            acts.append(("program", list(self.program) if part == "step"
-                         else self.split_programs()[0]))
+            if part == "backward":
+                acts.append(("program", self.split_programs()[0]))
+            else:
+                acts.append(("program", list(self.program if program is None else program)))
         acts.append(("run",))
         loss0 = self.plan["loss"].line
         acts += [("read", f"loss{j}", loss0 + j * b.R, b.nr) for j in range(b.k)]

@@ -14,8 +14,10 @@
    the hardware would do: the collective engine runs on the gradient lines of every core's
    scratchpad, nothing else changes). Link modes: plain FP32 and BFP groups use
    :func:`sim.model.collective.ring_allreduce` (the engine's segments, schedule and FP32
-   additions, with a :class:`hdl.multi.config.CollectiveConfig` of ``ranks = N``);
-   top-k uses :func:`sim.model.compress.topk_allreduce` (each rank's error-feedback residual);
+   additions, with a :class:`hdl.multi.config.CollectiveConfig` of ``ranks = N``, and the
+   segments of the compiled ``ALLREDUCE``: :func:`sim.host.compiler.allreduce_seg_lines` lines
+   of ``S`` words); top-k uses :func:`sim.model.compress.topk_allreduce` (each rank's
+   error-feedback residual);
 3. every core runs the **optimizer program** (the same ``OPT``; two-pass, see below) and so
    holds bit-identical parameters and state.
 
@@ -33,8 +35,22 @@ Only the order in which the batch's per-row gradient contributions are summed di
 one core running the global batch (rows of one shard are summed inside a core, shards by the
 ring): with shards of whole batch tiles (``B/N`` a multiple of ``S``), each ``BWD_WEIGHT``
 tile's FP32 value and every BFP group are the same on both sides (tests/test_dataparallel.py).
+
+Engine mode (``engine=True``, links ``"none"`` and ``"bfp"``): no host between the passes.
+Every core runs one program, :meth:`sim.host.compiler.Compiled.dataparallel_program` (the step
+with ``ALLREDUCE ... poison=1`` before its two-pass ``OPT``), on cores built with ``ranks = N``
+(:class:`sim.model.multicore.MultiCoreModel`): the collective engine all-reduces the gradient
+lines, and a core whose run raised a flag contributes the canonical NaN as word 0. For finite
+steps this equals the host-mediated mode bit for bit (same segments, sum order and BFP relay;
+tests/test_multicore_model.py); with FP32 links a flag on any core makes every core skip, as
+the host's poisoning does. With BFP links the poisoned group crosses as zeros: the flagged core
+still skips (its ``OPT`` sees its own run's flags) but the others apply the step, and a BFP
+link flag (a non-finite gradient group sent as zeros) makes nobody skip; the host-mediated
+mode poisons every core in both cases (docs/multicore.md, "ALLREDUCE in the golden model").
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -43,8 +59,9 @@ from hdl.multi.config import CollComp, CollectiveConfig
 from sim.model.collective import link_flits, ring_allreduce
 from sim.model.compress import TopK, TopKState, topk_allreduce
 from sim.model.core import CoreModel
+from sim.model.multicore import MultiCoreModel
 
-from .compiler import MLP, compile_mlp
+from .compiler import MLP, allreduce_seg_lines, compile_mlp
 
 __all__ = ["DataParallel", "COMPRESSIONS", "NAN_BITS"]
 
@@ -73,10 +90,19 @@ class DataParallel:
         BFP mantissa width (``"bfp"``), one of the collective's ``bfp.widths``.
     topk : TopK or None
         Segment and ``k`` (``"topk"``; default :class:`TopK` ``()``).
+    engine : bool
+        Run the step as one program per core with the ``ALLREDUCE`` inside
+        (:meth:`sim.host.compiler.Compiled.dataparallel_program`) on a
+        :class:`sim.model.multicore.MultiCoreModel` of cores built with ``ranks`` (``config``
+        with ``ranks`` replaced); ``"none"`` and ``"bfp"`` only. Default: the host
+        all-reduces between a backward and an optimizer program.
+    timeout : int
+        The ``ALLREDUCE``'s ``timeout`` field (engine mode).
     """
 
     def __init__(self, desc: MLP, config: CoreConfig | None = None, ranks: int = 2, *,
-                 compression: str = "none", width: int = 8, topk: TopK | None = None):
+                 compression: str = "none", width: int = 8, topk: TopK | None = None,
+                 engine: bool = False, timeout: int = 0xFFFF):
         if not isinstance(desc, MLP):
             raise TypeError(f"desc must be an MLP, not {type(desc).__name__}")
         config = CoreConfig() if config is None else config
@@ -87,25 +113,42 @@ class DataParallel:
                              f"micro_batches ({ranks} * {desc.micro_batches})")
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
+        if engine and compression == "topk":
+            raise ValueError("engine=True runs the collective engine's ring all-reduce: "
+                             "compression 'none' or 'bfp', not 'topk' (host-mediated only)")
         self.ranks, self.compression, self.width = ranks, compression, width
+        self.engine = bool(engine)
         self.local = desc.replace(batch=desc.batch // ranks, mean_rows=desc.batch,
                                   one_pass=False)
+        if engine:
+            config = dataclasses.replace(config, ranks=ranks)
         self.compiled = compile_mlp(self.local, config)
         self.config = config
-        self.cores = [CoreModel(config) for _ in range(ranks)]
         line, lines = self.compiled.regions["grads"]
         self._grads = (line, lines)
-        self.length = lines * config.size
+        S = config.size
+        self.length = lines * S
         self.coll = CollectiveConfig(ranks=ranks, depth=max(2, self.length))
-        self.seg = -(-self.length // ranks)
+        G = self.coll.bfp.group_size
         if compression == "bfp":
-            G = self.coll.bfp.group_size
             if width not in self.coll.bfp.widths:
                 raise ValueError(f"width must be one of {self.coll.bfp.widths}, not {width!r}")
             if self.length % G:
                 raise ValueError(f"BFP links need the gradient region ({self.length} words) to "
                                  f"be a multiple of the group size {G}")
-            self.seg = -(-self.length // (ranks * G)) * G
+        #: words per segment of the ring all-reduce: whole lines, as the ALLREDUCE's ``seg``
+        self.seg = S * allreduce_seg_lines(lines, ranks, S, G if compression == "bfp" else None)
+        if engine:
+            comp = CollComp.BFP if compression == "bfp" else CollComp.NONE
+            #: the one program every core runs (engine mode)
+            self.program = self.compiled.dataparallel_program(comp=comp, width=width,
+                                                              timeout=timeout)
+            self.multi = MultiCoreModel(config)
+            self.cores = self.multi.cores
+        else:
+            self.program = None
+            self.multi = None
+            self.cores = [CoreModel(config) for _ in range(ranks)]
         self.topk = None
         if compression == "topk":
             self.topk = TopK() if topk is None else topk
@@ -142,13 +185,17 @@ class DataParallel:
     def step(self, x, y, t: int, *, precision=None, scale_exp=None) -> dict:
         """One data-parallel step on the global batch ``x`` (``B x d_0``), ``y`` (``B``) at
         optimizer step ``t``: ``dict(losses (B, rank order = row order), loss, status (rank
-        0's optimizer status), skipped, poisoned (the host forced the skip), runs)``."""
+        0's optimizer status), skipped, poisoned (the host forced the skip; engine mode: some
+        core poisoned its contribution), runs)``. ``runs``: the backward runs then the
+        optimizer runs of the ranks; engine mode: one run per rank."""
         c, N = self.compiled, self.ranks
         x, y = np.asarray(x), np.asarray(y)
         m = self.local.batch
         if len(x) != m * N or len(y) != m * N:
             raise ValueError(f"x and y must hold the global batch of {m * N} rows, not "
                              f"{len(x)} and {len(y)}")
+        if self.engine:
+            return self._engine_step(x, y, t, precision=precision, scale_exp=scale_exp)
         losses, runs, flagged = [], [], False
         for r, core in enumerate(self.cores):
             rows = slice(r * m, (r + 1) * m)
@@ -176,6 +223,24 @@ class DataParallel:
         return {"losses": losses, "loss": float(np.mean(losses.astype(np.float64))),
                 "status": st, "skipped": bool(st["last_skipped"]), "poisoned": poisoned,
                 "runs": runs}
+
+    def _engine_step(self, x, y, t, *, precision, scale_exp) -> dict:
+        c, N, m = self.compiled, self.ranks, self.local.batch
+        acts = [c.step_actions(x[r * m:(r + 1) * m], y[r * m:(r + 1) * m], t,
+                               precision=precision, scale_exp=scale_exp, program=self.program)
+                for r in range(N)]
+        res = self.multi.apply(acts)
+        n = self.length
+        comp = CollComp.BFP if self.compression == "bfp" else CollComp.NONE
+        self.plain_bits += sum(link_flits(self.coll, 32, length=n, seg=-(-n // N))) * 32
+        self.link_bits += sum(link_flits(self.coll, 32, length=n, seg=self.seg, comp=comp,
+                                         width=self.width)) * 32
+        losses = np.concatenate([c.decode_loss(r) for r in res])
+        st = dict(res[0]["status"])
+        return {"losses": losses, "loss": float(np.mean(losses.astype(np.float64))),
+                "status": st, "skipped": bool(st["last_skipped"]),
+                "poisoned": any(self.multi.poisoned),
+                "runs": [tuple(r["run"][-1]) for r in res]}
 
     def read(self, rank: int = 0) -> dict:
         """:meth:`sim.host.compiler.Compiled.read_actions` results of core ``rank``."""

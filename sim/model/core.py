@@ -18,7 +18,11 @@ State
 * ``counters`` -- cumulative since construction / :meth:`CoreModel.reset`:
   ``instructions`` (every executed instruction, including ``LOOP``, ``ENDLOOP`` (once per
   iteration), ``FENCE`` and ``HALT``), ``matmuls``, ``macs`` (``M*K*N`` per pass), ``beats``
-  (:func:`sim.model.array.pass_beats` per pass), ``vec``, ``reduce``, ``softmax``, ``opt``.
+  (:func:`sim.model.array.pass_beats` per pass), ``vec``, ``reduce``, ``softmax``, ``opt``,
+  ``allreduces``.
+* ``coll_flags`` -- the last ``ALLREDUCE``'s flags of this core's transmit codec (bit 0 a BFP
+  group it sent held a NaN, bit 1 an infinity; 0 with FP32 links): the ``coll_flags`` field of
+  the hardware's ``state`` register. Set by :class:`sim.model.multicore.MultiCoreModel`.
 
 Execution (``run``)
 -------------------
@@ -58,6 +62,11 @@ sequencer's ``status`` / ``err_pc`` after a successful run):
   on their final values: a matmul pass writes an element several times (running sums), but
   a NaN / Inf stays non-finite under further additions, so "some write was non-finite" and
   "the final value is non-finite" agree.
+* ``ALLREDUCE`` (a core built with ``ranks >= 2``; on ``ranks = 1`` the program check rejects
+  it with ``ERR_OPCODE``): the ring all-reduce of lines ``a .. a + lines - 1`` with the other
+  cores' -- see :mod:`sim.model.multicore`, which runs ``ranks`` cores together. A lone
+  ``CoreModel.run`` of a program that would execute one raises ``RuntimeError`` (nothing
+  executes). The collective engine's writes are not seen by the gradient-write snoop.
 * ``LOOP count stride``: the body runs ``count`` times, iteration ``i`` with loop offset
   ``i * stride`` lines; ``ENDLOOP`` jumps back. ``FENCE``: nothing. ``HALT``: stop.
 * FAST statistics (docs/fast.md): ``stats[(layer, mode)]`` holds two
@@ -117,7 +126,7 @@ from sim.model.stats import StatModel, StatState
 from sim.model.vector import get_matrix, get_vector, run_vector, set_matrix, set_vector
 
 __all__ = ["CoreModel", "COUNTERS", "adapt_raises", "OPT_MAX_COUNT", "effective_fields", "resolve_acc",
-           "gscale_bits", "gradient_window"]
+           "gscale_bits", "gradient_window", "allreduce_pc"]
 
 #: Largest ``OPT`` count (the optimizer engine's ``N`` range in the core).
 OPT_MAX_COUNT = 65536
@@ -129,7 +138,8 @@ def adapt_raises(state: StatState, threshold: int) -> bool:
 
 
 #: Names of :attr:`CoreModel.counters`.
-COUNTERS = ("instructions", "matmuls", "macs", "beats", "vec", "reduce", "softmax", "opt")
+COUNTERS = ("instructions", "matmuls", "macs", "beats", "vec", "reduce", "softmax", "opt",
+            "allreduces")
 
 _F32 = np.float32
 
@@ -165,6 +175,23 @@ def gradient_window(prog, S: int) -> tuple[int, int]:
         elif op == Op.HALT and not in_loop:
             break
     return (hi if lo is None else lo), hi
+
+
+def allreduce_pc(prog) -> int | None:
+    """pc of the first ``ALLREDUCE`` a run of ``prog`` executes (the words from pc 0 to the
+    first ``HALT`` outside a loop: a run executes each of them), or ``None``."""
+    in_loop = False
+    for pc, word in enumerate(prog):
+        op, _ = decode(word)
+        if op == Op.ALLREDUCE:
+            return pc
+        if op == Op.LOOP:
+            in_loop = True
+        elif op == Op.ENDLOOP:
+            in_loop = False
+        elif op == Op.HALT and not in_loop:
+            break
+    return None
 
 
 def _is_normal(x: np.float32) -> bool:
@@ -229,6 +256,7 @@ class CoreModel:
         self.invalid = self.overflow = False      # matmul converters' sticky NaN / Inf flags
         self.grad_nonfinite = False               # sticky: a NaN / Inf written into the window
         self.counters = dict.fromkeys(COUNTERS, 0)
+        self.coll_flags = 0                       # the last ALLREDUCE's transmit-codec flags
         self.thresholds = {(layer, mode, op): THRESH_NEVER for layer in range(cfg.layers)
                            for mode in MODES for op in (0, 1)}
         self.clear_stats()
@@ -368,10 +396,33 @@ class CoreModel:
 
     def run(self) -> tuple[int, int]:
         """Check, then execute the program. Returns ``(Status, err_pc)``: the first bad
-        instruction when rejected, ``(Status.OK, 0)`` after a run (as the sequencer)."""
+        instruction when rejected, ``(Status.OK, 0)`` after a run (as the sequencer).
+
+        Raises ``RuntimeError`` (before executing anything) when the program would execute an
+        ``ALLREDUCE``: it needs the other cores of the ring, run the cores together in
+        :class:`sim.model.multicore.MultiCoreModel`."""
         status, err_pc = self.check()
         if status != Status.OK:
             return status, err_pc
+        pc = allreduce_pc(self.prog)
+        if pc is not None:
+            raise RuntimeError(
+                f"ALLREDUCE at pc {pc}: a single CoreModel cannot run an all-reduce (it needs "
+                f"the other {self.config.ranks - 1} core(s) of the ring); run the cores "
+                f"together with sim.model.multicore.MultiCoreModel")
+        gen = self._execute()
+        try:
+            req = next(gen)
+        except StopIteration as stop:
+            return stop.value
+        raise AssertionError(f"unexpected request {req!r}")   # allreduce_pc found none
+
+    def _execute(self):
+        """Execute the (already checked) program as a generator: at every ``ALLREDUCE`` it
+        yields ``("allreduce", fields)`` (the instruction's fields; it has no loop-flagged
+        fields) and resumes, with the next instruction, once the caller has written the
+        all-reduced lines; it returns ``(Status.OK, 0)`` at the ``HALT``. Everything else is
+        :meth:`run` (the run's ``run_flags``, ``trace`` and ``gwin`` start here)."""
         self.run_flags = 0          # flags of this run (the core's `flags` counter)
         #: the instructions this run executed, in order: ``(op, fields)`` with the loop offset
         #: applied, ``acc`` resolved to 0/1 and, for MATMUL, ``width_a``/``width_b`` of its
@@ -413,6 +464,9 @@ class CoreModel:
                 pass
             elif op == Op.ADAPT:
                 self.adapt()
+            elif op == Op.ALLREDUCE:
+                cnt["allreduces"] += 1
+                yield "allreduce", dict(eff)
             else:                   # unreachable after check_program
                 raise AssertionError(f"opcode {op} at pc {pc}")
             pc += 1

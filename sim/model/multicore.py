@@ -1,0 +1,233 @@
+"""Golden model of ``N`` training cores joined in a ring (:class:`hdl.multi.cores.TrainingRing`):
+``config.ranks`` :class:`sim.model.core.CoreModel` cores whose ``ALLREDUCE`` instructions meet
+over the ring (pure numpy, bit-exact; docs/multicore.md, "ALLREDUCE in the golden model").
+
+ALLREDUCE
+---------
+Fields (:data:`hdl.core.isa.ALLREDUCE_ARGS`): ``a`` (first line), ``lines``, ``seg`` (lines per
+segment), ``timeout``, ``comp`` (0 FP32 words, 1 BFP groups), ``width`` (BFP mantissa width),
+``poison``. The program check (:func:`hdl.core.isa.check_allreduce`) has already rejected every
+field combination the collective engine would refuse.
+
+* **Vector.** Core ``r``'s vector is the ``lines * S`` words of lines ``a .. a + lines - 1``,
+  word ``i`` at line ``a + i // S``, lane ``i % S`` (padding lanes included).
+* **Poison.** With ``poison = 1``, a core whose run flags (:attr:`CoreModel.run_flags`: set
+  earlier in the same run) are nonzero when the ``ALLREDUCE`` executes contributes its vector
+  with word 0 replaced by :data:`POISON_BITS` (the canonical NaN). With FP32 links every
+  rank's word 0 is then the canonical NaN and every core's two-pass ``OPT`` skips; with BFP
+  links the NaN's group is sent as zeros (and flagged in :attr:`MultiCoreModel.flags`), so
+  nothing reaches the other cores (see the limitation in docs/multicore.md).
+* **Reduce.** :func:`sim.model.collective.ring_allreduce` over the ``N`` vectors in rank order
+  with ``seg * S`` words per segment, ``comp``, and ``bfp = (config.collective.bfp, width)``:
+  the engine's segments, schedule, FP32 sum order and BFP relay. Each core's lines are
+  overwritten with its result (every rank gets the same bits).
+* **Order.** The result is as if the ``ALLREDUCE`` executed in program order (the hardware's
+  scoreboard guarantees it); the model has no timing, so ``timeout`` is never reached and a
+  run never ends in ``ERR_LINK``.
+
+Running cores together (``apply``, ``run``): every running core executes its program until its
+next ``ALLREDUCE`` (or its ``HALT``); when every core of the ring is at one, the all-reduce
+happens and they all resume. The cores' ``ALLREDUCE`` s must agree on what the ring carries:
+``lines``, ``seg``, ``comp`` and, with BFP, ``width`` (otherwise the engines would hang, time
+out or mis-frame: ``ValueError``); ``a``, ``timeout`` and ``poison`` are per core. A core that
+halts, is not running or had its program rejected while others wait at an ``ALLREDUCE`` is
+also a ``ValueError`` (the hardware's waiting cores would time out with ``ERR_LINK``). After
+such an error the cores are left mid-run.
+"""
+from __future__ import annotations
+
+from hdl.core.config import CoreConfig
+from hdl.core.isa import Status
+from hdl.multi.config import CollComp, CollStatus
+
+from .collective import ring_allreduce
+from .core import CoreModel
+
+__all__ = ["MultiCoreModel", "POISON_BITS", "RING_FIELDS"]
+
+#: What a poisoned core contributes as word 0 of its vector: the canonical NaN
+#: (:data:`hdl.core.core.POISON_BITS`).
+POISON_BITS = 0x7FC00000
+#: ``ALLREDUCE`` fields every core of the ring must agree on (``width`` only with ``comp = 1``).
+RING_FIELDS = ("lines", "seg", "comp", "width")
+
+
+class MultiCoreModel:
+    """``config.ranks`` golden-model training cores in a ring (see the module docstring).
+
+    Parameters
+    ----------
+    config : CoreConfig
+        Every core's config; ``config.ranks`` (2..16) is the number of cores.
+    **core_kwargs
+        Passed to every :class:`~sim.model.core.CoreModel` (``grad_config``,
+        ``optim_config``, ...).
+
+    Attributes
+    ----------
+    cores : list of CoreModel
+        Core ``r`` is rank ``r``.
+    flags : list of int
+        Per rank, the last all-reduce's flags of the BFP groups that rank sent (bit 0 a NaN,
+        bit 1 an infinity; all 0 with FP32 links): the ``rsp.flags`` of each engine, also in
+        each core's ``coll_flags``.
+    poisoned : list of bool
+        Per rank, whether the last all-reduce replaced that core's word 0 by
+        :data:`POISON_BITS`.
+    allreduces : int
+        All-reduces performed since construction or :meth:`reset`.
+    history : list of dict
+        One entry per all-reduce: ``fields`` (per rank, the ``ALLREDUCE``'s fields),
+        ``poisoned`` and ``flags`` (as above).
+    """
+
+    def __init__(self, config: CoreConfig, **core_kwargs):
+        if not isinstance(config, CoreConfig):
+            raise TypeError(f"config must be a CoreConfig, not {type(config).__name__}")
+        if config.ranks < 2:
+            raise ValueError(f"MultiCoreModel needs config.ranks >= 2 (a ring), not "
+                             f"{config.ranks}")
+        self.config = config
+        self.ranks = config.ranks
+        self.collective = config.collective
+        self.cores = [CoreModel(config, **core_kwargs) for _ in range(self.ranks)]
+        self._clear()
+
+    def _clear(self) -> None:
+        self.flags = [0] * self.ranks
+        self.poisoned = [False] * self.ranks
+        self.allreduces = 0
+        self.history = []
+
+    def reset(self) -> None:
+        """Hardware reset of every core (:meth:`CoreModel.reset`) and of the all-reduce
+        bookkeeping (memories and programs keep their contents)."""
+        for core in self.cores:
+            core.reset()
+        self._clear()
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self, ranks=None) -> list:
+        """Run the loaded programs of the cores ``ranks`` (default: all) together: each is
+        checked (a rejected program executes nothing), then every core executes until its next
+        ``ALLREDUCE`` or ``HALT``, all-reducing when the whole ring is at one. Returns, per
+        core of ``ranks`` in that order, ``(Status, err_pc)`` as :meth:`CoreModel.run`."""
+        ranks = list(range(self.ranks)) if ranks is None else list(ranks)
+        if len(set(ranks)) != len(ranks) or any(not 0 <= r < self.ranks for r in ranks):
+            raise ValueError(f"ranks must be distinct ranks in 0..{self.ranks - 1}, "
+                             f"not {ranks!r}")
+        results, gens = {}, {}
+        for r in ranks:
+            status, err_pc = self.cores[r].check()
+            if status != Status.OK:
+                results[r] = (status, err_pc)
+            else:
+                gens[r] = self.cores[r]._execute()
+        waiting = {}
+
+        def advance(r):
+            try:
+                kind, fields = next(gens[r])
+            except StopIteration as stop:
+                results[r] = stop.value
+                return
+            assert kind == "allreduce", kind
+            waiting[r] = fields
+
+        for r in gens:
+            advance(r)
+        while waiting:
+            missing = [r for r in range(self.ranks) if r not in waiting]
+            if missing:
+                why = {r: ("halted" if r in results and results[r][0] == Status.OK
+                           else "rejected its program" if r in results else "not running")
+                       for r in missing}
+                raise ValueError(
+                    f"ranks {sorted(waiting)} wait at an ALLREDUCE but "
+                    + ", ".join(f"rank {r} {w}" for r, w in why.items())
+                    + ": the hardware's waiting cores would time out (ERR_LINK)")
+            self._allreduce(waiting)
+            at = sorted(waiting)
+            waiting.clear()
+            for r in at:
+                advance(r)
+        return [results[r] for r in ranks]
+
+    def _allreduce(self, fields: dict) -> None:
+        """The all-reduce of every core's ``ALLREDUCE`` (``fields``: rank -> fields)."""
+        f0 = fields[0]
+        for r in range(1, self.ranks):
+            f = fields[r]
+            for name in RING_FIELDS:
+                if name == "width" and f0["comp"] != CollComp.BFP:
+                    continue
+                if f[name] != f0[name]:
+                    raise ValueError(
+                        f"ALLREDUCE field {name!r} differs between rank 0 ({f0[name]}) and "
+                        f"rank {r} ({f[name]}): every core of the ring must agree on "
+                        f"{', '.join(RING_FIELDS)}; the hardware would hang or time out")
+        S = self.config.size
+        lines, seg, comp, width = f0["lines"], f0["seg"], f0["comp"], f0["width"]
+        vectors, poisoned = [], []
+        for r, core in enumerate(self.cores):
+            v = core.read_lines(fields[r]["a"], lines).reshape(-1)
+            p = bool(fields[r]["poison"]) and bool(core.run_flags)
+            if p:
+                v[0] = POISON_BITS
+            vectors.append(v)
+            poisoned.append(p)
+        flags = [0] * self.ranks
+        out = ring_allreduce(vectors, seg * S, comp=comp, bfp=(self.collective.bfp, width),
+                             flags=flags)
+        for r, core in enumerate(self.cores):
+            core.write_lines(fields[r]["a"], out[r].reshape(lines, S))
+            core.coll_flags = flags[r]
+        self.flags, self.poisoned = flags, poisoned
+        self.allreduces += 1
+        self.history.append({"fields": [dict(fields[r]) for r in range(self.ranks)],
+                             "poisoned": list(poisoned), "flags": list(flags)})
+
+    # -- host actions ---------------------------------------------------------------------------
+    def apply(self, actions) -> list[dict]:
+        """Execute host actions on every core: ``actions[r]`` is core ``r``'s list, in the
+        format of :meth:`CoreModel.apply`. Each core's actions run in order; its ``k``-th
+        ``("run",)`` runs together with the ``k``-th ``("run",)`` of every other core that
+        has one (:meth:`run`); the actions before it run first on every core. Returns one
+        result dict per core, as :meth:`CoreModel.apply` (``"run"``: the list of that core's
+        ``(status, err_pc)``)."""
+        actions = list(actions)
+        if len(actions) != self.ranks:
+            raise ValueError(f"actions must hold one list per rank ({self.ranks}), not "
+                             f"{len(actions)}")
+        parts = []                      # per rank: the action lists between its runs
+        for r, acts in enumerate(actions):
+            cur, segs = [], []
+            for act in acts:
+                kind, *args = act
+                if kind == "run":
+                    if args:
+                        raise ValueError(f"('run',) takes no arguments, not {act!r}")
+                    segs.append(cur)
+                    cur = []
+                else:
+                    cur.append(act)
+            segs.append(cur)
+            parts.append(segs)
+        out = [{} for _ in range(self.ranks)]
+        rounds = max(len(p) for p in parts)
+        for k in range(rounds):
+            for r, core in enumerate(self.cores):
+                if k < len(parts[r]):
+                    out[r].update(core.apply(parts[r][k]))
+            running = [r for r in range(self.ranks) if k < len(parts[r]) - 1]
+            if running:
+                for r, res in zip(running, self.run(running)):
+                    out[r].setdefault("run", []).append(res)
+        return out
+
+    # -- state ----------------------------------------------------------------------------------
+    def coll_state(self, rank: int) -> dict:
+        """The hardware ``state`` register's all-reduce fields of core ``rank`` after the last
+        ``ALLREDUCE``: ``coll_status`` (always ``CollStatus.OK`` here: the model has no
+        timeouts) and ``coll_flags``."""
+        return {"coll_status": CollStatus.OK, "coll_flags": self.cores[rank].coll_flags}

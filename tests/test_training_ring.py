@@ -95,11 +95,12 @@ def _state(regs):
 
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_allreduce_program_bit_exact_on_every_core(ranks):
-    """Three programs in a row on every core: a plain FP32 ALLREDUCE of a region that crosses
-    a bank boundary, a BFP-4 one (groups of 16 words), and a poisoning one after a MATMUL
-    whose input holds a NaN on core 0 only (flags set there): every core's region equals the
-    model's sum, word 0 of the poisoned one is the canonical NaN on every core, and the
-    links carried exactly the model's flits. ``coll_busy`` counts the engine's cycles."""
+    """Four programs in a row on every core: a plain FP32 ALLREDUCE of a region that crosses
+    a bank boundary, a BFP-4 one (groups of 16 words), and poisoning ones (FP32 and BFP-4)
+    after a MATMUL whose input holds a NaN on core 0 only (flags set there): every core's
+    region equals the model's sum (core 0's word 0 replaced by the NaN once), word 0 of the
+    FP32 poisoned one is the canonical NaN on every core, and the links carried exactly the
+    model's flits. ``coll_busy`` counts the engine's cycles."""
     cfg = ring_config(ranks)
     c = cfg.core
     S, D = c.size, c.bank_depth
@@ -108,7 +109,7 @@ def test_allreduce_program_bit_exact_on_every_core(ranks):
     base = D - 7                                   # crosses from bank 0 into bank 1
     seg = -(-lines // ranks)
     seg_bfp = -(-lines // (ranks * 4)) * 4         # whole groups of 16 words
-    data = [_vectors(rng, ranks, lines * S) for _ in range(3)]
+    data = [_vectors(rng, ranks, lines * S) for _ in range(4)]
     progs = [
         [encode(Op.ALLREDUCE, a=base, lines=lines, seg=seg, timeout=500), encode(Op.HALT)],
         [encode(Op.ALLREDUCE, a=base, lines=lines, seg=seg_bfp, timeout=500,
@@ -118,6 +119,12 @@ def test_allreduce_program_bit_exact_on_every_core(ranks):
         [encode(Op.MATMUL, mode=0, M=1, K=4, N=4, a=2 * D, b=3 * D, c=D + 40),
          encode(Op.ALLREDUCE, a=base, lines=lines, seg=seg, timeout=500, poison=1),
          encode(Op.HALT)],
+        # the same with BFP-4 links: the poisoned group goes as zeros; core 0 relays segment
+        # 0 later and must send what it received, not the NaN again
+        [encode(Op.MATMUL, mode=0, M=1, K=4, N=4, a=2 * D, b=3 * D, c=D + 40),
+         encode(Op.ALLREDUCE, a=base, lines=lines, seg=seg_bfp, timeout=500, poison=1,
+                comp=CollComp.BFP, width=4),
+         encode(Op.HALT)],
     ]
 
     def core_tb(r):
@@ -126,7 +133,7 @@ def test_allreduce_program_bit_exact_on_every_core(ranks):
             for k, prog in enumerate(progs):
                 await drv.write_lines(base, data[k][r].reshape(lines, S))
                 a = np.ones((1, S), np.float32)
-                if k == 2 and r == 0:
+                if k >= 2 and r == 0:
                     a[0, 1] = np.nan
                 await drv.write_lines(2 * D, a.view(np.uint32))
                 await drv.write_lines(3 * D, np.ones((4, S), np.float32).view(np.uint32))
@@ -142,24 +149,27 @@ def test_allreduce_program_bit_exact_on_every_core(ranks):
     out, flits = run_ring(cfg, [core_tb(r) for r in range(ranks)])
     coll = c.collective
     want_flits = np.zeros(ranks, np.int64)
-    for k in range(3):
+    for k in range(4):
         vec = [d.copy() for d in data[k]]
-        comp = CollComp.BFP if k == 1 else CollComp.NONE
-        if k == 2:
+        comp = CollComp.BFP if k in (1, 3) else CollComp.NONE
+        if k >= 2:
             vec[0][0] = NAN                        # core 0's poisoned contribution
-        sg = (seg_bfp if k == 1 else seg) * S
+        sg = (seg_bfp if k in (1, 3) else seg) * S
         want = ring_allreduce(vec, sg, comp=comp, bfp=(coll.bfp, 4))
         want_flits += np.array(link_flits(coll, 16, length=lines * S, seg=sg, comp=comp,
                                           width=4))
         for r in range(ranks):
             st, state, busy, flags, got = out[r][k]
             assert st == (Status.OK, 0), (k, r, st)
-            assert state["coll_status"] == CollStatus.OK and state["coll_flags"] == 0
+            assert state["coll_status"] == CollStatus.OK
+            # the transmit codec flags the NaN group core 0 sent as zeros
+            assert state["coll_flags"] == (1 if (k, r) == (3, 0) else 0), (k, r, state)
             assert busy > lines * S // 2, (k, r, busy)
             assert np.array_equal(got, want[r]), f"program {k}, core {r}: " \
                 f"{np.flatnonzero(got != want[r])[:8]}"
         if k == 2:
             assert all(out[r][k][4][0] == NAN for r in range(ranks))
+        if k >= 2:
             assert out[0][k][3] & 1 and not any(out[r][k][3] for r in range(1, ranks))
     assert list(flits) == list(want_flits)
 

@@ -256,9 +256,16 @@ class TrainingCore(wiring.Component):
             w, e = ad.word, eng.mem
             m.d.comb += [w.r_addr.eq(e.r_addr), w.r_en.eq(e.r_en), w.w_addr.eq(e.w_addr),
                          w.w_en.eq(e.w_en), w.w_data.eq(e.w_data)]
+            # the NaN replaces the core's contribution once: from the engine's first write of
+            # word 0 on (every rank writes every word), reads see the memory again
             read0 = Signal(name="coll_read_word0")
+            wrote0 = Signal(name="coll_wrote_word0")
             with m.If(e.r_en):
-                m.d.sync += read0.eq(e.r_addr == 0)
+                m.d.sync += read0.eq((e.r_addr == 0) & ~wrote0)
+            with m.If(seq.coll_cmd.valid & seq.coll_cmd.ready):
+                m.d.sync += wrote0.eq(0)
+            with m.Elif(e.w_en & (e.w_addr == 0)):
+                m.d.sync += wrote0.eq(1)
             m.d.comb += e.r_data.eq(Mux(seq.coll_poison & read0, POISON_BITS, w.r_data))
             client_ports[COLL_CLIENT] = ad.line
 

@@ -43,6 +43,15 @@ _OP_DOC = {
               "threshold (`num * 2**16 > threshold * den`, host command `THRESH`) raise that "
               "operand's width in the precision table by 2 (up to `max_mantissa`); then clear "
               "every statistic",
+    Op.ALLREDUCE: "ring all-reduce of the `lines * S` words of lines `a ..` with the other "
+                  "cores' (a core built with `ranks >= 2`; else `ERR_OPCODE`): the collective "
+                  "engine's FP32 sums in segments of `seg` lines, the links carrying FP32 "
+                  "words (`comp = 0`) or BFP groups of `width`-bit mantissas (`comp = 1`); runs "
+                  "beside the other units under the bank scoreboard; `poison`: waits for the "
+                  "matmul engine and the vector unit and, if the run's `flags` are set, sends "
+                  "the canonical NaN as word 0 (every core's two-pass `OPT` then skips); "
+                  "`timeout` cycles without progress stop the run with `ERR_LINK` "
+                  "(docs/multicore.md)",
 }
 
 

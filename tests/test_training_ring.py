@@ -15,12 +15,15 @@ from hdl.core.core import STATE_LAYOUT
 from hdl.core.isa import Op, Status, encode
 from hdl.multi.config import CollComp, CollStatus, LinkConfig
 from hdl.multi.cores import TrainingRing, TrainingRingConfig
+from sim.host.compiler import MLP
+from sim.host.dataparallel import DataParallel
 from sim.host.driver import CoreDriver
+from sim.host.optim import Adam
 from sim.model.collective import link_flits, ring_allreduce
 from sim.tb.amaranth_tb import StreamTransport, add_deadline
 
 #: a small core: S = 4, four banks of 64 lines, 16-bit flits
-CORE = CoreConfig(size=4, banks=4, bank_depth=64, prog_depth=32, layers=2, max_classes=16)
+CORE = CoreConfig(size=4, banks=4, bank_depth=64, prog_depth=64, layers=4, max_classes=16)
 NAN = 0x7FC00000
 
 
@@ -202,3 +205,48 @@ def test_stopped_link_gives_err_link_and_the_next_program_runs():
         assert st == (Status.ERR_LINK, 1), (r, st)
         assert state["coll_status"] == CollStatus.TIMEOUT, (r, state)
         assert np.array_equal(line0, ones), "an instruction after the failed ALLREDUCE ran"
+
+
+def test_dataparallel_steps_bit_exact_with_the_golden_model():
+    """Four data-parallel training steps on two cores (MLP 6-4-4: its gradient region is
+    whole BFP groups; global batch 8, Adam), steps 1-2 with FP32 links and 3-4 with BFP-4
+    links: every core runs the one program with the ALLREDUCE before its OPT
+    (``DataParallel(engine=True)`` builds it); every core's parameters, gradients, optimizer
+    state, losses and run status, and at the end its whole scratchpad, equal
+    ``MultiCoreModel``'s bit for bit, and the two cores hold the same parameters."""
+    cfg = ring_config(2)
+    desc = MLP(layers=(6, 4, 4), batch=8, optimizer=Adam(lr=1e-2))
+    dp = DataParallel(desc, cfg.core, 2, engine=True)
+    bfp = DataParallel(desc, cfg.core, 2, compression="bfp", width=4, engine=True)
+    c = dp.compiled
+    assert bfp.compiled.program == c.program and bfp.program != dp.program
+    rng = np.random.default_rng(7)
+    Ws = [(rng.standard_normal((a, b)) * 0.5).astype(np.float32)
+          for a, b in zip(desc.layers[:-1], desc.layers[1:])]
+    bs = [(rng.standard_normal(b) * 0.1).astype(np.float32) for b in desc.layers[1:]]
+    m = desc.batch // 2
+    acts = [c.init_actions(Ws, bs) for _ in range(2)]
+    for t in (1, 2, 3, 4):
+        x = rng.standard_normal((desc.batch, desc.layers[0])).astype(np.float32)
+        y = rng.integers(0, desc.layers[-1], desc.batch)
+        prog = dp.program if t <= 2 else bfp.program
+        for r in range(2):
+            acts[r] += c.step_actions(x[r * m:(r + 1) * m], y[r * m:(r + 1) * m], t,
+                                      program=prog) + c.read_actions()
+    want = dp.multi.apply(acts)
+
+    def core_tb(r):
+        async def run(drv, ctx):
+            got = await drv.apply(acts[r])
+            got["mem"] = await drv.read_lines(0, cfg.core.lines)
+            return got
+        return run
+
+    out, _ = run_ring(cfg, [core_tb(r) for r in range(2)])
+    for r in range(2):
+        assert out[r]["run"] == want[r]["run"] == [(Status.OK, 0)] * 4, (r, out[r]["run"])
+        for key in ("params", "grads", "m", "v", "loss0"):
+            assert np.array_equal(out[r][key], want[r][key]), (r, key)
+        assert np.array_equal(out[r]["mem"], dp.multi.cores[r].mem), r
+    assert np.array_equal(out[0]["params"], out[1]["params"])
+    assert not np.array_equal(out[0]["loss0"], out[1]["loss0"])   # different shards

@@ -17,7 +17,8 @@ Each run writes ``build/synth/<block>-<preset>/result.json`` (with the wall time
 those files plus the committed rows not re-measured, so a partial run merges its rows. Select
 blocks with ``python -m boards.synth --only training_core:tiny,training_core:default``.
 Besides the registered blocks, :data:`VARIANTS` names builds made only here: the training core
-with :meth:`hdl.core.config.CoreConfig.fpga` (``training_core_fpga``).
+with :meth:`hdl.core.config.CoreConfig.fpga` (``training_core_fpga``), and the multi-core top
+of two such cores (``training_ring_fpga``, :class:`hdl.multi.cores.TrainingRing`).
 """
 from __future__ import annotations
 
@@ -62,6 +63,8 @@ TARGETS = [
     # and S = 8.
     ("training_core_fpga", "tiny"),
     ("training_core_fpga", "default"),
+    # The multi-core top (issue 12): two S = 4 cores of the FPGA build joined by a link.
+    ("training_ring_fpga", "tiny"),
 ]
 
 
@@ -71,9 +74,17 @@ def _fpga_core(preset: str):
     return TrainingCore(config=CoreConfig.preset(preset).fpga())
 
 
+def _fpga_ring(preset: str):
+    import dataclasses
+
+    from hdl.multi.cores import TrainingRing, TrainingRingConfig
+    cfg = TrainingRingConfig.preset(preset)
+    return TrainingRing(config=dataclasses.replace(cfg, core=cfg.core.fpga()))
+
+
 #: Targets that are builds of a registered block with other parameters, not blocks of their own
 #: (``tessera generate`` does not know them): ``name -> build(preset)``.
-VARIANTS = {"training_core_fpga": _fpga_core}
+VARIANTS = {"training_core_fpga": _fpga_core, "training_ring_fpga": _fpga_ring}
 
 
 def build_block(block: str, preset: str):

@@ -46,6 +46,19 @@ def test_config_errors():
         dataclasses.replace(CORE, ranks=17)
     assert TrainingRingConfig.preset("tiny").ranks == 2
     assert TrainingRingConfig.preset("default", ranks=2).core.size == 8
+    assert TrainingRingConfig.preset("tiny-n4").ranks == 4
+    with pytest.raises(ValueError, match="preset"):
+        TrainingRingConfig.preset("tiny-4")
+
+
+def test_fpga_ring_is_a_synth_target_of_two_fpga_cores():
+    from boards.synth import TARGETS, build_block
+    assert ("training_ring_fpga", "tiny") in TARGETS
+    top = build_block("training_ring_fpga", "tiny")
+    top._MustUse__silence = True        # built only for its config (never elaborated)
+    assert top.config.ranks == 2
+    assert top.config.core == dataclasses.replace(CoreConfig.preset("tiny"), ranks=2,
+                                                  link_width=16).fpga()
 
 
 def run_ring(cfg: TrainingRingConfig, per_core, *, stall=None, deadline=200_000):

@@ -49,6 +49,8 @@ COUNTERS = (
                  "engine or the vector unit wrote a NaN / Inf into a one-pass OPT's gradient "
                  "lines"),
     ("coll_busy", 48, "cycles the collective engine runs an ALLREDUCE (0 without one)"),
+    ("coll_hidden", 48, "cycles the collective engine runs while another unit runs (all-reduce "
+                        "hidden behind compute)"),
 )
 
 
@@ -470,6 +472,8 @@ class Sequencer(wiring.Component):
                 m.d.sync += ctr[f"{name}_busy"].eq(ctr[f"{name}_busy"] + 1)
         with m.If(sum(b.as_unsigned() for b in busy) >= 2):
             m.d.sync += ctr.overlap.eq(ctr.overlap + 1)
+        with m.If(busy[3] & (busy[0] | busy[1] | busy[2])):
+            m.d.sync += ctr.coll_hidden.eq(ctr.coll_hidden + 1)
 
         def next_pc():
             return [pc.eq(pc + 1)]

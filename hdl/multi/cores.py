@@ -53,10 +53,14 @@ class TrainingRingConfig(PresetMixin):
     @classmethod
     def preset(cls, name: str, ranks: int | None = None):
         """``tiny``: two S = 4 cores, 16-bit links; ``default``: four S = 8 cores, 32-bit
-        links (``ranks`` overrides the count)."""
-        if name not in ("tiny", "default"):
+        links; a suffix ``-n<N>`` (``tiny-n4``) or ``ranks`` sets the number of cores."""
+        base, _, suffix = name.partition("-n")
+        if base not in ("tiny", "default") or (suffix and not suffix.isdigit()):
             raise ValueError(f"TrainingRingConfig preset must be 'tiny' or 'default', "
-                             f"not {name!r}")
+                             f"optionally with '-n<ranks>', not {name!r}")
+        if suffix and ranks is None:
+            ranks = int(suffix)
+        name = base
         link = LinkConfig.preset(name)
         n = ranks if ranks is not None else (2 if name == "tiny" else 4)
         core = dataclasses.replace(CoreConfig.preset(name), ranks=n, link_width=link.width)

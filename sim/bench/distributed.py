@@ -7,7 +7,12 @@ FP32 words, BFP groups (mantissa 8 and 4) or top-k pairs with error feedback (16
 words), for N = 2 and 4 (``--ranks``). Reported per N and compression: the bytes ratio of the links against plain FP32 ring all-reduces (32-bit flits),
 the final test accuracy (float32 inference with rank 0's weights; every rank holds the same
 bits, checked each epoch) and the mean training loss of the last epoch. These are golden-model
-results: there is no RTL multi-core top yet (docs/multicore.md).
+runs (the RTL multi-core top ``training_ring`` equals the golden model bit for bit on
+data-parallel steps with FP32 and BFP links: tests/test_training_ring*.py).
+
+Scaling (key ``scaling`` and the top-level ``weak_scaling_efficiency`` /
+``strong_scaling_efficiency`` per N): the RTL multi-core top in Verilator,
+:mod:`sim.bench.scaling` (``--no-rtl`` skips it).
 
 Pipeline parallelism (key ``pipeline``, :mod:`sim.host.pipeline`): the digits MLP 64-64-10 on
 ``p = 2`` stages and 64-64-64-10 on ``p = 3``, ``m = 1, 2, 4, 8`` micro-batches of the batch:
@@ -28,6 +33,8 @@ import numpy as np
 
 from hdl.core.config import CoreConfig
 from sim.bench.common import publish
+from sim.bench.scaling import run_scaling
+from sim.bench.scaling import to_markdown as scaling_markdown
 from sim.host.compiler import MLP, compile_mlp
 from sim.host.dataparallel import DataParallel
 from sim.host.digits import epoch_batches, load_digits
@@ -121,8 +128,8 @@ def pipeline_run(layers, stages, m, *, batch, seed, latency) -> dict:
 def to_markdown(data: dict) -> str:
     lines = ["# Data-parallel digits training with link compression (golden model)", "",
              f"MLP 64-64-10, Adam 3e-3, global batch {data['batch']}, {data['epochs']} epochs, "
-             f"seed {data['seed']}; N golden-model cores (`sim/host/dataparallel.py`). "
-             "Golden-model results: no RTL multi-core top yet.",
+             f"seed {data['seed']}; N golden-model cores (`sim/host/dataparallel.py`; the RTL "
+             "top `training_ring` equals them bit for bit, tests/test_training_ring*.py).",
              "Bytes ratio: link bytes over those of plain FP32 ring all-reduces "
              "(32-bit flits).", "",
              "| N | compression | bytes ratio | test accuracy | last-epoch loss |",
@@ -130,6 +137,8 @@ def to_markdown(data: dict) -> str:
     for r in data["compression"]:
         lines.append(f"| {r['ranks']} | {r['compression']} | {r['bytes_ratio']:.4f} | "
                      f"{r['test_accuracy']:.4f} | {r['last_epoch_loss']:.4f} |")
+    if data.get("scaling"):
+        lines += [""] + scaling_markdown(data["scaling"])
     lines += ["", "## Pipeline parallelism (golden model)", "",
               f"Batch {data['batch']} in m micro-batches; each step checked bit-identical to "
               "one core running the same micro-batches. Stage durations: the golden model's "
@@ -160,6 +169,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--latency", type=int, default=64,
                     help="pipeline link latency (cycles) of the second timeline")
+    ap.add_argument("--no-rtl", action="store_true",
+                    help="skip the RTL scaling runs (Verilator builds of the multi-core top)")
     args = ap.parse_args(argv)
     t0 = time.time()
     ranks = [int(x) for x in args.ranks.split(",")]
@@ -167,7 +178,12 @@ def main(argv=None) -> int:
             for n in ranks for spec in RUNS]
     pipe = [pipeline_run(layers, p, m, batch=args.batch, seed=args.seed, latency=args.latency)
             for layers, p in PIPELINES for m in MICRO_BATCHES]
+    scaling = None if args.no_rtl else run_scaling(tuple(ranks))
     data = {"bench": "distributed", "model": "golden", "ranks": ranks,
+            **({} if scaling is None else {
+                "scaling": scaling,
+                "weak_scaling_efficiency": scaling["weak_scaling_efficiency"],
+                "strong_scaling_efficiency": scaling["strong_scaling_efficiency"]}),
             "pipeline": pipe, "latency": args.latency,
             "epochs": args.epochs, "batch": args.batch, "seed": args.seed,
             "compression": rows, "wall_seconds": round(time.time() - t0, 1),

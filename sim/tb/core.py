@@ -43,9 +43,10 @@ class CocotbTransport:
     """Sends host commands with :class:`StreamDriver` while :class:`StreamMonitor` collects
     the responses; ``deadline`` in clock cycles."""
 
-    def __init__(self, dut, *, seed: int, idle_prob: float = 0.0, stall_prob: float = 0.0):
-        self.driver = StreamDriver(dut, "cmd", idle_prob=idle_prob, rng=random.Random(seed + 1))
-        self.monitor = StreamMonitor(dut, "rsp", stall_prob=stall_prob,
+    def __init__(self, dut, *, seed: int, idle_prob: float = 0.0, stall_prob: float = 0.0,
+                 cmd: str = "cmd", rsp: str = "rsp"):
+        self.driver = StreamDriver(dut, cmd, idle_prob=idle_prob, rng=random.Random(seed + 1))
+        self.monitor = StreamMonitor(dut, rsp, stall_prob=stall_prob,
                                      rng=random.Random(seed + 2))
         self.cycles = 0          # clock cycles spent in transactions (host I/O + runs)
 

@@ -61,7 +61,7 @@ def _runner():
 
 
 #: Blocks whose testbenches use only top-level ports (built without --public-flat-rw).
-PORTS_ONLY_BLOCKS = ("training_core", "collective_ring")
+PORTS_ONLY_BLOCKS = ("training_core", "collective_ring", "training_ring")
 
 
 def _build_args(coverage: bool) -> list[str]:

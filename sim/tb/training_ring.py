@@ -1,0 +1,202 @@
+"""cocotb testbench of the multi-core top ``training_ring`` (docs/multicore.md): data-parallel
+training steps on N training cores joined by links, bit-exact against
+:class:`sim.model.multicore.MultiCoreModel`, with random backpressure on every link and on
+every host port.
+
+The pytest side is ``tests/test_training_ring_cocotb.py``; ``TESSERA_PRESET`` selects the
+ring's preset (:meth:`hdl.multi.cores.TrainingRingConfig.preset`).
+"""
+from __future__ import annotations
+
+import os
+import random
+
+import cocotb
+import numpy as np
+from cocotb.triggers import RisingEdge
+
+from hdl.core.core import STATE_LAYOUT
+from hdl.core.isa import Status
+from hdl.multi.cores import TrainingRingConfig
+from sim.host.compiler import MLP
+from sim.host.dataparallel import DataParallel
+from sim.host.driver import CoreDriver
+from sim.host.optim import Adam
+from sim.tb.cocotb_stream import reset, start_clock
+from sim.tb.core import CocotbTransport
+
+__all__ = ["RingTB"]
+
+
+class RingTB:
+    """Driver (one host driver per core, random idle cycles on the command streams and
+    stalls on the response streams), link stall injector (``stall_tx`` / ``stall_rx`` bits
+    drawn every cycle), golden model (:class:`~sim.model.multicore.MultiCoreModel`) and
+    scoreboard of the ``training_ring`` top."""
+
+    def __init__(self, dut, config: TrainingRingConfig, *, seed: int = 1,
+                 link_stall: float = 0.0, host_idle: float = 0.0, host_stall: float = 0.0,
+                 run_deadline: int = 3_000_000):
+        self.dut, self.config, self.N = dut, config, config.ranks
+        self.rng = random.Random(seed)
+        self.link_stall = link_stall
+        self.transports = [CocotbTransport(dut, seed=seed + 10 * r, idle_prob=host_idle,
+                                           stall_prob=host_stall, cmd=f"cmd_{r}",
+                                           rsp=f"rsp_{r}") for r in range(self.N)]
+        self.drivers = [CoreDriver(config.core, t, run_deadline=run_deadline)
+                        for t in self.transports]
+        self._stall_task = None
+
+    async def start(self):
+        start_clock(self.dut)
+        for r in range(self.N):
+            getattr(self.dut, f"cmd_{r}__valid").value = 0
+        self.dut.stall_tx.value = 0
+        self.dut.stall_rx.value = 0
+        await reset(self.dut)
+        for t in self.transports:
+            t.start()
+        if self.link_stall:
+            self._stall_task = cocotb.start_soon(self._stall_links())
+
+    async def _stall_links(self):
+        mask = (1 << self.N) - 1
+        p = self.link_stall
+        while True:
+            await RisingEdge(self.dut.clk)
+            tx = sum(1 << r for r in range(self.N) if self.rng.random() < p)
+            rx = sum(1 << r for r in range(self.N) if self.rng.random() < p)
+            self.dut.stall_tx.value = tx & mask
+            self.dut.stall_rx.value = rx & mask
+
+    async def apply(self, actions) -> list[dict]:
+        """Every core executes its action list (``actions[r]``) at once: the cores' runs meet
+        at their ALLREDUCEs over the links."""
+        tasks = [cocotb.start_soon(d.apply(a)) for d, a in zip(self.drivers, actions)]
+        return [await t for t in tasks]
+
+    async def read_memories(self) -> list[np.ndarray]:
+        return [await d.read_lines(0, self.config.core.lines) for d in self.drivers]
+
+    def check_links(self) -> None:
+        assert int(self.dut.overflow.value) == 0, "a link's receive FIFO overflowed"
+
+
+@cocotb.test()
+async def dataparallel_steps(dut):
+    """TB_STEPS data-parallel steps (FP32 links, then TB_BFP_STEPS with BFP-4 links) of the
+    MLP 6-4-4 (global batch 4 x ranks, Adam) under random link and host backpressure:
+    every core's runs, losses, parameters, gradients, state, whole scratchpad and the links'
+    flit counts equal the golden model's."""
+    cfg = TrainingRingConfig.preset(os.environ.get("TESSERA_PRESET", "tiny"),
+                                    ranks=int(os.environ.get("TB_RANKS", "0")) or None)
+    N = cfg.ranks
+    stall = float(os.environ.get("TB_LINK_STALL", "0.3"))
+    tb = RingTB(dut, cfg, seed=int(os.environ.get("TB_SEED", "1")), link_stall=stall,
+                host_idle=0.2, host_stall=0.2)
+    await tb.start()
+    desc = MLP(layers=(6, 4, 4), batch=4 * N, optimizer=Adam(lr=1e-2))
+    dp = DataParallel(desc, cfg.core, N, engine=True)
+    bfp = DataParallel(desc, cfg.core, N, compression="bfp", width=4, engine=True)
+    c = dp.compiled
+    rng = np.random.default_rng(3)
+    Ws = [(rng.standard_normal((a, b)) * 0.5).astype(np.float32)
+          for a, b in zip(desc.layers[:-1], desc.layers[1:])]
+    bs = [(rng.standard_normal(b) * 0.1).astype(np.float32) for b in desc.layers[1:]]
+    m = desc.batch // N
+    steps = int(os.environ.get("TB_STEPS", "2"))
+    bfp_steps = int(os.environ.get("TB_BFP_STEPS", "1"))
+    acts = [c.init_actions(Ws, bs) for _ in range(N)]
+    for t in range(1, steps + bfp_steps + 1):
+        x = rng.standard_normal((desc.batch, desc.layers[0])).astype(np.float32)
+        y = rng.integers(0, desc.layers[-1], desc.batch)
+        prog = dp.program if t <= steps else bfp.program
+        for r in range(N):
+            acts[r] += c.step_actions(x[r * m:(r + 1) * m], y[r * m:(r + 1) * m], t,
+                                      program=prog) + c.read_actions()
+    want = dp.multi.apply(acts)
+    got = await tb.apply(acts)
+    mems = await tb.read_memories()
+    for r in range(N):
+        assert got[r]["run"] == want[r]["run"] == [(Status.OK, 0)] * (steps + bfp_steps), \
+            f"core {r}: RTL {got[r]['run']} != golden {want[r]['run']}"
+        for key in ("params", "grads", "m", "v", "loss0"):
+            assert np.array_equal(got[r][key], want[r][key]), f"core {r}: {key} differs"
+        assert np.array_equal(mems[r], dp.multi.cores[r].mem), f"core {r}: scratchpad differs"
+        regs = await tb.drivers[r].read_regs()
+        state = STATE_LAYOUT.from_bits(regs["state"])
+        assert state.conflict == 0 and state.coll_status == 0
+        cocotb.log.info("core %d last step: %d cycles, coll_busy %d, overlap %d", r,
+                        regs["cycles"], regs["coll_busy"], regs["overlap"])
+    tb.check_links()
+    flits = [int(getattr(dut, f"flits_{r}").value) for r in range(N)]
+    cocotb.log.info("link flits %s", flits)
+    assert min(flits) > 0
+
+
+@cocotb.test()
+async def bench_scaling(dut):
+    """Benchmark (``make bench-distributed``): cycles of a data-parallel step of the MLP
+    ``TB_LAYERS`` with ``TB_BATCH`` rows per core (Adam, widths ``TB_BENCH_WIDTH``, FP32 links
+    unless ``TB_COMP=bfp``; ``TB_PER_LAYER=1``: one ALLREDUCE per layer), written to
+    ``$TESSERA_BENCH_OUT``. Step 1 loads the program; step 2 is measured. Both are checked
+    bit-exactly against the golden model."""
+    import json
+    out = os.environ.get("TESSERA_BENCH_OUT")
+    if not out:
+        raise RuntimeError("bench_scaling needs TESSERA_BENCH_OUT (make bench-distributed)")
+    env = os.environ.get
+    cfg = TrainingRingConfig.preset(env("TESSERA_PRESET", "tiny"))
+    N = cfg.ranks
+    layers = tuple(int(v) for v in env("TB_LAYERS", "64,64,10").split(","))
+    per_core = int(env("TB_BATCH", "32"))
+    width = int(env("TB_BENCH_WIDTH", "8"))
+    comp = env("TB_COMP", "none")
+    per_layer = env("TB_PER_LAYER", "0") == "1"
+    tb = RingTB(dut, cfg, seed=5)
+    await tb.start()
+    desc = MLP(layers=layers, batch=per_core * N, optimizer=Adam(lr=3e-3))
+    kw = {"per_layer": True} if per_layer else {}
+    dp = DataParallel(desc, cfg.core, N, compression=comp, width=4, engine=True, **kw)
+    c = dp.compiled
+    rng = np.random.default_rng(5)
+    Ws = [(rng.standard_normal((a, b)) * np.sqrt(2.0 / a)).astype(np.float32)
+          for a, b in zip(layers, layers[1:])]
+    bs = [np.zeros(b, np.float32) for b in layers[1:]]
+    init = [c.init_actions(Ws, bs) for _ in range(N)]
+    dp.multi.apply(init)
+    await tb.apply(init)
+    res = {}
+    for t in (1, 2):
+        x = rng.standard_normal((desc.batch, layers[0])).astype(np.float32)
+        y = rng.integers(0, layers[-1], desc.batch)
+        acts = [c.step_actions(x[r * per_core:(r + 1) * per_core],
+                               y[r * per_core:(r + 1) * per_core], t, precision=width,
+                               program=dp.program) for r in range(N)]
+        want = dp.multi.apply(acts)
+        c0 = [tr.cycles for tr in tb.transports]
+        f0 = [int(getattr(dut, f"flits_{k}").value) for k in range(N)]
+        got = await tb.apply(acts)
+        spent = [tr.cycles - c for tr, c in zip(tb.transports, c0)]
+        for r in range(N):
+            assert got[r]["run"] == want[r]["run"] == [(Status.OK, 0)], got[r]["run"]
+            assert np.array_equal(got[r]["loss0"], want[r]["loss0"]), f"core {r}: losses"
+        regs = [await d.read_regs() for d in tb.drivers]
+        res = {"ranks": N, "S": cfg.core.size, "layers": list(layers),
+               "batch_per_core": per_core, "global_batch": desc.batch, "width": width,
+               "compression": comp, "per_layer": per_layer, "link_width": cfg.link.width,
+               "link_latency": cfg.link.latency,
+               "run_cycles": [r["cycles"] for r in regs],
+               "step_cycles": max(r["cycles"] for r in regs),
+               "host_io_cycles": max(s - r["cycles"] for s, r in zip(spent, regs)),
+               "coll_busy": [r["coll_busy"] for r in regs],
+               "coll_hidden": [r["coll_hidden"] for r in regs],
+               "matmul_busy": [r["matmul_busy"] for r in regs],
+               "vector_busy": [r["vector_busy"] for r in regs],
+               "optim_busy": [r["optim_busy"] for r in regs],
+               "flits": [int(getattr(dut, f"flits_{k}").value) - f0[k] for k in range(N)]}
+    final = [await d.read_lines(*c.regions["params"]) for d in tb.drivers]
+    for r in range(N):
+        assert np.array_equal(final[r], dp.multi.cores[r].read_lines(*c.regions["params"]))
+    with open(out, "w") as f:
+        json.dump(res, f, indent=2)

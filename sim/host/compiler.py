@@ -106,7 +106,10 @@ Placement rules, in order:
    of different instructions; never a persistent region). Inside a bank a buffer takes the
    lowest offset that is free during its live interval (first fit); a buffer of ``n`` lines
    spans the fewest banks it can (``ceil(n / bank_depth)``; a smaller one never straddles a
-   bank boundary).
+   bank boundary). Exception, ``compile_mlp(..., split_grads=True)`` (for a per-layer
+   all-reduce, :meth:`Compiled.dataparallel_program`): ``grads`` is placed first, with the
+   last layer's block starting a bank that no other buffer may use (docs/multicore.md,
+   "Per-layer all-reduce").
 3. Objective, in order: fewest lines holding activations, fewest used lines in all, fewest
    *overlap conflicts*: pairs of buffers in one bank that belong to two instructions which could
    run at the same time (consecutive in issue order, including the loop's wrap-around, on
@@ -403,6 +406,9 @@ class _Buf:
     cols: int = 0
     lo: int = -1
     hi: int = -1
+    #: ``> 0``: line ``cut`` of the buffer starts a bank, and the banks of lines ``cut ..``
+    #: hold no other buffer (:func:`compile_mlp` ``split_grads``)
+    cut: int = 0
 
 
 @dataclass
@@ -428,7 +434,8 @@ def _port_kinds(ins: _Ins, S: int) -> dict:
 class _Builder:
     """The symbolic program of one description (buffers + instructions, no addresses)."""
 
-    def __init__(self, desc: MLP, S: int, *, inplace_relu_grad: bool = True):
+    def __init__(self, desc: MLP, S: int, *, inplace_relu_grad: bool = True,
+                 split_grads: bool = False):
         self.desc, self.S, self.inplace = desc, S, inplace_relu_grad
         d, S = desc.layers, S
         self.d, self.L, self.m, self.k = d, desc.L, desc.rows, desc.micro_batches
@@ -457,6 +464,8 @@ class _Builder:
         states = desc.states
         self._buf("params", self.P, "weights", True)
         self._buf("grads", self.P, "gradients", True)
+        if split_grads and self.L >= 2:
+            self.bufs["grads"].cut = self.off_W[self.L - 1]
         for s in ("m", "v"):
             self._buf(s, self.P, "optimizer_state", s in states, alias=s not in states)
         if self.k > 1:
@@ -693,10 +702,15 @@ def _place_context(name, bufs, placed, hard_of, D):
     bf = bufs[name]
     size = bf.lines
     nspan = max(1, _cdiv(size, D))
+    if bf.cut:
+        nspan = _cdiv(bf.cut, D) + _cdiv(size - bf.cut, D)
     excluded = set()
     for p in hard_of[name]:
         if p in placed:
             excluded |= placed[p][2]
+    for p, (s, _, _) in placed.items():      # banks a cut buffer keeps to itself
+        if bufs[p].cut and p != name:
+            excluded |= _banks_of(s + bufs[p].cut, bufs[p].lines - bufs[p].cut, D)
     others = sorted((s, e) for q, (s, e, _) in placed.items() if _live_overlap(bf, bufs[q]))
     return bf, size, nspan, excluded, others
 
@@ -719,7 +733,29 @@ def _allocate(bufs: dict, order: list, hard_of: dict, soft_of: dict, D: int, NB:
         soft_banks = [(placed[q][2], w) for q, w in soft_of[name].items() if q in placed]
         best = None
         largest = (0, None)
-        for b0 in range(NB - nspan + 1):
+        if bf.cut:
+            # line `cut` at the start of bank B; the banks from B on are this buffer's alone
+            used = set().union(*(p[2] for p in placed.values())) if placed else set()
+            for B in range(1, NB):
+                start = B * D - bf.cut
+                end = start + size
+                if start < 0 or end > NB * D:
+                    continue
+                banks = frozenset(_banks_of(start, size, D))
+                if (banks & excluded or _banks_of(B * D, size - bf.cut, D) & used
+                        or any(s < end and start < e for s, e in others)):
+                    continue
+                growth = sum(max(0, min(end, (bk + 1) * D) - bk * D - top[bk]) for bk in banks)
+                sv = sum(w for bs, w in soft_banks if bs & banks)
+                key = (sv, growth, start) if soft_first else (growth, sv, start)
+                if best is None or key < best[0]:
+                    best = (key, start, banks)
+            if best is None:
+                raise _NoFit(name, f"tensor {name!r} ({bf.kind}, {size} lines) does not fit with "
+                                   f"line {bf.cut} (the last layer's block) starting a bank "
+                                   f"that holds nothing else (split_grads); banks excluded by "
+                                   f"the port rules: {sorted(excluded)}")
+        for b0 in range(NB - nspan + 1 if not bf.cut else 0):
             banks = frozenset(range(b0, b0 + nspan))
             if banks & excluded:
                 continue
@@ -816,9 +852,9 @@ def _check_limits(desc: MLP, config: CoreConfig):
 SEARCH_NODES = 20000
 
 
-def _build_and_place(desc, config, inplace):
+def _build_and_place(desc, config, inplace, split_grads=False):
     S, D, NB = config.size, config.bank_depth, config.banks
-    bld = _Builder(desc, S, inplace_relu_grad=inplace)
+    bld = _Builder(desc, S, inplace_relu_grad=inplace, split_grads=split_grads)
     if bld.P * S > OPT_MAX_COUNT:
         raise CompileError(f"{bld.P * S} parameter words (with row padding) exceed the largest "
                            f"OPT region ({OPT_MAX_COUNT} words, the optimizer engine's N range)")
@@ -848,7 +884,9 @@ def _build_and_place(desc, config, inplace):
     for pair, w in soft.items():
         a, b = tuple(pair)
         soft_of[a][b] = soft_of[b][a] = w
-    pers = sorted((n for n, b in bufs.items() if b.persistent), key=lambda n: -bufs[n].lines)
+    # a cut buffer first (the banks it keeps to itself must still be empty)
+    pers = sorted((n for n, b in bufs.items() if b.persistent),
+                  key=lambda n: (not bufs[n].cut, -bufs[n].lines))
     trans = [n for n, b in bufs.items() if not b.persistent]
     orders = [
         sorted(trans, key=lambda n: (-bufs[n].lines, bufs[n].lo)),
@@ -982,28 +1020,42 @@ def _banks_meet(place, bufs, pair, D):
     return bool(_banks_of(place[a], bufs[a].lines, D) & _banks_of(place[b], bufs[b].lines, D))
 
 
-def compile_mlp(desc: MLP | None = None, config: CoreConfig | None = None) -> "Compiled":
+def compile_mlp(desc: MLP | None = None, config: CoreConfig | None = None, *,
+                split_grads: bool = False) -> "Compiled":
     """Compile ``desc`` (default :class:`MLP` ``()``) for ``config`` (default
     ``CoreConfig()``). Raises :class:`CompileError` (a ``ValueError``) naming the problem
     when the description does not fit the configuration; the returned program passes
-    :func:`hdl.core.isa.check_program`."""
+    :func:`hdl.core.isa.check_program`.
+
+    ``split_grads`` (for a per-layer all-reduce, :meth:`Compiled.dataparallel_program`
+    ``per_layer=True``): place the gradient region so that the last layer's block
+    (``dW_{L-1}, db_{L-1}``, the end of the region) starts a bank and its banks hold no other
+    buffer; the region stays one contiguous range in the parameter layout (the ``OPT`` is
+    unchanged), only its start moves. Its ``ALLREDUCE`` then owns no bank the backward pass of
+    the earlier layers touches (docs/multicore.md, "Per-layer all-reduce"). It costs the rest
+    of that bank and may not fit (``CompileError``), e.g. with 4 banks and Adam (params, m, v
+    and the two parts of grads need 5). No effect for one layer."""
     desc = MLP() if desc is None else desc
     config = CoreConfig() if config is None else config
     _check_types(desc, config)
     _check_limits(desc, config)
+    split_grads = bool(split_grads)
     try:
-        bld, place, hard, soft = _build_and_place(desc, config, True)
+        bld, place, hard, soft = _build_and_place(desc, config, True, split_grads)
     except _NoFit as exc:
         if desc.L < 2:
             raise CompileError(str(exc)) from None
         try:
-            bld, place, hard, soft = _build_and_place(desc, config, False)
+            bld, place, hard, soft = _build_and_place(desc, config, False, split_grads)
         except _NoFit as exc2:
             hint = ""
             if config.banks == 4 and desc.micro_batches > 1:
                 hint = ("; with 4 banks and micro-batches (x and labels share one record "
                         "region, so z must avoid its bank) an even number of layers cannot be "
                         "placed: use 8 banks or micro_batches=1")
+            if split_grads:
+                hint += ("; split_grads=True: the last layer's gradient block needs a bank of "
+                         "its own (compile without it)")
             raise CompileError(f"{exc2} (with a separate dz buffer; in place: {exc}){hint}") \
                 from None
     return Compiled(desc, config, bld, place, soft)
@@ -1026,6 +1078,8 @@ class Compiled:
         self._b = bld
         self.place = dict(place)           #: buffer -> global start line
         self.inplace_relu_grad = bld.inplace
+        #: the last layer's gradient block starts a bank of its own (``split_grads``)
+        self.split_grads = bool(bld.bufs["grads"].cut)
         self.regions = {n: (place[n], b.lines) for n, b in bld.bufs.items() if b.persistent}
         words, notes = [], []
         for ins in bld.ins:
@@ -1077,14 +1131,46 @@ class Compiled:
         pc = pcs[0]
         return self.program[:pc] + [halt], [self.program[pc], halt]
 
+    def grad_blocks(self) -> list[list[tuple[int, int]]]:
+        """Per layer ``l``: the ``(line, lines)`` ranges (global lines) of ``dW_l`` and
+        ``db_l`` in the gradient region, merged when adjacent (the compiler's layout puts
+        ``db_l`` right after ``dW_l``: one range per layer, the layers in order)."""
+        b, S, g0 = self._b, self.config.size, self.place["grads"]
+        out = []
+        for l in range(b.L):
+            parts = sorted([(g0 + b.off_W[l], b.d[l] * _cdiv(b.d[l + 1], S)),
+                            (g0 + b.off_b[l], _cdiv(b.d[l + 1], S))])
+            merged = [parts[0]]
+            for s, n in parts[1:]:
+                if merged[-1][0] + merged[-1][1] == s:
+                    merged[-1] = (merged[-1][0], merged[-1][1] + n)
+                else:
+                    merged.append((s, n))
+            out.append(merged)
+        return out
+
     def dataparallel_program(self, comp: int = 0, width: int = 8, timeout: int = 0xFFFF,
-                             seg: int | None = None) -> list[int]:
+                             seg: int | None = None, per_layer: bool = False) -> list[int]:
         """The data-parallel step as one program per core (every core runs the same words):
         :attr:`program` with ``ALLREDUCE a=<grads line> lines=<grads lines> seg timeout comp
         width poison=1`` right before its ``OPT``, so the collective engine all-reduces the
         gradient region of every core (``P * S`` words, padding lanes included) between the
         backward pass and the optimizer, and a core whose run raised a flag poisons the sum
         (docs/multicore.md, "ALLREDUCE in the golden model").
+
+        ``per_layer=True``: one ``ALLREDUCE`` per layer ``l`` over its block of the region
+        (:meth:`grad_blocks`: ``dW_l, db_l``; one per range if a layer's were not adjacent),
+        right after the last instruction that writes any of its lines (so the all-reduce of
+        the last layer can run while the backward pass of the earlier ones continues; compile
+        with ``split_grads=True`` so that it owns no bank they touch, see
+        :meth:`allreduce_overlap`). Only the ``ALLREDUCE`` last in program order (layer 0's,
+        after every backward ``MATMUL``, so it sees all the run's flags) has ``poison=1``; the
+        two-pass ``OPT`` tests the whole region. Needs ``micro_batches = 1`` (with a ``LOOP``
+        the gradients accumulate until its last iteration: ``ValueError``; use the single
+        ``ALLREDUCE``). Each block has its own segments (``seg``, default
+        :func:`allreduce_seg_lines` of the block), so with more than 2 ranks an element's sum
+        may start at another rank than in the single all-reduce and round differently (with 2
+        ranks, and FP32 links, the sums are the same bits: addition is commutative).
 
         Parameters
         ----------
@@ -1095,15 +1181,21 @@ class Compiled:
         timeout : int
             Cycles without link progress before ``ERR_LINK`` (1..65535).
         seg : int or None
-            Lines per segment; ``None``: :func:`allreduce_seg_lines` (``ceil(lines / ranks)``,
-            rounded up to whole BFP groups with ``comp = 1``).
+            Lines per segment (of every ``ALLREDUCE``); ``None``: :func:`allreduce_seg_lines`
+            of each one's lines (``ceil(lines / ranks)``, rounded up to whole BFP groups with
+            ``comp = 1``).
+        per_layer : bool
+            One ``ALLREDUCE`` per layer (above) instead of one before the ``OPT``.
 
         Raises ``ValueError`` for a config with ``ranks < 2``, a step compiled with a one-pass
         ``OPT`` (compile with ``one_pass=False``: the two-pass ``OPT`` tests the all-reduced
         gradients, so a poisoned or non-finite sum skips on every core; a one-pass ``OPT``
-        would decide from its own core's flags only), or fields the program check rejects
-        (e.g. a BFP gradient region that is not whole groups)."""
+        would decide from its own core's flags only), ``per_layer`` with ``micro_batches > 1``
+        or (BFP) a layer block that is not whole groups (naming the layer), a program longer
+        than ``prog_depth``, or fields the program check rejects (e.g. a BFP gradient region
+        that is not whole groups)."""
         cfg = self.config
+        S = cfg.size
         if cfg.ranks < 2:
             raise ValueError(f"dataparallel_program needs a config with ranks >= 2 (the cores "
                              f"of the ring), not ranks = {cfg.ranks}")
@@ -1114,19 +1206,110 @@ class Compiled:
         if decode(self.program[pc])[1]["one_pass"]:
             raise ValueError("dataparallel_program needs the step compiled with "
                              "one_pass=False (its OPT must test the all-reduced gradients)")
-        line, lines = self.regions["grads"]
-        if seg is None:
-            seg = allreduce_seg_lines(lines, cfg.ranks, cfg.size,
-                                      cfg.collective.bfp.group_size if comp == 1 else None)
-        ar = encode(Op.ALLREDUCE, a=line, lines=lines, seg=seg, timeout=timeout, comp=comp,
-                    width=width, poison=1)
-        prog = self.program[:pc] + [ar] + self.program[pc:]
+        G = cfg.collective.bfp.group_size if comp == 1 else None
+
+        def allreduce(line, lines, poison):
+            sg = seg if seg is not None else allreduce_seg_lines(lines, cfg.ranks, S, G)
+            return encode(Op.ALLREDUCE, a=line, lines=lines, seg=sg, timeout=timeout,
+                          comp=comp, width=width, poison=poison)
+
+        if not per_layer:
+            line, lines = self.regions["grads"]
+            prog = self.program[:pc] + [allreduce(line, lines, 1)] + self.program[pc:]
+            what = f"grads: {lines} lines of {S} words"
+        else:
+            if self._b.k != 1:
+                raise ValueError(f"per_layer needs micro_batches = 1, not {self._b.k}: the "
+                                 f"LOOP accumulates the gradients until its last iteration "
+                                 f"(use per_layer=False: one ALLREDUCE after the ENDLOOP)")
+            blocks = self.grad_blocks()
+            if G:
+                for l, bl in enumerate(blocks):
+                    for s, n in bl:
+                        if (n * S) % G:
+                            raise ValueError(
+                                f"per_layer with BFP links: layer {l}'s gradient block ({n} "
+                                f"lines = {n * S} words) is not whole groups of {G} words")
+            after = {l: self._last_write(bl, pc) for l, bl in enumerate(blocks)}
+            order = sorted(after, key=lambda l: (after[l], -l))
+            ins = {}
+            for l in order:
+                for s, n in blocks[l]:
+                    ins.setdefault(after[l], []).append([s, n, 0])
+            ins[after[order[-1]]][-1][2] = 1         # poison: the last ALLREDUCE
+            prog = []
+            for i, w in enumerate(self.program):
+                prog.append(w)
+                prog += [allreduce(*x) for x in ins.get(i, [])]
+            what = ("layer blocks " + ", ".join(f"{n} lines" for bl in blocks for _, n in bl)
+                    + f" of {S} words")
+        if len(prog) > cfg.prog_depth:
+            raise ValueError(f"dataparallel_program: {len(prog)} instructions exceed the "
+                             f"program memory (CoreConfig.prog_depth = {cfg.prog_depth})")
         st, bad = check_program_for(prog, cfg)
         if st != Status.OK:
             raise ValueError(f"dataparallel_program: {STATUS_NAMES[st]} at pc {bad}: "
-                             f"{disassemble(prog[bad])} (grads: {lines} lines of {cfg.size} "
-                             f"words; see hdl.core.isa.check_allreduce)")
+                             f"{disassemble(prog[bad])} ({what}; see "
+                             f"hdl.core.isa.check_allreduce)")
         return prog
+
+    def _last_write(self, ranges, end: int) -> int:
+        """The last pc before ``end`` that writes any line of ``ranges`` (``[(line, lines)]``);
+        checks that no instruction between it and ``end`` reads them."""
+        S = self.config.size
+        last = None
+        for i, w in enumerate(self.program[:end]):
+            op, f = decode(w)
+            for r in operand_ranges(op, f, S):
+                if "w" in r.kind and any(r.start < s + n and s < r.start + r.lines
+                                         for s, n in ranges):
+                    last = i
+        if last is None:      # every layer block is written by BWD_WEIGHT / REDUCE
+            raise AssertionError(f"no instruction writes the gradient lines {ranges}")
+        for i, w in enumerate(self.program[last + 1:end], last + 1):
+            op, f = decode(w)
+            for r in operand_ranges(op, f, S):
+                if any(r.start < s + n and s < r.start + r.lines for s, n in ranges):
+                    raise AssertionError(f"pc {i} reads the gradient lines {ranges} after "
+                                         f"their last write (pc {last})")
+        return last
+
+    def allreduce_overlap(self, program: list[int]) -> list[dict]:
+        """What each ``ALLREDUCE`` of ``program`` (e.g. :meth:`dataparallel_program`) can run
+        beside, under the sequencer's in-order issue and bank scoreboard (docs/core.md): per
+        ``ALLREDUCE``, in program order, ``pc``, ``a``, ``lines``, ``poison``, ``banks`` (the
+        banks it owns while it runs), ``wait`` (the pc of the first later instruction that
+        cannot issue until it ends: one touching an owned bank, the next ``ALLREDUCE`` (one
+        collective engine), or ``HALT``; every later one waits behind it), ``why``
+        (``"bank"``, ``"unit"``, ``"halt"``), and ``hidden`` (the pcs in between, which issue
+        while it runs). Static: it does not say how long either side takes."""
+        cfg = self.config
+        S, D = cfg.size, cfg.bank_depth
+        words = list(program)
+        dec = [decode(w) for w in words]
+        out = []
+        for pc, (op, f) in enumerate(dec):
+            if op != Op.ALLREDUCE:
+                continue
+            banks = set()
+            for r in operand_ranges(op, f, S):
+                banks |= r.banks(D)
+            wait, why = len(words), "halt"
+            for j in range(pc + 1, len(words)):
+                op2, f2 = dec[j]
+                if op2 == Op.HALT:
+                    wait, why = j, "halt"
+                    break
+                if op2 == Op.ALLREDUCE:
+                    wait, why = j, "unit"
+                    break
+                if any(r.banks(D) & banks for r in operand_ranges(op2, f2, S)):
+                    wait, why = j, "bank"
+                    break
+            out.append({"pc": pc, "a": f["a"], "lines": f["lines"], "poison": f["poison"],
+                        "banks": sorted(banks), "wait": wait, "why": why,
+                        "hidden": list(range(pc + 1, wait))})
+        return out
 
     def stage_programs(self) -> dict:
         """A pipeline stage's step as programs, for a host that moves activations and

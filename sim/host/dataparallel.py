@@ -47,6 +47,18 @@ the host's poisoning does. With BFP links the poisoned group crosses as zeros: t
 still skips (its ``OPT`` sees its own run's flags) but the others apply the step, and a BFP
 link flag (a non-finite gradient group sent as zeros) makes nobody skip; the host-mediated
 mode poisons every core in both cases (docs/multicore.md, "ALLREDUCE in the golden model").
+
+Per-layer all-reduce (``per_layer=True``, links ``"none"`` and ``"bfp"``, ``micro_batches = 1``):
+the gradient region is all-reduced as one ring all-reduce per layer block (``dW_l, db_l``,
+:meth:`sim.host.compiler.Compiled.grad_blocks`), each with its own segments
+(:func:`sim.host.compiler.allreduce_seg_lines` of the block); in engine mode the program is
+``dataparallel_program(per_layer=True)`` (one ``ALLREDUCE`` per layer right after the layer's
+last gradient write, poison on the last one), in host mode the host does the same
+all-reduces, so the two modes still agree bit for bit. Against the single all-reduce only the
+rank at which each element's sum starts can change (its segment index within the block): the
+same bits with 2 ranks (FP32 addition is commutative), within the summation-order bound with
+more. The step is compiled with ``split_grads`` (the last layer's block in a bank of its own,
+so that in hardware its all-reduce runs beside the rest of the backward pass) when it fits.
 """
 from __future__ import annotations
 
@@ -61,7 +73,7 @@ from sim.model.compress import TopK, TopKState, topk_allreduce
 from sim.model.core import CoreModel
 from sim.model.multicore import MultiCoreModel
 
-from .compiler import MLP, allreduce_seg_lines, compile_mlp
+from .compiler import MLP, CompileError, allreduce_seg_lines, compile_mlp
 
 __all__ = ["DataParallel", "COMPRESSIONS", "NAN_BITS"]
 
@@ -98,11 +110,22 @@ class DataParallel:
         all-reduces between a backward and an optimizer program.
     timeout : int
         The ``ALLREDUCE``'s ``timeout`` field (engine mode).
+    per_layer : bool
+        All-reduce the gradients one layer block at a time (engine mode:
+        ``dataparallel_program(per_layer=True)``; host mode: the same all-reduces by the host).
+        ``"none"`` and ``"bfp"`` only, ``micro_batches = 1``; with BFP every layer block must
+        be whole groups.
+    split_grads : bool or None
+        Compile with :func:`sim.host.compiler.compile_mlp` ``split_grads`` (the last layer's
+        gradient block in a bank of its own; results are unchanged, only addresses move).
+        ``None`` (default): when ``per_layer`` and the placement fits, else not
+        (:attr:`split_grads` tells which).
     """
 
     def __init__(self, desc: MLP, config: CoreConfig | None = None, ranks: int = 2, *,
                  compression: str = "none", width: int = 8, topk: TopK | None = None,
-                 engine: bool = False, timeout: int = 0xFFFF):
+                 engine: bool = False, timeout: int = 0xFFFF, per_layer: bool = False,
+                 split_grads: bool | None = None):
         if not isinstance(desc, MLP):
             raise TypeError(f"desc must be an MLP, not {type(desc).__name__}")
         config = CoreConfig() if config is None else config
@@ -118,11 +141,26 @@ class DataParallel:
                              "compression 'none' or 'bfp', not 'topk' (host-mediated only)")
         self.ranks, self.compression, self.width = ranks, compression, width
         self.engine = bool(engine)
+        self.per_layer = bool(per_layer)
+        if per_layer and compression == "topk":
+            raise ValueError("per_layer all-reduces layer blocks with the ring all-reduce: "
+                             "compression 'none' or 'bfp', not 'topk'")
+        if per_layer and desc.micro_batches != 1:
+            raise ValueError(f"per_layer needs micro_batches = 1, not {desc.micro_batches} "
+                             f"(the loop accumulates the gradients until its last iteration)")
         self.local = desc.replace(batch=desc.batch // ranks, mean_rows=desc.batch,
                                   one_pass=False)
         if engine:
             config = dataclasses.replace(config, ranks=ranks)
-        self.compiled = compile_mlp(self.local, config)
+        split = per_layer if split_grads is None else bool(split_grads)
+        try:
+            self.compiled = compile_mlp(self.local, config, split_grads=split)
+        except CompileError:
+            if split_grads is not None or not split:
+                raise
+            self.compiled = compile_mlp(self.local, config)
+        #: whether the step was compiled with ``split_grads``
+        self.split_grads = self.compiled.split_grads
         self.config = config
         line, lines = self.compiled.regions["grads"]
         self._grads = (line, lines)
@@ -136,13 +174,30 @@ class DataParallel:
             if self.length % G:
                 raise ValueError(f"BFP links need the gradient region ({self.length} words) to "
                                  f"be a multiple of the group size {G}")
-        #: words per segment of the ring all-reduce: whole lines, as the ALLREDUCE's ``seg``
-        self.seg = S * allreduce_seg_lines(lines, ranks, S, G if compression == "bfp" else None)
+        Gs = G if compression == "bfp" else None
+        if per_layer:
+            blocks = []
+            for l, bl in enumerate(self.compiled.grad_blocks()):
+                for s, n in bl:
+                    if Gs and (n * S) % G:
+                        raise ValueError(
+                            f"per_layer with BFP links: layer {l}'s gradient block ({n} lines "
+                            f"= {n * S} words) is not whole groups of {G} words")
+                    blocks.append(((s - line) * S, n * S,
+                                   S * allreduce_seg_lines(n, ranks, S, Gs)))
+        else:
+            blocks = [(0, self.length, S * allreduce_seg_lines(lines, ranks, S, Gs))]
+        #: the ring all-reduces of a step: ``(first word in the region, words, words per
+        #: segment)``, whole lines as the ALLREDUCE's ``a``, ``lines`` and ``seg``
+        self.blocks = blocks
+        #: words per segment of the single ring all-reduce (``None`` with ``per_layer``)
+        self.seg = None if per_layer else blocks[0][2]
         if engine:
             comp = CollComp.BFP if compression == "bfp" else CollComp.NONE
             #: the one program every core runs (engine mode)
             self.program = self.compiled.dataparallel_program(comp=comp, width=width,
-                                                              timeout=timeout)
+                                                              timeout=timeout,
+                                                              per_layer=per_layer)
             self.multi = MultiCoreModel(config)
             self.cores = self.multi.cores
         else:
@@ -176,11 +231,19 @@ class DataParallel:
             return out, 0
         comp = CollComp.BFP if self.compression == "bfp" else CollComp.NONE
         flags = [0] * N
-        out = ring_allreduce(grads, self.seg, comp=comp, bfp=(self.coll.bfp, self.width),
-                             flags=flags)
-        self.link_bits += sum(link_flits(self.coll, 32, length=n, seg=self.seg, comp=comp,
-                                         width=self.width)) * 32
+        out = [g.copy() for g in grads]
+        for off, length, seg in self.blocks:
+            part = ring_allreduce([g[off:off + length] for g in grads], seg, comp=comp,
+                                  bfp=(self.coll.bfp, self.width), flags=flags)
+            for o, p in zip(out, part):
+                o[off:off + length] = p
+        self._count_link_bits(comp)
         return out, int(any(flags))
+
+    def _count_link_bits(self, comp):
+        self.link_bits += sum(sum(link_flits(self.coll, 32, length=length, seg=seg, comp=comp,
+                                             width=self.width))
+                              for _, length, seg in self.blocks) * 32
 
     def step(self, x, y, t: int, *, precision=None, scale_exp=None) -> dict:
         """One data-parallel step on the global batch ``x`` (``B x d_0``), ``y`` (``B``) at
@@ -233,8 +296,7 @@ class DataParallel:
         n = self.length
         comp = CollComp.BFP if self.compression == "bfp" else CollComp.NONE
         self.plain_bits += sum(link_flits(self.coll, 32, length=n, seg=-(-n // N))) * 32
-        self.link_bits += sum(link_flits(self.coll, 32, length=n, seg=self.seg, comp=comp,
-                                         width=self.width)) * 32
+        self._count_link_bits(comp)
         losses = np.concatenate([c.decode_loss(r) for r in res])
         st = dict(res[0]["status"])
         return {"losses": losses, "loss": float(np.mean(losses.astype(np.float64))),

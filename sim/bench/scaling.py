@@ -50,7 +50,8 @@ def run_point(ranks: int, per_core: int, *, width: int = 8, per_layer: bool = Fa
                 "coll_hidden": [0], "flits": [0]}
     env.update(TB_PER_LAYER="1" if per_layer else "0", TB_COMP=comp)
     tag = f"n{ranks}_b{per_core}_w{width}{'_pl' if per_layer else ''}_{comp}"
-    return _bench("training_ring", f"tiny-n{ranks}", "sim.tb.training_ring", "bench_scaling",
+    preset = "tiny" if ranks == 2 else f"tiny-n{ranks}"     # tiny is two cores: one build
+    return _bench("training_ring", preset, "sim.tb.training_ring", "bench_scaling",
                   f"scaling_{tag}", env)
 
 
@@ -72,24 +73,28 @@ def run_scaling(ranks=(2, 4), *, width: int = 8, log=print) -> dict:
     one = run_point(1, BATCH, width=width)
     log(f"scaling: 1 core, batch {BATCH}: {one['step_cycles']} cycles")
     rows = [_summary(one)]
-    strong, weak = {}, {}
+    eff = {"strong": {}, "weak": {}, "strong_per_layer": {}, "weak_per_layer": {}}
     for n in ranks:
         if BATCH % n:
             raise ValueError(f"the global batch {BATCH} must divide by ranks {n}")
-        for kind, per_core in (("strong", BATCH // n), ("weak", BATCH)):
-            p = _summary(run_point(n, per_core, width=width))
+        for kind, per_core, per_layer in (("strong", BATCH // n, False),
+                                          ("weak", BATCH, False),
+                                          ("strong", BATCH // n, True),
+                                          ("weak", BATCH, True)):
+            p = _summary(run_point(n, per_core, width=width, per_layer=per_layer))
             p["scaling"] = kind
             rows.append(p)
             T1, TN = one["step_cycles"], p["step_cycles"]
-            if kind == "strong":
-                strong[str(n)] = round(T1 / (n * TN), 4)
-            else:
-                weak[str(n)] = round(T1 / TN, 4)
-            log(f"scaling: {n} cores, {kind}, {per_core} rows each: {TN} cycles "
-                f"(comm {p['coll_cycles']}, hidden {p['hidden_fraction']})")
+            key = kind + ("_per_layer" if per_layer else "")
+            eff[key][str(n)] = round(T1 / (n * TN) if kind == "strong" else T1 / TN, 4)
+            log(f"scaling: {n} cores, {kind}{', per layer' if per_layer else ''}, {per_core} "
+                f"rows each: {TN} cycles (comm {p['coll_cycles']}, hidden "
+                f"{p['hidden_fraction']})")
     return {"S": 4, "layers": [int(v) for v in LAYERS.split(",")], "width": width,
             "reference_batch": BATCH, "points": rows,
-            "strong_scaling_efficiency": strong, "weak_scaling_efficiency": weak,
+            "strong_scaling_efficiency": eff["strong"], "weak_scaling_efficiency": eff["weak"],
+            "strong_scaling_efficiency_per_layer": eff["strong_per_layer"],
+            "weak_scaling_efficiency_per_layer": eff["weak_per_layer"],
             "host": os.uname().machine}
 
 
@@ -101,16 +106,20 @@ def to_markdown(sc: dict) -> list[str]:
            "model. Step = run cycles of the slowest core (host I/O excluded). Strong: global "
            f"batch {sc['reference_batch']}; weak: {sc['reference_batch']} rows per core. "
            "comm = cycles the collective engine runs; hidden = the part of them another unit "
-           "runs too; link utilization = flits per link / comm cycles.", "",
-           "| N | scaling | rows per core | step cycles | efficiency | comm cycles | comm "
-           "fraction | hidden | link flits | link utilization |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           "runs too; link utilization = flits per link / comm cycles. all-reduce: one over "
+           "the gradient region before the OPT, or per layer (after each layer's last "
+           "gradient write, the last layer's block in a bank of its own when it fits).", "",
+           "| N | scaling | all-reduce | rows per core | step cycles | efficiency | comm cycles "
+           "| comm fraction | hidden | link flits | link utilization |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in sc["points"]:
         n = p["ranks"]
         kind = p.get("scaling", "reference")
-        eff = "1" if n == 1 else (sc["strong_scaling_efficiency"] if kind == "strong"
-                                  else sc["weak_scaling_efficiency"])[str(n)]
-        out.append(f"| {n} | {kind} | {p['batch_per_core']} | {p['step_cycles']:,} | {eff} | "
+        pl = "_per_layer" if p.get("per_layer") else ""
+        eff = "1" if n == 1 else sc[f"{kind}_scaling_efficiency{pl}"][str(n)]
+        how = "-" if n == 1 else ("per layer" if pl else "one")
+        out.append(f"| {n} | {kind} | {how} | {p['batch_per_core']} | {p['step_cycles']:,} | "
+                   f"{eff} | "
                    f"{p['coll_cycles']:,} | {p['comm_fraction']} | {p['hidden_fraction']} | "
                    f"{p['link_flits']:,} | {p['link_utilization']} |")
     return out + [""]

@@ -184,7 +184,9 @@ async def bench_scaling(dut):
         regs = [await d.read_regs() for d in tb.drivers]
         res = {"ranks": N, "S": cfg.core.size, "layers": list(layers),
                "batch_per_core": per_core, "global_batch": desc.batch, "width": width,
-               "compression": comp, "per_layer": per_layer, "link_width": cfg.link.width,
+               "compression": comp, "per_layer": per_layer,
+               "split_grads": bool(getattr(dp, "split_grads", False)),
+               "link_width": cfg.link.width,
                "link_latency": cfg.link.latency,
                "run_cycles": [r["cycles"] for r in regs],
                "step_cycles": max(r["cycles"] for r in regs),

@@ -62,7 +62,8 @@ def test_program_mutations_reach_their_statuses():
             "same_bank": Status.ERR_BANK, "loop_zero": Status.ERR_SHAPE}
     for mut, status in want.items():
         assert status in seen[mut], (mut, seen[mut])
-    assert set().union(*seen.values()) == set(Status.ALL), seen
+    # every status of the program check (ERR_LINK is a run-time status of a multi-core run)
+    assert set().union(*seen.values()) == set(Status.ALL) - {Status.ERR_LINK}, seen
 
 
 def test_edge_commands_expected_statuses():

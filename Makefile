@@ -127,8 +127,10 @@ bench-collective: setup
 	$(PY) -m sim.bench.collective $(COLLECTIVE_ARGS)
 
 # Data-parallel digits training across N golden-model cores with FP32 / BFP / top-k links
-# (docs/multicore.md): bytes ratio and test accuracy, and pipeline parallelism (GPipe / 1F1B
-# bubble against (p-1)/(m+p-1), peak stash) -> docs/bench/distributed.{json,md}.
+# (docs/multicore.md): bytes ratio and test accuracy, pipeline parallelism (GPipe / 1F1B
+# bubble against (p-1)/(m+p-1), peak stash), and weak / strong scaling of the RTL multi-core
+# top in Verilator (builds of 1, 2 and 4 S = 4 cores; DISTRIBUTED_ARGS=--no-rtl skips it)
+# -> docs/bench/distributed.{json,md}.
 bench-distributed: setup
 	$(PY) -m sim.bench.distributed $(DISTRIBUTED_ARGS)
 

@@ -126,7 +126,9 @@ def pipeline_run(layers, stages, m, *, batch, seed, latency) -> dict:
 
 
 def to_markdown(data: dict) -> str:
-    lines = ["# Data-parallel digits training with link compression (golden model)", "",
+    lines = ["# Data-parallel training: link compression (golden model), RTL scaling, "
+             "pipeline parallelism", "",
+             "## Link compression (golden model)", "",
              f"MLP 64-64-10, Adam 3e-3, global batch {data['batch']}, {data['epochs']} epochs, "
              f"seed {data['seed']}; N golden-model cores (`sim/host/dataparallel.py`; the RTL "
              "top `training_ring` equals them bit for bit, tests/test_training_ring*.py).",

@@ -15,6 +15,7 @@ from sim.host.dataparallel import DataParallel
 from sim.host.optim import SGD, Adam
 from sim.model.collective import sum_order
 from sim.model.multicore import POISON_BITS, MultiCoreModel
+from sim.tb.core_cases import mlp_params
 
 LAYERS = (16, 12, 4)        # grads: layer 0 51 lines, layer 1 13 lines (S = 4)
 BFP_LAYERS = (15, 15, 4)    # layer blocks of 64 and 16 lines: whole 16-word groups at S = 4
@@ -27,11 +28,7 @@ def _cfg(ranks, preset="tiny", **kw):
 
 
 def _params(seed, layers=LAYERS):
-    rng = np.random.default_rng(seed)
-    W = [(rng.standard_normal((a, b)) * 0.3).astype(np.float32)
-         for a, b in zip(layers, layers[1:])]
-    b = [(rng.standard_normal(n) * 0.05).astype(np.float32) for n in layers[1:]]
-    return rng, W, b
+    return mlp_params(seed, layers)
 
 
 def _touches(op, f, S, a, n):

@@ -17,6 +17,7 @@ from sim.host.optim import Adam, SGD
 from sim.model.collective import ring_allreduce, segments, sum_order, validate
 from sim.model.core import CoreModel
 from sim.model.multicore import POISON_BITS, MultiCoreModel
+from sim.tb.core_cases import mlp_params
 
 HALT = encode(Op.HALT)
 S = 4                       # the tiny preset's lanes
@@ -369,11 +370,7 @@ def test_dataparallel_program():
 
 # ---- data parallelism on the engine ------------------------------------------------------------
 def _params(seed, layers=LAYERS):
-    rng = np.random.default_rng(seed)
-    W = [(rng.standard_normal((a, b)) * 0.3).astype(np.float32)
-         for a, b in zip(layers, layers[1:])]
-    b = [(rng.standard_normal(n) * 0.05).astype(np.float32) for n in layers[1:]]
-    return rng, W, b
+    return mlp_params(seed, layers)
 
 
 @pytest.mark.parametrize("ranks,compression,layers", [

@@ -158,39 +158,39 @@ def resolve_acc(acc: int, iteration: int) -> bool:
     return acc == Acc.ON or (acc == Acc.AFTER_FIRST and iteration > 0)
 
 
-def gradient_window(prog, S: int) -> tuple[int, int]:
-    """``(lo, hi)``: the lines ``lo .. hi - 1`` of the ``g`` ranges of the one-pass ``OPT``
-    instructions from pc 0 to the first ``HALT`` outside a loop (their hull; ``lo >= hi``, empty,
-    when there is none) -- what the sequencer's program check collects."""
-    lo, hi, in_loop = None, 0, False
-    for word in prog:
+def executed_words(prog):
+    """``(pc, op, fields)`` of the words a run of ``prog`` executes: pc 0 up to the first
+    ``HALT`` outside a loop, in program order (loop bodies once)."""
+    in_loop = False
+    for pc, word in enumerate(prog):
         op, f = decode(word)
-        if op == Op.OPT and f["one_pass"]:
-            lo = f["g"] if lo is None else min(lo, f["g"])
-            hi = max(hi, f["g"] + -(-f["count"] // S))
-        elif op == Op.LOOP:
+        yield pc, op, f
+        if op == Op.LOOP:
             in_loop = True
         elif op == Op.ENDLOOP:
             in_loop = False
         elif op == Op.HALT and not in_loop:
-            break
+            return
+
+
+def gradient_window(prog, S: int) -> tuple[int, int]:
+    """``(lo, hi)``: the lines ``lo .. hi - 1`` of the ``g`` ranges of the one-pass ``OPT``
+    instructions from pc 0 to the first ``HALT`` outside a loop (their hull; ``lo >= hi``, empty,
+    when there is none) -- what the sequencer's program check collects."""
+    lo, hi = None, 0
+    for _, op, f in executed_words(prog):
+        if op == Op.OPT and f["one_pass"]:
+            lo = f["g"] if lo is None else min(lo, f["g"])
+            hi = max(hi, f["g"] + -(-f["count"] // S))
     return (hi if lo is None else lo), hi
 
 
 def allreduce_pc(prog) -> int | None:
     """pc of the first ``ALLREDUCE`` a run of ``prog`` executes (the words from pc 0 to the
     first ``HALT`` outside a loop: a run executes each of them), or ``None``."""
-    in_loop = False
-    for pc, word in enumerate(prog):
-        op, _ = decode(word)
+    for pc, op, _ in executed_words(prog):
         if op == Op.ALLREDUCE:
             return pc
-        if op == Op.LOOP:
-            in_loop = True
-        elif op == Op.ENDLOOP:
-            in_loop = False
-        elif op == Op.HALT and not in_loop:
-            break
     return None
 
 

@@ -62,3 +62,14 @@ def fast_thresholds(states: dict, raise_, keep) -> list:
     one = 1 << THRESH_FRAC_BITS
     return ([("thresh", *k, int(r[k] * 0.9 * one)) for k in raise_]
             + [("thresh", *k, int(r[k] * 1.1 * one) + 1) for k in keep])
+
+
+def mlp_params(seed: int, layers) -> tuple:
+    """``(rng, weights, biases)``: random float32 parameters of an MLP with ``layers`` widths
+    (weights N(0, 0.3**2), biases N(0, 0.05**2)) and the generator, seeded, for the next
+    random draws of the test (batches)."""
+    rng = np.random.default_rng(seed)
+    W = [(rng.standard_normal((a, b)) * 0.3).astype(np.float32)
+         for a, b in zip(layers, layers[1:])]
+    b = [(rng.standard_normal(n) * 0.05).astype(np.float32) for n in layers[1:]]
+    return rng, W, b

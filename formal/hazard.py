@@ -22,7 +22,9 @@ the scoreboard (issue gating, ownership, release), not of the address decoding.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Array, Assert, Assume, Const, Cover, Module, ResetSignal, Signal
+import dataclasses
+
+from amaranth.hdl import Array, Assert, Assume, Cat, Const, Cover, Module, ResetSignal, Signal
 from amaranth.lib import data
 
 from hdl.core.config import CoreConfig
@@ -40,13 +42,16 @@ __all__ = ["HazardRule", "internal_signals", "PROOFS"]
 class HazardRule(FormalWrapper):
     """Wrapper of :class:`Sequencer`: the scoreboard against a record of running work."""
 
-    def __init__(self, config: CoreConfig, *, program=None):
+    def __init__(self, config: CoreConfig, *, program=None, scoreboard_covers: bool = True):
         self.config = self._check_config(config, CoreConfig)
         if program is not None and check_program_for(program, config)[0] != Status.OK:
             mark_used(self)
             raise ValueError(f"HazardRule.program fails the program check "
                              f"(status, pc) = {check_program_for(program, config)}")
         self.program = program
+        #: the covers of the bank stall and the run to HALT (they need about 20 cycles:
+        #: hazard_sequencer_witness reaches them); off, only the collective one remains
+        self.scoreboard_covers = scoreboard_covers
         super().__init__(Sequencer(config=config))
 
     def elaborate(self, platform):
@@ -62,8 +67,12 @@ class HazardRule(FormalWrapper):
         dut, nb = self.dut, self.config.banks
         free_inputs(m, dut)
         d_banks = self.internal["d_banks"]
-        run = [Signal(name=f"rec_run_{u}") for u in ("matmul", "vector", "optim")]
-        owns = [Signal(nb, name=f"rec_banks_{u}") for u in ("matmul", "vector", "optim")]
+        # a core with ranks >= 2 has a fourth unit, the collective engine (ALLREDUCE)
+        coll = self.config.collective is not None
+        names = ("matmul", "vector", "optim") + (("coll",) if coll else ())
+        U = len(names)
+        run = [Signal(name=f"rec_run_{u}") for u in names]
+        owns = [Signal(nb, name=f"rec_banks_{u}") for u in names]
         opt_step = Signal(name="rec_opt_stepping")
 
         if self.program is not None:
@@ -89,7 +98,11 @@ class HazardRule(FormalWrapper):
         opt_stepcmd = opt_xfer & (dut.opt_cmd.payload.op != OptOp.SETREG)
         fins = [dut.mm_rsp.valid, dut.vec_done, opt_step & ~dut.opt_busy]
         issues = [mm_issue, vec_issue, opt_setreg]
-        for u in range(3):
+        if coll:
+            m.d.comb += Assume(~dut.coll_rsp.valid | run[3])
+            issues.append(dut.coll_cmd.valid & dut.coll_cmd.ready)
+            fins.append(dut.coll_rsp.valid)
+        for u in range(U):
             with m.If(issues[u]):
                 m.d.sync += [run[u].eq(1), owns[u].eq(d_banks)]
             with m.Elif(fins[u]):
@@ -99,12 +112,12 @@ class HazardRule(FormalWrapper):
         with m.Elif(opt_step & ~dut.opt_busy):
             m.d.sync += opt_step.eq(0)
 
-        ir_op = data.View(INSTR, self.internal["ir"]).op
-        names = ("matmul", "vector", "optim")
-        for u in range(3):
+        ir = data.View(INSTR, self.internal["ir"])
+        ir_op = ir.op
+        for u in range(U):
             with m.If(issues[u]):
                 m.d.comb += Assert(~run[u], f"{names[u]}: issued while its unit runs")
-                for v in range(3):
+                for v in range(U):
                     if v != u:
                         with m.If(run[v] & ~fins[v]):
                             m.d.comb += Assert((d_banks & owns[v]) == 0,
@@ -114,7 +127,23 @@ class HazardRule(FormalWrapper):
         with m.If(opt_setreg):
             m.d.comb += Assert(~run[0], "OPT issued while a MATMUL runs")
         with m.If(dut.done & (dut.status == Status.OK)):
-            m.d.comb += Assert(~(run[0] | run[1] | run[2]), "HALT before every unit finished")
+            m.d.comb += Assert(~Cat(*run).any(), "HALT before every unit finished")
+        if coll:
+            with m.If(issues[3] & ir.args.allreduce.poison):
+                m.d.comb += Assert(~run[0] & ~run[1],
+                                   "a poisoning ALLREDUCE issued while a MATMUL or VEC runs")
+            with m.If(dut.done & (dut.status == Status.ERR_LINK)):
+                m.d.comb += Assert(~Cat(*run).any(), "ERR_LINK before every unit finished")
+            # nothing issues once an ALLREDUCE answered other than OK
+            failed = Signal(name="rec_coll_failed")
+            with m.If(dut.start):
+                m.d.sync += failed.eq(0)
+            with m.Elif(dut.coll_rsp.valid & (dut.coll_rsp.payload.status != 0)):
+                m.d.sync += failed.eq(1)
+            with m.If(failed):
+                m.d.comb += Assert(~Cat(*issues).any(), "an instruction issued after ERR_LINK")
+            m.d.comb += Cover(dut.done & (dut.status == Status.ERR_LINK),
+                              "a run stops with ERR_LINK")
 
         stalled = Signal(name="rec_bank_stall_seen")
         with m.If(dut.counters.stall_bank != 0):
@@ -122,6 +151,8 @@ class HazardRule(FormalWrapper):
         issued = Signal(name="rec_issued_seen")
         with m.If(mm_issue | vec_issue | opt_setreg):
             m.d.sync += issued.eq(1)
+        if not self.scoreboard_covers:
+            return
         m.d.comb += [
             Cover(dut.counters.stall_bank != 0, "an instruction waits for banks (hazard stall)"),
             Cover(stalled & (mm_issue | vec_issue | opt_setreg),
@@ -136,6 +167,14 @@ class HazardRule(FormalWrapper):
 WITNESS_PROGRAM = (
     encode(Op.MATMUL, mode=0, M=4, K=4, N=4, a=0, b=16, c=32, layer=0),
     encode(Op.VEC, vop=2, rows=1, cols=4, a=32, b=48, d=32),
+    encode(Op.HALT),
+)
+
+#: the collective witness program: a MATMUL on banks 0-2, a poisoning ALLREDUCE of bank 3 (no
+#: shared bank: only the poison rule makes it wait), HALT
+COLL_WITNESS_PROGRAM = (
+    encode(Op.MATMUL, mode=0, M=4, K=4, N=4, a=0, b=16, c=32, layer=0),
+    encode(Op.ALLREDUCE, a=48, lines=2, seg=1, timeout=5, poison=1),
     encode(Op.HALT),
 )
 
@@ -156,4 +195,21 @@ PROOFS = [
                "reached under a fixed program; its assertions hold as well",
           build=lambda: HazardRule(small_core_config(), program=WITNESS_PROGRAM), depth=28,
           modes=("bmc", "cover")),
+    Proof(name="hazard_sequencer_coll_witness",
+          block="Sequencer (small_core_config with ranks = 2), the collective witness program",
+          prop="hazard_sequencer_coll's assertions under a MATMUL on banks 0-2 then a "
+               "poisoning ALLREDUCE on bank 3 (it must wait for the MATMUL although its banks "
+               "are free), HALT; cover: the run stops with ERR_LINK",
+          build=lambda: HazardRule(dataclasses.replace(small_core_config(), ranks=2),
+                                   program=COLL_WITNESS_PROGRAM, scoreboard_covers=False),
+          depth=26, modes=("bmc", "cover")),
+    Proof(name="hazard_sequencer_coll",
+          block="Sequencer (small_core_config with ranks = 2: the collective engine as a "
+                "fourth unit)",
+          prop="hazard_sequencer's properties over four units, a poisoning ALLREDUCE never "
+               "issues while a MATMUL or VEC runs, ERR_LINK only when every unit finished, "
+               "nothing issues after an ALLREDUCE answered other than OK; any program",
+          build=lambda: HazardRule(dataclasses.replace(small_core_config(), ranks=2),
+                                   scoreboard_covers=False),
+          depth=16, modes=("bmc", "cover")),
 ]

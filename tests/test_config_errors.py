@@ -16,6 +16,7 @@ from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
 from hdl.fp32.log_config import FP32LogConfig
 from hdl.grad.config import GradConfig
 from hdl.multi.config import CollectiveConfig, LinkConfig, RingConfig
+from hdl.multi.cores import TrainingRingConfig
 from hdl.optim.config import OptimConfig
 from sim.host.compiler import MLP
 from sim.host.optim import SGD, Adam, Clip, LossScale, Momentum
@@ -124,6 +125,14 @@ ROWS = [
     (CoreConfig, "vector_lanes", -1, V, "CoreConfig.vector_lanes"),
     (CoreConfig, "lfsr_seed", 0, V, "ArrayConfig.lfsr_seed"),
     (CoreConfig, "lfsr_seed", 1.0, T, "CoreConfig.lfsr_seed"),
+    (CoreConfig, "ranks", 0, V, "CoreConfig.ranks"),
+    (CoreConfig, "ranks", 17, V, "CoreConfig.ranks"),
+    (CoreConfig, "link_width", 12, V, "CoreConfig.link_width"),
+    (CoreConfig, "link_width", 64, V, "CoreConfig.link_width"),
+    (TrainingRingConfig, "core", CoreConfig(), V, "TrainingRingConfig.core.ranks"),
+    (TrainingRingConfig, "core", LinkConfig(), T, "TrainingRingConfig.core"),
+    (TrainingRingConfig, "link", LinkConfig(width=8), V, "TrainingRingConfig.link.width"),
+    (TrainingRingConfig, "link", CoreConfig(), T, "TrainingRingConfig.link"),
     (CoreConfig, "max_mantissa", 3, V, "ArrayConfig.max_mantissa"),
     (CoreConfig, "max_mantissa", "8", T, "CoreConfig.max_mantissa"),
     (CoreConfig, "lanes", 3, V, "ArrayConfig.lanes"),
@@ -241,10 +250,10 @@ def test_every_config_class_is_in_the_table():
     """Every ``*Config`` dataclass of ``hdl/`` has rows."""
     import hdl.array.config, hdl.config, hdl.core.config, hdl.edge_converter     # noqa: E401
     import hdl.fp32.config, hdl.fp32.divsqrt_config, hdl.fp32.log_config      # noqa: E401
-    import hdl.grad.config, hdl.multi.config, hdl.optim.config               # noqa: E401
+    import hdl.grad.config, hdl.multi.config, hdl.multi.cores, hdl.optim.config  # noqa: E401
     mods = (hdl.array.config, hdl.config, hdl.core.config, hdl.edge_converter, hdl.fp32.config,
             hdl.fp32.divsqrt_config, hdl.fp32.log_config, hdl.grad.config, hdl.multi.config,
-            hdl.optim.config)
+            hdl.multi.cores, hdl.optim.config)
     found = {obj for m in mods for name, obj in vars(m).items()
              if name.endswith("Config") and dataclasses.is_dataclass(obj)}
     assert found <= {r[0] for r in ROWS}, found - {r[0] for r in ROWS}

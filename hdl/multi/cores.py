@@ -166,7 +166,11 @@ class TrainingRing(wiring.Component):
 
 def _params(preset: str) -> dict:
     cfg = TrainingRingConfig.preset(preset)
-    return {"core": cfg.core.to_dict(), "link": cfg.link.to_dict(), "ranks": cfg.ranks}
+    return {"core": cfg.core.to_dict(), "link": cfg.link.to_dict(), "ranks": cfg.ranks,
+            "latency": 1,
+            "latency_note": "every core's host port as training_core's: WRITE/READ/PROG/PREC/"
+                            "SETREG/REG answer 1 cycle after acceptance; START answers when "
+                            "the core's program stops"}
 
 
 TESSERA_BLOCKS = [

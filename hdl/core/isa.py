@@ -254,8 +254,7 @@ def _fmt(op, name, value):
         return VOP_NAMES.get(value, str(value))
     if name == "rop":
         return ROP_NAMES.get(value, str(value))
-    if name in ("a", "b", "c", "d", "e", "w", "m", "v", "g", "imm", "stride") \
-            and not (op == Op.ALLREDUCE and name != "a"):
+    if name in ("a", "b", "c", "d", "e", "w", "m", "v", "g", "imm", "stride"):
         return f"0x{value:x}"
     return str(value)
 

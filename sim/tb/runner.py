@@ -19,7 +19,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from sim.verilated.toolchain import (ensure_verilator_on_path, hdl_digest,
+from sim.verilated.toolchain import (COCOTB_MAKE_VARS, ensure_verilator_on_path, hdl_digest,
                                      verilator_pch_workaround)
 
 ROOT = Path(__file__).resolve().parents[2]   # sim/tb/runner.py -> the repository
@@ -61,7 +61,8 @@ def _runner():
 
 
 #: Blocks whose testbenches use only top-level ports (built without --public-flat-rw).
-PORTS_ONLY_BLOCKS = ("training_core", "collective_ring", "training_ring")
+PORTS_ONLY_BLOCKS = ("training_core", "collective_ring", "training_ring", "matmul_engine",
+                     "systolic_array")
 
 
 def _build_args(coverage: bool) -> list[str]:
@@ -70,7 +71,8 @@ def _build_args(coverage: bool) -> list[str]:
 
 def _source_digest(block: str, preset: str, coverage: bool) -> str:
     """A hash of everything the generated Verilog and its build depend on."""
-    return hdl_digest(block, preset, _build_args(coverage), block in PORTS_ONLY_BLOCKS)
+    return hdl_digest(block, preset, _build_args(coverage), block in PORTS_ONLY_BLOCKS,
+                      COCOTB_MAKE_VARS)
 
 
 def build_block(block: str, preset: str, *, waves: bool = False,
@@ -97,7 +99,7 @@ def build_block(block: str, preset: str, *, waves: bool = False,
         tmp = BUILD / f"{tag}.candidate.v"
         generate_one(block, preset, tmp)
         # the build flags are part of what was built
-        flags = repr((args, block in PORTS_ONLY_BLOCKS)).encode()
+        flags = repr((args, block in PORTS_ONLY_BLOCKS, COCOTB_MAKE_VARS)).encode()
         digest = hashlib.sha256(tmp.read_bytes() + flags).hexdigest()
         if not (stamp.exists() and stamp.read_text() == digest and source.exists()):
             if build_dir.exists():

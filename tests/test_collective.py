@@ -145,6 +145,33 @@ def test_stopped_link_reports_timeout(N, stop):
     assert run.overflow == 0
 
 
+def test_link_stopping_before_the_local_step_reports_timeout():
+    """BFP, N = 2: rank 0's transmit gate stops for good at a later cycle in each run (every
+    4th cycle of the command, until the first such run below). Every run answers (no hang),
+    every answer is OK or TIMEOUT, and once the stop comes after rank 0 handed its last words
+    to its codec but before the codec sent them, rank 0 times out at the local step (state
+    FLUSH: the loop may not close over unsent flits) and rank 1, whose words never came, in
+    the all-gather."""
+    N, G, timeout = 2, BFP.group_size, 40
+    cmd = command(base=0, length=2 * G * N, seg=2 * G, timeout=timeout, comp=CollComp.BFP,
+                  width=4)
+    ref = run_ring(_ring(N, width=8), _images(7, N), [cmd])
+    assert [g["status"] for g in ref.responses[0]] == [CollStatus.OK] * N
+    seen = []
+    for at in range(DEPTH, DEPTH + ref.responses[0][0]["cycles"], 4):
+        run = run_ring(_ring(N, width=8), _images(7, N), [cmd], stop=[("tx", 0, at)],
+                       deadline=2000)
+        got = run.responses[0]
+        seen.append([(g["status"], g["step"]) for g in got])
+        assert {g["status"] for g in got} <= {CollStatus.OK, CollStatus.TIMEOUT}, (at, got)
+        if got[0]["status"] == CollStatus.TIMEOUT and got[0]["step"] == 2 * N - 2:
+            assert got[0]["cycles"] >= timeout
+            assert (got[1]["status"], got[1]["step"]) == (CollStatus.TIMEOUT, 2 * N - 3)
+            break
+    else:
+        raise AssertionError(f"no run timed out at the local step: {seen}")
+
+
 def _region_equal(run, base, length):
     N = len(run.memories)
     return all(np.array_equal(run.memories[0][base:base + length],
@@ -155,8 +182,8 @@ def _region_equal(run, base, length):
 def test_allreduce_bfp_compressed(N, flit):
     """BFP link compression (groups of 4) at every width (N = 2; 2 and 8 at N = 4), under
     random stalls: bit-exact with
-    the model (quantize + dequantize on every hop), the same result on every rank (the extra
-    all-gather step), and the flits of the formula."""
+    the model (quantize + dequantize on every hop), the same result on every rank (the local
+    step), and the flits of the formula."""
     G = BFP.group_size
     widths = BFP.widths if N == 2 else (2, 8)
     cmds = [command(base=0, length=G * N, seg=G, timeout=300, comp=CollComp.BFP, width=w)

@@ -52,6 +52,17 @@ def test_schedule_covers_every_segment_and_ends_reduced():
         assert sum_order(1, N) == [(1 + j) % N for j in range(N)]
 
 
+def test_bfp_schedule_ends_with_the_local_step():
+    """With BFP links the ring steps are the plain ones and one local step follows: each rank
+    sends its own segment (the one it reduced) to itself."""
+    for N in (2, 3, 4):
+        for r in range(N):
+            plan = schedule(r, N, CollComp.BFP)
+            assert plan[:-1] == schedule(r, N)
+            assert plan[-1] == ((r + 1) % N, (r + 1) % N, False)
+            assert plan[-1][1] == plan[N - 2][1]        # the segment reduce-scatter left here
+
+
 @pytest.mark.parametrize("length,seg,N,expect", [
     (8, 2, 4, [(0, 2), (2, 2), (4, 2), (6, 2)]),
     (7, 2, 4, [(0, 2), (2, 2), (4, 2), (6, 1)]),
@@ -174,8 +185,8 @@ def test_bfp_allreduce_same_on_every_rank(N):
 
 def test_link_flits_and_bytes_ratio():
     """Flits per all-reduce (what the RTL's counters must show) and the bytes ratio of BFP to
-    FP32 words: (exp_bits + G*(w+1)) rounded up to flits, over G words, times the extra step
-    (2N-1)/(2N-2)."""
+    FP32 words: (exp_bits + G*(w+1)) rounded up to flits, over G words; the local step adds
+    no flits."""
     cfg = CollectiveConfig(ranks=4, depth=1024)     # groups of 16, exp_bits 10
     L = 1024
     plain = link_flits(cfg, 32, length=L, seg=L // 4)
@@ -183,7 +194,7 @@ def test_link_flits_and_bytes_ratio():
     ratios = {}
     for w, flits in [(2, 2), (4, 3), (6, 4), (8, 5)]:   # 58, 90, 122, 154 bits
         got = link_flits(cfg, 32, length=L, seg=L // 4, comp=CollComp.BFP, width=w)
-        assert got == [7 * 16 * flits] * 4             # 7 steps of 16 groups
+        assert got == [6 * 16 * flits] * 4             # 6 ring steps of 16 groups
         ratios[w] = got[0] / plain[0]
-    assert ratios[8] == pytest.approx(5 / 16 * 7 / 6)
+    assert ratios[8] == pytest.approx(5 / 16)
     assert link_flits(cfg, 8, length=L, seg=L // 4) == [4 * x for x in plain]

@@ -12,7 +12,7 @@ from ..fp32.divsqrt_config import FP32DivSqrtConfig
 from ..fp32.log_config import FP32LogConfig
 from ..grad.config import GradConfig
 from ..lib.memport import WordToLine
-from ..multi.codec import LinkRxCodec, LinkTxCodec
+from ..multi.endpoint import LinkEndpoint
 from ..multi.collective import CollectiveEngine
 from ..optim.config import STATUS_FIELDS, OptimConfig
 from ..optim.engine import OptimEngine
@@ -233,21 +233,18 @@ class TrainingCore(wiring.Component):
         if coll is not None:
             eng = m.submodules.collective = CollectiveEngine(config=coll,
                                                              fp32_config=self.fp32_config)
-            txc = m.submodules.link_tx_codec = LinkTxCodec(flit_bits=cfg.link_width,
-                                                           bfp_config=coll.bfp)
-            rxc = m.submodules.link_rx_codec = LinkRxCodec(flit_bits=cfg.link_width,
-                                                           bfp_config=coll.bfp)
+            ends = m.submodules.link_endpoint = LinkEndpoint(flit_bits=cfg.link_width,
+                                                             bfp_config=coll.bfp)
             self.blocks["collective"] = eng
             connect(m, seq.coll_cmd, eng.cmd)
             connect(m, eng.rsp, seq.coll_rsp)
-            m.d.comb += [eng.rank.eq(self.rank),
-                         txc.mode.eq(eng.mode), rxc.mode.eq(eng.mode),
-                         eng.codec_flags.eq(txc.flags), txc.clear_flags.eq(eng.codec_clear),
-                         eng.codec_idle.eq(txc.idle), rxc.enable.eq(eng.busy)]
-            connect(m, eng.tx, txc.i)
-            connect(m, txc.o, wiring.flipped(self.link_tx))
-            connect(m, wiring.flipped(self.link_rx), rxc.i)
-            connect(m, rxc.o, eng.rx)
+            m.d.comb += [eng.rank.eq(self.rank), ends.mode.eq(eng.mode), ends.loop.eq(eng.loop),
+                         eng.codec_flags.eq(ends.flags), ends.clear_flags.eq(eng.codec_clear),
+                         eng.codec_idle.eq(ends.idle), ends.enable.eq(eng.busy)]
+            connect(m, eng.tx, ends.i)
+            connect(m, ends.o, eng.rx)
+            connect(m, ends.link_tx, wiring.flipped(self.link_tx))
+            connect(m, wiring.flipped(self.link_rx), ends.link_rx)
             # the engine's word port reaches lines coll_base.. through a word-to-line adapter;
             # a poisoned ALLREDUCE reads the canonical NaN as word 0 (the memory keeps its word)
             ad = m.submodules.coll_adapter = WordToLine(word_bits=coll.addr_bits, line_bits=lb,

@@ -35,7 +35,9 @@ def mode_layout(config: BFPConfig) -> data.StructLayout:
     return data.StructLayout({"comp": 1, "width": width_shape(config)})
 
 
-def _check(self, flit_bits, bfp_config):
+def check_flit_args(self, flit_bits, bfp_config):
+    """Raise ``ValueError`` / ``TypeError`` naming ``type(self)`` for a bad ``flit_bits`` or
+    ``bfp_config`` (and mark ``self`` used, so the rejected component warns of nothing)."""
     try:
         check_int(type(self).__name__, "flit_bits", flit_bits, lo=1, hi=32)
         if 32 % flit_bits:
@@ -85,7 +87,7 @@ class LinkTxCodec(wiring.Component):
     """
 
     def __init__(self, *, flit_bits: int, bfp_config: BFPConfig):
-        _check(self, flit_bits, bfp_config)
+        check_flit_args(self, flit_bits, bfp_config)
         self.geometry = _Geometry(flit_bits, bfp_config)
         super().__init__({
             "i": In(stream.Signature(32)), "o": Out(stream.Signature(flit_bits)),
@@ -174,7 +176,7 @@ class LinkRxCodec(wiring.Component):
     """
 
     def __init__(self, *, flit_bits: int, bfp_config: BFPConfig):
-        _check(self, flit_bits, bfp_config)
+        check_flit_args(self, flit_bits, bfp_config)
         self.geometry = _Geometry(flit_bits, bfp_config)
         super().__init__({
             "i": In(stream.Signature(flit_bits)), "o": Out(stream.Signature(32)),

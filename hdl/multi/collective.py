@@ -19,13 +19,16 @@ possibly empty). Step ``t = 0 .. 2N - 3`` sends segment ``(r - t) mod N`` and re
 With ``comp = CollComp.BFP`` the words cross the links as BFP groups (the link codecs of
 :mod:`hdl.multi.codec`, driven by ``mode``), so what a rank receives is the decoded group;
 ``length`` and ``seg`` must then be multiples of the group size (groups never straddle a
-segment) and the all-gather takes one more step (``t = 2N - 2``, the same formula), which
-brings every segment back to its owner: the owner too ends with the decoded value, so all
-ranks agree bit for bit.
+segment) and one more step follows, a local one (``t = 2N - 2``): each rank sends its own
+segment ``(r + 1) mod N`` through its own codecs, looped back (``loop``, see
+:class:`~hdl.multi.endpoint.LinkEndpoint`), and writes what they decode. The owner too ends
+with the decoded value its neighbours received, so all ranks agree bit for bit, and no link
+carries the step.
 
 A step ends when its segment is sent and every received word is written; the next step then
 starts (it sends what the last one wrote). The response reports ``OK``; or ``TIMEOUT`` when for
-``timeout`` consecutive cycles no beat moved on ``tx`` or ``rx`` and no word was written (the
+``timeout`` consecutive cycles no beat moved on ``tx`` or ``rx`` and no word was written, or
+the transmit codec did not empty within ``timeout`` cycles before the local step (the
 run is aborted, the vector is left partly reduced, and words still in flight on the links must
 be cleared by resetting the ring before the next collective); or ``BAD_*`` for an invalid
 command, which changes nothing. Golden model: :mod:`sim.model.collective`.
@@ -103,6 +106,9 @@ class CollectiveEngine(wiring.Component):
         The transmit codec's sticky flags, reported in ``rsp.flags``.
     codec_clear : Out(1)
         Pulses when a command is accepted (clears ``codec_flags``).
+    loop : Out(1)
+        The local step of a BFP command runs (state ``FLUSH`` sets it once ``codec_idle``;
+        cleared when the command ends): the codecs loop this rank's flits back to itself.
     codec_idle : In(1)
         The transmit codec holds no word. An accepted valid command waits for it before it
         changes ``mode`` and starts (the last groups of the previous command leave in their
@@ -134,6 +140,7 @@ class CollectiveEngine(wiring.Component):
             "codec_flags": In(BFPFlags),
             "codec_clear": Out(1),
             "codec_idle": In(1),
+            "loop": Out(1),
         })
 
     def elaborate(self, platform):
@@ -317,6 +324,18 @@ class CollectiveEngine(wiring.Component):
                     m.next = "RESP"
                 with m.Else():
                     m.d.sync += [idle_cnt.eq(idle_cnt + 1), cycles.eq(cycles + 1)]
+            with m.State("FLUSH"):
+                # the last flits of step 2N - 3 leave for the link before the loop closes
+                m.d.comb += self.busy.eq(1)
+                with m.If(self.codec_idle):
+                    m.d.sync += self.loop.eq(1)
+                    m.next = "SETUP"
+                with m.Elif(idle_cnt >= timeout):
+                    m.d.sync += [rsp.status.eq(CollStatus.TIMEOUT), rsp.step.eq(step),
+                                 rsp.cycles.eq(cycles), rsp.flags.eq(self.codec_flags)]
+                    m.next = "RESP"
+                with m.Else():
+                    m.d.sync += idle_cnt.eq(idle_cnt + 1)
             with m.State("SETUP"):
                 m.d.comb += self.busy.eq(1)
                 m.d.sync += geometry(send_idx, send_base, send_len)
@@ -331,12 +350,17 @@ class CollectiveEngine(wiring.Component):
                                  recv_idx.eq(dec(recv_idx)),
                                  reduce.eq(step + 1 < cfg.ranks - 1)]
                     with m.If(step == last_step):
-                        m.d.sync += [rsp.cycles.eq(cycles), rsp.flags.eq(self.codec_flags)]
+                        m.d.sync += [rsp.cycles.eq(cycles), rsp.flags.eq(self.codec_flags),
+                                     self.loop.eq(0)]
                         m.next = "RESP"
+                    with m.Elif(self.mode.comp & (step + 1 == last_step)):
+                        # the local step: send and receive the own segment (r + 1) mod N
+                        m.d.sync += [send_idx.eq(dec(recv_idx)), idle_cnt.eq(0)]
+                        m.next = "FLUSH"
                     with m.Else():
                         m.next = "SETUP"
                 with m.Elif(running & (idle_cnt >= timeout)):
-                    m.d.sync += [running.eq(0), tx_occ.eq(0),
+                    m.d.sync += [running.eq(0), tx_occ.eq(0), self.loop.eq(0),
                                  rsp.status.eq(CollStatus.TIMEOUT), rsp.step.eq(step),
                                  rsp.cycles.eq(cycles), rsp.flags.eq(self.codec_flags)]
                     m.next = "RESP"

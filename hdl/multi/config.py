@@ -150,9 +150,9 @@ class CollectiveConfig(PresetMixin):
         return self.depth.bit_length()
 
     def steps(self, comp: int = CollComp.NONE) -> int:
-        """Ring steps of one all-reduce: ``N - 1`` reduce-scatter + ``N - 1`` all-gather, and
-        with BFP compression one more all-gather step that returns every segment to its owner
-        (so the owner too holds the value the others decoded)."""
+        """Steps of one all-reduce: ``N - 1`` reduce-scatter + ``N - 1`` all-gather, and with
+        BFP compression one local step that passes each rank's own segment through its own
+        codecs (so the owner too holds the value the others decoded; no link carries it)."""
         return 2 * (self.ranks - 1) + (comp == CollComp.BFP)
 
 

@@ -1,14 +1,16 @@
 """The ring test top: ``N`` collective engines, each with its own memory, joined by links.
 
 :class:`CollectiveRing` is what the tests (both tiers) and ``tessera generate --block
-collective_ring`` build: engine ``r`` (rank ``r``) sends to engine ``r + 1`` through its
-transmit codec, link ``r`` (:func:`~hdl.multi.link.connect_ring`, a flit-level link) and the
-receive codec in front of engine ``r + 1`` (:mod:`hdl.multi.codec`: FP32 words or BFP groups
-as flits, chosen per command); a :class:`~hdl.multi.link.LinkGate` on each end of
+collective_ring`` build: engine ``r`` (rank ``r``) sends to engine ``r + 1`` through the
+transmit codec of its :class:`~hdl.multi.endpoint.LinkEndpoint`, link ``r``
+(:func:`~hdl.multi.link.connect_ring`, a flit-level link) and the receive codec of engine
+``r + 1``'s endpoint (:mod:`hdl.multi.codec`: FP32 words or BFP groups as flits, chosen per
+command); a :class:`~hdl.multi.link.LinkGate` on each end of
 every link lets a testbench put random backpressure on it or make it stop delivering. Each
 engine's memory (:class:`WordMemory`) also has a host port, which owns the memory while the
 engine is idle, so a testbench loads the vectors and reads the results through ports only.
-It stands in for the multi-core top of issue 12 until the training cores carry the engines.
+It tests the engines, codecs and links without training cores (those join in
+:mod:`hdl.multi.cores`).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from amaranth.lib.wiring import In, Out
 from ..fp32.config import FP32Config
 from ..lib.memport import WordPort
 from ..registry import Block
-from .codec import LinkRxCodec, LinkTxCodec
+from .endpoint import LinkEndpoint
 from .collective import CollectiveEngine, cmd_layout, rsp_layout
 from ..config import check_int
 from ..lib.mustuse import mark_used
@@ -129,25 +131,24 @@ class CollectiveRing(wiring.Component):
             mem = WordMemory(depth=c.depth)
             m.submodules[f"engine{r}"] = eng
             m.submodules[f"mem{r}"] = mem
-            m.submodules[f"txc{r}"] = txc = LinkTxCodec(flit_bits=W, bfp_config=c.bfp)
-            m.submodules[f"rxc{r}"] = rxc = LinkRxCodec(flit_bits=W, bfp_config=c.bfp)
+            m.submodules[f"ends{r}"] = ends = LinkEndpoint(flit_bits=W, bfp_config=c.bfp)
             m.submodules[f"gate_tx{r}"] = gt = LinkGate(width=W)
             m.submodules[f"gate_rx{r}"] = gr = LinkGate(width=W)
             m.d.comb += [eng.rank.eq(r), mem.sel.eq(eng.busy),
                          getattr(self, f"busy_{r}").eq(eng.busy),
-                         txc.mode.eq(eng.mode), rxc.mode.eq(eng.mode),
-                         eng.codec_flags.eq(txc.flags), txc.clear_flags.eq(eng.codec_clear),
-                         eng.codec_idle.eq(txc.idle), rxc.enable.eq(eng.busy),
+                         ends.mode.eq(eng.mode), ends.loop.eq(eng.loop),
+                         eng.codec_flags.eq(ends.flags), ends.clear_flags.eq(eng.codec_clear),
+                         eng.codec_idle.eq(ends.idle), ends.enable.eq(eng.busy),
                          gt.stall.eq(self.stall_tx[r]), gr.stall.eq(self.stall_rx[r])]
             wiring.connect(m, eng.mem, mem.a)
             wiring.connect(m, wiring.flipped(getattr(self, f"host_{r}")), mem.b)
             wiring.connect(m, wiring.flipped(getattr(self, f"cmd_{r}")), eng.cmd)
             wiring.connect(m, eng.rsp, wiring.flipped(getattr(self, f"rsp_{r}")))
             # engine r -> its tx codec -> gate -> link r ... gate -> rx codec -> engine r + 1
-            wiring.connect(m, eng.tx, txc.i)
-            wiring.connect(m, txc.o, gt.i)
-            wiring.connect(m, gr.o, rxc.i)
-            wiring.connect(m, rxc.o, eng.rx)
+            wiring.connect(m, eng.tx, ends.i)
+            wiring.connect(m, ends.o, eng.rx)
+            wiring.connect(m, ends.link_tx, gt.i)
+            wiring.connect(m, gr.o, ends.link_rx)
             engines.append(eng)
             gtx.append(gt)
             grx.append(gr)

@@ -8,7 +8,8 @@ the same segments (:func:`segments`), the same schedule (step ``t`` sends segmen
 and :func:`validate` gives the status the engine answers to a command. With BFP link
 compression every sent segment is what the link codecs (:mod:`hdl.multi.codec`) deliver:
 :func:`sim.model.bfp.quantize` (round to nearest even) then :func:`sim.model.bfp.dequantize`,
-in groups from the segment's start, and the all-gather has one more step.
+in groups from the segment's start, and one local step follows the all-gather: each rank
+passes its own segment through its own codecs (no link carries it).
 
 Summation order: segment ``k`` is reduced as ``((x_k + x_{k+1}) + x_{k+2}) + ... + x_{k-1}``
 (ranks mod ``N``); :func:`sum_order` lists it.
@@ -45,10 +46,16 @@ def segments(length: int, seg: int, ranks: int) -> list[tuple[int, int]]:
 
 def schedule(rank: int, ranks: int, comp: int = CollComp.NONE) -> list[tuple[int, int, bool]]:
     """``(send segment, receive segment, reduce)`` of every step of rank ``rank``: ``2N - 2``
-    steps (``2N - 1`` with BFP compression), the first ``N - 1`` reduce-scatter (``reduce``),
-    then all-gather."""
-    steps = 2 * (ranks - 1) + (comp == CollComp.BFP)
-    return [((rank - t) % ranks, (rank - t - 1) % ranks, t < ranks - 1) for t in range(steps)]
+    steps, the first ``N - 1`` reduce-scatter (``reduce``), then all-gather; with BFP
+    compression a local step follows, ``(own, own, False)`` with ``own = (rank + 1) mod N``:
+    the rank sends its own segment to itself through its codecs (send equals receive marks a
+    local step; no ring step has it)."""
+    plan = [((rank - t) % ranks, (rank - t - 1) % ranks, t < ranks - 1)
+            for t in range(2 * (ranks - 1))]
+    if comp == CollComp.BFP:
+        own = (rank + 1) % ranks
+        plan.append((own, own, False))
+    return plan
 
 
 def sum_order(segment: int, ranks: int) -> list[int]:
@@ -123,9 +130,9 @@ def ring_allreduce(vectors, seg: int, *, comp: int = CollComp.NONE,
                     flags[r] |= f
             sent.append(words)
         for r in range(ranks):
-            _, recv, reduce = plans[r][t]
+            send, recv, reduce = plans[r][t]
             s0, n = segs[recv]
-            incoming = sent[(r - 1) % ranks]
+            incoming = sent[r if send == recv else (r - 1) % ranks]
             assert len(incoming) == n
             mem[r][s0:s0 + n] = add_f32(incoming, mem[r][s0:s0 + n]) if reduce else incoming
     return mem
@@ -135,12 +142,12 @@ def link_flits(config: CollectiveConfig, flit_bits: int, *, length: int, seg: in
                comp: int = CollComp.NONE, width: int = 0) -> list[int]:
     """Flits of ``flit_bits`` that one accepted all-reduce puts on each link (link ``r``
     leaves rank ``r``): ``32 / flit_bits`` per word, or :func:`flits_per_group` per BFP
-    group."""
+    group; the local step puts none."""
     N = config.ranks
     segs = segments(length, seg, N)
     out = []
     for r in range(N):
-        words = sum(segs[s][1] for s, _, _ in schedule(r, N, comp))
+        words = sum(segs[s][1] for s, rcv, _ in schedule(r, N, comp) if s != rcv)
         if comp == CollComp.BFP:
             out.append(words // config.bfp.group_size
                        * flits_per_group(config.bfp, width, flit_bits))

@@ -47,7 +47,9 @@ def run_ring(dut, images, commands, *, stall_prob: float = 0.0, seed: int = 0,
     """Run ``commands`` (see :func:`command`) on ``dut`` after loading ``images`` (one
     ``uint32`` array of ``depth`` words per rank).
 
-    ``stop``: names ``("tx", r)`` / ``("rx", r)`` of gates held stalled from the start.
+    ``stop``: names ``("tx", r)`` / ``("rx", r)`` of gates held stalled from the start, or
+    ``("tx", r, cycle)`` / ``("rx", r, cycle)`` from that cycle of the simulation on (the
+    images load in the first ``depth`` cycles).
     ``deadline``: cycles every command may take before :class:`TimeoutError`.
     ``lockstep``: every command goes to all ranks in the same cycle after all answered the
     previous one; otherwise each rank gets its next command as soon as it answered (ranks
@@ -63,14 +65,18 @@ def run_ring(dut, images, commands, *, stall_prob: float = 0.0, seed: int = 0,
     cmd_ports = [getattr(dut, f"cmd_{r}") for r in range(N)]
     rsp_ports = [getattr(dut, f"rsp_{r}") for r in range(N)]
     host = [getattr(dut, f"host_{r}") for r in range(N)]
-    stop_tx = sum(1 << r for kind, r in stop if kind == "tx")
-    stop_rx = sum(1 << r for kind, r in stop if kind == "rx")
+    stops = [(kind, r, at[0] if at else 0) for kind, r, *at in stop]
     full = (1 << N) - 1
 
+    def stopped(kind, cycle):
+        return sum(1 << r for k, r, at in stops if k == kind and cycle >= at)
+
     async def stalls(ctx):
+        cycle = 0
         async for _ in ctx.tick():
-            tx = sum(1 << r for r in range(N) if rng.random() < stall_prob) | stop_tx
-            rx = sum(1 << r for r in range(N) if rng.random() < stall_prob) | stop_rx
+            cycle += 1
+            tx = sum(1 << r for r in range(N) if rng.random() < stall_prob) | stopped("tx", cycle)
+            rx = sum(1 << r for r in range(N) if rng.random() < stall_prob) | stopped("rx", cycle)
             ctx.set(dut.stall_tx, tx & full)
             ctx.set(dut.stall_rx, rx & full)
             run.stalled_cycles += bool(tx or rx)

@@ -47,12 +47,14 @@ $(FORMAL_STAMP): $(STAMP)
 formal: setup-formal
 	$(PY) -m formal.run $(FORMAL_ARGS)
 
+# --maxschedchunk 1: tests go to the workers one at a time, in the order of tests/conftest.py
+# (the longest first), so neither worker is left alone with a long test at the end.
 test: setup
-	$(PY) -m pytest -n $(PYTEST_JOBS) -q
+	$(PY) -m pytest -n $(PYTEST_JOBS) --maxschedchunk 1 -q
 
 # Amaranth-simulator tier only (no Verilator): a quick check while editing.
 test-fast: setup
-	$(PY) -m pytest -n $(PYTEST_JOBS) -q -m "not cocotb and not verilator"
+	$(PY) -m pytest -n $(PYTEST_JOBS) --maxschedchunk 1 -q -m "not cocotb and not verilator"
 
 demo: setup
 	$(PY) -m sim.demo

@@ -54,14 +54,23 @@ def test_unknown_block_rejected(tmp_path, capsys):
     assert "'nope'" in capsys.readouterr().err
 
 
+#: Blocks generated once here, not twice: ``training_ring`` is two ``training_core``s (checked
+#: twice) joined by links (``collective_ring``, checked twice) in a loop over the ranks, and one
+#: generation of it takes about 2 min on the 2-core CI machine.
+GENERATE_ONCE = {"training_ring"}
+
+
 @pytest.mark.parametrize("name", sorted(blocks()))
 def test_generate_is_deterministic_with_params(name, tmp_path):
+    """Every block generates from the command line with its parameters; generating it again
+    gives the same Verilog (except the blocks of ``GENERATE_ONCE``)."""
     a, b = tmp_path / "a.v", tmp_path / "b.v"
     assert main(["generate", "--block", name, "--config", "tiny", "-o", str(a)]) == 0
-    assert main(["generate", "--block", name, "--config", "tiny", "-o", str(b)]) == 0
     text = a.read_text()
     assert f"module tessera_{name}" in text
-    assert text == b.read_text()
+    if name not in GENERATE_ONCE:
+        assert main(["generate", "--block", name, "--config", "tiny", "-o", str(b)]) == 0
+        assert text == b.read_text()
     params = json.loads(a.with_suffix(".json").read_text())
     assert params["block"] == name and params["preset"] == "tiny"
     assert "latency" in params

@@ -12,7 +12,7 @@ FORMAL_STAMP := $(VENV)/.tessera-formal
 PYTEST_JOBS ?= 2
 export AMARANTH_USE_YOSYS := builtin
 
-.PHONY: setup setup-fpga setup-formal formal test test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train bench-tta bench-tta-quick bench-collective bench-distributed coverage docs synth mutation clean
+.PHONY: setup setup-fpga setup-formal formal test test-long test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train bench-tta bench-tta-quick bench-collective bench-distributed coverage docs synth mutation clean
 
 setup: $(STAMP)
 
@@ -50,11 +50,16 @@ formal: setup-formal
 # --maxschedchunk 1: tests go to the workers one at a time, in the order of tests/conftest.py
 # (the longest first), so neither worker is left alone with a long test at the end.
 test: setup
-	$(PY) -m pytest -n $(PYTEST_JOBS) --maxschedchunk 1 -q
+	$(PY) -m pytest -n $(PYTEST_JOBS) --maxschedchunk 1 -q -m "not long"
+
+# The tests marked `long`: more of what `make test` checks, at costlier points (e.g. four
+# training cores in the Amaranth simulator), kept out of CI's 30-minute budget.
+test-long: setup
+	$(PY) -m pytest -n $(PYTEST_JOBS) --maxschedchunk 1 -q -m long
 
 # Amaranth-simulator tier only (no Verilator): a quick check while editing.
 test-fast: setup
-	$(PY) -m pytest -n $(PYTEST_JOBS) --maxschedchunk 1 -q -m "not cocotb and not verilator"
+	$(PY) -m pytest -n $(PYTEST_JOBS) --maxschedchunk 1 -q -m "not cocotb and not verilator and not long"
 
 demo: setup
 	$(PY) -m sim.demo

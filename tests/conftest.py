@@ -19,7 +19,6 @@ LONG_FIRST = (
     "tests/test_training_ring.py::test_dataparallel_steps_bit_exact_with_the_golden_model",
     "tests/test_config_cli.py::test_generate_is_deterministic_with_params[training_core]",
     "tests/test_config_cli.py::test_generate_is_deterministic_with_params[training_ring]",
-    "tests/test_training_ring.py::test_allreduce_program_bit_exact_on_every_core[4]",
 )
 
 

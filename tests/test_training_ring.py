@@ -109,16 +109,15 @@ def _state(regs):
             "coll_flags": int(s.coll_flags)}
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("ranks", [2, pytest.param(4, marks=pytest.mark.long)])
 def test_allreduce_program_bit_exact_on_every_core(ranks):
     """Programs in a row on every core: a plain FP32 ALLREDUCE of a region that crosses
     a bank boundary, a BFP-4 one (groups of 16 words), and poisoning ones (FP32 and BFP-4)
     after a MATMUL whose input holds a NaN on core 0 only (flags set there): every core's
     region equals the model's sum (core 0's word 0 replaced by the NaN once), word 0 of the
     FP32 poisoned one is the canonical NaN on every core, and the links carried exactly the
-    model's flits. ``coll_busy`` counts the engine's cycles. Four cores run only the two
-    poisoning programs (which also cover both link modes): each program costs about 30 s of
-    Amaranth simulation there."""
+    model's flits. ``coll_busy`` counts the engine's cycles. Four cores (``make test-long``:
+    about 100 s) run only the two poisoning programs, which also cover both link modes."""
     cfg = ring_config(ranks)
     c = cfg.core
     S, D = c.size, c.bank_depth

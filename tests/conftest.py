@@ -18,7 +18,6 @@ LONG_FIRST = (
     "tests/test_array_cocotb.py::test_systolic_array_s8_cocotb[random_tiles_all_modes-env0]",
     "tests/test_training_ring.py::test_dataparallel_steps_bit_exact_with_the_golden_model",
     "tests/test_config_cli.py::test_generate_is_deterministic_with_params[training_core]",
-    "tests/test_config_cli.py::test_generate_is_deterministic_with_params[training_ring]",
 )
 
 

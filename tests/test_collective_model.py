@@ -171,16 +171,35 @@ def test_bfp_allreduce_same_on_every_rank(N):
     cfg = CollectiveConfig(ranks=N, depth=256)
     rng = np.random.default_rng(N)
     vecs = _vectors(rng, N, 16 * 2 * N)
-    vecs[0][5] = 0x7FC00000                           # a NaN: its group goes as zeros
+    vecs[0][5] = 0x7FC00000                           # a NaN: its group goes as a NaN group
     flags = [0] * N
     out = ring_allreduce(vecs, 32, comp=CollComp.BFP, bfp=(cfg.bfp, 4), flags=flags)
     for r in range(1, N):
         np.testing.assert_array_equal(out[r], out[0])
-    assert flags[0] & 1 and not np.any(np.isnan(bits_to_f32(out[0])))
+    # the NaN's group is canonical NaNs on every rank, and every rank sent it on (flagged)
+    assert np.all(out[0][:16] == 0x7FC00000) and flags == [1] * N
+    assert not np.any(np.isnan(bits_to_f32(out[0][16:])))
     exact = np.sum([bits_to_f32(v).astype(np.float64) for v in vecs], axis=0)
     good = np.arange(len(exact)) >= 16                # groups without the NaN
     rel = np.abs(bits_to_f32(out[0])[good] - exact[good]) / np.max(np.abs(exact[good]))
     assert 0 < np.max(rel) < 2.0 ** -1                # 4-bit mantissas: coarse, not garbage
+
+
+@pytest.mark.parametrize("bad", [0x7F800000, 0xFF800000, 0x7FC00001])
+def test_bfp_link_sends_a_non_finite_group_as_nans(bad):
+    """An infinity or a NaN anywhere in a group: that group arrives as 16 canonical NaNs, the
+    flag says which, the other groups are as without it (a relayed NaN group stays one)."""
+    cfg = BFPConfig()
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(48).astype(np.float32).view(np.uint32)
+    clean, f0 = bfp_link(x, cfg, 4)
+    x[16 + 9] = bad
+    got, f = bfp_link(x, cfg, 4)
+    assert f0 == 0 and f == (2 if (bad & 0x7FFFFF) == 0 else 1)
+    assert np.all(got[16:32] == 0x7FC00000)
+    assert np.array_equal(got[:16], clean[:16]) and np.array_equal(got[32:], clean[32:])
+    again, f2 = bfp_link(got, cfg, 4)
+    assert np.array_equal(again, got) and f2 == 1
 
 
 def test_link_flits_and_bytes_ratio():

@@ -170,8 +170,9 @@ def test_allreduce_sum_order_and_layout(ranks):
 
 def test_allreduce_bfp_equals_ring_allreduce_with_flags():
     """BFP-4 links, N = 2: the cores hold ring_allreduce's result (not the FP32 one); a rank
-    whose vector holds an infinity reports it in its flags (bit 1), its group crossing as
-    zeros (the result is as if that rank's group were zeros)."""
+    whose vector holds an infinity reports it in its flags (bit 1), its group crossing as a
+    NaN group: that group is canonical NaNs on every rank (the rest as if it were zeros), and
+    the rank that relays it flags a NaN (bit 0)."""
     rng = np.random.default_rng(7)
     lines, ranks = 8, 2
     multi = MultiCoreModel(_cfg(ranks))
@@ -189,9 +190,10 @@ def test_allreduce_bfp_equals_ring_allreduce_with_flags():
     assert not np.array_equal(got[0], fp32[0])
     zeroed = [words[0], words[1].copy()]
     zeroed[1][16:32] = 0
-    assert np.array_equal(got[0], ring_allreduce(zeroed, 16, comp=CollComp.BFP,
-                                                 bfp=(BFPConfig(), 4))[0])
-    assert multi.flags == flags and flags[1] & 2 and not flags[0] & 2
+    rest = ring_allreduce(zeroed, 16, comp=CollComp.BFP, bfp=(BFPConfig(), 4))[0]
+    assert np.all(got[0][16:32] == POISON_BITS)
+    assert np.array_equal(got[0][:16], rest[:16]) and np.array_equal(got[0][32:], rest[32:])
+    assert multi.flags == flags and flags == [1, 2]
     assert [c.coll_flags for c in multi.cores] == flags
     assert multi.coll_state(1) == {"coll_status": CollStatus.OK, "coll_flags": flags[1]}
 
@@ -232,9 +234,10 @@ def test_poison_fp32(poison):
     assert multi.poisoned == [False, bool(poison)]
 
 
-def test_poison_bfp_group_crosses_as_zeros():
-    """With BFP links the poisoned word's group is sent as zeros and flagged (bit 0) by the
-    poisoned rank: the ranks hold ring_allreduce of the poisoned vectors, no NaN anywhere."""
+def test_poison_bfp_group_crosses_as_nans():
+    """With BFP links the poisoned word's group crosses as a NaN group: every rank holds
+    ring_allreduce of the poisoned vectors, that group canonical NaNs (the rest finite), and
+    every rank flags a NaN (bit 0): the poisoned one sent it, the other relayed it."""
     rng = np.random.default_rng(12)
     multi = MultiCoreModel(_cfg(2))
     xs = [_wide(rng, 32) for _ in range(2)]
@@ -250,8 +253,9 @@ def test_poison_bfp_group_crosses_as_zeros():
     want = ring_allreduce(vecs, 16, comp=CollComp.BFP, bfp=(BFPConfig(), 8), flags=flags)
     for core in multi.cores:
         got = core.read_lines(3 * D, 8).reshape(-1)
-        assert np.array_equal(got, want[0]) and np.all(np.isfinite(got.view(np.float32)))
-    assert multi.flags == flags and flags[0] & 1
+        assert np.array_equal(got, want[0]) and np.all(got[:16] == POISON_BITS)
+        assert np.all(np.isfinite(got[16:].view(np.float32)))
+    assert multi.flags == flags == [1, 1]
     assert multi.poisoned == [True, False]
 
 
@@ -445,17 +449,24 @@ def test_engine_poison_makes_every_core_skip():
     assert np.array_equal(dp0.read(1)["params"], before0)
 
 
-def test_engine_bfp_poison_limitation():
-    """BFP links (documented limitation): the poisoned group crosses as zeros (flagged by rank
-    1), so rank 0 applies the step while rank 1 skips on its own flags: the cores diverge. The
-    host-mediated mode poisons every core instead."""
+def test_engine_bfp_poison_makes_every_core_skip():
+    """BFP links: the poisoned group crosses as a NaN group (flagged by rank 1, which reduces
+    segment 0 and sends it on; rank 0 only receives it), so every core's two-pass OPT sees
+    NaNs and skips: parameters
+    unchanged and equal on both cores, and the optimizer state equal to the host-mediated
+    mode's (its gradients differ: it poisons word 0 alone, the link a whole group)."""
     dp, out, before = _nan_step(engine=True, compression="bfp")
-    assert dp.multi.poisoned == [False, True] and dp.multi.flags[1] & 1
-    assert not out["skipped"]
-    assert not np.array_equal(dp.read(0)["params"], before)
-    assert np.array_equal(dp.read(1)["params"], before)
+    assert dp.multi.poisoned == [False, True] and dp.multi.flags == [0, 1]
+    assert out["skipped"]
     host, hout, _ = _nan_step(engine=False, compression="bfp")
-    assert hout["skipped"] and np.array_equal(host.read(0)["params"], before)
+    assert hout["skipped"]
+    for r in range(2):
+        got, want = dp.read(r), host.read(r)
+        assert np.array_equal(got["params"], before)
+        assert np.all(got["grads"].reshape(-1)[:16] == POISON_BITS)
+        for k in got:
+            if k != "grads":
+                assert np.array_equal(got[k], want[k]), (r, k)
 
 
 def test_engine_rejects_topk():

@@ -137,8 +137,8 @@ def test_allreduce_program_bit_exact_on_every_core(ranks):
         [encode(Op.MATMUL, mode=0, M=1, K=4, N=4, a=2 * D, b=3 * D, c=D + 40),
          encode(Op.ALLREDUCE, a=base, lines=lines, seg=seg, timeout=500, poison=1),
          encode(Op.HALT)],
-        # the same with BFP-4 links: the poisoned group goes as zeros; core 0 relays segment
-        # 0 later and must send what it received, not the NaN again
+        # the same with BFP-4 links: the poisoned group crosses as a NaN group and reaches
+        # every core as canonical NaNs (the cores that send it on flag it)
         [encode(Op.MATMUL, mode=0, M=1, K=4, N=4, a=2 * D, b=3 * D, c=D + 40),
          encode(Op.ALLREDUCE, a=base, lines=lines, seg=seg_bfp, timeout=500, poison=1,
                 comp=CollComp.BFP, width=4),
@@ -174,20 +174,24 @@ def test_allreduce_program_bit_exact_on_every_core(ranks):
         if k >= 2:
             vec[0][0] = NAN                        # core 0's poisoned contribution
         sg = (seg_bfp if k in (1, 3) else seg) * S
-        want = ring_allreduce(vec, sg, comp=comp, bfp=(coll.bfp, 4))
+        fl = [0] * ranks
+        want = ring_allreduce(vec, sg, comp=comp, bfp=(coll.bfp, 4), flags=fl)
         want_flits += np.array(link_flits(coll, 16, length=lines * S, seg=sg, comp=comp,
                                           width=4))
         for r in range(ranks):
             st, state, busy, flags, got = out[r][i]
             assert st == (Status.OK, 0), (k, r, st)
             assert state["coll_status"] == CollStatus.OK
-            # the transmit codec flags the NaN group core 0 sent as zeros
-            assert state["coll_flags"] == (1 if (k, r) == (3, 0) else 0), (k, r, state)
+            # the transmit codec flags each NaN group the core sent
+            assert state["coll_flags"] == fl[r], (k, r, state, fl)
             assert busy > lines * S // 2, (k, r, busy)
             assert np.array_equal(got, want[r]), f"program {k}, core {r}: " \
                 f"{np.flatnonzero(got != want[r])[:8]}"
         if k == 2:
             assert all(out[r][i][4][0] == NAN for r in range(ranks))
+        if k == 3:
+            assert all(np.all(out[r][i][4][:16] == NAN) for r in range(ranks))
+            assert fl[0] & 1                       # core 0 reduced and sent it on
         if k >= 2:
             assert out[0][i][3] & 1 and not any(out[r][i][3] for r in range(1, ranks))
     assert list(flits) == list(want_flits)

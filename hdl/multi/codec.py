@@ -12,11 +12,15 @@ and the next engine's ``rx``. The engine's ``mode`` (held for a whole command) c
   ``ceil(bits / width_of_a_flit)`` flits; the receiver unpacks them and decodes with
   :class:`~hdl.bfp.BFPToFP32`. Every group the converter makes decodes exactly, so a decoded
   group sent again is the same group (relaying is exact). A group holding a NaN or an
-  infinity is sent as zeros, and the transmit codec's ``flags`` say so.
+  infinity is sent as a *NaN group* (exponent field :func:`~hdl.multi.config.nan_group_exp`,
+  which no converter group has, mantissas zero) and arrives as ``group_size`` canonical NaNs
+  ``0x7FC00000``, so a non-finite gradient reaches every core of an all-reduce as it does over
+  FP32 links (a NaN arriving is sent on as a NaN group again); the transmit codec's ``flags``
+  say that it sent one.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -24,8 +28,9 @@ from ..bfp.converter import BFPConverter, Rounding, width_shape
 from ..bfp.to_fp32 import BFPToFP32
 from ..config import BFPConfig, check_int
 from ..formats import BFPFlags
+from ..fp32.unpack import QNAN
 from ..lib.mustuse import mark_used
-from .config import flits_per_group
+from .config import flits_per_group, nan_group_exp
 
 __all__ = ["mode_layout", "LinkTxCodec", "LinkRxCodec"]
 
@@ -78,8 +83,8 @@ class LinkTxCodec(wiring.Component):
     mode : In(mode_layout(bfp_config))
         Hold it while words are in flight.
     flags : Out(BFPFlags)
-        Sticky: a group with a NaN (``invalid``) or an infinity (``overflow``) was sent as
-        zeros since reset or the last ``clear_flags``.
+        Sticky: a group with a NaN (``invalid``) or an infinity (``overflow``) was sent (as a
+        NaN group) since reset or the last ``clear_flags``.
     clear_flags : In(1)
     idle : Out(1)
         No word is held (none gathered, none in the converter, no flit left to send): ``mode``
@@ -136,7 +141,11 @@ class LinkTxCodec(wiring.Component):
                                - (conv.o.valid & conv.o.ready))
         m.d.comb += self.idle.eq((gcnt == 0) & (in_conv == 0) & (left == 0))
         grp = conv.o.payload.group
-        packed = {mw: Cat(grp.exp, *[Cat(e.sign, e.mag[:mw]) for e in grp.elems])
+        # a NaN / Inf group (the converter's mantissas are all zero) goes as a NaN group
+        exp = Signal(cfg.exp_bits, name="packet_exp")
+        m.d.comb += exp.eq(Mux(conv.o.payload.flags.as_value().any(), nan_group_exp(cfg),
+                               grp.exp))
+        packed = {mw: Cat(exp, *[Cat(e.sign, e.mag[:mw]) for e in grp.elems])
                   for mw in cfg.widths}
 
         with m.If(comp):
@@ -228,16 +237,21 @@ class LinkRxCodec(wiring.Component):
                         at = eb + j * (mw + 1)
                         m.d.comb += [grp.elems[j].sign.eq(packed[at]),
                                      grp.elems[j].mag.eq(packed[at + 1:at + 1 + mw])]
+        # a NaN group travels through the decoder as its ``invalid`` flag
         m.d.comb += [dec.i.payload.width.eq(self.mode.width),
                      dec.i.payload.rounding.eq(Rounding.NEAREST),
-                     dec.i.payload.flags.eq(Const(0, 2)),
+                     dec.i.payload.flags.invalid.eq(grp.exp.as_unsigned() == nan_group_exp(cfg)),
+                     dec.i.payload.flags.overflow.eq(0),
                      dec.i.valid.eq(comp & full),
                      dec.o.ready.eq(comp & out_free)]
         with m.If(comp):
             m.d.comb += [out_load.eq(dec.o.valid & out_free),
                          consumed.eq(dec.i.valid & dec.i.ready)]
             with m.If(out_load):
-                m.d.sync += [obuf.eq(dec.o.payload.data), ocnt.eq(G)]
+                m.d.sync += [obuf.eq(Mux(dec.o.payload.flags.invalid,
+                                         Const(int(f"{QNAN:032b}" * G, 2), 32 * G),
+                                         dec.o.payload.data)),
+                             ocnt.eq(G)]
         with m.Else():
             m.d.comb += [out_load.eq(full & out_free), consumed.eq(out_load)]
             with m.If(out_load):

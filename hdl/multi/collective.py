@@ -68,7 +68,7 @@ def rsp_layout(config: CollectiveConfig) -> data.StructLayout:
     """``status`` (:class:`~hdl.multi.config.CollStatus`), ``step`` (the ring step running at
     a ``TIMEOUT``, else 0), ``cycles`` (cycles from acceptance to the response, saturating;
     0 for a ``BAD_*``), ``flags`` (the transmit codec's: a BFP group with a NaN / an infinity
-    was sent as zeros during this command)."""
+    was sent, as a NaN group, during this command)."""
     return data.StructLayout({"status": 3, "step": 5, "cycles": CYCLE_BITS, "flags": BFPFlags})
 
 

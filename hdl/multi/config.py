@@ -12,7 +12,7 @@ from typing import ClassVar
 from ..config import BFPConfig, PresetMixin, check_int
 
 __all__ = ["LinkConfig", "CollectiveConfig", "RingConfig", "CollOp", "CollComp", "CollStatus",
-           "bfp_packet_bits", "flits_per_group"]
+           "bfp_packet_bits", "flits_per_group", "nan_group_exp"]
 
 
 class CollOp:
@@ -32,6 +32,15 @@ def bfp_packet_bits(config: BFPConfig, width: int) -> int:
     """Bits of one BFP group on the wire at mantissa width ``width``: the shared exponent and
     a sign and ``width`` magnitude bits per element."""
     return config.exp_bits + config.group_size * (width + 1)
+
+
+def nan_group_exp(config: BFPConfig) -> int:
+    """The shared-exponent field (``exp_bits`` bits, as sent) of a *NaN group*: what the
+    transmit codec sends for a group holding a NaN or an infinity, and the receiving codec
+    turns into ``group_size`` canonical NaNs (``0x7FC00000``). It is the field's most
+    negative value, ``-2**(exp_bits - 1)``: every group a converter makes has an exponent of
+    at least -150, above it for every allowed ``exp_bits`` (>= 9)."""
+    return 1 << (config.exp_bits - 1)
 
 
 def flits_per_group(config: BFPConfig, width: int, flit_bits: int) -> int:

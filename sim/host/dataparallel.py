@@ -25,8 +25,9 @@ Skips. A one-pass ``OPT`` decides its skip from the flags of its own run, which 
 longer shares with the backward pass, so the per-core step is compiled with
 ``one_pass=False``: the two-pass ``OPT`` tests the all-reduced gradients itself, and a NaN or
 infinity in any core's gradients reaches every core through the FP32 sum (every core skips).
-What a single core also skips on -- a converter's NaN / Inf flag in a matmul pass, or a BFP /
-top-k link that sent a non-finite group as zeros -- is gathered by the host: when any core's
+What a single core also skips on -- a converter's NaN / Inf flag in a matmul pass (the
+converter sends such a group as zeros), or a link that flagged a non-finite group -- is
+gathered by the host: when any core's
 backward run raised a flag, or any link flagged a group, the host writes the canonical NaN
 into word 0 of every core's gradient region before the ``OPT``, so every core skips (and
 dynamic loss scaling backs off) as one core would.
@@ -43,10 +44,10 @@ with ``ALLREDUCE ... poison=1`` before its two-pass ``OPT``), on cores built wit
 lines, and a core whose run raised a flag contributes the canonical NaN as word 0. For finite
 steps this equals the host-mediated mode bit for bit (same segments, sum order and BFP relay;
 tests/test_multicore_model.py); with FP32 links a flag on any core makes every core skip, as
-the host's poisoning does. With BFP links the poisoned group crosses as zeros: the flagged core
-still skips (its ``OPT`` sees its own run's flags) but the others apply the step, and a BFP
-link flag (a non-finite gradient group sent as zeros) makes nobody skip; the host-mediated
-mode poisons every core in both cases (docs/multicore.md, "ALLREDUCE in the golden model").
+the host's poisoning does, and with BFP links too: the poisoned group (like any non-finite
+gradient group) crosses as a NaN group, canonical NaNs on every core, so every core skips;
+parameters and optimizer state equal the host-mediated mode's, the gradients differ in that
+group's other words (docs/multicore.md, "ALLREDUCE in the golden model").
 
 Per-layer all-reduce (``per_layer=True``, links ``"none"`` and ``"bfp"``, ``micro_batches = 1``):
 the gradient region is all-reduced as one ring all-reduce per layer block (``dW_l, db_l``,

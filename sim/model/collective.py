@@ -8,8 +8,9 @@ the same segments (:func:`segments`), the same schedule (step ``t`` sends segmen
 and :func:`validate` gives the status the engine answers to a command. With BFP link
 compression every sent segment is what the link codecs (:mod:`hdl.multi.codec`) deliver:
 :func:`sim.model.bfp.quantize` (round to nearest even) then :func:`sim.model.bfp.dequantize`,
-in groups from the segment's start, and one local step follows the all-gather: each rank
-passes its own segment through its own codecs (no link carries it).
+in groups from the segment's start (a group holding a NaN or an infinity arrives as canonical
+NaNs), and one local step follows the all-gather: each rank passes its own segment through its
+own codecs (no link carries it).
 
 Summation order: segment ``k`` is reduced as ``((x_k + x_{k+1}) + x_{k+2}) + ... + x_{k-1}``
 (ranks mod ``N``); :func:`sum_order` lists it.
@@ -22,7 +23,7 @@ from hdl.config import BFPConfig
 from hdl.multi.config import CollComp, CollectiveConfig, CollOp, CollStatus, flits_per_group
 
 from .bfp import ROUND_NEAREST, dequantize, quantize
-from .fp32 import bits_to_f32, canon
+from .fp32 import QNAN, bits_to_f32, canon
 
 __all__ = ["segments", "schedule", "sum_order", "validate", "bfp_link", "ring_allreduce",
            "link_flits", "add_f32", "CollectiveModel"]
@@ -91,10 +92,15 @@ def add_f32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def bfp_link(words: np.ndarray, config: BFPConfig, width: int) -> tuple[np.ndarray, int]:
     """What a BFP-compressed link delivers for ``words`` (uint32, a multiple of
-    ``group_size``), and the flags of the sent groups (bit 0 a NaN, bit 1 an infinity)."""
+    ``group_size``), and the flags of the sent groups (bit 0 a NaN, bit 1 an infinity).
+    A group holding a NaN or an infinity crosses as a NaN group: it arrives as
+    ``group_size`` canonical NaNs (:func:`hdl.multi.config.nan_group_exp`)."""
     g = quantize(bits_to_f32(words), config, width=width, rounding=ROUND_NEAREST)
     flags = int(np.any(g.invalid)) | (int(np.any(g.overflow)) << 1)
-    return dequantize(g, config, width=width).view(np.uint32), flags
+    out = dequantize(g, config, width=width).view(np.uint32).copy()
+    bad = np.repeat(np.asarray(g.invalid | g.overflow, bool).reshape(-1), config.group_size)
+    out[bad] = QNAN
+    return out, flags
 
 
 def ring_allreduce(vectors, seg: int, *, comp: int = CollComp.NONE,

@@ -15,8 +15,9 @@ field combination the collective engine would refuse.
   earlier in the same run) are nonzero when the ``ALLREDUCE`` executes contributes its vector
   with word 0 replaced by :data:`POISON_BITS` (the canonical NaN). With FP32 links every
   rank's word 0 is then the canonical NaN and every core's two-pass ``OPT`` skips; with BFP
-  links the NaN's group is sent as zeros (and flagged in :attr:`MultiCoreModel.flags`), so
-  nothing reaches the other cores (see the limitation in docs/multicore.md).
+  links the NaN's group crosses as a NaN group (flagged in :attr:`MultiCoreModel.flags` by
+  each rank that sends it), so that whole group is canonical NaNs on every rank and every
+  core skips as well (docs/multicore.md, "NaN and infinity").
 * **Reduce.** :func:`sim.model.collective.ring_allreduce` over the ``N`` vectors in rank order
   with ``seg * S`` words per segment, ``comp``, and ``bfp = (config.collective.bfp, width)``:
   the engine's segments, schedule, FP32 sum order and BFP relay. Each core's lines are

@@ -124,6 +124,11 @@ def test_connect_ring_joins_rank_r_to_r_plus_1():
 def test_constructors_check_their_arguments():
     """(Config fields: tests/test_config_errors.py.)"""
     assert RingConfig.preset("tiny").collective == CollectiveConfig.preset("tiny")
+    assert RingConfig.preset("tiny-n4").collective.ranks == 4
+    assert RingConfig.preset("tiny-n4").link == RingConfig.preset("tiny").link
+    for bad in ("tiny-n", "tiny-nx", "small-n4", 4):
+        with pytest.raises(ValueError, match="RingConfig preset"):
+            RingConfig.preset(bad)
     with pytest.raises(ValueError, match="preset"):
         RingConfig.preset("huge")
     with pytest.raises(TypeError, match="config must be a LinkConfig"):

@@ -6,13 +6,15 @@ so the numbers are defined once (docs/multicore.md).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
 from ..config import BFPConfig, PresetMixin, check_int
 
 __all__ = ["LinkConfig", "CollectiveConfig", "RingConfig", "CollOp", "CollComp", "CollStatus",
-           "bfp_packet_bits", "flits_per_group", "nan_group_exp"]
+           "bfp_packet_bits", "flits_per_group", "nan_group_exp",
+           "split_ranks_suffix"]
 
 
 class CollOp:
@@ -26,6 +28,17 @@ class CollComp:
     NONE = 0   #: FP32 words on the wire
     BFP = 1    #: BFP groups (``bfp.group_size`` words, shared exponent, ``width``-bit mantissas)
     ALL = (NONE, BFP)
+
+
+def split_ranks_suffix(owner, name: str) -> tuple[str, int | None]:
+    """``("tiny", 4)`` for the preset name ``"tiny-n4"``, ``("tiny", None)`` for ``"tiny"``;
+    ``ValueError`` naming ``owner`` (a config class) for anything but ``tiny`` / ``default``
+    with an optional ``-n<ranks>``."""
+    base, sep, suffix = name.partition("-n") if isinstance(name, str) else (None, "", "")
+    if base not in ("tiny", "default") or (sep and not suffix.isdigit()):
+        raise ValueError(f"{owner.__name__} preset must be 'tiny' or 'default', optionally "
+                         f"with '-n<ranks>', not {name!r}")
+    return base, int(suffix) if suffix else None
 
 
 def bfp_packet_bits(config: BFPConfig, width: int) -> int:
@@ -186,7 +199,13 @@ class RingConfig(PresetMixin):
 
     @classmethod
     def preset(cls, name: str):
-        return cls(collective=CollectiveConfig.preset(name), link=LinkConfig.preset(name))
+        """``tiny`` (two ranks) or ``default`` (four); a suffix ``-n<N>`` (``tiny-n4``) sets
+        the number of ranks."""
+        base, ranks = split_ranks_suffix(cls, name)
+        coll = CollectiveConfig.preset(base)
+        if ranks is not None:
+            coll = dataclasses.replace(coll, ranks=ranks)
+        return cls(collective=coll, link=LinkConfig.preset(base))
 
     def __post_init__(self):
         if not isinstance(self.collective, CollectiveConfig):

@@ -25,7 +25,7 @@ from ..core.core import TrainingCore
 from ..core.host import host_cmd_layout, host_rsp_layout
 from ..lib.mustuse import mark_used
 from ..registry import Block
-from .config import LinkConfig
+from .config import LinkConfig, split_ranks_suffix
 from .link import LinkGate, connect_ring
 
 __all__ = ["TrainingRingConfig", "TrainingRing"]
@@ -54,13 +54,9 @@ class TrainingRingConfig(PresetMixin):
     def preset(cls, name: str, ranks: int | None = None):
         """``tiny``: two S = 4 cores, 16-bit links; ``default``: four S = 8 cores, 32-bit
         links; a suffix ``-n<N>`` (``tiny-n4``) or ``ranks`` sets the number of cores."""
-        base, _, suffix = name.partition("-n")
-        if base not in ("tiny", "default") or (suffix and not suffix.isdigit()):
-            raise ValueError(f"TrainingRingConfig preset must be 'tiny' or 'default', "
-                             f"optionally with '-n<ranks>', not {name!r}")
-        if suffix and ranks is None:
-            ranks = int(suffix)
-        name = base
+        name, suffix_ranks = split_ranks_suffix(cls, name)
+        if ranks is None:
+            ranks = suffix_ranks
         link = LinkConfig.preset(name)
         n = ranks if ranks is not None else (2 if name == "tiny" else 4)
         core = dataclasses.replace(CoreConfig.preset(name), ranks=n, link_width=link.width)

@@ -28,7 +28,7 @@ from .endpoint import LinkEndpoint
 from .collective import CollectiveEngine, cmd_layout, rsp_layout
 from ..config import check_int
 from ..lib.mustuse import mark_used
-from .config import RingConfig
+from .config import RingConfig, split_ranks_suffix
 from .link import LinkGate, connect_ring
 
 __all__ = ["WordMemory", "CollectiveRing"]
@@ -160,15 +160,19 @@ class CollectiveRing(wiring.Component):
         return m
 
 
+def _fp32(preset: str) -> FP32Config:
+    """The FP32 units of a preset (``tiny-n4``: those of ``tiny``)."""
+    return FP32Config.preset(split_ranks_suffix(RingConfig, preset)[0])
+
+
 def _build(preset: str) -> CollectiveRing:
-    return CollectiveRing(config=RingConfig.preset(preset), fp32_config=FP32Config.preset(preset))
+    return CollectiveRing(config=RingConfig.preset(preset), fp32_config=_fp32(preset))
 
 
 def _params(preset: str) -> dict:
     cfg = RingConfig.preset(preset)
     return {"collective": cfg.collective.to_dict(), "link": cfg.link.to_dict(),
-            "fp32": FP32Config.preset(preset).to_dict(),
-            "latency": FP32Config.preset(preset).latency("fp32_add")}
+            "fp32": _fp32(preset).to_dict(), "latency": _fp32(preset).latency("fp32_add")}
 
 
 TESSERA_BLOCKS = [Block("collective_ring", build=_build, params=_params)]

@@ -12,7 +12,7 @@ FORMAL_STAMP := $(VENV)/.tessera-formal
 PYTEST_JOBS ?= 2
 export AMARANTH_USE_YOSYS := builtin
 
-.PHONY: setup setup-fpga setup-formal formal test test-long test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train bench-tta bench-tta-quick bench-collective bench-distributed coverage docs synth mutation clean
+.PHONY: setup setup-fpga setup-formal formal test test-long test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train bench-tta bench-tta-quick bench-collective bench-distributed coverage docs synth synth-hierarchy mutation clean
 
 setup: $(STAMP)
 
@@ -116,6 +116,12 @@ mutation: setup
 
 synth: setup-fpga
 	$(PY) -m boards.synth
+
+# Where the logic goes: synth_ecp5 -noflatten of the training core's FPGA build (S = 4 and 8),
+# each module's subtree counted (docs/bench/synth_hier.{json,md}; about 10 + 20 min).
+# HIER_ARGS adds options, e.g. --only training_core_fpga:tiny.
+synth-hierarchy: setup-fpga
+	$(PY) -m boards.hierarchy $(HIER_ARGS)
 
 clean:
 	rm -rf build runs .pytest_cache

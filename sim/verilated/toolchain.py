@@ -70,12 +70,29 @@ def _objcache_wrapper() -> str:
     return str(script).replace(" ", "\\ ")
 
 
-def hdl_digest(*extra) -> str:
-    """A hash of everything generated Verilog depends on: every file of :mod:`hdl`, the pinned
-    Amaranth version, and ``extra`` (block, preset, build flags ...)."""
-    import amaranth
-    h = hashlib.sha256(repr((amaranth.__version__,) + extra).encode())
+def _hdl_sources_digest() -> str:
+    """A hash of every file of :mod:`hdl` as it is on disk now."""
+    h = hashlib.sha256()
     for path in sorted((ROOT / "hdl").rglob("*.py")):
         h.update(str(path.relative_to(ROOT)).encode())
         h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+#: The :mod:`hdl` sources as they were when this process imported this module, which is when
+#: it imports the designs (test collection, a bench's start). A process generates Verilog
+#: from the modules it imported then, so a build it makes after ``hdl/`` was edited must be
+#: stamped with the sources it ran, not the edited ones; otherwise the next process would
+#: take that stale build for one of the edited sources (it happened: a coverage run kept a
+#: codec built from the code before a change, and its test failed on the changed model).
+_HDL_AT_IMPORT = _hdl_sources_digest()
+
+
+def hdl_digest(*extra) -> str:
+    """A hash of everything generated Verilog depends on: every file of :mod:`hdl` (as this
+    process imported it, :data:`_HDL_AT_IMPORT`), the pinned Amaranth version, and ``extra``
+    (block, preset, build flags ...)."""
+    import amaranth
+    h = hashlib.sha256(repr((amaranth.__version__,) + extra).encode())
+    h.update(_HDL_AT_IMPORT.encode())
     return h.hexdigest()

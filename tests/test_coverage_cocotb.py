@@ -9,3 +9,10 @@ from sim.tb.runner import run_cocotb
 def test_systolic_array_sweep_cocotb(testcase):
     run_cocotb("systolic_array", "tiny", "sim.tb.array_sweep",
                name=f"systolic_array_sweep_{testcase}", testcase=testcase)
+
+
+def test_systolic_array_s8_every_width_pair_cocotb():
+    """The S = 8 array at every width pair (its own tests drive 2x2 and 8x6): the fMACs of its
+    64 PEs reach the chunk tables of every pair, as at S = 4."""
+    run_cocotb("systolic_array", "default", "sim.tb.array_sweep",
+               name="systolic_array_s8_sweep_every_width_pair", testcase="every_width_pair")

@@ -249,7 +249,7 @@ class LinkRxCodec(wiring.Component):
                          consumed.eq(dec.i.valid & dec.i.ready)]
             with m.If(out_load):
                 m.d.sync += [obuf.eq(Mux(dec.o.payload.flags.invalid,
-                                         Const(int(f"{QNAN:032b}" * G, 2), 32 * G),
+                                         Cat(*[Const(QNAN, 32)] * G),
                                          dec.o.payload.data)),
                              ocnt.eq(G)]
         with m.Else():

@@ -1,6 +1,6 @@
-"""Fast tier: the collective engine's ring all-reduce in Amaranth's simulator
-(hdl/multi/collective.py in the ring top hdl/multi/ring.py), bit-exact with
-sim/model/collective.py, for N = 2 and 4."""
+"""Fast tier: the collective engine's ring all-reduce and point-to-point SENDRECV in Amaranth's
+simulator (hdl/multi/collective.py in the ring top hdl/multi/ring.py), bit-exact with
+sim/model/collective.py, for N = 2, 3 and 4."""
 import numpy as np
 import pytest
 
@@ -10,7 +10,7 @@ from hdl.multi.collective import CollectiveEngine
 from hdl.multi.config import (CollComp, CollectiveConfig, CollOp, CollStatus, LinkConfig,
                               RingConfig)
 from hdl.multi.ring import CollectiveRing, WordMemory
-from sim.model.collective import CollectiveModel, link_flits
+from sim.model.collective import CollectiveModel, link_flits, sendrecv_flits
 from sim.model.fp32 import f32_to_bits
 from sim.tb.collective_tb import command, run_ring
 
@@ -33,7 +33,8 @@ def _images(seed, N):
 
 
 def _check(dut, images, cmds, **kw):
-    """Run ``cmds`` on the RTL and the model; everything must agree bit for bit."""
+    """Run ``cmds`` (each the same on every rank, or a per-rank list) on the RTL and the
+    model; everything must agree bit for bit."""
     N = dut.config.collective.ranks
     model = CollectiveModel(dut.config.collective)
     for r in range(N):
@@ -41,13 +42,22 @@ def _check(dut, images, cmds, **kw):
     run = run_ring(dut, images, cmds, **kw)
     flits = [0] * N
     for c, got in zip(cmds, run.responses):
-        status = model.allreduce(**c)
-        assert [g["status"] for g in got] == [status] * N, (c, got)
+        cs = c if isinstance(c, list) else [c] * N
+        statuses = model.execute(cs)
+        assert [g["status"] for g in got] == statuses, (c, got)
         assert [g["flags"] for g in got] == model.flags, (c, got)
-        if status == CollStatus.OK:
-            sent = link_flits(dut.config.collective, dut.config.link.width, length=c["length"],
-                              seg=c["seg"], comp=c["comp"], width=c["width"])
+        ok = [st == CollStatus.OK for st in statuses]
+        if all(ok) and cs[0]["op"] == CollOp.ALLREDUCE:
+            c0 = cs[0]
+            sent = link_flits(dut.config.collective, dut.config.link.width, length=c0["length"],
+                              seg=c0["seg"], comp=c0["comp"], width=c0["width"])
             flits = [a + b for a, b in zip(flits, sent)]
+        elif any(ok):                                   # SENDRECV: one step, step 0
+            sent = sendrecv_flits(dut.config.link.width,
+                                  [cr["length"] if o else 0 for cr, o in zip(cs, ok)])
+            flits = [a + b for a, b in zip(flits, sent)]
+            assert all(g["step"] == 0 and g["flags"] == 0 and g["cycles"] > 0
+                       for g, o in zip(got, ok) if o), got
     for r in range(N):
         bad = np.flatnonzero(run.memories[r] != model.mem[r])
         assert bad.size == 0, (f"rank {r} words {bad.tolist()}: got "
@@ -115,7 +125,7 @@ def test_allreduce_special_values():
 
 def test_bad_commands_change_nothing():
     N = 2
-    cmds = [command(base=0, length=4, seg=2, timeout=50, op=1),
+    cmds = [command(base=0, length=4, seg=2, timeout=50, op=2),
             command(base=0, length=0, seg=2, timeout=50),
             command(base=DEPTH - 3, length=4, seg=2, timeout=50),
             command(base=0, length=5, seg=2, timeout=50),
@@ -252,4 +262,183 @@ def test_engine_rejects_wrong_configs():
         CollectiveRing(config=CollectiveConfig())
     with pytest.raises(ValueError, match="WordMemory.depth"):
         WordMemory(depth=1)
-    assert CollOp.ALL == (CollOp.ALLREDUCE,)
+    assert CollOp.ALL == (CollOp.ALLREDUCE, CollOp.SENDRECV)
+
+
+# ---- SENDRECV (point-to-point) ---------------------------------------------------------------
+
+#: FP32 bit patterns a copy must keep: NaN payloads (quiet, signalling, negative), -0, ±Inf,
+#: subnormals, the largest finite values
+SPECIALS = np.array([0x7F800001, 0x7FC12345, 0xFFFFFFFF, 0xFF800001, 0x7FC00000, 0x80000000,
+                     0x00000000, 0x7F800000, 0xFF800000, 0x00000001, 0x807FFFFF, 0x7F7FFFFF],
+                    dtype=np.uint32)
+
+
+def _bit_images(seed, N):
+    """Random 32-bit patterns, about 40 % of them from SPECIALS."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(N):
+        words = rng.integers(0, 1 << 32, DEPTH, dtype=np.uint64).astype(np.uint32)
+        out.append(np.where(rng.random(DEPTH) < 0.4, rng.choice(SPECIALS, DEPTH), words))
+    return out
+
+
+def _sendrecv(N, regions, timeout=200):
+    """Per-rank SENDRECV: ``regions[r] = (base, length, rbase, rlength)``."""
+    b, n, rb, rn = (list(x) for x in zip(*regions))
+    assert len(b) == N
+    return command(op=CollOp.SENDRECV, base=b, length=n, rbase=rb, rlength=rn, timeout=timeout)
+
+
+def _random_regions(rng, lengths):
+    """Rank ``r`` sends ``lengths[r]`` words to rank ``r + 1``: random disjoint send and
+    receive regions on every rank."""
+    N = len(lengths)
+    regions = []
+    for r in range(N):
+        n, rn = lengths[r], lengths[(r - 1) % N]
+        while True:
+            b, rb = int(rng.integers(0, DEPTH - n + 1)), int(rng.integers(0, DEPTH - rn + 1))
+            if not (n and rn and b < rb + rn and rb < b + n):
+                break
+        regions.append((b, n, rb, rn))
+    return regions
+
+
+def _assert_copied(run, images, regions):
+    """Independent of the model, for a run of this one SENDRECV: rank ``r + 1``'s receive
+    region holds rank ``r``'s sent words, every other word is as loaded."""
+    N = len(images)
+    for r in range(N):
+        b, n, _, _ = regions[r]
+        nxt = (r + 1) % N
+        _, _, rb, rn = regions[nxt]
+        assert n == rn
+        np.testing.assert_array_equal(run.memories[nxt][rb:rb + rn], images[r][b:b + n],
+                                      err_msg=f"rank {r} -> {nxt}")
+        keep = np.ones(DEPTH, bool)
+        keep[regions[r][2]:regions[r][2] + regions[r][3]] = False
+        np.testing.assert_array_equal(run.memories[r][keep], images[r][keep],
+                                      err_msg=f"rank {r} outside its receive region")
+
+
+@pytest.mark.parametrize("N", [2, 3])
+def test_sendrecv_bit_copy_random_backpressure(N):
+    """Random bit patterns (NaN payloads, -0, infinities, subnormals: a bit copy) sent around
+    the ring, every gate of every link stalling at random 40 % of the cycles: three commands,
+    different lengths per rank and random disjoint regions (the last one a pipeline's forward
+    pass: rank 0 only sends, rank N - 1 only receives); every word of every rank against the
+    model, and the first command (alone) against the loaded words directly."""
+    rng = np.random.default_rng(70 + N)
+    images = _bit_images(70 + N, N)
+    first = _random_regions(rng, [7, 5, 9][:N])
+    cmds = [_sendrecv(N, first),
+            _sendrecv(N, _random_regions(rng, [11, 1, 4][:N])),
+            _sendrecv(N, _random_regions(rng, [6] * (N - 1) + [0]))]
+    dut = _ring(N, width=8, latency=2, fifo_depth=3)
+    run = _check(dut, images, cmds, stall_prob=0.4, seed=N)
+    assert run.stalled_cycles > run.cycles // 2
+    assert all(g["status"] == CollStatus.OK for resp in run.responses for g in resp)
+    _assert_copied(run_ring(_ring(N), images, cmds[:1]), images, first)
+
+
+def test_sendrecv_exchange_both_directions():
+    """N = 2, one command each: rank 0 sends X and receives Y while rank 1 sends Y and
+    receives X, different lengths per direction (10 and 12 words), each more than the codecs
+    and the link of one direction hold (3 words here: sending all first and receiving after
+    would deadlock); then 12 and 9 words with the ranks drifting apart (not in lockstep),
+    under random stalls."""
+    N = 2
+    images = _bit_images(80, N)
+    there = [(0, 10, 12, 12), (12, 12, 0, 10)]
+    back = [(10, 12, 0, 9), (1, 9, 12, 12)]
+    cmds = [_sendrecv(N, there), _sendrecv(N, back)]
+    _check(_ring(N, width=8, latency=3, fifo_depth=2), images, cmds, stall_prob=0.3, seed=80,
+           lockstep=False)
+    _assert_copied(run_ring(_ring(N, width=8, latency=3, fifo_depth=2), images, cmds[:1]),
+                   images, there)
+
+
+def test_sendrecv_one_way_and_allreduce_around_it():
+    """N = 2: a BFP all-reduce, then send-only on one rank paired with receive-only on the
+    next (both ways), a plain all-reduce, a two-way SENDRECV, another BFP all-reduce at
+    another width: the mode goes BFP -> NONE -> BFP through the CODEC state and every
+    command's words land as the model says (flit counts per link too)."""
+    N, G = 2, BFP.group_size
+    allreduce_bfp = dict(base=0, length=2 * G, seg=G, timeout=300, comp=CollComp.BFP)
+    cmds = [command(width=4, **allreduce_bfp),
+            _sendrecv(N, [(3, 5, 0, 0), (0, 0, 10, 5)]),             # 0 -> 1 only
+            _sendrecv(N, [(0, 0, 20, 4), (8, 4, 0, 0)]),             # 1 -> 0 only
+            command(base=1, length=2 * N + 3, seg=4, timeout=300),
+            _sendrecv(N, [(16, 3, 0, 6), (0, 6, 21, 3)]),
+            command(width=8, **allreduce_bfp)]
+    run = _check(_ring(N, width=8, latency=2, fifo_depth=4), _images(90, N), cmds,
+                 stall_prob=0.3, seed=90)
+    assert all(g["status"] == CollStatus.OK for resp in run.responses for g in resp)
+    assert _region_equal(run, 0, 2 * G)
+
+
+def test_sendrecv_bad_commands():
+    """Every rank gets the same command. BAD_COMP (BFP at a valid and an invalid width),
+    BAD_LEN (both lengths 0; either region past the memory; overlapping regions, either
+    order and one inside the other), BAD_TIMEOUT, BAD_OP for ops 2 and 3: each answered at
+    once (cycles 0), nothing written; then regions that touch without overlapping (either
+    order), one ending exactly at the memory's end and ``seg = 0`` (never BAD_SEG) run."""
+    N = 2
+    sr = dict(op=CollOp.SENDRECV, timeout=100)
+    bad = [(command(base=0, length=4, rbase=8, rlength=4, comp=CollComp.BFP, width=4, **sr),
+            CollStatus.BAD_COMP),
+           (command(base=0, length=4, rbase=8, rlength=4, comp=CollComp.BFP, width=3, **sr),
+            CollStatus.BAD_COMP),
+           (command(base=0, length=0, rbase=8, rlength=0, **sr), CollStatus.BAD_LEN),
+           (command(base=DEPTH - 3, length=4, rbase=0, rlength=4, **sr), CollStatus.BAD_LEN),
+           (command(base=0, length=4, rbase=DEPTH - 3, rlength=4, **sr), CollStatus.BAD_LEN),
+           (command(base=4, length=6, rbase=9, rlength=6, **sr), CollStatus.BAD_LEN),
+           (command(base=9, length=6, rbase=4, rlength=6, **sr), CollStatus.BAD_LEN),
+           (command(base=4, length=10, rbase=6, rlength=2, **sr), CollStatus.BAD_LEN),
+           (command(base=0, length=4, rbase=8, rlength=4, op=CollOp.SENDRECV, timeout=0),
+            CollStatus.BAD_TIMEOUT),
+           (command(base=0, length=4, rbase=8, rlength=4, op=2, timeout=100),
+            CollStatus.BAD_OP),
+           (command(base=0, length=4, rbase=8, rlength=4, op=3, timeout=100),
+            CollStatus.BAD_OP)]
+    good = [command(base=0, length=4, rbase=4, rlength=4, seg=0, **sr),      # [0,4) [4,8)
+            command(base=8, length=3, rbase=5, rlength=3, **sr),             # [8,11) [5,8)
+            command(base=DEPTH - 4, length=4, rbase=0, rlength=4, width=3, **sr)]
+    images = _bit_images(100, N)
+    run = _check(_ring(N), images, [c for c, _ in bad] + good)
+    statuses = [g[0]["status"] for g in run.responses]
+    assert statuses == [s for _, s in bad] + [CollStatus.OK] * len(good), statuses
+    assert all(g["cycles"] == 0 for resp in run.responses[:len(bad)] for g in resp)
+    only_bad = run_ring(_ring(N), images, [c for c, _ in bad])
+    for r in range(N):
+        np.testing.assert_array_equal(only_bad.memories[r], images[r])
+
+
+def test_sendrecv_receive_without_sender_times_out():
+    """N = 2: rank 0 sends 4 words to rank 1 and waits for 3 from rank 1, which sends none:
+    rank 1 answers OK, rank 0 TIMEOUT (step 0) within a deadline, after at least ``timeout``
+    cycles without progress, having written nothing; then both run an all-reduce, bit-exact
+    (nothing was left on the links)."""
+    N, timeout = 2, 40
+    images = _images(110, N)
+    lonely = [(0, 4, 8, 3), (0, 0, 12, 4)]
+    cmds = [_sendrecv(N, lonely, timeout=timeout),
+            command(base=0, length=4 * N + 1, seg=5, timeout=200)]
+    dut = _ring(N)
+    run = run_ring(dut, images, cmds, deadline=1000)
+    first, second = run.responses
+    assert [g["status"] for g in first] == [CollStatus.TIMEOUT, CollStatus.OK], first
+    assert first[0]["step"] == 0
+    assert timeout <= first[0]["cycles"] < timeout + 60, first
+    assert [g["status"] for g in second] == [CollStatus.OK] * N, second
+    # what ran: rank 0's words reached rank 1, rank 0 received (and wrote) nothing
+    model = CollectiveModel(dut.config.collective)
+    for r in range(N):
+        model.mem[r][:] = images[r]
+    assert model.execute(_sendrecv(N, [(0, 4, 8, 0), (0, 0, 12, 4)])) == [CollStatus.OK] * N
+    assert model.allreduce(**cmds[1]) == CollStatus.OK
+    for r in range(N):
+        np.testing.assert_array_equal(run.memories[r], model.mem[r], err_msg=f"rank {r}")
+    assert run.overflow == 0

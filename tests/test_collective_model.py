@@ -1,5 +1,5 @@
 """The ring all-reduce golden model (sim/model/collective.py): schedule, summation order, the
-statuses, and the bound against the exact sum."""
+statuses, and the bound against the exact sum; the point-to-point SENDRECV."""
 import numpy as np
 import pytest
 
@@ -7,7 +7,8 @@ from hdl.config import BFPConfig
 from hdl.multi.config import CollComp, CollectiveConfig, CollOp, CollStatus
 from sim.model.bfp import ROUND_NEAREST, quantize
 from sim.model.collective import (CollectiveModel, bfp_link, link_flits, ring_allreduce,
-                                  schedule, segments, sum_order, validate)
+                                  ring_sendrecv, schedule, segments, sendrecv_flits, sum_order,
+                                  validate)
 from sim.model.fp32 import QNAN, bits_to_f32, canon, f32_to_bits
 
 #: unit roundoff of binary32
@@ -132,7 +133,8 @@ def test_validate_and_bad_commands_change_nothing():
     cfg = CollectiveConfig(ranks=4, depth=32)
     ok = dict(op=CollOp.ALLREDUCE, base=4, length=10, seg=3, timeout=100)
     assert validate(cfg, **ok) == CollStatus.OK
-    bad = [({"op": 1}, CollStatus.BAD_OP), ({"length": 0}, CollStatus.BAD_LEN),
+    bad = [({"op": 2}, CollStatus.BAD_OP), ({"op": 3}, CollStatus.BAD_OP),
+           ({"length": 0}, CollStatus.BAD_LEN),
            ({"base": 23}, CollStatus.BAD_LEN), ({"seg": 0}, CollStatus.BAD_SEG),
            ({"seg": 2}, CollStatus.BAD_SEG), ({"timeout": 0}, CollStatus.BAD_TIMEOUT)]
     model = CollectiveModel(cfg)
@@ -217,3 +219,111 @@ def test_link_flits_and_bytes_ratio():
         ratios[w] = got[0] / plain[0]
     assert ratios[8] == pytest.approx(5 / 16)
     assert link_flits(cfg, 8, length=L, seg=L // 4) == [4 * x for x in plain]
+
+
+def test_sendrecv_validate():
+    """SENDRECV's statuses in the table's order; seg never counts; touching regions and a
+    region ending at ``depth`` are fine."""
+    cfg = CollectiveConfig(ranks=2, depth=32)
+    ok = dict(op=CollOp.SENDRECV, base=0, length=4, rbase=8, rlength=6, timeout=100)
+    assert validate(cfg, **ok) == CollStatus.OK
+    cases = [({"comp": CollComp.BFP, "width": 4}, CollStatus.BAD_COMP),
+             ({"comp": CollComp.BFP, "length": 0, "rlength": 0}, CollStatus.BAD_COMP),
+             ({"length": 0, "rlength": 0}, CollStatus.BAD_LEN),
+             ({"base": 29}, CollStatus.BAD_LEN), ({"rbase": 27}, CollStatus.BAD_LEN),
+             ({"rbase": 3}, CollStatus.BAD_LEN), ({"base": 13}, CollStatus.BAD_LEN),
+             ({"base": 9, "length": 2}, CollStatus.BAD_LEN),            # inside
+             ({"base": 29, "timeout": 0}, CollStatus.BAD_LEN),
+             ({"timeout": 0}, CollStatus.BAD_TIMEOUT),
+             ({"rbase": 4}, CollStatus.OK), ({"base": 14}, CollStatus.OK),   # touching
+             ({"base": 28}, CollStatus.OK), ({"rbase": 26}, CollStatus.OK),  # end at 32
+             ({"length": 0, "rbase": 0}, CollStatus.OK),                 # receive only
+             ({"rlength": 0, "base": 8}, CollStatus.OK),                 # send only
+             ({"seg": 0}, CollStatus.OK), ({"width": 3}, CollStatus.OK)]
+    for change, status in cases:
+        assert validate(cfg, **{**ok, **change}) == status, change
+
+
+def test_ring_sendrecv_copies_bits_to_the_next_rank():
+    specials = np.array([0x7F800001, 0xFFC12345, 0x80000000, 0x7F800000, 0xFF800000, 1],
+                        dtype=np.uint32)
+    rng = np.random.default_rng(3)
+    mems = [rng.integers(0, 2**32, 16, dtype=np.uint64).astype(np.uint32) for _ in range(3)]
+    mems[0][2:8] = specials
+    cmds = [dict(base=2, length=6, rbase=10, rlength=0),               # sends only
+            dict(base=0, length=3, rbase=8, rlength=6),
+            dict(base=0, length=0, rbase=13, rlength=3)]               # receives only
+    out = ring_sendrecv(mems, cmds)
+    expect = [m.copy() for m in mems]
+    expect[1][8:14] = specials
+    expect[2][13:16] = mems[1][0:3]
+    for r in range(3):
+        np.testing.assert_array_equal(out[r], expect[r], err_msg=f"rank {r}")
+        assert out[r] is not mems[r]
+    # both directions on a 2-ring, with None for a rank that does nothing
+    two = ring_sendrecv(mems[:2], [dict(base=0, length=2, rbase=4, rlength=3),
+                                   dict(base=5, length=3, rbase=10, rlength=2)])
+    np.testing.assert_array_equal(two[0][4:7], mems[1][5:8])
+    np.testing.assert_array_equal(two[1][10:12], mems[0][0:2])
+    same = ring_sendrecv(mems[:2], [None, None])
+    assert all(np.array_equal(a, b) for a, b in zip(same, mems[:2]))
+    with pytest.raises(ValueError, match="rank 0 sends 2 words but rank 1 receives 3"):
+        ring_sendrecv(mems[:2], [dict(base=0, length=2, rbase=4, rlength=0),
+                                 dict(base=5, length=0, rbase=10, rlength=3)])
+    with pytest.raises(ValueError, match="receives 0"):
+        ring_sendrecv(mems[:2], [dict(base=0, length=2, rbase=4, rlength=0), None])
+    with pytest.raises(ValueError, match="overlaps"):
+        ring_sendrecv(mems[:2], [dict(base=0, length=2, rbase=1, rlength=2),
+                                 dict(base=5, length=2, rbase=10, rlength=2)])
+    with pytest.raises(ValueError, match="outside"):
+        ring_sendrecv(mems[:2], [dict(base=15, length=2, rbase=0, rlength=2),
+                                 dict(base=5, length=2, rbase=10, rlength=2)])
+    with pytest.raises(ValueError, match="2 ranks"):
+        ring_sendrecv(mems[:1], [None])
+    assert sendrecv_flits(8, [5, 0, 2]) == [20, 0, 8]
+
+
+def test_model_execute_per_rank_commands():
+    """``execute`` takes one command per rank; a rank answering BAD_* moves nothing (so its
+    partners must not expect words); ALLREDUCE still needs the same command everywhere."""
+    cfg = CollectiveConfig(ranks=2, depth=16)
+    model = CollectiveModel(cfg)
+    rng = np.random.default_rng(9)
+    for m in model.mem:
+        m[:] = rng.integers(0, 2**32, 16, dtype=np.uint64).astype(np.uint32)
+    before = [m.copy() for m in model.mem]
+    sr = dict(op=CollOp.SENDRECV, timeout=50)
+    assert model.execute([dict(base=0, length=3, rbase=8, rlength=0, **sr),
+                          dict(base=0, length=0, rbase=4, rlength=3, **sr)]) == [0, 0]
+    np.testing.assert_array_equal(model.mem[1][4:7], before[0][0:3])
+    assert model.flags == [0, 0]
+    after = [m.copy() for m in model.mem]
+    # both BAD: nothing changes
+    assert model.execute(dict(base=0, length=0, rbase=0, rlength=0, **sr)) == [
+        CollStatus.BAD_LEN] * 2
+    assert model.allreduce(base=0, length=4, rbase=2, rlength=4, **sr) == CollStatus.BAD_LEN
+    for m, b in zip(model.mem, after):
+        np.testing.assert_array_equal(m, b)
+    # N = 3: rank 0 BAD (overlap), ranks 1 -> 2 expecting nothing from it: fine
+    three = CollectiveModel(CollectiveConfig(ranks=3, depth=16))
+    three.mem[1][:] = np.arange(16, dtype=np.uint32)
+    assert three.execute([dict(base=0, length=2, rbase=1, rlength=2, **sr),
+                          dict(base=3, length=2, rbase=0, rlength=0, **sr),
+                          dict(base=0, length=0, rbase=6, rlength=2, **sr)]) == [
+        CollStatus.BAD_LEN, CollStatus.OK, CollStatus.OK]
+    assert list(three.mem[2]) == [0] * 6 + [3, 4] + [0] * 8
+    assert not three.mem[0].any()
+    with pytest.raises(ValueError, match="receives 0"):
+        model.execute([dict(base=0, length=2, rbase=8, rlength=0, **sr),
+                       dict(base=0, length=0, rbase=0, rlength=0, **sr)])
+    with pytest.raises(ValueError, match="same command"):
+        model.execute([dict(base=0, length=4, seg=2), dict(base=1, length=4, seg=2)])
+    with pytest.raises(ValueError, match="different opcodes"):
+        model.execute([dict(base=0, length=4, seg=2), dict(base=0, length=0, rbase=0,
+                                                           rlength=4, **sr)])
+    with pytest.raises(ValueError, match="3 commands"):
+        model.execute([dict(base=0, length=4, seg=2)] * 3)
+    # the same SENDRECV on every rank (length == rlength) through allreduce()
+    assert model.allreduce(base=0, length=4, rbase=8, rlength=4, **sr) == CollStatus.OK
+    np.testing.assert_array_equal(model.mem[0][8:12], after[1][0:4])
+    np.testing.assert_array_equal(model.mem[1][8:12], after[0][0:4])

@@ -144,6 +144,69 @@ def test_decoder_allreduce_matches_isa(ranks):
     assert want <= seen, seen
 
 
+def random_sendrecv(rng: random.Random, cfg: CoreConfig) -> int:
+    """A SENDRECV with fields at the edges of every check (check_sendrecv, the overlap rule)."""
+    D, L = cfg.bank_depth, cfg.lines
+    starts = [0, 1, D - 1, D, 2 * D + 3, L - 8, L - 1, L]
+    counts = [0, 0, 1, 2, 7, 8, D, (1 << 16) // cfg.size, (1 << 16) - 1]
+    a = rng.choice(starts)
+    b = rng.choice(starts + [a, a + 1, a + 7, max(a - 1, 0)])
+    return encode(Op.SENDRECV, a=a % (1 << 16), lines=rng.choice(counts), b=b % (1 << 16),
+                  rlines=rng.choice(counts), timeout=rng.choice([0, 1, 0xFFFF]))
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_decoder_sendrecv_matches_isa(ranks):
+    """SENDRECV: every status (ERR_OPCODE without the engine; ERR_FIELD, ERR_SHAPE, ERR_ADDR
+    for overlapping or out-of-range ranges), its two ranges (read-only, write-only; an empty
+    one absent) and the bank mask, against the ISA's Python check."""
+    cfg = dataclasses.replace(CFG, ranks=ranks)
+    rng = random.Random(10 + ranks)
+    cases = [(random_sendrecv(rng, cfg), 0, 0, 1) for _ in range(500)]
+    got = run_decoder(cases, cfg)
+    seen = set()
+    for (word, _, _, _), (status, banks, hw_ranges, _) in zip(cases, got):
+        op, st, bk, ranges = expected(word, 0, 0, cfg)
+        seen.add(st)
+        assert status == st, f"{disassemble(word)}: status {status} != {st}"
+        if st == Status.OK:
+            assert banks == bk, f"{disassemble(word)}: banks {banks:#x} != {bk:#x}"
+            hw = sorted((r["start"], r["lines"], r["read"], r["write"]) for r in hw_ranges
+                        if r["read"] or r["write"])
+            want = sorted((r.start, r.lines, int("r" in r.kind), int("w" in r.kind))
+                          for r in ranges)
+            assert hw == want, f"{disassemble(word)}: {hw} != {want}"
+    want = {Status.ERR_OPCODE} if ranks == 1 else \
+        {Status.OK, Status.ERR_FIELD, Status.ERR_SHAPE, Status.ERR_ADDR}
+    assert want <= seen, seen
+
+
+def test_sendrecv_named_cases():
+    """The SENDRECV rules by name, in the Python check and the decoder alike: ranges that
+    touch are legal, any overlap (also exact) is not, one empty range is legal, both are not,
+    the hull of the two ranges must fit the engine's 65,536 words."""
+    cfg = dataclasses.replace(CFG, ranks=2, bank_depth=4096)     # 131,072 words
+    S, D = cfg.size, cfg.bank_depth
+    full = (1 << 16) // S          # lines the engine's word addresses reach
+    cases = {
+        "touching": (dict(a=0, lines=8, b=8, rlines=8), Status.OK),
+        "send_only": (dict(a=5, lines=3), Status.OK),
+        "recv_only": (dict(b=5, rlines=3), Status.OK),
+        "nothing": (dict(a=5, b=9), Status.ERR_SHAPE),
+        "exact_overlap": (dict(a=0, lines=8, b=0, rlines=8), Status.ERR_ADDR),
+        "one_line_overlap": (dict(a=0, lines=8, b=7, rlines=8), Status.ERR_ADDR),
+        "hull_fits": (dict(a=0, lines=1, b=full - 1, rlines=1), Status.OK),
+        "hull_too_wide": (dict(a=0, lines=1, b=full, rlines=1), Status.ERR_SHAPE),
+        "zero_timeout": (dict(a=0, lines=1, b=D, rlines=1, timeout=0), Status.ERR_FIELD),
+    }
+    assert cfg.lines > full, "the hull case needs a scratchpad wider than the engine's reach"
+    words = [encode(Op.SENDRECV, **{"timeout": 100, **f}) for f, _ in cases.values()]
+    got = run_decoder([(w, 0, 0, 1) for w in words], cfg)
+    for (name, (_, want)), word, (status, *_rest) in zip(cases.items(), words, got):
+        assert expected(word, 0, 0, cfg)[1] == want, name
+        assert status == want, f"{name}: {status} != {want}"
+
+
 def test_decoder_named_cases():
     D = CFG.bank_depth
     cases = {

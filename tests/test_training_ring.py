@@ -197,34 +197,95 @@ def test_allreduce_program_bit_exact_on_every_core(ranks):
     assert list(flits) == list(want_flits)
 
 
-def test_stopped_link_gives_err_link_and_the_next_program_runs():
-    """Link 0 stops delivering: the ALLREDUCE on both cores reports ERR_LINK at its pc (the
-    state register holds the engine's TIMEOUT) instead of hanging, and the instruction that
-    waits for its region never runs (its COPY would have written line 0)."""
+def test_sendrecv_then_stopped_links_give_err_link():
+    """One ring build, three programs per core.
+
+    1. SENDRECV through the sequencer, the word-to-line adapter and the engine, with random
+       stalls on every link: core 0 sends 6 lines that cross a bank boundary and receives 3
+       from core 1 in one instruction, core 1 the reverse with its ranges the other way round
+       (receive range below the send range); then each copies what it received (a COPY that
+       waits for the SENDRECV's banks). Both scratchpads equal ``MultiCoreModel``'s (a NaN
+       payload crosses unchanged) and the links carried exactly those words.
+    2. Core 0 receives from a core 1 that only halts: ERR_LINK at the SENDRECV's pc, the state
+       register holds the engine's TIMEOUT, the COPY after it never ran.
+    3. Link 0 stops delivering: the ALLREDUCE on both cores reports ERR_LINK at its pc
+       instead of hanging, and the instruction that waits for its region never runs (its COPY
+       would have written line 0)."""
     cfg = ring_config(2)
     S, D = cfg.core.size, cfg.core.bank_depth
-    prog = [encode(Op.FENCE),
+    rng = np.random.default_rng(12)
+    imgs = [rng.integers(0, 1 << 32, (4 * D, S), dtype=np.uint64).astype(np.uint32)
+            for _ in range(2)]
+    imgs[0][D - 3, 0] = NAN + 5
+    progs = [[encode(Op.SENDRECV, a=D - 3, lines=6, b=2 * D, rlines=3, timeout=300),
+              encode(Op.VEC, vop=5, rows=3, cols=S, a=2 * D, d=3 * D), encode(Op.HALT)],
+             [encode(Op.SENDRECV, a=3 * D + 4, lines=3, b=D + 1, rlines=6, timeout=300),
+              encode(Op.VEC, vop=5, rows=6, cols=S, a=D + 1, d=0), encode(Op.HALT)]]
+    lone = [[encode(Op.SENDRECV, b=2 * D, rlines=2, timeout=200),
+             encode(Op.VEC, vop=5, rows=1, cols=S, a=2 * D, d=1), encode(Op.HALT)],
+            [encode(Op.HALT)]]
+    stop = [encode(Op.FENCE),
             encode(Op.ALLREDUCE, a=D, lines=8, seg=4, timeout=300),
             encode(Op.VEC, vop=5, rows=1, cols=S, a=D, d=0),      # COPY: waits for bank 1
             encode(Op.HALT)]
+    from sim.model.multicore import MultiCoreModel
+    multi = MultiCoreModel(cfg.core)
+    for r in range(2):
+        multi.cores[r].mem[:4 * D] = imgs[r]
+        multi.cores[r].load_program(progs[r])
+    assert multi.run() == [(Status.OK, 0)] * 2
     ones = np.ones((1, S), np.float32).view(np.uint32)
+    phase = {"done": 0, "flits": None}
 
     def core_tb(r):
         async def run(drv, ctx):
+            out = {}
+            await drv.write_lines(0, imgs[r])
+            await drv.load_program(progs[r])
+            out["exchange"] = await drv.run()
+            out["mem"] = await drv.read_lines(0, 4 * D)
+            await drv.load_program(lone[r])
+            out["lone"] = await drv.run()
+            out["lone_state"] = _state(await drv.read_regs())
+            out["after_lone"] = await drv.read_lines(0, 4 * D)
+            phase["done"] += 1
+            while phase["done"] < 3:        # the stall testbench stops link 0
+                await ctx.tick()
             await drv.write_lines(0, ones)
-            await drv.load_program(prog)
-            st = await drv.run()
-            return st, _state(await drv.read_regs()), await drv.read_lines(0, 1)
+            await drv.load_program(stop)
+            out["stop"] = await drv.run()
+            out["stop_state"] = _state(await drv.read_regs())
+            out["line0"] = await drv.read_lines(0, 1)
+            return out
         return run
 
     async def stall(ctx, dut):
-        ctx.set(dut.stall_rx, 0b10)      # core 1 never receives from link 0
+        rs = np.random.default_rng(6)
+        while phase["done"] < 2:
+            ctx.set(dut.stall_tx, int(rs.integers(0, 4)))
+            ctx.set(dut.stall_rx, int(rs.integers(0, 4)))
+            await ctx.tick()
+        phase["flits"] = [ctx.get(dut.flits_0), ctx.get(dut.flits_1)]
+        ctx.set(dut.stall_tx, 0)
+        ctx.set(dut.stall_rx, 0b10)          # core 1 never receives from link 0
+        await ctx.tick()
+        phase["done"] += 1
     out, _ = run_ring(cfg, [core_tb(r) for r in range(2)], stall=stall, deadline=20_000)
     for r in range(2):
-        st, state, line0 = out[r]
-        assert st == (Status.ERR_LINK, 1), (r, st)
-        assert state["coll_status"] == CollStatus.TIMEOUT, (r, state)
-        assert np.array_equal(line0, ones), "an instruction after the failed ALLREDUCE ran"
+        assert out[r]["exchange"] == (Status.OK, 0), (r, out[r]["exchange"])
+        bad = np.flatnonzero((out[r]["mem"] != multi.cores[r].mem[:4 * D]).any(1))
+        assert not bad.size, f"core {r}: lines {bad[:8]} differ from the model"
+    assert multi.cores[1].mem[D + 1, 0] == NAN + 5
+    assert phase["flits"] == [2 * 6 * S, 2 * 3 * S]     # 16-bit flits: two per word
+    assert out[0]["lone"] == (Status.ERR_LINK, 0)
+    assert out[0]["lone_state"]["coll_status"] == CollStatus.TIMEOUT
+    assert np.array_equal(out[0]["after_lone"], out[0]["mem"]), "a line changed after ERR_LINK"
+    assert out[1]["lone"] == (Status.OK, 0)
+    for r in range(2):
+        assert out[r]["stop"] == (Status.ERR_LINK, 1), (r, out[r]["stop"])
+        assert out[r]["stop_state"]["coll_status"] == CollStatus.TIMEOUT, r
+        assert np.array_equal(out[r]["line0"], ones), "an instruction after the failed " \
+            "ALLREDUCE ran"
 
 
 def test_dataparallel_steps_bit_exact_with_the_golden_model():
@@ -270,3 +331,58 @@ def test_dataparallel_steps_bit_exact_with_the_golden_model():
         assert np.array_equal(out[r]["mem"], dp.multi.cores[r].mem), r
     assert np.array_equal(out[0]["params"], out[1]["params"])
     assert not np.array_equal(out[0]["loss0"], out[1]["loss0"])   # different shards
+
+
+@pytest.mark.long
+def test_pipeline_step_on_the_ring_bit_exact():
+    """Pipeline parallelism in hardware (``make test-long``: about 170 s; the cocotb tier runs
+    the same steps under backpressure): two stages of an MLP 8-8-4 (Adam, batch 8 in two
+    micro-batches, GPipe) on two cores, each running one program per step whose SENDRECVs
+    carry the activations forward and the gradients back over the links, with random stalls
+    on every link. Two steps: every core's run status, losses, parameters, gradients and
+    optimizer state, and at the end its whole scratchpad, equal the golden model's ring
+    (``RingPipeline.ring_step`` on ``MultiCoreModel``) bit for bit; that model equals the
+    host-mediated pipeline (``tests/test_pipeline_ring.py``). The links carried exactly the
+    transferred words (16-bit flits: two per word)."""
+    from sim.host.pipeline_ring import RingPipeline
+    cfg = ring_config(2)
+    core = dataclasses.replace(cfg.core, prog_depth=128)
+    cfg = dataclasses.replace(cfg, core=core)
+    desc = MLP(layers=(8, 8, 4), batch=8, micro_batches=2, optimizer=Adam(lr=1e-2))
+    pipe = RingPipeline(desc, core, timeout=4000)
+    rng = np.random.default_rng(11)
+    Ws = [(rng.standard_normal((a, b)) * 0.5).astype(np.float32)
+          for a, b in zip(desc.layers[:-1], desc.layers[1:])]
+    bs = [(rng.standard_normal(b) * 0.1).astype(np.float32) for b in desc.layers[1:]]
+    acts = [[] for _ in range(2)]
+    for s, (c, W, b) in enumerate(zip(pipe.compiled, pipe._split(Ws), pipe._split(bs))):
+        acts[s] += c.init_actions(W, b)
+    for t in (1, 2):
+        x = rng.standard_normal((desc.batch, desc.layers[0])).astype(np.float32)
+        y = rng.integers(0, desc.layers[-1], desc.batch)
+        for s, a in enumerate(pipe.step_actions(x, y, t)):
+            acts[s] += a + pipe.compiled[s].read_actions()
+    want = pipe.multi.apply(acts)
+    words = sum(pipe.multi.sendrecv_words)
+
+    def core_tb(r):
+        async def run(drv, ctx):
+            got = await drv.apply(acts[r])
+            got["mem"] = await drv.read_lines(0, core.lines)
+            return got
+        return run
+
+    async def stall(ctx, dut):
+        rs = np.random.default_rng(5)
+        while True:
+            ctx.set(dut.stall_tx, int(rs.integers(0, 4)))
+            ctx.set(dut.stall_rx, int(rs.integers(0, 4)))
+            await ctx.tick()
+
+    out, flits = run_ring(cfg, [core_tb(r) for r in range(2)], stall=stall)
+    for r in range(2):
+        assert out[r]["run"] == want[r]["run"] == [(Status.OK, 0)] * 2, (r, out[r]["run"])
+        for key in ("params", "grads", "m", "v") + (("loss0", "loss1") if r == 1 else ()):
+            assert np.array_equal(out[r][key], want[r][key]), (r, key)
+        assert np.array_equal(out[r]["mem"], pipe.multi.cores[r].mem), r
+    assert sum(flits) == 2 * words > 0

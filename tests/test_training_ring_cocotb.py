@@ -1,6 +1,6 @@
-"""cocotb + Verilator tier of the multi-core top ``training_ring``: data-parallel steps on two
-S = 4 cores (preset tiny) under random backpressure on every link and host port, bit-exact
-with the golden model (sim/tb/training_ring.py)."""
+"""cocotb + Verilator tier of the multi-core top ``training_ring``: data-parallel steps and
+pipeline-parallel steps on two S = 4 cores (preset tiny) under random backpressure on every
+link and host port, bit-exact with the golden model (sim/tb/training_ring.py)."""
 import pytest
 
 from sim.tb.runner import run_cocotb
@@ -12,3 +12,9 @@ def test_training_ring_dataparallel_backpressure():
     run_cocotb("training_ring", "tiny", "sim.tb.training_ring",
                name="training_ring_dataparallel", testcase="dataparallel_steps",
                extra_env={"TB_STEPS": "2", "TB_BFP_STEPS": "1", "TB_LINK_STALL": "0.3"})
+
+
+def test_training_ring_pipeline_backpressure():
+    run_cocotb("training_ring", "tiny", "sim.tb.training_ring",
+               name="training_ring_pipeline", testcase="pipeline_steps",
+               extra_env={"TB_STEPS": "2", "TB_LINK_STALL": "0.3"})

@@ -30,7 +30,8 @@ __all__ = ["TrainingCore", "REGS", "CLIENTS", "STATE_LAYOUT", "STAT_REG_BASE", "
 #: Registers the host reads with ``REG`` (index = position): ``(name, meaning)``.
 REGS = (
     ("state", "`STATE_LAYOUT`: status of the last run (4 bits), err_pc (16), running (1), "
-              "conflict (1: two clients hit one bank port), and the last ALLREDUCE's response: "
+              "conflict (1: two clients hit one bank port), and the last ALLREDUCE's or "
+              "SENDRECV's response: "
               "coll_status (3, `CollStatus`), coll_step (5, the ring step of a TIMEOUT), "
               "coll_flags (2: a BFP group this core sent held a NaN / an Inf)"),
     *((name, meaning) for name, _, meaning in COUNTERS),

@@ -72,9 +72,9 @@ class Decoder(wiring.Component):
         lg = (S - 1).bit_length()
         ins = self.instr
         op = ins.op
-        mm, vec, red, sx, opt, lp, ar = (ins.args.matmul, ins.args.vec, ins.args.reduce,
-                                         ins.args.softmax, ins.args.opt, ins.args.loop,
-                                         ins.args.allreduce)
+        mm, vec, red, sx, opt, lp, ar, sr = (ins.args.matmul, ins.args.vec, ins.args.reduce,
+                                             ins.args.softmax, ins.args.opt, ins.args.loop,
+                                             ins.args.allreduce, ins.args.sendrecv)
 
         def cdiv(x):
             return (x + (S - 1)) >> lg
@@ -140,6 +140,9 @@ class Decoder(wiring.Component):
                 ]
             with m.Case(Op.ALLREDUCE):
                 m.d.comb += slot(0, ar.a, ar.lines, 1, 1)
+            with m.Case(Op.SENDRECV):       # an empty range is absent (hdl.core.isa)
+                m.d.comb += [*slot(0, sr.a, sr.lines, sr.lines != 0, 0),
+                             *slot(1, sr.b, sr.rlines, 0, sr.rlines != 0)]
 
         # ---- ranges and bank masks ----------------------------------------------------------
         span_nz = Signal(name="span_nonzero")
@@ -192,7 +195,9 @@ class Decoder(wiring.Component):
                 s1 = Signal(WIDE, name=f"ov_s1_{i}{j}")
                 m.d.comb += [r1.eq(Mux(both, ri.start + base[i], end[i])),
                              s1.eq(Mux(both, rj.start + base[j], end[j]))]
-                hit = (ri.start < s1) & (rj.start < r1) & ((ri.start != rj.start) | (r1 != s1))
+                # a SENDRECV's ranges may not overlap at all (hdl.core.isa.check_instruction)
+                hit = (ri.start < s1) & (rj.start < r1) & ((ri.start != rj.start) | (r1 != s1)
+                                                           | (op == Op.SENDRECV))
                 overlap.append(ro & wo & hit)
 
         # ---- field and shape checks ----------------------------------------------------------
@@ -200,7 +205,7 @@ class Decoder(wiring.Component):
         known = Signal(name="known_op")
         coll = cfg.collective        # None: no collective engine, ALLREDUCE is unknown
         m.d.comb += known.eq(Cat(*[op == o for o in Op.ALL
-                                   if o != Op.ALLREDUCE or coll is not None]).any())
+                                   if o not in Op.COLLECTIVE or coll is not None]).any())
         bad_field = Signal(name="bad_field")
         bad_shape = Signal(name="bad_shape")
         with m.Switch(op):
@@ -241,6 +246,25 @@ class Decoder(wiring.Component):
                                      | (ar.timeout >= (1 << coll.timeout_bits))
                                      | (ar.seg * coll.ranks < ar.lines) | (bfp & ragged)),
                         bad_shape.eq((ar.lines == 0) | (ar.seg == 0) | (words > coll.depth)),
+                    ]
+                with m.Case(Op.SENDRECV):    # hdl.core.isa.check_sendrecv
+                    a_end = Signal(WIDE, name="sr_a_end")
+                    b_end = Signal(WIDE, name="sr_b_end")
+                    lo = Signal(WIDE, name="sr_lo")
+                    hi = Signal(WIDE, name="sr_hi")
+                    m.d.comb += [a_end.eq(sr.a + sr.lines), b_end.eq(sr.b + sr.rlines)]
+                    with m.If(sr.lines == 0):
+                        m.d.comb += [lo.eq(sr.b), hi.eq(b_end)]
+                    with m.Elif(sr.rlines == 0):
+                        m.d.comb += [lo.eq(sr.a), hi.eq(a_end)]
+                    with m.Else():
+                        m.d.comb += [lo.eq(Mux(sr.a < sr.b, sr.a, sr.b)),
+                                     hi.eq(Mux(a_end > b_end, a_end, b_end))]
+                    m.d.comb += [
+                        bad_field.eq((sr.timeout == 0)
+                                     | (sr.timeout >= (1 << coll.timeout_bits))),
+                        bad_shape.eq(((sr.lines == 0) & (sr.rlines == 0))
+                                     | (((hi - lo) << lg) > coll.depth)),
                     ]
 
         with m.If(~known):

@@ -33,7 +33,7 @@ __all__ = [
     "disassemble_program", "Range", "operand_ranges", "check_instruction", "check_program",
     "ProgramError", "STATUS_NAMES", "check_program_for", "ARGS", "VECTOR_CMD", "arg_name",
     "THRESH_FRAC_BITS", "THRESH_NEVER", "stat_slot", "stat_slots", "check_allreduce",
-    "ALLREDUCE_MAX_WORDS",
+    "ALLREDUCE_MAX_WORDS", "check_sendrecv", "sendrecv_span",
 ]
 
 ADDR_BITS = 16      #: a line address field
@@ -76,14 +76,18 @@ class Op:
                       #: the statistics (docs/fast.md)
     ALLREDUCE = 10    #: ring all-reduce of a line range with the other cores' (collective
                       #: engine, docs/multicore.md); only on a core with ``ranks >= 2``
+    SENDRECV = 11     #: send a line range to the next core of the ring and receive one from the
+                      #: previous core (pipeline stages); only on a core with ``ranks >= 2``
     ALL = (HALT, MATMUL, VEC, REDUCE, SOFTMAX_XENT, OPT, LOOP, ENDLOOP, FENCE, ADAPT,
-           ALLREDUCE)
+           ALLREDUCE, SENDRECV)
+    #: opcodes that run on the collective engine
+    COLLECTIVE = (ALLREDUCE, SENDRECV)
 
 
 OP_NAMES = {Op.HALT: "HALT", Op.MATMUL: "MATMUL", Op.VEC: "VEC", Op.REDUCE: "REDUCE",
             Op.SOFTMAX_XENT: "SOFTMAX_XENT", Op.OPT: "OPT", Op.LOOP: "LOOP",
             Op.ENDLOOP: "ENDLOOP", Op.FENCE: "FENCE", Op.ADAPT: "ADAPT",
-            Op.ALLREDUCE: "ALLREDUCE"}
+            Op.ALLREDUCE: "ALLREDUCE", Op.SENDRECV: "SENDRECV"}
 MODE_NAMES = {0: "FWD", 1: "BWD_DATA", 2: "BWD_WEIGHT"}   # hdl.array.config FWD, BWD_*
 
 
@@ -139,9 +143,9 @@ class Status:
     ERR_BANK = 5     #: two ports of one instruction need the same bank port
     ERR_LOOP = 6     #: nested LOOP, ENDLOOP outside a loop, or HALT inside a loop
     ERR_NO_HALT = 7  #: the program runs off the end of the program memory
-    #: an ``ALLREDUCE`` ended in the collective engine's ``TIMEOUT`` (no link beat for
-    #: ``timeout`` cycles): the run stops once the other units are idle; the region is left
-    #: partly reduced (the only run-time error; ``err_pc`` is the ``ALLREDUCE``)
+    #: an ``ALLREDUCE`` or ``SENDRECV`` ended in the collective engine's ``TIMEOUT`` (no link
+    #: beat for ``timeout`` cycles): the run stops once the other units are idle; the region is
+    #: left partly reduced / received (the only run-time error; ``err_pc`` is that instruction)
     ERR_LINK = 8
     ALL = tuple(range(9))
 
@@ -179,7 +183,16 @@ LOOP_ARGS = data.StructLayout({"count": 16, "stride": ADDR_BITS})
 ALLREDUCE_ARGS = data.StructLayout({
     "a": ADDR_BITS, "lines": 16, "seg": 16, "timeout": 16, "comp": 1, "width": 4, "poison": 1,
 })
-#: Words an ``ALLREDUCE`` reaches (the collective engine's 16-bit word addresses).
+#: ``SENDRECV``: send lines ``a .. a + lines - 1`` (``lines * S`` FP32 words) to the next core
+#: of the ring (rank ``r + 1``) and, at the same time, receive ``rlines * S`` words from the
+#: previous core (rank ``r - 1``) into lines ``b .. b + rlines - 1``; either count may be 0,
+#: not both; the two ranges may not overlap. ``timeout`` cycles without progress give
+#: ``ERR_LINK``. The words are copied bit for bit (no compression).
+SENDRECV_ARGS = data.StructLayout({
+    "a": ADDR_BITS, "lines": 16, "b": ADDR_BITS, "rlines": 16, "timeout": 16,
+})
+#: Words an ``ALLREDUCE`` or a ``SENDRECV`` reaches (the collective engine's 16-bit word
+#: addresses; a ``SENDRECV``'s two ranges together).
 ALLREDUCE_MAX_WORDS = 1 << 16
 EMPTY_ARGS = data.StructLayout({})
 
@@ -188,12 +201,12 @@ ARG_LAYOUTS = {
     Op.HALT: EMPTY_ARGS, Op.MATMUL: MATMUL_ARGS, Op.VEC: VEC_ARGS, Op.REDUCE: REDUCE_ARGS,
     Op.SOFTMAX_XENT: SOFTMAX_ARGS, Op.OPT: OPT_ARGS, Op.LOOP: LOOP_ARGS,
     Op.ENDLOOP: EMPTY_ARGS, Op.FENCE: EMPTY_ARGS, Op.ADAPT: EMPTY_ARGS,
-    Op.ALLREDUCE: ALLREDUCE_ARGS,
+    Op.ALLREDUCE: ALLREDUCE_ARGS, Op.SENDRECV: SENDRECV_ARGS,
 }
 _ARG_NAME = {Op.HALT: "halt", Op.MATMUL: "matmul", Op.VEC: "vec", Op.REDUCE: "reduce",
              Op.SOFTMAX_XENT: "softmax", Op.OPT: "opt", Op.LOOP: "loop",
              Op.ENDLOOP: "endloop", Op.FENCE: "fence", Op.ADAPT: "adapt",
-             Op.ALLREDUCE: "allreduce"}
+             Op.ALLREDUCE: "allreduce", Op.SENDRECV: "sendrecv"}
 # ops without fields have no union member (a zero-width member would give `wire [-1:0]`)
 ARGS = data.UnionLayout({_ARG_NAME[op]: lay for op, lay in ARG_LAYOUTS.items() if lay.size})
 assert ARGS.size <= INSTR_BITS - 4
@@ -376,6 +389,9 @@ def operand_ranges(op: int, f: dict, S: int, *, offset: int = 0, span: int = 0) 
                 Range("v", "rw", f["v"], n), Range("g", "r", f["g"], n)]
     if op == Op.ALLREDUCE:
         return [Range("a", "rw", f["a"], f["lines"])]
+    if op == Op.SENDRECV:
+        return ([Range("a", "r", f["a"], f["lines"])] if f["lines"] else []) + \
+               ([Range("b", "w", f["b"], f["rlines"])] if f["rlines"] else [])
     return []
 
 
@@ -401,6 +417,31 @@ def check_allreduce(f: dict, *, S: int, collective) -> int:
     return Status.OK
 
 
+def sendrecv_span(f: dict) -> tuple[int, int]:
+    """``(first line, lines)`` of the hull of a ``SENDRECV``'s non-empty ranges (what the
+    collective engine's word addresses reach, relative to the first line)."""
+    rs = [(f["a"], f["lines"])] * bool(f["lines"]) + [(f["b"], f["rlines"])] * bool(f["rlines"])
+    if not rs:
+        return 0, 0
+    lo = min(a for a, _ in rs)
+    return lo, max(a + n for a, n in rs) - lo
+
+
+def check_sendrecv(f: dict, *, S: int, collective) -> int:
+    """:class:`Status` of a ``SENDRECV``'s fields on a core whose collective engine has config
+    ``collective`` (``None``: ``ERR_OPCODE``). ``ERR_FIELD``: ``timeout`` 0 or too wide for the
+    engine. ``ERR_SHAPE``: ``lines == rlines == 0``, or the hull of the two ranges
+    (:func:`sendrecv_span`) past the engine's ``depth`` words. Overlapping ranges are
+    ``ERR_ADDR`` (:func:`check_instruction`). The engine then never answers ``BAD_*``."""
+    if collective is None:
+        return Status.ERR_OPCODE
+    if f["timeout"] == 0 or f["timeout"] >= 1 << collective.timeout_bits:
+        return Status.ERR_FIELD
+    if (f["lines"] == 0 and f["rlines"] == 0) or sendrecv_span(f)[1] * S > collective.depth:
+        return Status.ERR_SHAPE
+    return Status.OK
+
+
 def check_instruction(op: int, f: dict, *, S: int, lines: int, bank_depth: int, layers: int,
                       dim_max: int, span: int = 0, max_classes: int | None = None,
                       collective=None) -> int:
@@ -412,6 +453,10 @@ def check_instruction(op: int, f: dict, *, S: int, lines: int, bank_depth: int, 
         return Status.ERR_OPCODE
     if op == Op.ALLREDUCE:
         st = check_allreduce(f, S=S, collective=collective)
+        if st != Status.OK:
+            return st
+    if op == Op.SENDRECV:
+        st = check_sendrecv(f, S=S, collective=collective)
         if st != Status.OK:
             return st
     if op == Op.MATMUL:
@@ -456,7 +501,8 @@ def check_instruction(op: int, f: dict, *, S: int, lines: int, bank_depth: int, 
             if (reads or writes) and r.banks(bank_depth) & s.banks(bank_depth):
                 return Status.ERR_BANK
     # A read range and a write range of one instruction may overlap only exactly (in place:
-    # every element is read before it is written). Two ranges that both move with the loop
+    # every element is read before it is written); a SENDRECV's not at all (its words are
+    # received while others are still being sent). Two ranges that both move with the loop
     # keep their relative position: they are compared without the loop span (so interleaved
     # per-micro-batch records are legal); otherwise the ranges covering every iteration are.
     for r in ranges:
@@ -466,7 +512,7 @@ def check_instruction(op: int, f: dict, *, S: int, lines: int, bank_depth: int, 
             both = r.span and s.span
             r0, r1 = r.start, r.start + r.lines - (r.span if both else 0)
             s0, s1 = s.start, s.start + s.lines - (s.span if both else 0)
-            if r0 < s1 and s0 < r1 and (r0, r1) != (s0, s1):
+            if r0 < s1 and s0 < r1 and ((r0, r1) != (s0, s1) or op == Op.SENDRECV):
                 return Status.ERR_ADDR
     return Status.OK
 

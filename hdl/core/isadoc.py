@@ -52,6 +52,14 @@ _OP_DOC = {
                   "the canonical NaN as word 0 (every core's two-pass `OPT` then skips); "
                   "`timeout` cycles without progress stop the run with `ERR_LINK` "
                   "(docs/multicore.md)",
+    Op.SENDRECV: "point-to-point transfer for pipeline stages (a core built with `ranks >= 2`; "
+                 "else `ERR_OPCODE`): send the `lines * S` words of lines `a ..` to the next "
+                 "core of the ring (rank `r + 1`) and, in the same command, receive `rlines * "
+                 "S` words from the previous core (rank `r - 1`) into lines `b ..`; either count "
+                 "may be 0, not both (`ERR_SHAPE`); the ranges may not overlap (`ERR_ADDR`); FP32 "
+                 "words copied bit for bit; runs on the collective engine beside the other units "
+                 "under the bank scoreboard; `timeout` cycles without progress stop the run with "
+                 "`ERR_LINK` (docs/multicore.md)",
 }
 
 

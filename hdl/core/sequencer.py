@@ -48,7 +48,8 @@ COUNTERS = (
     ("flags", 3, "sticky: bit 0 a NaN, bit 1 an Inf reached a BFP converter; bit 2 the matmul "
                  "engine or the vector unit wrote a NaN / Inf into a one-pass OPT's gradient "
                  "lines"),
-    ("coll_busy", 48, "cycles the collective engine runs an ALLREDUCE (0 without one)"),
+    ("coll_busy", 48, "cycles the collective engine runs an ALLREDUCE or a SENDRECV (0 without "
+                      "one)"),
     ("coll_hidden", 48, "cycles the collective engine runs while another unit runs (all-reduce "
                         "hidden behind compute)"),
 )
@@ -127,8 +128,10 @@ class Sequencer(wiring.Component):
         word addresses relative to ``coll_base``, the first line, for the engine's
         word-to-line adapter), its response, ``coll_poison`` (held for the command: the
         ``ALLREDUCE`` has ``poison`` and this run's ``flags`` were set when it issued) and the
-        last response (``coll_last``). A response other than ``OK`` (a ``TIMEOUT``) stops the
-        run with ``ERR_LINK`` at the ``ALLREDUCE``'s pc once every unit is idle: what was
+        last response (``coll_last``). A ``SENDRECV`` is the engine's ``SENDRECV`` command
+        with ``coll_base`` the first line of its two ranges' hull and ``base`` / ``rbase``
+        the ranges' word offsets from it. A response other than ``OK`` (a ``TIMEOUT``) stops
+        the run with ``ERR_LINK`` at that instruction's pc once every unit is idle: what was
         issued before the response completes, nothing issues after it.
     stat_raddr : In(range(stat_slots(config))), stat_ren : In(1), stat_rdata : Out(stat_layout)
         The host's read of a saved statistic (``REG``): ``stat_rdata`` is slot ``stat_raddr``
@@ -422,13 +425,34 @@ class Sequencer(wiring.Component):
             op_cmd.addr.eq(Reg.N), op_cmd.data.eq(ir.args.opt.count),
         ]
 
+        coll_start = Signal.like(d_start[0], name="coll_start")   # the engine's word 0
         if coll is not None:
             ar = ir.args.allreduce
+            sr = ir.args.sendrecv
             cp = self.coll_cmd.payload
             S = cfg.size
-            m.d.comb += [cp.op.eq(CollOp.ALLREDUCE), cp.base.eq(0), cp.length.eq(ar.lines * S),
-                         cp.seg.eq(ar.seg * S), cp.timeout.eq(ar.timeout), cp.comp.eq(ar.comp),
-                         cp.width.eq(ar.width)]
+            lg = (S - 1).bit_length()
+            with m.If(ir.op == Op.SENDRECV):
+                # word addresses relative to the first line of the two ranges' hull
+                # (hdl.core.isa.sendrecv_span); an empty range's base is 0
+                with m.If(sr.lines == 0):
+                    m.d.comb += coll_start.eq(d_start[1])
+                with m.Elif((sr.rlines == 0) | (d_start[0] < d_start[1])):
+                    m.d.comb += coll_start.eq(d_start[0])
+                with m.Else():
+                    m.d.comb += coll_start.eq(d_start[1])
+                m.d.comb += [
+                    cp.op.eq(CollOp.SENDRECV), cp.timeout.eq(sr.timeout),
+                    cp.base.eq(Mux(sr.lines == 0, 0, (d_start[0] - coll_start) << lg)),
+                    cp.length.eq(sr.lines * S),
+                    cp.rbase.eq(Mux(sr.rlines == 0, 0, (d_start[1] - coll_start) << lg)),
+                    cp.rlength.eq(sr.rlines * S),
+                ]
+            with m.Else():
+                m.d.comb += [cp.op.eq(CollOp.ALLREDUCE), cp.base.eq(0),
+                             cp.length.eq(ar.lines * S), cp.seg.eq(ar.seg * S),
+                             cp.timeout.eq(ar.timeout), cp.comp.eq(ar.comp),
+                             cp.width.eq(ar.width), coll_start.eq(d_start[0])]
 
         # ---- FSM ------------------------------------------------------------------------------
         unit_of = Signal(3, name="unit_of")     # 0 mm, 1 vec, 2 opt, 3 coll, 4 none
@@ -439,7 +463,7 @@ class Sequencer(wiring.Component):
                 m.d.comb += unit_of.eq(1)
             with m.Case(Op.OPT):
                 m.d.comb += unit_of.eq(2)
-            with m.Case(Op.ALLREDUCE):
+            with m.Case(Op.ALLREDUCE, Op.SENDRECV):
                 m.d.comb += unit_of.eq(3)
             with m.Default():
                 m.d.comb += unit_of.eq(4)
@@ -626,9 +650,10 @@ class Sequencer(wiring.Component):
                                                 m.d.sync += [
                                                     busy[3].eq(1), owned[3].eq(d_banks),
                                                     coll_pc.eq(pc),
-                                                    self.coll_base.eq(d_start[0]),
+                                                    self.coll_base.eq(coll_start),
                                                     self.coll_poison.eq(
-                                                        ir.args.allreduce.poison
+                                                        (ir.op == Op.ALLREDUCE)
+                                                        & ir.args.allreduce.poison
                                                         & (ctr.flags != 0))]
                                                 m.next = "ISSUED"
             with m.State("ADAPT"):    # one slot per cycle: raise its width if r > threshold

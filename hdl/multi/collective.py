@@ -1,4 +1,5 @@
-"""The collective engine of one core: ring all-reduce of an FP32 vector (docs/multicore.md).
+"""The collective engine of one core: ring all-reduce of an FP32 vector, and point-to-point
+send / receive (docs/multicore.md).
 
 The engine holds no memory: it reaches the vector through one
 :class:`~hdl.lib.memport.WordPort` (``mem``), so it can later be a client of the training core's
@@ -31,7 +32,27 @@ starts (it sends what the last one wrote). The response reports ``OK``; or ``TIM
 the transmit codec did not empty within ``timeout`` cycles before the local step (the
 run is aborted, the vector is left partly reduced, and words still in flight on the links must
 be cleared by resetting the ring before the next collective); or ``BAD_*`` for an invalid
-command, which changes nothing. Golden model: :mod:`sim.model.collective`.
+command, which changes nothing.
+
+One ``SENDRECV`` command (pipeline parallelism: a stage sends its activation to the next
+stage, and on a 2-ring that stage sends the gradient back) sends ``mem[base : base + length]``
+as FP32 words on ``tx`` (to rank ``r + 1``) and, at the same time, receives ``rlength`` words
+from ``rx`` (from rank ``r - 1``) and writes them to ``mem[rbase : rbase + rlength]`` in order;
+so two neighbours exchanging in both directions with one command each cannot deadlock. It is
+a bit copy (no adds, NaN payloads kept) and one step (``step`` 0, like one all-gather step):
+the same read-ahead, writes, states and ``timeout`` as a ring step, with the command's two
+regions in place of the segments; ``seg`` is ignored and there is no local step. It ends when
+all ``length`` words were sent and all ``rlength`` written (``OK``, ``flags`` 0), or answers
+``TIMEOUT`` as above (e.g. a receive whose sender never sends). Each rank's ``length`` must
+equal the ``rlength`` of rank ``r + 1`` (else the receiver times out, or the extra words wait
+on the link and are taken by the next command). Invalid, changing nothing: ``BAD_COMP`` when
+``comp`` is not ``CollComp.NONE`` (FP32 words only; ``mode`` is set to ``comp = NONE`` once the
+transmit codec is idle, as for any command); ``BAD_LEN`` when ``length == rlength == 0``, when
+``base + length > depth`` or ``rbase + rlength > depth``, or when both regions are non-empty
+and overlap (regions that only touch are accepted); ``BAD_TIMEOUT`` when ``timeout == 0``;
+never ``BAD_SEG``.
+
+Golden model: :mod:`sim.model.collective`.
 """
 from __future__ import annotations
 
@@ -58,10 +79,12 @@ CYCLE_BITS = 32
 def cmd_layout(config: CollectiveConfig) -> data.StructLayout:
     """``op`` (:class:`~hdl.multi.config.CollOp`), ``base``, ``length``, ``seg`` (words per
     segment), ``timeout`` (cycles without progress before ``TIMEOUT``), ``comp``
-    (:class:`~hdl.multi.config.CollComp`) and ``width`` (BFP mantissa width)."""
+    (:class:`~hdl.multi.config.CollComp`), ``width`` (BFP mantissa width), and for
+    ``SENDRECV`` the receive region ``rbase``, ``rlength`` (``seg`` unused)."""
     return data.StructLayout({"op": 2, "base": config.addr_bits, "length": config.len_bits,
                               "seg": config.len_bits, "timeout": config.timeout_bits,
-                              "comp": 1, "width": width_shape(config.bfp)})
+                              "comp": 1, "width": width_shape(config.bfp),
+                              "rbase": config.addr_bits, "rlength": config.len_bits})
 
 
 def rsp_layout(config: CollectiveConfig) -> data.StructLayout:
@@ -73,7 +96,7 @@ def rsp_layout(config: CollectiveConfig) -> data.StructLayout:
 
 
 class CollectiveEngine(wiring.Component):
-    """Ring all-reduce engine of one rank.
+    """Ring all-reduce and point-to-point (``SENDRECV``) engine of one rank.
 
     Parameters
     ----------
@@ -156,6 +179,9 @@ class CollectiveEngine(wiring.Component):
         base = Signal(ab, name="base")
         length = Signal(lb, name="length")
         seg = Signal(lb, name="seg")
+        rbase = Signal(ab, name="rbase")                   # SENDRECV: receive region
+        rlength = Signal(lb, name="rlength")
+        p2p = Signal(name="p2p")                           # the command is a SENDRECV
         timeout = Signal(cfg.timeout_bits, name="timeout")
         step = Signal(range(cfg.steps(CollComp.BFP) + 1), name="step")
         last_step = Signal(range(cfg.steps(CollComp.BFP)), name="last_step")
@@ -265,6 +291,17 @@ class CollectiveEngine(wiring.Component):
 
         end = Signal(lb + 1, name="cmd_end")
         m.d.comb += end.eq(cmd.base + cmd.length)
+        # SENDRECV: the receive region, and the checks of both regions
+        is_p2p = Signal(name="cmd_p2p")
+        m.d.comb += is_p2p.eq(cmd.op == CollOp.SENDRECV)
+        rend = Signal(lb + 1, name="cmd_rend")
+        m.d.comb += rend.eq(cmd.rbase + cmd.rlength)
+        overlap = Signal(name="cmd_overlap")
+        m.d.comb += overlap.eq((cmd.length != 0) & (cmd.rlength != 0)
+                               & (cmd.base < rend) & (cmd.rbase < end))
+        p2p_bad_len = Signal(name="cmd_p2p_bad_len")
+        m.d.comb += p2p_bad_len.eq(((cmd.length == 0) & (cmd.rlength == 0)) | (end > cfg.depth)
+                                   | (rend > cfg.depth) | overlap)
         G = cfg.bfp.group_size
         bfp = Signal(name="cmd_bfp")
         m.d.comb += bfp.eq(cmd.comp == CollComp.BFP)
@@ -286,30 +323,36 @@ class CollectiveEngine(wiring.Component):
                 m.d.comb += self.cmd.ready.eq(drained)
                 with m.If(self.cmd.valid & drained):
                     m.d.sync += [base.eq(cmd.base), length.eq(cmd.length), seg.eq(cmd.seg),
+                                 rbase.eq(cmd.rbase), rlength.eq(cmd.rlength), p2p.eq(is_p2p),
                                  timeout.eq(cmd.timeout), cycles.eq(0), rsp.step.eq(0),
                                  rsp.cycles.eq(0), rsp.flags.eq(0)]
-                    with m.If(cmd.op != CollOp.ALLREDUCE):
+                    with m.If((cmd.op != CollOp.ALLREDUCE) & ~is_p2p):
                         m.d.sync += rsp.status.eq(CollStatus.BAD_OP)
                         m.next = "RESP"
-                    with m.Elif(bfp & ~width_ok):
+                    # SENDRECV: FP32 words only (comp = NONE), whatever the width
+                    with m.Elif(bfp & (is_p2p | ~width_ok)):
                         m.d.sync += rsp.status.eq(CollStatus.BAD_COMP)
                         m.next = "RESP"
-                    with m.Elif((cmd.length == 0) | (end > cfg.depth) | ragged_len):
+                    with m.Elif(Mux(is_p2p, p2p_bad_len,
+                                    (cmd.length == 0) | (end > cfg.depth) | ragged_len)):
                         m.d.sync += rsp.status.eq(CollStatus.BAD_LEN)
                         m.next = "RESP"
-                    with m.Elif((cmd.seg == 0) | (cmd.seg * N < cmd.length) | ragged_seg):
+                    with m.Elif(~is_p2p
+                                & ((cmd.seg == 0) | (cmd.seg * N < cmd.length) | ragged_seg)):
                         m.d.sync += rsp.status.eq(CollStatus.BAD_SEG)
                         m.next = "RESP"
                     with m.Elif(cmd.timeout == 0):
                         m.d.sync += rsp.status.eq(CollStatus.BAD_TIMEOUT)
                         m.next = "RESP"
                     with m.Else():
+                        # SENDRECV: one all-gather-like step (no adds), step 0 the last
                         m.d.sync += [step.eq(0), send_idx.eq(self.rank),
-                                     recv_idx.eq(dec(self.rank)), reduce.eq(1),
+                                     recv_idx.eq(dec(self.rank)), reduce.eq(~is_p2p),
                                      rsp.status.eq(CollStatus.OK), idle_cnt.eq(0),
                                      new_mode.comp.eq(cmd.comp), new_mode.width.eq(cmd.width),
-                                     last_step.eq(Mux(bfp, cfg.steps(CollComp.BFP) - 1,
-                                                      cfg.steps() - 1))]
+                                     last_step.eq(Mux(is_p2p, 0,
+                                                      Mux(bfp, cfg.steps(CollComp.BFP) - 1,
+                                                          cfg.steps() - 1)))]
                         m.next = "CODEC"
             with m.State("CODEC"):
                 # the transmit codec may still send the last groups of the previous command
@@ -338,8 +381,14 @@ class CollectiveEngine(wiring.Component):
                     m.d.sync += idle_cnt.eq(idle_cnt + 1)
             with m.State("SETUP"):
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += geometry(send_idx, send_base, send_len)
-                m.d.sync += geometry(recv_idx, recv_base, recv_len)
+                geo = (geometry(send_idx, send_base, send_len)
+                       + geometry(recv_idx, recv_base, recv_len))
+                with m.If(p2p):
+                    # SENDRECV: the command's two regions instead of segments
+                    m.d.sync += [send_base.eq(base), send_len.eq(length),
+                                 recv_base.eq(rbase), recv_len.eq(rlength)]
+                with m.Else():
+                    m.d.sync += geo
                 m.d.sync += [tx_issued.eq(0), tx_sent.eq(0), rx_got.eq(0), rx_done.eq(0),
                              tx_occ.eq(0), idle_cnt.eq(0), running.eq(1)]
                 m.next = "RUN"

@@ -20,7 +20,10 @@ __all__ = ["LinkConfig", "CollectiveConfig", "RingConfig", "CollOp", "CollComp",
 class CollOp:
     """Collective opcodes (``cmd.payload.op``)."""
     ALLREDUCE = 0   #: ring all-reduce (FP32 sum) of ``mem[base : base + length]``
-    ALL = (ALLREDUCE,)
+    #: point-to-point exchange: send ``mem[base : base + length]`` to rank ``r + 1`` and
+    #: receive ``rlength`` words from rank ``r - 1`` into ``mem[rbase : rbase + rlength]``
+    SENDRECV = 1
+    ALL = (ALLREDUCE, SENDRECV)
 
 
 class CollComp:
@@ -63,14 +66,21 @@ def flits_per_group(config: BFPConfig, width: int, flit_bits: int) -> int:
 
 class CollStatus:
     """Response status codes (``rsp.payload.status``). A ``BAD_*`` command changes nothing."""
-    OK = 0            #: the all-reduce finished; the vector holds the sum on every rank
+    #: finished: after an all-reduce the vector holds the sum on every rank; after a
+    #: ``SENDRECV`` every word was sent and every received word written
+    OK = 0
     TIMEOUT = 1       #: no link beat and no memory write for ``timeout`` cycles: aborted
     BAD_OP = 2        #: unknown opcode
-    BAD_LEN = 3       #: ``length == 0`` or ``base + length > depth``
-    BAD_SEG = 4       #: ``seg == 0`` or ``seg * ranks < length``
+    #: ``length == 0`` or ``base + length > depth`` (with ``BFP`` also ``length`` not a
+    #: multiple of the group size); ``SENDRECV``: ``length == rlength == 0``, a region past
+    #: ``depth``, or the send and receive regions overlap
+    BAD_LEN = 3
+    #: ``seg == 0`` or ``seg * ranks < length`` (with ``BFP`` also ``seg`` not a multiple of
+    #: the group size); never for ``SENDRECV``
+    BAD_SEG = 4
     BAD_TIMEOUT = 5   #: ``timeout == 0``
     #: ``comp`` unknown, or ``BFP`` with a ``width`` the converter does not have
-    #: (not in ``bfp.widths``)
+    #: (not in ``bfp.widths``), or ``SENDRECV`` with ``comp`` other than ``NONE``
     BAD_COMP = 6
     NAMES = {OK: "OK", TIMEOUT: "TIMEOUT", BAD_OP: "BAD_OP", BAD_LEN: "BAD_LEN",
              BAD_SEG: "BAD_SEG", BAD_TIMEOUT: "BAD_TIMEOUT", BAD_COMP: "BAD_COMP"}

@@ -23,7 +23,9 @@ micro-batches:
 **Transfers.** Activations and gradients move as the ``rows x cols`` FP32 words of the
 matrix (bit patterns, no conversion), which is what a link (``hdl/multi/link.py``: FP32 words,
 in order, none lost) will carry between neighbouring cores; here the host copies them
-(:attr:`Pipeline.link_words` counts them). The training core has no link ports yet. The
+(:attr:`Pipeline.link_words` counts them); :class:`sim.host.pipeline_ring.RingPipeline` runs
+the same passes as one program per stage on a ring of two cores, whose ``SENDRECV``
+instructions move them over the links. The
 stash is host memory in this model: on hardware it is the stage's scratchpad, one copy per
 micro-batch in flight (:attr:`Pipeline.peak_stash`, the peak number, per stage).
 

@@ -1,4 +1,5 @@
-"""Golden model of the collective engine's ring all-reduce (pure numpy, bit-exact).
+"""Golden model of the collective engine's ring all-reduce and point-to-point ``SENDRECV``
+(pure numpy, bit-exact).
 
 Mirrors :mod:`hdl.multi.collective`: the same :class:`~hdl.multi.config.CollectiveConfig`,
 the same segments (:func:`segments`), the same schedule (step ``t`` sends segment
@@ -14,8 +15,16 @@ own codecs (no link carries it).
 
 Summation order: segment ``k`` is reduced as ``((x_k + x_{k+1}) + x_{k+2}) + ... + x_{k-1}``
 (ranks mod ``N``); :func:`sum_order` lists it.
+
+``SENDRECV`` (:func:`ring_sendrecv`): one command per rank; rank ``r``'s words
+``mem[base : base + length]`` land, bit for bit, in rank ``r + 1``'s
+``mem[rbase : rbase + rlength]``; every rank's ``length`` must equal the next rank's
+``rlength``. :meth:`CollectiveModel.execute` runs one command per rank of either opcode;
+:func:`sendrecv_flits` gives the flits it puts on each link.
 """
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -26,7 +35,7 @@ from .bfp import ROUND_NEAREST, dequantize, quantize
 from .fp32 import QNAN, bits_to_f32, canon
 
 __all__ = ["segments", "schedule", "sum_order", "validate", "bfp_link", "ring_allreduce",
-           "link_flits", "add_f32", "CollectiveModel"]
+           "link_flits", "add_f32", "ring_sendrecv", "sendrecv_flits", "CollectiveModel"]
 
 
 def _check_config(config) -> CollectiveConfig:
@@ -64,12 +73,28 @@ def sum_order(segment: int, ranks: int) -> list[int]:
     return [(segment + j) % ranks for j in range(ranks)]
 
 
-def validate(config: CollectiveConfig, *, op: int, base: int, length: int, seg: int,
-             timeout: int, comp: int = CollComp.NONE, width: int = 0) -> int:
-    """The status the engine answers before running (``OK`` when it runs)."""
+def _overlap(base: int, length: int, rbase: int, rlength: int) -> bool:
+    """Both regions non-empty and sharing a word (regions that only touch do not)."""
+    return bool(length and rlength and base < rbase + rlength and rbase < base + length)
+
+
+def validate(config: CollectiveConfig, *, op: int, base: int, length: int, seg: int = 0,
+             timeout: int, comp: int = CollComp.NONE, width: int = 0, rbase: int = 0,
+             rlength: int = 0) -> int:
+    """The status the engine answers before running (``OK`` when it runs). ``rbase`` and
+    ``rlength`` only count for ``SENDRECV``, ``seg`` only for ``ALLREDUCE``."""
     cfg = _check_config(config)
     G = cfg.bfp.group_size
     bfp = comp == CollComp.BFP
+    if op == CollOp.SENDRECV:
+        if comp != CollComp.NONE:
+            return CollStatus.BAD_COMP
+        if ((length == 0 and rlength == 0) or base + length > cfg.depth
+                or rbase + rlength > cfg.depth or _overlap(base, length, rbase, rlength)):
+            return CollStatus.BAD_LEN
+        if timeout == 0:
+            return CollStatus.BAD_TIMEOUT
+        return CollStatus.OK
     if op != CollOp.ALLREDUCE:
         return CollStatus.BAD_OP
     if bfp and width not in cfg.bfp.widths:
@@ -162,10 +187,69 @@ def link_flits(config: CollectiveConfig, flit_bits: int, *, length: int, seg: in
     return out
 
 
+def ring_sendrecv(memories, commands) -> list[np.ndarray]:
+    """Apply one ``SENDRECV`` per rank to ``memories`` (one ``uint32`` array per rank, rank
+    ``r`` sending to rank ``r + 1`` mod ``N``) and return the memories afterwards (copies).
+
+    ``commands[r]`` is a mapping with ``base``, ``length``, ``rbase``, ``rlength`` (other keys
+    ignored), or ``None`` for a rank that neither sends nor receives (it rejected its
+    command). Rank ``r``'s ``mem[base : base + length]`` lands, bit for bit, in rank
+    ``r + 1``'s ``mem[rbase : rbase + rlength]``; nothing else changes. ``ValueError`` when
+    rank ``r``'s ``length`` is not rank ``r + 1``'s ``rlength`` (the hardware would time out,
+    or leave words on the link for the next command), when a region leaves its memory, or when
+    a rank's two regions overlap (the engine answers ``BAD_LEN``). A rank with
+    ``length == rlength == 0`` does nothing here (the engine answers ``BAD_LEN``:
+    :func:`validate`)."""
+    ranks = len(memories)
+    if ranks < 2:
+        raise ValueError(f"ring_sendrecv needs at least 2 ranks, not {ranks}")
+    if len(commands) != ranks:
+        raise ValueError(f"ring_sendrecv: {len(commands)} commands for {ranks} ranks")
+    mem = [np.asarray(m, dtype=np.uint32).copy() for m in memories]
+    regions = []
+    for r, c in enumerate(commands):
+        if c is None:
+            regions.append((0, 0, 0, 0))
+            continue
+        b, n, rb, rn = (int(c[k]) for k in ("base", "length", "rbase", "rlength"))
+        if min(b, n, rb, rn) < 0 or b + n > len(mem[r]) or rb + rn > len(mem[r]):
+            raise ValueError(f"rank {r}: region [{b}, {b + n}) or [{rb}, {rb + rn}) outside "
+                             f"its {len(mem[r])} words")
+        if _overlap(b, n, rb, rn):
+            raise ValueError(f"rank {r}: send region [{b}, {b + n}) overlaps receive region "
+                             f"[{rb}, {rb + rn})")
+        regions.append((b, n, rb, rn))
+    for r in range(ranks):
+        nxt = (r + 1) % ranks
+        if regions[r][1] != regions[nxt][3]:
+            raise ValueError(f"rank {r} sends {regions[r][1]} words but rank {nxt} receives "
+                             f"{regions[nxt][3]}: the hardware would time out or mis-frame")
+    # a rank's two regions are disjoint, so every send reads the words from before the copy
+    sent = [mem[r][b:b + n].copy() for r, (b, n, _, _) in enumerate(regions)]
+    for r in range(ranks):
+        nxt = (r + 1) % ranks
+        rb, rn = regions[nxt][2:]
+        mem[nxt][rb:rb + rn] = sent[r]
+    return mem
+
+
+def sendrecv_flits(flit_bits: int, lengths) -> list[int]:
+    """Flits of ``flit_bits`` that ``SENDRECV`` commands put on each link (link ``r`` leaves
+    rank ``r``): ``32 / flit_bits`` per word of rank ``r``'s ``length`` (FP32 words only;
+    give 0 for a rank that rejected its command)."""
+    return [int(n) * (32 // flit_bits) for n in lengths]
+
+
+#: command fields :meth:`CollectiveModel.execute` fills in when left out
+_DEFAULTS = {"op": CollOp.ALLREDUCE, "seg": 0, "timeout": 1000, "comp": CollComp.NONE,
+             "width": 0, "rbase": 0, "rlength": 0}
+
+
 class CollectiveModel:
     """Golden model of ``N`` engines with their memories (:class:`hdl.multi.ring.CollectiveRing`):
-    ``allreduce(...)`` answers the status the engines give and updates the memories as they
-    do (a ``BAD_*`` command changes nothing).
+    :meth:`execute` (one command per rank) and :meth:`allreduce` (the same command on every
+    rank) answer the statuses the engines give and update the memories as they do (a
+    ``BAD_*`` command changes nothing).
 
     Parameters
     ----------
@@ -179,14 +263,55 @@ class CollectiveModel:
         #: each rank's ``rsp.flags`` of the last command
         self.flags = [0] * self.config.ranks
 
-    def allreduce(self, *, base: int, length: int, seg: int, timeout: int = 1000,
-                  op: int = CollOp.ALLREDUCE, comp: int = CollComp.NONE, width: int = 0) -> int:
-        status = validate(self.config, op=op, base=base, length=length, seg=seg,
-                          timeout=timeout, comp=comp, width=width)
-        self.flags = [0] * self.config.ranks
-        if status == CollStatus.OK:
-            out = ring_allreduce([m[base:base + length] for m in self.mem], seg, comp=comp,
-                                 bfp=(self.config.bfp, width), flags=self.flags)
+    def allreduce(self, *, base: int, length: int, seg: int = 0, timeout: int = 1000,
+                  op: int = CollOp.ALLREDUCE, comp: int = CollComp.NONE, width: int = 0,
+                  rbase: int = 0, rlength: int = 0) -> int:
+        """The same command on every rank (any ``op``, despite the name: a ``SENDRECV`` then
+        needs ``length == rlength``); its status, the same on every rank."""
+        return self.execute(dict(op=op, base=base, length=length, seg=seg, timeout=timeout,
+                                 comp=comp, width=width, rbase=rbase, rlength=rlength))[0]
+
+    def execute(self, commands) -> list[int]:
+        """Run one command on every rank: ``commands`` is a mapping (the same command on
+        every rank) or a sequence of ``N`` mappings (rank ``r`` gets ``commands[r]``), with
+        the fields of :func:`hdl.multi.collective.cmd_layout` (``base`` and ``length``
+        required, the others default to :data:`_DEFAULTS`). Returns every rank's status and
+        sets :attr:`flags`.
+
+        The ranks that answer ``OK`` must either all run the same ``ALLREDUCE`` (``base``,
+        ``length``, ``seg``, ``comp``, ``width``; then no rank may answer ``BAD_*``) or all
+        run ``SENDRECV`` (:func:`ring_sendrecv`; a rank answering ``BAD_*`` sends and
+        receives nothing, so its neighbours' ``rlength`` / ``length`` must be 0);
+        ``ValueError`` otherwise: the engines would time out, or mix the commands' words."""
+        N = self.config.ranks
+        if isinstance(commands, Mapping):
+            commands = [commands] * N
+        cmds = [{**_DEFAULTS, **c} for c in commands]
+        if len(cmds) != N:
+            raise ValueError(f"execute: {len(cmds)} commands for {N} ranks")
+        statuses = [validate(self.config, **c) for c in cmds]
+        self.flags = [0] * N
+        ok = [r for r in range(N) if statuses[r] == CollStatus.OK]
+        ops = {cmds[r]["op"] for r in ok}
+        if not ok:
+            return statuses
+        if ops == {CollOp.ALLREDUCE}:
+            keys = ("base", "length", "seg", "comp", "width")
+            if len(ok) != N or any(tuple(c[k] for k in keys) != tuple(cmds[0][k] for k in keys)
+                                   for c in cmds):
+                raise ValueError("an ALLREDUCE needs the same command on every rank (and "
+                                 f"every rank accepting it): {cmds}, statuses {statuses}")
+            c = cmds[0]
+            base, length, width = c["base"], c["length"], c["width"]
+            out = ring_allreduce([m[base:base + length] for m in self.mem], c["seg"],
+                                 comp=c["comp"], bfp=(self.config.bfp, width),
+                                 flags=self.flags)
             for m, v in zip(self.mem, out):
                 m[base:base + length] = v
-        return status
+        elif ops == {CollOp.SENDRECV}:
+            out = ring_sendrecv(self.mem, [cmds[r] if r in ok else None for r in range(N)])
+            for m, v in zip(self.mem, out):
+                m[:] = v
+        else:
+            raise ValueError(f"ranks accepting different opcodes in one command: {cmds}")
+        return statuses

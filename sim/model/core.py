@@ -19,7 +19,7 @@ State
   ``instructions`` (every executed instruction, including ``LOOP``, ``ENDLOOP`` (once per
   iteration), ``FENCE`` and ``HALT``), ``matmuls``, ``macs`` (``M*K*N`` per pass), ``beats``
   (:func:`sim.model.array.pass_beats` per pass), ``vec``, ``reduce``, ``softmax``, ``opt``,
-  ``allreduces``.
+  ``allreduces``, ``sendrecvs``.
 * ``coll_flags`` -- the last ``ALLREDUCE``'s flags of this core's transmit codec (bit 0 a BFP
   group it sent held a NaN, bit 1 an infinity; 0 with FP32 links): the ``coll_flags`` field of
   the hardware's ``state`` register. Set by :class:`sim.model.multicore.MultiCoreModel`.
@@ -67,6 +67,9 @@ sequencer's ``status`` / ``err_pc`` after a successful run):
   cores' -- see :mod:`sim.model.multicore`, which runs ``ranks`` cores together. A lone
   ``CoreModel.run`` of a program that would execute one raises ``RuntimeError`` (nothing
   executes). The collective engine's writes are not seen by the gradient-write snoop.
+* ``SENDRECV`` (likewise only with ``ranks >= 2``): lines ``a .. a + lines - 1`` go to the next
+  core of the ring and ``rlines`` lines from the previous core land at ``b`` -- also run by
+  :mod:`sim.model.multicore` (a lone ``run`` raises ``RuntimeError``).
 * ``LOOP count stride``: the body runs ``count`` times, iteration ``i`` with loop offset
   ``i * stride`` lines; ``ENDLOOP`` jumps back. ``FENCE``: nothing. ``HALT``: stop.
 * FAST statistics (docs/fast.md): ``stats[(layer, mode)]`` holds two
@@ -116,8 +119,8 @@ import numpy as np
 
 from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, MODES
 from hdl.core.config import CoreConfig
-from hdl.core.isa import (LOOP_FIELDS, THRESH_FRAC_BITS, THRESH_NEVER, Acc, Op, Rop, Status,
-                          check_program_for, decode)
+from hdl.core.isa import (LOOP_FIELDS, OP_NAMES, THRESH_FRAC_BITS, THRESH_NEVER, Acc, Op, Rop,
+                          Status, check_program_for, decode)
 from hdl.optim.config import STATUS_FIELDS, Mem, Mode, OptimConfig, Reg
 from sim.model.array import matmul_pass, pass_beats
 from sim.model.bfp import LFSR, ROUNDING_MODES
@@ -139,7 +142,7 @@ def adapt_raises(state: StatState, threshold: int) -> bool:
 
 #: Names of :attr:`CoreModel.counters`.
 COUNTERS = ("instructions", "matmuls", "macs", "beats", "vec", "reduce", "softmax", "opt",
-            "allreduces")
+            "allreduces", "sendrecvs")
 
 _F32 = np.float32
 
@@ -186,10 +189,11 @@ def gradient_window(prog, S: int) -> tuple[int, int]:
 
 
 def allreduce_pc(prog) -> int | None:
-    """pc of the first ``ALLREDUCE`` a run of ``prog`` executes (the words from pc 0 to the
-    first ``HALT`` outside a loop: a run executes each of them), or ``None``."""
+    """pc of the first ``ALLREDUCE`` or ``SENDRECV`` (an instruction that needs the other cores
+    of the ring) a run of ``prog`` executes (the words from pc 0 to the first ``HALT`` outside
+    a loop: a run executes each of them), or ``None``."""
     for pc, op, _ in executed_words(prog):
-        if op == Op.ALLREDUCE:
+        if op in Op.COLLECTIVE:
             return pc
     return None
 
@@ -406,8 +410,9 @@ class CoreModel:
             return status, err_pc
         pc = allreduce_pc(self.prog)
         if pc is not None:
+            name = OP_NAMES[decode(self.prog[pc])[0]]
             raise RuntimeError(
-                f"ALLREDUCE at pc {pc}: a single CoreModel cannot run an all-reduce (it needs "
+                f"{name} at pc {pc}: a single CoreModel cannot run it (it needs "
                 f"the other {self.config.ranks - 1} core(s) of the ring); run the cores "
                 f"together with sim.model.multicore.MultiCoreModel")
         gen = self._execute()
@@ -421,7 +426,8 @@ class CoreModel:
         """Execute the (already checked) program as a generator: at every ``ALLREDUCE`` it
         yields ``("allreduce", fields)`` (the instruction's fields; it has no loop-flagged
         fields) and resumes, with the next instruction, once the caller has written the
-        all-reduced lines; it returns ``(Status.OK, 0)`` at the ``HALT``. Everything else is
+        all-reduced lines; at every ``SENDRECV`` likewise ``("sendrecv", fields)``, resumed
+        once the caller has moved the words; it returns ``(Status.OK, 0)`` at the ``HALT``. Everything else is
         :meth:`run` (the run's ``run_flags``, ``trace`` and ``gwin`` start here)."""
         self.run_flags = 0          # flags of this run (the core's `flags` counter)
         #: the instructions this run executed, in order: ``(op, fields)`` with the loop offset
@@ -467,6 +473,9 @@ class CoreModel:
             elif op == Op.ALLREDUCE:
                 cnt["allreduces"] += 1
                 yield "allreduce", dict(eff)
+            elif op == Op.SENDRECV:
+                cnt["sendrecvs"] += 1
+                yield "sendrecv", dict(eff)
             else:                   # unreachable after check_program
                 raise AssertionError(f"opcode {op} at pc {pc}")
             pc += 1

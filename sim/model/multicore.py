@@ -26,14 +26,31 @@ field combination the collective engine would refuse.
   scoreboard guarantees it); the model has no timing, so ``timeout`` is never reached and a
   run never ends in ``ERR_LINK``.
 
+SENDRECV
+--------
+Fields (:data:`hdl.core.isa.SENDRECV_ARGS`): ``a``, ``lines`` (sent to rank ``r + 1``), ``b``,
+``rlines`` (received from rank ``r - 1``), ``timeout``. The words sent by rank ``r`` (its
+lines ``a ..``, ``lines * S`` words, padding lanes included, bit for bit) are what rank
+``r + 1``'s ``SENDRECV`` with a receive part writes at its ``b``: a core's send part meets the
+next core's receive part while both cores are at their ``SENDRECV`` (a *rendezvous*), and a
+``SENDRECV`` completes when both its parts have met theirs. Rank ``r``'s ``lines`` must equal
+rank ``r + 1``'s ``rlines`` (``ValueError``: the engine that expects more words would time out,
+one that gets more would leave them for its next command). The hardware's links buffer a few
+words, so a transfer shorter than that can finish before the receiver reaches its
+``SENDRECV``; the model does not rely on it: a program the model runs without a deadlock runs
+on the hardware (the converse need not hold).
+
 Running cores together (``apply``, ``run``): every running core executes its program until its
-next ``ALLREDUCE`` (or its ``HALT``); when every core of the ring is at one, the all-reduce
-happens and they all resume. The cores' ``ALLREDUCE`` s must agree on what the ring carries:
+next ``ALLREDUCE`` or ``SENDRECV`` (or its ``HALT``); a ``SENDRECV`` resumes its core once its
+parts have met their neighbours' (above); when every core of the ring is at an ``ALLREDUCE``,
+the all-reduce happens and they all resume. The cores' ``ALLREDUCE`` s must agree on what the ring carries:
 ``lines``, ``seg``, ``comp`` and, with BFP, ``width`` (otherwise the engines would hang, time
 out or mis-frame: ``ValueError``); ``a``, ``timeout`` and ``poison`` are per core. A core that
 halts, is not running or had its program rejected while others wait at an ``ALLREDUCE`` is
 also a ``ValueError`` (the hardware's waiting cores would time out with ``ERR_LINK``). After
-such an error the cores are left mid-run.
+such an error the cores are left mid-run. So is a ring in which no core can go on (e.g. a
+core waiting at a ``SENDRECV`` whose neighbour waits at an ``ALLREDUCE``, or two cores whose
+sends each wait for the other's receive): ``ValueError`` naming every waiting core.
 """
 from __future__ import annotations
 
@@ -77,6 +94,9 @@ class MultiCoreModel:
         :data:`POISON_BITS`.
     allreduces : int
         All-reduces performed since construction or :meth:`reset`.
+    sendrecv_words : list of int
+        Per rank, the FP32 words its ``SENDRECV`` s sent to rank ``r + 1`` since construction
+        or :meth:`reset`.
     history : list of dict
         One entry per all-reduce: ``fields`` (per rank, the ``ALLREDUCE``'s fields),
         ``poisoned`` and ``flags`` (as above).
@@ -98,6 +118,7 @@ class MultiCoreModel:
         self.flags = [0] * self.ranks
         self.poisoned = [False] * self.ranks
         self.allreduces = 0
+        self.sendrecv_words = [0] * self.ranks
         self.history = []
 
     def reset(self) -> None:
@@ -111,7 +132,8 @@ class MultiCoreModel:
     def run(self, ranks=None) -> list:
         """Run the loaded programs of the cores ``ranks`` (default: all) together: each is
         checked (a rejected program executes nothing), then every core executes until its next
-        ``ALLREDUCE`` or ``HALT``, all-reducing when the whole ring is at one. Returns, per
+        ``ALLREDUCE``, ``SENDRECV`` or ``HALT``, all-reducing when the whole ring is at an
+        ``ALLREDUCE`` and moving words between neighbours at ``SENDRECV`` s. Returns, per
         core of ``ranks`` in that order, ``(Status, err_pc)`` as :meth:`CoreModel.run`."""
         ranks = list(range(self.ranks)) if ranks is None else list(ranks)
         if len(set(ranks)) != len(ranks) or any(not 0 <= r < self.ranks for r in ranks):
@@ -124,6 +146,7 @@ class MultiCoreModel:
                 results[r] = (status, err_pc)
             else:
                 gens[r] = self.cores[r]._execute()
+        # rank -> [kind, fields, send part pending, receive part pending]
         waiting = {}
 
         def advance(r):
@@ -132,27 +155,67 @@ class MultiCoreModel:
             except StopIteration as stop:
                 results[r] = stop.value
                 return
-            assert kind == "allreduce", kind
-            waiting[r] = fields
+            assert kind in ("allreduce", "sendrecv"), kind
+            waiting[r] = [kind, fields, kind == "sendrecv" and fields["lines"] > 0,
+                          kind == "sendrecv" and fields["rlines"] > 0]
 
         for r in gens:
             advance(r)
         while waiting:
-            missing = [r for r in range(self.ranks) if r not in waiting]
-            if missing:
-                why = {r: ("halted" if r in results and results[r][0] == Status.OK
-                           else "rejected its program" if r in results else "not running")
-                       for r in missing}
-                raise ValueError(
-                    f"ranks {sorted(waiting)} wait at an ALLREDUCE but "
-                    + ", ".join(f"rank {r} {w}" for r, w in why.items())
-                    + ": the hardware's waiting cores would time out (ERR_LINK)")
-            self._allreduce(waiting)
-            at = sorted(waiting)
-            waiting.clear()
-            for r in at:
-                advance(r)
+            moved = False
+            # point to point: rank r's send part meets rank r + 1's receive part
+            for r in sorted(waiting):
+                w, nxt = waiting[r], waiting.get((r + 1) % self.ranks)
+                if w[0] == "sendrecv" and w[2] and nxt is not None and nxt[0] == "sendrecv" \
+                        and nxt[3]:
+                    self._transfer(r, w[1], nxt[1])
+                    w[2] = nxt[3] = False
+                    moved = True
+            for r in sorted(waiting):
+                w = waiting[r]
+                if w[0] == "sendrecv" and not (w[2] or w[3]):
+                    del waiting[r]
+                    advance(r)
+                    moved = True
+            if len(waiting) == self.ranks and all(w[0] == "allreduce"
+                                                  for w in waiting.values()):
+                self._allreduce({r: w[1] for r, w in waiting.items()})
+                at = sorted(waiting)
+                waiting.clear()
+                for r in at:
+                    advance(r)
+                moved = True
+            if waiting and not moved:
+                raise ValueError(self._stuck(waiting, results))
         return [results[r] for r in ranks]
+
+    def _stuck(self, waiting: dict, results: dict) -> str:
+        """Why no core of the ring can go on (the error of :meth:`run`)."""
+        parts = []
+        for r in range(self.ranks):
+            if r in waiting:
+                kind, f, send, recv = waiting[r]
+                if kind == "allreduce":
+                    parts.append(f"rank {r} waits at an ALLREDUCE")
+                else:
+                    left = " and ".join(p for p, on in (("send", send), ("receive", recv)) if on)
+                    parts.append(f"rank {r} waits at a SENDRECV (its {left} part)")
+            else:
+                parts.append(f"rank {r} " + ("halted" if r in results and results[r][0] == Status.OK
+                                             else "rejected its program" if r in results
+                                             else "not running"))
+        return ("no core of the ring can go on: " + ", ".join(parts)
+                + ": the hardware's waiting cores would time out (ERR_LINK)")
+
+    def _transfer(self, r: int, f: dict, g: dict) -> None:
+        """Rank ``r``'s ``SENDRECV`` (fields ``f``) sends to rank ``r + 1``'s (fields ``g``)."""
+        n = (r + 1) % self.ranks
+        if f["lines"] != g["rlines"]:
+            raise ValueError(
+                f"SENDRECV: rank {r} sends {f['lines']} lines but rank {n} receives "
+                f"{g['rlines']}: the engines would time out or mis-frame")
+        self.cores[n].write_lines(g["b"], self.cores[r].read_lines(f["a"], f["lines"]))
+        self.sendrecv_words[r] += f["lines"] * self.config.size
 
     def _allreduce(self, fields: dict) -> None:
         """The all-reduce of every core's ``ALLREDUCE`` (``fields``: rank -> fields)."""

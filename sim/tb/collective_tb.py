@@ -1,8 +1,9 @@
 """Fast-tier driver of :class:`hdl.multi.ring.CollectiveRing` in Amaranth's simulator.
 
 :func:`run_ring` loads every rank's memory through its host port, sends each command to every
-rank in the same cycle, waits for all responses (a cycle deadline per command), reads the
-memories back and returns what happened. A background process drives the links' stall gates:
+rank in the same cycle (the same command, or one per rank: :func:`command` with per-rank
+lists), waits for all responses (a cycle deadline per command), reads the memories back and
+returns what happened. A background process drives the links' stall gates:
 random stalls with probability ``stall_prob`` on every gate, and gates listed in ``stop`` held
 stalled for good (a link that stops delivering).
 """
@@ -22,11 +23,25 @@ from .payload import pack, unpack
 __all__ = ["RingRun", "run_ring", "command"]
 
 
-def command(*, base: int, length: int, seg: int, timeout: int, op: int = CollOp.ALLREDUCE,
-            comp: int = CollComp.NONE, width: int = 0) -> dict:
-    """One command's fields (the same command goes to every rank)."""
-    return {"op": op, "base": base, "length": length, "seg": seg, "timeout": timeout,
-            "comp": comp, "width": width}
+def command(*, base, length, seg=0, timeout, op=CollOp.ALLREDUCE, comp=CollComp.NONE,
+            width=0, rbase=0, rlength=0) -> dict | list[dict]:
+    """One command's fields (:func:`hdl.multi.collective.cmd_layout`): a dict, which
+    :func:`run_ring` sends to every rank. Any field given as a list or tuple (one value per
+    rank; all such lists equally long) makes it a list of dicts, rank ``r`` getting element
+    ``r`` of each list and the other fields as given: e.g. a ``SENDRECV`` where rank 0 sends
+    and rank 1 receives, ``command(op=CollOp.SENDRECV, base=0, length=[4, 0], rbase=8,
+    rlength=[0, 4], timeout=100)``. ``seg`` is unused by ``SENDRECV``, ``rbase`` /
+    ``rlength`` by ``ALLREDUCE``."""
+    fields = {"op": op, "base": base, "length": length, "seg": seg, "timeout": timeout,
+              "comp": comp, "width": width, "rbase": rbase, "rlength": rlength}
+    per_rank = {k: list(v) for k, v in fields.items() if isinstance(v, (list, tuple))}
+    if not per_rank:
+        return fields
+    sizes = {len(v) for v in per_rank.values()}
+    if len(sizes) != 1:
+        raise ValueError(f"command: per-rank lists of different lengths {per_rank}")
+    return [{k: per_rank[k][r] if k in per_rank else v for k, v in fields.items()}
+            for r in range(sizes.pop())]
 
 
 @dataclass
@@ -45,7 +60,8 @@ def run_ring(dut, images, commands, *, stall_prob: float = 0.0, seed: int = 0,
              stop=(), deadline: int = 20_000, max_cycles: int = 200_000,
              lockstep: bool = True) -> RingRun:
     """Run ``commands`` (see :func:`command`) on ``dut`` after loading ``images`` (one
-    ``uint32`` array of ``depth`` words per rank).
+    ``uint32`` array of ``depth`` words per rank). Each command is a dict of fields (the same
+    command to every rank) or a list of ``N`` dicts (rank ``r`` gets element ``r``).
 
     ``stop``: names ``("tx", r)`` / ``("rx", r)`` of gates held stalled from the start, or
     ``("tx", r, cycle)`` / ``("rx", r, cycle)`` from that cycle of the simulation on (the
@@ -59,6 +75,10 @@ def run_ring(dut, images, commands, *, stall_prob: float = 0.0, seed: int = 0,
     N = cfg.ranks
     if len(images) != N:
         raise ValueError(f"images: {len(images)} for {N} ranks")
+    per_rank = [c if isinstance(c, (list, tuple)) else [c] * N for c in commands]
+    for k, c in enumerate(per_rank):
+        if len(c) != N:
+            raise ValueError(f"command {k}: {len(c)} per-rank commands for {N} ranks")
     rng = random.Random(seed)
     run = RingRun()
     cmd_l, rsp_l = cmd_layout(cfg), rsp_layout(cfg)
@@ -93,7 +113,7 @@ def run_ring(dut, images, commands, *, stall_prob: float = 0.0, seed: int = 0,
             ctx.set(host[r].w_en, 0)
         # commands: rank r works through its own queue; in lockstep a rank waits until every
         # rank has answered before it takes the next command
-        words = [pack(cmd_l, c) for c in commands]
+        words = [[pack(cmd_l, cr) for cr in c] for c in per_rank]
         got = [[None] * N for _ in commands]
         nxt = [0] * N                      # the command rank r is on
         sent = [False] * N
@@ -106,7 +126,7 @@ def run_ring(dut, images, commands, *, stall_prob: float = 0.0, seed: int = 0,
             for r in range(N):
                 ctx.set(cmd_ports[r].valid, offer[r])
                 if offer[r]:
-                    ctx.set(cmd_ports[r].payload.as_value(), words[nxt[r]])
+                    ctx.set(cmd_ports[r].payload.as_value(), words[nxt[r]][r])
             _, _, *vals = await ctx.tick().sample(
                 *[p.ready for p in cmd_ports], *[p.valid for p in rsp_ports],
                 *[p.payload.as_value() for p in rsp_ports])

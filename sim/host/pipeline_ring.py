@@ -1,0 +1,273 @@
+"""Pipeline-parallel steps run by the cores themselves: one program per stage whose
+``SENDRECV`` instructions move activations and gradients over the ring's links
+(docs/multicore.md, "Pipeline parallelism on the ring").
+
+:class:`sim.host.pipeline.Pipeline` runs a step as separate programs per pass and copies the
+activations, gradients and stashes through the host. :class:`RingPipeline` compiles the same
+passes (the same stage programs, :meth:`sim.host.compiler.Compiled.stage_programs`) into one
+program per stage that runs a whole step, so the host acts only at step boundaries (load the
+micro-batches, start, wait, read the losses):
+
+* **Inbox.** The host writes every micro-batch's input images (what
+  :meth:`~sim.host.compiler.Compiled.data_writes` writes for it: ``x`` and the labels) into
+  per-micro-batch *inbox* lines before the run; ``F(s, j)`` starts by copying inbox ``j`` into
+  the stage's data buffers (``VEC COPY``).
+* **Forward transfer.** Stage 0 ends ``F(0, j)`` with a ``SENDRECV`` sending its output
+  activation (``stage_io()["output"]``, whole lines) to rank 1; stage 1 starts ``F(1, j)``
+  with a ``SENDRECV`` receiving them into its input (``stage_io()["input"]``), after the inbox
+  copy (which wrote zeros there).
+* **Stash.** After ``F(s, j)`` the stage copies its stash (``stage_io()["stash"]``: every
+  buffer the backward pass reads that the forward pass wrote) into stash slot ``j``;
+  ``B(s, j)`` copies it back first. The head stage also copies the micro-batch's per-row
+  losses into loss slot ``j`` (the host reads them after the run).
+* **Backward transfer.** Stage 1 ends ``B(1, j)`` with a ``SENDRECV`` sending the input's
+  gradient (``stage_io()["dx"]``) to rank 0 -- on a ring of two cores "the next core" of
+  rank 1 is rank 0 -- and stage 0 starts ``B(0, j)``, after restoring its stash, with a
+  ``SENDRECV`` receiving it into its output buffer.
+* **Optimizer.** Every stage ends with its ``OPT`` (two-pass) and ``HALT``.
+
+Schedule: GPipe (every ``F`` in micro-batch order, then every ``B``). Both cores issue their
+``SENDRECV`` s in the same order (stage 0: ``send a_0 .. a_{m-1}``, then ``receive g_0 ..
+g_{m-1}``; stage 1 likewise), so each meets its partner and no core waits for one that waits
+for it. 1F1B needs a send and a receive fused into one ``SENDRECV`` with a separate gradient
+inbox (not built). Two stages only: a ring carries data one way, and only on a ring of two is
+the previous stage also the next core; more stages need links in both directions.
+
+**Equal to the host-mediated pipeline and to one core.** The cores execute the same passes on
+the same words in the same order as :class:`~sim.host.pipeline.Pipeline` (whose step equals
+one core running the same micro-batches bit for bit), so parameters, gradients, optimizer
+state and losses are equal bit for bit when the transferred matrices' padding lanes agree
+(the links copy whole lines; the host-mediated model copies the ``rows x cols`` elements):
+every layer width a multiple of ``S``, or padding lanes that stay zero.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hdl.core.isa import Op, Vop, decode, disassemble, encode
+from sim.model.multicore import MultiCoreModel
+from sim.model.vector import get_vector
+
+from .pipeline import Pipeline
+
+__all__ = ["RingPipeline"]
+
+#: Largest ``rows`` of one ``VEC COPY`` (its ``rows`` field is 12 bits).
+_COPY_ROWS = (1 << 12) - 1
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _body(words) -> list:
+    """A stage program without its final ``HALT``."""
+    words = list(words)
+    if not words or decode(words[-1])[0] != Op.HALT:
+        raise AssertionError("a stage program ends in HALT")
+    return words[:-1]
+
+
+class RingPipeline(Pipeline):
+    """Two pipeline stages on a ring of two training cores, each running one program per
+    step (see the module docstring). Parameters as :class:`~sim.host.pipeline.Pipeline`;
+    ``config.ranks`` must be 2, ``stages`` 2 and ``schedule`` ``"gpipe"``.
+
+    Parameters
+    ----------
+    timeout : int
+        The ``SENDRECV`` s' ``timeout`` (cycles without a link beat before ``ERR_LINK``):
+        a receive waits for its partner's passes, so it must exceed the longest pass.
+
+    Attributes
+    ----------
+    ring_programs : list of list of int
+        Per stage (= rank), the step program.
+    inbox, stash_slots, loss_slots : list
+        Per stage: per micro-batch the inbox ``[(data line, inbox line, lines)]``, the stash
+        slots ``[(buffer line, slot line, lines)]``, and (head stage) the loss slot ``(line,
+        lines)``.
+    """
+
+    def __init__(self, desc, config=None, stages: int = 2, *, bounds=None,
+                 schedule: str = "gpipe", timeout: int = 0xFFFF):
+        super().__init__(desc, config, stages, bounds=bounds, schedule=schedule)
+        if self.p != 2:
+            raise ValueError(f"stages must be 2 for a pipeline on the ring (the backward "
+                             f"transfer needs the previous stage to be the next core), not "
+                             f"{self.p}")
+        if self.config.ranks != 2:
+            raise ValueError(f"config.ranks must be 2 (one core per stage), not "
+                             f"{self.config.ranks}")
+        if schedule != "gpipe":
+            raise ValueError(f"schedule must be 'gpipe' on the ring (1F1B needs fused "
+                             f"exchanges), not {schedule!r}")
+        coll = self.config.collective
+        if isinstance(timeout, bool) or not isinstance(timeout, int) \
+                or not 1 <= timeout < 1 << coll.timeout_bits:
+            raise ValueError(f"timeout must be an int in 1..{(1 << coll.timeout_bits) - 1}, "
+                             f"not {timeout!r}")
+        self.timeout = timeout
+        self.multi = MultiCoreModel(self.config)
+        self.cores = self.multi.cores         # the stages' cores are the ring's
+        self.inbox, self.stash_slots, self.loss_slots = [], [], []
+        for s in range(2):
+            self._place(s)
+        self.ring_programs = [self._program(s) for s in range(2)]
+
+    # -- placement ---------------------------------------------------------------------------
+    def _images(self, s: int) -> list:
+        """``[(line, lines)]`` of the images :meth:`Compiled.data_writes` writes."""
+        c = self.compiled[s]
+        rows = c.desc.batch
+        acts = c.data_writes(np.zeros((rows, c.desc.layers[0]), np.float32),
+                             np.zeros(rows, np.int64))
+        return [(line, img.shape[0]) for _, line, img in acts]
+
+    def _place(self, s: int) -> None:
+        """First-fit the inbox, stash and loss slots of every micro-batch into the lines no
+        buffer of the compiled stage uses."""
+        c, S, L = self.compiled[s], self.config.size, self.config.lines
+        used = sorted((c.place[n], c.place[n] + buf.lines) for n, buf in c._b.bufs.items())
+        free, at = [], 0
+        for lo, hi in used:
+            if lo > at:
+                free.append([at, lo])
+            at = max(at, hi)
+        if at < L:
+            free.append([at, L])
+
+        def take(n):
+            for iv in free:
+                if iv[1] - iv[0] >= n:
+                    iv[0] += n
+                    return iv[0] - n
+            raise ValueError(f"stage {s}: the inbox, stash and loss slots of {self.m} "
+                             f"micro-batches do not fit the scratchpad's free lines "
+                             f"({sum(b - a for a, b in free)} left)")
+
+        imgs, stash = self._images(s), self.io[s]["stash"]
+        self.inbox.append([[(line, take(n), n) for line, n in imgs] for _ in range(self.m)])
+        self.stash_slots.append([[(line, take(n), n) for line, n in stash]
+                                 for _ in range(self.m)])
+        n = self._loss_lines(s)[1]
+        self.loss_slots.append([(take(n), n) for _ in range(self.m)] if s == self.p - 1 else [])
+
+    def _loss_lines(self, s: int) -> tuple[int, int]:
+        """``(line, lines)`` of stage ``s``'s per-row losses (written by the head's softmax)."""
+        c = self.compiled[s]
+        return c.plan["loss"].line, _cdiv(c.desc.batch, self.config.size)
+
+    # -- programs ----------------------------------------------------------------------------
+    def _copy(self, src: int, dst: int, lines: int) -> list:
+        S, out = self.config.size, []
+        while lines:
+            n = min(lines, _COPY_ROWS)
+            out.append(encode(Op.VEC, vop=Vop.COPY, rows=n, cols=S, a=src, d=dst))
+            src, dst, lines = src + n, dst + n, lines - n
+        return out
+
+    def _lines(self, where) -> tuple[int, int]:
+        line, rows, cols = where
+        return line, rows * _cdiv(cols, self.config.size)
+
+    def _program(self, s: int) -> list:
+        progs, io, t = self.programs[s], self.io[s], self.timeout
+        head = s == self.p - 1
+        out = []
+        for j in range(self.m):                       # F(s, j)
+            for line, slot, n in self.inbox[s][j]:
+                out += self._copy(slot, line, n)
+            if s > 0:
+                a, n = self._lines(io["input"])
+                out.append(encode(Op.SENDRECV, b=a, rlines=n, timeout=t))
+            out += _body(progs["forward"])
+            if head:
+                line, n = self._loss_lines(s)
+                out += self._copy(line, self.loss_slots[s][j][0], n)
+            for line, slot, n in self.stash_slots[s][j]:
+                out += self._copy(line, slot, n)
+            if not head:
+                a, n = self._lines(io["output"])
+                out.append(encode(Op.SENDRECV, a=a, lines=n, timeout=t))
+        for j in range(self.m):                       # B(s, j)
+            for line, slot, n in self.stash_slots[s][j]:
+                out += self._copy(slot, line, n)
+            if not head:
+                a, n = self._lines(io["output"])
+                out.append(encode(Op.SENDRECV, b=a, rlines=n, timeout=t))
+            out += _body(progs["backward" if j == 0 else "backward_acc"])
+            if s > 0:
+                a, n = self._lines(io["dx"])
+                out.append(encode(Op.SENDRECV, a=a, lines=n, timeout=t))
+        out += _body(progs["optimizer"]) + [encode(Op.HALT)]
+        if len(out) > self.config.prog_depth:
+            raise ValueError(f"stage {s}: the step program has {len(out)} instructions, more "
+                             f"than prog_depth ({self.config.prog_depth})")
+        return out
+
+    def asm(self, s: int) -> str:
+        """Stage ``s``'s step program, one instruction per line."""
+        return "\n".join(disassemble(w) for w in self.ring_programs[s])
+
+    # -- a step ------------------------------------------------------------------------------
+    def step_actions(self, x, y, t: int, *, precision=None) -> list:
+        """Per stage (= rank), the host actions of one step: the micro-batches' inbox images,
+        the precision table and optimizer registers of step ``t``, the program, one run, the
+        loss slots (head stage, keys ``loss0`` ..) and the optimizer status. Run them with
+        :meth:`MultiCoreModel.apply` or on the hardware ring (one host port per core)."""
+        if isinstance(precision, dict):
+            raise TypeError("precision must be None, a width or a (wa, wb, rounding) tuple "
+                            "for a pipeline (per-layer tables are not split yet)")
+        x, y = np.asarray(x, np.float32), np.asarray(y)
+        B, rows = self.desc.batch, self.desc.rows
+        if x.shape != (B, self.desc.layers[0]) or y.shape != (B,):
+            raise ValueError(f"x and y must have shapes {(B, self.desc.layers[0])} and {(B,)}, "
+                             f"not {x.shape} and {y.shape}")
+        out = []
+        for s, c in enumerate(self.compiled):
+            acts = []
+            for j in range(self.m):
+                xj = x[j * rows:(j + 1) * rows] if s == 0 else \
+                    np.zeros((rows, c.desc.layers[0]), np.float32)
+                yj = y[j * rows:(j + 1) * rows] if s == self.p - 1 else np.zeros(rows, np.int64)
+                imgs = c.data_writes(xj, yj)
+                for (_, line, img), (dline, slot, n) in zip(imgs, self.inbox[s][j]):
+                    assert line == dline and img.shape[0] == n
+                    acts.append(("write", slot, img))
+            acts += c.setup_actions(t, precision=precision)
+            acts += [("program", self.ring_programs[s]), ("run",)]
+            acts += [("read", f"loss{j}", line, n) for j, (line, n) in
+                     enumerate(self.loss_slots[s])]
+            acts.append(("status",))
+            out.append(acts)
+        return out
+
+    def decode_step(self, results) -> dict:
+        """``dict(run (per stage), losses (B, row order), loss, status (per stage),
+        skipped)`` from the per-stage results of :meth:`step_actions`."""
+        S, rows = self.config.size, self.desc.rows
+        head = results[self.p - 1]
+        losses = np.concatenate([get_vector(np.asarray(head[f"loss{j}"], np.uint32), 0, rows, S)
+                                 for j in range(self.m)]).view(np.float32)
+        status = [dict(c._last(r["status"])) for c, r in zip(self.compiled, results)]
+        return {"run": [tuple(r["run"][-1]) for r in results], "losses": losses,
+                "loss": float(np.mean(losses.astype(np.float64))), "status": status,
+                "skipped": any(bool(st["last_skipped"]) for st in status)}
+
+    def ring_step(self, x, y, t: int, *, precision=None) -> dict:
+        """One step on the golden model's ring (:attr:`multi`): :meth:`step_actions`, run,
+        :meth:`decode_step`. Raises ``AssertionError`` if a stage's run did not end ``OK``."""
+        res = self.decode_step(self.multi.apply(self.step_actions(x, y, t,
+                                                                   precision=precision)))
+        for s, run in enumerate(res["run"]):
+            if run[0] != 0:
+                raise AssertionError(f"stage {s} step program stopped with {run}")
+        self.link_words += sum(self.multi.sendrecv_words) - getattr(self, "_sent", 0)
+        self._sent = sum(self.multi.sendrecv_words)
+        return res
+
+    def step(self, *args, **kwargs):
+        raise TypeError("RingPipeline runs steps with ring_step (the cores' own programs); "
+                        "Pipeline.step is the host-mediated model")
+

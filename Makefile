@@ -12,7 +12,7 @@ FORMAL_STAMP := $(VENV)/.tessera-formal
 PYTEST_JOBS ?= 2
 export AMARANTH_USE_YOSYS := builtin
 
-.PHONY: setup setup-fpga setup-formal formal test test-long test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train bench-tta bench-tta-quick bench-collective bench-distributed coverage docs synth synth-hierarchy mutation clean
+.PHONY: setup setup-fpga setup-formal formal test test-long test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train bench-tta bench-tta-quick bench-collective bench-distributed bench-pipeline coverage docs synth synth-hierarchy mutation clean
 
 setup: $(STAMP)
 
@@ -146,6 +146,13 @@ bench-collective: setup
 # -> docs/bench/distributed.{json,md}.
 bench-distributed: setup
 	$(PY) -m sim.bench.distributed $(DISTRIBUTED_ARGS)
+
+# Pipeline parallelism on the RTL ring (docs/multicore.md): the digits MLP in two GPipe stages
+# on two S = 4 cores in Verilator (one program per stage per step, SENDRECVs over the links),
+# m = 1..8 micro-batches: step cycles, busy cycles per stage, the bubble against (p-1)/(m+p-1)
+# and the golden model's timeline, the speedup over one core -> docs/bench/pipeline.{json,md}.
+bench-pipeline: setup
+	$(PY) -m sim.bench.pipeline $(PIPELINE_ARGS)
 
 bench-core: setup
 	$(PY) -m sim.bench.core

@@ -38,6 +38,8 @@ CHECK_TABLE = [
     (dict(a=0, lines=0, b=3, rlines=0, timeout=1), Status.ERR_SHAPE),
     (dict(a=0, lines=1, b=3, rlines=1, timeout=0), Status.ERR_FIELD),
     (dict(a=0, lines=0, b=0, rlines=0, timeout=0), Status.ERR_FIELD),   # ERR_FIELD first
+    (dict(a=0, lines=1, b=3, rlines=1, timeout=(1 << 24) - 1), Status.OK),  # 24-bit timeouts
+    (dict(a=0, lines=1, b=3, rlines=1, timeout=1 << 24), Status.ERR_FIELD),
     (dict(a=0, lines=16384, b=16384, rlines=1, timeout=1), Status.ERR_SHAPE),  # 65540 words
 ]
 
@@ -66,12 +68,12 @@ def test_program_check_rules():
 
 
 def test_assemble_round_trip():
-    word = encode(Op.SENDRECV, a=0x1803, lines=300, b=0x20, rlines=7, timeout=0xFFFF)
+    word = encode(Op.SENDRECV, a=0x1803, lines=300, b=0x20, rlines=7, timeout=0xFFFFFF)
     text = disassemble(word)
-    assert text == "SENDRECV a=0x1803 lines=300 b=0x20 rlines=7 timeout=65535"
+    assert text == "SENDRECV a=0x1803 lines=300 b=0x20 rlines=7 timeout=16777215"
     assert assemble(text) == word
     assert decode(word) == (Op.SENDRECV, dict(a=0x1803, lines=300, b=0x20, rlines=7,
-                                              timeout=0xFFFF))
+                                              timeout=0xFFFFFF))
 
 
 def test_single_core_run_raises_and_executes_nothing():

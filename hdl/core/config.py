@@ -125,12 +125,13 @@ class CoreConfig(PresetMixin):
     @property
     def collective(self):
         """The collective engine's :class:`hdl.multi.config.CollectiveConfig` (``ranks``
-        cores, 16-bit word addresses relative to the ``ALLREDUCE``'s first line, the default
-        BFP link format), or ``None`` when ``ranks == 1``."""
+        cores, 16-bit word addresses relative to the ``ALLREDUCE``'s first line, 24-bit
+        timeouts (a pipeline stage's ``SENDRECV`` may wait for the other stage's whole pass),
+        the default BFP link format), or ``None`` when ``ranks == 1``."""
         if self.ranks == 1:
             return None
         from ..multi.config import CollectiveConfig
-        return CollectiveConfig(ranks=self.ranks, depth=1 << 16)
+        return CollectiveConfig(ranks=self.ranks, depth=1 << 16, timeout_bits=24)
 
     @property
     def vec_lanes(self) -> int:

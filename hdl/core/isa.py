@@ -187,9 +187,9 @@ ALLREDUCE_ARGS = data.StructLayout({
 #: of the ring (rank ``r + 1``) and, at the same time, receive ``rlines * S`` words from the
 #: previous core (rank ``r - 1``) into lines ``b .. b + rlines - 1``; either count may be 0,
 #: not both; the two ranges may not overlap. ``timeout`` cycles without progress give
-#: ``ERR_LINK``. The words are copied bit for bit (no compression).
+#: ``ERR_LINK`` (24 bits: a stage's receive may wait for the other stage's whole pass). The words are copied bit for bit (no compression).
 SENDRECV_ARGS = data.StructLayout({
-    "a": ADDR_BITS, "lines": 16, "b": ADDR_BITS, "rlines": 16, "timeout": 16,
+    "a": ADDR_BITS, "lines": 16, "b": ADDR_BITS, "rlines": 16, "timeout": 24,
 })
 #: Words an ``ALLREDUCE`` or a ``SENDRECV`` reaches (the collective engine's 16-bit word
 #: addresses; a ``SENDRECV``'s two ranges together).

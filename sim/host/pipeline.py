@@ -350,20 +350,27 @@ class Pipeline:
             sent[("B", s - 1, j)] = dx
         return bwd_beats
 
+    def _check_batch(self, x, y, precision) -> tuple[np.ndarray, np.ndarray]:
+        """``x`` (float32, ``B x d_0``) and ``y`` (``B``) of a step; ``TypeError`` for a
+        per-layer ``precision`` table, ``ValueError`` for other shapes."""
+        if isinstance(precision, dict):
+            raise TypeError("precision must be None, a width or a (wa, wb, rounding) tuple "
+                            "for a pipeline (per-layer tables are not split yet)")
+        x, y = np.asarray(x, np.float32), np.asarray(y)
+        B = self.desc.batch
+        if x.shape != (B, self.desc.layers[0]) or y.shape != (B,):
+            raise ValueError(f"x and y must have shapes {(B, self.desc.layers[0])} and {(B,)}, "
+                             f"not {x.shape} and {y.shape}")
+        return x, y
+
     def step(self, x, y, t: int, *, precision=None) -> dict:
         """One pipeline step on the batch ``x`` (``B x d_0``), ``y`` (``B``) at optimizer step
         ``t``: the stages' passes in an order their schedule and data dependencies allow (the
         result does not depend on the timing), then every stage's ``OPT``. ``precision``:
         ``None``, one width or one ``(wa, wb, rounding)`` for every layer. Returns
         ``dict(losses (B, row order), loss, status (per stage), skipped (any stage))``."""
-        if isinstance(precision, dict):
-            raise TypeError("precision must be None, a width or a (wa, wb, rounding) tuple "
-                            "for a pipeline (per-layer tables are not split yet)")
-        x, y = np.asarray(x, np.float32), np.asarray(y)
-        B, rows = self.desc.batch, self.desc.rows
-        if x.shape != (B, self.desc.layers[0]) or y.shape != (B,):
-            raise ValueError(f"x and y must have shapes {(B, self.desc.layers[0])} and {(B,)}, "
-                             f"not {x.shape} and {y.shape}")
+        x, y = self._check_batch(x, y, precision)
+        rows = self.desc.rows
         xs = [x[j * rows:(j + 1) * rows] for j in range(self.m)]
         ys = [y[j * rows:(j + 1) * rows] for j in range(self.m)]
         for core, c in zip(self.cores, self.compiled):

@@ -26,12 +26,23 @@ micro-batches, start, wait, read the losses):
   ``SENDRECV`` receiving it into its output buffer.
 * **Optimizer.** Every stage ends with its ``OPT`` (two-pass) and ``HALT``.
 
-Schedule: GPipe (every ``F`` in micro-batch order, then every ``B``). Both cores issue their
-``SENDRECV`` s in the same order (stage 0: ``send a_0 .. a_{m-1}``, then ``receive g_0 ..
-g_{m-1}``; stage 1 likewise), so each meets its partner and no core waits for one that waits
-for it. 1F1B needs a send and a receive fused into one ``SENDRECV`` with a separate gradient
-inbox (not built). Two stages only: a ring carries data one way, and only on a ring of two is
-the previous stage also the next core; more stages need links in both directions.
+Schedules (:func:`sim.host.pipeline.stage_order`, the passes in the same order as the
+host-mediated pipeline):
+
+* **GPipe**: every ``F``, then every ``B``. Both cores issue their ``SENDRECV`` s in the same
+  order (stage 0: ``send a_0 .. a_{m-1}``, then ``receive g_0 .. g_{m-1}``; stage 1 likewise),
+  so each meets its partner. ``m`` stash slots per stage.
+* **1F1B**: stage 0 runs ``F 0``, then ``F i+1, B i``, then ``B m-1``; stage 1 ``F i, B i``.
+  Sent one after the other, stage 0's ``a_{i+1}`` and stage 1's ``g_i`` would each wait for
+  the other core's receive (a deadlock the model reports), so each such pair is **fused**
+  into one ``SENDRECV``: stage 0 sends ``a_{i+1}`` and receives ``g_i`` into its *gradient
+  inbox* (copied into the output buffer after ``B i`` restores the stash: the output buffer
+  is being sent), and stage 1, after ``B i`` and the inbox copy of ``F i+1``, sends ``g_i``
+  and receives ``a_{i+1}`` into its input. At most ``min(p - s, m)`` micro-batches are in
+  flight on stage ``s``, so stage 0 keeps two stash slots and stage 1 one (GPipe: ``m``).
+
+Two stages only: a ring carries data one way, and only on a ring of two is the previous stage
+also the next core; more stages need links in both directions.
 
 **Equal to the host-mediated pipeline and to one core.** The cores execute the same passes on
 the same words in the same order as :class:`~sim.host.pipeline.Pipeline` (whose step equals
@@ -70,27 +81,30 @@ def _body(words) -> list:
 
 class RingPipeline(Pipeline):
     """Two pipeline stages on a ring of two training cores, each running one program per
-    step (see the module docstring). Parameters as :class:`~sim.host.pipeline.Pipeline`;
-    ``config.ranks`` must be 2, ``stages`` 2 and ``schedule`` ``"gpipe"``.
+    step (see the module docstring). Parameters as :class:`~sim.host.pipeline.Pipeline`
+    (``schedule``: ``"gpipe"`` or ``"1f1b"``); ``config.ranks`` and ``stages`` must be 2.
 
     Parameters
     ----------
     timeout : int
-        The ``SENDRECV`` s' ``timeout`` (cycles without a link beat before ``ERR_LINK``):
-        a receive waits for its partner's passes, so it must exceed the longest pass.
+        The ``SENDRECV`` s' ``timeout`` (cycles without a link beat before ``ERR_LINK``,
+        1 .. 2**24 - 1; default 2**20): a receive waits for its partner's passes (stage 1's
+        first receive for stage 0's whole forward pass), so it must exceed the longest.
 
     Attributes
     ----------
     ring_programs : list of list of int
         Per stage (= rank), the step program.
     inbox, stash_slots, loss_slots : list
-        Per stage: per micro-batch the inbox ``[(data line, inbox line, lines)]``, the stash
-        slots ``[(buffer line, slot line, lines)]``, and (head stage) the loss slot ``(line,
-        lines)``.
+        Per stage: per micro-batch the inbox ``[(data line, inbox line, lines)]``; per slot
+        the stash ``[(buffer line, slot line, lines)]``; per micro-batch (head stage) the
+        loss slot ``(line, lines)``.
+    grad_inbox : list
+        Per stage, the first line of the gradient inbox (1F1B, stage 0) or ``None``.
     """
 
     def __init__(self, desc, config=None, stages: int = 2, *, bounds=None,
-                 schedule: str = "gpipe", timeout: int = 0xFFFF):
+                 schedule: str = "gpipe", timeout: int = 1 << 20):
         super().__init__(desc, config, stages, bounds=bounds, schedule=schedule)
         if self.p != 2:
             raise ValueError(f"stages must be 2 for a pipeline on the ring (the backward "
@@ -99,9 +113,6 @@ class RingPipeline(Pipeline):
         if self.config.ranks != 2:
             raise ValueError(f"config.ranks must be 2 (one core per stage), not "
                              f"{self.config.ranks}")
-        if schedule != "gpipe":
-            raise ValueError(f"schedule must be 'gpipe' on the ring (1F1B needs fused "
-                             f"exchanges), not {schedule!r}")
         coll = self.config.collective
         if isinstance(timeout, bool) or not isinstance(timeout, int) \
                 or not 1 <= timeout < 1 << coll.timeout_bits:
@@ -110,7 +121,7 @@ class RingPipeline(Pipeline):
         self.timeout = timeout
         self.multi = MultiCoreModel(self.config)
         self.cores = self.multi.cores         # the stages' cores are the ring's
-        self.inbox, self.stash_slots, self.loss_slots = [], [], []
+        self.inbox, self.stash_slots, self.loss_slots, self.grad_inbox = [], [], [], []
         for s in range(2):
             self._place(s)
         self.ring_programs = [self._program(s) for s in range(2)]
@@ -148,10 +159,13 @@ class RingPipeline(Pipeline):
 
         imgs, stash = self._images(s), self.io[s]["stash"]
         self.inbox.append([[(line, take(n), n) for line, n in imgs] for _ in range(self.m)])
+        slots = self.m if self.schedule == "gpipe" else min(self.p - s, self.m)
         self.stash_slots.append([[(line, take(n), n) for line, n in stash]
-                                 for _ in range(self.m)])
+                                 for _ in range(slots)])
         n = self._loss_lines(s)[1]
         self.loss_slots.append([(take(n), n) for _ in range(self.m)] if s == self.p - 1 else [])
+        fused = self.schedule == "1f1b" and s < self.p - 1
+        self.grad_inbox.append(take(self._lines(self.io[s]["output"])[1]) if fused else None)
 
     def _loss_lines(self, s: int) -> tuple[int, int]:
         """``(line, lines)`` of stage ``s``'s per-row losses (written by the head's softmax)."""
@@ -172,39 +186,73 @@ class RingPipeline(Pipeline):
         return line, rows * _cdiv(cols, self.config.size)
 
     def _program(self, s: int) -> list:
+        """Stage ``s``'s step program: its passes in :func:`~sim.host.pipeline.stage_order`,
+        with the transfers (module docstring)."""
         progs, io, t = self.programs[s], self.io[s], self.timeout
         head = s == self.p - 1
+        order = self.orders[s]
+        fused = self.schedule == "1f1b"
+        out_a, out_n = self._lines(io["output"])
+        sr = []
+
+        def sendrecv(**f):
+            out.append(encode(Op.SENDRECV, timeout=t, **f))
+
         out = []
-        for j in range(self.m):                       # F(s, j)
-            for line, slot, n in self.inbox[s][j]:
-                out += self._copy(slot, line, n)
-            if s > 0:
-                a, n = self._lines(io["input"])
-                out.append(encode(Op.SENDRECV, b=a, rlines=n, timeout=t))
-            out += _body(progs["forward"])
-            if head:
-                line, n = self._loss_lines(s)
-                out += self._copy(line, self.loss_slots[s][j][0], n)
-            for line, slot, n in self.stash_slots[s][j]:
-                out += self._copy(line, slot, n)
-            if not head:
-                a, n = self._lines(io["output"])
-                out.append(encode(Op.SENDRECV, a=a, lines=n, timeout=t))
-        for j in range(self.m):                       # B(s, j)
-            for line, slot, n in self.stash_slots[s][j]:
-                out += self._copy(slot, line, n)
-            if not head:
-                a, n = self._lines(io["output"])
-                out.append(encode(Op.SENDRECV, b=a, rlines=n, timeout=t))
-            out += _body(progs["backward" if j == 0 else "backward_acc"])
-            if s > 0:
-                a, n = self._lines(io["dx"])
-                out.append(encode(Op.SENDRECV, a=a, lines=n, timeout=t))
+        for k, (kind, j) in enumerate(order):
+            nxt = order[k + 1] if k + 1 < len(order) else None
+            slot = self.stash_slots[s][self._slot(s, j)]
+            if kind == "F":
+                if not (fused and s > 0 and j in sr):    # stage 1: unless B(j-1) did it
+                    for line, inb, n in self.inbox[s][j]:
+                        out += self._copy(inb, line, n)
+                    if s > 0:
+                        a, n = self._lines(io["input"])
+                        sendrecv(b=a, rlines=n)
+                out += _body(progs["forward"])
+                if head:
+                    line, n = self._loss_lines(s)
+                    out += self._copy(line, self.loss_slots[s][j][0], n)
+                for line, sl, n in slot:
+                    out += self._copy(line, sl, n)
+                if not head:
+                    if fused and nxt is not None and nxt[0] == "B":
+                        # 1F1B: send a_j and receive g_i (into the gradient inbox) at once
+                        sendrecv(a=out_a, lines=out_n, b=self.grad_inbox[s], rlines=out_n)
+                        sr.append(nxt[1])
+                    else:
+                        sendrecv(a=out_a, lines=out_n)
+            else:
+                for line, sl, n in slot:
+                    out += self._copy(sl, line, n)
+                if not head:
+                    if j in sr:                        # received with the last send
+                        out += self._copy(self.grad_inbox[s], out_a, out_n)
+                    else:
+                        sendrecv(b=out_a, rlines=out_n)
+                out += _body(progs["backward" if j == 0 else "backward_acc"])
+                if s > 0:
+                    a, n = self._lines(io["dx"])
+                    if fused and nxt is not None and nxt[0] == "F":
+                        # 1F1B: the next forward's inbox first, then send g_j and receive
+                        # a_{j'} into the input at once
+                        for line, inb, n2 in self.inbox[s][nxt[1]]:
+                            out += self._copy(inb, line, n2)
+                        ia, inn = self._lines(io["input"])
+                        sendrecv(a=a, lines=n, b=ia, rlines=inn)
+                        sr.append(nxt[1])
+                    else:
+                        sendrecv(a=a, lines=n)
         out += _body(progs["optimizer"]) + [encode(Op.HALT)]
         if len(out) > self.config.prog_depth:
             raise ValueError(f"stage {s}: the step program has {len(out)} instructions, more "
                              f"than prog_depth ({self.config.prog_depth})")
         return out
+
+    def _slot(self, s: int, j: int) -> int:
+        """Stash slot of micro-batch ``j`` on stage ``s``: ``j`` (GPipe), ``j mod min(p - s,
+        m)`` (1F1B: at most that many micro-batches are in flight on the stage)."""
+        return j if self.schedule == "gpipe" else j % len(self.stash_slots[s])
 
     def asm(self, s: int) -> str:
         """Stage ``s``'s step program, one instruction per line."""
@@ -216,14 +264,8 @@ class RingPipeline(Pipeline):
         the precision table and optimizer registers of step ``t``, the program, one run, the
         loss slots (head stage, keys ``loss0`` ..) and the optimizer status. Run them with
         :meth:`MultiCoreModel.apply` or on the hardware ring (one host port per core)."""
-        if isinstance(precision, dict):
-            raise TypeError("precision must be None, a width or a (wa, wb, rounding) tuple "
-                            "for a pipeline (per-layer tables are not split yet)")
-        x, y = np.asarray(x, np.float32), np.asarray(y)
-        B, rows = self.desc.batch, self.desc.rows
-        if x.shape != (B, self.desc.layers[0]) or y.shape != (B,):
-            raise ValueError(f"x and y must have shapes {(B, self.desc.layers[0])} and {(B,)}, "
-                             f"not {x.shape} and {y.shape}")
+        x, y = self._check_batch(x, y, precision)
+        rows = self.desc.rows
         out = []
         for s, c in enumerate(self.compiled):
             acts = []

@@ -137,10 +137,11 @@ async def dataparallel_steps(dut):
 @cocotb.test()
 async def pipeline_steps(dut):
     """TB_STEPS pipeline-parallel steps (:class:`sim.host.pipeline_ring.RingPipeline`: the MLP
-    8-8-4 in two stages, batch 8 in two micro-batches, GPipe, Adam; each core runs one
-    program per step whose SENDRECVs carry activations and gradients over the links) under
-    random link and host backpressure: every core's runs, losses, parameters, gradients,
-    state, whole scratchpad and the links' flit counts equal the golden model's ring."""
+    8-8-4 in two stages, batch 8 in two micro-batches, Adam; each core runs one program per
+    step whose SENDRECVs carry activations and gradients over the links; odd steps GPipe,
+    even steps 1F1B with its fused exchanges) under random link and host backpressure: every
+    core's runs, losses, parameters, gradients, state, whole scratchpad and the links' flit
+    counts equal the golden model's ring."""
     from sim.host.pipeline_ring import RingPipeline
     cfg = TrainingRingConfig.preset(os.environ.get("TESSERA_PRESET", "tiny"))
     tb = RingTB(dut, cfg, seed=int(os.environ.get("TB_SEED", "2")),
@@ -149,6 +150,7 @@ async def pipeline_steps(dut):
     await tb.start()
     desc = MLP(layers=(8, 8, 4), batch=8, micro_batches=2, optimizer=Adam(lr=1e-2))
     pipe = RingPipeline(desc, cfg.core, timeout=20_000)
+    pipe_1f1b = RingPipeline(desc, cfg.core, timeout=20_000, schedule="1f1b")
     rng = np.random.default_rng(5)
     Ws = [(rng.standard_normal((a, b)) * 0.5).astype(np.float32)
           for a, b in zip(desc.layers[:-1], desc.layers[1:])]
@@ -159,7 +161,8 @@ async def pipeline_steps(dut):
     for t in range(1, steps + 1):
         x = rng.standard_normal((desc.batch, desc.layers[0])).astype(np.float32)
         y = rng.integers(0, desc.layers[-1], desc.batch)
-        for s, a in enumerate(pipe.step_actions(x, y, t)):
+        p = pipe if t % 2 else pipe_1f1b     # same stages and buffers, other slots
+        for s, a in enumerate(p.step_actions(x, y, t)):
             acts[s] += a + pipe.compiled[s].read_actions() + [("counters",)]
     want = pipe.multi.apply(acts)
     got = await tb.apply(acts)
@@ -247,5 +250,63 @@ async def bench_scaling(dut):
     final = [await d.read_lines(*c.regions["params"]) for d in tb.drivers]
     for r in range(N):
         assert np.array_equal(final[r], dp.multi.cores[r].read_lines(*c.regions["params"]))
+    with open(out, "w") as f:
+        json.dump(res, f, indent=2)
+
+
+@cocotb.test()
+async def bench_pipeline(dut):
+    """Benchmark (``make bench-pipeline``): a pipeline step of the MLP ``TB_LAYERS`` on the two
+    cores of the ring (:class:`sim.host.pipeline_ring.RingPipeline`, schedule
+    ``TB_SCHEDULE``), batch ``TB_BATCH`` in ``TB_MICRO`` micro-batches, Adam, widths ``TB_BENCH_WIDTH``, written to
+    ``$TESSERA_BENCH_OUT``. Step 1 warms up; step 2 is measured (each core's counters). Both
+    are checked bit-exactly against the golden model's ring."""
+    import json
+    from sim.host.pipeline_ring import RingPipeline
+    out = os.environ.get("TESSERA_BENCH_OUT")
+    if not out:
+        raise RuntimeError("bench_pipeline needs TESSERA_BENCH_OUT (make bench-pipeline)")
+    env = os.environ.get
+    cfg = TrainingRingConfig.preset(env("TESSERA_PRESET", "tiny"))
+    layers = tuple(int(v) for v in env("TB_LAYERS", "64,64,10").split(","))
+    batch, micro = int(env("TB_BATCH", "32")), int(env("TB_MICRO", "4"))
+    width = int(env("TB_BENCH_WIDTH", "8"))
+    tb = RingTB(dut, cfg, seed=7)
+    await tb.start()
+    desc = MLP(layers=layers, batch=batch, micro_batches=micro, optimizer=Adam(lr=3e-3))
+    schedule = env("TB_SCHEDULE", "gpipe")
+    pipe = RingPipeline(desc, cfg.core, schedule=schedule)
+    rng = np.random.default_rng(5)
+    Ws = [(rng.standard_normal((a, b)) * np.sqrt(2.0 / a)).astype(np.float32)
+          for a, b in zip(layers, layers[1:])]
+    bs = [np.zeros(b, np.float32) for b in layers[1:]]
+    init = [c.init_actions(W, b)
+            for c, W, b in zip(pipe.compiled, pipe._split(Ws), pipe._split(bs))]
+    pipe.multi.apply(init)
+    await tb.apply(init)
+    names = ("cycles", "check_cycles", "idle", "coll_busy", "coll_hidden", "matmul_busy",
+             "vector_busy", "optim_busy", "array_beats")
+    for t in (1, 2):
+        x = rng.standard_normal((batch, layers[0])).astype(np.float32)
+        y = rng.integers(0, layers[-1], batch)
+        acts = [a + [("counters",)] for a in pipe.step_actions(x, y, t, precision=width)]
+        want = pipe.multi.apply(acts)
+        f0 = [int(getattr(dut, f"flits_{k}").value) for k in range(2)]
+        got = await tb.apply(acts)
+        runs = [g["run"] for g in got]
+        assert runs == [w["run"] for w in want] == [[(Status.OK, 0)]] * 2, \
+            (runs, [STATE_LAYOUT.from_bits(g["counters"]["state"]) for g in got])
+        for j in range(micro):
+            assert np.array_equal(got[1][f"loss{j}"], want[1][f"loss{j}"]), f"losses {j}"
+    res = {"layers": list(layers), "batch": batch, "micro_batches": micro, "width": width,
+           "schedule": schedule, "stash_slots": [len(v) for v in pipe.stash_slots],
+           "S": cfg.core.size, "link_width": cfg.link.width, "link_latency": cfg.link.latency,
+           "program_lengths": [len(p) for p in pipe.ring_programs],
+           "stage_words": [sum(n for _, n in io["stash"]) * cfg.core.size for io in pipe.io],
+           "flits": [int(getattr(dut, f"flits_{k}").value) - f0[k] for k in range(2)],
+           **{name: [int(got[r]["counters"][name]) for r in range(2)] for name in names}}
+    final = [await d.read_lines(*c.regions["params"]) for d, c in zip(tb.drivers, pipe.compiled)]
+    for r, c in enumerate(pipe.compiled):
+        assert np.array_equal(final[r], pipe.multi.cores[r].read_lines(*c.regions["params"]))
     with open(out, "w") as f:
         json.dump(res, f, indent=2)

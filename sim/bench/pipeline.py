@@ -1,0 +1,145 @@
+"""Pipeline parallelism on the RTL ring, measured in cycles: ``python -m sim.bench.pipeline``
+(``make bench-pipeline``).
+
+The digits MLP 64-64-10 (Adam, mantissa width 8) in two stages on the two S = 4 cores of the
+multi-core top ``training_ring`` (preset ``tiny``: 16-bit links of latency 2) in Verilator:
+:class:`sim.host.pipeline_ring.RingPipeline`, GPipe (``m = 1, 2, 4, 8``) and 1F1B
+(``m = 2, 4, 8``), batch 32 in ``m`` micro-batches, each core running one program per step whose ``SENDRECV`` s carry the
+activations and gradients (cocotb ``bench_pipeline`` in ``sim/tb/training_ring.py``; every
+step checked bit-exactly against the golden model's ring while it is measured). Per ``m``:
+
+* ``step_cycles``: the measured step's run cycles (START to done), the slower core;
+* per stage ``busy``: the cycles in which the matmul engine, the vector unit or the optimizer
+  runs (``cycles - check_cycles - idle - (coll_busy - coll_hidden)``); ``coll_only``: the
+  cycles only the collective engine runs (a ``SENDRECV`` waiting for the other stage or
+  moving words while nothing else runs);
+* ``bubble``: ``1 - sum(busy) / (p * step_cycles)``, the idle fraction of the two cores over
+  the step, against ``(p - 1) / (m + p - 1)`` and against the golden model's timeline
+  of the same stages' array beats on an S = 4 core (:meth:`sim.host.pipeline.Pipeline.timeline`:
+  matmul passes only; equal to the formula for equal stages);
+* ``speedup``: the single training core's step on the same batch (``sim.bench.scaling``,
+  one-pass ``OPT`` program) over ``step_cycles``.
+
+The measured bubble includes what the model's timeline leaves out: the stages' unequal vector
+and optimizer work, the ``VEC COPY`` s of the inbox and the stash, the ``OPT`` at the end of
+the step, the links' transfer time and the program check. Writes
+``docs/bench/pipeline.json`` and ``docs/bench/pipeline.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+from sim.bench.common import publish
+from sim.bench.scaling import _bench, run_point
+from sim.host.pipeline import Pipeline, bubble_formula
+
+__all__ = ["run_micro", "main"]
+
+LAYERS = (64, 64, 10)
+BATCH = 32
+#: ``(schedule, m)`` of the measured points.
+POINTS = [("gpipe", 1), ("gpipe", 2), ("gpipe", 4), ("gpipe", 8),
+          ("1f1b", 2), ("1f1b", 4), ("1f1b", 8)]
+
+
+def run_micro(m: int, *, schedule: str = "gpipe", width: int = 8) -> dict:
+    """One measured pipeline step at ``m`` micro-batches; the derived figures."""
+    r = _bench("training_ring", "tiny", "sim.tb.training_ring", "bench_pipeline",
+               f"pipeline_{schedule}_m{m}_w{width}",
+               {"TB_LAYERS": ",".join(map(str, LAYERS)), "TB_BATCH": str(BATCH),
+                "TB_MICRO": str(m), "TB_BENCH_WIDTH": str(width), "TB_SCHEDULE": schedule})
+    p = 2
+    busy = [c - k - i - (cb - ch) for c, k, i, cb, ch in
+            zip(r["cycles"], r["check_cycles"], r["idle"], r["coll_busy"], r["coll_hidden"])]
+    step = max(r["cycles"])
+    return {"schedule": schedule, "micro_batches": m, "stash_slots": r["stash_slots"],
+            "step_cycles": step, "run_cycles": r["cycles"],
+            "busy": busy, "coll_only": [cb - ch for cb, ch in zip(r["coll_busy"],
+                                                                   r["coll_hidden"])],
+            "matmul_busy": r["matmul_busy"], "vector_busy": r["vector_busy"],
+            "optim_busy": r["optim_busy"], "array_beats": r["array_beats"],
+            "bubble": round(1 - sum(busy) / (p * step), 4),
+            "bubble_formula": round(bubble_formula(p, m), 4),
+            "program_lengths": r["program_lengths"], "flits": r["flits"]}
+
+
+def model_bubble(m: int, schedule: str = "gpipe") -> float:
+    """The golden model's bubble of array beats for the same stages (S = 4, tiny)."""
+    import dataclasses
+
+    import numpy as np
+
+    from hdl.core.config import CoreConfig
+    from sim.host.compiler import MLP
+    from sim.host.optim import Adam
+    cfg = dataclasses.replace(CoreConfig.preset("tiny"), ranks=2)
+    desc = MLP(layers=LAYERS, batch=BATCH, micro_batches=m, optimizer=Adam(lr=3e-3))
+    pl = Pipeline(desc, cfg, 2, schedule=schedule)
+    rng = np.random.default_rng(0)
+    pl.init([(rng.standard_normal((a, b)) * 0.1).astype(np.float32)
+             for a, b in zip(LAYERS, LAYERS[1:])], [np.zeros(b, np.float32) for b in LAYERS[1:]])
+    pl.step(rng.standard_normal((BATCH, LAYERS[0])).astype(np.float32),
+            rng.integers(0, LAYERS[-1], BATCH), 1, precision=8)
+    return round(pl.timeline()["bubble"], 4)
+
+
+def to_markdown(data: dict) -> str:
+    lines = ["# Pipeline parallelism on the RTL ring", "",
+             f"Digits MLP {'-'.join(map(str, data['layers']))} (Adam, widths {data['width']}) "
+             f"in two stages on the two S = {data['S']} cores of `training_ring` "
+             f"(preset `tiny`, 16-bit links of latency 2) in Verilator, batch {data['batch']} "
+             "in `m` micro-batches; every step checked bit-exactly against the golden model. "
+             "busy = cycles the matmul engine, vector unit or optimizer of a stage runs; "
+             "coll only = cycles only its collective engine runs (a `SENDRECV` waiting or "
+             "moving words); bubble = 1 - sum(busy) / (2 x step cycles). model = the golden "
+             "model's timeline of the schedule with array beats (matmul passes only). stash = "
+             "the stash slots per stage. speedup = one core's "
+             f"step on the same batch ({data['one_core_cycles']} cycles) / step cycles. "
+             "Regenerate with `make bench-pipeline` (docs/multicore.md, \"Pipeline parallelism "
+             "on the ring\").", "",
+             "| schedule | m | step cycles | busy (stage 0, 1) | coll only (stage 0, 1) | "
+             "bubble | (p-1)/(m+p-1) | model (array beats) | speedup | stash | "
+             "flits (link 0, 1) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in data["points"]:
+        lines.append(f"| {r['schedule']} | {r['micro_batches']} | {r['step_cycles']} | "
+                     f"{r['busy'][0]}, {r['busy'][1]} | "
+                     f"{r['coll_only'][0]}, {r['coll_only'][1]} | {r['bubble']:.4f} | "
+                     f"{r['bubble_formula']:.4f} | {r['bubble_model']:.4f} | "
+                     f"{r['speedup']:.3f} | {r['stash_slots'][0]}, {r['stash_slots'][1]} | "
+                     f"{r['flits'][0]}, {r['flits'][1]} |")
+    lines += ["", f"Wall time {data['wall_seconds']} s ({data['machine']})."]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", default=",".join(f"{s}:{m}" for s, m in POINTS),
+                    help="comma-separated schedule:micro-batches points")
+    ap.add_argument("--width", type=int, default=8)
+    args = ap.parse_args(argv)
+    t0 = time.time()
+    one = run_point(1, BATCH, width=args.width)["step_cycles"]
+    points = []
+    for point in args.points.split(","):
+        schedule, m = point.split(":")
+        m = int(m)
+        r = run_micro(m, schedule=schedule, width=args.width)
+        r["bubble_model"] = model_bubble(m, schedule)
+        r["speedup"] = round(one / r["step_cycles"], 4)
+        print(f"pipeline {schedule} m={m}: {r['step_cycles']} cycles, bubble {r['bubble']} "
+              f"(formula {r['bubble_formula']}, model {r['bubble_model']}), "
+              f"speedup {r['speedup']}")
+        points.append(r)
+    data = {"bench": "pipeline", "layers": list(LAYERS), "batch": BATCH, "width": args.width,
+            "S": 4, "stages": 2, "one_core_cycles": one,
+            "points": points, "wall_seconds": round(time.time() - t0, 1),
+            "machine": platform.machine()}
+    publish("pipeline", data, to_markdown(data))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

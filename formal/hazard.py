@@ -42,7 +42,8 @@ __all__ = ["HazardRule", "internal_signals", "PROOFS"]
 class HazardRule(FormalWrapper):
     """Wrapper of :class:`Sequencer`: the scoreboard against a record of running work."""
 
-    def __init__(self, config: CoreConfig, *, program=None, scoreboard_covers: bool = True):
+    def __init__(self, config: CoreConfig, *, program=None, scoreboard_covers: bool = True,
+                 coll_stall_cover: bool = False):
         self.config = self._check_config(config, CoreConfig)
         if program is not None and check_program_for(program, config)[0] != Status.OK:
             mark_used(self)
@@ -52,6 +53,8 @@ class HazardRule(FormalWrapper):
         #: the covers of the bank stall and the run to HALT (they need about 20 cycles:
         #: hazard_sequencer_witness reaches them); off, only the collective one remains
         self.scoreboard_covers = scoreboard_covers
+        #: cover a collective instruction issuing after a hazard stall (a witness program's)
+        self.coll_stall_cover = coll_stall_cover
         super().__init__(Sequencer(config=config))
 
     def elaborate(self, platform):
@@ -67,7 +70,7 @@ class HazardRule(FormalWrapper):
         dut, nb = self.dut, self.config.banks
         free_inputs(m, dut)
         d_banks = self.internal["d_banks"]
-        # a core with ranks >= 2 has a fourth unit, the collective engine (ALLREDUCE)
+        # a core with ranks >= 2 has a fourth unit, the collective engine (ALLREDUCE, SENDRECV)
         coll = self.config.collective is not None
         names = ("matmul", "vector", "optim") + (("coll",) if coll else ())
         U = len(names)
@@ -129,12 +132,13 @@ class HazardRule(FormalWrapper):
         with m.If(dut.done & (dut.status == Status.OK)):
             m.d.comb += Assert(~Cat(*run).any(), "HALT before every unit finished")
         if coll:
-            with m.If(issues[3] & ir.args.allreduce.poison):
+            # (the args are a union: only an ALLREDUCE has a poison bit)
+            with m.If(issues[3] & (ir_op == Op.ALLREDUCE) & ir.args.allreduce.poison):
                 m.d.comb += Assert(~run[0] & ~run[1],
                                    "a poisoning ALLREDUCE issued while a MATMUL or VEC runs")
             with m.If(dut.done & (dut.status == Status.ERR_LINK)):
                 m.d.comb += Assert(~Cat(*run).any(), "ERR_LINK before every unit finished")
-            # nothing issues once an ALLREDUCE answered other than OK
+            # nothing issues once an ALLREDUCE or a SENDRECV answered other than OK
             failed = Signal(name="rec_coll_failed")
             with m.If(dut.start):
                 m.d.sync += failed.eq(0)
@@ -151,6 +155,9 @@ class HazardRule(FormalWrapper):
         issued = Signal(name="rec_issued_seen")
         with m.If(mm_issue | vec_issue | opt_setreg):
             m.d.sync += issued.eq(1)
+        if coll and self.coll_stall_cover:
+            m.d.comb += Cover(stalled & issues[3],
+                              "a collective instruction issues after a hazard stall")
         if not self.scoreboard_covers:
             return
         m.d.comb += [
@@ -175,6 +182,14 @@ WITNESS_PROGRAM = (
 COLL_WITNESS_PROGRAM = (
     encode(Op.MATMUL, mode=0, M=4, K=4, N=4, a=0, b=16, c=32, layer=0),
     encode(Op.ALLREDUCE, a=48, lines=2, seg=1, timeout=5, poison=1),
+    encode(Op.HALT),
+)
+
+#: the SENDRECV witness program: a MATMUL writing bank 2, a SENDRECV sending those lines and
+#: receiving into bank 3 (a read-after-write hazard on bank 2: it must wait), HALT
+SENDRECV_WITNESS_PROGRAM = (
+    encode(Op.MATMUL, mode=0, M=4, K=4, N=4, a=0, b=16, c=32, layer=0),
+    encode(Op.SENDRECV, a=32, lines=2, b=48, rlines=2, timeout=5),
     encode(Op.HALT),
 )
 
@@ -203,12 +218,22 @@ PROOFS = [
           build=lambda: HazardRule(dataclasses.replace(small_core_config(), ranks=2),
                                    program=COLL_WITNESS_PROGRAM, scoreboard_covers=False),
           depth=26, modes=("bmc", "cover")),
+    Proof(name="hazard_sequencer_sendrecv_witness",
+          block="Sequencer (small_core_config with ranks = 2), the SENDRECV witness program",
+          prop="hazard_sequencer_coll's assertions under a MATMUL writing bank 2 then a "
+               "SENDRECV sending bank 2's lines (it must wait for the MATMUL), HALT; covers: "
+               "the SENDRECV issues after the hazard stall, the run stops with ERR_LINK",
+          build=lambda: HazardRule(dataclasses.replace(small_core_config(), ranks=2),
+                                   program=SENDRECV_WITNESS_PROGRAM, scoreboard_covers=False,
+                                   coll_stall_cover=True),
+          depth=26, modes=("bmc", "cover")),
     Proof(name="hazard_sequencer_coll",
           block="Sequencer (small_core_config with ranks = 2: the collective engine as a "
                 "fourth unit)",
-          prop="hazard_sequencer's properties over four units, a poisoning ALLREDUCE never "
-               "issues while a MATMUL or VEC runs, ERR_LINK only when every unit finished, "
-               "nothing issues after an ALLREDUCE answered other than OK; any program",
+          prop="hazard_sequencer's properties over four units (ALLREDUCE and SENDRECV on the "
+               "collective engine), a poisoning ALLREDUCE never issues while a MATMUL or VEC "
+               "runs, ERR_LINK only when every unit finished, nothing issues after a "
+               "collective instruction answered other than OK; any program",
           build=lambda: HazardRule(dataclasses.replace(small_core_config(), ranks=2),
                                    scoreboard_covers=False),
           depth=16, modes=("bmc", "cover")),

@@ -18,3 +18,13 @@ def test_training_ring_pipeline_backpressure():
     run_cocotb("training_ring", "tiny", "sim.tb.training_ring",
                name="training_ring_pipeline", testcase="pipeline_steps",
                extra_env={"TB_STEPS": "2", "TB_LINK_STALL": "0.3"})
+
+
+@pytest.mark.long
+def test_training_ring_dataparallel_four_cores():
+    """Four S = 4 cores (preset tiny-n4): two FP32 and one BFP-4 data-parallel steps under
+    random backpressure on every link and host port, bit-exact with the golden model on every
+    core (``make test-long``: the four-core build takes minutes)."""
+    run_cocotb("training_ring", "tiny-n4", "sim.tb.training_ring",
+               name="training_ring_dataparallel_n4", testcase="dataparallel_steps",
+               extra_env={"TB_STEPS": "2", "TB_BFP_STEPS": "1", "TB_LINK_STALL": "0.3"})

@@ -236,5 +236,5 @@ PROOFS = [
                "collective instruction answered other than OK; any program",
           build=lambda: HazardRule(dataclasses.replace(small_core_config(), ranks=2),
                                    scoreboard_covers=False),
-          depth=16, modes=("bmc", "cover")),
+          depth=19, modes=("bmc", "cover")),
 ]

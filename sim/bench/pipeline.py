@@ -1,7 +1,8 @@
 """Pipeline parallelism on the RTL ring, measured in cycles: ``python -m sim.bench.pipeline``
 (``make bench-pipeline``).
 
-The digits MLP 64-64-10 (Adam, mantissa width 8) in two stages on the two S = 4 cores of the
+The digits MLP 64-64-10, and 64-32-64-48-10 (two nearly equal stages), with Adam and mantissa
+width 8, in two stages on the two S = 4 cores of the
 multi-core top ``training_ring`` (preset ``tiny``: 16-bit links of latency 2) in Verilator:
 :class:`sim.host.pipeline_ring.RingPipeline`, GPipe (``m = 1, 2, 4, 8``) and 1F1B
 (``m = 2, 4, 8``), batch 32 in ``m`` micro-batches, each core running one program per step whose ``SENDRECV`` s carry the
@@ -23,38 +24,46 @@ step checked bit-exactly against the golden model's ring while it is measured). 
 The measured bubble includes what the model's timeline leaves out: the stages' unequal vector
 and optimizer work, the ``VEC COPY`` s of the inbox and the stash, the ``OPT`` at the end of
 the step, the links' transfer time and the program check. Writes
-``docs/bench/pipeline.json`` and ``docs/bench/pipeline.md``.
+``docs/bench/pipeline.json`` and ``docs/bench/pipeline.md``; ``--networks`` runs some of the
+MLPs and keeps the other MLPs' points from the existing JSON.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import time
 
-from sim.bench.common import publish
+from sim.bench.common import DOCS_BENCH, publish
 from sim.bench.scaling import _bench, run_point
 from sim.host.pipeline import Pipeline, bubble_formula
 
 __all__ = ["run_micro", "main"]
 
-LAYERS = (64, 64, 10)
+#: The MLPs measured: the digits MLP (unequal stages: 64 x 64 | 64 x 10 and the softmax) and a
+#: deeper one whose two stages do nearly equal matmul work (64 x 32, 32 x 64 | 64 x 48 with its
+#: BWD_DATA, 48 x 10; 64-64-64-64-10 does not fit one S = 4 core at batch 32, the reference).
+NETWORKS = ((64, 64, 10), (64, 32, 64, 48, 10))
 BATCH = 32
 #: ``(schedule, m)`` of the measured points.
 POINTS = [("gpipe", 1), ("gpipe", 2), ("gpipe", 4), ("gpipe", 8),
           ("1f1b", 2), ("1f1b", 4), ("1f1b", 8)]
 
 
-def run_micro(m: int, *, schedule: str = "gpipe", width: int = 8) -> dict:
-    """One measured pipeline step at ``m`` micro-batches; the derived figures."""
+def run_micro(layers, m: int, *, schedule: str = "gpipe", width: int = 8) -> dict:
+    """One measured pipeline step of the MLP ``layers`` at ``m`` micro-batches; the derived
+    figures."""
+    name = "-".join(map(str, layers))
     r = _bench("training_ring", "tiny", "sim.tb.training_ring", "bench_pipeline",
-               f"pipeline_{schedule}_m{m}_w{width}",
-               {"TB_LAYERS": ",".join(map(str, LAYERS)), "TB_BATCH": str(BATCH),
+               f"pipeline_{name}_{schedule}_m{m}_w{width}",
+               {"TB_LAYERS": ",".join(map(str, layers)), "TB_BATCH": str(BATCH),
                 "TB_MICRO": str(m), "TB_BENCH_WIDTH": str(width), "TB_SCHEDULE": schedule})
     p = 2
     busy = [c - k - i - (cb - ch) for c, k, i, cb, ch in
             zip(r["cycles"], r["check_cycles"], r["idle"], r["coll_busy"], r["coll_hidden"])]
     step = max(r["cycles"])
-    return {"schedule": schedule, "micro_batches": m, "stash_slots": r["stash_slots"],
+    return {"layers": name, "schedule": schedule, "micro_batches": m,
+            "stash_slots": r["stash_slots"],
             "step_cycles": step, "run_cycles": r["cycles"],
             "busy": busy, "coll_only": [cb - ch for cb, ch in zip(r["coll_busy"],
                                                                    r["coll_hidden"])],
@@ -65,7 +74,7 @@ def run_micro(m: int, *, schedule: str = "gpipe", width: int = 8) -> dict:
             "program_lengths": r["program_lengths"], "flits": r["flits"]}
 
 
-def model_bubble(m: int, schedule: str = "gpipe") -> float:
+def model_bubble(layers, m: int, schedule: str = "gpipe") -> float:
     """The golden model's bubble of array beats for the same stages (S = 4, tiny)."""
     import dataclasses
 
@@ -75,19 +84,19 @@ def model_bubble(m: int, schedule: str = "gpipe") -> float:
     from sim.host.compiler import MLP
     from sim.host.optim import Adam
     cfg = dataclasses.replace(CoreConfig.preset("tiny"), ranks=2)
-    desc = MLP(layers=LAYERS, batch=BATCH, micro_batches=m, optimizer=Adam(lr=3e-3))
+    desc = MLP(layers=layers, batch=BATCH, micro_batches=m, optimizer=Adam(lr=3e-3))
     pl = Pipeline(desc, cfg, 2, schedule=schedule)
     rng = np.random.default_rng(0)
     pl.init([(rng.standard_normal((a, b)) * 0.1).astype(np.float32)
-             for a, b in zip(LAYERS, LAYERS[1:])], [np.zeros(b, np.float32) for b in LAYERS[1:]])
-    pl.step(rng.standard_normal((BATCH, LAYERS[0])).astype(np.float32),
-            rng.integers(0, LAYERS[-1], BATCH), 1, precision=8)
+             for a, b in zip(layers, layers[1:])], [np.zeros(b, np.float32) for b in layers[1:]])
+    pl.step(rng.standard_normal((BATCH, layers[0])).astype(np.float32),
+            rng.integers(0, layers[-1], BATCH), 1, precision=8)
     return round(pl.timeline()["bubble"], 4)
 
 
 def to_markdown(data: dict) -> str:
     lines = ["# Pipeline parallelism on the RTL ring", "",
-             f"Digits MLP {'-'.join(map(str, data['layers']))} (Adam, widths {data['width']}) "
+             f"MLPs {', '.join(data['networks'])} (Adam, widths {data['width']}) "
              f"in two stages on the two S = {data['S']} cores of `training_ring` "
              f"(preset `tiny`, 16-bit links of latency 2) in Verilator, batch {data['batch']} "
              "in `m` micro-batches; every step checked bit-exactly against the golden model. "
@@ -96,21 +105,25 @@ def to_markdown(data: dict) -> str:
              "moving words); bubble = 1 - sum(busy) / (2 x step cycles). model = the golden "
              "model's timeline of the schedule with array beats (matmul passes only). stash = "
              "the stash slots per stage. speedup = one core's "
-             f"step on the same batch ({data['one_core_cycles']} cycles) / step cycles. "
+             "step of the same MLP on the same batch "
+             f"({', '.join(f'{k}: {v}' for k, v in data['one_core_cycles'].items())} cycles) "
+             "/ step cycles. "
              "Regenerate with `make bench-pipeline` (docs/multicore.md, \"Pipeline parallelism "
              "on the ring\").", "",
-             "| schedule | m | step cycles | busy (stage 0, 1) | coll only (stage 0, 1) | "
+             "| MLP | schedule | m | step cycles | busy (stage 0, 1) | coll only (stage 0, 1) | "
              "bubble | (p-1)/(m+p-1) | model (array beats) | speedup | stash | "
              "flits (link 0, 1) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in data["points"]:
-        lines.append(f"| {r['schedule']} | {r['micro_batches']} | {r['step_cycles']} | "
+        lines.append(f"| {r['layers']} | {r['schedule']} | {r['micro_batches']} | "
+                     f"{r['step_cycles']} | "
                      f"{r['busy'][0]}, {r['busy'][1]} | "
                      f"{r['coll_only'][0]}, {r['coll_only'][1]} | {r['bubble']:.4f} | "
                      f"{r['bubble_formula']:.4f} | {r['bubble_model']:.4f} | "
                      f"{r['speedup']:.3f} | {r['stash_slots'][0]}, {r['stash_slots'][1]} | "
                      f"{r['flits'][0]}, {r['flits'][1]} |")
-    lines += ["", f"Wall time {data['wall_seconds']} s ({data['machine']})."]
+    lines += ["", f"Wall time of the last run {data['wall_seconds']} s ({data['machine']}; "
+                  f"`--networks` reruns some MLPs and keeps the others' points)."]
     return "\n".join(lines)
 
 
@@ -118,23 +131,44 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", default=",".join(f"{s}:{m}" for s, m in POINTS),
                     help="comma-separated schedule:micro-batches points")
+    ap.add_argument("--networks", default=",".join("-".join(map(str, n)) for n in NETWORKS),
+                    help="comma-separated MLPs (e.g. 64-64-10); the others' points are kept "
+                         "from the existing docs/bench/pipeline.json")
     ap.add_argument("--width", type=int, default=8)
     args = ap.parse_args(argv)
     t0 = time.time()
-    one = run_point(1, BATCH, width=args.width)["step_cycles"]
+    nets = [tuple(int(v) for v in n.split("-")) for n in args.networks.split(",")]
+    names = ["-".join(map(str, n)) for n in NETWORKS]
+    for n in nets:
+        if n not in NETWORKS:
+            ap.error(f"--networks: {'-'.join(map(str, n))} is not one of {names}")
+    old = DOCS_BENCH / "pipeline.json"
+    prev = json.loads(old.read_text()) if old.exists() else {}
+    keep = [p for p in prev.get("points", []) if tuple(map(int, p["layers"].split("-")))
+            not in nets and p.get("width") == args.width]
+    one = {k: v for k, v in prev.get("one_core_cycles", {}).items()
+           if tuple(map(int, k.split("-"))) not in nets} if isinstance(
+        prev.get("one_core_cycles"), dict) else {}
     points = []
-    for point in args.points.split(","):
-        schedule, m = point.split(":")
-        m = int(m)
-        r = run_micro(m, schedule=schedule, width=args.width)
-        r["bubble_model"] = model_bubble(m, schedule)
-        r["speedup"] = round(one / r["step_cycles"], 4)
-        print(f"pipeline {schedule} m={m}: {r['step_cycles']} cycles, bubble {r['bubble']} "
-              f"(formula {r['bubble_formula']}, model {r['bubble_model']}), "
-              f"speedup {r['speedup']}")
-        points.append(r)
-    data = {"bench": "pipeline", "layers": list(LAYERS), "batch": BATCH, "width": args.width,
-            "S": 4, "stages": 2, "one_core_cycles": one,
+    for layers in nets:
+        name = "-".join(map(str, layers))
+        one[name] = run_point(1, BATCH, width=args.width,
+                              layers=",".join(map(str, layers)))["step_cycles"]
+        for point in args.points.split(","):
+            schedule, m = point.split(":")
+            m = int(m)
+            r = run_micro(layers, m, schedule=schedule, width=args.width)
+            r["width"] = args.width
+            r["bubble_model"] = model_bubble(layers, m, schedule)
+            r["speedup"] = round(one[name] / r["step_cycles"], 4)
+            print(f"pipeline {name} {schedule} m={m}: {r['step_cycles']} cycles, bubble "
+                  f"{r['bubble']} (formula {r['bubble_formula']}, model {r['bubble_model']}), "
+                  f"speedup {r['speedup']}")
+            points.append(r)
+    points = sorted(keep + points, key=lambda p: (names.index(p["layers"]),
+                                                 p["schedule"] != "gpipe", p["micro_batches"]))
+    data = {"bench": "pipeline", "networks": [n for n in names if n in one], "batch": BATCH,
+            "width": args.width, "S": 4, "stages": 2, "one_core_cycles": one,
             "points": points, "wall_seconds": round(time.time() - t0, 1),
             "machine": platform.machine()}
     publish("pipeline", data, to_markdown(data))

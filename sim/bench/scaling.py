@@ -39,12 +39,14 @@ def _bench(block, preset, module, testcase, name, env) -> dict:
 
 
 def run_point(ranks: int, per_core: int, *, width: int = 8, per_layer: bool = False,
-              comp: str = "none") -> dict:
-    """One measured step on ``ranks`` cores (1: the single training core)."""
-    env = {"TB_LAYERS": LAYERS, "TB_BATCH": str(per_core), "TB_BENCH_WIDTH": str(width)}
+              comp: str = "none", layers: str = LAYERS) -> dict:
+    """One measured step on ``ranks`` cores (1: the single training core) of the MLP
+    ``layers`` (comma-separated widths)."""
+    env = {"TB_LAYERS": layers, "TB_BATCH": str(per_core), "TB_BENCH_WIDTH": str(width)}
     if ranks == 1:
+        tag = "" if layers == LAYERS else "_" + layers.replace(",", "-")
         r = _bench("training_core", "tiny", "sim.tb.core", "bench_step",
-                   f"scaling_n1_b{per_core}_w{width}", {**env, "TB_OPT": "adam"})
+                   f"scaling_n1_b{per_core}_w{width}{tag}", {**env, "TB_OPT": "adam"})
         return {"ranks": 1, "batch_per_core": per_core, "global_batch": per_core,
                 "width": width, "step_cycles": r["run_cycles"], "coll_busy": [0],
                 "coll_hidden": [0], "flits": [0]}

@@ -305,8 +305,7 @@ class RingPipeline(Pipeline):
         for s, run in enumerate(res["run"]):
             if run[0] != 0:
                 raise AssertionError(f"stage {s} step program stopped with {run}")
-        self.link_words += sum(self.multi.sendrecv_words) - getattr(self, "_sent", 0)
-        self._sent = sum(self.multi.sendrecv_words)
+        self.link_words = sum(self.multi.sendrecv_words)    # every word the ring's links moved
         return res
 
     def step(self, *args, **kwargs):

@@ -12,7 +12,7 @@ from hdl.multi.config import (CollComp, CollectiveConfig, CollOp, CollStatus, Li
 from hdl.multi.ring import CollectiveRing, WordMemory
 from sim.model.collective import CollectiveModel, link_flits, sendrecv_flits
 from sim.model.fp32 import f32_to_bits
-from sim.tb.collective_tb import command, run_ring
+from sim.tb.collective_tb import check_ring, command, run_ring
 
 DEPTH = 24
 FP32 = FP32Config.preset("tiny")
@@ -32,40 +32,7 @@ def _images(seed, N):
     return [f32_to_bits(v.astype(np.float32)) for v in x]
 
 
-def _check(dut, images, cmds, **kw):
-    """Run ``cmds`` (each the same on every rank, or a per-rank list) on the RTL and the
-    model; everything must agree bit for bit."""
-    N = dut.config.collective.ranks
-    model = CollectiveModel(dut.config.collective)
-    for r in range(N):
-        model.mem[r][:] = images[r]
-    run = run_ring(dut, images, cmds, **kw)
-    flits = [0] * N
-    for c, got in zip(cmds, run.responses):
-        cs = c if isinstance(c, list) else [c] * N
-        statuses = model.execute(cs)
-        assert [g["status"] for g in got] == statuses, (c, got)
-        assert [g["flags"] for g in got] == model.flags, (c, got)
-        ok = [st == CollStatus.OK for st in statuses]
-        if all(ok) and cs[0]["op"] == CollOp.ALLREDUCE:
-            c0 = cs[0]
-            sent = link_flits(dut.config.collective, dut.config.link.width, length=c0["length"],
-                              seg=c0["seg"], comp=c0["comp"], width=c0["width"])
-            flits = [a + b for a, b in zip(flits, sent)]
-        elif any(ok):                                   # SENDRECV: one step, step 0
-            sent = sendrecv_flits(dut.config.link.width,
-                                  [cr["length"] if o else 0 for cr, o in zip(cs, ok)])
-            flits = [a + b for a, b in zip(flits, sent)]
-            assert all(g["step"] == 0 and g["flags"] == 0 and g["cycles"] > 0
-                       for g, o in zip(got, ok) if o), got
-    for r in range(N):
-        bad = np.flatnonzero(run.memories[r] != model.mem[r])
-        assert bad.size == 0, (f"rank {r} words {bad.tolist()}: got "
-                               f"{[hex(v) for v in run.memories[r][bad]]}, expected "
-                               f"{[hex(v) for v in model.mem[r][bad]]}")
-    assert run.flits == flits
-    assert run.overflow == 0
-    return run
+_check = check_ring
 
 
 #: (base, length, seg): divisible, not divisible, length < N (empty segments), one word,

@@ -69,6 +69,7 @@ from ..lib.memport import WordPort
 from ..lib.mustuse import mark_used
 from .codec import mode_layout
 from .config import CollComp, CollectiveConfig, CollOp, CollStatus
+from .topk import TopKOp, TopKPass
 
 __all__ = ["CollectiveEngine", "cmd_layout", "rsp_layout"]
 
@@ -80,11 +81,15 @@ def cmd_layout(config: CollectiveConfig) -> data.StructLayout:
     """``op`` (:class:`~hdl.multi.config.CollOp`), ``base``, ``length``, ``seg`` (words per
     segment), ``timeout`` (cycles without progress before ``TIMEOUT``), ``comp``
     (:class:`~hdl.multi.config.CollComp`), ``width`` (BFP mantissa width), and for
-    ``SENDRECV`` the receive region ``rbase``, ``rlength`` (``seg`` unused)."""
+    ``SENDRECV`` the receive region ``rbase``, ``rlength`` (``seg`` unused); a top-k
+    ``ALLREDUCE`` (``comp = CollComp.TOPK``) reads the residual at ``rbase`` (``length``
+    words) and gathers the messages at ``gbase`` (``seg``, ``width`` and ``rlength``
+    unused)."""
     return data.StructLayout({"op": 2, "base": config.addr_bits, "length": config.len_bits,
                               "seg": config.len_bits, "timeout": config.timeout_bits,
-                              "comp": 1, "width": width_shape(config.bfp),
-                              "rbase": config.addr_bits, "rlength": config.len_bits})
+                              "comp": 2, "width": width_shape(config.bfp),
+                              "rbase": config.addr_bits, "rlength": config.len_bits,
+                              "gbase": config.addr_bits})
 
 
 def rsp_layout(config: CollectiveConfig) -> data.StructLayout:
@@ -174,6 +179,9 @@ class CollectiveEngine(wiring.Component):
 
         m.submodules.add = add = FP32Add(config=self.fp32_config)
         m.submodules.txq = txq = SyncFIFOBuffered(width=32, depth=cfg.tx_fifo_depth)
+        TK = cfg.topk
+        if TK is not None:
+            m.submodules.topk = tkp = TopKPass(config=cfg, fp32_config=self.fp32_config)
 
         # ---- command registers -------------------------------------------------------------
         base = Signal(ab, name="base")
@@ -183,6 +191,12 @@ class CollectiveEngine(wiring.Component):
         rlength = Signal(lb, name="rlength")
         p2p = Signal(name="p2p")                           # the command is a SENDRECV
         timeout = Signal(cfg.timeout_bits, name="timeout")
+        tk_on = Signal(name="tk_on")                       # a top-k all-reduce
+        tk_base = Signal(ab, name="tk_base")               # its gradient, residual, buffer
+        tk_len = Signal(lb, name="tk_len")
+        tk_rbase = Signal(ab, name="tk_rbase")
+        tk_gbase = Signal(ab, name="tk_gbase")
+        tk_m = Signal(lb, name="tk_m")                     # words per message
         step = Signal(range(cfg.steps(CollComp.BFP) + 1), name="step")
         last_step = Signal(range(cfg.steps(CollComp.BFP)), name="last_step")
         new_mode = Signal(mode_layout(cfg.bfp), name="new_mode")
@@ -315,6 +329,40 @@ class CollectiveEngine(wiring.Component):
         ragged_seg = Signal(name="cmd_ragged_seg")
         m.d.comb += [ragged_len.eq(bfp & (cmd.length[:G.bit_length() - 1] != 0)),
                      ragged_seg.eq(bfp & (cmd.seg[:G.bit_length() - 1] != 0))]
+        # top-k: message words M of the command's length, and the checks of its 3 regions
+        is_topk = Signal(name="cmd_topk")
+        m.d.comb += is_topk.eq(~is_p2p & (cmd.comp == CollComp.TOPK))
+        wide = lb + 6
+        msg_words = Signal(wide, name="cmd_msg_words")
+        gend = Signal(wide + 1, name="cmd_gend")
+        tk_bad_len = Signal(name="cmd_tk_bad_len")
+        if TK is not None:
+            lg = TK.seg.bit_length() - 1
+            last = Signal(lg, name="cmd_tk_last")
+            last_words = Signal(range(TK.segment_words(TK.k) + 1), name="cmd_tk_last_words")
+            m.d.comb += last.eq(cmd.length[:lg])
+            with m.Switch(Mux(last < TK.k, last, TK.k)):
+                for v in range(TK.k + 1):
+                    with m.Case(v):
+                        m.d.comb += last_words.eq(TK.segment_words(v))
+            m.d.comb += [msg_words.eq((cmd.length >> lg) * TK.segment_words(TK.seg)
+                                      + last_words),
+                         gend.eq(cmd.gbase + N * msg_words)]
+            rlen_end = Signal(lb + 1, name="cmd_tk_rend")
+            m.d.comb += rlen_end.eq(cmd.rbase + cmd.length)
+
+            def apart(b1, e1, b2, e2):      # [b1, e1) and [b2, e2) share no word
+                return (e1 <= b2) | (e2 <= b1)
+
+            m.d.comb += tk_bad_len.eq(
+                (cmd.length == 0) | (end > cfg.depth) | (rlen_end > cfg.depth)
+                | (gend > cfg.depth) | ~apart(cmd.base, end, cmd.rbase, rlen_end)
+                | ~apart(cmd.base, end, cmd.gbase, gend)
+                | ~apart(cmd.rbase, rlen_end, cmd.gbase, gend))
+        bad_comp = Signal(name="cmd_bad_comp")
+        m.d.comb += bad_comp.eq((cmd.comp == 3) | (bfp & ~width_ok)
+                                | (is_p2p & (cmd.comp != CollComp.NONE))
+                                | (is_topk if TK is None else 0))
         drained = Signal(name="drained")
         m.d.comb += drained.eq(~txq.r_rdy & (tx_occ == 0) & ~tx_rd_pending)
 
@@ -330,14 +378,15 @@ class CollectiveEngine(wiring.Component):
                         m.d.sync += rsp.status.eq(CollStatus.BAD_OP)
                         m.next = "RESP"
                     # SENDRECV: FP32 words only (comp = NONE), whatever the width
-                    with m.Elif(bfp & (is_p2p | ~width_ok)):
+                    with m.Elif(bad_comp):
                         m.d.sync += rsp.status.eq(CollStatus.BAD_COMP)
                         m.next = "RESP"
                     with m.Elif(Mux(is_p2p, p2p_bad_len,
-                                    (cmd.length == 0) | (end > cfg.depth) | ragged_len)):
+                                    Mux(is_topk, tk_bad_len,
+                                        (cmd.length == 0) | (end > cfg.depth) | ragged_len))):
                         m.d.sync += rsp.status.eq(CollStatus.BAD_LEN)
                         m.next = "RESP"
-                    with m.Elif(~is_p2p
+                    with m.Elif(~is_p2p & ~is_topk
                                 & ((cmd.seg == 0) | (cmd.seg * N < cmd.length) | ragged_seg)):
                         m.d.sync += rsp.status.eq(CollStatus.BAD_SEG)
                         m.next = "RESP"
@@ -346,13 +395,22 @@ class CollectiveEngine(wiring.Component):
                         m.next = "RESP"
                     with m.Else():
                         # SENDRECV: one all-gather-like step (no adds), step 0 the last
+                        # top-k: N - 1 all-gather steps of the messages (segment q: rank
+                        # q's message), between the COMPRESS and SUM passes
                         m.d.sync += [step.eq(0), send_idx.eq(self.rank),
-                                     recv_idx.eq(dec(self.rank)), reduce.eq(~is_p2p),
+                                     recv_idx.eq(dec(self.rank)), reduce.eq(~is_p2p & ~is_topk),
                                      rsp.status.eq(CollStatus.OK), idle_cnt.eq(0),
-                                     new_mode.comp.eq(cmd.comp), new_mode.width.eq(cmd.width),
+                                     new_mode.comp.eq(bfp), new_mode.width.eq(cmd.width),
                                      last_step.eq(Mux(is_p2p, 0,
                                                       Mux(bfp, cfg.steps(CollComp.BFP) - 1,
-                                                          cfg.steps() - 1)))]
+                                                          Mux(is_topk, N - 2,
+                                                              cfg.steps() - 1)))),
+                                     tk_on.eq(is_topk), tk_base.eq(cmd.base),
+                                     tk_len.eq(cmd.length), tk_rbase.eq(cmd.rbase),
+                                     tk_gbase.eq(cmd.gbase), tk_m.eq(msg_words)]
+                        with m.If(is_topk):
+                            m.d.sync += [base.eq(cmd.gbase), length.eq(N * msg_words),
+                                         seg.eq(msg_words)]
                         m.next = "CODEC"
             with m.State("CODEC"):
                 # the transmit codec may still send the last groups of the previous command
@@ -361,6 +419,9 @@ class CollectiveEngine(wiring.Component):
                     m.d.comb += self.codec_clear.eq(1)
                     m.d.sync += self.mode.eq(new_mode)
                     m.next = "SETUP"
+                    if TK is not None:
+                        with m.If(tk_on):
+                            m.next = "TK_COMP"
                 with m.Elif(idle_cnt >= timeout):
                     m.d.sync += [rsp.status.eq(CollStatus.TIMEOUT), rsp.step.eq(0),
                                  rsp.cycles.eq(cycles)]
@@ -397,8 +458,10 @@ class CollectiveEngine(wiring.Component):
                 with m.If((tx_sent == send_len) & (rx_done == recv_len) & running):
                     m.d.sync += [running.eq(0), step.eq(step + 1), send_idx.eq(dec(send_idx)),
                                  recv_idx.eq(dec(recv_idx)),
-                                 reduce.eq(step + 1 < cfg.ranks - 1)]
-                    with m.If(step == last_step):
+                                 reduce.eq((step + 1 < cfg.ranks - 1) & ~tk_on)]
+                    with m.If((step == last_step) & (tk_on if TK is not None else 0)):
+                        m.next = "TK_SUM" if TK is not None else "RESP"
+                    with m.Elif(step == last_step):
                         m.d.sync += [rsp.cycles.eq(cycles), rsp.flags.eq(self.codec_flags),
                                      self.loop.eq(0)]
                         m.next = "RESP"
@@ -413,8 +476,40 @@ class CollectiveEngine(wiring.Component):
                                  rsp.status.eq(CollStatus.TIMEOUT), rsp.step.eq(step),
                                  rsp.cycles.eq(cycles), rsp.flags.eq(self.codec_flags)]
                     m.next = "RESP"
+            if TK is not None:
+                tc = tkp.cmd.payload
+                m.d.comb += [tc.base.eq(tk_base), tc.length.eq(tk_len), tc.rbase.eq(tk_rbase),
+                             tc.mlen.eq(tk_m)]
+                with m.State("TK_COMP"):
+                    # this rank's message goes to its own place q = r of the buffer
+                    m.d.comb += [self.busy.eq(1), tkp.cmd.valid.eq(1),
+                                 tc.op.eq(TopKOp.COMPRESS),
+                                 tc.gbase.eq(tk_gbase + self.rank * tk_m)]
+                    with m.If(tkp.cmd.ready):
+                        m.next = "TK_COMP_WAIT"
+                with m.State("TK_COMP_WAIT"):
+                    m.d.comb += self.busy.eq(1)
+                    with m.If(~tkp.busy):
+                        m.next = "SETUP"
+                with m.State("TK_SUM"):
+                    m.d.comb += [self.busy.eq(1), tkp.cmd.valid.eq(1), tc.op.eq(TopKOp.SUM),
+                                 tc.gbase.eq(tk_gbase)]
+                    with m.If(tkp.cmd.ready):
+                        m.next = "TK_SUM_WAIT"
+                with m.State("TK_SUM_WAIT"):
+                    m.d.comb += self.busy.eq(1)
+                    with m.If(~tkp.busy):
+                        m.d.sync += [rsp.cycles.eq(cycles), rsp.flags.eq(self.codec_flags)]
+                        m.next = "RESP"
             with m.State("RESP"):
                 m.d.comb += self.rsp.valid.eq(1)
                 with m.If(self.rsp.ready):
                     m.next = "IDLE"
+        if TK is not None:
+            # the local passes own the memory port while they run (the ring is then idle)
+            m.d.comb += tkp.mem.r_data.eq(port.r_data)
+            with m.If(tkp.busy):
+                m.d.comb += [port.r_en.eq(tkp.mem.r_en), port.r_addr.eq(tkp.mem.r_addr),
+                             port.w_en.eq(tkp.mem.w_en), port.w_addr.eq(tkp.mem.w_addr),
+                             port.w_data.eq(tkp.mem.w_data)]
         return m

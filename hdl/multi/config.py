@@ -13,7 +13,7 @@ from typing import ClassVar
 from ..config import BFPConfig, PresetMixin, check_int
 
 __all__ = ["LinkConfig", "CollectiveConfig", "RingConfig", "CollOp", "CollComp", "CollStatus",
-           "bfp_packet_bits", "flits_per_group", "nan_group_exp",
+           "TopK", "bfp_packet_bits", "flits_per_group", "nan_group_exp",
            "split_ranks_suffix"]
 
 
@@ -30,7 +30,11 @@ class CollComp:
     """Link compression of a command (``cmd.payload.comp``), chosen at run time."""
     NONE = 0   #: FP32 words on the wire
     BFP = 1    #: BFP groups (``bfp.group_size`` words, shared exponent, ``width``-bit mantissas)
-    ALL = (NONE, BFP)
+    #: top-k sparsification with error feedback (:class:`TopK`): every rank's ``(index,
+    #: value)`` messages gathered around the ring and summed in rank order (``ALLREDUCE`` on
+    #: an engine built with ``CollectiveConfig.topk``)
+    TOPK = 2
+    ALL = (NONE, BFP, TOPK)
 
 
 def split_ranks_suffix(owner, name: str) -> tuple[str, int | None]:
@@ -84,6 +88,59 @@ class CollStatus:
     BAD_COMP = 6
     NAMES = {OK: "OK", TIMEOUT: "TIMEOUT", BAD_OP: "BAD_OP", BAD_LEN: "BAD_LEN",
              BAD_SEG: "BAD_SEG", BAD_TIMEOUT: "BAD_TIMEOUT", BAD_COMP: "BAD_COMP"}
+
+
+@dataclass(frozen=True)
+class TopK:
+    """Top-k link compression: per segment of ``seg`` words, the ``k`` words of largest
+    magnitude are sent as ``(index, value)`` pairs (golden model :mod:`sim.model.compress`,
+    hardware :mod:`hdl.multi.topk`).
+
+    The message of a vector (what the hardware stores and sends, in 32-bit words) holds, per
+    segment of ``n`` words (the last may be shorter), ``n_sel = min(k, n)`` pairs:
+    ``ceil(n_sel / per_word)`` index words (``per_word`` indices of ``index_bits`` bits each,
+    the first in the low bits, unused fields 0) followed by the ``n_sel`` values, both in
+    selection order (largest magnitude first, equal magnitudes lower index first).
+
+    Parameters
+    ----------
+    seg : int
+        Words per segment (>= 1).
+    k : int
+        Words sent per segment, 1..``seg``.
+    """
+
+    seg: int = 256
+    k: int = 16
+
+    def __post_init__(self):
+        check_int("TopK", "seg", self.seg, lo=1)
+        check_int("TopK", "k", self.k, lo=1, hi=self.seg)
+
+    @property
+    def index_bits(self) -> int:
+        """Bits of an index inside a segment: ``ceil(log2(seg))`` (0 for ``seg = 1``)."""
+        return (self.seg - 1).bit_length()
+
+    @property
+    def pair_bits(self) -> int:
+        """Bits of one ``(index, value)`` pair."""
+        return self.index_bits + 32
+
+    @property
+    def per_word(self) -> int:
+        """Indices packed in one 32-bit index word of a message."""
+        return 32 // max(1, self.index_bits)
+
+    def segment_words(self, n: int) -> int:
+        """Message words of a segment of ``n`` words (``0 <= n <= seg``)."""
+        sel = min(self.k, n)
+        return sel + -(-sel // self.per_word)
+
+    def message_words(self, length: int) -> int:
+        """Message words of a vector of ``length`` words."""
+        full, last = divmod(length, self.seg)
+        return full * self.segment_words(self.seg) + self.segment_words(last)
 
 
 @dataclass(frozen=True)
@@ -148,6 +205,10 @@ class CollectiveConfig(PresetMixin):
     bfp : BFPConfig
         The BFP format of compressed links (``CollComp.BFP``): ``group_size`` (a power of
         two), ``max_mantissa`` (the widths a command may choose), ``exp_bits``.
+    topk : TopK or None
+        Top-k compression (``CollComp.TOPK``): ``None`` builds the engine without it (the
+        command answers ``BAD_COMP``). ``seg`` must be a power of two, 2..``depth``, and
+        ``k`` at most 64 (the selection unit keeps ``k`` candidates in registers).
     """
 
     ranks: int = 4
@@ -155,9 +216,12 @@ class CollectiveConfig(PresetMixin):
     timeout_bits: int = 16
     tx_fifo_depth: int = 4
     bfp: BFPConfig = BFPConfig()
+    topk: TopK | None = None
 
     PRESETS: ClassVar[dict[str, dict]] = {
-        "tiny": {"ranks": 2, "depth": 64, "bfp": BFPConfig.preset("tiny")}, "default": {}}
+        "tiny": {"ranks": 2, "depth": 64, "bfp": BFPConfig.preset("tiny"),
+                 "topk": TopK(seg=8, k=2)},
+        "default": {"topk": TopK(seg=64, k=8)}}
 
     def __post_init__(self):
         check_int("CollectiveConfig", "ranks", self.ranks, lo=2, hi=16)
@@ -170,6 +234,15 @@ class CollectiveConfig(PresetMixin):
         g = self.bfp.group_size
         if g & (g - 1):
             raise ValueError(f"CollectiveConfig.bfp.group_size must be a power of two, not {g!r}")
+        if self.topk is not None:
+            if not isinstance(self.topk, TopK):
+                raise TypeError(f"CollectiveConfig.topk must be a TopK or None, not "
+                                f"{type(self.topk).__name__}")
+            sg = self.topk.seg
+            if sg < 2 or sg & (sg - 1) or sg > self.depth:
+                raise ValueError(f"CollectiveConfig.topk.seg must be a power of two in "
+                                 f"2..depth ({self.depth}), not {sg!r}")
+            check_int("CollectiveConfig", "topk.k", self.topk.k, lo=1, hi=64)
 
     @property
     def addr_bits(self) -> int:

@@ -80,12 +80,17 @@ def _overlap(base: int, length: int, rbase: int, rlength: int) -> bool:
 
 def validate(config: CollectiveConfig, *, op: int, base: int, length: int, seg: int = 0,
              timeout: int, comp: int = CollComp.NONE, width: int = 0, rbase: int = 0,
-             rlength: int = 0) -> int:
+             rlength: int = 0, gbase: int = 0) -> int:
     """The status the engine answers before running (``OK`` when it runs). ``rbase`` and
-    ``rlength`` only count for ``SENDRECV``, ``seg`` only for ``ALLREDUCE``."""
+    ``rlength`` only count for ``SENDRECV``, ``seg`` only for a plain or BFP ``ALLREDUCE``;
+    a top-k ``ALLREDUCE`` (``comp = CollComp.TOPK``) checks its three regions: the vector
+    ``[base, +length)``, the residual ``[rbase, +length)`` and the gather buffer
+    ``[gbase, +N * TopK.message_words(length))``."""
     cfg = _check_config(config)
     G = cfg.bfp.group_size
     bfp = comp == CollComp.BFP
+    if comp not in CollComp.ALL:
+        return CollStatus.BAD_COMP if op in CollOp.ALL else CollStatus.BAD_OP
     if op == CollOp.SENDRECV:
         if comp != CollComp.NONE:
             return CollStatus.BAD_COMP
@@ -99,6 +104,15 @@ def validate(config: CollectiveConfig, *, op: int, base: int, length: int, seg: 
         return CollStatus.BAD_OP
     if bfp and width not in cfg.bfp.widths:
         return CollStatus.BAD_COMP
+    if comp == CollComp.TOPK:
+        if cfg.topk is None:
+            return CollStatus.BAD_COMP
+        glen = cfg.ranks * cfg.topk.message_words(length)
+        if (length == 0 or base + length > cfg.depth or rbase + length > cfg.depth
+                or gbase + glen > cfg.depth or _overlap(base, length, rbase, length)
+                or _overlap(base, length, gbase, glen) or _overlap(rbase, length, gbase, glen)):
+            return CollStatus.BAD_LEN
+        return CollStatus.BAD_TIMEOUT if timeout == 0 else CollStatus.OK
     if length == 0 or base + length > cfg.depth or (bfp and length % G):
         return CollStatus.BAD_LEN
     if seg == 0 or seg * cfg.ranks < length or (bfp and seg % G):
@@ -175,6 +189,8 @@ def link_flits(config: CollectiveConfig, flit_bits: int, *, length: int, seg: in
     leaves rank ``r``): ``32 / flit_bits`` per word, or :func:`flits_per_group` per BFP
     group; the local step puts none."""
     N = config.ranks
+    if comp == CollComp.TOPK:      # every rank's message crosses N - 1 links
+        return [(N - 1) * config.topk.message_words(length) * (32 // flit_bits)] * N
     segs = segments(length, seg, N)
     out = []
     for r in range(N):
@@ -242,7 +258,7 @@ def sendrecv_flits(flit_bits: int, lengths) -> list[int]:
 
 #: command fields :meth:`CollectiveModel.execute` fills in when left out
 _DEFAULTS = {"op": CollOp.ALLREDUCE, "seg": 0, "timeout": 1000, "comp": CollComp.NONE,
-             "width": 0, "rbase": 0, "rlength": 0}
+             "width": 0, "rbase": 0, "rlength": 0, "gbase": 0}
 
 
 class CollectiveModel:
@@ -265,11 +281,12 @@ class CollectiveModel:
 
     def allreduce(self, *, base: int, length: int, seg: int = 0, timeout: int = 1000,
                   op: int = CollOp.ALLREDUCE, comp: int = CollComp.NONE, width: int = 0,
-                  rbase: int = 0, rlength: int = 0) -> int:
+                  rbase: int = 0, rlength: int = 0, gbase: int = 0) -> int:
         """The same command on every rank (any ``op``, despite the name: a ``SENDRECV`` then
         needs ``length == rlength``); its status, the same on every rank."""
         return self.execute(dict(op=op, base=base, length=length, seg=seg, timeout=timeout,
-                                 comp=comp, width=width, rbase=rbase, rlength=rlength))[0]
+                                 comp=comp, width=width, rbase=rbase, rlength=rlength,
+                                 gbase=gbase))[0]
 
     def execute(self, commands) -> list[int]:
         """Run one command on every rank: ``commands`` is a mapping (the same command on
@@ -295,7 +312,17 @@ class CollectiveModel:
         ops = {cmds[r]["op"] for r in ok}
         if not ok:
             return statuses
-        if ops == {CollOp.ALLREDUCE}:
+        if ops == {CollOp.ALLREDUCE} and cmds[ok[0]]["comp"] == CollComp.TOPK:
+            keys = ("base", "length", "comp", "rbase", "gbase")
+            if len(ok) != N or any(tuple(c[k] for k in keys) != tuple(cmds[0][k] for k in keys)
+                                   for c in cmds):
+                raise ValueError("a top-k ALLREDUCE needs the same regions on every rank (and "
+                                 f"every rank accepting it): {cmds}, statuses {statuses}")
+            from .compress import topk_ring      # compress imports this module
+            c = cmds[0]
+            self.mem = topk_ring(self.mem, base=c["base"], length=c["length"], rbase=c["rbase"],
+                                 gbase=c["gbase"], topk=self.config.topk)
+        elif ops == {CollOp.ALLREDUCE}:
             keys = ("base", "length", "seg", "comp", "width")
             if len(ok) != N or any(tuple(c[k] for k in keys) != tuple(cmds[0][k] for k in keys)
                                    for c in cmds):

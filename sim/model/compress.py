@@ -20,50 +20,31 @@ Per all-reduce, rank ``r``:
 
 :func:`topk_allreduce` then delivers every rank's pairs to every other rank (an all-gather
 around the ring: each message crosses ``N - 1`` links) and every rank sums the ``N`` sparse
-vectors densely in rank order, ``((s_0 + s_1) + s_2) + ...`` (FP32), so all ranks hold the
-same bits. Bytes on the links are counted per link (:func:`topk_link_bits`).
+vectors densely in rank order starting from ``+0``, ``(((+0 + s_0) + s_1) + s_2) + ...``
+(FP32), so all ranks hold the same bits. Starting from ``+0`` makes the dense sum equal to
+adding only the sent words (``x + +0 == x`` for every ``x`` but ``-0``, and the running sum
+is never ``-0``), which is what the hardware does (:func:`topk_ring`, :mod:`hdl.multi.topk`). Bytes on the links are counted per link (:func:`topk_link_bits`).
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
 from hdl.config import check_int
+from hdl.multi.config import TopK
 
 from .collective import add_f32
 
-__all__ = ["TopK", "topk_select", "TopKState", "topk_allreduce", "topk_link_bits"]
+__all__ = ["TopK", "topk_select", "topk_order", "topk_message", "topk_unpack", "TopKState",
+           "topk_allreduce", "topk_link_bits", "topk_ring"]
 
 
-@dataclass(frozen=True)
-class TopK:
-    """Top-k compression parameters.
-
-    Parameters
-    ----------
-    seg : int
-        Words per segment (>= 1).
-    k : int
-        Words sent per segment, 1..``seg``.
-    """
-
-    seg: int = 256
-    k: int = 16
-
-    def __post_init__(self):
-        check_int("TopK", "seg", self.seg, lo=1)
-        check_int("TopK", "k", self.k, lo=1, hi=self.seg)
-
-    @property
-    def index_bits(self) -> int:
-        """Bits of an index inside a segment: ``ceil(log2(seg))`` (0 for ``seg = 1``)."""
-        return (self.seg - 1).bit_length()
-
-    @property
-    def pair_bits(self) -> int:
-        """Bits of one ``(index, value)`` pair."""
-        return self.index_bits + 32
+def topk_order(words: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``min(k, len(words))`` words (uint32) of largest magnitude, in selection
+    order: largest first, equal magnitudes lower index first (what
+    :class:`hdl.multi.topk_select.TopKSelect` holds in its slots)."""
+    mag = (np.asarray(words, np.uint32) & np.uint32(0x7FFFFFFF)).astype(np.int64)
+    # stable sort on -magnitude: equal magnitudes keep ascending index order
+    return np.argsort(-mag, kind="stable")[:k]
 
 
 def topk_select(words: np.ndarray, topk: TopK) -> np.ndarray:
@@ -72,14 +53,46 @@ def topk_select(words: np.ndarray, topk: TopK) -> np.ndarray:
     if not isinstance(topk, TopK):
         raise TypeError(f"topk must be a TopK, not {type(topk).__name__}")
     words = np.asarray(words, np.uint32)
-    mag = (words & np.uint32(0x7FFFFFFF)).astype(np.int64)
     mask = np.zeros(len(words), bool)
     for s0 in range(0, len(words), topk.seg):
-        m = mag[s0:s0 + topk.seg]
-        # stable sort on -magnitude: equal magnitudes keep ascending index order
-        order = np.argsort(-m, kind="stable")[:topk.k]
-        mask[s0 + order] = True
+        mask[s0 + topk_order(words[s0:s0 + topk.seg], topk.k)] = True
     return mask
+
+
+def topk_message(acc: np.ndarray, topk: TopK) -> np.ndarray:
+    """The message (uint32 words, :class:`~hdl.multi.config.TopK`'s format) sending the
+    selected words of ``acc``: per segment the packed index words, then the values, both in
+    selection order (:func:`topk_order`)."""
+    acc = np.asarray(acc, np.uint32)
+    ib, pw = max(1, topk.index_bits), topk.per_word
+    out = []
+    for s0 in range(0, len(acc), topk.seg):
+        order = topk_order(acc[s0:s0 + topk.seg], topk.k)
+        for w in range(0, len(order), pw):
+            out.append(sum(int(i) << (p * ib) for p, i in enumerate(order[w:w + pw])))
+        out.extend(int(v) for v in acc[s0 + order])
+    msg = np.array(out, np.uint32)
+    assert len(msg) == topk.message_words(len(acc))
+    return msg
+
+
+def topk_unpack(msg: np.ndarray, length: int, topk: TopK) -> tuple[np.ndarray, np.ndarray]:
+    """``(indices, values)`` (global indices, in message order) of a message of a vector of
+    ``length`` words; ``ValueError`` if ``msg`` has the wrong size."""
+    msg = np.asarray(msg, np.uint32)
+    if len(msg) != topk.message_words(length):
+        raise ValueError(f"a message of a {length}-word vector has "
+                         f"{topk.message_words(length)} words, not {len(msg)}")
+    ib, pw = max(1, topk.index_bits), topk.per_word
+    idx, val, pos = [], [], 0
+    for s0 in range(0, length, topk.seg):
+        n = min(topk.k, length - s0)
+        iw = -(-n // pw)
+        for j in range(n):
+            idx.append(s0 + ((int(msg[pos + j // pw]) >> ((j % pw) * ib)) & ((1 << ib) - 1)))
+        val.extend(msg[pos + iw:pos + iw + n])
+        pos += iw + n
+    return np.array(idx, np.int64), np.array(val, np.uint32)
 
 
 class TopKState:
@@ -128,12 +141,39 @@ def topk_allreduce(grads, states: list[TopKState]) -> tuple[list[np.ndarray], li
         raise ValueError(f"topk_allreduce needs >= 2 ranks and one state per rank, not "
                          f"{N} gradients and {len(states)} states")
     length = len(states[0].residual)
-    total = None
+    total = np.zeros(length, np.uint32)          # +0: the sum starts from +0 (module doc)
     pairs = []
     for g, st in zip(grads, states):
         idx, val = st.compress(g)
         pairs.append(len(idx))
         dense = np.zeros(length, np.uint32)
         dense[idx] = val
-        total = dense if total is None else add_f32(total, dense)
+        total = add_f32(total, dense)
     return [total.copy() for _ in range(N)], topk_link_bits(pairs, states[0].topk)
+
+
+def topk_ring(memories, *, base: int, length: int, rbase: int, gbase: int,
+              topk: TopK) -> list[np.ndarray]:
+    """The memories after a top-k all-reduce on the hardware ring (an ``ALLREDUCE`` with
+    ``comp = CollComp.TOPK``; :mod:`hdl.multi.topk`): rank ``r``'s gradient at
+    ``mem[base:+length]``, residual at ``mem[rbase:+length]``, and a gather buffer at ``gbase``
+    of ``N`` messages (:meth:`TopK.message_words` each, rank ``q``'s at ``q``-th place).
+    Afterwards every rank holds the rank-order sum at ``base``, its new residual at ``rbase``
+    and all ``N`` messages in the buffer: the same numbers as :func:`topk_allreduce`."""
+    N = len(memories)
+    M = topk.message_words(length)
+    out = [np.array(mem, np.uint32) for mem in memories]
+    msgs = []
+    for mem in out:
+        acc = add_f32(mem[base:base + length], mem[rbase:rbase + length])
+        mask = topk_select(acc, topk)
+        mem[rbase:rbase + length] = np.where(mask, np.uint32(0), acc)
+        msgs.append(topk_message(acc, topk))
+    total = np.zeros(length, np.uint32)
+    for msg in msgs:                  # rank order, each sent word added to the running sum
+        idx, val = topk_unpack(msg, length, topk)
+        total[idx] = add_f32(total[idx], val)
+    for mem in out:
+        mem[gbase:gbase + N * M] = np.concatenate(msgs)
+        mem[base:base + length] = total
+    return out

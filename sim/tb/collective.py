@@ -100,7 +100,8 @@ class TB:
         """Send one command to every rank; return the responses (fields) after checking the
         statuses against the model's (unless ``check_model`` is off)."""
         c = self.config.collective
-        fields = {"comp": CollComp.NONE, "width": 0, "rbase": 0, "rlength": 0, **fields}
+        fields = {"comp": CollComp.NONE, "width": 0, "rbase": 0, "rlength": 0, "gbase": 0,
+                  **fields}
         word = pack(cmd_layout(c), {"op": CollOp.ALLREDUCE, **fields})
         tasks = [cocotb.start_soon(d.send(word)) for d in self.cmd]
         for t in tasks:

@@ -15,25 +15,28 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hdl.multi.collective import cmd_layout, rsp_layout
-from hdl.multi.config import CollComp, CollOp
+from hdl.multi.config import CollComp, CollOp, CollStatus
+from sim.model.collective import CollectiveModel, link_flits, sendrecv_flits
 
 from .amaranth_tb import run_sim
 from .payload import pack, unpack
 
-__all__ = ["RingRun", "run_ring", "command"]
+__all__ = ["RingRun", "run_ring", "command", "check_ring"]
 
 
 def command(*, base, length, seg=0, timeout, op=CollOp.ALLREDUCE, comp=CollComp.NONE,
-            width=0, rbase=0, rlength=0) -> dict | list[dict]:
+            width=0, rbase=0, rlength=0, gbase=0) -> dict | list[dict]:
     """One command's fields (:func:`hdl.multi.collective.cmd_layout`): a dict, which
     :func:`run_ring` sends to every rank. Any field given as a list or tuple (one value per
     rank; all such lists equally long) makes it a list of dicts, rank ``r`` getting element
     ``r`` of each list and the other fields as given: e.g. a ``SENDRECV`` where rank 0 sends
     and rank 1 receives, ``command(op=CollOp.SENDRECV, base=0, length=[4, 0], rbase=8,
     rlength=[0, 4], timeout=100)``. ``seg`` is unused by ``SENDRECV``, ``rbase`` /
-    ``rlength`` by ``ALLREDUCE``."""
+    ``rlength`` by ``ALLREDUCE``; a top-k ``ALLREDUCE`` (``comp = CollComp.TOPK``) uses
+    ``rbase`` (the residual) and ``gbase`` (the gather buffer), not ``seg``."""
     fields = {"op": op, "base": base, "length": length, "seg": seg, "timeout": timeout,
-              "comp": comp, "width": width, "rbase": rbase, "rlength": rlength}
+              "comp": comp, "width": width, "rbase": rbase, "rlength": rlength,
+              "gbase": gbase}
     per_rank = {k: list(v) for k, v in fields.items() if isinstance(v, (list, tuple))}
     if not per_rank:
         return fields
@@ -159,4 +162,42 @@ def run_ring(dut, images, commands, *, stall_prob: float = 0.0, seed: int = 0,
         run.overflow = ctx.get(dut.overflow)
 
     run_sim(dut, bench, processes=[stalls], max_cycles=max_cycles)
+    return run
+
+
+def check_ring(dut, images, cmds, **kw) -> RingRun:
+    """Run ``cmds`` (each the same on every rank, or a per-rank list; see :func:`command`) on
+    the RTL (:func:`run_ring`) and on :class:`~sim.model.collective.CollectiveModel`: the
+    statuses, flags, memories and flits per link must agree bit for bit, and no link FIFO
+    may overflow. Returns the run."""
+    N = dut.config.collective.ranks
+    model = CollectiveModel(dut.config.collective)
+    for r in range(N):
+        model.mem[r][:] = images[r]
+    run = run_ring(dut, images, cmds, **kw)
+    flits = [0] * N
+    for c, got in zip(cmds, run.responses):
+        cs = c if isinstance(c, list) else [c] * N
+        statuses = model.execute(cs)
+        assert [g["status"] for g in got] == statuses, (c, got)
+        assert [g["flags"] for g in got] == model.flags, (c, got)
+        ok = [st == CollStatus.OK for st in statuses]
+        if all(ok) and cs[0]["op"] == CollOp.ALLREDUCE:
+            c0 = cs[0]
+            sent = link_flits(dut.config.collective, dut.config.link.width, length=c0["length"],
+                              seg=c0["seg"], comp=c0["comp"], width=c0["width"])
+            flits = [a + b for a, b in zip(flits, sent)]
+        elif any(ok):                                   # SENDRECV: one step, step 0
+            sent = sendrecv_flits(dut.config.link.width,
+                                  [cr["length"] if o else 0 for cr, o in zip(cs, ok)])
+            flits = [a + b for a, b in zip(flits, sent)]
+            assert all(g["step"] == 0 and g["flags"] == 0 and g["cycles"] > 0
+                       for g, o in zip(got, ok) if o), got
+    for r in range(N):
+        bad = np.flatnonzero(run.memories[r] != model.mem[r])
+        assert bad.size == 0, (f"rank {r} words {bad.tolist()}: got "
+                               f"{[hex(v) for v in run.memories[r][bad]]}, expected "
+                               f"{[hex(v) for v in model.mem[r][bad]]}")
+    assert run.flits == flits
+    assert run.overflow == 0
     return run

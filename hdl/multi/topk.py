@@ -1,0 +1,288 @@
+"""The local passes of a top-k all-reduce: compress (error feedback and selection) and the
+rank-order sum of the gathered messages (docs/multicore.md, *Top-k compression in hardware*).
+
+The collective engine (:class:`hdl.multi.collective.CollectiveEngine`) runs a top-k
+all-reduce as ``COMPRESS``, then ``N - 1`` all-gather steps of the messages over the ring, then
+``SUM``; this block does the two local passes through the engine's memory port
+(:class:`~hdl.lib.memport.WordPort`, one read and one write per cycle).
+
+``COMPRESS`` (``base``: the gradient, ``length`` words; ``rbase``: the residual, ``length``
+words; ``gbase``: where the message goes), segment by segment (``seg`` words, the last may be
+shorter):
+
+* per word, two cycles: read ``grad[i]``, read ``residual[i]``; ``acc = grad + residual``
+  (:class:`~hdl.fp32.add.FP32Add`); ``residual[i] = acc`` and ``grad[i] = +0`` are written
+  (the gradient region becomes the zeroed accumulator of ``SUM``), and ``acc`` goes to the
+  selection unit (:class:`~hdl.multi.topk_select.TopKSelect`);
+* then, one write per cycle, the segment's part of the message (the format of
+  :class:`~hdl.multi.config.TopK`: index words, then values, in selection order) and ``+0``
+  over the residual of every selected word, so the residual is ``acc`` with the sent words
+  replaced by ``+0``.
+
+``SUM`` (``base``, ``length``: the zeroed result; ``gbase``: ``ranks`` messages of ``mlen``
+words, rank 0's first): message by message in rank order, per segment it reads the index
+words, then per pair the value and the result word, adds (``result + value``) and writes the
+sum back. Within a message the indices differ; between messages the adder drains (a pair of
+the next message may hit the same word). So ``result = ((+0 + s_0) + s_1) + ...`` over the
+sent words, the golden model's rank-order sum.
+
+Cycles (``L``: the adder's latency): ``COMPRESS``: per segment of ``n`` words with
+``n_sel = min(k, n)`` selected, ``2n + L + 2`` for the stream and ``ceil(n_sel / per_word) +
+2 n_sel`` for the message and the residual's zeros, plus 2; ``SUM``: per message, per segment
+``ceil(n_sel / per_word) + 2 n_sel + 1``, and ``L + 2`` to drain.
+
+Golden model: :func:`sim.model.compress.topk_ring`.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..fp32.add import FP32Add
+from ..fp32.config import FP32Config
+from ..lib.memport import WordPort
+from ..lib.mustuse import mark_used
+from .config import CollectiveConfig
+from .topk_select import TopKSelect
+
+__all__ = ["TopKPass", "TopKOp", "pass_layout"]
+
+
+class TopKOp:
+    """The pass a :class:`TopKPass` command runs."""
+    COMPRESS = 0
+    SUM = 1
+
+
+def pass_layout(config: CollectiveConfig) -> data.StructLayout:
+    """``op`` (:class:`TopKOp`), ``base``, ``length``, ``rbase`` (``COMPRESS``: the residual),
+    ``gbase`` (``COMPRESS``: this rank's message; ``SUM``: the first message), ``mlen``
+    (``SUM``: words per message)."""
+    ab, lb = config.addr_bits, config.len_bits
+    return data.StructLayout({"op": 1, "base": ab, "length": lb, "rbase": ab, "gbase": ab,
+                              "mlen": lb})
+
+
+class TopKPass(wiring.Component):
+    """``COMPRESS`` and ``SUM`` passes of a top-k all-reduce over one memory port.
+
+    Parameters
+    ----------
+    config : CollectiveConfig
+        ``topk`` must not be ``None``.
+    fp32_config : FP32Config
+        The adder's pipeline.
+
+    Members
+    -------
+    mem : Out(WordPort(addr_bits=config.addr_bits))
+    cmd : In(stream.Signature(pass_layout(config)))
+        Accepted while idle; the command's regions must lie inside the memory and not
+        overlap (the engine checks them).
+    busy : Out(1)
+        From the cycle after a command is accepted until its last write is done.
+    """
+
+    def __init__(self, *, config: CollectiveConfig, fp32_config: FP32Config | None = None):
+        if not isinstance(config, CollectiveConfig):
+            mark_used(self)
+            raise TypeError(f"config must be a CollectiveConfig, not {type(config).__name__}")
+        if config.topk is None:
+            mark_used(self)
+            raise ValueError("TopKPass needs a CollectiveConfig with topk set, not None")
+        self.config = config
+        self.fp32_config = fp32_config or FP32Config()
+        super().__init__({
+            "mem": Out(WordPort(addr_bits=config.addr_bits)),
+            "cmd": In(stream.Signature(pass_layout(config))),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        tk = cfg.topk
+        K, SEG, PW = tk.k, tk.seg, tk.per_word
+        IB = max(1, tk.index_bits)
+        IW_MAX = -(-K // PW)
+        ab, lb = cfg.addr_bits, cfg.len_bits
+        port = self.mem
+
+        m.submodules.add = add = FP32Add(config=self.fp32_config)
+        m.submodules.sel = sel = TopKSelect(config=tk)
+        L = add.latency
+
+        c = Signal(pass_layout(cfg), name="c")          # the running command
+        s0 = Signal(lb + 1, name="s0")                   # segment start (offset)
+        n = Signal(range(SEG + 1), name="n")             # words of this segment
+        nsel = Signal(range(K + 1), name="nsel")
+        iw = Signal(range(IW_MAX + 1), name="iw")        # index words of this segment
+        m.d.comb += nsel.eq(Mux(n < K, n, K))
+        with m.Switch(nsel):
+            for v in range(K + 1):
+                with m.Case(v):
+                    m.d.comb += iw.eq(-(-v // PW))
+        gptr = Signal(ab, name="gptr")                   # next message word
+        jr = Signal(range(SEG + 1), name="jr")           # reads issued (words or pairs)
+        ja = Signal(range(SEG + 1), name="ja")           # accs written (COMPRESS)
+        ph = Signal(name="ph")                           # which read of the two
+        e = Signal(range(IW_MAX + 2 * K + 1), name="e")  # emit / index-read counter
+        q = Signal(range(cfg.ranks + 1), name="q")       # SUM: message
+        inflight = Signal(range(SEG + 2), name="inflight")
+        idx = Signal(data.ArrayLayout(IB, K), name="idx")   # SUM: the segment's indices
+
+        seg_start = Signal(ab + 1, name="seg_start")
+        m.d.comb += seg_start.eq(c.base + s0)
+        rest = Signal(lb + 1, name="rest")
+        m.d.comb += rest.eq(c.length - s0)
+
+        # ---- adder: COMPRESS grad + residual, SUM result + value -------------------------
+        rd0 = Signal(name="rd0")        # the first read of a pair was issued last cycle
+        rd1 = Signal(name="rd1")        # the second read was issued last cycle
+        first = Signal(32, name="first")   # grad word (COMPRESS) / value word (SUM)
+        addr1 = Signal(ab, name="addr1")   # SUM: the result word's address, beside the read
+        with m.If(rd0):
+            m.d.sync += first.eq(port.r_data)
+        is_sum = Signal(name="is_sum")
+        m.d.comb += is_sum.eq(c.op == 1)
+        m.d.comb += [add.i.valid.eq(rd1), add.i.payload.sub.eq(0), add.o.ready.eq(1),
+                     add.i.payload.a.eq(Mux(is_sum, port.r_data, first)),
+                     add.i.payload.b.eq(Mux(is_sum, first, port.r_data))]
+        wa = addr1
+        for s in range(L):
+            na = Signal(ab, name=f"wb_addr{s}")
+            m.d.sync += na.eq(wa)
+            wa = na
+        m.d.sync += inflight.eq(inflight + add.i.valid - add.o.valid)
+
+        # ---- COMPRESS: the pending +0 write over the gradient word just read ---------------
+        zpend = Signal(name="zpend")
+        zaddr = Signal(ab, name="zaddr")
+
+        m.d.comb += [sel.i.payload.index.eq(ja), sel.i.payload.word.eq(add.o.payload)]
+
+        cmd = self.cmd.payload
+        idx_rd = Signal(name="idx_rd")                   # SUM: an index word was read
+        idx_e = Signal(range(IW_MAX + 1), name="idx_e")
+        m.d.sync += [rd0.eq(0), rd1.eq(0), idx_rd.eq(0)]
+        with m.FSM(name="topk"):
+            with m.State("IDLE"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(self.cmd.valid):
+                    m.d.sync += [c.eq(cmd), s0.eq(0), gptr.eq(cmd.gbase), q.eq(0)]
+                    m.next = "SEG"
+            with m.State("SEG"):
+                m.d.comb += [self.busy.eq(1), sel.clear.eq(1)]
+                m.d.sync += [n.eq(Mux(rest < SEG, rest, SEG)), jr.eq(0), ja.eq(0), ph.eq(0),
+                             e.eq(0)]
+                m.next = "SEG2"
+            with m.State("SEG2"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(is_sum):
+                    m.next = "IDX"
+                with m.Else():
+                    m.next = "STREAM"
+
+            # ---- COMPRESS -----------------------------------------------------------------
+            with m.State("STREAM"):
+                m.d.comb += self.busy.eq(1)
+                gread = Signal(name="gread")              # reading a gradient word
+                m.d.comb += gread.eq((jr != n) & ~ph)
+                with m.If(jr != n):
+                    m.d.comb += port.r_en.eq(1)
+                    with m.If(~ph):
+                        m.d.comb += port.r_addr.eq(seg_start + jr)
+                        m.d.sync += [rd0.eq(1), zpend.eq(1), zaddr.eq(seg_start + jr), ph.eq(1)]
+                    with m.Else():
+                        m.d.comb += port.r_addr.eq(c.rbase + s0 + jr)
+                        m.d.sync += [rd1.eq(1), ph.eq(0), jr.eq(jr + 1)]
+                with m.If(add.o.valid):
+                    m.d.comb += [port.w_en.eq(1), port.w_addr.eq(c.rbase + s0 + ja),
+                                 port.w_data.eq(add.o.payload), sel.i.valid.eq(1)]
+                    m.d.sync += ja.eq(ja + 1)
+                with m.Elif(zpend):
+                    m.d.comb += [port.w_en.eq(1), port.w_addr.eq(zaddr), port.w_data.eq(0)]
+                    with m.If(~gread):
+                        m.d.sync += zpend.eq(0)
+                with m.If((ja == n) & ~zpend & (jr == n)):
+                    m.next = "EMIT"
+            with m.State("EMIT"):
+                m.d.comb += [self.busy.eq(1), port.w_en.eq(1)]
+                v = Signal(range(2 * K + 1), name="v")       # e - iw
+                vz = Signal(range(K), name="vz")             # e - iw - nsel
+                m.d.comb += [v.eq(e - iw), vz.eq(v - nsel)]
+                packed = Signal(32, name="packed")
+                with m.Switch(e):
+                    for w in range(IW_MAX):
+                        with m.Case(w):
+                            fields = []
+                            for p in range(PW):
+                                j = w * PW + p
+                                if j < K:
+                                    fields.append(Mux(j < nsel, sel.slots[j].index,
+                                                      Const(0, IB)))
+                            m.d.comb += packed.eq(Cat(*fields))
+                with m.If(e < iw):
+                    m.d.comb += [port.w_addr.eq(gptr + e), port.w_data.eq(packed)]
+                with m.Elif(v < nsel):
+                    m.d.comb += [port.w_addr.eq(gptr + e), port.w_data.eq(sel.slots[v].word)]
+                with m.Else():
+                    m.d.comb += [port.w_addr.eq(c.rbase + s0 + sel.slots[vz].index),
+                                 port.w_data.eq(0)]
+                m.d.sync += e.eq(e + 1)
+                with m.If(e + 1 == iw + 2 * nsel):
+                    m.d.sync += [gptr.eq(gptr + iw + nsel), s0.eq(s0 + SEG)]
+                    with m.If(s0 + SEG >= c.length):
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.next = "SEG"
+
+            # ---- SUM ----------------------------------------------------------------------
+            with m.State("IDX"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(e != iw):
+                    m.d.comb += [port.r_en.eq(1), port.r_addr.eq(gptr + e)]
+                    m.d.sync += [e.eq(e + 1), idx_rd.eq(1), idx_e.eq(e)]
+                with m.Else():
+                    m.d.sync += [gptr.eq(gptr + iw), jr.eq(0), ph.eq(0)]
+                    m.next = "PAIR"
+            with m.State("PAIR"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(jr != nsel):
+                    m.d.comb += port.r_en.eq(1)
+                    with m.If(~ph):
+                        m.d.comb += port.r_addr.eq(gptr + jr)
+                        m.d.sync += [rd0.eq(1), ph.eq(1)]
+                    with m.Else():
+                        m.d.comb += port.r_addr.eq(seg_start + idx[jr])
+                        m.d.sync += [rd1.eq(1), ph.eq(0), jr.eq(jr + 1),
+                                     addr1.eq(seg_start + idx[jr])]
+                with m.Else():
+                    m.d.sync += [gptr.eq(gptr + nsel), s0.eq(s0 + SEG)]
+                    with m.If(s0 + SEG >= c.length):
+                        m.next = "DRAIN"
+                    with m.Else():
+                        m.next = "SEG"
+            with m.State("DRAIN"):
+                # the next message may add into a word this one's adds still write
+                m.d.comb += self.busy.eq(1)
+                with m.If((inflight == 0) & ~rd1):
+                    m.d.sync += [q.eq(q + 1), s0.eq(0)]
+                    with m.If(q + 1 == cfg.ranks):
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.next = "SEG"
+
+        # SUM: index words arrive a cycle after their read; sums are written as they come
+        with m.If(idx_rd):
+            with m.Switch(idx_e):
+                for w in range(IW_MAX):
+                    with m.Case(w):
+                        for p in range(PW):
+                            j = w * PW + p
+                            if j < K:
+                                m.d.sync += idx[j].eq(port.r_data[p * IB:(p + 1) * IB])
+        with m.If(is_sum & add.o.valid):
+            m.d.comb += [port.w_en.eq(1), port.w_addr.eq(wa), port.w_data.eq(add.o.payload)]
+        return m

@@ -1,12 +1,23 @@
 """cocotb + Verilator tier of the ring all-reduce: the generated Verilog of the ring top
 ``collective_ring`` (preset tiny: N = 2, 16-bit flits; ``tiny-n4``: the same with N = 4)
-against the golden model."""
+against the golden model; plain and BFP all-reduces and a stopped link in one run per preset,
+the top-k all-reduce (``comp = CollComp.TOPK``) in another."""
 import pytest
 
 from sim.tb.runner import run_cocotb
+
+#: the plain / BFP cocotb tests of sim/tb/collective.py, run together (one simulator start
+#: per preset); the top-k one runs on its own (``-k topk``)
+TESTS = "allreduce_random_backpressure,stopped_link_times_out"
 
 
 @pytest.mark.parametrize("preset", ["tiny", "tiny-n4"])
 def test_collective_ring_cocotb(preset):
     run_cocotb("collective_ring", preset, "sim.tb.collective",
-               name=f"collective_ring_{preset}")
+               name=f"collective_ring_{preset}", testcase=TESTS)
+
+
+@pytest.mark.parametrize("preset", ["tiny", "tiny-n4"])
+def test_collective_ring_topk_cocotb(preset):
+    run_cocotb("collective_ring", preset, "sim.tb.collective",
+               name=f"collective_ring_topk_{preset}", testcase="allreduce_topk_rounds")

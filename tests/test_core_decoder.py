@@ -153,6 +153,38 @@ def test_decoder_allreduce_matches_isa(ranks):
     check_collective_words([random_allreduce(rng, cfg) for _ in range(400)], cfg, ranks)
 
 
+def random_topk_allreduce(rng: random.Random, cfg: CoreConfig) -> int:
+    """A top-k ALLREDUCE (comp 2) with fields at the edges of its checks: residual and buffer
+    before, at, inside or after the gradient lines; buffers one line short of the messages,
+    exact, or larger; hulls at the engine's reach."""
+    D, S = cfg.bank_depth, cfg.size
+    tk = cfg.collective.topk if cfg.collective else None
+    lines = rng.choice([0, 1, 3, 32, 100, 300])
+    need = -(-cfg.ranks * tk.message_words(lines * S) // S) if tk else 1
+    a = rng.choice([0, 5, D - 1, D, 3 * D])
+    b = rng.choice([a, a + 1, max(a - 1, 0), a + D, a + 2 * D, (1 << 16) // S - lines])
+    g = rng.choice([a + 2 * D, a + D, b, max(a - 2, 0), a + 3 * D, (1 << 16) // S - need])
+    glines = rng.choice([need, max(need - 1, 0), need + 5, 0])
+    return encode(Op.ALLREDUCE, a=a % (1 << 16), lines=lines, b=b % (1 << 16),
+                  g=g % (1 << 16), glines=glines, comp=2, seg=rng.choice([0, 7]),
+                  timeout=rng.choice([0, 1, 0xFFFF]), width=rng.choice([0, 9]),
+                  poison=rng.randrange(2))
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_decoder_topk_allreduce_matches_isa(ranks):
+    """Top-k ALLREDUCE: its three ranges (gradient, residual, buffer: each both ports of its
+    banks), ERR_FIELD for a residual or buffer before the gradient, ERR_SHAPE for a short
+    buffer or a hull past the engine, ERR_BANK for ranges sharing a bank, against the ISA."""
+    cfg = dataclasses.replace(CFG, ranks=ranks, bank_depth=2048)
+    rng = random.Random(20 + ranks)
+    words = [random_topk_allreduce(rng, cfg) for _ in range(400)]
+    check_collective_words(words, cfg, ranks)
+    if ranks > 1:
+        seen = {expected(w, 0, 0, cfg)[1] for w in words}
+        assert Status.ERR_BANK in seen, seen
+
+
 def random_sendrecv(rng: random.Random, cfg: CoreConfig) -> int:
     """A SENDRECV with fields at the edges of every check (check_sendrecv, the overlap rule)."""
     D, L = cfg.bank_depth, cfg.lines

@@ -15,6 +15,7 @@ from sim.host.compiler import MLP, allreduce_seg_lines, compile_mlp
 from sim.host.dataparallel import DataParallel
 from sim.host.optim import Adam, SGD
 from sim.model.collective import ring_allreduce, segments, sum_order, validate
+from sim.model.compress import TopK
 from sim.model.core import CoreModel
 from sim.model.multicore import POISON_BITS, MultiCoreModel
 from sim.tb.core_cases import mlp_params
@@ -28,9 +29,9 @@ def _cfg(ranks):
     return dataclasses.replace(CoreConfig.preset("tiny"), ranks=ranks)
 
 
-def _ar(a=0, lines=8, seg=4, timeout=100, comp=0, width=0, poison=0):
+def _ar(a=0, lines=8, seg=4, timeout=100, comp=0, width=0, poison=0, b=0, g=0, glines=0):
     return dict(a=a, lines=lines, seg=seg, timeout=timeout, comp=comp, width=width,
-                poison=poison)
+                poison=poison, b=b, g=g, glines=glines)
 
 
 def _wide(rng, shape):
@@ -47,7 +48,17 @@ CHECK_TABLE = [
     (_ar(seg=2), Status.OK),
     (_ar(lines=5, seg=2), Status.OK),                                   # ragged, one empty
     (_ar(lines=8, seg=4, comp=1, width=4), Status.OK),
-    (_ar(comp=2), Status.ERR_FIELD),                                    # unknown comp
+    (_ar(comp=3), Status.ERR_FIELD),                                    # unknown comp
+    # top-k: 32 words, one segment of TopK(): 16 pairs = 4 index + 16 value words, 4 ranks
+    # -> 80 words = 20 lines of buffer; residual and buffer in banks 1 and 2 (2048 lines each)
+    (_ar(comp=2, b=2048, g=4096, glines=20), Status.OK),
+    (_ar(comp=2, b=2048, g=4096, glines=20, seg=0, width=9), Status.OK),    # unused fields
+    (_ar(comp=2, a=100, b=50, g=4096, glines=20), Status.ERR_FIELD),         # b before a
+    (_ar(comp=2, a=100, b=2048, g=99, glines=20), Status.ERR_FIELD),         # g before a
+    (_ar(comp=2, b=2048, g=4096, glines=20, timeout=0), Status.ERR_FIELD),
+    (_ar(comp=2, b=2048, g=4096, glines=19), Status.ERR_SHAPE),              # buffer short
+    (_ar(comp=2, lines=0, b=2048, g=4096, glines=20), Status.ERR_SHAPE),
+    (_ar(comp=2, b=2048, g=16365, glines=20), Status.ERR_SHAPE),             # hull > 65536
     (_ar(lines=8, seg=4, comp=1, width=5), Status.ERR_FIELD),           # width not in widths
     (_ar(lines=8, seg=4, comp=1, width=0), Status.ERR_FIELD),
     (_ar(timeout=0), Status.ERR_FIELD),
@@ -74,6 +85,13 @@ def test_check_allreduce_table(fields, status):
         # the program check gives the same status, at the ALLREDUCE's pc
         prog = [encode(Op.FENCE), encode(Op.ALLREDUCE, **fields), HALT]
         assert check_program_for(prog, _cfg(4)) == (status, 1 if status else 0)
+    elif fields["comp"] == 2 and status == Status.OK:
+        f = fields
+        eng = validate(coll, op=0, base=0, length=f["lines"] * S, rbase=(f["b"] - f["a"]) * S,
+                       gbase=(f["g"] - f["a"]) * S, timeout=f["timeout"], comp=2)
+        assert eng == CollStatus.OK
+        prog = [encode(Op.FENCE), encode(Op.ALLREDUCE, **fields), HALT]
+        assert check_program_for(prog, _cfg(4)) == (Status.OK, 0)
 
 
 def test_allreduce_rejected_on_a_one_rank_core():
@@ -94,7 +112,10 @@ def test_allreduce_assemble_round_trip():
     word = encode(Op.ALLREDUCE, **f)
     text = disassemble(word)
     assert text == ("ALLREDUCE a=0x1803 lines=300 seg=75 timeout=65535 comp=1 width=6 "
-                    "poison=1")
+                    "poison=1 b=0x0 g=0x0 glines=0")
+    f2 = _ar(a=3, lines=30, timeout=9, comp=2, poison=1, b=0x800, g=0x1000, glines=21, seg=0)
+    w2 = encode(Op.ALLREDUCE, **f2)
+    assert assemble(disassemble(w2)) == w2 and decode(w2) == (Op.ALLREDUCE, f2)
     assert assemble(text) == word
     assert decode(word) == (Op.ALLREDUCE, f)
 
@@ -469,7 +490,57 @@ def test_engine_bfp_poison_makes_every_core_skip():
                 assert np.array_equal(got[k], want[k]), (r, k)
 
 
-def test_engine_rejects_topk():
-    with pytest.raises(ValueError, match="topk"):
-        DataParallel(MLP(layers=LAYERS, batch=16), CoreConfig.preset("tiny"), 2,
-                     compression="topk", engine=True)
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_engine_topk_equals_host_mediated(ranks):
+    """Top-k on the engine (one ALLREDUCE comp=2 per program, the residual and message buffer
+    in free banks of their own) == the host's topk_allreduce between a backward and an
+    optimizer program, bit for bit over 4 steps: losses, optimizer status, every core's
+    parameters, gradients, Adam state, and its residual (the host's TopKState)."""
+    rng, W, b = _params(40 + ranks)
+    desc = MLP(layers=LAYERS, batch=16, optimizer=Adam(lr=0.01))
+    host = DataParallel(desc, CoreConfig.preset("tiny"), ranks, compression="topk")
+    eng = DataParallel(desc, CoreConfig.preset("tiny"), ranks, compression="topk", engine=True)
+    tr = eng.topk_regions
+    (ar, f), = [decode(w) for w in eng.program if decode(w)[0] == Op.ALLREDUCE]
+    assert f["comp"] == 2 and (f["b"], f["g"], f["glines"]) == (tr["b"], tr["g"], tr["glines"])
+    host.init(W, b)
+    eng.init(W, b)
+    line, lines = eng._grads
+    for t in range(1, 5):
+        x, y = rng.random((16, 16)).astype(np.float32), rng.integers(0, 4, 16)
+        x[:, :2] *= 100
+        h, e = host.step(x, y, t), eng.step(x, y, t)
+        assert e["runs"] == [(Status.OK, 0)] * ranks
+        assert not e["poisoned"] and not e["skipped"]
+        assert np.array_equal(h["losses"].view(np.uint32), e["losses"].view(np.uint32))
+        assert h["status"] == e["status"]
+        for r in range(ranks):
+            a, c = host.read(r), eng.read(r)
+            for k in a:
+                assert np.array_equal(a[k], c[k]), (t, r, k)
+            res = eng.cores[r].read_lines(tr["b"], lines).reshape(-1)
+            assert np.array_equal(res, host.states[r].residual), (t, r)
+            assert np.any(res != 0)              # something was held back
+    assert eng.multi.allreduces == 4 and 0 < eng.bytes_ratio < 0.5
+
+
+def test_engine_topk_poison_makes_every_core_skip():
+    """A NaN in rank 1's input raises its run flags; its poisoned top-k ALLREDUCE reads word
+    0 as NaN, which has the largest magnitude and is sent, so every core's sum holds NaN at
+    word 0 and every two-pass OPT skips: parameters unchanged and equal on all cores."""
+    dp, out, before = _nan_step(engine=True, compression="topk")
+    assert out["poisoned"] and out["skipped"] and dp.multi.poisoned == [False, True]
+    for r in range(2):
+        got = dp.read(r)
+        assert np.array_equal(got["params"], before)
+        assert got["grads"].reshape(-1)[0] == POISON_BITS
+
+
+def test_engine_topk_config_errors():
+    desc = MLP(layers=LAYERS, batch=16)
+    with pytest.raises(ValueError, match="top-k engine"):
+        DataParallel(desc, CoreConfig.preset("tiny"), 2, compression="topk", engine=True,
+                     topk=TopK(seg=64, k=4))
+    c = DataParallel(desc, CoreConfig.preset("tiny"), 2, engine=True).compiled
+    with pytest.raises(ValueError, match="per_layer"):
+        c.dataparallel_program(comp=2, per_layer=True)

@@ -131,9 +131,10 @@ def test_compress_then_sum_equal_the_model(length):
         want.append(exp)
     for r, mem in enumerate(mems):
         dut = TopKPass(config=CFG, fp32_config=FP32)
-        _mem_sim(dut, mem, [dict(op=TopKOp.COMPRESS, base=base, length=length, rbase=rbase,
-                                 gbase=gbase + r * M, mlen=0)])
+        cyc = _mem_sim(dut, mem, [dict(op=TopKOp.COMPRESS, base=base, length=length,
+                                       rbase=rbase, gbase=gbase + r * M, mlen=0)])
         np.testing.assert_array_equal(mem, want[r])
+        assert cyc == [_cycles(dut, length)[0]]
     # every rank's message in every buffer, then SUM on rank 0's memory
     msgs = np.concatenate([m[gbase + r * M:gbase + (r + 1) * M] for r, m in enumerate(mems)])
     mem = mems[0]
@@ -145,9 +146,23 @@ def test_compress_then_sum_equal_the_model(length):
         total[idx] = add_f32(total[idx], val)
     exp[base:base + length] = total
     dut = TopKPass(config=CFG, fp32_config=FP32)
-    _mem_sim(dut, mem, [dict(op=TopKOp.SUM, base=base, length=length, rbase=0, gbase=gbase,
-                             mlen=M)])
+    cyc = _mem_sim(dut, mem, [dict(op=TopKOp.SUM, base=base, length=length, rbase=0,
+                                   gbase=gbase, mlen=M)])
     np.testing.assert_array_equal(mem, exp)
+    assert cyc == [_cycles(dut, length)[1]]
+
+
+def _cycles(dut, length):
+    """Busy cycles of COMPRESS and SUM from the formulas of docs/multicore.md (*Top-k
+    compression*): per segment of ``n`` words ``2n + L + 4 + iw + 2 n_sel``; per message
+    ``L + 1`` and per segment ``iw + 2 n_sel + 4``."""
+    tk, L = dut.config.topk, FP32.latency("fp32_add")
+    segs = [min(tk.seg, length - s0) for s0 in range(0, length, tk.seg)]
+    sel = [min(tk.k, n) for n in segs]
+    iw = [-(-k // tk.per_word) for k in sel]
+    compress = sum(2 * n + L + 4 + w + 2 * k for n, k, w in zip(segs, sel, iw))
+    per_msg = L + 1 + sum(w + 2 * k + 4 for k, w in zip(sel, iw))
+    return compress, dut.config.ranks * per_msg
 
 
 def _topk_ring(N, *, depth=160, topk=TopK(seg=8, k=3), width=32, latency=2, fifo_depth=4):

@@ -127,11 +127,13 @@ class CoreConfig(PresetMixin):
         """The collective engine's :class:`hdl.multi.config.CollectiveConfig` (``ranks``
         cores, 16-bit word addresses relative to the ``ALLREDUCE``'s first line, 24-bit
         timeouts (a pipeline stage's ``SENDRECV`` may wait for the other stage's whole pass),
-        the default BFP link format), or ``None`` when ``ranks == 1``."""
+        the default BFP link format, top-k compression with the default
+        :class:`~hdl.multi.config.TopK`, 16 of every 256 words), or ``None`` when
+        ``ranks == 1``."""
         if self.ranks == 1:
             return None
-        from ..multi.config import CollectiveConfig
-        return CollectiveConfig(ranks=self.ranks, depth=1 << 16, timeout_bits=24)
+        from ..multi.config import CollectiveConfig, TopK
+        return CollectiveConfig(ranks=self.ranks, depth=1 << 16, timeout_bits=24, topk=TopK())
 
     @property
     def vec_lanes(self) -> int:

@@ -10,6 +10,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..multi.topk import message_words
 from .config import CoreConfig
 from .isa import ADDR_BITS, INSTR, OPT_MAX_COUNT, Acc, Op, Rop, Status, Vop
 
@@ -138,8 +139,11 @@ class Decoder(wiring.Component):
                     *slot(0, opt.w, n, 1, 1), *slot(1, opt.m, n, 1, 1),
                     *slot(2, opt.v, n, 1, 1), *slot(3, opt.g, n, 1, 0),
                 ]
-            with m.Case(Op.ALLREDUCE):
-                m.d.comb += slot(0, ar.a, ar.lines, 1, 1)
+            with m.Case(Op.ALLREDUCE):      # top-k (comp 2): also the residual and buffer
+                topk_ranges = ar.comp == 2
+                m.d.comb += [*slot(0, ar.a, ar.lines, 1, 1),
+                             *slot(1, ar.b, ar.lines, topk_ranges, topk_ranges),
+                             *slot(2, ar.g, ar.glines, topk_ranges, topk_ranges)]
             with m.Case(Op.SENDRECV):       # an empty range is absent (hdl.core.isa)
                 m.d.comb += [*slot(0, sr.a, sr.lines, sr.lines != 0, 0),
                              *slot(1, sr.b, sr.rlines, 0, sr.rlines != 0)]
@@ -241,12 +245,34 @@ class Decoder(wiring.Component):
                     m.d.comb += [words.eq(ar.lines * S), seg_words.eq(ar.seg * S)]
                     gl = (G - 1).bit_length()
                     ragged = (words[:gl] != 0) | (seg_words[:gl] != 0) if gl else 0
-                    m.d.comb += [
-                        bad_field.eq((ar.comp > 1) | (bfp & ~width_ok) | (ar.timeout == 0)
-                                     | (ar.timeout >= (1 << coll.timeout_bits))
-                                     | (ar.seg * coll.ranks < ar.lines) | (bfp & ragged)),
-                        bad_shape.eq((ar.lines == 0) | (ar.seg == 0) | (words > coll.depth)),
-                    ]
+                    bad_timeout = (ar.timeout == 0) | (ar.timeout >= (1 << coll.timeout_bits))
+                    with m.If(ar.comp == 2):
+                        # top-k (hdl.core.isa.check_allreduce): seg and width unchecked
+                        if coll.topk is None:
+                            m.d.comb += bad_field.eq(1)
+                        else:
+                            tk_m = message_words(m, words, coll.topk, name="ar_tk_m")
+                            hull = Signal(WIDE, name="ar_tk_hull")
+                            ends = [Signal(WIDE, name=f"ar_tk_end{i}") for i in range(3)]
+                            m.d.comb += [ends[0].eq(ar.a + ar.lines), ends[1].eq(ar.b + ar.lines),
+                                         ends[2].eq(ar.g + ar.glines)]
+                            hi01 = Mux(ends[1] > ends[0], ends[1], ends[0])
+                            m.d.comb += hull.eq(Mux(ends[2] > hi01, ends[2], hi01))
+                            gwords = Signal(16 + lg + 1, name="ar_tk_gwords")
+                            m.d.comb += gwords.eq(ar.glines * S)
+                            m.d.comb += [
+                                bad_field.eq(bad_timeout | (ar.b < ar.a) | (ar.g < ar.a)),
+                                bad_shape.eq((ar.lines == 0)
+                                             | (((hull - ar.a) << lg) > coll.depth)
+                                             | (gwords < coll.ranks * tk_m)),
+                            ]
+                    with m.Else():
+                        m.d.comb += [
+                            bad_field.eq((ar.comp > 1) | (bfp & ~width_ok) | bad_timeout
+                                         | (ar.seg * coll.ranks < ar.lines) | (bfp & ragged)),
+                            bad_shape.eq((ar.lines == 0) | (ar.seg == 0)
+                                         | (words > coll.depth)),
+                        ]
                 with m.Case(Op.SENDRECV):    # hdl.core.isa.check_sendrecv
                     a_end = Signal(WIDE, name="sr_a_end")
                     b_end = Signal(WIDE, name="sr_b_end")

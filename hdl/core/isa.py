@@ -179,9 +179,14 @@ LOOP_ARGS = data.StructLayout({"count": 16, "stride": ADDR_BITS})
 #: ``comp``/``width``: the links' compression (:class:`hdl.multi.config.CollComp`: 0 FP32
 #: words, 1 BFP groups of ``width``-bit mantissas); ``poison``: wait for the matmul engine, and
 #: if this run's ``flags`` are set send the canonical NaN as the region's word 0 (so every
-#: core's two-pass ``OPT`` skips, docs/multicore.md).
+#: core's two-pass ``OPT`` skips, docs/multicore.md). ``comp`` 2: top-k compression with error
+#: feedback (the engine's ``TopK``; ``seg`` and ``width`` unused): the residual is kept in
+#: lines ``b .. b + lines - 1`` and the ``ranks`` messages are gathered in lines
+#: ``g .. g + glines - 1`` (``glines * S >= ranks * TopK.message_words(lines * S)``); ``b`` and
+#: ``g`` are at or after ``a``.
 ALLREDUCE_ARGS = data.StructLayout({
-    "a": ADDR_BITS, "lines": 16, "seg": 16, "timeout": 16, "comp": 1, "width": 4, "poison": 1,
+    "a": ADDR_BITS, "lines": 16, "seg": 16, "timeout": 16, "comp": 2, "width": 4, "poison": 1,
+    "b": ADDR_BITS, "g": ADDR_BITS, "glines": 16,
 })
 #: ``SENDRECV``: send lines ``a .. a + lines - 1`` (``lines * S`` FP32 words) to the next core
 #: of the ring (rank ``r + 1``) and, at the same time, receive ``rlines * S`` words from the
@@ -388,7 +393,9 @@ def operand_ranges(op: int, f: dict, S: int, *, offset: int = 0, span: int = 0) 
         return [Range("w", "rw", f["w"], n), Range("m", "rw", f["m"], n),
                 Range("v", "rw", f["v"], n), Range("g", "r", f["g"], n)]
     if op == Op.ALLREDUCE:
-        return [Range("a", "rw", f["a"], f["lines"])]
+        return [Range("a", "rw", f["a"], f["lines"])] + (
+            [Range("b", "rw", f["b"], f["lines"]), Range("g", "rw", f["g"], f["glines"])]
+            if f["comp"] == 2 else [])
     if op == Op.SENDRECV:
         return ([Range("a", "r", f["a"], f["lines"])] if f["lines"] else []) + \
                ([Range("b", "w", f["b"], f["rlines"])] if f["rlines"] else [])
@@ -402,12 +409,28 @@ def check_allreduce(f: dict, *, S: int, collective) -> int:
     not in ``bfp.widths``; ``timeout == 0``; ``seg * ranks < lines``; BFP with ``lines * S``
     or ``seg * S`` not a multiple of the group size. ``ERR_SHAPE``: ``lines == 0``,
     ``seg == 0`` or ``lines * S`` past the engine's ``depth`` words. The engine then never
-    answers ``BAD_*`` (each of its checks is one of these)."""
+    answers ``BAD_*`` (each of its checks is one of these).
+
+    Top-k (``comp == 2``; ``seg`` and ``width`` unchecked): ``ERR_FIELD`` for an engine built
+    without top-k (``collective.topk`` is ``None``), a bad ``timeout``, or ``b < a`` or
+    ``g < a``; ``ERR_SHAPE`` for ``lines == 0``, ``glines * S`` short of ``ranks`` messages
+    (:meth:`~hdl.multi.config.TopK.message_words`), or the hull ``a .. max(b + lines,
+    g + glines)`` past ``depth`` words. Overlapping ranges share a bank: ``ERR_BANK``."""
     if collective is None:
         return Status.ERR_OPCODE
+    if f["comp"] == 2:
+        tk = collective.topk
+        if (tk is None or f["timeout"] == 0 or f["timeout"] >= 1 << collective.timeout_bits
+                or f["b"] < f["a"] or f["g"] < f["a"]):
+            return Status.ERR_FIELD
+        hull = max(f["a"] + f["lines"], f["b"] + f["lines"], f["g"] + f["glines"]) - f["a"]
+        if (f["lines"] == 0 or hull * S > collective.depth
+                or f["glines"] * S < collective.ranks * tk.message_words(f["lines"] * S)):
+            return Status.ERR_SHAPE
+        return Status.OK
     G = collective.bfp.group_size
     bfp = f["comp"] == 1
-    if (f["comp"] > 1 or (bfp and f["width"] not in collective.bfp.widths)
+    if (f["comp"] > 2 or (bfp and f["width"] not in collective.bfp.widths)
             or f["timeout"] == 0 or f["timeout"] >= 1 << collective.timeout_bits
             or f["seg"] * collective.ranks < f["lines"]
             or (bfp and ((f["lines"] * S) % G or (f["seg"] * S) % G))):

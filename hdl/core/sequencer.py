@@ -449,10 +449,13 @@ class Sequencer(wiring.Component):
                     cp.rlength.eq(sr.rlines * S),
                 ]
             with m.Else():
+                # top-k: the residual (b) and the gather buffer (g) at or after a
                 m.d.comb += [cp.op.eq(CollOp.ALLREDUCE), cp.base.eq(0),
                              cp.length.eq(ar.lines * S), cp.seg.eq(ar.seg * S),
                              cp.timeout.eq(ar.timeout), cp.comp.eq(ar.comp),
-                             cp.width.eq(ar.width), coll_start.eq(d_start[0])]
+                             cp.width.eq(ar.width), coll_start.eq(d_start[0]),
+                             cp.rbase.eq((d_start[1] - d_start[0]) << lg),
+                             cp.gbase.eq((d_start[2] - d_start[0]) << lg)]
 
         # ---- FSM ------------------------------------------------------------------------------
         unit_of = Signal(3, name="unit_of")     # 0 mm, 1 vec, 2 opt, 3 coll, 4 none

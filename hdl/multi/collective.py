@@ -69,7 +69,7 @@ from ..lib.memport import WordPort
 from ..lib.mustuse import mark_used
 from .codec import mode_layout
 from .config import CollComp, CollectiveConfig, CollOp, CollStatus
-from .topk import TopKOp, TopKPass
+from .topk import TopKOp, TopKPass, message_words
 
 __all__ = ["CollectiveEngine", "cmd_layout", "rsp_layout"]
 
@@ -332,21 +332,11 @@ class CollectiveEngine(wiring.Component):
         # top-k: message words M of the command's length, and the checks of its 3 regions
         is_topk = Signal(name="cmd_topk")
         m.d.comb += is_topk.eq(~is_p2p & (cmd.comp == CollComp.TOPK))
-        wide = lb + 6
-        msg_words = Signal(wide, name="cmd_msg_words")
-        gend = Signal(wide + 1, name="cmd_gend")
+        msg_words = Signal(lb + 6, name="cmd_msg_words")
+        gend = Signal(lb + 11, name="cmd_gend")
         tk_bad_len = Signal(name="cmd_tk_bad_len")
         if TK is not None:
-            lg = TK.seg.bit_length() - 1
-            last = Signal(lg, name="cmd_tk_last")
-            last_words = Signal(range(TK.segment_words(TK.k) + 1), name="cmd_tk_last_words")
-            m.d.comb += last.eq(cmd.length[:lg])
-            with m.Switch(Mux(last < TK.k, last, TK.k)):
-                for v in range(TK.k + 1):
-                    with m.Case(v):
-                        m.d.comb += last_words.eq(TK.segment_words(v))
-            m.d.comb += [msg_words.eq((cmd.length >> lg) * TK.segment_words(TK.seg)
-                                      + last_words),
+            m.d.comb += [msg_words.eq(message_words(m, cmd.length, TK, name="cmd_tk_m")),
                          gend.eq(cmd.gbase + N * msg_words)]
             rlen_end = Signal(lb + 1, name="cmd_tk_rend")
             m.d.comb += rlen_end.eq(cmd.rbase + cmd.length)

@@ -46,7 +46,26 @@ from ..lib.mustuse import mark_used
 from .config import CollectiveConfig
 from .topk_select import TopKSelect
 
-__all__ = ["TopKPass", "TopKOp", "pass_layout"]
+__all__ = ["TopKPass", "TopKOp", "pass_layout", "message_words"]
+
+
+def message_words(m: Module, length, topk, *, name: str) -> Signal:
+    """A combinational ``Signal`` of ``topk.message_words(length)`` for the unsigned value
+    ``length`` (``topk.seg`` a power of two): the message words of a vector of ``length``
+    words (:class:`~hdl.multi.config.TopK`). Used by the engine's command check and the core's
+    instruction check, so the two agree."""
+    lg = topk.seg.bit_length() - 1
+    width = len(length)
+    last = Signal(lg, name=f"{name}_last")
+    last_words = Signal(range(topk.segment_words(topk.k) + 1), name=f"{name}_last_words")
+    m.d.comb += last.eq(length[:lg])
+    with m.Switch(Mux(last < topk.k, last, topk.k)):
+        for v in range(topk.k + 1):
+            with m.Case(v):
+                m.d.comb += last_words.eq(topk.segment_words(v))
+    out = Signal(width + 6, name=name)
+    m.d.comb += out.eq((length >> lg) * topk.segment_words(topk.seg) + last_words)
+    return out
 
 
 class TopKOp:

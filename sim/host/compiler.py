@@ -1175,7 +1175,9 @@ class Compiled:
         Parameters
         ----------
         comp : int
-            Link compression (:class:`hdl.multi.config.CollComp`): 0 FP32 words, 1 BFP groups.
+            Link compression (:class:`hdl.multi.config.CollComp`): 0 FP32 words, 1 BFP groups,
+            2 top-k with error feedback (the residual and message buffer placed by
+            :meth:`topk_regions`; not with ``per_layer``).
         width : int
             BFP mantissa width (``comp = 1``; one of the engine's ``bfp.widths``).
         timeout : int
@@ -1207,8 +1209,15 @@ class Compiled:
             raise ValueError("dataparallel_program needs the step compiled with "
                              "one_pass=False (its OPT must test the all-reduced gradients)")
         G = cfg.collective.bfp.group_size if comp == 1 else None
+        if comp == 2 and per_layer:
+            raise ValueError("per_layer needs comp 0 or 1: a top-k ALLREDUCE (comp 2) keeps "
+                             "one residual for the whole gradient region")
+        tk = self.topk_regions() if comp == 2 else {}
 
         def allreduce(line, lines, poison):
+            if comp == 2:
+                return encode(Op.ALLREDUCE, a=line, lines=lines, timeout=timeout, comp=2,
+                              poison=poison, **tk)
             sg = seg if seg is not None else allreduce_seg_lines(lines, cfg.ranks, S, G)
             return encode(Op.ALLREDUCE, a=line, lines=lines, seg=sg, timeout=timeout,
                           comp=comp, width=width, poison=poison)
@@ -1252,6 +1261,47 @@ class Compiled:
                              f"{disassemble(prog[bad])} ({what}; see "
                              f"hdl.core.isa.check_allreduce)")
         return prog
+
+    def topk_regions(self) -> dict:
+        """Where a top-k ``ALLREDUCE`` of the gradient region keeps its residual and gathers
+        the messages: ``dict(b=<first line>, g=<first line>, glines=<lines>)``. Both go in
+        lines no buffer of the step ever uses (the residual lives across steps), at or after
+        the gradient region's first line, each in banks that neither the gradients nor the
+        other touch (the three ranges are read and written by one instruction), within the
+        engine's 65,536 words from the gradients' first line. ``ValueError`` when the
+        scratchpad has no such place or the config has no top-k engine."""
+        cfg = self.config
+        S, D, L = cfg.size, cfg.bank_depth, cfg.lines
+        coll = cfg.collective
+        if coll is None or coll.topk is None:
+            raise ValueError("top-k needs a core with a top-k collective engine (ranks >= 2)")
+        a, lines = self.regions["grads"]
+        glines = -(-coll.ranks * coll.topk.message_words(lines * S) // S)
+        used = sorted((self.place[n], self.place[n] + buf.lines)
+                      for n, buf in self._b.bufs.items())
+        free, at = [], 0
+        for lo, hi in used:
+            if lo > at:
+                free.append((at, lo))
+            at = max(at, hi)
+        if at < L:
+            free.append((at, L))
+        taken = set(range(a // D, (a + lines - 1) // D + 1))
+        reach = a + coll.depth // S                    # one past the last line it reaches
+
+        def take(n):
+            for lo, hi in free:
+                for st in sorted({max(lo, a)} | {k * D for k in range(L // D)
+                                                 if max(lo, a) < k * D < hi}):
+                    banks = set(range(st // D, (st + n - 1) // D + 1))
+                    if st + n <= min(hi, reach) and not banks & taken:
+                        taken.update(banks)
+                        return st
+            raise ValueError(f"top-k all-reduce: no {n} free lines in banks of their own "
+                             f"after line {a} within the engine's reach (the residual needs "
+                             f"{lines} lines, the message buffer {glines})")
+        b = take(lines)
+        return {"b": b, "g": take(glines), "glines": glines}
 
     def _last_write(self, ranges, end: int) -> int:
         """The last pc before ``end`` that writes any line of ``ranges`` (``[(line, lines)]``);

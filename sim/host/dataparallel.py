@@ -107,8 +107,10 @@ class DataParallel:
         Run the step as one program per core with the ``ALLREDUCE`` inside
         (:meth:`sim.host.compiler.Compiled.dataparallel_program`) on a
         :class:`sim.model.multicore.MultiCoreModel` of cores built with ``ranks`` (``config``
-        with ``ranks`` replaced); ``"none"`` and ``"bfp"`` only. Default: the host
-        all-reduces between a backward and an optimizer program.
+        with ``ranks`` replaced); with ``"topk"`` the engine's top-k all-reduce
+        (``topk`` must be the core's, :class:`TopK` ``()``), its residual and message buffer
+        in free banks (:attr:`topk_regions`). Default: the host all-reduces between a
+        backward and an optimizer program.
     timeout : int
         The ``ALLREDUCE``'s ``timeout`` field (engine mode).
     per_layer : bool
@@ -137,9 +139,6 @@ class DataParallel:
                              f"micro_batches ({ranks} * {desc.micro_batches})")
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
-        if engine and compression == "topk":
-            raise ValueError("engine=True runs the collective engine's ring all-reduce: "
-                             "compression 'none' or 'bfp', not 'topk' (host-mediated only)")
         self.ranks, self.compression, self.width = ranks, compression, width
         self.engine = bool(engine)
         self.per_layer = bool(per_layer)
@@ -167,7 +166,18 @@ class DataParallel:
         self._grads = (line, lines)
         S = config.size
         self.length = lines * S
-        self.coll = CollectiveConfig(ranks=ranks, depth=max(2, self.length))
+        self.topk = None
+        if compression == "topk":
+            self.topk = TopK() if topk is None else topk
+            if not isinstance(self.topk, TopK):
+                raise TypeError(f"topk must be a TopK, not {type(self.topk).__name__}")
+            engine_topk = dataclasses.replace(config, ranks=ranks).collective.topk
+            if engine and self.topk != engine_topk:
+                raise ValueError(f"engine=True uses the core's top-k engine ({engine_topk}), "
+                                 f"not {self.topk}")
+        self.coll = CollectiveConfig(ranks=ranks, depth=max(2, self.length,
+                                                            self.topk.seg if self.topk else 2),
+                                     topk=self.topk if engine else None)
         G = self.coll.bfp.group_size
         if compression == "bfp":
             if width not in self.coll.bfp.widths:
@@ -194,7 +204,8 @@ class DataParallel:
         #: words per segment of the single ring all-reduce (``None`` with ``per_layer``)
         self.seg = None if per_layer else blocks[0][2]
         if engine:
-            comp = CollComp.BFP if compression == "bfp" else CollComp.NONE
+            comp = {"none": CollComp.NONE, "bfp": CollComp.BFP,
+                    "topk": CollComp.TOPK}[compression]
             #: the one program every core runs (engine mode)
             self.program = self.compiled.dataparallel_program(comp=comp, width=width,
                                                               timeout=timeout,
@@ -205,12 +216,12 @@ class DataParallel:
             self.program = None
             self.multi = None
             self.cores = [CoreModel(config) for _ in range(ranks)]
-        self.topk = None
-        if compression == "topk":
-            self.topk = TopK() if topk is None else topk
-            if not isinstance(self.topk, TopK):
-                raise TypeError(f"topk must be a TopK, not {type(self.topk).__name__}")
+        if compression == "topk" and not engine:
             self.states = [TopKState(self.length, self.topk) for _ in range(ranks)]
+        #: engine mode, top-k: the ALLREDUCE's residual and buffer lines
+        #: (:meth:`sim.host.compiler.Compiled.topk_regions`), else ``None``
+        self.topk_regions = (self.compiled.topk_regions()
+                             if engine and compression == "topk" else None)
         #: link bits of every all-reduce so far (32-bit flits), and what plain FP32 links
         #: would have carried
         self.link_bits = 0
@@ -220,6 +231,9 @@ class DataParallel:
     def init(self, weights, biases, opt_state=None) -> None:
         """Write the same parameters (and state) into every core."""
         acts = self.compiled.init_actions(weights, biases, opt_state)
+        if self.topk_regions is not None:       # the error-feedback residual starts at 0
+            acts.append(("write", self.topk_regions["b"],
+                         np.zeros((self._grads[1], self.config.size), np.uint32)))
         for core in self.cores:
             core.apply(acts)
 
@@ -295,7 +309,8 @@ class DataParallel:
                 for r in range(N)]
         res = self.multi.apply(acts)
         n = self.length
-        comp = CollComp.BFP if self.compression == "bfp" else CollComp.NONE
+        comp = {"none": CollComp.NONE, "bfp": CollComp.BFP,
+                "topk": CollComp.TOPK}[self.compression]
         self.plain_bits += sum(link_flits(self.coll, 32, length=n, seg=-(-n // N))) * 32
         self._count_link_bits(comp)
         losses = np.concatenate([c.decode_loss(r) for r in res])

@@ -22,6 +22,12 @@ field combination the collective engine would refuse.
   with ``seg * S`` words per segment, ``comp``, and ``bfp = (config.collective.bfp, width)``:
   the engine's segments, schedule, FP32 sum order and BFP relay. Each core's lines are
   overwritten with its result (every rank gets the same bits).
+* **Top-k** (``comp = 2``; ``seg`` and ``width`` unused, ``b``, ``g`` and ``glines`` per
+  core): the engine's top-k all-reduce (:func:`sim.model.compress.topk_ring`) of each core's
+  gradient (lines ``a``), with its residual in lines ``b`` and the gathered messages in the
+  first ``N * TopK.message_words(lines * S)`` words of lines ``g``; the gradient lines end
+  with the rank-order sum, the residual lines with the new residual. A poisoned core's word
+  0 is the canonical NaN, as above (sent: it has the largest magnitude).
 * **Order.** The result is as if the ``ALLREDUCE`` executed in program order (the hardware's
   scoreboard guarantees it); the model has no timing, so ``timeout`` is never reached and a
   run never ends in ``ERR_LINK``.
@@ -54,11 +60,14 @@ sends each wait for the other's receive): ``ValueError`` naming every waiting co
 """
 from __future__ import annotations
 
+import numpy as np
+
 from hdl.core.config import CoreConfig
 from hdl.core.isa import Status
 from hdl.multi.config import CollComp, CollStatus
 
 from .collective import ring_allreduce
+from .compress import topk_ring
 from .core import CoreModel
 
 __all__ = ["MultiCoreModel", "POISON_BITS", "RING_FIELDS"]
@@ -225,6 +234,8 @@ class MultiCoreModel:
             for name in RING_FIELDS:
                 if name == "width" and f0["comp"] != CollComp.BFP:
                     continue
+                if name == "seg" and f0["comp"] == CollComp.TOPK:
+                    continue
                 if f[name] != f0[name]:
                     raise ValueError(
                         f"ALLREDUCE field {name!r} differs between rank 0 ({f0[name]}) and "
@@ -232,6 +243,9 @@ class MultiCoreModel:
                         f"{', '.join(RING_FIELDS)}; the hardware would hang or time out")
         S = self.config.size
         lines, seg, comp, width = f0["lines"], f0["seg"], f0["comp"], f0["width"]
+        if comp == CollComp.TOPK:
+            self._topk_allreduce(fields)
+            return
         vectors, poisoned = [], []
         for r, core in enumerate(self.cores):
             v = core.read_lines(fields[r]["a"], lines).reshape(-1)
@@ -250,6 +264,36 @@ class MultiCoreModel:
         self.allreduces += 1
         self.history.append({"fields": [dict(fields[r]) for r in range(self.ranks)],
                              "poisoned": list(poisoned), "flags": list(flags)})
+
+    def _topk_allreduce(self, fields: dict) -> None:
+        """A top-k ``ALLREDUCE`` (``comp = 2``): each core's gradient (lines ``a``), residual
+        (lines ``b``) and gather buffer (lines ``g``) as the engine sees them, through
+        :func:`sim.model.compress.topk_ring`; a poisoned core's gradient word 0 reads as the
+        canonical NaN (it has the largest magnitude, so it is sent and every sum's word 0 is
+        NaN)."""
+        S, lines = self.config.size, fields[0]["lines"]
+        n = lines * S
+        mems, poisoned = [], []
+        for r, core in enumerate(self.cores):
+            f = fields[r]
+            grad = core.read_lines(f["a"], lines).reshape(-1)
+            p = bool(f["poison"]) and bool(core.run_flags)
+            if p:
+                grad[0] = POISON_BITS
+            poisoned.append(p)
+            mems.append(np.concatenate([grad, core.read_lines(f["b"], lines).reshape(-1),
+                                        core.read_lines(f["g"], f["glines"]).reshape(-1)]))
+        out = topk_ring(mems, base=0, length=n, rbase=n, gbase=2 * n, topk=self.collective.topk)
+        for r, core in enumerate(self.cores):
+            f = fields[r]
+            core.write_lines(f["a"], out[r][:n].reshape(lines, S))
+            core.write_lines(f["b"], out[r][n:2 * n].reshape(lines, S))
+            core.write_lines(f["g"], out[r][2 * n:].reshape(f["glines"], S))
+            core.coll_flags = 0
+        self.flags, self.poisoned = [0] * self.ranks, poisoned
+        self.allreduces += 1
+        self.history.append({"fields": [dict(fields[r]) for r in range(self.ranks)],
+                             "poisoned": list(poisoned), "flags": [0] * self.ranks})
 
     # -- host actions ---------------------------------------------------------------------------
     def apply(self, actions) -> list[dict]:

@@ -139,6 +139,19 @@ class TB:
             im[where] = self.rng.choice(specials, 4)
         return imgs
 
+    def gradient(self, n: int, *, ties: bool = False):
+        """``n`` random FP32 words (uint32); with ``ties`` many repeated magnitudes of both
+        signs (``+-2.0``, above most of the other words, so they compete for the top-k slots)
+        and zeros of both signs."""
+        x = self.rng.standard_normal(n) * 2.0 ** self.rng.integers(-8, 1 if ties else 9, n)
+        w = f32_to_bits(x.astype(np.float32))
+        if ties:
+            w[self.rng.random(n) < 0.4] = 0x40000000
+            w[self.rng.random(n) < 0.2] = 0xC0000000
+            w[self.rng.random(n) < 0.1] = 0x80000000
+            w[self.rng.random(n) < 0.1] = 0
+        return w
+
 
 @cocotb.test()
 async def allreduce_random_backpressure(dut):
@@ -178,3 +191,48 @@ async def stopped_link_times_out(dut):
     got = await tb.allreduce(base=0, length=0, seg=8, timeout=64, check_model=False)
     assert [g["status"] for g in got] == [CollStatus.BAD_LEN] * tb.N, got
     assert dut.overflow.value.to_unsigned() == 0
+
+
+@cocotb.test()
+async def allreduce_topk_rounds(dut):
+    """Three top-k all-reduces in a row (``comp = CollComp.TOPK``: compress with error
+    feedback, all-gather of the messages, rank-order sum), every link stalled at random 40 % of
+    the cycles: a fresh random gradient on every rank before each round (repeated magnitudes of
+    both signs and +-0 on some ranks; in the first round one segment of rank 0 all +-0), the
+    residual carried from the round before (0 at the start). After each round every status,
+    every memory word of every rank (gradient, residual, gather buffer, and nothing else
+    written) and the flits per link equal the model bit for bit. Then top-k commands with
+    overlapping regions or a gather buffer past the memory answer BAD_LEN and change nothing."""
+    tb = TB(dut, seed=13, stall_prob=0.4)
+    await tb.start()
+    N, D = tb.N, tb.depth
+    topk = tb.config.collective.topk
+    assert topk is not None, "the preset's collective engine has no top-k hardware"
+    length = 2 * topk.seg
+    base, rbase, gbase = 0, length, 2 * length
+    glen = N * topk.message_words(length)
+    assert gbase + glen <= D, (gbase, glen, D)
+    cmd = dict(base=base, length=length, seg=0, timeout=300, comp=CollComp.TOPK,
+               rbase=rbase, gbase=gbase)
+    images = tb.random_images()
+    for im in images:
+        im[rbase:rbase + length] = 0                # error feedback starts from 0
+    for rnd in range(3):
+        if rnd:
+            images = [m.copy() for m in tb.model.mem]   # the residual of the round before
+        for r, im in enumerate(images):
+            im[base:base + length] = tb.gradient(length, ties=(r + rnd) % 2 == 0)
+        if rnd == 0:                                # a segment of zeros: all k slots tie
+            images[0][base + topk.seg:base + 2 * topk.seg] = tb.rng.choice(
+                np.array([0, 0x80000000], np.uint32), topk.seg)
+        await tb.load(images)
+        got = await tb.allreduce(**cmd)
+        assert [g["status"] for g in got] == [CollStatus.OK] * N, got
+        await tb.check()
+    assert all(f > 0 for f in tb.flits), tb.flits
+    for bad in (dict(rbase=base + length - 1),        # residual overlaps the gradient
+                dict(gbase=rbase + length - 1),       # gather buffer overlaps the residual
+                dict(gbase=D - glen + 1)):            # gather buffer past the memory
+        got = await tb.allreduce(**{**cmd, **bad})
+        assert [g["status"] for g in got] == [CollStatus.BAD_LEN] * N, (bad, got)
+    await tb.check()

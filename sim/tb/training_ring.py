@@ -84,10 +84,11 @@ class RingTB:
 
 @cocotb.test()
 async def dataparallel_steps(dut):
-    """TB_STEPS data-parallel steps (FP32 links, then TB_BFP_STEPS with BFP-4 links) of the
-    MLP 6-4-4 (global batch 4 x ranks, Adam) under random link and host backpressure:
-    every core's runs, losses, parameters, gradients, state, whole scratchpad and the links'
-    flit counts equal the golden model's."""
+    """TB_STEPS data-parallel steps (FP32 links, then TB_BFP_STEPS with BFP-4 links, then
+    TB_TOPK_STEPS with top-k links and error feedback) of the MLP 6-4-4 (global batch 4 x
+    ranks, Adam) under random link and host backpressure: every core's runs, losses,
+    parameters, gradients, state, whole scratchpad (the top-k residual and message buffer
+    included) and the links' flit counts equal the golden model's."""
     cfg = TrainingRingConfig.preset(os.environ.get("TESSERA_PRESET", "tiny"),
                                     ranks=int(os.environ.get("TB_RANKS", "0")) or None)
     N = cfg.ranks
@@ -98,6 +99,7 @@ async def dataparallel_steps(dut):
     desc = MLP(layers=(6, 4, 4), batch=4 * N, optimizer=Adam(lr=1e-2))
     dp = DataParallel(desc, cfg.core, N, engine=True)
     bfp = DataParallel(desc, cfg.core, N, compression="bfp", width=4, engine=True)
+    topk = DataParallel(desc, cfg.core, N, compression="topk", engine=True)
     c = dp.compiled
     rng = np.random.default_rng(3)
     Ws = [(rng.standard_normal((a, b)) * 0.5).astype(np.float32)
@@ -106,11 +108,14 @@ async def dataparallel_steps(dut):
     m = desc.batch // N
     steps = int(os.environ.get("TB_STEPS", "2"))
     bfp_steps = int(os.environ.get("TB_BFP_STEPS", "1"))
+    topk_steps = int(os.environ.get("TB_TOPK_STEPS", "1"))
+    assert topk.compiled.place == c.place       # the same step, so the same placement
     acts = [c.init_actions(Ws, bs) for _ in range(N)]
-    for t in range(1, steps + bfp_steps + 1):
+    for t in range(1, steps + bfp_steps + topk_steps + 1):
         x = rng.standard_normal((desc.batch, desc.layers[0])).astype(np.float32)
         y = rng.integers(0, desc.layers[-1], desc.batch)
-        prog = dp.program if t <= steps else bfp.program
+        prog = (dp.program if t <= steps else bfp.program if t <= steps + bfp_steps
+                else topk.program)
         for r in range(N):
             acts[r] += c.step_actions(x[r * m:(r + 1) * m], y[r * m:(r + 1) * m], t,
                                       program=prog) + c.read_actions()
@@ -118,7 +123,8 @@ async def dataparallel_steps(dut):
     got = await tb.apply(acts)
     mems = await tb.read_memories()
     for r in range(N):
-        assert got[r]["run"] == want[r]["run"] == [(Status.OK, 0)] * (steps + bfp_steps), \
+        assert got[r]["run"] == want[r]["run"] == [(Status.OK, 0)] * (steps + bfp_steps
+                                                                      + topk_steps), \
             f"core {r}: RTL {got[r]['run']} != golden {want[r]['run']}"
         for key in ("params", "grads", "m", "v", "loss0"):
             assert np.array_equal(got[r][key], want[r][key]), f"core {r}: {key} differs"

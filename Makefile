@@ -142,8 +142,9 @@ bench-collective: setup
 # Data-parallel digits training across N golden-model cores with FP32 / BFP / top-k links
 # (docs/multicore.md): bytes ratio and test accuracy, pipeline parallelism (GPipe / 1F1B
 # bubble against (p-1)/(m+p-1), peak stash), and weak / strong scaling of the RTL multi-core
-# top in Verilator (builds of 1, 2 and 4 S = 4 cores; DISTRIBUTED_ARGS=--no-rtl skips it)
-# -> docs/bench/distributed.{json,md}.
+# top in Verilator (builds of 1, 2 and 4 S = 4 cores; DISTRIBUTED_ARGS=--no-rtl skips it),
+# and FP32 / BFP-4 / top-k links on that RTL ring (cycles, flits; DISTRIBUTED_ARGS=
+# --only-compression-rtl reruns just that section) -> docs/bench/distributed.{json,md}.
 bench-distributed: setup
 	$(PY) -m sim.bench.distributed $(DISTRIBUTED_ARGS)
 

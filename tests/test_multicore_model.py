@@ -503,6 +503,14 @@ def test_engine_topk_equals_host_mediated(ranks):
     tr = eng.topk_regions
     (ar, f), = [decode(w) for w in eng.program if decode(w)[0] == Op.ALLREDUCE]
     assert f["comp"] == 2 and (f["b"], f["g"], f["glines"]) == (tr["b"], tr["g"], tr["glines"])
+    D = eng.config.bank_depth
+    banks = [set(range(s // D, (s + n - 1) // D + 1))
+             for s, n in ((f["a"], f["lines"]), (f["b"], f["lines"]), (f["g"], f["glines"]))]
+    assert not (banks[0] & banks[1] or banks[0] & banks[2] or banks[1] & banks[2]), banks
+    c = eng.compiled
+    for s0, n in ((f["b"], f["lines"]), (f["g"], f["glines"])):     # lines no buffer uses
+        assert s0 >= f["a"] and all(s0 + n <= c.place[k] or c.place[k] + bf.lines <= s0
+                                    for k, bf in c._b.bufs.items())
     host.init(W, b)
     eng.init(W, b)
     line, lines = eng._grads
@@ -544,3 +552,6 @@ def test_engine_topk_config_errors():
     c = DataParallel(desc, CoreConfig.preset("tiny"), 2, engine=True).compiled
     with pytest.raises(ValueError, match="per_layer"):
         c.dataparallel_program(comp=2, per_layer=True)
+    one = compile_mlp(desc.replace(one_pass=False), CoreConfig.preset("tiny"))
+    with pytest.raises(ValueError, match="top-k collective engine"):
+        one.topk_regions()

@@ -2,8 +2,10 @@
 
 Runs one all-reduce of ``--length`` N(0, 1) words on the ring top
 (:class:`hdl.multi.ring.CollectiveRing`, default FP32 and BFP presets, links of latency 2 and
-FIFO 8) in Amaranth's simulator for N = 2 and 4, 32- and 8-bit flits, plain FP32 words and BFP
-groups at mantissa widths 8 and 4. Every run is checked bit for bit against the golden model
+FIFO 8) in Amaranth's simulator for N = 2 and 4, 32- and 8-bit flits, plain FP32 words, BFP
+groups at mantissa widths 8 and 4, and top-k (the training core's ``TopK()``, 16 of every 256
+words, residual starting at zero: the compress, gather and sum passes of
+docs/multicore.md). Every run is checked bit for bit against the golden model
 (:mod:`sim.model.collective`), every rank must hold the same result and the flit counters must
 equal :func:`sim.model.collective.link_flits`. Reported: the response's ``cycles``, the link
 bound (``2 (N-1)/N * length * flits per word`` cycles for FP32), flits and bytes per link, the
@@ -20,29 +22,32 @@ import time
 import numpy as np
 
 from hdl.fp32.config import FP32Config
-from hdl.multi.config import CollComp, CollectiveConfig, LinkConfig, RingConfig
+from hdl.multi.config import CollComp, CollectiveConfig, LinkConfig, RingConfig, TopK
 from hdl.multi.ring import CollectiveRing
 from sim.bench.common import publish
 from sim.model.collective import CollectiveModel, link_flits
 from sim.model.fp32 import bits_to_f32, f32_to_bits
 from sim.tb.collective_tb import command, run_ring
 
-MODES = [(CollComp.NONE, 0), (CollComp.BFP, 8), (CollComp.BFP, 4)]
+MODES = [(CollComp.NONE, 0), (CollComp.BFP, 8), (CollComp.BFP, 4), (CollComp.TOPK, 0)]
 
 
 def measure(N: int, flit: int, length: int, seed: int = 1) -> list[dict]:
     """One ring, every mode of :data:`MODES` on the same vectors; rows of results."""
-    cc = CollectiveConfig(ranks=N, depth=length)
+    # the vector at 0; top-k: its residual (zeros) at length, the gather buffer at 2 * length
+    cc = CollectiveConfig(ranks=N, depth=4 * length, topk=TopK())
     link = LinkConfig(width=flit, latency=2, fifo_depth=8)
     dut = CollectiveRing(config=RingConfig(collective=cc, link=link),
                          fp32_config=FP32Config.preset("default"))
     rng = np.random.default_rng(seed)
-    images = [f32_to_bits(rng.standard_normal(length).astype(np.float32)) for _ in range(N)]
-    exact = np.sum([bits_to_f32(v).astype(np.float64) for v in images], axis=0)
+    images = [np.concatenate([f32_to_bits(rng.standard_normal(length).astype(np.float32)),
+                              np.zeros(3 * length, np.uint32)]) for _ in range(N)]
+    exact = np.sum([bits_to_f32(v[:length]).astype(np.float64) for v in images], axis=0)
     rows, plain_flits = [], None
     for comp, width in MODES:
         c = command(base=0, length=length, seg=length // N, timeout=2000, comp=comp,
-                    width=width)
+                    width=width, rbase=length if comp == CollComp.TOPK else 0,
+                    gbase=2 * length if comp == CollComp.TOPK else 0)
         run = run_ring(dut, images, [c], deadline=200_000, max_cycles=2_000_000)
         model = CollectiveModel(cc)
         for r in range(N):
@@ -55,10 +60,11 @@ def measure(N: int, flit: int, length: int, seed: int = 1) -> list[dict]:
         assert run.flits == flits, (run.flits, flits)
         if comp == CollComp.NONE:
             plain_flits = flits[0]
-        result = bits_to_f32(run.memories[0]).astype(np.float64)
+        result = bits_to_f32(run.memories[0][:length]).astype(np.float64)
+        mode = {CollComp.NONE: "FP32", CollComp.BFP: f"BFP{width}",
+                CollComp.TOPK: f"top-k {cc.topk.k}/{cc.topk.seg}"}[comp]
         rows.append({
-            "ranks": N, "flit_bits": flit, "length": length,
-            "mode": "FP32" if comp == CollComp.NONE else f"BFP{width}",
+            "ranks": N, "flit_bits": flit, "length": length, "mode": mode,
             "cycles": max(g["cycles"] for g in run.responses[0]),
             "link_bound": 2 * (N - 1) * (length // N) * (32 // flit),
             "flits_per_link": flits[0], "bytes_per_link": flits[0] * flit // 8,
@@ -75,7 +81,9 @@ def to_markdown(data: dict) -> str:
              "7-cycle adder, groups of 16). Every run bit-exact with the golden model, the same "
              "on every rank, flit counters equal to the model's. `bound`: cycles a link needs "
              "for FP32 words, 2 (N-1)/N x length x flits per word. `ratio`: bytes against FP32 "
-             "on the same link. `error`: largest |result - exact| / largest |exact|. "
+             "on the same link. `error`: largest |result - exact| / largest |exact| (top-k: of "
+             "one round from a zero residual; what it holds back stays in the residual for "
+             "the next round). "
              "docs/multicore.md explains the figures.", "",
              "| N | flit bits | mode | cycles | bound | flits per link | bytes per link | "
              "ratio | error |", "|---|---|---|---|---|---|---|---|---|"]

@@ -33,7 +33,7 @@ import numpy as np
 
 from hdl.core.config import CoreConfig
 from sim.bench.common import publish
-from sim.bench.scaling import run_scaling
+from sim.bench.scaling import BATCH, run_point, run_scaling
 from sim.bench.scaling import to_markdown as scaling_markdown
 from sim.host.compiler import MLP, compile_mlp
 from sim.host.dataparallel import DataParallel
@@ -125,6 +125,44 @@ def pipeline_run(layers, stages, m, *, batch, seed, latency) -> dict:
     return out
 
 
+#: link compressions measured on the RTL ring: ``(label, TB_COMP)``; BFP at 4-bit mantissas
+COMPRESSIONS_RTL = (("fp32", "none"), ("bfp4", "bfp"), ("topk 16/256", "topk"))
+
+
+def run_compression_rtl(ranks, *, log=print) -> list[dict]:
+    """One data-parallel step of the digits MLP per ``N`` and link compression on the RTL
+    ring (``training_ring`` in Verilator, global batch :data:`sim.bench.scaling.BATCH`,
+    widths 8, checked bit for bit against the golden model by the testbench): step cycles,
+    the collective engine's cycles, flits per link and the bytes ratio against FP32 links."""
+    rows = []
+    for n in ranks:
+        plain = None
+        for label, comp in COMPRESSIONS_RTL:
+            p = run_point(n, BATCH // n, comp=comp)
+            flits = max(p["flits"])
+            plain = plain or flits
+            rows.append({"ranks": n, "compression": label, "step_cycles": p["step_cycles"],
+                         "coll_cycles": max(p["coll_busy"]), "link_flits": flits,
+                         "link_width": p["link_width"], "bytes_ratio": round(flits / plain, 4)})
+            log(f"compression on the RTL ring: N = {n}, {label}: {rows[-1]}")
+    return rows
+
+
+def compression_rtl_markdown(rows) -> list[str]:
+    out = ["## Link compression on the RTL ring", "",
+           f"One data-parallel step of the MLP 64-64-10 (Adam, widths 8, global batch {BATCH}) "
+           "on N S = 4 cores of `training_ring` in Verilator, every step checked bit for bit "
+           "against the golden model. `coll cycles`: the collective engine's busy cycles (top-k: "
+           "the compress and sum passes too). Bytes ratio: link flits against FP32 links in the "
+           "same run (16-bit flits).", "",
+           "| N | compression | step cycles | coll cycles | flits per link | bytes ratio |",
+           "|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['ranks']} | {r['compression']} | {r['step_cycles']:,} | "
+                   f"{r['coll_cycles']:,} | {r['link_flits']:,} | {r['bytes_ratio']:.4f} |")
+    return out
+
+
 def to_markdown(data: dict) -> str:
     lines = ["# Data-parallel training: link compression (golden model), RTL scaling, "
              "pipeline parallelism", "",
@@ -139,6 +177,8 @@ def to_markdown(data: dict) -> str:
     for r in data["compression"]:
         lines.append(f"| {r['ranks']} | {r['compression']} | {r['bytes_ratio']:.4f} | "
                      f"{r['test_accuracy']:.4f} | {r['last_epoch_loss']:.4f} |")
+    if data.get("compression_rtl"):
+        lines += [""] + compression_rtl_markdown(data["compression_rtl"])
     if data.get("scaling"):
         lines += [""] + scaling_markdown(data["scaling"])
     lines += ["", "## Pipeline parallelism (golden model)", "",
@@ -173,19 +213,32 @@ def main(argv=None) -> int:
                     help="pipeline link latency (cycles) of the second timeline")
     ap.add_argument("--no-rtl", action="store_true",
                     help="skip the RTL scaling runs (Verilator builds of the multi-core top)")
+    ap.add_argument("--only-compression-rtl", action="store_true",
+                    help="rerun only the RTL link-compression section and keep the rest of "
+                         "docs/bench/distributed.json")
     args = ap.parse_args(argv)
     t0 = time.time()
     ranks = [int(x) for x in args.ranks.split(",")]
+    if args.only_compression_rtl:
+        import json
+        from sim.bench.common import DOCS_BENCH
+        data = json.loads((DOCS_BENCH / "distributed.json").read_text())
+        data["compression_rtl"] = run_compression_rtl(ranks)
+        data["compression_rtl_seconds"] = round(time.time() - t0, 1)
+        publish("distributed", data, to_markdown(data))
+        return 0
     rows = [run(*spec, ranks=n, epochs=args.epochs, batch=args.batch, seed=args.seed)
             for n in ranks for spec in RUNS]
     pipe = [pipeline_run(layers, p, m, batch=args.batch, seed=args.seed, latency=args.latency)
             for layers, p in PIPELINES for m in MICRO_BATCHES]
     scaling = None if args.no_rtl else run_scaling(tuple(ranks))
+    comp_rtl = None if args.no_rtl else run_compression_rtl(ranks)
     data = {"bench": "distributed", "model": "golden", "ranks": ranks,
             **({} if scaling is None else {
                 "scaling": scaling,
                 "weak_scaling_efficiency": scaling["weak_scaling_efficiency"],
                 "strong_scaling_efficiency": scaling["strong_scaling_efficiency"]}),
+            **({} if comp_rtl is None else {"compression_rtl": comp_rtl}),
             "pipeline": pipe, "latency": args.latency,
             "epochs": args.epochs, "batch": args.batch, "seed": args.seed,
             "compression": rows, "wall_seconds": round(time.time() - t0, 1),

@@ -401,7 +401,9 @@ def _params(seed, layers=LAYERS):
 @pytest.mark.parametrize("ranks,compression,layers", [
     (2, "none", LAYERS), (4, "none", LAYERS), (2, "bfp", LAYERS), (4, "bfp", LAYERS),
     # 62 gradient lines (248 words) over 4 ranks: segments of 16 lines, not 62 words
-    (4, "none", (16, 10, 4))])
+    (4, "none", (16, 10, 4)),
+    # BFP: the 62 lines padded to 64 (whole groups of 16 words, compile_mlp param_align)
+    (2, "bfp", (16, 10, 4))])
 def test_engine_equals_host_mediated(ranks, compression, layers):
     """One program with the ALLREDUCE per core (MultiCoreModel) == the host's all-reduce between
     a backward and an optimizer program, bit for bit: losses, optimizer status, and every
@@ -413,6 +415,8 @@ def test_engine_equals_host_mediated(ranks, compression, layers):
     eng = DataParallel(desc, CoreConfig.preset("tiny"), ranks, compression=compression,
                        width=4, engine=True)
     assert eng.config.ranks == ranks and eng.seg == host.seg
+    if compression == "bfp":
+        assert eng.length % 16 == 0 and host.length == eng.length
     ops = [decode(w)[0] for w in eng.program]
     assert ops.count(Op.ALLREDUCE) == 1 and ops[ops.index(Op.ALLREDUCE) + 1] == Op.OPT
     host.init(W, b)

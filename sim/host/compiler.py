@@ -435,7 +435,7 @@ class _Builder:
     """The symbolic program of one description (buffers + instructions, no addresses)."""
 
     def __init__(self, desc: MLP, S: int, *, inplace_relu_grad: bool = True,
-                 split_grads: bool = False):
+                 split_grads: bool = False, param_align: int = 1):
         self.desc, self.S, self.inplace = desc, S, inplace_relu_grad
         d, S = desc.layers, S
         self.d, self.L, self.m, self.k = d, desc.L, desc.rows, desc.micro_batches
@@ -446,7 +446,8 @@ class _Builder:
             off += d[l] * _cdiv(d[l + 1], S)
             self.off_b.append(off)
             off += _cdiv(d[l + 1], S)
-        self.P = off
+        # rounded up to whole multiples of param_align lines (BFP links: whole groups)
+        self.P = -(-off // param_align) * param_align
         # micro-batch record: x_j, labels_j, loss_j
         self.x_lines = self.m * _cdiv(d[0], S)
         self.nr = _cdiv(self.m, S)
@@ -852,9 +853,10 @@ def _check_limits(desc: MLP, config: CoreConfig):
 SEARCH_NODES = 20000
 
 
-def _build_and_place(desc, config, inplace, split_grads=False):
+def _build_and_place(desc, config, inplace, split_grads=False, param_align=1):
     S, D, NB = config.size, config.bank_depth, config.banks
-    bld = _Builder(desc, S, inplace_relu_grad=inplace, split_grads=split_grads)
+    bld = _Builder(desc, S, inplace_relu_grad=inplace, split_grads=split_grads,
+                   param_align=param_align)
     if bld.P * S > OPT_MAX_COUNT:
         raise CompileError(f"{bld.P * S} parameter words (with row padding) exceed the largest "
                            f"OPT region ({OPT_MAX_COUNT} words, the optimizer engine's N range)")
@@ -1021,7 +1023,7 @@ def _banks_meet(place, bufs, pair, D):
 
 
 def compile_mlp(desc: MLP | None = None, config: CoreConfig | None = None, *,
-                split_grads: bool = False) -> "Compiled":
+                split_grads: bool = False, param_align: int = 1) -> "Compiled":
     """Compile ``desc`` (default :class:`MLP` ``()``) for ``config`` (default
     ``CoreConfig()``). Raises :class:`CompileError` (a ``ValueError``) naming the problem
     when the description does not fit the configuration; the returned program passes
@@ -1034,19 +1036,26 @@ def compile_mlp(desc: MLP | None = None, config: CoreConfig | None = None, *,
     unchanged), only its start moves. Its ``ALLREDUCE`` then owns no bank the backward pass of
     the earlier layers touches (docs/multicore.md, "Per-layer all-reduce"). It costs the rest
     of that bank and may not fit (``CompileError``), e.g. with 4 banks and Adam (params, m, v
-    and the two parts of grads need 5). No effect for one layer."""
+    and the two parts of grads need 5). No effect for one layer.
+
+    ``param_align``: the parameter regions (params, grads, m, v) get a multiple of this many
+    lines (zero padding lines at the end, which the ``OPT`` updates as zeros), e.g. whole BFP
+    groups for an ``ALLREDUCE`` with BFP links (``group_size / S`` lines; what
+    :class:`sim.host.dataparallel.DataParallel` asks for with ``compression="bfp"``)."""
     desc = MLP() if desc is None else desc
     config = CoreConfig() if config is None else config
     _check_types(desc, config)
     _check_limits(desc, config)
     split_grads = bool(split_grads)
+    check_int("compile_mlp", "param_align", param_align, lo=1, hi=1 << 12)
     try:
-        bld, place, hard, soft = _build_and_place(desc, config, True, split_grads)
+        bld, place, hard, soft = _build_and_place(desc, config, True, split_grads, param_align)
     except _NoFit as exc:
         if desc.L < 2:
             raise CompileError(str(exc)) from None
         try:
-            bld, place, hard, soft = _build_and_place(desc, config, False, split_grads)
+            bld, place, hard, soft = _build_and_place(desc, config, False, split_grads,
+                                                      param_align)
         except _NoFit as exc2:
             hint = ""
             if config.banks == 4 and desc.micro_batches > 1:

@@ -153,12 +153,16 @@ class DataParallel:
         if engine:
             config = dataclasses.replace(config, ranks=ranks)
         split = per_layer if split_grads is None else bool(split_grads)
+        # BFP links: the gradient region in whole groups (zero padding lines at its end)
+        G0 = CollectiveConfig(ranks=max(2, ranks)).bfp.group_size
+        align = max(1, G0 // config.size) if compression == "bfp" and not per_layer else 1
         try:
-            self.compiled = compile_mlp(self.local, config, split_grads=split)
+            self.compiled = compile_mlp(self.local, config, split_grads=split,
+                                        param_align=align)
         except CompileError:
             if split_grads is not None or not split:
                 raise
-            self.compiled = compile_mlp(self.local, config)
+            self.compiled = compile_mlp(self.local, config, param_align=align)
         #: whether the step was compiled with ``split_grads``
         self.split_grads = self.compiled.split_grads
         self.config = config

@@ -312,22 +312,23 @@ class CollectiveModel:
         ops = {cmds[r]["op"] for r in ok}
         if not ok:
             return statuses
-        if ops == {CollOp.ALLREDUCE} and cmds[ok[0]]["comp"] == CollComp.TOPK:
-            keys = ("base", "length", "comp", "rbase", "gbase")
+
+        def agree(keys, what):
             if len(ok) != N or any(tuple(c[k] for k in keys) != tuple(cmds[0][k] for k in keys)
                                    for c in cmds):
-                raise ValueError("a top-k ALLREDUCE needs the same regions on every rank (and "
-                                 f"every rank accepting it): {cmds}, statuses {statuses}")
+                raise ValueError(f"{what} on every rank (and every rank accepting it): "
+                                 f"{cmds}, statuses {statuses}")
+
+        if ops == {CollOp.ALLREDUCE} and cmds[ok[0]]["comp"] == CollComp.TOPK:
+            agree(("base", "length", "comp", "rbase", "gbase"),
+                  "a top-k ALLREDUCE needs the same regions")
             from .compress import topk_ring      # compress imports this module
             c = cmds[0]
             self.mem = topk_ring(self.mem, base=c["base"], length=c["length"], rbase=c["rbase"],
                                  gbase=c["gbase"], topk=self.config.topk)
         elif ops == {CollOp.ALLREDUCE}:
-            keys = ("base", "length", "seg", "comp", "width")
-            if len(ok) != N or any(tuple(c[k] for k in keys) != tuple(cmds[0][k] for k in keys)
-                                   for c in cmds):
-                raise ValueError("an ALLREDUCE needs the same command on every rank (and "
-                                 f"every rank accepting it): {cmds}, statuses {statuses}")
+            agree(("base", "length", "seg", "comp", "width"),
+                  "an ALLREDUCE needs the same command")
             c = cmds[0]
             base, length, width = c["base"], c["length"], c["width"]
             out = ring_allreduce([m[base:base + length] for m in self.mem], c["seg"],

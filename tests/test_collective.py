@@ -10,7 +10,7 @@ from hdl.multi.collective import CollectiveEngine
 from hdl.multi.config import (CollComp, CollectiveConfig, CollOp, CollStatus, LinkConfig,
                               RingConfig)
 from hdl.multi.ring import CollectiveRing, WordMemory
-from sim.model.collective import CollectiveModel, link_flits, sendrecv_flits
+from sim.model.collective import CollectiveModel
 from sim.model.fp32 import f32_to_bits
 from sim.tb.collective_tb import check_ring, command, run_ring
 

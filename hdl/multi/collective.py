@@ -52,7 +52,18 @@ transmit codec is idle, as for any command); ``BAD_LEN`` when ``length == rlengt
 and overlap (regions that only touch are accepted); ``BAD_TIMEOUT`` when ``timeout == 0``;
 never ``BAD_SEG``.
 
-Golden model: :mod:`sim.model.collective`.
+An ``ALLREDUCE`` with ``comp = CollComp.TOPK`` (an engine built with ``CollectiveConfig.topk``;
+else ``BAD_COMP``) is top-k sparsification with error feedback: the local ``COMPRESS`` pass of
+:class:`~hdl.multi.topk.TopKPass` (gradient ``mem[base : +length]`` plus the residual at
+``rbase``; the residual updated, the gradient zeroed, this rank's message written to
+``gbase + r * M``, ``M = TopK.message_words(length)``), then ``N - 1`` all-gather steps of the
+ring over the buffer (segment ``q`` is rank ``q``'s message; the same states and ``timeout``),
+then the local ``SUM`` pass (every message added into the gradient region in rank order). The
+pass owns the memory port while it runs. ``BAD_LEN`` for ``length == 0``, a region past
+``depth`` or any two of the three regions overlapping; ``seg``, ``width`` and ``rlength`` are
+unused; never ``BAD_SEG`` (docs/multicore.md, *Top-k compression*).
+
+Golden model: :mod:`sim.model.collective` (:func:`sim.model.compress.topk_ring` for top-k).
 """
 from __future__ import annotations
 

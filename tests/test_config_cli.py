@@ -62,26 +62,42 @@ def test_unknown_block_rejected(tmp_path, capsys):
 #: ranks, and one generation of it takes about 90 s on the 2-core CI machine.
 GENERATED_ELSEWHERE = {"training_ring": "tests/test_training_ring_cocotb.py"}
 
+#: Blocks generated once here, their second generation (the determinism check) in
+#: ``make test-long``: one generation of the training core takes about 30 s on the CI machine.
+DETERMINISM_LONG = {"training_core"}
+
+
+def _generate_checked(name, out):
+    assert main(["generate", "--block", name, "--config", "tiny", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert f"module tessera_{name}" in text
+    params = json.loads(out.with_suffix(".json").read_text())
+    assert params["block"] == name and params["preset"] == "tiny"
+    assert "latency" in params
+    return text
+
 
 @pytest.mark.parametrize("name", sorted(blocks()))
 def test_generate_is_deterministic_with_params(name, tmp_path):
     """Every block generates from the command line with its parameters, and generating it
     again gives the same Verilog; a block of ``GENERATED_ELSEWHERE`` is only built and its
-    parameters checked."""
+    parameters checked, one of ``DETERMINISM_LONG`` generated once (twice in
+    :func:`test_generate_is_deterministic_long`)."""
     if name in GENERATED_ELSEWHERE:
         block = blocks()[name]
         assert isinstance(mark_used(block.build("tiny")), wiring.Component)
         assert "latency" in block.params("tiny")
         return
-    a, b = tmp_path / "a.v", tmp_path / "b.v"
-    assert main(["generate", "--block", name, "--config", "tiny", "-o", str(a)]) == 0
-    text = a.read_text()
-    assert f"module tessera_{name}" in text
-    assert main(["generate", "--block", name, "--config", "tiny", "-o", str(b)]) == 0
-    assert text == b.read_text()
-    params = json.loads(a.with_suffix(".json").read_text())
-    assert params["block"] == name and params["preset"] == "tiny"
-    assert "latency" in params
+    text = _generate_checked(name, tmp_path / "a.v")
+    if name not in DETERMINISM_LONG:
+        assert text == _generate_checked(name, tmp_path / "b.v")
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("name", sorted(DETERMINISM_LONG))
+def test_generate_is_deterministic_long(name, tmp_path):
+    """The second generation of a ``DETERMINISM_LONG`` block gives the same Verilog."""
+    assert _generate_checked(name, tmp_path / "a.v") == _generate_checked(name, tmp_path / "b.v")
 
 
 def test_struct_payload_streams_keep_their_ports():

@@ -1,7 +1,8 @@
 """cocotb + Verilator tier of the multi-core top ``training_ring``: data-parallel steps and
 pipeline-parallel steps on two S = 4 cores (preset tiny) under random backpressure on every
 link and host port, bit-exact with the golden model (sim/tb/training_ring.py); the
-data-parallel steps run FP32, BFP-4 and top-k links."""
+data-parallel steps run FP32 (one step; two in the four-core test of ``make test-long``), BFP-4
+(one) and top-k links (two: the second adds the first's residual)."""
 import pytest
 
 from sim.tb.runner import run_cocotb
@@ -12,7 +13,7 @@ pytestmark = pytest.mark.timeout(3600)
 def test_training_ring_dataparallel_backpressure():
     run_cocotb("training_ring", "tiny", "sim.tb.training_ring",
                name="training_ring_dataparallel", testcase="dataparallel_steps",
-               extra_env={"TB_STEPS": "2", "TB_BFP_STEPS": "1", "TB_TOPK_STEPS": "2",
+               extra_env={"TB_STEPS": "1", "TB_BFP_STEPS": "1", "TB_TOPK_STEPS": "2",
                           "TB_LINK_STALL": "0.3"})
 
 

@@ -144,7 +144,8 @@ bench-collective: setup
 # bubble against (p-1)/(m+p-1), peak stash), and weak / strong scaling of the RTL multi-core
 # top in Verilator (builds of 1, 2 and 4 S = 4 cores; DISTRIBUTED_ARGS=--no-rtl skips it),
 # and FP32 / BFP-4 / top-k links on that RTL ring (cycles, flits; DISTRIBUTED_ARGS=
-# --only-compression-rtl reruns just that section) -> docs/bench/distributed.{json,md}.
+# --only-compression-rtl reruns just that section, --only-compression-model the golden-model
+# accuracy rows) -> docs/bench/distributed.{json,md}.
 bench-distributed: setup
 	$(PY) -m sim.bench.distributed $(DISTRIBUTED_ARGS)
 

@@ -218,15 +218,25 @@ def main(argv=None) -> int:
     ap.add_argument("--only-compression-rtl", action="store_true",
                     help="rerun only the RTL link-compression section and keep the rest of "
                          "docs/bench/distributed.json")
+    ap.add_argument("--only-compression-model", action="store_true",
+                    help="rerun only the golden-model link-compression section (accuracy after "
+                         "training) and keep the rest of docs/bench/distributed.json")
     args = ap.parse_args(argv)
     t0 = time.time()
     ranks = [int(x) for x in args.ranks.split(",")]
-    if args.only_compression_rtl:
+    if args.only_compression_rtl or args.only_compression_model:
         import json
         from sim.bench.common import DOCS_BENCH
         data = json.loads((DOCS_BENCH / "distributed.json").read_text())
-        data["compression_rtl"] = run_compression_rtl(ranks)
-        data["compression_rtl_seconds"] = round(time.time() - t0, 1)
+        if args.only_compression_model:
+            data["compression"] = [run(*spec, ranks=n, epochs=args.epochs, batch=args.batch,
+                                       seed=args.seed) for n in ranks for spec in RUNS]
+            data.update(epochs=args.epochs, batch=args.batch, seed=args.seed,
+                        compression_seconds=round(time.time() - t0, 1))
+        if args.only_compression_rtl:
+            t1 = time.time()
+            data["compression_rtl"] = run_compression_rtl(ranks)
+            data["compression_rtl_seconds"] = round(time.time() - t1, 1)
         publish("distributed", data, to_markdown(data))
         return 0
     rows = [run(*spec, ranks=n, epochs=args.epochs, batch=args.batch, seed=args.seed)

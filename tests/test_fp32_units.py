@@ -387,6 +387,43 @@ def test_named_edge_cases(block, cases):
         assert res["Inf - Inf = NaN"] == gold.QNAN
 
 
+@pytest.mark.parametrize("preset", ["tiny", "default"])
+def test_add_results_at_the_subnormal_boundary(preset):
+    """Sums and differences whose result lies near the smallest normal exponent, where the
+    adder stops its normalising shift (``hdl/fp32/add.py``) instead of shifting right: both
+    exponent fields 0..40, cancellations of near-equal operands, and every clamp position
+    ``base_pre`` 1..28 of the shift limit is reached with the result exactly subnormal,
+    exactly ``2**-126`` and just normal."""
+    cfg = FP32Config.preset(preset)
+    model = gold.model_for("fp32_add", cfg)
+    rng = np.random.default_rng(77)
+    n = 1500
+    ea = rng.integers(0, 41, n)
+    eb = np.clip(ea + rng.integers(-3, 4, n), 0, 40)
+    a = (rng.integers(0, 2, n) << 31) | (ea << 23) | rng.integers(0, 1 << 23, n)
+    b = (rng.integers(0, 2, n) << 31) | (eb << 23) | rng.integers(0, 1 << 23, n)
+    # near-cancellations: b = -a plus or minus a few units in the last place
+    k = rng.integers(-4, 5, n // 3)
+    a2 = a[:n // 3]
+    b2 = (a2 ^ (1 << 31)) + k
+    b2 = np.where((b2 & 0x7FFFFFFF) > 0x7F7FFFFF, a2 ^ (1 << 31), b2)
+    edges = [0x00800000, 0x00000001, 0x007FFFFF, 0x00800001, 0x01000000, 0x00FFFFFF]
+    ea_ = np.array(edges * len(edges), dtype=np.int64)
+    eb_ = np.repeat(np.array(edges, dtype=np.int64), len(edges))
+    A = np.concatenate([a, a2, ea_]).astype(np.int64)
+    B = np.concatenate([b, b2, eb_]).astype(np.int64)
+    sub = np.concatenate([rng.integers(0, 2, n), np.zeros(n // 3, dtype=np.int64),
+                          np.ones(len(ea_), dtype=np.int64)])
+    ins = model.pack_in(a=A, b=B, sub=sub)
+    exp = np.array(model.expected_payloads(ins), dtype=np.int64)
+    # the cases reach the boundary from both sides
+    efield = (exp >> 23) & 0xFF
+    assert np.sum((efield == 0) & ((exp & 0x7FFFFF) != 0)) > 200        # subnormal results
+    assert np.sum(efield == 1) > 30 and np.sum((exp & 0x7FFFFFFF) == 0x00800000) > 0
+    r = simulate(FP32Add(config=cfg), ins)
+    check(model, ins, r.out, f"subnormal boundary, preset {preset}")
+
+
 @pytest.mark.parametrize("order", ["numpy", "ieee"])
 def test_compare_zero_order(order):
     cfg = FP32Config(cmp_zero_order=order)

@@ -1,13 +1,14 @@
 """Pipelined IEEE 754 binary32 adder/subtractor (round-to-nearest-even, exact subnormals)."""
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data
 
 from ..formats import FP32
 from ..registry import Block
 from .config import FP32Config
-from .round import (count_leading_zeros, round_finish, round_plan_lz, round_plan_pre,
-                    round_prepare)
+from .round import count_leading_zeros, round_finish, round_plan_pre, round_prepare
 from .unit import FP32CutUnit
 from .unpack import special_or_rounded, unpack_fp32
 
@@ -38,11 +39,14 @@ class FP32Add(FP32CutUnit):
     ``unpack`` (classify, order the operands by magnitude, exponent difference) | ``align``
     (shift the smaller significand right into a 27-bit frame, OR the shifted-out bits into the
     LSB) | ``add`` (28-bit add or subtract of magnitudes; exponent terms of the rounding,
-    :func:`~hdl.fp32.round.round_plan_pre`) | ``lzc`` (leading-zero count) | ``normalize``
-    (left shift; result exponent and subnormal shift amount:
-    :func:`~hdl.fp32.round.round_plan_lz`) | ``round`` (subnormal right shift, guard and sticky
-    bits: :func:`~hdl.fp32.round.round_prepare`) | nearest-even increment and packing
-    (:func:`~hdl.fp32.round.round_finish`), special-value select.
+    :func:`~hdl.fp32.round.round_plan_pre`, and the one-hot limit of the left shift) | ``lzc``
+    (leading-zero count of the sum ORed with the limit: the shift stops at the smallest normal
+    exponent) | ``normalize`` (left shift; biased exponent minus one, 0 for a subnormal result,
+    and overflow) | ``round`` (guard and sticky bits: :func:`~hdl.fp32.round.round_prepare`
+    with shift 0) | nearest-even increment and packing (:func:`~hdl.fp32.round.round_finish`),
+    special-value select. A subnormal sum is exact (both addends are multiples of
+    ``2**-149``), so it never needs the right shift onto the subnormal grid that a multiplier
+    or divider does: stopping the normalising shift early gives the same frame.
 
     Parameters
     ----------
@@ -120,32 +124,51 @@ class FP32Add(FP32CutUnit):
             inf=s.inf, inf_sign=s.inf_sign)
 
         # --- add: magnitudes (|big| >= |small|, so the difference is >= 0) --------------------
+        # One carry chain for both: with c = sub_mag, (2 big + c) + (2 (small ^ c..c) + c),
+        # bit 0 dropped, is big + small (c = 0) or big + ~small + 1 = big - small + 2**27
+        # (c = 1: the carry out is dropped).
         total = Signal(_ALIGN_W + 1, name="add_sum")
-        m.d.comb += total.eq(Mux(s.sub_mag, s.big - s.small, s.big + s.small))
+        flip = s.small ^ s.sub_mag.replicate(_ALIGN_W)
+        both = Signal(_ALIGN_W + 2, name="add_sum_carry")
+        m.d.comb += [both.eq(Cat(s.sub_mag, s.big) + Cat(s.sub_mag, flip)),
+                     total.eq(Cat(both[1:_ALIGN_W + 1], both[_ALIGN_W + 1] & ~s.sub_mag))]
         sum_exp = Signal(signed(12), name="add_sum_exp")   # weight of total's LSB
         m.d.comb += sum_exp.eq(s.big_exp - 3)
         pre = round_plan_pre(m, exp=sum_exp, width=_ALIGN_W + 1, name="add_rnd")
+        # A sum of two multiples of 2**-149 below the normal range is exact, so instead of
+        # normalising fully and shifting a subnormal result back right (round_plan_lz +
+        # round_prepare's shifter), the left shift stops at the smallest normal exponent:
+        # lz = min(leading zeros, base_pre), where base_pre = max(big exponent field, 1) >= 1
+        # is the biased exponent the leading one would have at bit 27. A one in ``limit`` at
+        # bit 27 - base_pre (when base_pre <= 27) makes the leading-zero count stop there.
+        limit = Signal(_ALIGN_W + 1, name="add_lz_limit")
+        for k in range(_ALIGN_W + 1):
+            m.d.comb += limit[k].eq(pre.base_pre == _ALIGN_W - k)
         s = p.boundary(
-            "add", total=total, base_pre=pre.base_pre, ovf_lim=pre.ovf_lim, sign=s.big_sign,
-            zero_sign=s.zero_sign, nan=s.nan, inf=s.inf, inf_sign=s.inf_sign)
+            "add", total=total, limit=limit, base_pre=pre.base_pre, ovf_lim=pre.ovf_lim,
+            sign=s.big_sign, zero_sign=s.zero_sign, nan=s.nan, inf=s.inf, inf_sign=s.inf_sign)
 
-        # --- leading-zero count ---------------------------------------------------------------
-        lz = count_leading_zeros(m, s.total, name="add")
-        s = p.boundary(
-            "lzc", total=s.total, lz=lz, base_pre=s.base_pre, ovf_lim=s.ovf_lim, sign=s.sign,
-            zero_sign=s.zero_sign, nan=s.nan, inf=s.inf, inf_sign=s.inf_sign)
-
-        # --- normalize: left shift; result exponent and subnormal shift, in parallel ----------
-        norm = Signal(_ALIGN_W + 1, name="add_norm")
+        # --- leading-zero count, clamped at the smallest normal exponent ----------------------
+        lz = count_leading_zeros(m, s.total | s.limit, name="add")
         zero = Signal(name="add_is_zero")
-        m.d.comb += [norm.eq(s.total << s.lz), zero.eq(s.lz == _ALIGN_W + 1)]
-        plan = round_plan_lz(m, pre=s, lz=s.lz, width=len(norm), name="add_rnd")
+        m.d.comb += zero.eq(s.total == 0)
         s = p.boundary(
-            "normalize", norm=norm, shift=plan.shift, base=plan.base, ovf=plan.ovf, zero=zero,
+            "lzc", total=s.total, lz=lz, zero=zero, base_pre=s.base_pre, ovf_lim=s.ovf_lim,
             sign=s.sign, zero_sign=s.zero_sign, nan=s.nan, inf=s.inf, inf_sign=s.inf_sign)
 
-        # --- round: subnormal shift, guard/sticky | nearest-even increment, specials ---------
-        r = round_prepare(m, norm=s.norm, plan=s, name="add_rnd")
+        # --- normalize: left shift; biased exponent minus one (0: subnormal), overflow --------
+        norm = Signal(_ALIGN_W + 1, name="add_norm")
+        base = Signal(8, name="add_rnd_base")
+        ovf = Signal(name="add_rnd_ovf")
+        m.d.comb += [norm.eq(s.total << s.lz), base.eq(s.base_pre - s.lz),
+                     ovf.eq(s.lz <= s.ovf_lim)]
+        s = p.boundary(
+            "normalize", norm=norm, base=base, ovf=ovf, zero=s.zero, sign=s.sign,
+            zero_sign=s.zero_sign, nan=s.nan, inf=s.inf, inf_sign=s.inf_sign)
+
+        # --- round: guard/sticky (no subnormal shift: shift 0) | nearest-even, specials -------
+        plan = SimpleNamespace(shift=Const(0, range(_ALIGN_W + 2)), base=s.base, ovf=s.ovf)
+        r = round_prepare(m, norm=s.norm, plan=plan, name="add_rnd")
         s = p.boundary(
             "round", frame=r.frame, base=r.base, ovf=r.ovf, zero=s.zero, sign=s.sign,
             zero_sign=s.zero_sign, nan=s.nan, inf=s.inf, inf_sign=s.inf_sign)

@@ -134,6 +134,7 @@ ROWS = [
     (CoreConfig, "ranks", 17, V, "CoreConfig.ranks"),
     (CoreConfig, "link_width", 12, V, "CoreConfig.link_width"),
     (CoreConfig, "link_width", 64, V, "CoreConfig.link_width"),
+    (CoreConfig, "vector_sumsq", 1, T, "CoreConfig.vector_sumsq"),
     (TrainingRingConfig, "core", CoreConfig(), V, "TrainingRingConfig.core.ranks"),
     (TrainingRingConfig, "core", LinkConfig(), T, "TrainingRingConfig.core"),
     (TrainingRingConfig, "link", LinkConfig(width=8), V, "TrainingRingConfig.link.width"),

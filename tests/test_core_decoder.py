@@ -70,7 +70,8 @@ def expected(word, offset, span, cfg=CFG):
     op, f = decode(word)
     status = check_instruction(op, f, S=cfg.size, lines=cfg.lines, bank_depth=cfg.bank_depth,
                                layers=cfg.layers, dim_max=(1 << cfg.dim_bits) - 1, span=span,
-                               max_classes=cfg.max_classes, collective=cfg.collective)
+                               max_classes=cfg.max_classes, collective=cfg.collective,
+                               sumsq=cfg.vector_sumsq)
     banks = 0
     ranges = []
     if status == Status.OK and op in ARG_LAYOUTS:
@@ -105,6 +106,30 @@ def test_decoder_matches_isa_on_random_words(seed):
     # the random words reach every instruction-level status
     assert {Status.OK, Status.ERR_OPCODE, Status.ERR_FIELD, Status.ERR_SHAPE, Status.ERR_ADDR,
             Status.ERR_BANK} <= seen, seen
+
+
+@pytest.mark.parametrize("vector_sumsq", [True, False])
+def test_decoder_reduce_sumsq_follows_the_config(vector_sumsq):
+    """REDUCE words of both sub-ops: a core built without ``REDUCE SUMSQ`` (the FPGA build,
+    ``CoreConfig.vector_sumsq = False``) gives ``ERR_FIELD`` for every SUMSQ, as the ISA's
+    Python check does, and still decodes BIAS_GRAD; with it, SUMSQ is accepted."""
+    cfg = dataclasses.replace(CFG, vector_sumsq=vector_sumsq)
+    rng = random.Random(17)
+    words = []
+    for rop in (0, 1):
+        for _ in range(40):
+            words.append(encode(Op.REDUCE, rop=rop, rows=rng.choice([1, 3, 8]),
+                                cols=rng.choice([1, 4, 9]), a=rng.randrange(cfg.bank_depth),
+                                d=cfg.bank_depth + rng.randrange(cfg.bank_depth),
+                                acc=rng.choice([0, 1, 2])))
+    got = run_decoder([(w, 0, 0, 1) for w in words], cfg)
+    by_rop = {0: set(), 1: set()}
+    for word, (status, *_rest) in zip(words, got):
+        op, st, _, _ = expected(word, 0, 0, cfg)
+        assert status == st, f"{disassemble(word)}: status {status} != {st}"
+        by_rop[decode(word)[1]["rop"]].add(st)
+    assert by_rop[0] == {Status.OK}
+    assert by_rop[1] == ({Status.OK} if vector_sumsq else {Status.ERR_FIELD})
 
 
 def random_allreduce(rng: random.Random, cfg: CoreConfig) -> int:

@@ -12,7 +12,7 @@ from amaranth.sim import Simulator
 from boards.synth import TARGETS, VARIANTS, build_block
 from hdl.core.config import CoreConfig
 from hdl.core.core import TrainingCore
-from hdl.core.isa import Status
+from hdl.core.isa import Op, Rop, Status, Vop, encode
 from hdl.registry import blocks
 from sim.host.compiler import MLP, compile_mlp
 from sim.host.driver import CoreDriver
@@ -23,9 +23,10 @@ from sim.tb.amaranth_tb import StreamTransport, add_deadline
 
 @pytest.mark.parametrize("preset", ["tiny", "default"])
 def test_fpga_config_is_the_preset_with_one_vector_lane_and_four_banks(preset):
+    """One vector lane, no REDUCE SUMSQ, four banks of the same lines."""
     cfg = CoreConfig.preset(preset)
     fpga = cfg.fpga()
-    assert fpga == dataclasses.replace(cfg, vector_lanes=1, banks=4,
+    assert fpga == dataclasses.replace(cfg, vector_lanes=1, vector_sumsq=False, banks=4,
                                        bank_depth=cfg.bank_depth * cfg.banks // 4)
     assert fpga.vec_lanes == 1 and fpga.size == cfg.size and fpga.lines == cfg.lines
     assert fpga.fpga() == fpga
@@ -80,7 +81,13 @@ def test_fpga_shaped_core_step_bit_exact_in_rtl():
     assert (cfg.banks, cfg.bank_depth, cfg.vec_lanes) == (4, 128, 1)
     desc = MLP(layers=(4, 6, 3), batch=4, optimizer=Adam(lr=1e-2))
     comp = compile_mlp(desc, cfg)
-    actions = _step_actions(comp, desc, 1) + [("counters",)]
+    # then a program whose REDUCE SUMSQ this build lacks (vector_sumsq off): ERR_FIELD at its
+    # pc, nothing executed, memory unchanged (compared with the model's below)
+    sumsq = [encode(Op.VEC, vop=Vop.ZERO, rows=1, cols=4, d=5),
+             encode(Op.REDUCE, rop=Rop.SUMSQ, rows=2, cols=4, a=0, d=cfg.bank_depth),
+             encode(Op.HALT)]
+    actions = (_step_actions(comp, desc, 1) + [("counters",)]
+               + [("program", sumsq), ("run",), ("status",)])
     model = CoreModel(cfg)
     want = model.apply(actions)
     dut = TrainingCore(config=cfg)
@@ -96,7 +103,8 @@ def test_fpga_shaped_core_step_bit_exact_in_rtl():
     sim.add_testbench(tb)
     add_deadline(sim)
     sim.run()
-    assert got["run"] == want["run"] == [(Status.OK, 0)] * 2
+    assert not cfg.vector_sumsq
+    assert got["run"] == want["run"] == [(Status.OK, 0)] * 2 + [(Status.ERR_FIELD, 1)]
     for key in ("params", "grads", "m", "v", "loss0"):
         assert np.array_equal(got[key], want[key]), key
     # the hardware's counters are the last run's, the model's count since reset: the two

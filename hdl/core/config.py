@@ -47,6 +47,11 @@ class CoreConfig(PresetMixin):
     link_width : int
         Bits of one flit on the ring's links (a divisor of 32): what ``link_tx`` / ``link_rx``
         carry.
+    vector_sumsq : bool
+        The vector unit's ``REDUCE SUMSQ`` (its own squaring :class:`~hdl.lib.lanesum.LaneSum`).
+        ``False`` (the FPGA build) leaves that hardware out and the sequencer rejects ``REDUCE
+        SUMSQ`` with ``ERR_FIELD``; compiled training programs do not use it (the optimizer's
+        check pass has its own sum of squares for clipping).
     """
 
     size: int = 8
@@ -64,6 +69,7 @@ class CoreConfig(PresetMixin):
     vector_lanes: int = 0
     ranks: int = 1
     link_width: int = 32
+    vector_sumsq: bool = True
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"size": 4, "bank_depth": 2048, "max_classes": 64},
@@ -71,11 +77,12 @@ class CoreConfig(PresetMixin):
     }
 
     #: Overrides of the FPGA build (:meth:`fpga`; ``make synth``'s ``training_core_fpga`` rows,
-    #: docs/core.md "FPGA"): one vector lane instead of ``S``, and ``FPGA_BANKS`` banks of
-    #: proportionally more lines (the same scratchpad, a smaller crossbar). Results are those
-    #: of the same config without them; the compiler places the tensors in fewer banks, so
-    #: units overlap less, and the vector unit takes more cycles (docs/vector.md's table).
-    FPGA: ClassVar[dict] = {"vector_lanes": 1}
+    #: docs/core.md "FPGA"): one vector lane instead of ``S``, no ``REDUCE SUMSQ``, and
+    #: ``FPGA_BANKS`` banks of proportionally more lines (the same scratchpad, a smaller
+    #: crossbar). Compiled programs give the results of the same config without them; the
+    #: compiler places the tensors in fewer banks, so units overlap less, and the vector unit
+    #: takes more cycles (docs/vector.md's table).
+    FPGA: ClassVar[dict] = {"vector_lanes": 1, "vector_sumsq": False}
     #: Banks of the FPGA build (when the config has more).
     FPGA_BANKS: ClassVar[int] = 4
 
@@ -104,6 +111,8 @@ class CoreConfig(PresetMixin):
                              f"for size), not {self.vector_lanes!r}")
         check_int("CoreConfig", "ranks", self.ranks, lo=1, hi=16)
         check_int("CoreConfig", "link_width", self.link_width, lo=1, hi=32)
+        if not isinstance(self.vector_sumsq, bool):
+            raise TypeError(f"CoreConfig.vector_sumsq must be a bool, not {self.vector_sumsq!r}")
         if 32 % self.link_width:
             raise ValueError(f"CoreConfig.link_width must divide 32, not {self.link_width!r}")
 

@@ -223,7 +223,8 @@ class Decoder(wiring.Component):
                 m.d.comb += [bad_field.eq(vec.vop > max(Vop.ALL)),
                              bad_shape.eq((vec.rows == 0) | (vec.cols == 0))]
             with m.Case(Op.REDUCE):
-                m.d.comb += [bad_field.eq(red.acc > 2),
+                no_sumsq = (red.rop == Rop.SUMSQ) if not cfg.vector_sumsq else 0
+                m.d.comb += [bad_field.eq((red.acc > 2) | no_sumsq),
                              bad_shape.eq((red.rows == 0) | (red.cols == 0))]
             with m.Case(Op.SOFTMAX_XENT):
                 imm_exp = sx.imm[23:31]

@@ -135,7 +135,8 @@ class Status:
     ERR_OPCODE = 1   #: unknown opcode
     ERR_FIELD = 2    #: a sub-op, mode, accumulate or layer field out of range, a
                      #: SOFTMAX_XENT ``imm`` that is not a normal FP32 number, or a one-pass
-                     #: OPT whose ``count`` is not a whole number of lines (a multiple of S)
+                     #: OPT whose ``count`` is not a whole number of lines (a multiple of S),
+                     #: or REDUCE SUMSQ on a core built without it (``vector_sumsq``)
     ERR_SHAPE = 3    #: a zero or too large dimension (softmax row > max_classes, OPT count
                      #: > 65536), or a zero loop count / count
     ERR_ADDR = 4     #: an operand range outside the scratchpad, or a read range that
@@ -467,11 +468,12 @@ def check_sendrecv(f: dict, *, S: int, collective) -> int:
 
 def check_instruction(op: int, f: dict, *, S: int, lines: int, bank_depth: int, layers: int,
                       dim_max: int, span: int = 0, max_classes: int | None = None,
-                      collective=None) -> int:
+                      collective=None, sumsq: bool = True) -> int:
     """:class:`Status` of one instruction (``span`` as in :func:`operand_ranges`;
     ``max_classes``: the longest softmax row, ``CoreConfig.max_classes``; ``collective``: the
     core's :class:`hdl.multi.config.CollectiveConfig`, ``None`` without one, when
-    ``ALLREDUCE`` is ``ERR_OPCODE``). Loop structure is checked by :func:`check_program`."""
+    ``ALLREDUCE`` is ``ERR_OPCODE``; ``sumsq``: ``CoreConfig.vector_sumsq``, without which
+    ``REDUCE SUMSQ`` is ``ERR_FIELD``). Loop structure is checked by :func:`check_program`."""
     if op not in ARG_LAYOUTS:
         return Status.ERR_OPCODE
     if op == Op.ALLREDUCE:
@@ -493,7 +495,7 @@ def check_instruction(op: int, f: dict, *, S: int, lines: int, bank_depth: int, 
         if f["rows"] == 0 or f["cols"] == 0:
             return Status.ERR_SHAPE
     elif op == Op.REDUCE:
-        if f["acc"] not in Acc.ALL:
+        if f["acc"] not in Acc.ALL or (f["rop"] == Rop.SUMSQ and not sumsq):
             return Status.ERR_FIELD
         if f["rows"] == 0 or f["cols"] == 0:
             return Status.ERR_SHAPE
@@ -551,7 +553,7 @@ class ProgramError(ValueError):
 
 def check_program(words, *, S: int, lines: int, bank_depth: int, layers: int, dim_max: int,
                   prog_depth: int, max_classes: int | None = None,
-                  collective=None) -> tuple[int, int]:
+                  collective=None, sumsq: bool = True) -> tuple[int, int]:
     """``(status, pc)`` of the whole-program check the sequencer runs before executing
     anything: instructions from pc 0 up to the first ``HALT`` outside a loop. ``pc`` is the
     first bad instruction (0 when OK). Words beyond ``len(words)`` read as 0 (``HALT``)."""
@@ -562,7 +564,7 @@ def check_program(words, *, S: int, lines: int, bank_depth: int, layers: int, di
         op, f = decode(word)
         st = check_instruction(op, f, S=S, lines=lines, bank_depth=bank_depth, layers=layers,
                                dim_max=dim_max, span=span if in_loop else 0,
-                               max_classes=max_classes, collective=collective)
+                               max_classes=max_classes, collective=collective, sumsq=sumsq)
         if st != Status.OK:
             return st, pc
         if op == Op.LOOP:
@@ -586,7 +588,8 @@ def check_program_for(words, config) -> tuple[int, int]:
     return check_program(words, S=config.size, lines=config.lines,
                          bank_depth=config.bank_depth, layers=config.layers,
                          dim_max=(1 << config.dim_bits) - 1, prog_depth=config.prog_depth,
-                         max_classes=config.max_classes, collective=config.collective)
+                         max_classes=config.max_classes, collective=config.collective,
+                         sumsq=config.vector_sumsq)
 
 
 #: What the sequencer hands the vector unit for ``VEC``, ``REDUCE`` and ``SOFTMAX_XENT``:

@@ -24,7 +24,8 @@ _OP_DOC = {
                "(`layer`, `mode`); `a`, `b`, `c` are the bases of the engine's A, B, C",
     Op.VEC: "elementwise FP32 operation `vop` over a `rows x cols` matrix",
     Op.REDUCE: "`rop` BIAS_GRAD: column sums of `a` into vector `d` (+ `d` with accumulate); "
-               "SUMSQ: sum of squares of `a` into word 0 of line `d`",
+               "SUMSQ: sum of squares of `a` into word 0 of line `d` (`ERR_FIELD` on a core built "
+               "without it, `CoreConfig.vector_sumsq = False`: the FPGA build)",
     Op.SOFTMAX_XENT: "softmax + cross-entropy of logits `a` (`rows x cols`) with labels `b` "
                      "(vector of `rows` ints): gradient to `d`, per-row loss to vector `e`; "
                      "gradient scale `imm * 2**k` (`k`: the optimizer's loss-scale exponent)",

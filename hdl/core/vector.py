@@ -240,7 +240,9 @@ class VectorUnit(wiring.Component):
         ``L``: elements per cycle of ``VEC`` and ``REDUCE BIAS_GRAD``.
     ew_latency, bg_latency, sumsq_latency, softmax_latency : int
         The ``latency`` of the :class:`Elementwise`, :class:`BiasGrad`, :class:`LaneSum` and
-        :class:`SoftmaxXent` inside.
+        :class:`SoftmaxXent` inside (``sumsq_latency`` and ``sumsq_overhead`` are ``None``
+        when ``config.vector_sumsq`` is off: no LaneSum, and the sequencer rejects ``REDUCE
+        SUMSQ``).
     vec_overhead, copy_overhead, bg_overhead, sumsq_overhead : int
         Fixed cycles of a command (see :meth:`cycles`).
     bg_chunk : int
@@ -319,8 +321,9 @@ class VectorUnit(wiring.Component):
             self._ew = [_used(Elementwise(fp32_config=self.fp32_config)) for _ in range(L)]
             self._bg = [_used(BiasGrad(config=bg_config, fp32_config=self.fp32_config))
                         for _ in range(L)]
-            self._ls = _used(LaneSum(config=self.grad_config, square=True,
-                                     fp32_config=self.fp32_config))
+            self._ls = (_used(LaneSum(config=self.grad_config, square=True,
+                                      fp32_config=self.fp32_config))
+                        if config.vector_sumsq else None)
             self._sx = _used(SoftmaxXent(config=self.grad_config, fp32_config=self.fp32_config,
                                          divsqrt_config=self.divsqrt_config,
                                          log_config=self.log_config))
@@ -329,14 +332,14 @@ class VectorUnit(wiring.Component):
             raise
         self.ew_latency = self._ew[0].latency
         self.bg_latency = self._bg[0].latency
-        self.sumsq_latency = self._ls.latency
+        self.sumsq_latency = self._ls.latency if self._ls is not None else None
         self.softmax_latency = self._sx.latency
         # accept -> START (1) -> reader A's first beat (2) -> Elementwise (Lew) and its
         # output FIFO (2) -> one beat per cycle -> done the cycle after the last write.
         # Every formula of cycles() is asserted exactly by tests/test_vector_unit.py.
         self.vec_overhead = self.ew_latency + 5
         self.copy_overhead = 3
-        self.sumsq_overhead = self.sumsq_latency + 3
+        self.sumsq_overhead = self.sumsq_latency + 3 if self._ls is not None else None
         self.bg_overhead = self.bg_latency + 9
         self.bg_row_min = la + 2
         lb = config.line_bits
@@ -360,6 +363,9 @@ class VectorUnit(wiring.Component):
             return beats + (self.copy_overhead if vop in (Vop.COPY, Vop.ZERO)
                             else self.vec_overhead)
         if op == Op.REDUCE and rop == Rop.SUMSQ:
+            if self._ls is None:
+                raise ValueError("VectorUnit.cycles: this unit has no REDUCE SUMSQ "
+                                 "(CoreConfig.vector_sumsq is False)")
             return rows * cols + self.sumsq_overhead
         if op == Op.REDUCE:
             total = 0
@@ -385,7 +391,9 @@ class VectorUnit(wiring.Component):
             m.submodules[f"ew{j}"] = ews[j]
             m.submodules[f"bg{j}"] = bgs[j]
         ew, bg = ews[0], bgs[0]                     # lane 0's handshakes stand for all lanes
-        m.submodules.sumsq = ls = self._ls
+        ls = self._ls                               # None: no REDUCE SUMSQ (vector_sumsq)
+        if ls is not None:
+            m.submodules.sumsq = ls
         m.submodules.sx = sx = self._sx
         m.submodules.rd_a = ra = _LineReader(line_bits=lb, S=S, L=L)
         m.submodules.rd_b = rb = _LineReader(line_bits=lb, S=S, L=L)
@@ -450,7 +458,8 @@ class VectorUnit(wiring.Component):
                     m.d.sync += [
                         is_vec.eq(op == Op.VEC),
                         is_bias.eq((op == Op.REDUCE) & (rr.rop == Rop.BIAS_GRAD)),
-                        is_sumsq.eq((op == Op.REDUCE) & (rr.rop == Rop.SUMSQ)),
+                        is_sumsq.eq((op == Op.REDUCE) & (rr.rop == Rop.SUMSQ)
+                                    & (ls is not None)),
                         is_sx.eq(op == Op.SOFTMAX_XENT),
                         bypass.eq((v.vop == Vop.COPY) | (v.vop == Vop.ZERO)),
                         zero.eq((op == Op.VEC) & (v.vop == Vop.ZERO)),
@@ -512,7 +521,9 @@ class VectorUnit(wiring.Component):
 
         # ---- stream routing -----------------------------------------------------------------
         A, B, D = ra.o, rb.o, rd.o
-        m.d.comb += [ls.o.ready.eq(1), sx.o.ready.eq(1), sx.gscale.eq(gscale)]
+        m.d.comb += [sx.o.ready.eq(1), sx.gscale.eq(gscale)]
+        if ls is not None:
+            m.d.comb += ls.o.ready.eq(1)
         for e_, b_ in zip(ews, bgs):
             m.d.comb += [e_.o.ready.eq(1), b_.db.ready.eq(1),
                          e_.op.eq(Mux(is_bias, EW_ADD, vop)), e_.scale.eq(imm)]
@@ -543,9 +554,10 @@ class VectorUnit(wiring.Component):
                 for j, (e_, b_) in enumerate(zip(ews, bgs)):
                     m.d.comb += [e_.i.payload.a.eq(D.payload.x[j]),
                                  e_.i.payload.b.eq(b_.db.payload.r)]
-        with m.If(is_sumsq):
-            m.d.comb += [ls.i.valid.eq(A.valid), ls.i.payload.x.eq(A.payload.x[0]),
-                         ls.i.payload.last.eq(A.payload.last), A.ready.eq(ls.i.ready)]
+        if ls is not None:
+            with m.If(is_sumsq):
+                m.d.comb += [ls.i.valid.eq(A.valid), ls.i.payload.x.eq(A.payload.x[0]),
+                             ls.i.payload.last.eq(A.payload.last), A.ready.eq(ls.i.ready)]
         with m.If(is_sx):
             m.d.comb += [sx.i.valid.eq(A.valid & B.valid), sx.i.payload.x.eq(A.payload.x[0]),
                          sx.i.payload.label.eq(B.payload.x[0][:16]),
@@ -563,7 +575,8 @@ class VectorUnit(wiring.Component):
             m.d.comb += wd.i.valid.eq(bg.db.valid)
             m.d.comb += [wdi[j].eq(b_.db.payload.r) for j, b_ in enumerate(bgs)]
         with m.Elif(is_sumsq):
-            m.d.comb += [wd.i.valid.eq(ls.o.valid), wdi[0].eq(ls.o.payload.r)]
+            if ls is not None:
+                m.d.comb += [wd.i.valid.eq(ls.o.valid), wdi[0].eq(ls.o.payload.r)]
         with m.Elif(is_sx):
             m.d.comb += [wd.i.valid.eq(sx.o.valid), wdi[0].eq(sx.o.payload.r)]
         # The loss of a row goes with its last gradient. (Gating with writer D's row end keeps a

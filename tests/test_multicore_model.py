@@ -559,3 +559,10 @@ def test_engine_topk_config_errors():
     one = compile_mlp(desc.replace(one_pass=False), CoreConfig.preset("tiny"))
     with pytest.raises(ValueError, match="top-k collective engine"):
         one.topk_regions()
+    # a scratchpad that holds the step but has no free banks of their own for the residual
+    full = compile_mlp(MLP(layers=LAYERS, batch=16, optimizer=Adam(lr=0.01)),
+                       CoreConfig(size=4, banks=8, bank_depth=64, ranks=2, layers=4,
+                                  max_classes=16))
+    with pytest.raises(ValueError, match=r"no 64 free lines in banks of their own after line "
+                                         r"64 within the engine's reach"):
+        full.topk_regions()

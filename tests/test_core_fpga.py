@@ -1,7 +1,7 @@
 """The training core's FPGA build (docs/core.md "FPGA"): ``CoreConfig.fpga()``, the
 ``training_core_fpga`` rows of ``make synth`` (no synthesis here), the default MLP on the FPGA
 build in the golden model (the same bits as on the preset), and a core of the FPGA build's
-shape in the Amaranth simulator."""
+shape in the Amaranth simulator (including its rejection of REDUCE SUMSQ)."""
 import dataclasses
 
 import numpy as np
@@ -74,9 +74,11 @@ def test_fpga_build_trains_the_default_mlp_to_the_same_bits(preset):
 
 
 def test_fpga_shaped_core_step_bit_exact_in_rtl():
-    """The FPGA build's shape (four banks, one vector lane) in the Amaranth simulator: two
-    training steps of a small MLP bit-exact with the golden model (parameters, gradients,
-    optimizer state, loss, the executed instructions and array beats, the whole scratchpad)."""
+    """The FPGA build's shape (four banks, one vector lane, no REDUCE SUMSQ) in the Amaranth
+    simulator: two training steps of a small MLP bit-exact with the golden model (parameters,
+    gradients, optimizer state, loss, the executed instructions and array beats), then a
+    program with a REDUCE SUMSQ rejected with ERR_FIELD by both, and the whole scratchpad
+    equal to the model's at the end."""
     cfg = CoreConfig(size=4, banks=8, bank_depth=64, prog_depth=64, layers=4).fpga()
     assert (cfg.banks, cfg.bank_depth, cfg.vec_lanes) == (4, 128, 1)
     desc = MLP(layers=(4, 6, 3), batch=4, optimizer=Adam(lr=1e-2))

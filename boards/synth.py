@@ -155,7 +155,8 @@ def synth_resources(block: str, preset: str, work: Path) -> dict:
     return out
 
 
-def place_and_route(block: str, preset: str, work: Path, seed: int | None = None) -> dict:
+def place_and_route(block: str, preset: str, work: Path, seed: int | None = None,
+                    router: str = "router1") -> dict:
     from amaranth.build import Clock, Pins, Resource, Attrs
     from amaranth_boards.ulx3s import ULX3S_85F_Platform
 
@@ -181,7 +182,7 @@ def place_and_route(block: str, preset: str, work: Path, seed: int | None = None
     error = None
     try:
         platform.build(harness, name="top", build_dir=str(work / "pnr"), do_program=False,
-                       nextpnr_opts="--timing-allow-fail"
+                       nextpnr_opts=f"--timing-allow-fail --router {router}"
                        + ("" if seed is None else f" --seed {seed}"))
     except subprocess.CalledProcessError as exc:
         if not pnr_log.exists():
@@ -210,6 +211,7 @@ def place_and_route(block: str, preset: str, work: Path, seed: int | None = None
         "device": f"{platform.device}-{platform.speed}{platform.package}",
         # nextpnr's own default seed unless --seed was given
         "pnr_seed": "default" if seed is None else seed,
+        "pnr_router": router,
     }
 
 
@@ -302,6 +304,10 @@ def main(argv=None) -> int:
                              "fit the part")
     parser.add_argument("--seed", type=int,
                         help="nextpnr placer seed (default: nextpnr's own; recorded per row)")
+    parser.add_argument("--router", choices=("router1", "router2"), default="router1",
+                        help="nextpnr router (default: router1, nextpnr's own; recorded per "
+                             "row). router2 routes congested designs that router1 does not "
+                             "finish")
     args = parser.parse_args(argv)
     targets = [] if args.report_only else TARGETS
     if args.only:
@@ -321,7 +327,8 @@ def main(argv=None) -> int:
                        pnr_error="no place and route: the block alone needs more logic cells "
                                  f"(LUT4 + 2 per CCU2C) than the {DEVICE} has")
         else:
-            res.update(place_and_route(block, preset, work, seed=args.seed))
+            res.update(place_and_route(block, preset, work, seed=args.seed,
+                                       router=args.router))
         # P&R includes the harness's own yosys run (amaranth-boards' flow) and nextpnr
         res["pnr_seconds"] = round(time.monotonic() - t1, 1)
         # The harness must keep the whole block: if place and route holds far less logic than

@@ -18,6 +18,7 @@ from ..multi.collective import rsp_layout as coll_rsp_layout
 from ..multi.config import CollOp, CollStatus
 from .config import CoreConfig
 from .decoder import Decoder
+from ..lib.memport import BLOCK_RAM
 from .isa import (ADDR_BITS, INSTR, INSTR_BITS, PREC_ENTRY, THRESH_FRAC_BITS, THRESH_NEVER,
                   VECTOR_CMD, Op, Status, stat_slots)
 
@@ -253,7 +254,7 @@ class Sequencer(wiring.Component):
         st_seq = []       # per operand: the sequencer's view of slot (s_pair of last cycle, op)
         st_host = []
         for op in range(2):
-            mem = Memory(shape=st_shape, depth=n_pairs, init=[])
+            mem = Memory(shape=st_shape, depth=n_pairs, init=[], attrs=BLOCK_RAM)
             m.submodules[f"stat_mem{op}"] = mem
             wp = mem.write_port()
             rs = mem.read_port(transparent_for=(wp,))
@@ -284,7 +285,7 @@ class Sequencer(wiring.Component):
             st_host.append(vh)
         m.d.comb += self.stat_rdata.eq(Mux(host_op, st_host[1], st_host[0]))
 
-        thr_mem = Memory(shape=32, depth=n_slots, init=[])
+        thr_mem = Memory(shape=32, depth=n_slots, init=[], attrs=BLOCK_RAM)
         m.submodules.thr_mem = thr_mem
         thr_wp = thr_mem.write_port()
         thr_rp = thr_mem.read_port()

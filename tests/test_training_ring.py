@@ -288,10 +288,14 @@ def test_sendrecv_then_stopped_links_give_err_link():
             "ALLREDUCE ran"
 
 
+@pytest.mark.long
 def test_dataparallel_steps_bit_exact_with_the_golden_model():
     """Two data-parallel training steps on two cores (MLP 6-4-4: its gradient region is
     whole BFP groups; global batch 8, Adam), step 1 with FP32 links and step 2 with BFP-4
-    links (the cocotb tier runs three under backpressure): every core runs the one program with the ALLREDUCE before its OPT
+    links. ``make test-long`` (about 150 s): ``make test`` runs the same MLP and programs in
+    the cocotb tier (tests/test_training_ring_cocotb.py: one FP32, one BFP-4 and two top-k
+    steps under random backpressure on every link and host port, bit-exact with the same
+    model). Every core runs the one program with the ALLREDUCE before its OPT
     (``DataParallel(engine=True)`` builds it); every core's parameters, gradients, optimizer
     state, losses and run status, and at the end its whole scratchpad, equal
     ``MultiCoreModel``'s bit for bit, and the two cores hold the same parameters."""

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from sim.verilated.toolchain import (COCOTB_MAKE_VARS, ensure_verilator_on_path, hdl_digest,
-                                     verilator_pch_workaround)
+from sim.verilated.toolchain import (COCOTB_MAKE_VARS, ensure_verilator_on_path,
+                                     generate_cached, hdl_digest, verilator_pch_workaround)
 
 ROOT = Path(__file__).resolve().parents[2]   # sim/tb/runner.py -> the repository
 BUILD = ROOT / "build" / "sim"
@@ -82,8 +82,6 @@ def build_block(block: str, preset: str, *, waves: bool = False,
     Generation is skipped when no source of :mod:`hdl` changed since the last build (the
     training core takes most of a minute to convert); otherwise the Verilog is generated and
     the model rebuilt only if the Verilog itself changed."""
-    from hdl.cli import generate_one
-
     tag = f"{block}-{preset}" + ("-waves" if waves else "") + ("-cov" if coverage else "")
     args = _build_args(coverage)
     build_dir = BUILD / tag
@@ -97,7 +95,7 @@ def build_block(block: str, preset: str, *, waves: bool = False,
                 and source.exists()):
             return build_dir
         tmp = BUILD / f"{tag}.candidate.v"
-        generate_one(block, preset, tmp)
+        generate_cached(block, preset, tmp)
         # the build flags are part of what was built
         flags = repr((args, block in PORTS_ONLY_BLOCKS, COCOTB_MAKE_VARS)).encode()
         digest = hashlib.sha256(tmp.read_bytes() + flags).hexdigest()

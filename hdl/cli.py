@@ -26,6 +26,11 @@ def generate_one(block_name: str, preset: str, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(to_verilog(component, top))
     params = {"block": block_name, "preset": preset, "top": top, **block.params(preset)}
+    # modules the top instantiates several times by name (e.g. the ring's cores): a simulator
+    # build keeps them as modules (sim.tb.runner: Verilator's no_inline) to compile them once
+    shared = [name for name, _ in getattr(component, "verilog_modules", ())]
+    if shared:
+        params["shared_modules"] = shared
     out.with_suffix(".json").write_text(json.dumps(params, indent=2, sort_keys=True) + "\n")
 
 

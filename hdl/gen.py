@@ -32,4 +32,11 @@ def port_signals(component):
 
 
 def to_verilog(component, name: str) -> str:
-    return verilog.convert(component, name=name, ports=port_signals(component), emit_src=False)
+    """``component`` as Verilog module ``name``, preceded by every module it instantiates by
+    name (its ``verilog_modules``: ``(name, component)`` pairs, e.g. the training ring's one
+    core module), each converted once."""
+    parts = [to_verilog(sub, sub_name)
+             for sub_name, sub in getattr(component, "verilog_modules", ())]
+    parts.append(verilog.convert(component, name=name, ports=port_signals(component),
+                                 emit_src=False))
+    return "".join(parts)

@@ -36,7 +36,15 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+#: The S = 8 core's cases build a second, larger core (about 4.5 min of the suite's 2-core
+#: machine, idle): they run in ``make test-long``. ``make test`` runs the S = 4 core, the S = 8
+#: array and matmul engine, and ``make train`` checks the S = 8 core's steps against the golden
+#: model (``--check-every``).
+LONG = {"s8_adam_micro2", "s8_sgd_clip_loss_scale"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.long) if n in LONG else n
+                                  for n in sorted(CASES)])
 def test_training_core(name):
     preset, testcase, env = CASES[name]
     run_cocotb("training_core", preset, "sim.tb.core", name=f"training_core_{name}",

@@ -61,6 +61,43 @@ def test_fpga_ring_is_a_synth_target_of_two_fpga_cores():
                                                   link_width=16).fpga()
 
 
+def test_core_module_instances_take_the_core_ports_by_their_verilog_names():
+    """With ``core_module`` every core is an ``Instance`` of one module: its ports are the
+    core's own Verilog ports (the signal names :func:`hdl.gen.port_signals` converts them
+    under), in their direction and width, plus ``clk`` and ``rst``; the module to convert
+    beside the top is that core. A bad module name is refused. (The generated ring runs
+    bit-exact in tests/test_training_ring_cocotb.py.)"""
+    from amaranth.hdl import Fragment
+    from amaranth.lib import data, wiring
+
+    from hdl.core.core import TrainingCore
+    from hdl.gen import port_signals
+    from hdl.lib.mustuse import mark_used
+
+    cfg = ring_config(2)
+    ring = TrainingRing(config=cfg, core_module="ring_core")
+    ((name, core),) = ring.verilog_modules
+    assert name == "ring_core" and isinstance(core, TrainingCore) and core.config == cfg.core
+    ports = {id(sig) for sig in port_signals(core)}
+    want = {"clk": ("i", 1), "rst": ("i", 1)}
+    for _path, member, value in core.signature.flatten(core):
+        if isinstance(value, data.View):
+            value = value.as_value()
+        if id(value) in ports:
+            want[value.name] = ("i" if member.flow == wiring.In else "o", len(value))
+    fragment = Fragment.get(ring, None)
+    instances = {sub_name: sub for sub, sub_name, _ in fragment.subfragments
+                 if sub_name in ("core0", "core1")}
+    assert len(instances) == 2
+    for inst in instances.values():
+        assert inst.type == "ring_core"
+        assert {n: (kind, len(v)) for n, (v, kind) in inst.ports.items()} == want
+    assert mark_used(TrainingRing(config=cfg)).verilog_modules == []
+    for bad in ("1core", "a-b", 3):
+        with pytest.raises(ValueError, match="core_module"):
+            TrainingRing(config=cfg, core_module=bad)
+
+
 def run_ring(cfg: TrainingRingConfig, per_core, *, stall=None, deadline=200_000):
     """Run ``per_core[r](drv, ctx)`` (async) for every core at once; ``stall(ctx)`` (async)
     drives the link gates. Returns each core's result and the flits of every link."""

@@ -15,8 +15,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-from amaranth.hdl import Module
-from amaranth.lib import stream, wiring
+from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal, Signal
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import PresetMixin
@@ -92,6 +92,15 @@ class TrainingRing(wiring.Component):
     Parameters
     ----------
     config : TrainingRingConfig
+    core_module : str or None
+        ``None`` (the default): the cores are :class:`~hdl.core.core.TrainingCore` submodules,
+        as the Amaranth simulator needs. A Verilog module name: the cores are ``N`` instances
+        of that one module (:class:`~amaranth.hdl.Instance`, ports named as the core's
+        generated Verilog names them), and :attr:`verilog_modules` lists the core to convert
+        beside the top (:func:`hdl.gen.to_verilog` does). The generated Verilog then holds the
+        core once instead of ``N`` times: the cores are identical (the rank is a port), so
+        this is the same design, converted, Verilated and compiled once (``tessera generate
+        --block training_ring``). Not for the Amaranth simulator, which cannot run instances.
     **core_kwargs
         Passed to every :class:`~hdl.core.core.TrainingCore` (datapath configs).
 
@@ -112,12 +121,19 @@ class TrainingRing(wiring.Component):
         Link ``r``'s receive FIFO overflowed (never, by the credits).
     """
 
-    def __init__(self, *, config: TrainingRingConfig | None = None, **core_kwargs):
+    def __init__(self, *, config: TrainingRingConfig | None = None,
+                 core_module: str | None = None, **core_kwargs):
         self.config = config or TrainingRingConfig()
         if not isinstance(self.config, TrainingRingConfig):
             mark_used(self)
             raise TypeError(f"TrainingRing.config must be a TrainingRingConfig, not "
                             f"{type(self.config).__name__}")
+        if core_module is not None and not (isinstance(core_module, str)
+                                            and core_module.isidentifier()):
+            mark_used(self)
+            raise ValueError(f"TrainingRing.core_module must be None or a Verilog identifier, "
+                             f"not {core_module!r}")
+        self.core_module = core_module
         self.core_kwargs = core_kwargs
         c = self.config.core
         N = c.ranks
@@ -129,8 +145,35 @@ class TrainingRing(wiring.Component):
         members.update(done=Out(N), running=Out(N), stall_tx=In(N), stall_rx=In(N),
                        overflow=Out(N))
         super().__init__(members)
-        #: the cores of the last elaboration (tests reach their memories through them)
+        #: the cores of the last elaboration (tests reach their memories through them);
+        #: their port interfaces only, with ``core_module``
         self.cores = []
+
+    @property
+    def verilog_modules(self) -> list[tuple[str, wiring.Component]]:
+        """``(name, component)`` of each module the top instantiates by name: the core, with
+        ``core_module``; none otherwise."""
+        if self.core_module is None:
+            return []
+        # marked used: a caller may read only the names (hdl.cli writes them beside the Verilog)
+        return [(self.core_module,
+                 mark_used(TrainingCore(config=self.config.core, **self.core_kwargs)))]
+
+    def _core_instance(self, m, r: int):
+        """Core ``r`` as an instance of ``core_module``: its port interface (a signature
+        created under ``core<r>``), each port wired to the instance by the name
+        :func:`hdl.gen.port_signals` gives it in the core's own Verilog."""
+        signature = mark_used(TrainingCore(config=self.config.core, **self.core_kwargs)).signature
+        core = signature.create(path=(f"core{r}",))
+        ports = {"i_clk": ClockSignal(), "i_rst": ResetSignal()}
+        for path, member, value in signature.flatten(core):
+            if isinstance(value, data.View):
+                value = value.as_value()
+            if isinstance(value, Signal):
+                prefix = "i_" if member.flow == wiring.In else "o_"
+                ports[prefix + "__".join(map(str, path))] = value
+        m.submodules[f"core{r}"] = Instance(self.core_module, **ports)
+        return core
 
     def elaborate(self, platform):
         m = Module()
@@ -139,8 +182,11 @@ class TrainingRing(wiring.Component):
         gtx, grx = [], []
         self.cores = []
         for r in range(N):
-            core = TrainingCore(config=c, **self.core_kwargs)
-            m.submodules[f"core{r}"] = core
+            if self.core_module is None:
+                core = TrainingCore(config=c, **self.core_kwargs)
+                m.submodules[f"core{r}"] = core
+            else:
+                core = self._core_instance(m, r)
             m.submodules[f"gate_tx{r}"] = gt = LinkGate(width=W)
             m.submodules[f"gate_rx{r}"] = gr = LinkGate(width=W)
             m.d.comb += [core.rank.eq(r), self.done[r].eq(core.done),
@@ -171,6 +217,8 @@ def _params(preset: str) -> dict:
 
 TESSERA_BLOCKS = [
     Block(name="training_ring",
-          build=lambda preset: TrainingRing(config=TrainingRingConfig.preset(preset)),
+          # the cores as one module instantiated N times (converted and compiled once)
+          build=lambda preset: TrainingRing(config=TrainingRingConfig.preset(preset),
+                                            core_module="tessera_training_ring_core"),
           params=_params),
 ]

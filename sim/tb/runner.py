@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -106,14 +107,22 @@ def build_block(block: str, preset: str, *, waves: bool = False,
             shutil.move(tmp, source)
             shutil.move(tmp.with_suffix(".json"), source.with_suffix(".json"))
             extra = []
+            config_lines = []
             if block in PORTS_ONLY_BLOCKS:
                 # cocotb's runner always passes --public-flat-rw (every signal visible to VPI:
                 # slow to compile and about 6x slower to simulate, docs/toolchain.md); these
                 # testbenches touch only the top's ports, so only those stay public
-                vlt = build_dir / "public_ports.vlt"
-                vlt.write_text("`verilator_config\n"
-                               f'public_flat_rw -module "tessera_{block}" -var "*"\n')
-                extra = ["--no-public-flat-rw", str(vlt)]
+                config_lines.append(f'public_flat_rw -module "tessera_{block}" -var "*"')
+                extra = ["--no-public-flat-rw"]
+            # a module instantiated several times (the ring's cores) stays a module: Verilator
+            # would inline every instance, and the C++ compiler compile each copy
+            shared = json.loads(source.with_suffix(".json").read_text()).get("shared_modules", [])
+            config_lines += [f'no_inline -module "{name}"' for name in shared]
+            if config_lines:
+                vlt = build_dir / "verilator_config.vlt"
+                vlt.write_text("`verilator_config\n" + "".join(f"{line}\n"
+                                                              for line in config_lines))
+                extra.append(str(vlt))
             _runner().build(
                 sources=[source], hdl_toplevel=f"tessera_{block}", build_dir=build_dir,
                 build_args=args + extra, waves=waves, always=True,

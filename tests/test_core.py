@@ -101,7 +101,10 @@ def _step_cycle_bounds(program, trace, vector):
     return lo, hi, busy
 
 
-@pytest.mark.parametrize("inject_inf", [False, True])
+# the Inf case in ``make test-long`` (about 50 s): ``make test`` runs it on the generated
+# Verilog (tests/test_core_cocotb.py ``s4_inf_skips_step``), and the one-pass skip tests below
+# skip steps in this tier
+@pytest.mark.parametrize("inject_inf", [False, pytest.param(True, marks=pytest.mark.long)])
 def test_training_step_bit_exact_with_golden_model(inject_inf):
     """``inject_inf``: an Inf in the batch reaches a BFP converter; its flag makes the OPT
     skip the step (no parameter or state word written; dynamic scaling halves the scale).

@@ -29,6 +29,9 @@ def _case():
     return comp, Ws, bs, xs, ys
 
 
+# about 50 s of the Amaranth simulator: ``make test-long``; ``make test`` runs the same scenario
+# on the generated Verilog (tests/test_core_cocotb.py ``s4_fast_adapt``)
+@pytest.mark.long
 def test_adapt_and_prec_change_widths_without_reloading_the_program():
     comp, Ws, bs, xs, ys = _case()
     program = fast_program(comp)                          # ADAPT at the top of every step

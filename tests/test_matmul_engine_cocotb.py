@@ -14,12 +14,16 @@ def test_matmul_engine_tiny(testcase):
                name=f"matmul_engine_tiny_{testcase}", testcase=testcase)
 
 
+# The S = 8 engine (a second build of about 2 min): ``make test-long``. ``make test`` runs the
+# engine at S = 4 (every case above) and the S = 8 array in tests/test_array_cocotb.py.
+@pytest.mark.long
 def test_matmul_engine_default_s8():
     run_cocotb("matmul_engine", "default", "sim.tb.matmul_engine",
                name="matmul_engine_default_random", testcase="random_passes",
                extra_env={"TB_PASSES": "6", "TB_SEED": "9"})
 
 
+@pytest.mark.long
 def test_matmul_engine_default_s8_back_to_back():
     run_cocotb("matmul_engine", "default", "sim.tb.matmul_engine",
                name="matmul_engine_default_back_to_back", testcase="back_to_back_passes",

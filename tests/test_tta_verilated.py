@@ -53,6 +53,9 @@ def test_golden_with_step_cycles_equals_the_rtl(core, schedule, epochs, steps):
     assert rtl["curve"][-1]["cycles"] == sum(rtl["step_cycles"])
 
 
+# about 45 s: ``make test-long`` (``make bench-tta-quick`` runs the same sweep); ``make test``
+# keeps the RTL-equals-golden checks above, which the sweep's figures rest on
+@pytest.mark.long
 def test_quick_sweep_writes_its_report_and_resumes(tmp_path, capsys):
     assert tta.main(["--quick", "--workers", "1", "--no-progress", "--cache",
                      str(tmp_path)]) == 0

@@ -11,24 +11,28 @@ from amaranth.back import verilog  # noqa: E402
 from amaranth.hdl import Signal  # noqa: E402
 from amaranth.lib import data  # noqa: E402
 
-__all__ = ["port_signals", "to_verilog"]
+__all__ = ["port_members", "port_signals", "to_verilog"]
 
 
-def port_signals(component):
-    """The real signals of a component's signature.
-
-    ``verilog.convert(component)`` fails on constant members (a stream with
-    ``always_ready=True``, amaranth#1574), so the port list is built from the signature.
-    Members with a data layout (``data.View``, e.g. a struct-shaped stream payload) are ports
-    too: their underlying signal is taken; constants are skipped.
-    """
-    ports = []
-    for _path, _member, value in component.signature.flatten(component):
+def port_members(signature, interface):
+    """``(path, member, signal)`` of every port of ``interface`` (an object of ``signature``):
+    members with a data layout (``data.View``, e.g. a struct-shaped stream payload) give their
+    underlying signal; constants are skipped. A component's port ``path`` is named
+    ``"__".join(path)`` in its Verilog."""
+    for path, member, value in signature.flatten(interface):
         if isinstance(value, data.View):
             value = value.as_value()
         if isinstance(value, Signal):
-            ports.append(value)
-    return ports
+            yield path, member, value
+
+
+def port_signals(component):
+    """The real signals of a component's signature (:func:`port_members`).
+
+    ``verilog.convert(component)`` fails on constant members (a stream with
+    ``always_ready=True``, amaranth#1574), so the port list is built from the signature.
+    """
+    return [value for _path, _member, value in port_members(component.signature, component)]
 
 
 def to_verilog(component, name: str) -> str:

@@ -37,8 +37,8 @@ CASES = {
 
 
 #: The S = 8 core's cases build a second, larger core (about 4.5 min of the suite's 2-core
-#: machine, idle): they run in ``make test-long``. ``make test`` runs the S = 4 core, the S = 8
-#: array and matmul engine, and ``make train`` checks the S = 8 core's steps against the golden
+#: machine, idle): they run in ``make test-long``. ``make test`` runs the S = 4 core and the S = 8
+#: array, and ``make train`` checks the S = 8 core's steps against the golden
 #: model (``--check-every``).
 LONG = {"s8_adam_micro2", "s8_sgd_clip_loss_scale"}
 

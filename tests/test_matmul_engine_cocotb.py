@@ -1,5 +1,6 @@
 """cocotb + Verilator tier of the matmul engine: preset tiny (S = 4) for every test, preset
-default (S = 8) for one random sweep. See sim/tb/matmul_engine.py."""
+default (S = 8) for one random sweep and back-to-back passes (``make test-long``). See
+sim/tb/matmul_engine.py."""
 import pytest
 
 from sim.tb.runner import run_cocotb

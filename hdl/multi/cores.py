@@ -15,14 +15,15 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import PresetMixin
 from ..core.config import CoreConfig
 from ..core.core import TrainingCore
 from ..core.host import host_cmd_layout, host_rsp_layout
+from ..gen import port_members
 from ..lib.mustuse import mark_used
 from ..registry import Block
 from .config import LinkConfig, split_ranks_suffix
@@ -166,12 +167,9 @@ class TrainingRing(wiring.Component):
         signature = mark_used(TrainingCore(config=self.config.core, **self.core_kwargs)).signature
         core = signature.create(path=(f"core{r}",))
         ports = {"i_clk": ClockSignal(), "i_rst": ResetSignal()}
-        for path, member, value in signature.flatten(core):
-            if isinstance(value, data.View):
-                value = value.as_value()
-            if isinstance(value, Signal):
-                prefix = "i_" if member.flow == wiring.In else "o_"
-                ports[prefix + "__".join(map(str, path))] = value
+        for path, member, value in port_members(signature, core):
+            prefix = "i_" if member.flow == wiring.In else "o_"
+            ports[prefix + "__".join(map(str, path))] = value
         m.submodules[f"core{r}"] = Instance(self.core_module, **ports)
         return core
 

@@ -20,8 +20,8 @@ FP32 = FP32Config.preset("tiny")
 BFP = BFPConfig.preset("tiny")
 
 
-def _ring(N, width=32, latency=2, fifo_depth=4, fp32=FP32):
-    cfg = RingConfig(collective=CollectiveConfig(ranks=N, depth=DEPTH, bfp=BFP),
+def _ring(N, width=32, latency=2, fifo_depth=4, fp32=FP32, reverse=False):
+    cfg = RingConfig(collective=CollectiveConfig(ranks=N, depth=DEPTH, bfp=BFP, reverse=reverse),
                      link=LinkConfig(width=width, latency=latency, fifo_depth=fifo_depth))
     return CollectiveRing(config=cfg, fp32_config=fp32)
 
@@ -368,6 +368,13 @@ def test_sendrecv_bad_commands():
             CollStatus.BAD_TIMEOUT),
            (command(base=0, length=4, rbase=8, rlength=4, op=2, timeout=100),
             CollStatus.BAD_OP),
+           # no reverse links: either direction bit is BAD_DIR, after BAD_COMP, before BAD_LEN
+           (command(base=0, length=4, rbase=8, rlength=4, sdir=1, **sr), CollStatus.BAD_DIR),
+           (command(base=0, length=4, rbase=8, rlength=4, rdir=1, **sr), CollStatus.BAD_DIR),
+           (command(base=0, length=0, rbase=8, rlength=0, sdir=1, rdir=1, **sr),
+            CollStatus.BAD_DIR),
+           (command(base=0, length=4, rbase=8, rlength=4, comp=CollComp.BFP, width=4, sdir=1,
+                    **sr), CollStatus.BAD_COMP),
            (command(base=0, length=4, rbase=8, rlength=4, op=3, timeout=100),
             CollStatus.BAD_OP)]
     good = [command(base=0, length=4, rbase=4, rlength=4, seg=0, **sr),      # [0,4) [4,8)
@@ -408,4 +415,64 @@ def test_sendrecv_receive_without_sender_times_out():
     assert model.allreduce(**cmds[1]) == CollStatus.OK
     for r in range(N):
         np.testing.assert_array_equal(run.memories[r], model.mem[r], err_msg=f"rank {r}")
+    assert run.overflow == 0
+
+
+# ---- SENDRECV over the reverse links (CollectiveConfig.reverse) -----------------------------
+
+def _sendrecv_dir(N, regions, sdir, rdir, timeout=200):
+    """Per-rank SENDRECV with directions: ``sdir[r]`` / ``rdir[r]`` = 1 sends to rank
+    ``r - 1`` / receives from rank ``r + 1``."""
+    cmd = _sendrecv(N, regions, timeout)
+    return [dict(c, sdir=s, rdir=d) for c, s, d in zip(cmd, sdir, rdir)]
+
+
+def test_sendrecv_reverse_links_pipeline_patterns():
+    """N = 3 with reverse links, every gate of both rings stalling 35 % of the cycles, 8-bit
+    flits: (1) every rank sends back to ``r - 1`` and receives from ``r + 1`` (the reverse
+    ring all round); (2) a three-stage pipeline's forward step (0 -> 1 -> 2, rank 2 sends
+    nothing), (3) its backward step (2 -> 1 -> 0 on the reverse links, rank 0 receives
+    only), (4) a 1F1B exchange fused into one command each on ranks 0 and 1 (0 sends forward
+    and receives back, 1 sends back and receives forward, more words each way than a link
+    holds) while rank 2 has nothing to do (``BAD_LEN``, changing nothing). The ranks drift
+    apart (not in lockstep). Every word of every rank, every status and the flits of every
+    forward and reverse link against the model; the first command alone against the
+    loaded words (rank ``r - 1`` holds what rank ``r`` sent)."""
+    N = 3
+    images = _bit_images(120, N)
+    back = [(0, 5, 8, 7), (9, 7, 0, 3), (2, 3, 12, 5)]      # rank r sends to r - 1
+    fwd = [(0, 6, 0, 0), (1, 9, 12, 6), (0, 0, 3, 9)]       # 0 -> 1 -> 2
+    bwd = [(0, 0, 10, 4), (2, 4, 20, 3), (17, 3, 0, 0)]     # 2 -> 1 -> 0, reverse links
+    fused = [(0, 11, 12, 10), (12, 10, 0, 11), (0, 0, 0, 0)]
+    cmds = [_sendrecv_dir(N, back, [1] * N, [1] * N),
+            _sendrecv_dir(N, fwd, [0] * N, [0] * N),
+            _sendrecv_dir(N, bwd, [1] * N, [1] * N),
+            _sendrecv_dir(N, fused, [0, 1, 0], [1, 0, 0])]
+    dut = _ring(N, width=8, latency=2, fifo_depth=2, reverse=True)
+    run = _check(dut, images, cmds, stall_prob=0.35, seed=120, lockstep=False)
+    statuses = [[g["status"] for g in resp] for resp in run.responses]
+    assert statuses[:3] == [[CollStatus.OK] * N] * 3, statuses
+    assert statuses[3] == [CollStatus.OK, CollStatus.OK, CollStatus.BAD_LEN], statuses
+    assert run.flits_rev == [5 * 4 + 0, 7 * 4 + 4 * 4 + 10 * 4, 3 * 4 + 3 * 4], run.flits_rev
+    first = run_ring(_ring(N, reverse=True), images, cmds[:1])
+    for r in range(N):
+        b, n, _, _ = back[r]
+        prv = (r - 1) % N
+        _, _, rb, rn = back[prv]
+        np.testing.assert_array_equal(first.memories[prv][rb:rb + rn], images[r][b:b + n],
+                                      err_msg=f"rank {r} -> {prv}")
+
+
+def test_sendrecv_stopped_reverse_link_times_out():
+    """N = 2 with reverse links: rank 1 sends 6 words back to rank 0, whose reverse receive
+    gate is stopped: rank 0 answers TIMEOUT after ``timeout`` cycles without progress,
+    having written nothing; rank 1 too times out once the link's credits and FIFO are full
+    (8-bit flits, a FIFO of 2)."""
+    N, timeout = 2, 40
+    images = _bit_images(130, N)
+    cmd = _sendrecv_dir(N, [(0, 0, 4, 6), (8, 6, 0, 0)], [0, 1], [1, 0], timeout=timeout)
+    run = run_ring(_ring(N, width=8, fifo_depth=2, reverse=True), images, [cmd],
+                   stop=[("rx_rev", 0)], deadline=1000)
+    assert [g["status"] for g in run.responses[0]] == [CollStatus.TIMEOUT] * N, run.responses
+    np.testing.assert_array_equal(run.memories[0], images[0])
     assert run.overflow == 0

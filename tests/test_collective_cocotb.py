@@ -1,14 +1,15 @@
 """cocotb + Verilator tier of the ring all-reduce: the generated Verilog of the ring top
 ``collective_ring`` (preset tiny: N = 2, 16-bit flits; ``tiny-n4``: the same with N = 4)
-against the golden model; plain and BFP all-reduces and a stopped link in one run per preset,
-the top-k all-reduce (``comp = CollComp.TOPK``) in another."""
+against the golden model; plain and BFP all-reduces, a stopped link and point-to-point
+SENDRECVs on both rings (the presets have reverse links) in one run per preset, the top-k
+all-reduce (``comp = CollComp.TOPK``) in another."""
 import pytest
 
 from sim.tb.runner import run_cocotb
 
-#: the plain / BFP cocotb tests of sim/tb/collective.py, run together (one simulator start
-#: per preset); the top-k one runs on its own (``-k topk``)
-TESTS = "allreduce_random_backpressure,stopped_link_times_out"
+#: the plain / BFP / SENDRECV cocotb tests of sim/tb/collective.py, run together (one
+#: simulator start per preset); the top-k one runs on its own (``-k topk``)
+TESTS = "allreduce_random_backpressure,stopped_link_times_out,sendrecv_both_rings"
 
 
 @pytest.mark.parametrize("preset", ["tiny", "tiny-n4"])

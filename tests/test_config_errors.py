@@ -104,6 +104,7 @@ ROWS = [
     (CollectiveConfig, "bfp", FMACConfig(), T, "CollectiveConfig.bfp"),
     (CollectiveConfig, "bfp", BFPConfig(group_size=12), V, "CollectiveConfig.bfp.group_size"),
     (CollectiveConfig, "topk", (8, 2), T, "CollectiveConfig.topk"),
+    (CollectiveConfig, "reverse", "yes", T, "CollectiveConfig.reverse"),
     (CollectiveConfig, "topk", TopK(seg=12, k=2), V, "CollectiveConfig.topk.seg"),
     (CollectiveConfig, "topk", TopK(seg=1, k=1), V, "CollectiveConfig.topk.seg"),
     (CollectiveConfig, "topk", TopK(seg=2048, k=2), V, "CollectiveConfig.topk.seg"),
@@ -135,6 +136,8 @@ ROWS = [
     (CoreConfig, "link_width", 12, V, "CoreConfig.link_width"),
     (CoreConfig, "link_width", 64, V, "CoreConfig.link_width"),
     (CoreConfig, "vector_sumsq", 1, T, "CoreConfig.vector_sumsq"),
+    (CoreConfig, "reverse_links", 1, T, "CoreConfig.reverse_links"),
+    (CoreConfig, "reverse_links", True, V, "CoreConfig.reverse_links"),   # ranks = 1
     (TrainingRingConfig, "core", CoreConfig(), V, "TrainingRingConfig.core.ranks"),
     (TrainingRingConfig, "core", LinkConfig(), T, "TrainingRingConfig.core"),
     (TrainingRingConfig, "link", LinkConfig(width=8), V, "TrainingRingConfig.link.width"),

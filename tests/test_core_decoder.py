@@ -218,15 +218,17 @@ def random_sendrecv(rng: random.Random, cfg: CoreConfig) -> int:
     a = rng.choice(starts)
     b = rng.choice(starts + [a, a + 1, a + 7, max(a - 1, 0)])
     return encode(Op.SENDRECV, a=a % (1 << 16), lines=rng.choice(counts), b=b % (1 << 16),
-                  rlines=rng.choice(counts), timeout=rng.choice([0, 1, 0xFFFF, (1 << 24) - 1]))
+                  rlines=rng.choice(counts), timeout=rng.choice([0, 1, 0xFFFF, (1 << 24) - 1]),
+                  sdir=int(rng.random() < 0.2), rdir=int(rng.random() < 0.2))
 
 
-@pytest.mark.parametrize("ranks", [1, 2])
-def test_decoder_sendrecv_matches_isa(ranks):
+@pytest.mark.parametrize("ranks,reverse", [(1, False), (2, False), (3, True)])
+def test_decoder_sendrecv_matches_isa(ranks, reverse):
     """SENDRECV: every status (ERR_OPCODE without the engine; ERR_FIELD, ERR_SHAPE, ERR_ADDR
-    for overlapping or out-of-range ranges), its two ranges (read-only, write-only; an empty
-    one absent) and the bank mask, against the ISA's Python check."""
-    cfg = dataclasses.replace(CFG, ranks=ranks)
+    for overlapping or out-of-range ranges, ERR_FIELD for a direction bit without reverse
+    links), its two ranges (read-only, write-only; an empty one absent) and the bank mask,
+    against the ISA's Python check."""
+    cfg = dataclasses.replace(CFG, ranks=ranks, reverse_links=reverse)
     rng = random.Random(10 + ranks)
     check_collective_words([random_sendrecv(rng, cfg) for _ in range(500)], cfg, ranks)
 
@@ -248,6 +250,10 @@ def test_sendrecv_named_cases():
         "hull_fits": (dict(a=0, lines=1, b=full - 1, rlines=1), Status.OK),
         "hull_too_wide": (dict(a=0, lines=1, b=full, rlines=1), Status.ERR_SHAPE),
         "zero_timeout": (dict(a=0, lines=1, b=D, rlines=1, timeout=0), Status.ERR_FIELD),
+        "send_back_without_reverse_links": (dict(a=0, lines=1, b=D, rlines=1, sdir=1),
+                                            Status.ERR_FIELD),
+        "receive_from_next_without_reverse_links": (dict(b=D, rlines=1, rdir=1),
+                                                    Status.ERR_FIELD),
     }
     assert cfg.lines > full, "the hull case needs a scratchpad wider than the engine's reach"
     words = [encode(Op.SENDRECV, **{"timeout": 100, **f}) for f, _ in cases.values()]

@@ -68,12 +68,13 @@ def test_program_check_rules():
 
 
 def test_assemble_round_trip():
-    word = encode(Op.SENDRECV, a=0x1803, lines=300, b=0x20, rlines=7, timeout=0xFFFFFF)
+    word = encode(Op.SENDRECV, a=0x1803, lines=300, b=0x20, rlines=7, timeout=0xFFFFFF,
+                  rdir=1)
     text = disassemble(word)
-    assert text == "SENDRECV a=0x1803 lines=300 b=0x20 rlines=7 timeout=16777215"
+    assert text == "SENDRECV a=0x1803 lines=300 b=0x20 rlines=7 timeout=16777215 sdir=0 rdir=1"
     assert assemble(text) == word
     assert decode(word) == (Op.SENDRECV, dict(a=0x1803, lines=300, b=0x20, rlines=7,
-                                              timeout=0xFFFFFF))
+                                              timeout=0xFFFFFF, sdir=0, rdir=1))
 
 
 def test_single_core_run_raises_and_executes_nothing():

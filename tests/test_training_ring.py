@@ -47,8 +47,12 @@ def test_config_errors():
     assert TrainingRingConfig.preset("tiny").ranks == 2
     assert TrainingRingConfig.preset("default", ranks=2).core.size == 8
     assert TrainingRingConfig.preset("tiny-n4").ranks == 4
-    with pytest.raises(ValueError, match="preset"):
-        TrainingRingConfig.preset("tiny-4")
+    assert not TrainingRingConfig.preset("tiny-n4").core.reverse_links
+    rev = TrainingRingConfig.preset("tiny-n3-rev").core
+    assert (rev.ranks, rev.reverse_links, rev.collective.reverse) == (3, True, True)
+    for bad in ("tiny-4", "tiny-rev-n3", "tiny-n3-rev-rev"):
+        with pytest.raises(ValueError, match="preset"):
+            TrainingRingConfig.preset(bad)
 
 
 def test_fpga_ring_is_a_synth_target_of_two_fpga_cores():

@@ -1,26 +1,44 @@
 """cocotb + Verilator tier of the multi-core top ``training_ring``: data-parallel steps and
-pipeline-parallel steps on two S = 4 cores (preset tiny) under random backpressure on every
-link and host port, bit-exact with the golden model (sim/tb/training_ring.py); the
-data-parallel steps run FP32 (one step; two in the four-core test of ``make test-long``), BFP-4
-(one) and top-k links (two: the second adds the first's residual)."""
+pipeline-parallel steps under random backpressure on every link (forward and reverse) and
+host port, bit-exact with the golden model (sim/tb/training_ring.py).
+
+``make test`` runs both on three S = 4 cores with reverse links (preset ``tiny-n3-rev``, one
+build): the data-parallel steps with FP32 (one step), BFP-4 (one) and top-k links (two: the
+second adds the first's residual), and two pipeline steps of the MLP 8-8-8-4 in three stages
+(GPipe, then 1F1B), whose gradients go back over the reverse links. ``make test-long`` runs
+the same on two cores without reverse links (preset ``tiny``: the two-stage pipeline sends
+its gradients on the forward ring, whose next core is also the previous one) and the
+data-parallel steps on four cores."""
 import pytest
 
 from sim.tb.runner import run_cocotb
 
 pytestmark = pytest.mark.timeout(3600)
 
+DATAPARALLEL = {"TB_STEPS": "1", "TB_BFP_STEPS": "1", "TB_TOPK_STEPS": "2",
+                "TB_LINK_STALL": "0.3"}
+PIPELINE = {"TB_STEPS": "2", "TB_LINK_STALL": "0.3"}
+
 
 def test_training_ring_dataparallel_backpressure():
-    run_cocotb("training_ring", "tiny", "sim.tb.training_ring",
+    run_cocotb("training_ring", "tiny-n3-rev", "sim.tb.training_ring",
                name="training_ring_dataparallel", testcase="dataparallel_steps",
-               extra_env={"TB_STEPS": "1", "TB_BFP_STEPS": "1", "TB_TOPK_STEPS": "2",
-                          "TB_LINK_STALL": "0.3"})
+               extra_env=DATAPARALLEL)
 
 
 def test_training_ring_pipeline_backpressure():
+    run_cocotb("training_ring", "tiny-n3-rev", "sim.tb.training_ring",
+               name="training_ring_pipeline", testcase="pipeline_steps", extra_env=PIPELINE)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("testcase,env", [("dataparallel_steps", DATAPARALLEL),
+                                          ("pipeline_steps", PIPELINE)])
+def test_training_ring_two_cores(testcase, env):
+    """Two S = 4 cores without reverse links (preset tiny): the data-parallel steps, and the
+    two-stage pipeline whose gradients go back on the forward ring."""
     run_cocotb("training_ring", "tiny", "sim.tb.training_ring",
-               name="training_ring_pipeline", testcase="pipeline_steps",
-               extra_env={"TB_STEPS": "2", "TB_LINK_STALL": "0.3"})
+               name=f"training_ring_{testcase}_n2", testcase=testcase, extra_env=env)
 
 
 @pytest.mark.long

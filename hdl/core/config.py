@@ -52,6 +52,12 @@ class CoreConfig(PresetMixin):
         ``False`` (the FPGA build) leaves that hardware out and the sequencer rejects ``REDUCE
         SUMSQ`` with ``ERR_FIELD``; compiled training programs do not use it (the optimizer's
         check pass has its own sum of squares for clipping).
+    reverse_links : bool
+        Reverse links (``ranks >= 2`` only): the collective engine also sends FP32 words to
+        rank ``r - 1`` (``link_tx_rev``) and receives them from rank ``r + 1``
+        (``link_rx_rev``), chosen per ``SENDRECV`` by its ``sdir`` / ``rdir`` fields; what
+        pipeline parallelism with more than two stages needs (gradients go back). ``False``
+        (the default): such a ``SENDRECV`` is ``ERR_FIELD``.
     """
 
     size: int = 8
@@ -70,6 +76,7 @@ class CoreConfig(PresetMixin):
     ranks: int = 1
     link_width: int = 32
     vector_sumsq: bool = True
+    reverse_links: bool = False
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"size": 4, "bank_depth": 2048, "max_classes": 64},
@@ -113,6 +120,12 @@ class CoreConfig(PresetMixin):
         check_int("CoreConfig", "link_width", self.link_width, lo=1, hi=32)
         if not isinstance(self.vector_sumsq, bool):
             raise TypeError(f"CoreConfig.vector_sumsq must be a bool, not {self.vector_sumsq!r}")
+        if not isinstance(self.reverse_links, bool):
+            raise TypeError(f"CoreConfig.reverse_links must be a bool, not "
+                            f"{self.reverse_links!r}")
+        if self.reverse_links and self.ranks < 2:
+            raise ValueError("CoreConfig.reverse_links needs ranks >= 2 (a ring), not "
+                             f"ranks = {self.ranks}")
         if 32 % self.link_width:
             raise ValueError(f"CoreConfig.link_width must divide 32, not {self.link_width!r}")
 
@@ -137,12 +150,13 @@ class CoreConfig(PresetMixin):
         cores, 16-bit word addresses relative to the ``ALLREDUCE``'s first line, 24-bit
         timeouts (a pipeline stage's ``SENDRECV`` may wait for the other stage's whole pass),
         the default BFP link format, top-k compression with the default
-        :class:`~hdl.multi.config.TopK`, 16 of every 256 words), or ``None`` when
-        ``ranks == 1``."""
+        :class:`~hdl.multi.config.TopK`, 16 of every 256 words, reverse links as
+        :attr:`reverse_links`), or ``None`` when ``ranks == 1``."""
         if self.ranks == 1:
             return None
         from ..multi.config import CollectiveConfig, TopK
-        return CollectiveConfig(ranks=self.ranks, depth=1 << 16, timeout_bits=24, topk=TopK())
+        return CollectiveConfig(ranks=self.ranks, depth=1 << 16, timeout_bits=24, topk=TopK(),
+                                reverse=self.reverse_links)
 
     @property
     def vec_lanes(self) -> int:

@@ -95,6 +95,11 @@ class TrainingCore(wiring.Component):
         Flits from the previous core (rank ``r - 1``).
     rank : In(range(config.ranks)), only with ``config.ranks >= 2``
         This core's rank, held constant (the multi-core top ties it).
+    link_tx_rev : Out(stream.Signature(32)), only with ``config.reverse_links``
+        FP32 words to the previous core (rank ``r - 1``): a ``SENDRECV`` with ``sdir = 1``.
+        Words, not flits: the reverse link cuts them into flits itself (no codec, FP32 only).
+    link_rx_rev : In(stream.Signature(32)), only with ``config.reverse_links``
+        FP32 words from the next core (rank ``r + 1``): a ``SENDRECV`` with ``rdir = 1``.
     """
 
     def __init__(self, *, config: CoreConfig, grad_config: GradConfig | None = None,
@@ -130,6 +135,10 @@ class TrainingCore(wiring.Component):
                 "link_tx": Out(stream.Signature(config.link_width)),
                 "link_rx": In(stream.Signature(config.link_width)),
                 "rank": In(range(config.ranks)),
+            }),
+            **({} if not config.reverse_links else {
+                "link_tx_rev": Out(stream.Signature(32)),
+                "link_rx_rev": In(stream.Signature(32)),
             }),
         })
 
@@ -246,6 +255,9 @@ class TrainingCore(wiring.Component):
             connect(m, ends.o, eng.rx)
             connect(m, ends.link_tx, wiring.flipped(self.link_tx))
             connect(m, wiring.flipped(self.link_rx), ends.link_rx)
+            if coll.reverse:
+                connect(m, eng.tx_rev, wiring.flipped(self.link_tx_rev))
+                connect(m, wiring.flipped(self.link_rx_rev), eng.rx_rev)
             # the engine's word port reaches lines coll_base.. through a word-to-line adapter;
             # a poisoned ALLREDUCE reads the canonical NaN as word 0 (the memory keeps its word)
             ad = m.submodules.coll_adapter = WordToLine(word_bits=coll.addr_bits, line_bits=lb,

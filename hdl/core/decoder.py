@@ -289,7 +289,8 @@ class Decoder(wiring.Component):
                                      hi.eq(Mux(a_end > b_end, a_end, b_end))]
                     m.d.comb += [
                         bad_field.eq((sr.timeout == 0)
-                                     | (sr.timeout >= (1 << coll.timeout_bits))),
+                                     | (sr.timeout >= (1 << coll.timeout_bits))
+                                     | ((sr.sdir | sr.rdir) & (0 if coll.reverse else 1))),
                         bad_shape.eq(((sr.lines == 0) & (sr.rlines == 0))
                                      | (((hi - lo) << lg) > coll.depth)),
                     ]

@@ -193,9 +193,14 @@ ALLREDUCE_ARGS = data.StructLayout({
 #: of the ring (rank ``r + 1``) and, at the same time, receive ``rlines * S`` words from the
 #: previous core (rank ``r - 1``) into lines ``b .. b + rlines - 1``; either count may be 0,
 #: not both; the two ranges may not overlap. ``timeout`` cycles without progress give
-#: ``ERR_LINK`` (24 bits: a stage's receive may wait for the other stage's whole pass). The words are copied bit for bit (no compression).
+#: ``ERR_LINK`` (24 bits: a stage's receive may wait for the other stage's whole pass). The
+#: words are copied bit for bit (no compression). ``sdir`` = 1 sends to the previous core
+#: (rank ``r - 1``) and ``rdir`` = 1 receives from the next (rank ``r + 1``) instead, over
+#: the reverse links (``CoreConfig.reverse_links``; without them either bit is
+#: ``ERR_FIELD``): pipeline stages send activations forward and gradients back.
 SENDRECV_ARGS = data.StructLayout({
     "a": ADDR_BITS, "lines": 16, "b": ADDR_BITS, "rlines": 16, "timeout": 24,
+    "sdir": 1, "rdir": 1,
 })
 #: Words an ``ALLREDUCE`` or a ``SENDRECV`` reaches (the collective engine's 16-bit word
 #: addresses; a ``SENDRECV``'s two ranges together).
@@ -454,12 +459,14 @@ def sendrecv_span(f: dict) -> tuple[int, int]:
 def check_sendrecv(f: dict, *, S: int, collective) -> int:
     """:class:`Status` of a ``SENDRECV``'s fields on a core whose collective engine has config
     ``collective`` (``None``: ``ERR_OPCODE``). ``ERR_FIELD``: ``timeout`` 0 or too wide for the
-    engine. ``ERR_SHAPE``: ``lines == rlines == 0``, or the hull of the two ranges
+    engine, or ``sdir`` / ``rdir`` 1 on an engine without reverse links. ``ERR_SHAPE``: ``lines == rlines == 0``, or the hull of the two ranges
     (:func:`sendrecv_span`) past the engine's ``depth`` words. Overlapping ranges are
     ``ERR_ADDR`` (:func:`check_instruction`). The engine then never answers ``BAD_*``."""
     if collective is None:
         return Status.ERR_OPCODE
     if f["timeout"] == 0 or f["timeout"] >= 1 << collective.timeout_bits:
+        return Status.ERR_FIELD
+    if (f.get("sdir", 0) or f.get("rdir", 0)) and not collective.reverse:
         return Status.ERR_FIELD
     if (f["lines"] == 0 and f["rlines"] == 0) or sendrecv_span(f)[1] * S > collective.depth:
         return Status.ERR_SHAPE

@@ -447,7 +447,7 @@ class Sequencer(wiring.Component):
                     cp.base.eq(Mux(sr.lines == 0, 0, (d_start[0] - coll_start) << lg)),
                     cp.length.eq(sr.lines * S),
                     cp.rbase.eq(Mux(sr.rlines == 0, 0, (d_start[1] - coll_start) << lg)),
-                    cp.rlength.eq(sr.rlines * S),
+                    cp.rlength.eq(sr.rlines * S), cp.sdir.eq(sr.sdir), cp.rdir.eq(sr.rdir),
                 ]
             with m.Else():
                 # top-k: the residual (b) and the gather buffer (g) at or after a

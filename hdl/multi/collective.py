@@ -45,9 +45,13 @@ regions in place of the segments; ``seg`` is ignored and there is no local step.
 all ``length`` words were sent and all ``rlength`` written (``OK``, ``flags`` 0), or answers
 ``TIMEOUT`` as above (e.g. a receive whose sender never sends). Each rank's ``length`` must
 equal the ``rlength`` of rank ``r + 1`` (else the receiver times out, or the extra words wait
-on the link and are taken by the next command). Invalid, changing nothing: ``BAD_COMP`` when
-``comp`` is not ``CollComp.NONE`` (FP32 words only; ``mode`` is set to ``comp = NONE`` once the
-transmit codec is idle, as for any command); ``BAD_LEN`` when ``length == rlength == 0``, when
+on the link and are taken by the next command). With ``config.reverse`` the engine also has
+reverse links: ``sdir = 1`` sends on ``tx_rev`` (to rank ``r - 1``) instead of ``tx``, and
+``rdir = 1`` receives from ``rx_rev`` (from rank ``r + 1``) instead of ``rx``; each pair's
+other stream stays idle, and the pairing rule holds per direction. Invalid, changing nothing:
+``BAD_COMP`` when ``comp`` is not ``CollComp.NONE`` (FP32 words only; ``mode`` is set to
+``comp = NONE`` once the transmit codec is idle, as for any command); ``BAD_DIR`` when
+``sdir`` or ``rdir`` is 1 on an engine without reverse links; ``BAD_LEN`` when ``length == rlength == 0``, when
 ``base + length > depth`` or ``rbase + rlength > depth``, or when both regions are non-empty
 and overlap (regions that only touch are accepted); ``BAD_TIMEOUT`` when ``timeout == 0``;
 never ``BAD_SEG``.
@@ -100,7 +104,7 @@ def cmd_layout(config: CollectiveConfig) -> data.StructLayout:
                               "seg": config.len_bits, "timeout": config.timeout_bits,
                               "comp": 2, "width": width_shape(config.bfp),
                               "rbase": config.addr_bits, "rlength": config.len_bits,
-                              "gbase": config.addr_bits})
+                              "gbase": config.addr_bits, "sdir": 1, "rdir": 1})
 
 
 def rsp_layout(config: CollectiveConfig) -> data.StructLayout:
@@ -153,6 +157,11 @@ class CollectiveEngine(wiring.Component):
         changes ``mode`` and starts (the last groups of the previous command leave in their
         own mode), and answers ``TIMEOUT`` (step 0) if it has not come within ``timeout``
         cycles. Tie it to 1 without codecs.
+    tx_rev : Out(stream.Signature(32)), only with ``config.reverse``
+        FP32 words to rank ``r - 1`` (a ``SENDRECV`` with ``sdir = 1``; no codec: FP32 only).
+    rx_rev : In(stream.Signature(32)), only with ``config.reverse``
+        FP32 words from rank ``r + 1`` (a ``SENDRECV`` with ``rdir = 1``). ``rx_rev.ready``
+        does not depend on ``rx_rev.valid``.
     """
 
     def __init__(self, *, config: CollectiveConfig | None = None,
@@ -180,6 +189,8 @@ class CollectiveEngine(wiring.Component):
             "codec_clear": Out(1),
             "codec_idle": In(1),
             "loop": Out(1),
+            **({"tx_rev": Out(stream.Signature(32)), "rx_rev": In(stream.Signature(32))}
+               if self.config.reverse else {}),
         })
 
     def elaborate(self, platform):
@@ -201,6 +212,8 @@ class CollectiveEngine(wiring.Component):
         rbase = Signal(ab, name="rbase")                   # SENDRECV: receive region
         rlength = Signal(lb, name="rlength")
         p2p = Signal(name="p2p")                           # the command is a SENDRECV
+        sdir = Signal(name="sdir")                         # SENDRECV: send to r - 1
+        rdir = Signal(name="rdir")                         # SENDRECV: receive from r + 1
         timeout = Signal(cfg.timeout_bits, name="timeout")
         tk_on = Signal(name="tk_on")                       # a top-k all-reduce
         tk_base = Signal(ab, name="tk_base")               # its gradient, residual, buffer
@@ -241,10 +254,28 @@ class CollectiveEngine(wiring.Component):
         rx_done = Signal(lb, name="rx_done")        # received words written
 
         running = Signal(name="running")
+        # the streams of this command: forward (tx to r + 1, rx from r - 1), or with
+        # ``sdir`` / ``rdir`` the reverse links; the other stream of each pair is held idle
+        tx_valid = Signal(name="tx_valid")
+        tx_ready = Signal(name="tx_ready")
+        rx_valid = Signal(name="rx_valid")
+        rx_ready = Signal(name="rx_ready")
+        rx_payload = Signal(32, name="rx_payload")
+        if cfg.reverse:
+            m.d.comb += [self.tx.valid.eq(tx_valid & ~sdir),
+                         self.tx_rev.valid.eq(tx_valid & sdir),
+                         tx_ready.eq(Mux(sdir, self.tx_rev.ready, self.tx.ready)),
+                         self.rx.ready.eq(rx_ready & ~rdir),
+                         self.rx_rev.ready.eq(rx_ready & rdir),
+                         rx_valid.eq(Mux(rdir, self.rx_rev.valid, self.rx.valid)),
+                         rx_payload.eq(Mux(rdir, self.rx_rev.payload, self.rx.payload))]
+        else:
+            m.d.comb += [self.tx.valid.eq(tx_valid), tx_ready.eq(self.tx.ready),
+                         self.rx.ready.eq(rx_ready), rx_valid.eq(self.rx.valid),
+                         rx_payload.eq(self.rx.payload)]
         tx_fire = Signal(name="tx_fire")
         rx_fire = Signal(name="rx_fire")
-        m.d.comb += [tx_fire.eq(self.tx.valid & self.tx.ready),
-                     rx_fire.eq(self.rx.valid & self.rx.ready)]
+        m.d.comb += [tx_fire.eq(tx_valid & tx_ready), rx_fire.eq(rx_valid & rx_ready)]
 
         # ---- read-port arbitration: tx read-ahead vs reduce-scatter reads ------------------
         prio_rx = Signal(name="prio_rx")            # alternates every cycle
@@ -254,7 +285,7 @@ class CollectiveEngine(wiring.Component):
                               & (tx_occ != cfg.tx_fifo_depth))
         rx_room = Signal(name="rx_room")
         m.d.comb += rx_room.eq(running & (rx_got != recv_len))
-        m.d.comb += self.rx.ready.eq(rx_room & (~reduce | ~tx_req | prio_rx))
+        m.d.comb += rx_ready.eq(rx_room & (~reduce | ~tx_req | prio_rx))
         tx_read = Signal(name="tx_read")
         m.d.comb += tx_read.eq(tx_req & ~(rx_fire & reduce))
         rx_read = Signal(name="rx_read")
@@ -269,16 +300,18 @@ class CollectiveEngine(wiring.Component):
         tx_rd_pending = Signal(name="tx_rd_pending")
         m.d.sync += tx_rd_pending.eq(tx_read)
         m.d.comb += [txq.w_en.eq(tx_rd_pending & running), txq.w_data.eq(port.r_data),
-                     self.tx.valid.eq(txq.r_rdy & running), self.tx.payload.eq(txq.r_data),
+                     tx_valid.eq(txq.r_rdy & running), self.tx.payload.eq(txq.r_data),
                      # while idle the FIFO is emptied (left over from an aborted run)
-                     txq.r_en.eq(Mux(running, self.tx.ready, 1))]
+                     txq.r_en.eq(Mux(running, tx_ready, 1))]
+        if cfg.reverse:
+            m.d.comb += self.tx_rev.payload.eq(txq.r_data)
         m.d.sync += tx_occ.eq(tx_occ + tx_read - tx_fire)
 
         # rx (reduce-scatter): received word and local word -> adder -> write back
         add_v = Signal(name="add_v")
         add_rx = Signal(32, name="add_rx")
         add_addr = Signal(ab, name="add_addr")
-        m.d.sync += [add_v.eq(rx_read), add_rx.eq(self.rx.payload),
+        m.d.sync += [add_v.eq(rx_read), add_rx.eq(rx_payload),
                      add_addr.eq(recv_base + rx_got)]
         m.d.comb += [add.i.valid.eq(add_v), add.i.payload.a.eq(add_rx),
                      add.i.payload.b.eq(port.r_data), add.i.payload.sub.eq(0),
@@ -297,7 +330,7 @@ class CollectiveEngine(wiring.Component):
         m.d.comb += [
             port.w_en.eq(add_write | ag_write),
             port.w_addr.eq(Mux(add_write, wa, recv_base + rx_got)),
-            port.w_data.eq(Mux(add_write, add.o.payload, self.rx.payload)),
+            port.w_data.eq(Mux(add_write, add.o.payload, rx_payload)),
         ]
 
         m.d.sync += [tx_issued.eq(tx_issued + tx_read), tx_sent.eq(tx_sent + tx_fire),
@@ -360,6 +393,9 @@ class CollectiveEngine(wiring.Component):
                 | (gend > cfg.depth) | ~apart(cmd.base, end, cmd.rbase, rlen_end)
                 | ~apart(cmd.base, end, cmd.gbase, gend)
                 | ~apart(cmd.rbase, rlen_end, cmd.gbase, gend))
+        # SENDRECV over the reverse links: only an engine that has them
+        bad_dir = Signal(name="cmd_bad_dir")
+        m.d.comb += bad_dir.eq(is_p2p & (cmd.sdir | cmd.rdir) & (0 if cfg.reverse else 1))
         bad_comp = Signal(name="cmd_bad_comp")
         m.d.comb += bad_comp.eq((cmd.comp == 3) | (bfp & ~width_ok)
                                 | (is_p2p & (cmd.comp != CollComp.NONE))
@@ -373,6 +409,7 @@ class CollectiveEngine(wiring.Component):
                 with m.If(self.cmd.valid & drained):
                     m.d.sync += [base.eq(cmd.base), length.eq(cmd.length), seg.eq(cmd.seg),
                                  rbase.eq(cmd.rbase), rlength.eq(cmd.rlength), p2p.eq(is_p2p),
+                                 sdir.eq(is_p2p & cmd.sdir), rdir.eq(is_p2p & cmd.rdir),
                                  timeout.eq(cmd.timeout), cycles.eq(0), rsp.step.eq(0),
                                  rsp.cycles.eq(0), rsp.flags.eq(0)]
                     with m.If((cmd.op != CollOp.ALLREDUCE) & ~is_p2p):
@@ -381,6 +418,9 @@ class CollectiveEngine(wiring.Component):
                     # SENDRECV: FP32 words only (comp = NONE), whatever the width
                     with m.Elif(bad_comp):
                         m.d.sync += rsp.status.eq(CollStatus.BAD_COMP)
+                        m.next = "RESP"
+                    with m.Elif(bad_dir):
+                        m.d.sync += rsp.status.eq(CollStatus.BAD_DIR)
                         m.next = "RESP"
                     with m.Elif(Mux(is_p2p, p2p_bad_len,
                                     Mux(is_topk, tk_bad_len,

@@ -20,8 +20,9 @@ __all__ = ["LinkConfig", "CollectiveConfig", "RingConfig", "CollOp", "CollComp",
 class CollOp:
     """Collective opcodes (``cmd.payload.op``)."""
     ALLREDUCE = 0   #: ring all-reduce (FP32 sum) of ``mem[base : base + length]``
-    #: point-to-point exchange: send ``mem[base : base + length]`` to rank ``r + 1`` and
-    #: receive ``rlength`` words from rank ``r - 1`` into ``mem[rbase : rbase + rlength]``
+    #: point-to-point exchange: send ``mem[base : base + length]`` to rank ``r + 1`` (``sdir
+    #: = 1``: to rank ``r - 1``, over the reverse links) and receive ``rlength`` words from
+    #: rank ``r - 1`` (``rdir = 1``: from rank ``r + 1``) into ``mem[rbase : rbase + rlength]``
     SENDRECV = 1
     ALL = (ALLREDUCE, SENDRECV)
 
@@ -86,8 +87,12 @@ class CollStatus:
     #: ``comp`` unknown, or ``BFP`` with a ``width`` the converter does not have
     #: (not in ``bfp.widths``), or ``SENDRECV`` with ``comp`` other than ``NONE``
     BAD_COMP = 6
+    #: ``SENDRECV`` with ``sdir`` or ``rdir`` 1 on an engine built without reverse links
+    #: (``CollectiveConfig.reverse``)
+    BAD_DIR = 7
     NAMES = {OK: "OK", TIMEOUT: "TIMEOUT", BAD_OP: "BAD_OP", BAD_LEN: "BAD_LEN",
-             BAD_SEG: "BAD_SEG", BAD_TIMEOUT: "BAD_TIMEOUT", BAD_COMP: "BAD_COMP"}
+             BAD_SEG: "BAD_SEG", BAD_TIMEOUT: "BAD_TIMEOUT", BAD_COMP: "BAD_COMP",
+             BAD_DIR: "BAD_DIR"}
 
 
 @dataclass(frozen=True)
@@ -209,6 +214,11 @@ class CollectiveConfig(PresetMixin):
         Top-k compression (``CollComp.TOPK``): ``None`` builds the engine without it (the
         command answers ``BAD_COMP``). ``seg`` must be a power of two, 2..``depth``, and
         ``k`` at most 64 (the selection unit keeps ``k`` candidates in registers).
+    reverse : bool
+        Reverse links: the engine also has ``tx_rev`` (words to rank ``r - 1``) and ``rx_rev``
+        (words from rank ``r + 1``), which a ``SENDRECV`` chooses with ``sdir`` / ``rdir``
+        (pipeline parallelism with more than two stages: activations go forward, gradients
+        back). ``False``: such a ``SENDRECV`` answers ``BAD_DIR``.
     """
 
     ranks: int = 4
@@ -217,10 +227,11 @@ class CollectiveConfig(PresetMixin):
     tx_fifo_depth: int = 4
     bfp: BFPConfig = BFPConfig()
     topk: TopK | None = None
+    reverse: bool = False
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"ranks": 2, "depth": 64, "bfp": BFPConfig.preset("tiny"),
-                 "topk": TopK(seg=8, k=2)},
+                 "topk": TopK(seg=8, k=2), "reverse": True},
         "default": {"topk": TopK(seg=64, k=8)}}
 
     def __post_init__(self):
@@ -228,6 +239,8 @@ class CollectiveConfig(PresetMixin):
         check_int("CollectiveConfig", "depth", self.depth, lo=2, hi=65536)
         check_int("CollectiveConfig", "timeout_bits", self.timeout_bits, lo=4, hi=32)
         check_int("CollectiveConfig", "tx_fifo_depth", self.tx_fifo_depth, lo=2, hi=64)
+        if not isinstance(self.reverse, bool):
+            raise TypeError(f"CollectiveConfig.reverse must be a bool, not {self.reverse!r}")
         if not isinstance(self.bfp, BFPConfig):
             raise TypeError(f"CollectiveConfig.bfp must be a BFPConfig, not "
                             f"{type(self.bfp).__name__}")

@@ -27,7 +27,7 @@ from ..gen import port_members
 from ..lib.mustuse import mark_used
 from ..registry import Block
 from .config import LinkConfig, split_ranks_suffix
-from .link import LinkGate, connect_ring
+from .link import LinkGate, add_reverse_links, connect_ring
 
 __all__ = ["TrainingRingConfig", "TrainingRing"]
 
@@ -54,13 +54,17 @@ class TrainingRingConfig(PresetMixin):
     @classmethod
     def preset(cls, name: str, ranks: int | None = None):
         """``tiny``: two S = 4 cores, 16-bit links; ``default``: four S = 8 cores, 32-bit
-        links; a suffix ``-n<N>`` (``tiny-n4``) or ``ranks`` sets the number of cores."""
-        name, suffix_ranks = split_ranks_suffix(cls, name)
+        links; a suffix ``-n<N>`` (``tiny-n4``) or ``ranks`` sets the number of cores, and a
+        last suffix ``-rev`` (``tiny-n3-rev``) adds the reverse links
+        (``CoreConfig.reverse_links``: pipelines of more than two stages)."""
+        reverse = isinstance(name, str) and name.endswith("-rev")
+        name, suffix_ranks = split_ranks_suffix(cls, name[:-4] if reverse else name)
         if ranks is None:
             ranks = suffix_ranks
         link = LinkConfig.preset(name)
         n = ranks if ranks is not None else (2 if name == "tiny" else 4)
-        core = dataclasses.replace(CoreConfig.preset(name), ranks=n, link_width=link.width)
+        core = dataclasses.replace(CoreConfig.preset(name), ranks=n, link_width=link.width,
+                                   reverse_links=reverse)
         return cls(core=core, link=link)
 
     def __post_init__(self):
@@ -120,6 +124,10 @@ class TrainingRing(wiring.Component):
         Flits sent on link ``r`` since reset.
     overflow : Out(N)
         Link ``r``'s receive FIFO overflowed (never, by the credits).
+    stall_tx_rev, stall_rx_rev, flits_rev_<r>, overflow_rev : only with ``core.reverse_links``
+        The same for the reverse links: reverse link ``r`` carries core ``r``'s
+        ``link_tx_rev`` (FP32 words, cut into flits of ``link.width`` bits by the link) to
+        core ``r - 1``'s ``link_rx_rev`` (:func:`hdl.multi.link.add_reverse_links`).
     """
 
     def __init__(self, *, config: TrainingRingConfig | None = None,
@@ -145,6 +153,10 @@ class TrainingRing(wiring.Component):
             members[f"flits_{r}"] = Out(32)
         members.update(done=Out(N), running=Out(N), stall_tx=In(N), stall_rx=In(N),
                        overflow=Out(N))
+        if c.reverse_links:
+            for r in range(N):
+                members[f"flits_rev_{r}"] = Out(32)
+            members.update(stall_tx_rev=In(N), stall_rx_rev=In(N), overflow_rev=Out(N))
         super().__init__(members)
         #: the cores of the last elaboration (tests reach their memories through them);
         #: their port interfaces only, with ``core_module``
@@ -201,6 +213,9 @@ class TrainingRing(wiring.Component):
         for r in range(N):
             m.d.comb += [getattr(self, f"flits_{r}").eq(links[r].flits),
                          self.overflow[r].eq(links[r].overflow)]
+        if c.reverse_links:
+            add_reverse_links(m, self, [k.link_tx_rev for k in self.cores],
+                              [k.link_rx_rev for k in self.cores], self.config.link)
         return m
 
 

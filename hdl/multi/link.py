@@ -9,6 +9,8 @@ backpressure at either end (the ``overflow`` flag exists to prove it in tests).
 """
 from __future__ import annotations
 
+import dataclasses
+
 from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO
@@ -18,7 +20,7 @@ from ..config import check_int
 from ..lib.mustuse import mark_used
 from .config import LinkConfig
 
-__all__ = ["Link", "LinkGate", "connect_ring"]
+__all__ = ["Link", "LinkGate", "add_reverse_links", "connect_ring"]
 
 
 def _delay(m, value, stages: int, name: str):
@@ -156,10 +158,12 @@ class LinkGate(wiring.Component):
         return m
 
 
-def connect_ring(m: Module, txs, rxs, config: LinkConfig, *, name: str = "link") -> list[Link]:
+def connect_ring(m: Module, txs, rxs, config: LinkConfig, *, name: str = "link",
+                 reverse: bool = False) -> list[Link]:
     """Join ``N`` endpoints in a ring: ``txs[r]`` (a stream a sender drives) reaches
-    ``rxs[(r + 1) % N]`` (a stream a receiver accepts) through a new :class:`Link`, added to
-    ``m`` as submodule ``f"{name}{r}"``. Returns the links, link ``r`` leaving rank ``r``.
+    ``rxs[(r + 1) % N]`` (a stream a receiver accepts; with ``reverse``, ``rxs[(r - 1) % N]``)
+    through a new :class:`Link`, added to ``m`` as submodule ``f"{name}{r}"``. Returns the
+    links, link ``r`` leaving rank ``r``.
 
     Parameters
     ----------
@@ -178,6 +182,30 @@ def connect_ring(m: Module, txs, rxs, config: LinkConfig, *, name: str = "link")
         link = Link(config=config)
         m.submodules[f"{name}{r}"] = link
         wiring.connect(m, txs[r], link.i)
-        wiring.connect(m, link.o, rxs[(r + 1) % len(txs)])
+        wiring.connect(m, link.o, rxs[(r + (-1 if reverse else 1)) % len(txs)])
         links.append(link)
+    return links
+
+
+def add_reverse_links(m: Module, top, txs, rxs, link: LinkConfig) -> list:
+    """The reverse ring of a multi-core top: ``txs[r]`` (rank ``r``'s 32-bit ``tx_rev``)
+    reaches ``rxs[r - 1]`` through a :class:`LinkGate` on each end (driven by
+    bit ``r`` of ``top.stall_tx_rev`` and ``top.stall_rx_rev``) and reverse link ``r``
+    (``link``'s width, latency and credits; the link cuts each word into flits), submodules
+    ``gate_tx_rev<r>``, ``gate_rx_rev<r>``, ``link_rev<r>``. Drives ``top.flits_rev_<r>`` and
+    ``top.overflow_rev``; returns the links."""
+    gtx, grx = [], []
+    for r, (tx, rx) in enumerate(zip(txs, rxs)):
+        m.submodules[f"gate_tx_rev{r}"] = gt = LinkGate(width=32)
+        m.submodules[f"gate_rx_rev{r}"] = gr = LinkGate(width=32)
+        m.d.comb += [gt.stall.eq(top.stall_tx_rev[r]), gr.stall.eq(top.stall_rx_rev[r])]
+        wiring.connect(m, tx, gt.i)
+        wiring.connect(m, gr.o, rx)
+        gtx.append(gt)
+        grx.append(gr)
+    links = connect_ring(m, [g.o for g in gtx], [g.i for g in grx],
+                         dataclasses.replace(link, word_bits=32), name="link_rev", reverse=True)
+    for r, lk in enumerate(links):
+        m.d.comb += [getattr(top, f"flits_rev_{r}").eq(lk.flits),
+                     top.overflow_rev[r].eq(lk.overflow)]
     return links

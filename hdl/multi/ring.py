@@ -29,7 +29,7 @@ from .collective import CollectiveEngine, cmd_layout, rsp_layout
 from ..config import check_int
 from ..lib.mustuse import mark_used
 from .config import RingConfig, split_ranks_suffix
-from .link import LinkGate, connect_ring
+from .link import LinkGate, add_reverse_links, connect_ring
 
 __all__ = ["WordMemory", "CollectiveRing"]
 
@@ -97,6 +97,10 @@ class CollectiveRing(wiring.Component):
         Flits of ``link.width`` bits sent on link ``r``.
     overflow : Out(N)
         Link ``r``'s receive FIFO overflowed (never, by the credits).
+    stall_tx_rev, stall_rx_rev, flits_rev_<r>, overflow_rev : only with ``collective.reverse``
+        The same for the reverse links: reverse link ``r`` carries engine ``r``'s ``tx_rev``
+        (FP32 words, cut into flits of ``link.width`` bits by the link) to engine ``r - 1``'s
+        ``rx_rev``; bit ``r`` of ``stall_rx_rev`` stalls engine ``r``'s ``rx_rev``.
     """
 
     def __init__(self, *, config: RingConfig | None = None,
@@ -118,6 +122,10 @@ class CollectiveRing(wiring.Component):
         members["stall_tx"] = In(N)
         members["stall_rx"] = In(N)
         members["overflow"] = Out(N)
+        if c.reverse:
+            for r in range(N):
+                members[f"flits_rev_{r}"] = Out(32)
+            members.update(stall_tx_rev=In(N), stall_rx_rev=In(N), overflow_rev=Out(N))
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -157,7 +165,11 @@ class CollectiveRing(wiring.Component):
         for r in range(N):
             m.d.comb += [getattr(self, f"flits_{r}").eq(links[r].flits),
                          self.overflow[r].eq(links[r].overflow)]
+        if c.reverse:
+            add_reverse_links(m, self, [e.tx_rev for e in engines],
+                              [e.rx_rev for e in engines], self.config.link)
         return m
+
 
 
 def _fp32(preset: str) -> FP32Config:

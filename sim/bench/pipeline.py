@@ -3,7 +3,10 @@
 
 The digits MLP 64-64-10, and 64-32-64-48-10 (two nearly equal stages), with Adam and mantissa
 width 8, in two stages on the two S = 4 cores of the
-multi-core top ``training_ring`` (preset ``tiny``: 16-bit links of latency 2) in Verilator:
+multi-core top ``training_ring`` (preset ``tiny``: 16-bit links of latency 2) in Verilator,
+and 64-48-40-40-10 in three nearly equal stages (64 x 48 | 48 x 40 | 40 x 40, 40 x 10 and the
+softmax) on three cores with reverse links (preset ``tiny-n3-rev``; the gradients go back on
+the reverse links):
 :class:`sim.host.pipeline_ring.RingPipeline`, GPipe (``m = 1, 2, 4, 8``) and 1F1B
 (``m = 2, 4, 8``), batch 32 in ``m`` micro-batches, each core running one program per step whose ``SENDRECV`` s carry the
 activations and gradients (cocotb ``bench_pipeline`` in ``sim/tb/training_ring.py``; every
@@ -43,26 +46,37 @@ __all__ = ["run_micro", "main"]
 #: The MLPs measured: the digits MLP (unequal stages: 64 x 64 | 64 x 10 and the softmax) and a
 #: deeper one whose two stages do nearly equal matmul work (64 x 32, 32 x 64 | 64 x 48 with its
 #: BWD_DATA, 48 x 10; 64-64-64-64-10 does not fit one S = 4 core at batch 32, the reference).
-NETWORKS = ((64, 64, 10), (64, 32, 64, 48, 10))
+NETWORKS = ((64, 64, 10), (64, 32, 64, 48, 10), (64, 48, 40, 40, 10))
+#: Stages and stage boundaries per MLP (default: two stages, as even as possible): the
+#: three-stage MLP's matmul work per micro-batch (FWD + BWD_WEIGHT, + BWD_DATA after the first
+#: layer) is 2 x 64 x 48 = 6144 | 3 x 48 x 40 = 5760 | 3 x 40 x 40 + 3 x 40 x 10 = 6000.
+STAGES = {(64, 48, 40, 40, 10): (3, (0, 1, 2, 4))}
 BATCH = 32
 #: ``(schedule, m)`` of the measured points.
 POINTS = [("gpipe", 1), ("gpipe", 2), ("gpipe", 4), ("gpipe", 8),
           ("1f1b", 2), ("1f1b", 4), ("1f1b", 8)]
 
 
+def stages_of(layers) -> tuple:
+    """``(p, bounds)`` of an MLP (:data:`STAGES`; else two stages, ``bounds`` ``None``)."""
+    return STAGES.get(tuple(layers), (2, None))
+
+
 def run_micro(layers, m: int, *, schedule: str = "gpipe", width: int = 8) -> dict:
-    """One measured pipeline step of the MLP ``layers`` at ``m`` micro-batches; the derived
-    figures."""
+    """One measured pipeline step of the MLP ``layers`` at ``m`` micro-batches, one stage per
+    core (two cores, or :data:`STAGES` on a ring with reverse links); the derived figures."""
     name = "-".join(map(str, layers))
-    r = _bench("training_ring", "tiny", "sim.tb.training_ring", "bench_pipeline",
+    p, bounds = stages_of(layers)
+    preset = "tiny" if p == 2 else f"tiny-n{p}-rev"
+    r = _bench("training_ring", preset, "sim.tb.training_ring", "bench_pipeline",
                f"pipeline_{name}_{schedule}_m{m}_w{width}",
                {"TB_LAYERS": ",".join(map(str, layers)), "TB_BATCH": str(BATCH),
-                "TB_MICRO": str(m), "TB_BENCH_WIDTH": str(width), "TB_SCHEDULE": schedule})
-    p = 2
+                "TB_MICRO": str(m), "TB_BENCH_WIDTH": str(width), "TB_SCHEDULE": schedule,
+                **({"TB_BOUNDS": ",".join(map(str, bounds))} if bounds else {})})
     busy = [c - k - i - (cb - ch) for c, k, i, cb, ch in
             zip(r["cycles"], r["check_cycles"], r["idle"], r["coll_busy"], r["coll_hidden"])]
     step = max(r["cycles"])
-    return {"layers": name, "schedule": schedule, "micro_batches": m,
+    return {"layers": name, "stages": p, "schedule": schedule, "micro_batches": m,
             "stash_slots": r["stash_slots"],
             "step_cycles": step, "run_cycles": r["cycles"],
             "busy": busy, "coll_only": [cb - ch for cb, ch in zip(r["coll_busy"],
@@ -71,11 +85,13 @@ def run_micro(layers, m: int, *, schedule: str = "gpipe", width: int = 8) -> dic
             "optim_busy": r["optim_busy"], "array_beats": r["array_beats"],
             "bubble": round(1 - sum(busy) / (p * step), 4),
             "bubble_formula": round(bubble_formula(p, m), 4),
-            "program_lengths": r["program_lengths"], "flits": r["flits"]}
+            "program_lengths": r["program_lengths"], "flits": r["flits"],
+            "flits_rev": r["flits_rev"]}
 
 
 def model_bubble(layers, m: int, schedule: str = "gpipe") -> float:
     """The golden model's bubble of array beats for the same stages (S = 4, tiny)."""
+    p, bounds = stages_of(layers)
     import dataclasses
 
     import numpy as np
@@ -83,9 +99,9 @@ def model_bubble(layers, m: int, schedule: str = "gpipe") -> float:
     from hdl.core.config import CoreConfig
     from sim.host.compiler import MLP
     from sim.host.optim import Adam
-    cfg = dataclasses.replace(CoreConfig.preset("tiny"), ranks=2)
+    cfg = dataclasses.replace(CoreConfig.preset("tiny"), ranks=p, reverse_links=p > 2)
     desc = MLP(layers=layers, batch=BATCH, micro_batches=m, optimizer=Adam(lr=3e-3))
-    pl = Pipeline(desc, cfg, 2, schedule=schedule)
+    pl = Pipeline(desc, cfg, p, schedule=schedule, bounds=bounds)
     rng = np.random.default_rng(0)
     pl.init([(rng.standard_normal((a, b)) * 0.1).astype(np.float32)
              for a, b in zip(layers, layers[1:])], [np.zeros(b, np.float32) for b in layers[1:]])
@@ -97,12 +113,14 @@ def model_bubble(layers, m: int, schedule: str = "gpipe") -> float:
 def to_markdown(data: dict) -> str:
     lines = ["# Pipeline parallelism on the RTL ring", "",
              f"MLPs {', '.join(data['networks'])} (Adam, widths {data['width']}) "
-             f"in two stages on the two S = {data['S']} cores of `training_ring` "
-             f"(preset `tiny`, 16-bit links of latency 2) in Verilator, batch {data['batch']} "
+             f"in p stages on p S = {data['S']} cores of `training_ring` "
+             f"(16-bit links of latency 2; preset `tiny` for p = 2, `tiny-n3-rev` for p = 3, "
+             f"whose gradients go back on the reverse links) in Verilator, "
+             f"batch {data['batch']} "
              "in `m` micro-batches; every step checked bit-exactly against the golden model. "
              "busy = cycles the matmul engine, vector unit or optimizer of a stage runs; "
              "coll only = cycles only its collective engine runs (a `SENDRECV` waiting or "
-             "moving words); bubble = 1 - sum(busy) / (2 x step cycles). model = the golden "
+             "moving words); bubble = 1 - sum(busy) / (p x step cycles). model = the golden "
              "model's timeline of the schedule with array beats (matmul passes only). stash = "
              "the stash slots per stage. speedup = one core's "
              "step of the same MLP on the same batch "
@@ -110,18 +128,23 @@ def to_markdown(data: dict) -> str:
              "/ step cycles. "
              "Regenerate with `make bench-pipeline` (docs/multicore.md, \"Pipeline parallelism "
              "on the ring\").", "",
-             "| MLP | schedule | m | step cycles | busy (stage 0, 1) | coll only (stage 0, 1) | "
+             "flits: per link (link r leaves core r), then per reverse link.", "",
+             "| MLP | p | schedule | m | step cycles | busy (per stage) | coll only (per stage) | "
              "bubble | (p-1)/(m+p-1) | model (array beats) | speedup | stash | "
-             "flits (link 0, 1) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "flits (links; reverse links) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def per(v):
+        return ", ".join(map(str, v))
+
     for r in data["points"]:
-        lines.append(f"| {r['layers']} | {r['schedule']} | {r['micro_batches']} | "
-                     f"{r['step_cycles']} | "
-                     f"{r['busy'][0]}, {r['busy'][1]} | "
-                     f"{r['coll_only'][0]}, {r['coll_only'][1]} | {r['bubble']:.4f} | "
+        rev = f"; {per(r['flits_rev'])}" if r.get("flits_rev") else ""
+        lines.append(f"| {r['layers']} | {r.get('stages', 2)} | {r['schedule']} | "
+                     f"{r['micro_batches']} | {r['step_cycles']} | "
+                     f"{per(r['busy'])} | {per(r['coll_only'])} | {r['bubble']:.4f} | "
                      f"{r['bubble_formula']:.4f} | {r['bubble_model']:.4f} | "
-                     f"{r['speedup']:.3f} | {r['stash_slots'][0]}, {r['stash_slots'][1]} | "
-                     f"{r['flits'][0]}, {r['flits'][1]} |")
+                     f"{r['speedup']:.3f} | {per(r['stash_slots'])} | "
+                     f"{per(r['flits'])}{rev} |")
     lines += ["", f"Wall time of the last run {data['wall_seconds']} s ({data['machine']}; "
                   f"`--networks` reruns some MLPs and keeps the others' points)."]
     return "\n".join(lines)
@@ -168,7 +191,9 @@ def main(argv=None) -> int:
     points = sorted(keep + points, key=lambda p: (names.index(p["layers"]),
                                                  p["schedule"] != "gpipe", p["micro_batches"]))
     data = {"bench": "pipeline", "networks": [n for n in names if n in one], "batch": BATCH,
-            "width": args.width, "S": 4, "stages": 2, "one_core_cycles": one,
+            "width": args.width, "S": 4,
+            "stages": {n: stages_of(tuple(map(int, n.split("-"))))[0] for n in names
+                       if n in one}, "one_core_cycles": one,
             "points": points, "wall_seconds": round(time.time() - t0, 1),
             "machine": platform.machine()}
     publish("pipeline", data, to_markdown(data))

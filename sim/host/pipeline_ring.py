@@ -12,37 +12,47 @@ micro-batches, start, wait, read the losses):
   :meth:`~sim.host.compiler.Compiled.data_writes` writes for it: ``x`` and the labels) into
   per-micro-batch *inbox* lines before the run; ``F(s, j)`` starts by copying inbox ``j`` into
   the stage's data buffers (``VEC COPY``).
-* **Forward transfer.** Stage 0 ends ``F(0, j)`` with a ``SENDRECV`` sending its output
-  activation (``stage_io()["output"]``, whole lines) to rank 1; stage 1 starts ``F(1, j)``
-  with a ``SENDRECV`` receiving them into its input (``stage_io()["input"]``), after the inbox
-  copy (which wrote zeros there).
+* **Forward transfer.** Stage ``s < p - 1`` ends ``F(s, j)`` with a ``SENDRECV`` sending its
+  output activation (``stage_io()["output"]``, whole lines) to rank ``s + 1`` (``sdir = 0``);
+  stage ``s > 0`` starts ``F(s, j)`` with a ``SENDRECV`` receiving them from rank ``s - 1``
+  (``rdir = 0``) into its input (``stage_io()["input"]``), after the inbox copy (which wrote
+  zeros there). The last stage sends nothing forward and stage 0 receives nothing forward
+  (the ring's link from rank ``p - 1`` to rank 0 stays idle).
 * **Stash.** After ``F(s, j)`` the stage copies its stash (``stage_io()["stash"]``: every
   buffer the backward pass reads that the forward pass wrote) into stash slot ``j``;
   ``B(s, j)`` copies it back first. The head stage also copies the micro-batch's per-row
   losses into loss slot ``j`` (the host reads them after the run).
-* **Backward transfer.** Stage 1 ends ``B(1, j)`` with a ``SENDRECV`` sending the input's
-  gradient (``stage_io()["dx"]``) to rank 0 -- on a ring of two cores "the next core" of
-  rank 1 is rank 0 -- and stage 0 starts ``B(0, j)``, after restoring its stash, with a
-  ``SENDRECV`` receiving it into its output buffer.
+* **Backward transfer.** Stage ``s > 0`` ends ``B(s, j)`` with a ``SENDRECV`` sending the
+  input's gradient (``stage_io()["dx"]``) to rank ``s - 1``, and stage ``s < p - 1`` starts
+  ``B(s, j)``, after restoring its stash, with a ``SENDRECV`` receiving it from rank ``s + 1``
+  into its output buffer. With reverse links (``CoreConfig.reverse_links``) these go over
+  the reverse links (``sdir = 1`` / ``rdir = 1``); without them only ``p = 2`` works, and
+  the gradient goes over the forward link from rank 1 to rank 0 (on a ring of two cores
+  "the next core" of rank 1 is rank 0; ``sdir = rdir = 0``).
 * **Optimizer.** Every stage ends with its ``OPT`` (two-pass) and ``HALT``.
 
 Schedules (:func:`sim.host.pipeline.stage_order`, the passes in the same order as the
 host-mediated pipeline):
 
-* **GPipe**: every ``F``, then every ``B``. Both cores issue their ``SENDRECV`` s in the same
-  order (stage 0: ``send a_0 .. a_{m-1}``, then ``receive g_0 .. g_{m-1}``; stage 1 likewise),
-  so each meets its partner. ``m`` stash slots per stage.
-* **1F1B**: stage 0 runs ``F 0``, then ``F i+1, B i``, then ``B m-1``; stage 1 ``F i, B i``.
-  Sent one after the other, stage 0's ``a_{i+1}`` and stage 1's ``g_i`` would each wait for
-  the other core's receive (a deadlock the model reports), so each such pair is **fused**
-  into one ``SENDRECV``: stage 0 sends ``a_{i+1}`` and receives ``g_i`` into its *gradient
-  inbox* (copied into the output buffer after ``B i`` restores the stash: the output buffer
-  is being sent), and stage 1, after ``B i`` and the inbox copy of ``F i+1``, sends ``g_i``
-  and receives ``a_{i+1}`` into its input. At most ``min(p - s, m)`` micro-batches are in
-  flight on stage ``s``, so stage 0 keeps two stash slots and stage 1 one (GPipe: ``m``).
-
-Two stages only: a ring carries data one way, and only on a ring of two is the previous stage
-also the next core; more stages need links in both directions.
+* **GPipe**: every ``F``, then every ``B``. Every stage issues its ``SENDRECV`` s in the
+  order of its passes (a middle stage: receive ``a_0``, send ``a_0``, .. , then receive
+  ``g_0``, send ``g_0``, ..), so each meets its partner: the transfers form a chain from
+  stage 0 to stage ``p - 1`` and back, with no cycle. ``m`` stash slots per stage.
+* **1F1B**: stage ``s`` runs ``w = min(p - 1 - s, m)`` warm-up forwards, then ``F w+i, B i``,
+  then the remaining backwards. Sent one after the other, stage ``s``'s ``a_{w+i}`` (to
+  ``s + 1``) and stage ``s + 1``'s ``g_i`` (to ``s``) would each wait for the other core's
+  receive (a deadlock the model reports), so wherever a stage's ``F`` is followed by a ``B``
+  the two transfers with the next stage are **fused** into one ``SENDRECV`` (send
+  ``a_{w+i}`` forward and receive ``g_i`` back, into the stage's *gradient inbox*, copied
+  into the output buffer after ``B i`` restores the stash: the output buffer is being sent),
+  and wherever a stage's ``B`` is followed by an ``F`` the two transfers with the previous
+  stage are (after the inbox copy of the next forward: send ``g_i`` back and receive the
+  next activation into the input). The fused pairs of two neighbours meet each other (the
+  pattern of Megatron-LM's ``send_forward_recv_backward`` / ``send_backward_recv_forward``);
+  a fused command whose partner sends or receives its two parts in separate commands (a
+  clipped warm-up, ``m < p - 1 - s``) meets them one after the other.
+  At most ``min(p - s, m)`` micro-batches are in flight on stage ``s``, so it keeps that
+  many stash slots (GPipe: ``m``).
 
 **Equal to the host-mediated pipeline and to one core.** The cores execute the same passes on
 the same words in the same order as :class:`~sim.host.pipeline.Pipeline` (whose step equals
@@ -55,6 +65,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hdl.core.config import CoreConfig
 from hdl.core.isa import Op, Vop, decode, disassemble, encode
 from sim.model.multicore import MultiCoreModel
 from sim.model.vector import get_vector
@@ -80,39 +91,54 @@ def _body(words) -> list:
 
 
 class RingPipeline(Pipeline):
-    """Two pipeline stages on a ring of two training cores, each running one program per
-    step (see the module docstring). Parameters as :class:`~sim.host.pipeline.Pipeline`
-    (``schedule``: ``"gpipe"`` or ``"1f1b"``); ``config.ranks`` and ``stages`` must be 2.
+    """``p`` pipeline stages on a ring of ``p`` training cores (stage ``s`` on rank ``s``), each
+    running one program per step (see the module docstring). Parameters as
+    :class:`~sim.host.pipeline.Pipeline` (``schedule``: ``"gpipe"`` or ``"1f1b"``).
 
     Parameters
     ----------
+    stages : int or None
+        ``p``: must equal ``config.ranks`` (``None``, the default: ``config.ranks``). More
+        than 2 needs ``config.reverse_links`` (the gradients go back to rank ``s - 1``).
     timeout : int
         The ``SENDRECV`` s' ``timeout`` (cycles without a link beat before ``ERR_LINK``,
-        1 .. 2**24 - 1; default 2**20): a receive waits for its partner's passes (stage 1's
+        1 .. 2**24 - 1; default 2**20): a receive waits for its partners' passes (stage 1's
         first receive for stage 0's whole forward pass), so it must exceed the longest.
 
     Attributes
     ----------
     ring_programs : list of list of int
         Per stage (= rank), the step program.
+    reverse : bool
+        Whether the gradients go back over the reverse links (``config.reverse_links``);
+        otherwise ``p = 2`` and they use the forward link from rank 1 to rank 0.
     inbox, stash_slots, loss_slots : list
         Per stage: per micro-batch the inbox ``[(data line, inbox line, lines)]``; per slot
         the stash ``[(buffer line, slot line, lines)]``; per micro-batch (head stage) the
         loss slot ``(line, lines)``.
     grad_inbox : list
-        Per stage, the first line of the gradient inbox (1F1B, stage 0) or ``None``.
+        Per stage, the first line of the gradient inbox (1F1B, every stage but the last)
+        or ``None``.
+    link_words : int
+        FP32 words the ring's links moved (forward and reverse) since construction, after
+        :meth:`ring_step` (as :attr:`Pipeline.link_words` counts the host's copies).
     """
 
-    def __init__(self, desc, config=None, stages: int = 2, *, bounds=None,
+    def __init__(self, desc, config=None, stages: int | None = None, *, bounds=None,
                  schedule: str = "gpipe", timeout: int = 1 << 20):
+        if stages is None:
+            stages = config.ranks if isinstance(config, CoreConfig) and config.ranks >= 2 else 2
         super().__init__(desc, config, stages, bounds=bounds, schedule=schedule)
-        if self.p != 2:
-            raise ValueError(f"stages must be 2 for a pipeline on the ring (the backward "
-                             f"transfer needs the previous stage to be the next core), not "
-                             f"{self.p}")
-        if self.config.ranks != 2:
-            raise ValueError(f"config.ranks must be 2 (one core per stage), not "
-                             f"{self.config.ranks}")
+        p, ranks = self.p, self.config.ranks
+        if p != ranks:
+            raise ValueError(f"stages ({p}) must equal config.ranks ({ranks}): one core per "
+                             f"stage")
+        self.reverse = self.config.reverse_links
+        if p > 2 and not self.reverse:
+            raise ValueError(f"a pipeline of {p} stages on the ring needs reverse links "
+                             f"(config.reverse_links = True: the gradients go back to the "
+                             f"previous core); without them stages must be 2 and "
+                             f"config.ranks must be 2")
         coll = self.config.collective
         if isinstance(timeout, bool) or not isinstance(timeout, int) \
                 or not 1 <= timeout < 1 << coll.timeout_bits:
@@ -122,9 +148,9 @@ class RingPipeline(Pipeline):
         self.multi = MultiCoreModel(self.config)
         self.cores = self.multi.cores         # the stages' cores are the ring's
         self.inbox, self.stash_slots, self.loss_slots, self.grad_inbox = [], [], [], []
-        for s in range(2):
+        for s in range(p):
             self._place(s)
-        self.ring_programs = [self._program(s) for s in range(2)]
+        self.ring_programs = [self._program(s) for s in range(p)]
 
     # -- placement ---------------------------------------------------------------------------
     def _images(self, s: int) -> list:
@@ -189,11 +215,12 @@ class RingPipeline(Pipeline):
         """Stage ``s``'s step program: its passes in :func:`~sim.host.pipeline.stage_order`,
         with the transfers (module docstring)."""
         progs, io, t = self.programs[s], self.io[s], self.timeout
-        head = s == self.p - 1
+        first, head = s == 0, s == self.p - 1
         order = self.orders[s]
         fused = self.schedule == "1f1b"
+        back = int(self.reverse)              # the gradients' direction: sdir / rdir
         out_a, out_n = self._lines(io["output"])
-        sr = []
+        pre_a, pre_g = set(), set()           # micro-batches whose a_j / g_j came early
 
         def sendrecv(**f):
             out.append(encode(Op.SENDRECV, timeout=t, **f))
@@ -203,10 +230,10 @@ class RingPipeline(Pipeline):
             nxt = order[k + 1] if k + 1 < len(order) else None
             slot = self.stash_slots[s][self._slot(s, j)]
             if kind == "F":
-                if not (fused and s > 0 and j in sr):    # stage 1: unless B(j-1) did it
+                if j not in pre_a:                # else B(i) copied the inbox and received
                     for line, inb, n in self.inbox[s][j]:
                         out += self._copy(inb, line, n)
-                    if s > 0:
+                    if not first:
                         a, n = self._lines(io["input"])
                         sendrecv(b=a, rlines=n)
                 out += _body(progs["forward"])
@@ -217,32 +244,33 @@ class RingPipeline(Pipeline):
                     out += self._copy(line, sl, n)
                 if not head:
                     if fused and nxt is not None and nxt[0] == "B":
-                        # 1F1B: send a_j and receive g_i (into the gradient inbox) at once
-                        sendrecv(a=out_a, lines=out_n, b=self.grad_inbox[s], rlines=out_n)
-                        sr.append(nxt[1])
+                        # 1F1B: send a_j on and receive g_i back (into the gradient inbox)
+                        sendrecv(a=out_a, lines=out_n, b=self.grad_inbox[s], rlines=out_n,
+                                 rdir=back)
+                        pre_g.add(nxt[1])
                     else:
                         sendrecv(a=out_a, lines=out_n)
             else:
                 for line, sl, n in slot:
                     out += self._copy(sl, line, n)
                 if not head:
-                    if j in sr:                        # received with the last send
+                    if j in pre_g:                 # received with the last send
                         out += self._copy(self.grad_inbox[s], out_a, out_n)
                     else:
-                        sendrecv(b=out_a, rlines=out_n)
+                        sendrecv(b=out_a, rlines=out_n, rdir=back)
                 out += _body(progs["backward" if j == 0 else "backward_acc"])
-                if s > 0:
+                if not first:
                     a, n = self._lines(io["dx"])
                     if fused and nxt is not None and nxt[0] == "F":
-                        # 1F1B: the next forward's inbox first, then send g_j and receive
-                        # a_{j'} into the input at once
+                        # 1F1B: the next forward's inbox first, then send g_j back and
+                        # receive a_{j'} into the input at once
                         for line, inb, n2 in self.inbox[s][nxt[1]]:
                             out += self._copy(inb, line, n2)
                         ia, inn = self._lines(io["input"])
-                        sendrecv(a=a, lines=n, b=ia, rlines=inn)
-                        sr.append(nxt[1])
+                        sendrecv(a=a, lines=n, b=ia, rlines=inn, sdir=back)
+                        pre_a.add(nxt[1])
                     else:
-                        sendrecv(a=a, lines=n)
+                        sendrecv(a=a, lines=n, sdir=back)
         out += _body(progs["optimizer"]) + [encode(Op.HALT)]
         if len(out) > self.config.prog_depth:
             raise ValueError(f"stage {s}: the step program has {len(out)} instructions, more "
@@ -305,7 +333,8 @@ class RingPipeline(Pipeline):
         for s, run in enumerate(res["run"]):
             if run[0] != 0:
                 raise AssertionError(f"stage {s} step program stopped with {run}")
-        self.link_words = sum(self.multi.sendrecv_words)    # every word the ring's links moved
+        # every word the ring's links moved, forward and reverse
+        self.link_words = sum(self.multi.sendrecv_words) + sum(self.multi.sendrecv_words_rev)
         return res
 
     def step(self, *args, **kwargs):

@@ -19,8 +19,12 @@ Summation order: segment ``k`` is reduced as ``((x_k + x_{k+1}) + x_{k+2}) + ...
 ``SENDRECV`` (:func:`ring_sendrecv`): one command per rank; rank ``r``'s words
 ``mem[base : base + length]`` land, bit for bit, in rank ``r + 1``'s
 ``mem[rbase : rbase + rlength]``; every rank's ``length`` must equal the next rank's
-``rlength``. :meth:`CollectiveModel.execute` runs one command per rank of either opcode;
-:func:`sendrecv_flits` gives the flits it puts on each link.
+``rlength``. With reverse links (``CollectiveConfig.reverse``) a command chooses its
+directions: ``sdir = 1`` sends to rank ``r - 1`` (on reverse link ``r``), ``rdir = 1``
+receives from rank ``r + 1``; the pairing holds per direction (rank ``r``'s ``sdir = 1``
+send meets rank ``r - 1``'s ``rdir = 1`` receive). :meth:`CollectiveModel.execute` runs one
+command per rank of either opcode; :func:`sendrecv_flits` gives the flits a ``SENDRECV`` puts
+on each link, :func:`sendrecv_link_flits` on each forward and each reverse link.
 """
 from __future__ import annotations
 
@@ -35,7 +39,8 @@ from .bfp import ROUND_NEAREST, dequantize, quantize
 from .fp32 import QNAN, bits_to_f32, canon
 
 __all__ = ["segments", "schedule", "sum_order", "validate", "bfp_link", "ring_allreduce",
-           "link_flits", "add_f32", "ring_sendrecv", "sendrecv_flits", "CollectiveModel"]
+           "link_flits", "add_f32", "ring_sendrecv", "sendrecv_flits", "sendrecv_link_flits",
+           "CollectiveModel"]
 
 
 def _check_config(config) -> CollectiveConfig:
@@ -80,9 +85,11 @@ def _overlap(base: int, length: int, rbase: int, rlength: int) -> bool:
 
 def validate(config: CollectiveConfig, *, op: int, base: int, length: int, seg: int = 0,
              timeout: int, comp: int = CollComp.NONE, width: int = 0, rbase: int = 0,
-             rlength: int = 0, gbase: int = 0) -> int:
-    """The status the engine answers before running (``OK`` when it runs). ``rbase`` and
-    ``rlength`` only count for ``SENDRECV``, ``seg`` only for a plain or BFP ``ALLREDUCE``;
+             rlength: int = 0, gbase: int = 0, sdir: int = 0, rdir: int = 0) -> int:
+    """The status the engine answers before running (``OK`` when it runs). ``rbase``,
+    ``rlength``, ``sdir`` and ``rdir`` only count for ``SENDRECV`` (a direction bit on an
+    engine without reverse links is ``BAD_DIR``, after ``BAD_COMP`` and before ``BAD_LEN``),
+    ``seg`` only for a plain or BFP ``ALLREDUCE``;
     a top-k ``ALLREDUCE`` (``comp = CollComp.TOPK``) checks its three regions: the vector
     ``[base, +length)``, the residual ``[rbase, +length)`` and the gather buffer
     ``[gbase, +N * TopK.message_words(length))``."""
@@ -94,6 +101,8 @@ def validate(config: CollectiveConfig, *, op: int, base: int, length: int, seg: 
     if op == CollOp.SENDRECV:
         if comp != CollComp.NONE:
             return CollStatus.BAD_COMP
+        if (sdir or rdir) and not cfg.reverse:
+            return CollStatus.BAD_DIR
         if ((length == 0 and rlength == 0) or base + length > cfg.depth
                 or rbase + rlength > cfg.depth or _overlap(base, length, rbase, rlength)):
             return CollStatus.BAD_LEN
@@ -203,18 +212,35 @@ def link_flits(config: CollectiveConfig, flit_bits: int, *, length: int, seg: in
     return out
 
 
-def ring_sendrecv(memories, commands) -> list[np.ndarray]:
-    """Apply one ``SENDRECV`` per rank to ``memories`` (one ``uint32`` array per rank, rank
-    ``r`` sending to rank ``r + 1`` mod ``N``) and return the memories afterwards (copies).
+def _dirs(c) -> tuple[int, int]:
+    """``(sdir, rdir)`` of a ``SENDRECV`` command (missing keys: 0); ``ValueError`` unless
+    each is 0 or 1 (1-bit fields)."""
+    out = []
+    for k in ("sdir", "rdir"):
+        v = c.get(k, 0)
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v not in (0, 1):
+            raise ValueError(f"{k} must be 0 or 1, not {v!r}")
+        out.append(int(v))
+    return out[0], out[1]
 
-    ``commands[r]`` is a mapping with ``base``, ``length``, ``rbase``, ``rlength`` (other keys
-    ignored), or ``None`` for a rank that neither sends nor receives (it rejected its
-    command). Rank ``r``'s ``mem[base : base + length]`` lands, bit for bit, in rank
-    ``r + 1``'s ``mem[rbase : rbase + rlength]``; nothing else changes. ``ValueError`` when
-    rank ``r``'s ``length`` is not rank ``r + 1``'s ``rlength`` (the hardware would time out,
-    or leave words on the link for the next command), when a region leaves its memory, or when
-    a rank's two regions overlap (the engine answers ``BAD_LEN``). A rank with
-    ``length == rlength == 0`` does nothing here (the engine answers ``BAD_LEN``:
+
+def ring_sendrecv(memories, commands) -> list[np.ndarray]:
+    """Apply one ``SENDRECV`` per rank to ``memories`` (one ``uint32`` array per rank) and
+    return the memories afterwards (copies).
+
+    ``commands[r]`` is a mapping with ``base``, ``length``, ``rbase``, ``rlength`` and
+    optionally ``sdir``, ``rdir`` (missing: 0; other keys ignored), or ``None`` for a rank
+    that neither sends nor receives (it rejected its command). Rank ``r``'s
+    ``mem[base : base + length]`` lands, bit for bit, in ``mem[rbase : rbase + rlength]`` of
+    rank ``r + 1`` (``sdir = 0``, forward link ``r``), whose command must have ``rdir = 0``,
+    or of rank ``r - 1`` (``sdir = 1``, reverse link ``r``), whose command must have
+    ``rdir = 1`` (all mod ``N``; on two ranks both are the other rank, over different links);
+    nothing else changes. The model does not check that the engines have reverse links
+    (:func:`validate` does). ``ValueError``, per direction, when the words rank ``r`` sends
+    on a link are not the words the rank at its other end receives from it (the hardware
+    would time out, or leave words on the link for the next command), when a region leaves
+    its memory, or when a rank's two regions overlap (the engine answers ``BAD_LEN``). A
+    rank with ``length == rlength == 0`` does nothing here (the engine answers ``BAD_LEN``:
     :func:`validate`)."""
     ranks = len(memories)
     if ranks < 2:
@@ -222,10 +248,11 @@ def ring_sendrecv(memories, commands) -> list[np.ndarray]:
     if len(commands) != ranks:
         raise ValueError(f"ring_sendrecv: {len(commands)} commands for {ranks} ranks")
     mem = [np.asarray(m, dtype=np.uint32).copy() for m in memories]
-    regions = []
+    regions, dirs = [], []
     for r, c in enumerate(commands):
         if c is None:
             regions.append((0, 0, 0, 0))
+            dirs.append((0, 0))
             continue
         b, n, rb, rn = (int(c[k]) for k in ("base", "length", "rbase", "rlength"))
         if min(b, n, rb, rn) < 0 or b + n > len(mem[r]) or rb + rn > len(mem[r]):
@@ -235,30 +262,65 @@ def ring_sendrecv(memories, commands) -> list[np.ndarray]:
             raise ValueError(f"rank {r}: send region [{b}, {b + n}) overlaps receive region "
                              f"[{rb}, {rb + rn})")
         regions.append((b, n, rb, rn))
-    for r in range(ranks):
-        nxt = (r + 1) % ranks
-        if regions[r][1] != regions[nxt][3]:
-            raise ValueError(f"rank {r} sends {regions[r][1]} words but rank {nxt} receives "
-                             f"{regions[nxt][3]}: the hardware would time out or mis-frame")
+        dirs.append(_dirs(c))
+    # link (d, r) leaves rank r: forward (d = 0) to r + 1, reverse (d = 1) to r - 1
+    for d, what in ((0, "forward"), (1, "reverse")):
+        for r in range(ranks):
+            dst = (r + (1 if d == 0 else -1)) % ranks
+            sent = regions[r][1] if dirs[r][0] == d else 0
+            got = regions[dst][3] if dirs[dst][1] == d else 0
+            if sent != got:
+                raise ValueError(f"rank {r} sends {sent} words but rank {dst} receives {got} "
+                                 f"({what} link {r}: sdir = {d}, rdir = {d}): the hardware "
+                                 f"would time out or mis-frame")
     # a rank's two regions are disjoint, so every send reads the words from before the copy
     sent = [mem[r][b:b + n].copy() for r, (b, n, _, _) in enumerate(regions)]
     for r in range(ranks):
-        nxt = (r + 1) % ranks
-        rb, rn = regions[nxt][2:]
-        mem[nxt][rb:rb + rn] = sent[r]
+        if regions[r][1]:
+            dst = (r + (1 if dirs[r][0] == 0 else -1)) % ranks
+            rb, rn = regions[dst][2:]
+            mem[dst][rb:rb + rn] = sent[r]
     return mem
 
 
 def sendrecv_flits(flit_bits: int, lengths) -> list[int]:
     """Flits of ``flit_bits`` that ``SENDRECV`` commands put on each link (link ``r`` leaves
     rank ``r``): ``32 / flit_bits`` per word of rank ``r``'s ``length`` (FP32 words only;
-    give 0 for a rank that rejected its command)."""
+    give 0 for a rank that rejected its command, and for a rank whose command sends on the
+    reverse links: :func:`sendrecv_link_flits` separates the directions)."""
     return [int(n) * (32 // flit_bits) for n in lengths]
+
+
+def sendrecv_link_flits(flit_bits: int, commands) -> tuple[list[int], list[int]]:
+    """Flits of ``flit_bits`` that one ``SENDRECV`` per rank puts on each link, per direction.
+
+    Parameters
+    ----------
+    flit_bits : int
+        The links' flit width (divides 32; forward and reverse links alike).
+    commands : sequence of mapping or None
+        Per rank, the command (``length`` and optionally ``sdir``, missing: 0), or ``None``
+        for a rank that rejected its command (it sends nothing).
+
+    Returns
+    -------
+    forward, reverse : list of int
+        Per rank ``r``, the flits on forward link ``r`` (to rank ``r + 1``: the command's
+        ``length`` words when ``sdir = 0``) and on reverse link ``r`` (to rank ``r - 1``:
+        when ``sdir = 1``), ``32 / flit_bits`` per word.
+    """
+    fwd, rev = [], []
+    for c in commands:
+        n = 0 if c is None else int(c["length"])
+        sdir = 0 if c is None else _dirs(c)[0]
+        fwd.append(0 if sdir else n)
+        rev.append(n if sdir else 0)
+    return sendrecv_flits(flit_bits, fwd), sendrecv_flits(flit_bits, rev)
 
 
 #: command fields :meth:`CollectiveModel.execute` fills in when left out
 _DEFAULTS = {"op": CollOp.ALLREDUCE, "seg": 0, "timeout": 1000, "comp": CollComp.NONE,
-             "width": 0, "rbase": 0, "rlength": 0, "gbase": 0}
+             "width": 0, "rbase": 0, "rlength": 0, "gbase": 0, "sdir": 0, "rdir": 0}
 
 
 class CollectiveModel:
@@ -270,23 +332,39 @@ class CollectiveModel:
     Parameters
     ----------
     config : CollectiveConfig
+
+    Attributes
+    ----------
+    mem : list of numpy.ndarray
+        Per rank, the engine's memory (``depth`` ``uint32`` words).
+    flags : list of int
+        Each rank's ``rsp.flags`` of the last command.
+    sendrecv_words : list of int
+        Per rank ``r``, the FP32 words its accepted ``SENDRECV`` s sent on forward link ``r``
+        (to rank ``r + 1``, ``sdir = 0``) since construction.
+    sendrecv_words_rev : list of int
+        Likewise on reverse link ``r`` (to rank ``r - 1``, ``sdir = 1``); all 0 without
+        reverse links. Flits: ``32 / flit_bits`` per word (:func:`sendrecv_link_flits`).
     """
 
     def __init__(self, config: CollectiveConfig | None = None):
         self.config = _check_config(config or CollectiveConfig())
         self.mem = [np.zeros(self.config.depth, dtype=np.uint32)
                     for _ in range(self.config.ranks)]
-        #: each rank's ``rsp.flags`` of the last command
         self.flags = [0] * self.config.ranks
+        self.sendrecv_words = [0] * self.config.ranks
+        self.sendrecv_words_rev = [0] * self.config.ranks
 
     def allreduce(self, *, base: int, length: int, seg: int = 0, timeout: int = 1000,
                   op: int = CollOp.ALLREDUCE, comp: int = CollComp.NONE, width: int = 0,
-                  rbase: int = 0, rlength: int = 0, gbase: int = 0) -> int:
+                  rbase: int = 0, rlength: int = 0, gbase: int = 0, sdir: int = 0,
+                  rdir: int = 0) -> int:
         """The same command on every rank (any ``op``, despite the name: a ``SENDRECV`` then
-        needs ``length == rlength``); its status, the same on every rank."""
+        needs ``length == rlength`` and ``sdir == rdir``); its status, the same on every
+        rank."""
         return self.execute(dict(op=op, base=base, length=length, seg=seg, timeout=timeout,
                                  comp=comp, width=width, rbase=rbase, rlength=rlength,
-                                 gbase=gbase))[0]
+                                 gbase=gbase, sdir=sdir, rdir=rdir))[0]
 
     def execute(self, commands) -> list[int]:
         """Run one command on every rank: ``commands`` is a mapping (the same command on
@@ -297,9 +375,11 @@ class CollectiveModel:
 
         The ranks that answer ``OK`` must either all run the same ``ALLREDUCE`` (``base``,
         ``length``, ``seg``, ``comp``, ``width``; then no rank may answer ``BAD_*``) or all
-        run ``SENDRECV`` (:func:`ring_sendrecv`; a rank answering ``BAD_*`` sends and
-        receives nothing, so its neighbours' ``rlength`` / ``length`` must be 0);
-        ``ValueError`` otherwise: the engines would time out, or mix the commands' words."""
+        run ``SENDRECV`` (:func:`ring_sendrecv`, with each command's ``sdir`` / ``rdir``; a
+        rank answering ``BAD_*`` sends and receives nothing, so the ``rlength`` / ``length``
+        of its partners in either direction must be 0; :attr:`sendrecv_words` and
+        :attr:`sendrecv_words_rev` count the words sent); ``ValueError`` otherwise: the
+        engines would time out, or mix the commands' words."""
         N = self.config.ranks
         if isinstance(commands, Mapping):
             commands = [commands] * N
@@ -337,9 +417,13 @@ class CollectiveModel:
             for m, v in zip(self.mem, out):
                 m[base:base + length] = v
         elif ops == {CollOp.SENDRECV}:
-            out = ring_sendrecv(self.mem, [cmds[r] if r in ok else None for r in range(N)])
+            run = [cmds[r] if r in ok else None for r in range(N)]
+            out = ring_sendrecv(self.mem, run)
             for m, v in zip(self.mem, out):
                 m[:] = v
+            fwd, rev = sendrecv_link_flits(32, run)     # one flit per word: words
+            self.sendrecv_words = [a + b for a, b in zip(self.sendrecv_words, fwd)]
+            self.sendrecv_words_rev = [a + b for a, b in zip(self.sendrecv_words_rev, rev)]
         else:
             raise ValueError(f"ranks accepting different opcodes in one command: {cmds}")
         return statuses

@@ -68,8 +68,9 @@ sequencer's ``status`` / ``err_pc`` after a successful run):
   ``CoreModel.run`` of a program that would execute one raises ``RuntimeError`` (nothing
   executes). The collective engine's writes are not seen by the gradient-write snoop.
 * ``SENDRECV`` (likewise only with ``ranks >= 2``): lines ``a .. a + lines - 1`` go to the next
-  core of the ring and ``rlines`` lines from the previous core land at ``b`` -- also run by
-  :mod:`sim.model.multicore` (a lone ``run`` raises ``RuntimeError``).
+  core of the ring (``sdir = 1``: the previous one) and ``rlines`` lines from the previous core
+  (``rdir = 1``: the next one) land at ``b`` -- also run by :mod:`sim.model.multicore` (a lone
+  ``run`` raises ``RuntimeError``).
 * ``LOOP count stride``: the body runs ``count`` times, iteration ``i`` with loop offset
   ``i * stride`` lines; ``ENDLOOP`` jumps back. ``FENCE``: nothing. ``HALT``: stop.
 * FAST statistics (docs/fast.md): ``stats[(layer, mode)]`` holds two

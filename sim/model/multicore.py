@@ -34,14 +34,20 @@ field combination the collective engine would refuse.
 
 SENDRECV
 --------
-Fields (:data:`hdl.core.isa.SENDRECV_ARGS`): ``a``, ``lines`` (sent to rank ``r + 1``), ``b``,
-``rlines`` (received from rank ``r - 1``), ``timeout``. The words sent by rank ``r`` (its
-lines ``a ..``, ``lines * S`` words, padding lanes included, bit for bit) are what rank
-``r + 1``'s ``SENDRECV`` with a receive part writes at its ``b``: a core's send part meets the
-next core's receive part while both cores are at their ``SENDRECV`` (a *rendezvous*), and a
-``SENDRECV`` completes when both its parts have met theirs. Rank ``r``'s ``lines`` must equal
-rank ``r + 1``'s ``rlines`` (``ValueError``: the engine that expects more words would time out,
-one that gets more would leave them for its next command). The hardware's links buffer a few
+Fields (:data:`hdl.core.isa.SENDRECV_ARGS`): ``a``, ``lines`` (sent to rank ``r + 1``; with
+``sdir = 1`` to rank ``r - 1``), ``b``, ``rlines`` (received from rank ``r - 1``; with
+``rdir = 1`` from rank ``r + 1``), ``timeout``, ``sdir``, ``rdir`` (1 only on cores with
+``CoreConfig.reverse_links``: the program check rejects them otherwise). The words sent by
+rank ``r`` (its lines ``a ..``, ``lines * S`` words, padding lanes included, bit for bit) are
+what the receiving neighbour's ``SENDRECV`` with a receive part in the same direction writes at
+its ``b``: a core's send part meets the receive part of the core it sends to while both cores
+are at their ``SENDRECV`` (a *rendezvous*), per direction: an ``sdir = 0`` send (forward
+link ``r``) meets rank ``r + 1``'s ``rdir = 0`` receive, an ``sdir = 1`` send (reverse link
+``r``) rank ``r - 1``'s ``rdir = 1`` receive (on two ranks both neighbours are the other
+rank, the direction bits tell the links apart). A ``SENDRECV`` completes when both its parts
+have met theirs; so a core may send one way and receive the other in one instruction. The
+sent ``lines`` must equal the partner's ``rlines`` (``ValueError``: the engine that expects
+more words would time out, one that gets more would leave them for its next command). The hardware's links buffer a few
 words, so a transfer shorter than that can finish before the receiver reaches its
 ``SENDRECV``; the model does not rely on it: a program the model runs without a deadlock runs
 on the hardware (the converse need not hold).
@@ -104,8 +110,13 @@ class MultiCoreModel:
     allreduces : int
         All-reduces performed since construction or :meth:`reset`.
     sendrecv_words : list of int
-        Per rank, the FP32 words its ``SENDRECV`` s sent to rank ``r + 1`` since construction
-        or :meth:`reset`.
+        Per rank ``r``, the FP32 words its ``SENDRECV`` s sent to rank ``r + 1`` (``sdir =
+        0``: what forward link ``r`` carried) since construction or :meth:`reset`.
+    sendrecv_words_rev : list of int
+        Per rank ``r``, the FP32 words its ``SENDRECV`` s sent to rank ``r - 1`` (``sdir =
+        1``: what reverse link ``r`` carried) since construction or :meth:`reset`; all 0
+        without reverse links. A link of ``link_width``-bit flits carries ``32 /
+        link_width`` flits per word, in either direction.
     history : list of dict
         One entry per all-reduce: ``fields`` (per rank, the ``ALLREDUCE``'s fields),
         ``poisoned`` and ``flags`` (as above).
@@ -128,6 +139,7 @@ class MultiCoreModel:
         self.poisoned = [False] * self.ranks
         self.allreduces = 0
         self.sendrecv_words = [0] * self.ranks
+        self.sendrecv_words_rev = [0] * self.ranks
         self.history = []
 
     def reset(self) -> None:
@@ -172,13 +184,18 @@ class MultiCoreModel:
             advance(r)
         while waiting:
             moved = False
-            # point to point: rank r's send part meets rank r + 1's receive part
+            # point to point: rank r's send part meets the receive part in the same direction
+            # of rank r + 1 (sdir = rdir = 0) or r - 1 (sdir = rdir = 1)
             for r in sorted(waiting):
-                w, nxt = waiting[r], waiting.get((r + 1) % self.ranks)
-                if w[0] == "sendrecv" and w[2] and nxt is not None and nxt[0] == "sendrecv" \
-                        and nxt[3]:
-                    self._transfer(r, w[1], nxt[1])
-                    w[2] = nxt[3] = False
+                w = waiting[r]
+                if w[0] != "sendrecv" or not w[2]:
+                    continue
+                d = w[1].get("sdir", 0)
+                dst = waiting.get(self._partner(r, d))
+                if dst is not None and dst[0] == "sendrecv" and dst[3] \
+                        and dst[1].get("rdir", 0) == d:
+                    self._transfer(r, w[1], dst[1])
+                    w[2] = dst[3] = False
                     moved = True
             for r in sorted(waiting):
                 w = waiting[r]
@@ -208,7 +225,16 @@ class MultiCoreModel:
                     parts.append(f"rank {r} waits at an ALLREDUCE")
                 else:
                     left = " and ".join(p for p, on in (("send", send), ("receive", recv)) if on)
-                    parts.append(f"rank {r} waits at a SENDRECV (its {left} part)")
+                    how = []
+                    if send:
+                        d = f.get("sdir", 0)
+                        how.append(f"sending to rank {self._partner(r, d)} (sdir = {d})")
+                    if recv:
+                        d = f.get("rdir", 0)
+                        how.append(f"receiving from rank {self._partner(r, 1 - d)} "
+                                   f"(rdir = {d})")
+                    parts.append(f"rank {r} waits at a SENDRECV (its {left} part), "
+                                 + " and ".join(how))
             else:
                 parts.append(f"rank {r} " + ("halted" if r in results and results[r][0] == Status.OK
                                              else "rejected its program" if r in results
@@ -216,15 +242,26 @@ class MultiCoreModel:
         return ("no core of the ring can go on: " + ", ".join(parts)
                 + ": the hardware's waiting cores would time out (ERR_LINK)")
 
+    def _partner(self, r: int, d: int) -> int:
+        """The rank that rank ``r`` sends to with ``sdir = d`` (and receives from with
+        ``rdir = 1 - d``): ``r + 1`` for 0, ``r - 1`` for 1, mod ``N``."""
+        return (r + (1 if d == 0 else -1)) % self.ranks
+
     def _transfer(self, r: int, f: dict, g: dict) -> None:
-        """Rank ``r``'s ``SENDRECV`` (fields ``f``) sends to rank ``r + 1``'s (fields ``g``)."""
-        n = (r + 1) % self.ranks
+        """Rank ``r``'s ``SENDRECV`` (fields ``f``) sends to the receive part, in the same
+        direction, of its partner's (fields ``g``): rank ``r + 1`` (``sdir = 0``) or
+        ``r - 1`` (``sdir = 1``)."""
+        d = f.get("sdir", 0)
+        n = self._partner(r, d)
         if f["lines"] != g["rlines"]:
+            link = "reverse link" if d else "forward link"
             raise ValueError(
                 f"SENDRECV: rank {r} sends {f['lines']} lines but rank {n} receives "
-                f"{g['rlines']}: the engines would time out or mis-frame")
+                f"{g['rlines']} ({link} {r}: sdir = {d}, rdir = {d}): the engines would time "
+                f"out or mis-frame")
         self.cores[n].write_lines(g["b"], self.cores[r].read_lines(f["a"], f["lines"]))
-        self.sendrecv_words[r] += f["lines"] * self.config.size
+        words = self.sendrecv_words_rev if d else self.sendrecv_words
+        words[r] += f["lines"] * self.config.size
 
     def _allreduce(self, fields: dict) -> None:
         """The all-reduce of every core's ``ALLREDUCE`` (``fields``: rank -> fields)."""

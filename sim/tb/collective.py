@@ -18,7 +18,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from hdl.multi.collective import cmd_layout, rsp_layout
 from hdl.multi.config import CollComp, CollOp, CollStatus, RingConfig
-from sim.model.collective import CollectiveModel, link_flits
+from sim.model.collective import CollectiveModel, link_flits, sendrecv_flits
 from sim.model.fp32 import f32_to_bits
 from sim.tb.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
 from sim.tb.payload import pack, unpack
@@ -46,11 +46,15 @@ class TB:
         self.rsp = [StreamMonitor(dut, f"rsp_{r}", stall_prob=0.3,
                                   rng=random.Random(seed + 100 + r)) for r in range(self.N)]
         self.flits = [0] * self.N
+        self.flits_rev = [0] * self.N          # per reverse link (CollectiveConfig.reverse)
         for r in range(self.N):
             for n in ("r_en", "w_en"):
                 getattr(dut, f"host_{r}__{n}").value = 0
-        dut.stall_tx.value = 0
-        dut.stall_rx.value = 0
+        #: the stall inputs: the reverse links' too when the ring has them
+        self.stall_names = ("stall_tx", "stall_rx") + (
+            ("stall_tx_rev", "stall_rx_rev") if c.reverse else ())
+        for name in self.stall_names:
+            getattr(dut, name).value = 0
 
     async def start(self):
         start_clock(self.dut)
@@ -62,11 +66,11 @@ class TB:
     async def _stalls(self):
         full = (1 << self.N) - 1
         p, rng = self.stall_prob, self.stall_rng
+        stop = {"stall_tx": self.stop_tx, "stall_rx": self.stop_rx}
         while True:
-            tx = sum(1 << r for r in range(self.N) if p and rng.random() < p) | self.stop_tx
-            rx = sum(1 << r for r in range(self.N) if p and rng.random() < p) | self.stop_rx
-            self.dut.stall_tx.value = tx & full
-            self.dut.stall_rx.value = rx & full
+            for name in self.stall_names:
+                bits = sum(1 << r for r in range(self.N) if p and rng.random() < p)
+                getattr(self.dut, name).value = (bits | stop.get(name, 0)) & full
             await RisingEdge(self.dut.clk)
 
     async def load(self, images):
@@ -117,6 +121,29 @@ class TB:
                 self.flits = [a + b for a, b in zip(self.flits, sent)]
         return got
 
+    async def sendrecv(self, cmds):
+        """Send ``SENDRECV`` command ``cmds[r]`` (fields ``base``, ``length``, ``rbase``,
+        ``rlength``, ``timeout``, ``sdir``, ``rdir``) to rank ``r``, all at once; check every
+        status against the model, count the flits per forward and reverse link, return the
+        responses (fields)."""
+        c = self.config.collective
+        full = [{"op": CollOp.SENDRECV, "seg": 0, "comp": CollComp.NONE, "width": 0,
+                 "gbase": 0, "sdir": 0, "rdir": 0, **f} for f in cmds]
+        tasks = [cocotb.start_soon(d.send(pack(cmd_layout(c), f)))
+                 for d, f in zip(self.cmd, full)]
+        for t in tasks:
+            await t
+        got = [unpack(rsp_layout(c), (await m.wait_for(1, CMD_CYCLES))[0]) for m in self.rsp]
+        statuses = self.model.execute(full)
+        assert [g["status"] for g in got] == statuses, (cmds, got)
+        for rev in (0, 1):
+            sent = sendrecv_flits(self.config.link.width,
+                                  [f["length"] if st == CollStatus.OK and f["sdir"] == rev
+                                   else 0 for f, st in zip(full, statuses)])
+            old = self.flits_rev if rev else self.flits
+            old[:] = [a + b for a, b in zip(old, sent)]
+        return got
+
     async def check(self):
         """Memories, flit counters and overflow flags against the model."""
         mems = await self.read()
@@ -126,7 +153,12 @@ class TB:
                                    f"{[hex(v) for v in mems[r][bad[:8]]]}, expected "
                                    f"{[hex(v) for v in self.model.mem[r][bad[:8]]]}")
             assert getattr(self.dut, f"flits_{r}").value.to_unsigned() == self.flits[r]
+            if self.config.collective.reverse:
+                assert (getattr(self.dut, f"flits_rev_{r}").value.to_unsigned()
+                        == self.flits_rev[r]), (r, self.flits_rev)
         assert self.dut.overflow.value.to_unsigned() == 0
+        if self.config.collective.reverse:
+            assert self.dut.overflow_rev.value.to_unsigned() == 0
 
     def random_images(self):
         x = self.rng.standard_normal((self.N, self.depth))
@@ -236,3 +268,54 @@ async def allreduce_topk_rounds(dut):
         got = await tb.allreduce(**{**cmd, **bad})
         assert [g["status"] for g in got] == [CollStatus.BAD_LEN] * N, (bad, got)
     await tb.check()
+
+
+@cocotb.test()
+async def sendrecv_both_rings(dut):
+    """Point-to-point SENDRECVs on the forward and the reverse ring (the tiny presets have
+    reverse links), every gate of both rings stalled at random 40 % of the cycles: a
+    pipeline's forward step (rank ``r`` to ``r + 1``, the last rank sends nothing), its
+    backward step over the reverse links (rank ``r`` to ``r - 1``, rank 0 sends nothing),
+    every rank sending back at once, and 1F1B exchanges fused into one command per rank of
+    each pair ``(2i, 2i + 1)`` (a rank left over has nothing to do: ``BAD_LEN``). Random
+    lengths and disjoint regions, random bit patterns; every status, memory word and flit
+    count of every link of both rings against the model."""
+    tb = TB(dut, seed=14, stall_prob=0.4)
+    await tb.start()
+    N, D = tb.N, tb.depth
+    assert tb.config.collective.reverse, "the preset's ring has no reverse links"
+    rng = tb.rng
+
+    def regions(send, recv):
+        """Disjoint random send/receive regions of ``send[r]`` and ``recv[r]`` words."""
+        out = []
+        for n, rn in zip(send, recv):
+            while True:
+                b, rb = int(rng.integers(0, D - n + 1)), int(rng.integers(0, D - rn + 1))
+                if not (n and rn and b < rb + rn and rb < b + n):
+                    break
+            out.append((b, n, rb, rn))
+        return out
+
+    def cmds(send, recv, sdir, rdir):
+        return [dict(base=b, length=n, rbase=rb, rlength=rn, timeout=500, sdir=s, rdir=d)
+                for (b, n, rb, rn), s, d in zip(regions(send, recv), sdir, rdir)]
+
+    await tb.load([rng.integers(0, 1 << 32, D, dtype=np.uint64).astype(np.uint32)
+                   for _ in range(N)])
+    for _ in range(2):
+        n = [int(x) for x in rng.integers(1, 12, N)]
+        fwd = [n[r] if r < N - 1 else 0 for r in range(N)]                  # r -> r + 1
+        await tb.sendrecv(cmds(fwd, [fwd[(r - 1) % N] for r in range(N)], [0] * N, [0] * N))
+        bwd = [n[r] if r > 0 else 0 for r in range(N)]                      # r -> r - 1
+        await tb.sendrecv(cmds(bwd, [bwd[(r + 1) % N] for r in range(N)], [1] * N, [1] * N))
+        await tb.sendrecv(cmds(n, [n[(r + 1) % N] for r in range(N)], [1] * N, [1] * N))
+        pair = [r ^ 1 if (r ^ 1) < N else None for r in range(N)]
+        send = [n[r] if pair[r] is not None else 0 for r in range(N)]
+        recv = [send[pair[r]] if pair[r] is not None else 0 for r in range(N)]
+        got = await tb.sendrecv(cmds(send, recv, [r % 2 for r in range(N)],
+                                     [1 - r % 2 for r in range(N)]))
+        assert [g["status"] for g in got] == [CollStatus.OK if p is not None
+                                              else CollStatus.BAD_LEN for p in pair], got
+        await tb.check()
+    assert all(tb.flits_rev[1:]) and all(tb.flits[:N - 1]), (tb.flits, tb.flits_rev)

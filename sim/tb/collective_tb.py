@@ -25,7 +25,7 @@ __all__ = ["RingRun", "run_ring", "command", "check_ring"]
 
 
 def command(*, base, length, seg=0, timeout, op=CollOp.ALLREDUCE, comp=CollComp.NONE,
-            width=0, rbase=0, rlength=0, gbase=0) -> dict | list[dict]:
+            width=0, rbase=0, rlength=0, gbase=0, sdir=0, rdir=0) -> dict | list[dict]:
     """One command's fields (:func:`hdl.multi.collective.cmd_layout`): a dict, which
     :func:`run_ring` sends to every rank. Any field given as a list or tuple (one value per
     rank; all such lists equally long) makes it a list of dicts, rank ``r`` getting element
@@ -33,10 +33,12 @@ def command(*, base, length, seg=0, timeout, op=CollOp.ALLREDUCE, comp=CollComp.
     and rank 1 receives, ``command(op=CollOp.SENDRECV, base=0, length=[4, 0], rbase=8,
     rlength=[0, 4], timeout=100)``. ``seg`` is unused by ``SENDRECV``, ``rbase`` /
     ``rlength`` by ``ALLREDUCE``; a top-k ``ALLREDUCE`` (``comp = CollComp.TOPK``) uses
-    ``rbase`` (the residual) and ``gbase`` (the gather buffer), not ``seg``."""
+    ``rbase`` (the residual) and ``gbase`` (the gather buffer), not ``seg``. ``sdir`` /
+    ``rdir`` = 1: a ``SENDRECV`` sends to rank ``r - 1`` / receives from rank ``r + 1`` over
+    the reverse links."""
     fields = {"op": op, "base": base, "length": length, "seg": seg, "timeout": timeout,
               "comp": comp, "width": width, "rbase": rbase, "rlength": rlength,
-              "gbase": gbase}
+              "gbase": gbase, "sdir": sdir, "rdir": rdir}
     per_rank = {k: list(v) for k, v in fields.items() if isinstance(v, (list, tuple))}
     if not per_rank:
         return fields
@@ -50,10 +52,12 @@ def command(*, base, length, seg=0, timeout, op=CollOp.ALLREDUCE, comp=CollComp.
 @dataclass
 class RingRun:
     """What :func:`run_ring` saw: ``responses[c][r]`` (fields of the response of rank ``r`` to
-    command ``c``), the memories afterwards, the flits per link and the overflow flags."""
+    command ``c``), the memories afterwards, the flits per link (``flits_rev``: per reverse
+    link, empty without reverse links) and the overflow flags (reverse links' ORed in)."""
     responses: list = field(default_factory=list)
     memories: list = field(default_factory=list)
     flits: list = field(default_factory=list)
+    flits_rev: list = field(default_factory=list)
     overflow: int = 0
     cycles: int = 0
     stalled_cycles: int = 0
@@ -68,7 +72,9 @@ def run_ring(dut, images, commands, *, stall_prob: float = 0.0, seed: int = 0,
 
     ``stop``: names ``("tx", r)`` / ``("rx", r)`` of gates held stalled from the start, or
     ``("tx", r, cycle)`` / ``("rx", r, cycle)`` from that cycle of the simulation on (the
-    images load in the first ``depth`` cycles).
+    images load in the first ``depth`` cycles); ``"tx_rev"`` / ``"rx_rev"`` for the gates of
+    the reverse links (a ring built with ``CollectiveConfig.reverse``, whose reverse gates
+    also stall at random with ``stall_prob``).
     ``deadline``: cycles every command may take before :class:`TimeoutError`.
     ``lockstep``: every command goes to all ranks in the same cycle after all answered the
     previous one; otherwise each rank gets its next command as soon as it answered (ranks
@@ -103,6 +109,11 @@ def run_ring(dut, images, commands, *, stall_prob: float = 0.0, seed: int = 0,
             ctx.set(dut.stall_tx, tx & full)
             ctx.set(dut.stall_rx, rx & full)
             run.stalled_cycles += bool(tx or rx)
+            if cfg.reverse:
+                for kind in ("tx_rev", "rx_rev"):
+                    st = (sum(1 << r for r in range(N) if rng.random() < stall_prob)
+                          | stopped(kind, cycle))
+                    ctx.set(getattr(dut, f"stall_{kind}"), st & full)
 
     async def bench(ctx):
         # load
@@ -160,6 +171,9 @@ def run_ring(dut, images, commands, *, stall_prob: float = 0.0, seed: int = 0,
         run.memories = mems
         run.flits = [ctx.get(getattr(dut, f"flits_{r}")) for r in range(N)]
         run.overflow = ctx.get(dut.overflow)
+        if cfg.reverse:
+            run.flits_rev = [ctx.get(getattr(dut, f"flits_rev_{r}")) for r in range(N)]
+            run.overflow |= ctx.get(dut.overflow_rev)
 
     run_sim(dut, bench, processes=[stalls], max_cycles=max_cycles)
     return run
@@ -176,6 +190,7 @@ def check_ring(dut, images, cmds, **kw) -> RingRun:
         model.mem[r][:] = images[r]
     run = run_ring(dut, images, cmds, **kw)
     flits = [0] * N
+    flits_rev = [0] * N
     for c, got in zip(cmds, run.responses):
         cs = c if isinstance(c, list) else [c] * N
         statuses = model.execute(cs)
@@ -188,9 +203,14 @@ def check_ring(dut, images, cmds, **kw) -> RingRun:
                               seg=c0["seg"], comp=c0["comp"], width=c0["width"])
             flits = [a + b for a, b in zip(flits, sent)]
         elif any(ok):                                   # SENDRECV: one step, step 0
-            sent = sendrecv_flits(dut.config.link.width,
-                                  [cr["length"] if o else 0 for cr, o in zip(cs, ok)])
-            flits = [a + b for a, b in zip(flits, sent)]
+            for d in (0, 1):                            # forward, reverse links
+                sent = sendrecv_flits(dut.config.link.width,
+                                      [cr["length"] if o and cr.get("sdir", 0) == d else 0
+                                       for cr, o in zip(cs, ok)])
+                if d:
+                    flits_rev = [a + b for a, b in zip(flits_rev, sent)]
+                else:
+                    flits = [a + b for a, b in zip(flits, sent)]
             assert all(g["step"] == 0 and g["flags"] == 0 and g["cycles"] > 0
                        for g, o in zip(got, ok) if o), got
     for r in range(N):
@@ -199,5 +219,6 @@ def check_ring(dut, images, cmds, **kw) -> RingRun:
                                f"{[hex(v) for v in run.memories[r][bad]]}, expected "
                                f"{[hex(v) for v in model.mem[r][bad]]}")
     assert run.flits == flits
+    assert run.flits_rev == (flits_rev if dut.config.collective.reverse else [])
     assert run.overflow == 0
     return run

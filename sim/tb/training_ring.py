@@ -46,13 +46,16 @@ class RingTB:
         self.drivers = [CoreDriver(config.core, t, run_deadline=run_deadline)
                         for t in self.transports]
         self._stall_task = None
+        #: the stall inputs: both rings' with reverse links
+        self._stall_names = ("stall_tx", "stall_rx") + (
+            ("stall_tx_rev", "stall_rx_rev") if config.core.reverse_links else ())
 
     async def start(self):
         start_clock(self.dut)
         for r in range(self.N):
             getattr(self.dut, f"cmd_{r}__valid").value = 0
-        self.dut.stall_tx.value = 0
-        self.dut.stall_rx.value = 0
+        for name in self._stall_names:
+            getattr(self.dut, name).value = 0
         await reset(self.dut)
         for t in self.transports:
             t.start()
@@ -64,10 +67,9 @@ class RingTB:
         p = self.link_stall
         while True:
             await RisingEdge(self.dut.clk)
-            tx = sum(1 << r for r in range(self.N) if self.rng.random() < p)
-            rx = sum(1 << r for r in range(self.N) if self.rng.random() < p)
-            self.dut.stall_tx.value = tx & mask
-            self.dut.stall_rx.value = rx & mask
+            for name in self._stall_names:
+                bits = sum(1 << r for r in range(self.N) if self.rng.random() < p)
+                getattr(self.dut, name).value = bits & mask
 
     async def apply(self, actions) -> list[dict]:
         """Every core executes its action list (``actions[r]``) at once: the cores' runs meet
@@ -80,6 +82,13 @@ class RingTB:
 
     def check_links(self) -> None:
         assert int(self.dut.overflow.value) == 0, "a link's receive FIFO overflowed"
+        if self.config.core.reverse_links:
+            assert int(self.dut.overflow_rev.value) == 0, "a reverse link's FIFO overflowed"
+
+    def flits(self, reverse: bool = False) -> list[int]:
+        """Flits sent on each link since reset (``reverse``: on each reverse link)."""
+        return [int(getattr(self.dut, f"flits{'_rev' if reverse else ''}_{r}").value)
+                for r in range(self.N)]
 
 
 @cocotb.test()
@@ -143,18 +152,20 @@ async def dataparallel_steps(dut):
 @cocotb.test()
 async def pipeline_steps(dut):
     """TB_STEPS pipeline-parallel steps (:class:`sim.host.pipeline_ring.RingPipeline`: the MLP
-    8-8-4 in two stages, batch 8 in two micro-batches, Adam; each core runs one program per
-    step whose SENDRECVs carry activations and gradients over the links; odd steps GPipe,
-    even steps 1F1B with its fused exchanges) under random link and host backpressure: every
-    core's runs, losses, parameters, gradients, state, whole scratchpad and the links' flit
-    counts equal the golden model's ring."""
+    8-...-8-4 in one stage per core (8-8-4 on two cores, 8-8-8-4 on three), batch 8 in two
+    micro-batches, Adam; each core runs one program per step whose SENDRECVs carry
+    activations forward and gradients back (on more than two cores over the reverse links);
+    odd steps GPipe, even steps 1F1B with its fused exchanges) under random backpressure on
+    every link and host port: every core's runs, losses, parameters, gradients, state,
+    whole scratchpad and the flit counts of every link equal the golden model's ring."""
     from sim.host.pipeline_ring import RingPipeline
     cfg = TrainingRingConfig.preset(os.environ.get("TESSERA_PRESET", "tiny"))
     tb = RingTB(dut, cfg, seed=int(os.environ.get("TB_SEED", "2")),
                 link_stall=float(os.environ.get("TB_LINK_STALL", "0.3")),
                 host_idle=0.2, host_stall=0.2)
     await tb.start()
-    desc = MLP(layers=(8, 8, 4), batch=8, micro_batches=2, optimizer=Adam(lr=1e-2))
+    p = cfg.ranks
+    desc = MLP(layers=(8,) * p + (4,), batch=8, micro_batches=2, optimizer=Adam(lr=1e-2))
     pipe = RingPipeline(desc, cfg.core, timeout=20_000)
     pipe_1f1b = RingPipeline(desc, cfg.core, timeout=20_000, schedule="1f1b")
     rng = np.random.default_rng(5)
@@ -167,16 +178,16 @@ async def pipeline_steps(dut):
     for t in range(1, steps + 1):
         x = rng.standard_normal((desc.batch, desc.layers[0])).astype(np.float32)
         y = rng.integers(0, desc.layers[-1], desc.batch)
-        p = pipe if t % 2 else pipe_1f1b     # same stages and buffers, other slots
-        for s, a in enumerate(p.step_actions(x, y, t)):
+        sched = pipe if t % 2 else pipe_1f1b     # same stages and buffers, other slots
+        for s, a in enumerate(sched.step_actions(x, y, t)):
             acts[s] += a + pipe.compiled[s].read_actions() + [("counters",)]
     want = pipe.multi.apply(acts)
     got = await tb.apply(acts)
     mems = await tb.read_memories()
-    for r in range(2):
+    for r in range(p):
         assert got[r]["run"] == want[r]["run"] == [(Status.OK, 0)] * steps, \
             f"core {r}: RTL {got[r]['run']} != golden {want[r]['run']}"
-        keys = ("params", "grads", "m", "v") + (("loss0", "loss1") if r == 1 else ())
+        keys = ("params", "grads", "m", "v") + (("loss0", "loss1") if r == p - 1 else ())
         for key in keys:
             assert np.array_equal(got[r][key], want[r][key]), f"core {r}: {key} differs"
         assert np.array_equal(mems[r], pipe.multi.cores[r].mem), f"core {r}: scratchpad differs"
@@ -184,10 +195,16 @@ async def pipeline_steps(dut):
         cocotb.log.info("stage %d last step: %d cycles, coll_busy %d, matmul_busy %d", r,
                         regs["cycles"], regs["coll_busy"], regs["matmul_busy"])
     tb.check_links()
-    flits = [int(getattr(dut, f"flits_{r}").value) for r in range(2)]
-    words = pipe.multi.sendrecv_words
-    assert flits == [w * 32 // cfg.link.width for w in words] and min(words) > 0, \
-        (flits, words)
+    # on two cores both links carry (the next core is also the previous one); with reverse
+    # links activations go forward on links 0 .. p - 2, gradients back on 1 .. p - 1
+    rev = cfg.core.reverse_links
+    flits, words = tb.flits(), pipe.multi.sendrecv_words
+    assert flits == [w * 32 // cfg.link.width for w in words], (flits, words)
+    assert all(words[:p - 1]) and (words[p - 1] == 0 if rev else words[p - 1] > 0), words
+    if rev:
+        flits, words = tb.flits(reverse=True), pipe.multi.sendrecv_words_rev
+        assert flits == [w * 32 // cfg.link.width for w in words], (flits, words)
+        assert words[0] == 0 and all(words[1:]), words
 
 
 @cocotb.test()
@@ -262,11 +279,13 @@ async def bench_scaling(dut):
 
 @cocotb.test()
 async def bench_pipeline(dut):
-    """Benchmark (``make bench-pipeline``): a pipeline step of the MLP ``TB_LAYERS`` on the two
-    cores of the ring (:class:`sim.host.pipeline_ring.RingPipeline`, schedule
-    ``TB_SCHEDULE``), batch ``TB_BATCH`` in ``TB_MICRO`` micro-batches, Adam, widths ``TB_BENCH_WIDTH``, written to
-    ``$TESSERA_BENCH_OUT``. Step 1 warms up; step 2 is measured (each core's counters). Both
-    are checked bit-exactly against the golden model's ring."""
+    """Benchmark (``make bench-pipeline``): a pipeline step of the MLP ``TB_LAYERS`` in one
+    stage per core of the ring (:class:`sim.host.pipeline_ring.RingPipeline`, schedule
+    ``TB_SCHEDULE``; stage boundaries ``TB_BOUNDS``, e.g. ``0,1,2,4``, default as even as
+    possible), batch ``TB_BATCH`` in ``TB_MICRO`` micro-batches, Adam, widths
+    ``TB_BENCH_WIDTH``, written to ``$TESSERA_BENCH_OUT``. Step 1 warms up; step 2 is measured
+    (each core's counters, the flits of every link, reverse links included). Both are checked
+    bit-exactly against the golden model's ring."""
     import json
     from sim.host.pipeline_ring import RingPipeline
     out = os.environ.get("TESSERA_BENCH_OUT")
@@ -277,11 +296,13 @@ async def bench_pipeline(dut):
     layers = tuple(int(v) for v in env("TB_LAYERS", "64,64,10").split(","))
     batch, micro = int(env("TB_BATCH", "32")), int(env("TB_MICRO", "4"))
     width = int(env("TB_BENCH_WIDTH", "8"))
+    N = cfg.ranks
     tb = RingTB(dut, cfg, seed=7)
     await tb.start()
     desc = MLP(layers=layers, batch=batch, micro_batches=micro, optimizer=Adam(lr=3e-3))
     schedule = env("TB_SCHEDULE", "gpipe")
-    pipe = RingPipeline(desc, cfg.core, schedule=schedule)
+    bounds = tuple(int(v) for v in env("TB_BOUNDS").split(",")) if env("TB_BOUNDS") else None
+    pipe = RingPipeline(desc, cfg.core, schedule=schedule, bounds=bounds)
     rng = np.random.default_rng(5)
     Ws = [(rng.standard_normal((a, b)) * np.sqrt(2.0 / a)).astype(np.float32)
           for a, b in zip(layers, layers[1:])]
@@ -297,20 +318,22 @@ async def bench_pipeline(dut):
         y = rng.integers(0, layers[-1], batch)
         acts = [a + [("counters",)] for a in pipe.step_actions(x, y, t, precision=width)]
         want = pipe.multi.apply(acts)
-        f0 = [int(getattr(dut, f"flits_{k}").value) for k in range(2)]
+        rev = cfg.core.reverse_links
+        f0, r0 = tb.flits(), tb.flits(reverse=True) if rev else [0] * N
         got = await tb.apply(acts)
         runs = [g["run"] for g in got]
-        assert runs == [w["run"] for w in want] == [[(Status.OK, 0)]] * 2, \
+        assert runs == [w["run"] for w in want] == [[(Status.OK, 0)]] * N, \
             (runs, [STATE_LAYOUT.from_bits(g["counters"]["state"]) for g in got])
         for j in range(micro):
-            assert np.array_equal(got[1][f"loss{j}"], want[1][f"loss{j}"]), f"losses {j}"
+            assert np.array_equal(got[-1][f"loss{j}"], want[-1][f"loss{j}"]), f"losses {j}"
     res = {"layers": list(layers), "batch": batch, "micro_batches": micro, "width": width,
            "schedule": schedule, "stash_slots": [len(v) for v in pipe.stash_slots],
            "S": cfg.core.size, "link_width": cfg.link.width, "link_latency": cfg.link.latency,
            "program_lengths": [len(p) for p in pipe.ring_programs],
            "stage_words": [sum(n for _, n in io["stash"]) * cfg.core.size for io in pipe.io],
-           "flits": [int(getattr(dut, f"flits_{k}").value) - f0[k] for k in range(2)],
-           **{name: [int(got[r]["counters"][name]) for r in range(2)] for name in names}}
+           "flits": [a - b for a, b in zip(tb.flits(), f0)],
+           "flits_rev": [a - b for a, b in zip(tb.flits(reverse=True), r0)] if rev else [],
+           **{name: [int(got[r]["counters"][name]) for r in range(N)] for name in names}}
     final = [await d.read_lines(*c.regions["params"]) for d, c in zip(tb.drivers, pipe.compiled)]
     for r, c in enumerate(pipe.compiled):
         assert np.array_equal(final[r], pipe.multi.cores[r].read_lines(*c.regions["params"]))

@@ -12,7 +12,7 @@ from hdl.multi.config import (CollComp, CollectiveConfig, CollOp, CollStatus, Li
 from hdl.multi.ring import CollectiveRing, WordMemory
 from sim.model.collective import CollectiveModel
 from sim.model.fp32 import f32_to_bits
-from sim.tb.collective_tb import check_ring, command, run_ring
+from sim.tb.collective_tb import check_ring, command, disjoint_regions, run_ring
 
 DEPTH = 24
 FP32 = FP32Config.preset("tiny")
@@ -262,15 +262,7 @@ def _random_regions(rng, lengths):
     """Rank ``r`` sends ``lengths[r]`` words to rank ``r + 1``: random disjoint send and
     receive regions on every rank."""
     N = len(lengths)
-    regions = []
-    for r in range(N):
-        n, rn = lengths[r], lengths[(r - 1) % N]
-        while True:
-            b, rb = int(rng.integers(0, DEPTH - n + 1)), int(rng.integers(0, DEPTH - rn + 1))
-            if not (n and rn and b < rb + rn and rb < b + n):
-                break
-        regions.append((b, n, rb, rn))
-    return regions
+    return disjoint_regions(rng, DEPTH, lengths, [lengths[(r - 1) % N] for r in range(N)])
 
 
 def _assert_copied(run, images, regions):

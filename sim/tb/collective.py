@@ -20,6 +20,7 @@ from hdl.multi.collective import cmd_layout, rsp_layout
 from hdl.multi.config import CollComp, CollOp, CollStatus, RingConfig
 from sim.model.collective import CollectiveModel, link_flits, sendrecv_flits
 from sim.model.fp32 import f32_to_bits
+from sim.tb.collective_tb import disjoint_regions
 from sim.tb.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
 from sim.tb.payload import pack, unpack
 
@@ -286,20 +287,10 @@ async def sendrecv_both_rings(dut):
     assert tb.config.collective.reverse, "the preset's ring has no reverse links"
     rng = tb.rng
 
-    def regions(send, recv):
-        """Disjoint random send/receive regions of ``send[r]`` and ``recv[r]`` words."""
-        out = []
-        for n, rn in zip(send, recv):
-            while True:
-                b, rb = int(rng.integers(0, D - n + 1)), int(rng.integers(0, D - rn + 1))
-                if not (n and rn and b < rb + rn and rb < b + n):
-                    break
-            out.append((b, n, rb, rn))
-        return out
-
     def cmds(send, recv, sdir, rdir):
         return [dict(base=b, length=n, rbase=rb, rlength=rn, timeout=500, sdir=s, rdir=d)
-                for (b, n, rb, rn), s, d in zip(regions(send, recv), sdir, rdir)]
+                for (b, n, rb, rn), s, d in zip(disjoint_regions(rng, D, send, recv), sdir,
+                                                 rdir)]
 
     await tb.load([rng.integers(0, 1 << 32, D, dtype=np.uint64).astype(np.uint32)
                    for _ in range(N)])

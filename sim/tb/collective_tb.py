@@ -21,7 +21,7 @@ from sim.model.collective import CollectiveModel, link_flits, sendrecv_flits
 from .amaranth_tb import run_sim
 from .payload import pack, unpack
 
-__all__ = ["RingRun", "run_ring", "command", "check_ring"]
+__all__ = ["RingRun", "run_ring", "command", "check_ring", "disjoint_regions"]
 
 
 def command(*, base, length, seg=0, timeout, op=CollOp.ALLREDUCE, comp=CollComp.NONE,
@@ -47,6 +47,20 @@ def command(*, base, length, seg=0, timeout, op=CollOp.ALLREDUCE, comp=CollComp.
         raise ValueError(f"command: per-rank lists of different lengths {per_rank}")
     return [{k: per_rank[k][r] if k in per_rank else v for k, v in fields.items()}
             for r in range(sizes.pop())]
+
+
+def disjoint_regions(rng, depth: int, send, recv) -> list[tuple[int, int, int, int]]:
+    """Per rank ``(base, length, rbase, rlength)`` of a ``SENDRECV``: random send and receive
+    regions of ``send[r]`` and ``recv[r]`` words in a memory of ``depth`` words that do not
+    overlap (``rng``: a numpy ``Generator``)."""
+    out = []
+    for n, rn in zip(send, recv):
+        while True:
+            b, rb = int(rng.integers(0, depth - n + 1)), int(rng.integers(0, depth - rn + 1))
+            if not (n and rn and b < rb + rn and rb < b + n):
+                break
+        out.append((b, n, rb, rn))
+    return out
 
 
 @dataclass

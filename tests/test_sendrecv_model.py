@@ -1,5 +1,7 @@
 """SENDRECV in the golden model: the ISA check (hdl/core/isa.py), CoreModel's execution of it
-(sim/model/core.py) and N cores in a ring meeting at their SENDRECVs (sim/model/multicore.py)."""
+(sim/model/core.py), N cores in a ring meeting at their SENDRECVs (sim/model/multicore.py),
+and the directions over the reverse links (sdir / rdir) in the engine model
+(sim/model/collective.py) and the ring of cores."""
 import dataclasses
 
 import numpy as np
@@ -8,6 +10,9 @@ import pytest
 from hdl.core.config import CoreConfig
 from hdl.core.isa import (Op, Status, Vop, assemble, check_program_for, check_sendrecv, decode,
                           disassemble, encode)
+from hdl.multi.config import CollComp, CollectiveConfig, CollOp, CollStatus
+from sim.model.collective import (CollectiveModel, ring_sendrecv, sendrecv_flits,
+                                  sendrecv_link_flits, validate)
 from sim.model.core import CoreModel
 from sim.model.multicore import MultiCoreModel
 
@@ -16,12 +21,13 @@ S = 4                       # the tiny preset's lanes
 D = 2048                    # its bank depth: line b * D is bank b
 
 
-def _cfg(ranks):
-    return dataclasses.replace(CoreConfig.preset("tiny"), ranks=ranks)
+def _cfg(ranks, reverse=False):
+    return dataclasses.replace(CoreConfig.preset("tiny"), ranks=ranks, reverse_links=reverse)
 
 
-def _sr(a=0, lines=0, b=0, rlines=0, timeout=100):
-    return encode(Op.SENDRECV, a=a, lines=lines, b=b, rlines=rlines, timeout=timeout)
+def _sr(a=0, lines=0, b=0, rlines=0, timeout=100, sdir=0, rdir=0):
+    return encode(Op.SENDRECV, a=a, lines=lines, b=b, rlines=rlines, timeout=timeout,
+                  sdir=sdir, rdir=rdir)
 
 
 def _bits(rng, n):
@@ -155,3 +161,164 @@ def test_mismatch_and_deadlocks_raise():
     multi.cores[1].load_program([HALT])
     with pytest.raises(ValueError, match="rank 1 halted"):
         multi.run()
+
+
+# ---- directions: sdir = 1 sends to rank r - 1, rdir = 1 receives from rank r + 1 -------------
+
+def _mems(rng, ranks, n=32):
+    return [rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
+            for _ in range(ranks)]
+
+
+def test_ring_sendrecv_backward_send_on_three_ranks():
+    """N = 3, every rank sends back (sdir = 1) and receives from the next (rdir = 1): rank r's
+    words land in rank r - 1 (rank 0's in rank 2), over reverse link r; the forward links
+    carry nothing."""
+    rng = np.random.default_rng(11)
+    mems = _mems(rng, 3)
+    cmds = [dict(base=0, length=5, rbase=8, rlength=7, sdir=1, rdir=1),
+            dict(base=9, length=7, rbase=0, rlength=3, sdir=1, rdir=1),
+            dict(base=2, length=3, rbase=12, rlength=5, sdir=1, rdir=1)]
+    out = ring_sendrecv(mems, cmds)
+    want = [m.copy() for m in mems]
+    want[2][12:17] = mems[0][0:5]
+    want[0][8:15] = mems[1][9:16]
+    want[1][0:3] = mems[2][2:5]
+    for r in range(3):
+        np.testing.assert_array_equal(out[r], want[r], err_msg=f"rank {r}")
+    assert sendrecv_link_flits(8, cmds) == ([0, 0, 0], [20, 28, 12])
+    assert sendrecv_link_flits(32, [None] + cmds[1:]) == ([0, 0, 0], [0, 7, 3])
+    assert sendrecv_flits(8, [5, 7, 3]) == [20, 28, 12]       # unchanged, per link
+
+
+def test_mixed_fused_pair_engine_model():
+    """N = 3, a 1F1B exchange of two pipeline stages in one command each: rank 0 sends
+    forward and receives back (sdir = 0, rdir = 1), rank 1 sends back and receives forward
+    (sdir = 1, rdir = 0), rank 2 idles (length = rlength = 0: BAD_LEN, moving nothing).
+    Through CollectiveModel.execute with reverse links: statuses, words, and the words per
+    forward / reverse link."""
+    rng = np.random.default_rng(12)
+    model = CollectiveModel(CollectiveConfig(ranks=3, depth=32, reverse=True))
+    for m, v in zip(model.mem, _mems(rng, 3)):
+        m[:] = v
+    before = [m.copy() for m in model.mem]
+    sr = dict(op=CollOp.SENDRECV, timeout=50)
+    cmds = [dict(base=0, length=6, rbase=10, rlength=4, sdir=0, rdir=1, **sr),
+            dict(base=20, length=4, rbase=2, rlength=6, sdir=1, rdir=0, **sr),
+            dict(base=0, length=0, rbase=0, rlength=0, **sr)]
+    assert model.execute(cmds) == [CollStatus.OK, CollStatus.OK, CollStatus.BAD_LEN]
+    want = [m.copy() for m in before]
+    want[1][2:8] = before[0][0:6]
+    want[0][10:14] = before[1][20:24]
+    for r in range(3):
+        np.testing.assert_array_equal(model.mem[r], want[r], err_msg=f"rank {r}")
+    assert model.sendrecv_words == [6, 0, 0] and model.sendrecv_words_rev == [0, 4, 0]
+    # the same exchange with the directions swapped on rank 1 does not pair up: rank 0's
+    # forward send meets rank 1's rdir = 1 receive, which listens to rank 2
+    bad = [cmds[0], dict(cmds[1], sdir=0, rdir=1), cmds[2]]
+    with pytest.raises(ValueError, match=r"rank 0 sends 6 words but rank 1 receives 0 "
+                                         r"\(forward link 0"):
+        model.execute(bad)
+
+
+def test_bad_dir_without_reverse_links():
+    """A SENDRECV with either direction bit on an engine without reverse links is BAD_DIR:
+    after BAD_OP and BAD_COMP, before BAD_LEN and BAD_TIMEOUT; ALLREDUCE ignores the bits;
+    with reverse links the same commands are OK. The core's program check makes it
+    ERR_FIELD (check_sendrecv)."""
+    off = CollectiveConfig(ranks=3, depth=32)
+    on = CollectiveConfig(ranks=3, depth=32, reverse=True)
+    ok = dict(op=CollOp.SENDRECV, base=0, length=4, rbase=8, rlength=4, timeout=100)
+    for bits in (dict(sdir=1), dict(rdir=1), dict(sdir=1, rdir=1)):
+        assert validate(off, **ok, **bits) == CollStatus.BAD_DIR, bits
+        assert validate(on, **ok, **bits) == CollStatus.OK, bits
+        assert validate(off, **{**ok, "length": 0, "rlength": 0, "timeout": 0},
+                        **bits) == CollStatus.BAD_DIR, bits               # before BAD_LEN
+        assert validate(off, **{**ok, "comp": CollComp.BFP, "width": 4},
+                        **bits) == CollStatus.BAD_COMP, bits              # after BAD_COMP
+        assert validate(off, **{**ok, "op": 3}, **bits) == CollStatus.BAD_OP, bits
+    assert validate(off, **ok) == CollStatus.OK
+    assert validate(off, op=CollOp.ALLREDUCE, base=0, length=6, seg=2, timeout=9, sdir=1,
+                    rdir=1) == CollStatus.OK
+    model = CollectiveModel(off)
+    model.mem[0][:] = 5
+    assert model.allreduce(**ok, sdir=1) == CollStatus.BAD_DIR
+    assert all(not m.any() for m in model.mem[1:]) and model.sendrecv_words_rev == [0] * 3
+    f = dict(a=0, lines=1, b=3, rlines=1, timeout=1, sdir=1)
+    assert check_sendrecv(f, S=S, collective=_cfg(3).collective) == Status.ERR_FIELD
+    assert check_sendrecv(dict(f, sdir=0, rdir=1), S=S,
+                          collective=_cfg(3).collective) == Status.ERR_FIELD
+    assert check_sendrecv(f, S=S, collective=_cfg(3, reverse=True).collective) == Status.OK
+
+
+def test_length_mismatch_per_direction_raises():
+    """The pairing is per direction: a forward pair and a reverse pair of matching lengths
+    pass even when the lengths differ between the directions; a mismatch on a reverse link
+    names it, in the engine model and in the ring of cores."""
+    rng = np.random.default_rng(13)
+    mems = _mems(rng, 3)
+    fwd = dict(base=0, length=3, rbase=0, rlength=0)
+    good = [dict(fwd, rbase=16, rlength=2, rdir=1),                 # 0 -> 1, 0 <- 1
+            dict(base=8, length=2, rbase=20, rlength=3, sdir=1),    # 1 -> 0, 1 <- 0
+            None]
+    out = ring_sendrecv(mems, good)
+    np.testing.assert_array_equal(out[1][20:23], mems[0][0:3])
+    np.testing.assert_array_equal(out[0][16:18], mems[1][8:10])
+    with pytest.raises(ValueError, match=r"rank 1 sends 2 words but rank 0 receives 4 "
+                                         r"\(reverse link 1: sdir = 1, rdir = 1\)"):
+        ring_sendrecv(mems, [dict(good[0], rlength=4), good[1], None])
+    with pytest.raises(ValueError, match=r"rank 0 sends 3 words but rank 1 receives 0 "
+                                         r"\(forward link 0"):
+        ring_sendrecv(mems, [good[0], dict(good[1], rdir=1), None])
+    with pytest.raises(ValueError, match="sdir must be 0 or 1"):
+        ring_sendrecv(mems, [dict(good[0], sdir=2), good[1], None])
+    # the ring of cores: rank 2 sends 2 lines back, rank 1 expects 3
+    multi = MultiCoreModel(_cfg(3, reverse=True))
+    multi.cores[2].load_program([_sr(a=0, lines=2, sdir=1), HALT])
+    multi.cores[1].load_program([_sr(b=D, rlines=3, rdir=1), HALT])
+    multi.cores[0].load_program([HALT])
+    with pytest.raises(ValueError, match=r"rank 2 sends 2 lines but rank 1 receives 3 "
+                                         r"\(reverse link 2: sdir = 1, rdir = 1\)"):
+        multi.run()
+
+
+def test_ring_of_cores_directions():
+    """N = 3 cores with reverse links run a pipeline's transfers: the forward chain 0 -> 1 ->
+    2, the backward chain 2 -> 1 -> 0 over the reverse links, and a fused exchange of ranks
+    1 and 2 (1 sends forward and receives back, 2 sends back and receives forward): every
+    word lands where the directions say, and sendrecv_words / sendrecv_words_rev count
+    each link. On N = 2 a forward send meets the other rank's rdir = 0 receive only: with
+    the receive's direction swapped the model reports the deadlock, naming directions."""
+    rng = np.random.default_rng(14)
+    multi = MultiCoreModel(_cfg(3, reverse=True))
+    img = [_bits(rng, 16) for _ in range(3)]
+    for r, core in enumerate(multi.cores):
+        core.mem[:16] = img[r]
+    multi.cores[0].load_program([_sr(a=0, lines=2), _sr(b=D, rlines=3, rdir=1), HALT])
+    multi.cores[1].load_program([_sr(b=D, rlines=2), _sr(a=2, lines=2),
+                                 _sr(b=D + 4, rlines=4, rdir=1), _sr(a=4, lines=3, sdir=1),
+                                 _sr(a=8, lines=1, b=D + 8, rlines=5, rdir=1), HALT])
+    multi.cores[2].load_program([_sr(b=D, rlines=2), _sr(a=6, lines=4, sdir=1),
+                                 _sr(a=10, lines=5, b=D + 8, rlines=1, sdir=1), HALT])
+    assert multi.run() == [(Status.OK, 0)] * 3
+    m = [c.mem for c in multi.cores]
+    assert np.array_equal(m[1][D:D + 2], img[0][0:2])
+    assert np.array_equal(m[2][D:D + 2], img[1][2:4])
+    assert np.array_equal(m[1][D + 4:D + 8], img[2][6:10])
+    assert np.array_equal(m[0][D:D + 3], img[1][4:7])
+    assert np.array_equal(m[2][D + 8:D + 9], img[1][8:9])
+    assert np.array_equal(m[1][D + 8:D + 13], img[2][10:15])
+    assert multi.sendrecv_words == [8, 12, 0]
+    assert multi.sendrecv_words_rev == [0, 12, 36]
+    two = MultiCoreModel(_cfg(2, reverse=True))
+    two.cores[0].load_program([_sr(a=0, lines=1), HALT])
+    two.cores[1].load_program([_sr(b=D, rlines=1, rdir=1), HALT])
+    with pytest.raises(ValueError, match=r"rank 0 waits at a SENDRECV \(its send part\), "
+                                         r"sending to rank 1 \(sdir = 0\), rank 1 waits at a "
+                                         r"SENDRECV \(its receive part\), receiving from "
+                                         r"rank 0 \(rdir = 1\)"):
+        two.run()
+    two.reset()
+    two.cores[1].load_program([_sr(b=D, rlines=1), HALT])
+    assert two.run() == [(Status.OK, 0)] * 2
+    assert two.sendrecv_words == [4, 0] and two.sendrecv_words_rev == [0, 0]

@@ -150,15 +150,21 @@ def _state(regs):
             "coll_flags": int(s.coll_flags)}
 
 
-@pytest.mark.parametrize("ranks", [2, pytest.param(4, marks=pytest.mark.long)])
-def test_allreduce_program_bit_exact_on_every_core(ranks):
+@pytest.mark.parametrize("ranks,ks", [
+    pytest.param(2, (2, 3), id="2"),
+    pytest.param(2, (0, 1, 2, 3), id="2-all", marks=pytest.mark.long),
+    pytest.param(4, (2, 3), id="4", marks=pytest.mark.long)])
+def test_allreduce_program_bit_exact_on_every_core(ranks, ks):
     """Programs in a row on every core: a plain FP32 ALLREDUCE of a region that crosses
     a bank boundary, a BFP-4 one (groups of 16 words), and poisoning ones (FP32 and BFP-4)
     after a MATMUL whose input holds a NaN on core 0 only (flags set there): every core's
     region equals the model's sum (core 0's word 0 replaced by the NaN once), word 0 of the
     FP32 poisoned one is the canonical NaN on every core, and the links carried exactly the
-    model's flits. ``coll_busy`` counts the engine's cycles. Four cores (``make test-long``:
-    about 100 s) run only the two poisoning programs, which also cover both link modes."""
+    model's flits. ``coll_busy`` counts the engine's cycles. ``ks``: the programs run.
+    ``make test`` runs the two poisoning programs on two cores (they also cover both link
+    modes and the region crossing a bank; the un-poisoned FP32 and BFP-4 ALLREDUCEs run on
+    the RTL in the cocotb tier's data-parallel steps on three cores); ``make test-long`` all
+    four on two cores, and the poisoning ones on four (about 100 s)."""
     cfg = ring_config(ranks)
     c = cfg.core
     S, D = c.size, c.bank_depth
@@ -168,7 +174,6 @@ def test_allreduce_program_bit_exact_on_every_core(ranks):
     seg = -(-lines // ranks)
     seg_bfp = -(-lines // (ranks * 4)) * 4         # whole groups of 16 words
     data = [_vectors(rng, ranks, lines * S) for _ in range(4)]
-    ks = range(4) if ranks == 2 else (2, 3)
     progs = [
         [encode(Op.ALLREDUCE, a=base, lines=lines, seg=seg, timeout=500), encode(Op.HALT)],
         [encode(Op.ALLREDUCE, a=base, lines=lines, seg=seg_bfp, timeout=500,

@@ -18,7 +18,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from hdl.multi.collective import cmd_layout, rsp_layout
 from hdl.multi.config import CollComp, CollOp, CollStatus, RingConfig
-from sim.model.collective import CollectiveModel, link_flits, sendrecv_flits
+from sim.model.collective import CollectiveModel, link_flits, sendrecv_link_flits
 from sim.model.fp32 import f32_to_bits
 from sim.tb.collective_tb import disjoint_regions
 from sim.tb.cocotb_stream import StreamDriver, StreamMonitor, reset, start_clock
@@ -137,12 +137,11 @@ class TB:
         got = [unpack(rsp_layout(c), (await m.wait_for(1, CMD_CYCLES))[0]) for m in self.rsp]
         statuses = self.model.execute(full)
         assert [g["status"] for g in got] == statuses, (cmds, got)
-        for rev in (0, 1):
-            sent = sendrecv_flits(self.config.link.width,
-                                  [f["length"] if st == CollStatus.OK and f["sdir"] == rev
-                                   else 0 for f, st in zip(full, statuses)])
-            old = self.flits_rev if rev else self.flits
-            old[:] = [a + b for a, b in zip(old, sent)]
+        fwd, rev = sendrecv_link_flits(self.config.link.width,
+                                       [f if st == CollStatus.OK else None
+                                        for f, st in zip(full, statuses)])
+        self.flits = [a + b for a, b in zip(self.flits, fwd)]
+        self.flits_rev = [a + b for a, b in zip(self.flits_rev, rev)]
         return got
 
     async def check(self):

@@ -16,7 +16,7 @@ import numpy as np
 
 from hdl.multi.collective import cmd_layout, rsp_layout
 from hdl.multi.config import CollComp, CollOp, CollStatus
-from sim.model.collective import CollectiveModel, link_flits, sendrecv_flits
+from sim.model.collective import CollectiveModel, link_flits, sendrecv_link_flits
 
 from .amaranth_tb import run_sim
 from .payload import pack, unpack
@@ -217,14 +217,10 @@ def check_ring(dut, images, cmds, **kw) -> RingRun:
                               seg=c0["seg"], comp=c0["comp"], width=c0["width"])
             flits = [a + b for a, b in zip(flits, sent)]
         elif any(ok):                                   # SENDRECV: one step, step 0
-            for d in (0, 1):                            # forward, reverse links
-                sent = sendrecv_flits(dut.config.link.width,
-                                      [cr["length"] if o and cr.get("sdir", 0) == d else 0
-                                       for cr, o in zip(cs, ok)])
-                if d:
-                    flits_rev = [a + b for a, b in zip(flits_rev, sent)]
-                else:
-                    flits = [a + b for a, b in zip(flits, sent)]
+            fwd, rev = sendrecv_link_flits(dut.config.link.width,
+                                           [cr if o else None for cr, o in zip(cs, ok)])
+            flits = [a + b for a, b in zip(flits, fwd)]
+            flits_rev = [a + b for a, b in zip(flits_rev, rev)]
             assert all(g["step"] == 0 and g["flags"] == 0 and g["cycles"] > 0
                        for g, o in zip(got, ok) if o), got
     for r in range(N):

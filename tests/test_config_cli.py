@@ -70,6 +70,19 @@ GENERATED_ELSEWHERE = {"training_ring": "tests/test_training_ring_cocotb.py",
 #: Blocks whose determinism check (two generations) runs in ``make test-long`` only.
 DETERMINISM_LONG = {"training_core"}
 
+#: Blocks whose conversion takes 8 to 21 s on the CI machine: ``make test`` builds them and
+#: checks their parameters (the command line's ``generate`` path is the same ``generate_one``
+#: for every block, exercised here by the others, and their cocotb builds generate them with
+#: it); ``make test-long`` generates them from the command line too.
+COMMAND_LINE_LONG = {"grad_unit", "matmul_engine", "optim_engine", "collective_ring"}
+
+
+def _block_params():
+    for name in sorted(blocks()):
+        yield pytest.param(name, False, id=name)
+        if name in COMMAND_LINE_LONG:
+            yield pytest.param(name, True, id=f"{name}-command-line", marks=pytest.mark.long)
+
 
 def _generate_checked(name, out):
     assert main(["generate", "--block", name, "--config", "tiny", "-o", str(out)]) == 0
@@ -81,13 +94,14 @@ def _generate_checked(name, out):
     return text
 
 
-@pytest.mark.parametrize("name", sorted(blocks()))
-def test_generate_is_deterministic_with_params(name, tmp_path):
+@pytest.mark.parametrize("name, command_line", _block_params())
+def test_generate_is_deterministic_with_params(name, command_line, tmp_path):
     """Every block generates from the command line with its parameters, and generating it
     again gives the same Verilog; a block of ``GENERATED_ELSEWHERE`` is only built and its
     parameters checked (``DETERMINISM_LONG``: generated twice in
-    :func:`test_generate_is_deterministic_long`)."""
-    if name in GENERATED_ELSEWHERE:
+    :func:`test_generate_is_deterministic_long`), so is one of ``COMMAND_LINE_LONG`` in
+    ``make test`` (its ``-command-line`` case in ``make test-long``)."""
+    if name in GENERATED_ELSEWHERE or (name in COMMAND_LINE_LONG and not command_line):
         block = blocks()[name]
         assert isinstance(mark_used(block.build("tiny")), wiring.Component)
         assert "latency" in block.params("tiny")

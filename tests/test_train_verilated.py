@@ -82,7 +82,9 @@ def test_check_stops_at_a_corrupted_word(core, tmp_path):
               core=_fresh(core), on_step=corrupt)
 
 
-@pytest.mark.parametrize("widths", ["2", "fast:0.2,0.1"])
+# a fixed width's resume in make test-long: the FAST run resumes the same way, and its widths
+# and statistics are part of the resumed state
+@pytest.mark.parametrize("widths", [pytest.param("2", marks=pytest.mark.long), "fast:0.2,0.1"])
 def test_interrupt_and_resume_equal_an_uninterrupted_run(core, tmp_path, widths):
     """Also FAST in ``tessera train``: the widths rise from the statistics read after each
     step (compared with the golden model's every step), and a resumed run continues from the

@@ -40,6 +40,10 @@ SPECIALS = [0x7FC00000, 0xFFC00001, 0x7F800001, 0x00000000, 0x80000000, 0x7F8000
 ONE = 0x3F800000
 #: vector_lanes at S = 4: one element per cycle, two, a whole line
 LANES = [1, 2, S]
+#: the simulations' lanes in ``make test``: two lanes (a line in two beats) in ``make
+#: test-long``, since ``test_random_commands_s8[2]``, ``test_reset_in_the_middle[*-2]`` and
+#: the line reader / writer tests keep a partial line in ``make test``
+SIM_LANES = [1, pytest.param(2, marks=pytest.mark.long), S]
 
 
 def _f32_bits(x):
@@ -148,7 +152,7 @@ def _run(dut, img, cmds, *, deadline=20000, top=None, mid=None):
 
 
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("lanes", LANES)
+@pytest.mark.parametrize("lanes", SIM_LANES)
 def test_vec_every_op(lanes):
     """Every vop, bcast on/off, shapes with cols below / at / above S and not multiples of S,
     in place (d == a, d == b) and a bcast bias add; default (deep) FP32 pipelines."""
@@ -193,7 +197,7 @@ def test_vec_specials_exhaustive_pairs(lanes):
     _run(dut, img, cmds)
 
 
-@pytest.mark.parametrize("lanes", LANES)
+@pytest.mark.parametrize("lanes", SIM_LANES)
 def test_reduce(lanes):
     """BIAS_GRAD (acc 0/1; short rows that pause the adder loop; wider than max_cols: column
     chunks; cols not a multiple of the lanes) and SUMSQ (acc is ignored); default pipelines."""
@@ -241,7 +245,7 @@ def test_softmax(lanes):
     _run(dut, img, cmds)
 
 
-@pytest.mark.parametrize("lanes", LANES)
+@pytest.mark.parametrize("lanes", SIM_LANES)
 def test_mixed_program_tiny_pipelines(lanes):
     """A training-step-like sequence back to back on 1-cycle FP32 pipelines."""
     dut = _unit("tiny", lanes=lanes)
@@ -287,7 +291,7 @@ def _random_cmds(rng, S, n, *, bias_only=False):
     return cmds
 
 
-@pytest.mark.parametrize("lanes", LANES)
+@pytest.mark.parametrize("lanes", SIM_LANES)
 def test_random_commands(lanes):
     """Random shapes, vops, bcast, in-place operands and bias gradients (1-cycle FP32
     pipelines, so the short-row pause of the bias gradient is 3 cycles)."""
@@ -304,7 +308,7 @@ def test_random_commands_s8(lanes):
     _run(dut, img, _random_cmds(random.Random(100 + lanes), 8, 16))
 
 
-@pytest.mark.parametrize("lanes", LANES)
+@pytest.mark.parametrize("lanes", SIM_LANES)
 def test_loop_iterations(lanes):
     """A loop body as the sequencer runs it (hdl/core/sequencer.py): every iteration with the
     loop offset added to the flagged address fields (sim.model.core.effective_fields) and

@@ -34,11 +34,16 @@ VERILATOR_ARGS = [
     # 15 MB translation unit otherwise: 4 min to compile, 1 min split with -j2 and -O0 for
     # the run-once initialisation code)
     "-j", "2",
-    # split the generated functions at about 500 statements: GCC's cost grows faster than
-    # linearly with a function's size; on the tiny training core the C++ build took 33 s
-    # instead of 48 s (150 or 50 statements: more code, 64 / 90 s; 1000: 38 s)
-    "--output-split-cfuncs", "500",
 ]
+
+#: Blocks whose generated functions are split at about 500 statements
+#: (``--output-split-cfuncs``): GCC's time grows faster than linearly with a function's size,
+#: and the training core's scheduled logic is a few functions of 10,000 lines. Measured on the
+#: idle machine, the tiny core's C++ build: 33 and 37 s instead of 48 and 46 s (150 or 50
+#: statements: more code, 64 and 90 s; 1000: 38 s). Smaller blocks gain nothing: the tiny
+#: optimizer engine took 63 and 54 s against 45 and 53 s, FP32 sqrt 10 s against 7 s (many
+#: more files, each with the precompiled header).
+SPLIT_CFUNCS_BLOCKS = ("training_core", "training_ring")
 
 #: Extra Verilator flags of a coverage build (``TESSERA_COVERAGE=1``).
 COVERAGE_ARGS = ["--coverage-line", "--coverage-toggle"]
@@ -70,13 +75,15 @@ PORTS_ONLY_BLOCKS = ("training_core", "collective_ring", "training_ring", "matmu
                      "systolic_array")
 
 
-def _build_args(coverage: bool) -> list[str]:
-    return VERILATOR_ARGS + (COVERAGE_ARGS if coverage else [])
+def _build_args(block: str, coverage: bool) -> list[str]:
+    return (VERILATOR_ARGS
+            + (["--output-split-cfuncs", "500"] if block in SPLIT_CFUNCS_BLOCKS else [])
+            + (COVERAGE_ARGS if coverage else []))
 
 
 def _source_digest(block: str, preset: str, coverage: bool) -> str:
     """A hash of everything the generated Verilog and its build depend on."""
-    return hdl_digest(block, preset, _build_args(coverage), block in PORTS_ONLY_BLOCKS,
+    return hdl_digest(block, preset, _build_args(block, coverage), block in PORTS_ONLY_BLOCKS,
                       COCOTB_MAKE_VARS)
 
 
@@ -88,7 +95,7 @@ def build_block(block: str, preset: str, *, waves: bool = False,
     training core takes most of a minute to convert); otherwise the Verilog is generated and
     the model rebuilt only if the Verilog itself changed."""
     tag = f"{block}-{preset}" + ("-waves" if waves else "") + ("-cov" if coverage else "")
-    args = _build_args(coverage)
+    args = _build_args(block, coverage)
     build_dir = BUILD / tag
     BUILD.mkdir(parents=True, exist_ok=True)
     with FileLock(str(BUILD / f"{tag}.lock")):

@@ -12,6 +12,7 @@ from hdl.core.host import HostOp
 from sim.host.compiler import compile_mlp
 from sim.host.driver import CoreDriver, pack_cmd
 from sim.host.train import CheckFailed, TrainSpec, train
+from sim.verilated.build import TEST_CXX_OPT
 from sim.verilated.core import Recorder, VerilatedCore, run_sync
 
 # builds the training core and its C++ loop in Verilator: minutes under load
@@ -22,7 +23,8 @@ SPEC = TrainSpec(size=4, widths="2", epochs=2, steps_per_epoch=2, check_every=1)
 
 @pytest.fixture(scope="module")
 def core():
-    c = VerilatedCore(CoreConfig.preset("tiny"), build_log=lambda *a: None)
+    c = VerilatedCore(CoreConfig.preset("tiny"), build_log=lambda *a: None,
+                      cxx_opt=TEST_CXX_OPT)
     yield c
     c.close()
 
@@ -129,3 +131,9 @@ def test_a_run_that_does_not_finish_is_a_timeout(core):
     with pytest.raises(TimeoutError, match="responses within 1 cycles"):
         core.transact_sync([pack_cmd(cfg, HostOp.READ, i) for i in range(8)], 1)
 
+
+
+def test_unknown_cxx_opt_is_rejected():
+    from sim.verilated.build import build_core
+    with pytest.raises(ValueError, match=r"cxx_opt.*'-O9'"):
+        build_core("tiny", cxx_opt="-O9")

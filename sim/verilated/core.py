@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from hdl.core.config import CoreConfig
-from sim.verilated.build import build_core
+from sim.verilated.build import CXX_OPT, build_core
 
 __all__ = ["VerilatedCore", "run_sync", "Recorder"]
 
@@ -61,9 +61,12 @@ class VerilatedCore:
         preset.
     build_log : callable
         Progress messages of the (cached) build.
+    cxx_opt : str
+        The C++ optimisation of the build (:func:`sim.verilated.build.build_core`): ``-O2``
+        by default; the test suite uses ``-O1``.
     """
 
-    def __init__(self, config: CoreConfig, *, build_log=print):
+    def __init__(self, config: CoreConfig, *, build_log=print, cxx_opt: str = CXX_OPT):
         if not isinstance(config, CoreConfig):
             raise TypeError(f"config must be a CoreConfig, not {type(config).__name__}")
         preset = next((p for p in ("tiny", "default") if CoreConfig.preset(p) == config), None)
@@ -71,7 +74,7 @@ class VerilatedCore:
             raise ValueError("config must equal CoreConfig.preset('tiny') or "
                              "CoreConfig.preset('default') (the Verilog is built per preset)")
         self.config, self.preset = config, preset
-        self.build_dir = build_core(preset, log=build_log)
+        self.build_dir = build_core(preset, log=build_log, cxx_opt=cxx_opt)
         lib = ctypes.CDLL(str(self.build_dir / "libtessera_core.so"))
         lib.tess_new.restype = ctypes.c_void_p
         lib.tess_free.argtypes = [ctypes.c_void_p]

@@ -128,8 +128,9 @@ def build_block(block: str, preset: str, *, waves: bool = False,
             # a module instantiated several times (the ring's cores) is Verilated and compiled
             # once as a hierarchical block, a library the top instantiates N times. (Verilator
             # 5 schedules a no_inline module's logic per instance: the three-core ring's C++
-            # was 57 MB, three times one core's.) Coverage and waves builds keep the module
-            # flat, so their reports and traces name every signal by its full path.
+            # was 57 MB, three times one core's.) Coverage and waves builds keep no_inline
+            # (one Verilated model), so their reports and traces name every signal by its
+            # full path.
             shared = json.loads(source.with_suffix(".json").read_text()).get("shared_modules", [])
             if shared and not (coverage or waves):
                 config_lines += [f'hier_block -module "{name}"' for name in shared]

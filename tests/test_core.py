@@ -4,10 +4,10 @@ counters and the whole scratchpad); the one-pass OPT's timing and its skip decis
 non-finite gradient that no BFP converter saw (written by a matmul pass or by the vector
 unit). The cocotb tier (tests/test_core_cocotb.py) runs the full matrix of optimizers, widths,
 micro-batches, checkpointing and resets."""
+import functools
+
 import numpy as np
 import pytest
-
-from amaranth.sim import Simulator
 
 from hdl.core.config import CoreConfig
 from hdl.core.core import TrainingCore
@@ -19,18 +19,25 @@ from sim.host.optim import Adam, LossScale
 from sim.model.array import pass_beats
 from sim.model.core import CoreModel
 from sim.tb import cycles as doc
-from sim.tb.amaranth_tb import StreamTransport, add_deadline
+from sim.tb.amaranth_tb import ReusableSim, StreamTransport
 from sim.tb.core_cases import non_finite_gradient_case
 
 CFG = CoreConfig(size=4, banks=8, bank_depth=64, prog_depth=64, layers=4)
 
+
+@functools.cache
+def _core_sim() -> ReusableSim:
+    """The one elaborated core every test here runs on (about 16 s to build; each run starts
+    from the initial state, :class:`ReusableSim`)."""
+    return ReusableSim(TrainingCore(config=CFG), testbenches=1, processes=1)
 
 
 def _run_core(actions, *, mem=False, after=None):
     """The host actions on the Amaranth-simulated core; with ``mem`` also the whole
     scratchpad (``got["mem"]``) and the cycles of reading and writing it back; then the
     ``after`` actions (their results in ``got["after"]``)."""
-    dut = TrainingCore(config=CFG)
+    sim = _core_sim()
+    dut = sim.dut
     got = {}
 
     async def tb(ctx):
@@ -47,7 +54,6 @@ def _run_core(actions, *, mem=False, after=None):
         if after:
             got["after"] = await drv.apply(after)
 
-    sim = Simulator(dut)
     got["vec_held"] = got["vec_cmds"] = 0
 
     async def watch(ctx):
@@ -58,11 +64,7 @@ def _run_core(actions, *, mem=False, after=None):
             got["vec_held"] += valid & ~ready & 1
             got["vec_cmds"] += valid & ready
 
-    sim.add_clock(1e-6)
-    sim.add_testbench(tb)
-    sim.add_process(watch)
-    add_deadline(sim)
-    sim.run()
+    sim.run(tb, processes=[watch])
     got["blocks"] = dut.blocks
     return got
 

@@ -5,6 +5,7 @@ lanes and memory outside the destination untouched), every port's accesses check
 ISA's operand ranges and every command's cycle count against ``VectorUnit.cycles()``. The
 unit runs at ``vector_lanes`` 1, 2 and S (elements per cycle of VEC and REDUCE BIAS_GRAD)."""
 import dataclasses
+import functools
 import random
 
 import numpy as np
@@ -21,7 +22,7 @@ from hdl.fp32.log_config import FP32LogConfig
 from hdl.grad.config import GradConfig
 from sim.model.core import effective_fields, resolve_acc
 from sim.model.vector import run_vector, set_matrix, set_vector
-from sim.tb.amaranth_tb import run_sim, stream_get
+from sim.tb.amaranth_tb import ReusableSim, run_sim, stream_get
 from sim.tb.memport_tb import LineMemory
 
 F32 = np.float32
@@ -50,9 +51,19 @@ def _f32_bits(x):
     return int(np.array(x, F32).view(np.uint32))
 
 
+@functools.cache
 def _unit(fp32="default", lanes=S, cfg=CFG):
+    """One unit per configuration: tests of one configuration share its elaborated simulation
+    (:func:`_sim`)."""
     return VectorUnit(config=dataclasses.replace(cfg, vector_lanes=lanes), grad_config=GC,
                       fp32_config=FP32Config.preset(fp32), divsqrt_config=DC, log_config=LC)
+
+
+@functools.cache
+def _sim(design) -> ReusableSim:
+    """The elaborated simulation of ``design`` (a :func:`_unit` or :func:`_reset_top`), built
+    once (4 to 10 s) and started from its initial state by every run."""
+    return ReusableSim(design, testbenches=1, processes=1)
 
 
 def _image(seed, S=S):
@@ -145,7 +156,7 @@ def _run(dut, img, cmds, *, deadline=20000, top=None, mid=None):
                                         f"operand range")
             img[:] = expect          # a NaN payload mismatch would have been caught above
 
-    run_sim(top if top is not None else dut, tb, processes=[mem.process])
+    _sim(top if top is not None else dut).run(tb, processes=[mem.process])
     assert not mem.errors, mem.errors[:5]
     assert not failures, "\n".join(failures)
     return cycles
@@ -493,7 +504,7 @@ def test_softmax_too_many_classes_is_contained():
                 break
             await ctx.tick()
 
-    run_sim(dut, tb, processes=[mem.process])
+    _sim(dut).run(tb, processes=[mem.process])
     assert "done" in seen and not mem.errors
     rng = {r.port: r for r in operand_ranges(Op.SOFTMAX_XENT, f, S)}
     assert mem.writes["d"] <= set(range(200, 200 + rng["d"].lines))
@@ -514,13 +525,19 @@ class _WithReset(Elaboratable):
         return m
 
 
+@functools.cache
+def _reset_top(lanes) -> _WithReset:
+    """A unit (its own, not :func:`_unit`'s) under a reset the testbench drives."""
+    return _WithReset(_unit.__wrapped__(lanes=lanes))
+
+
 @pytest.mark.parametrize("lanes", [2, S])
 @pytest.mark.parametrize("which", ["softmax", "bias_acc"])
 def test_reset_in_the_middle(which, lanes):
     """Reset while a command is half done (reads, blocks and writes in flight); then the unit
     is idle and the next commands run correctly."""
-    dut = _unit(lanes=lanes)
-    top = _WithReset(dut)
+    top = _reset_top(lanes)
+    dut = top.dut
     img = _image(6)
     set_vector(img, 100, np.arange(8, dtype=np.uint32) % 7)
     first = (Op.SOFTMAX_XENT, dict(rows=8, cols=7, a=0, b=100, d=200, e=250), 0, ONE) \

@@ -12,7 +12,7 @@ from amaranth.lib import data
 from amaranth.sim import Simulator
 
 __all__ = ["stream_put", "stream_get", "run_sim", "add_deadline", "stream_through",
-           "assert_payloads", "StreamTransport", "SIM_PERIOD", "MAX_CYCLES"]
+           "assert_payloads", "StreamTransport", "ReusableSim", "SIM_PERIOD", "MAX_CYCLES"]
 
 #: The ``sync`` clock period of every fast-tier simulation (1 MHz).
 SIM_PERIOD = 1e-6
@@ -80,6 +80,87 @@ def run_sim(dut, *testbenches, processes=(), vcd: str | None = None,
             sim.run()
     else:
         sim.run()
+
+
+class ReusableSim:
+    """One elaborated simulation of ``dut`` that several tests run on, one after another.
+
+    Building a :class:`~amaranth.sim.Simulator` elaborates and compiles the design: for the
+    training core about 16 s, for the vector unit 4 to 7 s, often more than the simulation
+    itself. A test module that runs many testbenches on one configuration keeps one
+    ``ReusableSim`` (e.g. behind :func:`functools.cache`) and calls :meth:`run` per test.
+    Every run after the first starts from :meth:`Simulator.reset <amaranth.sim.Simulator.reset>`:
+    every signal at its initial value, every memory at its initial contents, time 0 -- the
+    state a new simulator starts in. Only the design is shared, so a DUT whose memories are
+    initialised per test (``init=``) is not one to reuse.
+
+    The simulator holds ``testbenches`` and ``processes`` slots (a run fills as many as it
+    passes, the rest return at once) and a watchdog: :class:`TimeoutError` after
+    ``max_cycles`` of the run. A run that raised leaves the simulator unused
+    (:attr:`broken`): the next run builds a new one.
+    """
+
+    def __init__(self, dut, *, testbenches: int = 4, processes: int = 2):
+        for name, n in (("testbenches", testbenches), ("processes", processes)):
+            if not isinstance(n, int) or n < 0:
+                raise ValueError(f"ReusableSim: {name} must be an int >= 0, not {n!r}")
+        self.dut = dut
+        self._slots = {"testbenches": [None] * testbenches, "processes": [None] * processes}
+        self._max_cycles = MAX_CYCLES
+        self._sim = None
+        self._runs = 0
+        #: True after a run that raised (the next run builds a new simulator).
+        self.broken = False
+
+    def _slot(self, kind, index):
+        async def slot(ctx):
+            fn = self._slots[kind][index]
+            if fn is not None:
+                await fn(ctx)
+        return slot
+
+    def _build(self):
+        sim = Simulator(self.dut)
+        sim.add_clock(SIM_PERIOD, if_exists=True)
+        for i in range(len(self._slots["testbenches"])):
+            sim.add_testbench(self._slot("testbenches", i))
+        for i in range(len(self._slots["processes"])):
+            sim.add_process(self._slot("processes", i))
+
+        async def watchdog(ctx):
+            cycles = self._max_cycles
+            await ctx.delay(cycles * SIM_PERIOD)
+            raise TimeoutError(f"{type(self.dut).__name__}: testbenches still running after "
+                               f"{cycles} cycles (deadline)")
+        sim.add_testbench(watchdog, background=True)
+        self._sim, self._runs, self.broken = sim, 0, False
+
+    def run(self, *testbenches, processes=(), max_cycles: int = MAX_CYCLES) -> None:
+        """Run ``testbenches`` (critical) and ``processes`` on the design from its initial
+        state until they all return; :class:`TimeoutError` after ``max_cycles`` cycles."""
+        for kind, fns in (("testbenches", testbenches), ("processes", processes)):
+            if len(fns) > len(self._slots[kind]):
+                raise ValueError(f"ReusableSim: {len(fns)} {kind} for "
+                                 f"{len(self._slots[kind])} slots")
+        if max_cycles < 1:
+            raise ValueError(f"max_cycles must be >= 1, not {max_cycles!r}")
+        if self._sim is None or self.broken:
+            self._build()
+        elif self._runs:
+            self._sim.reset()
+        for kind, fns in (("testbenches", testbenches), ("processes", processes)):
+            slots = self._slots[kind]
+            slots[:] = list(fns) + [None] * (len(slots) - len(fns))
+        self._max_cycles = max_cycles
+        self._runs += 1
+        try:
+            self._sim.run()
+        except BaseException:
+            self.broken = True
+            raise
+        finally:
+            for slots in self._slots.values():
+                slots[:] = [None] * len(slots)
 
 
 def stream_through(dut, payloads, *, idle_prob: float = 0.0, stall_prob: float = 0.0,

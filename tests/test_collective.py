@@ -1,6 +1,8 @@
 """Fast tier: the collective engine's ring all-reduce and point-to-point SENDRECV in Amaranth's
 simulator (hdl/multi/collective.py in the ring top hdl/multi/ring.py), bit-exact with
 sim/model/collective.py, for N = 2, 3 and 4."""
+import functools
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,7 @@ from hdl.multi.config import (CollComp, CollectiveConfig, CollOp, CollStatus, Li
 from hdl.multi.ring import CollectiveRing, WordMemory
 from sim.model.collective import CollectiveModel
 from sim.model.fp32 import f32_to_bits
+from sim.tb.amaranth_tb import ReusableSim
 from sim.tb.collective_tb import check_ring, command, disjoint_regions, run_ring
 
 DEPTH = 24
@@ -20,10 +23,20 @@ FP32 = FP32Config.preset("tiny")
 BFP = BFPConfig.preset("tiny")
 
 
-def _ring(N, width=32, latency=2, fifo_depth=4, fp32=FP32, reverse=False):
+def _ring(N, width=32, latency=2, fifo_depth=4, fp32=FP32, reverse=False) -> ReusableSim:
+    """The simulation of the ring of this configuration, for :func:`run_ring` and
+    :func:`check_ring` (its ring: ``.dut``): one per configuration (:func:`_ring_sim`)."""
     cfg = RingConfig(collective=CollectiveConfig(ranks=N, depth=DEPTH, bfp=BFP, reverse=reverse),
                      link=LinkConfig(width=width, latency=latency, fifo_depth=fifo_depth))
-    return CollectiveRing(config=cfg, fp32_config=fp32)
+    return _ring_sim(cfg, fp32)
+
+
+@functools.cache
+def _ring_sim(cfg, fp32) -> ReusableSim:
+    """One ring per configuration: the tests of a configuration share its elaborated
+    simulation, every run started from the initial state (``run_ring`` loads the memories)."""
+    return ReusableSim(CollectiveRing(config=cfg, fp32_config=fp32), testbenches=1,
+                       processes=1)
 
 
 def _images(seed, N):
@@ -392,15 +405,15 @@ def test_sendrecv_receive_without_sender_times_out():
     lonely = [(0, 4, 8, 3), (0, 0, 12, 4)]
     cmds = [_sendrecv(N, lonely, timeout=timeout),
             command(base=0, length=4 * N + 1, seg=5, timeout=200)]
-    dut = _ring(N)
-    run = run_ring(dut, images, cmds, deadline=1000)
+    sim = _ring(N)
+    run = run_ring(sim, images, cmds, deadline=1000)
     first, second = run.responses
     assert [g["status"] for g in first] == [CollStatus.TIMEOUT, CollStatus.OK], first
     assert first[0]["step"] == 0
     assert timeout <= first[0]["cycles"] < timeout + 60, first
     assert [g["status"] for g in second] == [CollStatus.OK] * N, second
     # what ran: rank 0's words reached rank 1, rank 0 received (and wrote) nothing
-    model = CollectiveModel(dut.config.collective)
+    model = CollectiveModel(sim.dut.config.collective)
     for r in range(N):
         model.mem[r][:] = images[r]
     assert model.execute(_sendrecv(N, [(0, 4, 8, 0), (0, 0, 12, 4)])) == [CollStatus.OK] * N

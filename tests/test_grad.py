@@ -1,4 +1,5 @@
 """Fast tier of the gradient datapaths (Amaranth simulator, small vector counts)."""
+import functools
 import random
 
 import numpy as np
@@ -13,7 +14,7 @@ from sim.model.grad import (EW_OPS, bias_grad, canon, elementwise, f32_max, row_
                             softmax_tolerance, softmax_xent, softmax_xent_f64, sum_squares,
                             xent_loss)
 from sim.model.optim import f32_bits, lane_sum
-from sim.tb.amaranth_tb import run_sim, stream_get, stream_put
+from sim.tb.amaranth_tb import ReusableSim, run_sim, stream_get, stream_put
 
 F32 = np.float32
 
@@ -165,6 +166,13 @@ def _softmax(preset_units: str, max_classes=16):
                        divsqrt_config=FP32DivSqrtConfig.preset("tiny"))
 
 
+@functools.cache
+def _softmax_sim(preset_units: str) -> ReusableSim:
+    """One elaborated :func:`_softmax` block per FP32 preset, shared by the softmax tests
+    (about 3 s to build; each run starts from the initial state, :class:`ReusableSim`)."""
+    return ReusableSim(_softmax(preset_units), testbenches=2, processes=0)
+
+
 def _sx_payloads(rows):
     return [{"x": f32_bits(x), "label": int(lab), "last": int(j == len(z) - 1)}
             for z, lab in rows for j, x in enumerate(z)]
@@ -191,7 +199,8 @@ def test_softmax_rows_back_to_back(units, idle, stall):
     without waiting for results, with random idle cycles and backpressure, deep (default) and
     1-cycle (tiny) add/mul pipelines: every gradient, sum and zt bit-exact with the golden
     model."""
-    dut = _softmax(units)
+    sim = _softmax_sim(units)
+    dut = sim.dut
     rng = np.random.default_rng(21)
     prng = random.Random(22)
     rows = []
@@ -213,13 +222,15 @@ def test_softmax_rows_back_to_back(units, idle, stall):
         for _ in payloads:
             got.append(await stream_get(ctx, dut.o, rng=prng, stall_prob=stall))
 
-    run_sim(dut, producer, consumer)
+    sim.run(producer, consumer)
     _check_rows(dut, rows, got, gscale)
 
 
-def _timed_run(dut, z, label=0):
-    """Rows of ``z`` at full rate, ``o.ready`` held high; returns (cycle of each accepted
-    input, cycle of each output) and the outputs."""
+def _timed_run(sim, z, label=0):
+    """Rows of ``z`` at full rate, ``o.ready`` held high, on ``sim`` (a :func:`_softmax_sim`,
+    from its initial state); returns (cycle of each accepted input, cycle of each output) and
+    the outputs."""
+    dut = sim.dut
     t_in, t_out, got = [], [], []
     rows, c = z.shape
 
@@ -245,7 +256,7 @@ def _timed_run(dut, z, label=0):
             cycle += 1
             assert cycle < 20 * z.size + 500, "softmax stalled"
 
-    run_sim(dut, tb)
+    sim.run(tb)
     return t_in, t_out, got
 
 
@@ -255,16 +266,17 @@ def test_softmax_latency_and_throughput(units):
     cycles after the row's last logit; 12 rows of 16 classes stream in and out at exactly
     one element per cycle (no bubble between rows after the first row's latency); the results
     are bit-exact."""
-    dut = _softmax(units)
+    sim = _softmax_sim(units)
+    dut = sim.dut
     rng = np.random.default_rng(23)
     z = rng.standard_normal((1, 16)).astype(F32)
-    t_in, t_out, got = _timed_run(dut, z)
+    t_in, t_out, got = _timed_run(sim, z)
     assert t_out[0] - t_in[-1] == dut.latency + 16
     z = rng.standard_normal((1, 3)).astype(F32)
-    t_in, t_out, got = _timed_run(_softmax(units), z)
+    t_in, t_out, got = _timed_run(sim, z)           # again from the initial (idle) state
     assert t_out[0] - t_in[-1] == dut.latency + dut.config.lanes     # short row: lanes slots
     z = rng.standard_normal((12, 16)).astype(F32)
-    t_in, t_out, got = _timed_run(_softmax(units), z)
+    t_in, t_out, got = _timed_run(sim, z)
     assert t_in == list(range(z.size)), "input stalled"
     assert t_out == list(range(t_out[0], t_out[0] + z.size)), "output not one per cycle"
     _check_rows(dut, [(row, 0) for row in z], got, F32(1))

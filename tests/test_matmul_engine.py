@@ -4,6 +4,7 @@ MatmulEngineWithMemories, the registered block; one test drives the engine's por
 Small shapes only (the Python simulator runs a few thousand cycles per second); the large
 random sweeps are in tests/test_matmul_engine_cocotb.py.
 """
+import functools
 import random
 
 import numpy as np
@@ -20,6 +21,7 @@ from hdl.lib.memport import LinePort
 from sim.model import array as G
 from sim.model.bfp import ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE
 from sim.model.stats import StatState
+from sim.tb.amaranth_tb import ReusableSim
 from sim.tb.matmul_cmds import random_command, start_fields
 from sim.tb.payload import pack, unpack
 
@@ -96,20 +98,25 @@ def _rand(rng, shape):
     return (rng.standard_normal(shape) * np.exp2(rng.integers(-4, 5, shape))).astype(np.float32)
 
 
+@functools.cache
+def _engine_sim(cfg: ArrayConfig) -> ReusableSim:
+    """One elaborated :class:`MatmulEngineWithMemories` per configuration, shared by the tests
+    of that configuration (2 to 4 s to build; each run starts from the initial state -- all
+    scratchpads zero -- :class:`ReusableSim`)."""
+    return ReusableSim(MatmulEngineWithMemories(config=cfg), testbenches=1, processes=0)
+
+
 def run_engine(cfg, body, *, deadline_cycles=400_000):
-    dut = MatmulEngineWithMemories(config=cfg)
+    """``body(dut, ctx)`` on the engine of ``cfg``; its result. :class:`TimeoutError` if it has
+    not returned after ``deadline_cycles``."""
+    sim = _engine_sim(cfg)
+    dut = sim.dut
     box = {}
 
     async def tb(ctx):
         box["result"] = await body(dut, ctx)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(tb)
-    t = 0
-    while "result" not in box and t < deadline_cycles:     # stop as soon as the bench is done
-        t += 500
-        sim.run_until(t * 1e-6)
+    sim.run(tb, max_cycles=deadline_cycles)    # ends with the bench
     assert "result" in box, "testbench did not finish"
     return box["result"]
 

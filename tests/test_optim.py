@@ -5,6 +5,8 @@ so the delay balancing of the datapath is checked at realistic latencies; the co
 runs the long trajectories on the tiny preset.
 """
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -19,7 +21,7 @@ from sim.host.optim import (SGD, Adam, AdamW, Clip, LossScale, Momentum, optimiz
 from sim.model.optim import OptimEngineModel, f32_bits, lane_sum
 from sim.model.reference import reference_step_f64
 from sim.tb import cycles as doc
-from sim.tb.amaranth_tb import run_sim, stream_get, stream_put
+from sim.tb.amaranth_tb import ReusableSim, run_sim, stream_get, stream_put
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,10 +177,14 @@ def test_model_scale_halves_on_skip_and_grows():
 # ---------------------------------------------------------------------------------------------
 # Amaranth simulator: the engine with deep (default) FP32 pipelines
 
-def _engine():
+@functools.cache
+def _engine_sim() -> ReusableSim:
+    """The one elaborated engine (deep default FP32 units) every :func:`_run_engine` test runs
+    on (about 4 s to build; each run starts from the initial state, :class:`ReusableSim`)."""
     cfg = OptimConfig(depth=16, reduce_lanes=8)
-    return cfg, OptimEngineWithMemories(config=cfg, fp32_config=FP32Config(),
-                                        divsqrt_config=FP32DivSqrtConfig.preset("tiny"))
+    return ReusableSim(OptimEngineWithMemories(config=cfg, fp32_config=FP32Config(),
+                                               divsqrt_config=FP32DivSqrtConfig.preset("tiny")),
+                       testbenches=1, processes=0)
 
 
 def _cmd(op, **kw):
@@ -188,8 +194,9 @@ def _cmd(op, **kw):
 
 
 def _run_engine(script):
-    cfg, dut = _engine()
-    model = OptimEngineModel(cfg)
+    sim = _engine_sim()
+    dut = sim.dut
+    model = OptimEngineModel(dut.config)
     rng_np = np.random.default_rng(3)
     import random
     rng = random.Random(4)
@@ -259,7 +266,7 @@ def _run_engine(script):
         h.rng, h.model, h.dut = rng_np, model, dut
         await script(h)
 
-    run_sim(dut, tb)
+    sim.run(tb)
 
 
 def test_engine_adamw_clip_scale_skip():

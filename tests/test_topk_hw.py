@@ -1,6 +1,7 @@
 """Fast tier: top-k compression in hardware (hdl/multi/topk_select.py, hdl/multi/topk.py) in
 Amaranth's simulator, bit-exact with sim/model/compress.py."""
 import dataclasses
+import functools
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from sim.model.collective import CollectiveModel, add_f32
 from sim.model.compress import (TopKState, topk_allreduce, topk_message, topk_order,
                                 topk_select, topk_unpack)
 from sim.model.fp32 import QNAN, f32_to_bits
-from sim.tb.amaranth_tb import SIM_PERIOD, add_deadline, stream_put
+from sim.tb.amaranth_tb import SIM_PERIOD, ReusableSim, add_deadline, stream_put
 from sim.tb.collective_tb import check_ring, command, run_ring
 
 FP32 = FP32Config.preset("tiny")
@@ -72,9 +73,19 @@ def test_select_keeps_the_k_largest_in_model_order(topk):
         assert got == [(int(i), int(words[i])) for i in order]
 
 
-def _mem_sim(dut, mem, commands, *, max_cycles=50_000):
-    """Run ``commands`` (dicts of pass_layout fields) on ``dut`` with ``mem`` (uint32, updated
-    in place) behind its port; returns the busy cycles of each command."""
+@functools.cache
+def _topk_pass(fp32) -> ReusableSim:
+    """The simulation of a :class:`TopKPass` of :data:`CFG` and ``fp32`` (its pass: ``.dut``):
+    one per configuration, shared by the tests and started from the initial state by every
+    run."""
+    return ReusableSim(TopKPass(config=CFG, fp32_config=fp32), testbenches=1, processes=1)
+
+
+def _mem_sim(sim, mem, commands, *, max_cycles=50_000):
+    """Run ``commands`` (dicts of pass_layout fields) on ``sim`` (a :func:`_topk_pass`) with
+    ``mem`` (uint32, updated in place) behind its port; returns the busy cycles of each
+    command."""
+    dut = sim.dut
     cycles = []
 
     async def memory(ctx):
@@ -95,12 +106,7 @@ def _mem_sim(dut, mem, commands, *, max_cycles=50_000):
                 n += 1
             cycles.append(n)
 
-    sim = Simulator(dut)
-    sim.add_clock(SIM_PERIOD)
-    sim.add_process(memory)
-    sim.add_testbench(bench)
-    add_deadline(sim, max_cycles)
-    sim.run()
+    sim.run(bench, processes=[memory], max_cycles=max_cycles)
     return cycles
 
 
@@ -134,12 +140,12 @@ def test_compress_then_sum_equal_the_model(length, stages):
         exp[base:base + length] = 0
         exp[gbase + r * M:gbase + (r + 1) * M] = topk_message(acc, topk)
         want.append(exp)
+    sim = _topk_pass(fp32)
     for r, mem in enumerate(mems):
-        dut = TopKPass(config=CFG, fp32_config=fp32)
-        cyc = _mem_sim(dut, mem, [dict(op=TopKOp.COMPRESS, base=base, length=length,
+        cyc = _mem_sim(sim, mem, [dict(op=TopKOp.COMPRESS, base=base, length=length,
                                        rbase=rbase, gbase=gbase + r * M, mlen=0)])
         np.testing.assert_array_equal(mem, want[r])
-        assert cyc == [_cycles(dut, length)[0]]
+        assert cyc == [_cycles(sim.dut, length)[0]]
     # every rank's message in every buffer, then SUM on rank 0's memory
     msgs = np.concatenate([m[gbase + r * M:gbase + (r + 1) * M] for r, m in enumerate(mems)])
     mem = mems[0]
@@ -150,11 +156,10 @@ def test_compress_then_sum_equal_the_model(length, stages):
         idx, val = topk_unpack(msgs[r * M:(r + 1) * M], length, topk)
         total[idx] = add_f32(total[idx], val)
     exp[base:base + length] = total
-    dut = TopKPass(config=CFG, fp32_config=fp32)
-    cyc = _mem_sim(dut, mem, [dict(op=TopKOp.SUM, base=base, length=length, rbase=0,
+    cyc = _mem_sim(sim, mem, [dict(op=TopKOp.SUM, base=base, length=length, rbase=0,
                                    gbase=gbase, mlen=M)])
     np.testing.assert_array_equal(mem, exp)
-    assert cyc == [_cycles(dut, length)[1]]
+    assert cyc == [_cycles(sim.dut, length)[1]]
 
 
 def _cycles(dut, length):
@@ -170,10 +175,21 @@ def _cycles(dut, length):
     return compress, dut.config.ranks * per_msg
 
 
-def _topk_ring(N, *, depth=160, topk=TopK(seg=8, k=3), width=32, latency=2, fifo_depth=4):
+def _topk_ring(N, *, depth=160, topk=TopK(seg=8, k=3), width=32, latency=2,
+               fifo_depth=4) -> ReusableSim:
+    """The simulation of the ring of this configuration, for ``run_ring`` and ``check_ring``
+    (its ring: ``.dut``): one per configuration (:func:`_ring_sim`)."""
     cfg = RingConfig(collective=CollectiveConfig(ranks=N, depth=depth, bfp=BFP, topk=topk),
                      link=LinkConfig(width=width, latency=latency, fifo_depth=fifo_depth))
-    return CollectiveRing(config=cfg, fp32_config=FP32)
+    return _ring_sim(cfg)
+
+
+@functools.cache
+def _ring_sim(cfg) -> ReusableSim:
+    """One ring per configuration: the tests of a configuration share its elaborated
+    simulation, every run started from the initial state (``run_ring`` loads the memories)."""
+    return ReusableSim(CollectiveRing(config=cfg, fp32_config=FP32), testbenches=1,
+                       processes=1)
 
 
 def _ring_images(seed, N, depth, *, base, length, rbase):
@@ -198,13 +214,13 @@ def test_topk_allreduce_rounds_equal_the_model(N, width, stall):
     images = _ring_images(N, N, depth, base=base, length=length, rbase=rbase)
     cmd = command(base=base, length=length, rbase=rbase, gbase=gbase, timeout=400,
                   comp=CollComp.TOPK)
-    dut = _topk_ring(N, depth=depth, topk=topk, width=width)
-    run = check_ring(dut, images, [cmd, cmd, cmd], stall_prob=stall, seed=N)
+    sim = _topk_ring(N, depth=depth, topk=topk, width=width)
+    run = check_ring(sim, images, [cmd, cmd, cmd], stall_prob=stall, seed=N)
     assert [g["status"] for g in run.responses[0]] == [CollStatus.OK] * N
     # the abstract model: top-k with error feedback, summed in rank order from +0
     states = [TopKState(length, topk) for _ in range(N)]
     grads = [img[base:base + length] for img in images]
-    first = CollectiveModel(dut.config.collective)
+    first = CollectiveModel(sim.dut.config.collective)
     for r in range(N):
         first.mem[r][:] = images[r]
     first.execute(cmd)

@@ -18,7 +18,7 @@ from hdl.multi.collective import cmd_layout, rsp_layout
 from hdl.multi.config import CollComp, CollOp, CollStatus
 from sim.model.collective import CollectiveModel, link_flits, sendrecv_link_flits
 
-from .amaranth_tb import run_sim
+from .amaranth_tb import ReusableSim, run_sim
 from .payload import pack, unpack
 
 __all__ = ["RingRun", "run_ring", "command", "check_ring", "disjoint_regions"]
@@ -93,7 +93,11 @@ def run_ring(dut, images, commands, *, stall_prob: float = 0.0, seed: int = 0,
     ``lockstep``: every command goes to all ranks in the same cycle after all answered the
     previous one; otherwise each rank gets its next command as soon as it answered (ranks
     drift apart, as cores would).
+
+    ``dut``: the ring, or a :class:`~sim.tb.amaranth_tb.ReusableSim` of one: the run then
+    shares its elaborated simulation, started from the initial state.
     """
+    sim, dut = (dut, dut.dut) if isinstance(dut, ReusableSim) else (None, dut)
     cfg = dut.config.collective
     N = cfg.ranks
     if len(images) != N:
@@ -189,7 +193,10 @@ def run_ring(dut, images, commands, *, stall_prob: float = 0.0, seed: int = 0,
             run.flits_rev = [ctx.get(getattr(dut, f"flits_rev_{r}")) for r in range(N)]
             run.overflow |= ctx.get(dut.overflow_rev)
 
-    run_sim(dut, bench, processes=[stalls], max_cycles=max_cycles)
+    if sim is None:
+        run_sim(dut, bench, processes=[stalls], max_cycles=max_cycles)
+    else:
+        sim.run(bench, processes=[stalls], max_cycles=max_cycles)
     return run
 
 
@@ -197,9 +204,11 @@ def check_ring(dut, images, cmds, **kw) -> RingRun:
     """Run ``cmds`` (each the same on every rank, or a per-rank list; see :func:`command`) on
     the RTL (:func:`run_ring`) and on :class:`~sim.model.collective.CollectiveModel`: the
     statuses, flags, memories and flits per link must agree bit for bit, and no link FIFO
-    may overflow. Returns the run."""
-    N = dut.config.collective.ranks
-    model = CollectiveModel(dut.config.collective)
+    may overflow. ``dut``: the ring or a :class:`~sim.tb.amaranth_tb.ReusableSim` of one (see
+    :func:`run_ring`). Returns the run."""
+    ring = dut.dut if isinstance(dut, ReusableSim) else dut
+    N = ring.config.collective.ranks
+    model = CollectiveModel(ring.config.collective)
     for r in range(N):
         model.mem[r][:] = images[r]
     run = run_ring(dut, images, cmds, **kw)
@@ -213,11 +222,11 @@ def check_ring(dut, images, cmds, **kw) -> RingRun:
         ok = [st == CollStatus.OK for st in statuses]
         if all(ok) and cs[0]["op"] == CollOp.ALLREDUCE:
             c0 = cs[0]
-            sent = link_flits(dut.config.collective, dut.config.link.width, length=c0["length"],
+            sent = link_flits(ring.config.collective, ring.config.link.width, length=c0["length"],
                               seg=c0["seg"], comp=c0["comp"], width=c0["width"])
             flits = [a + b for a, b in zip(flits, sent)]
         elif any(ok):                                   # SENDRECV: one step, step 0
-            fwd, rev = sendrecv_link_flits(dut.config.link.width,
+            fwd, rev = sendrecv_link_flits(ring.config.link.width,
                                            [cr if o else None for cr, o in zip(cs, ok)])
             flits = [a + b for a, b in zip(flits, fwd)]
             flits_rev = [a + b for a, b in zip(flits_rev, rev)]
@@ -229,6 +238,6 @@ def check_ring(dut, images, cmds, **kw) -> RingRun:
                                f"{[hex(v) for v in run.memories[r][bad]]}, expected "
                                f"{[hex(v) for v in model.mem[r][bad]]}")
     assert run.flits == flits
-    assert run.flits_rev == (flits_rev if dut.config.collective.reverse else [])
+    assert run.flits_rev == (flits_rev if ring.config.collective.reverse else [])
     assert run.overflow == 0
     return run

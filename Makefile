@@ -152,10 +152,11 @@ bench-distributed: setup
 	$(PY) -m sim.bench.distributed $(DISTRIBUTED_ARGS)
 
 # Pipeline parallelism on the RTL ring (docs/multicore.md): the digits MLP and 64-32-64-48-10
-# in two stages (GPipe m = 1..8, 1F1B m = 2..8) on two S = 4 cores in Verilator (one program
+# in two stages (GPipe m = 1..8, 1F1B m = 2..8) on two S = 4 cores, 64-48-40-40-10 in three
+# and 64-40-40-40-40-10 in four stages on cores with reverse links, in Verilator (one program
 # per stage per step, SENDRECVs over the links): step cycles, busy cycles per stage, the bubble
 # against (p-1)/(m+p-1) and the golden model's timeline, the speedup over one core (about
-# 35 min; PIPELINE_ARGS="--networks 64-64-10" reruns one MLP) -> docs/bench/pipeline.{json,md}.
+# 90 min; PIPELINE_ARGS="--networks 64-64-10" reruns one MLP) -> docs/bench/pipeline.{json,md}.
 bench-pipeline: setup
 	$(PY) -m sim.bench.pipeline $(PIPELINE_ARGS)
 

@@ -6,7 +6,8 @@ width 8, in two stages on the two S = 4 cores of the
 multi-core top ``training_ring`` (preset ``tiny``: 16-bit links of latency 2) in Verilator,
 and 64-48-40-40-10 in three nearly equal stages (64 x 48 | 48 x 40 | 40 x 40, 40 x 10 and the
 softmax) on three cores with reverse links (preset ``tiny-n3-rev``; the gradients go back on
-the reverse links):
+the reverse links), and 64-40-40-40-40-10 in four stages (64 x 40 | 40 x 40 | 40 x 40 |
+40 x 40, 40 x 10 and the softmax) on four (``tiny-n4-rev``):
 :class:`sim.host.pipeline_ring.RingPipeline`, GPipe (``m = 1, 2, 4, 8``) and 1F1B
 (``m = 2, 4, 8``), batch 32 in ``m`` micro-batches, each core running one program per step whose ``SENDRECV`` s carry the
 activations and gradients (cocotb ``bench_pipeline`` in ``sim/tb/training_ring.py``; every
@@ -46,11 +47,14 @@ __all__ = ["run_micro", "main"]
 #: The MLPs measured: the digits MLP (unequal stages: 64 x 64 | 64 x 10 and the softmax) and a
 #: deeper one whose two stages do nearly equal matmul work (64 x 32, 32 x 64 | 64 x 48 with its
 #: BWD_DATA, 48 x 10; 64-64-64-64-10 does not fit one S = 4 core at batch 32, the reference).
-NETWORKS = ((64, 64, 10), (64, 32, 64, 48, 10), (64, 48, 40, 40, 10))
+NETWORKS = ((64, 64, 10), (64, 32, 64, 48, 10), (64, 48, 40, 40, 10),
+            (64, 40, 40, 40, 40, 10))
 #: Stages and stage boundaries per MLP (default: two stages, as even as possible): the
 #: three-stage MLP's matmul work per micro-batch (FWD + BWD_WEIGHT, + BWD_DATA after the first
-#: layer) is 2 x 64 x 48 = 6144 | 3 x 48 x 40 = 5760 | 3 x 40 x 40 + 3 x 40 x 10 = 6000.
-STAGES = {(64, 48, 40, 40, 10): (3, (0, 1, 2, 4))}
+#: layer) is 2 x 64 x 48 = 6144 | 3 x 48 x 40 = 5760 | 3 x 40 x 40 + 3 x 40 x 10 = 6000; the
+#: four-stage one's 2 x 64 x 40 = 5120 | 4800 | 4800 | 4800 + 3 x 40 x 10 = 6000.
+STAGES = {(64, 48, 40, 40, 10): (3, (0, 1, 2, 4)),
+          (64, 40, 40, 40, 40, 10): (4, (0, 1, 2, 3, 5))}
 BATCH = 32
 #: ``(schedule, m)`` of the measured points.
 POINTS = [("gpipe", 1), ("gpipe", 2), ("gpipe", 4), ("gpipe", 8),
@@ -114,8 +118,8 @@ def to_markdown(data: dict) -> str:
     lines = ["# Pipeline parallelism on the RTL ring", "",
              f"MLPs {', '.join(data['networks'])} (Adam, widths {data['width']}) "
              f"in p stages on p S = {data['S']} cores of `training_ring` "
-             f"(16-bit links of latency 2; preset `tiny` for p = 2, `tiny-n3-rev` for p = 3, "
-             f"whose gradients go back on the reverse links) in Verilator, "
+             f"(16-bit links of latency 2; preset `tiny` for p = 2, `tiny-n<p>-rev` for "
+             f"p > 2, whose gradients go back on the reverse links) in Verilator, "
              f"batch {data['batch']} "
              "in `m` micro-batches; every step checked bit-exactly against the golden model. "
              "busy = cycles the matmul engine, vector unit or optimizer of a stage runs; "

@@ -86,8 +86,8 @@ class ReusableSim:
     """One elaborated simulation of ``dut`` that several tests run on, one after another.
 
     Building a :class:`~amaranth.sim.Simulator` elaborates and compiles the design: for the
-    small training core of tests/test_core.py about 16 s, for a vector unit 4 to 10 s, often more than the simulation
-    itself. A test module that runs many testbenches on one configuration keeps one
+    small training core of tests/test_core.py about 16 s, for a vector unit 4 to 10 s, often
+    more than the simulation itself. A test module that runs many testbenches on one configuration keeps one
     ``ReusableSim`` (e.g. behind :func:`functools.cache`) and calls :meth:`run` per test.
     Every run after the first starts from :meth:`Simulator.reset <amaranth.sim.Simulator.reset>`:
     every signal at its initial value, every memory at its initial contents, time 0 -- the

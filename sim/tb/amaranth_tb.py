@@ -87,12 +87,12 @@ class ReusableSim:
 
     Building a :class:`~amaranth.sim.Simulator` elaborates and compiles the design: for the
     small training core of tests/test_core.py about 16 s, for a vector unit 4 to 10 s, often
-    more than the simulation itself. A test module that runs many testbenches on one configuration keeps one
-    ``ReusableSim`` (e.g. behind :func:`functools.cache`) and calls :meth:`run` per test.
-    Every run after the first starts from :meth:`Simulator.reset <amaranth.sim.Simulator.reset>`:
-    every signal at its initial value, every memory at its initial contents, time 0 -- the
-    state a new simulator starts in. Only the design is shared, so a DUT whose memories are
-    initialised per test (``init=``) is not one to reuse.
+    more than the simulation itself. A test module that runs many testbenches on one
+    configuration keeps one ``ReusableSim`` (e.g. behind :func:`functools.cache`) and calls
+    :meth:`run` per test. Every run after the first starts from :meth:`Simulator.reset
+    <amaranth.sim.Simulator.reset>`: every signal at its initial value, every memory at its
+    initial contents, time 0 -- the state a new simulator starts in. Only the design is shared,
+    so a DUT whose memories are initialised per test (``init=``) is not one to reuse.
 
     The simulator holds ``testbenches`` and ``processes`` slots (a run fills as many as it
     passes, the rest return at once) and a watchdog: :class:`TimeoutError` after

@@ -16,3 +16,13 @@ def test_systolic_array_s8_every_width_pair_cocotb():
     64 PEs reach the chunk tables of every pair, as at S = 4."""
     run_cocotb("systolic_array", "default", "sim.tb.array_sweep",
                name="systolic_array_s8_sweep_every_width_pair", testcase="every_width_pair")
+
+
+@pytest.mark.timeout(3600)     # builds the training core if no other test has (as test_core_cocotb)
+def test_training_core_directed_program_cocotb():
+    """The directed stream of :mod:`sim.tb.directed` on the S = 4 core: every FAST slot,
+    precision entry and (layer, mode) pair, and the vector unit on FP32 special values, each
+    response and the whole scratchpad against the golden model, with host-stream idle
+    cycles and backpressure."""
+    run_cocotb("training_core", "tiny", "sim.tb.core_fuzz", name="training_core_directed",
+               testcase="directed_program", extra_env={"TB_IDLE": "0.1", "TB_STALL": "0.1"})

@@ -5,7 +5,10 @@ registers, register reads, unknown opcodes -- then every named program mutation 
 command answered as :class:`sim.tb.fuzz.HostModel` (over the core's golden model) predicts,
 every wait with a cycle deadline, and the whole scratchpad equal to the model's at the end.
 The cocotb tier runs longer streams on the generated Verilog (tests/test_fuzz_core_cocotb.py)."""
+import dataclasses
 import random
+
+import pytest
 
 from hdl.core.config import CoreConfig
 from hdl.core.core import TrainingCore
@@ -13,6 +16,7 @@ from hdl.core.host import HostStatus
 from hdl.core.isa import Status, check_program_for
 from sim.model.core import CoreModel
 from sim.tb.amaranth_tb import StreamTransport, run_sim
+from sim.tb.directed import MODES, directed_commands, intent
 from sim.tb.fuzz import (MUTATIONS, HostModel, edge_commands, fuzz_core, program_commands,
                          random_program)
 
@@ -81,3 +85,34 @@ def test_edge_commands_expected_statuses():
                    addr, ok, ok, addr,                                    # REG statistics
                    ok, addr, addr,                                        # THRESH
                    op, op, op]                                            # ops 8, 8, 15
+
+
+def test_directed_stream_reaches_its_targets():
+    """Model-level (no simulation): the directed stream the cocotb tier runs for coverage
+    (tests/test_coverage_cocotb.py) does what it is written for on the S = 4 core: every
+    program ends OK and no host command is refused; every (layer, mode) pair gets a
+    statistic; every one of the 48 statistic slots is raised by some ADAPT below the top
+    width, finds its width already at the top in another, and is kept under its threshold
+    in a third; the vector unit writes NaNs, infinities, subnormals and zeros."""
+    cfg = CoreConfig.preset("tiny")
+    got = intent(cfg)
+    assert set(got["statuses"]) == {("host", HostStatus.OK), ("START", Status.OK)}, \
+        got["statuses"]
+    pairs = {(layer, mode) for layer in range(cfg.layers) for mode in MODES}
+    slots = {(layer, mode, op) for layer, mode in pairs for op in (0, 1)}
+    assert got["pairs_run"] == pairs
+    assert got["raised"] == slots
+    assert got["raise_at_top"] == slots
+    assert got["kept"] and got["kept"] <= slots
+    assert all(v > 0 for v in got["special_results"].values()), got["special_results"]
+
+
+@pytest.mark.parametrize("change, error", [
+    ({"banks": 4}, "config.banks"), ({"bank_depth": 1024}, "config.bank_depth"),
+    ({"max_classes": 16}, "config.max_classes")])
+def test_directed_stream_rejects_small_configs(change, error):
+    cfg = dataclasses.replace(CoreConfig.preset("tiny"), **change)
+    with pytest.raises(ValueError, match=error):
+        directed_commands(cfg)
+    with pytest.raises(TypeError, match="config"):
+        directed_commands("tiny")

@@ -3,7 +3,9 @@
 and malformed programs, every response against :class:`sim.tb.fuzz.HostModel`, the whole
 scratchpad compared at the end) over the cocotb transport of :mod:`sim.tb.core`, after every
 named host-command edge case and program mutation once. The Amaranth-simulator tier runs the same on a small core
-(tests/test_fuzz_core.py).
+(tests/test_fuzz_core.py). ``directed_program`` sends :func:`sim.tb.directed.directed_commands`
+(every FAST slot, precision entry and ``(layer, mode)``; the vector unit on FP32 special values)
+the same way (tests/test_coverage_cocotb.py).
 
 Environment (tests/test_fuzz_core_cocotb.py, ``make fuzz``): ``TB_FUZZ_SEEDS`` (comma-separated
 seeds, one stream each, the core reset between them), ``TB_FUZZ_N`` (commands per stream),
@@ -20,7 +22,15 @@ from hdl.core.config import CoreConfig
 from hdl.core.host import HostOp
 from sim.tb.cocotb_stream import reset, start_clock
 from sim.tb.core import CocotbTransport
+from sim.tb.directed import directed_commands
 from sim.tb.fuzz import edge_commands, fuzz_core, program_commands
+
+
+def _clear(cfg: CoreConfig) -> list:
+    """Commands zeroing the scratchpad and the program memory, which a reset does not do (a
+    fresh :class:`sim.tb.fuzz.HostModel` assumes both zero); checked like any command."""
+    return ([(HostOp.WRITE, line, 0) for line in range(cfg.lines)]
+            + [(HostOp.PROG, pc, 0) for pc in range(cfg.prog_depth)])
 
 
 @cocotb.test()
@@ -37,10 +47,7 @@ async def random_host_commands(dut):
         tr = CocotbTransport(dut, seed=seed, idle_prob=float(env("TB_IDLE", "0")),
                              stall_prob=float(env("TB_STALL", "0")))
         tr.start()
-        # a fresh model assumes a zero scratchpad and program memory, which a reset does
-        # not give: zero both first (through the stream itself, checked like any command)
-        clear = ([(HostOp.WRITE, line, 0) for line in range(cfg.lines)]
-                 + [(HostOp.PROG, pc, 0) for pc in range(cfg.prog_depth)])
+        clear = _clear(cfg)
         stats = await fuzz_core(cfg, tr, seed=seed, n=n,
                                 cmds=edge_commands(cfg) + program_commands(random.Random(seed),
                                                                            cfg),
@@ -54,3 +61,26 @@ async def random_host_commands(dut):
                       f"rejected commands")
     dut._log.info(f"responses by (kind, status): {dict(sorted(totals.items()))}")
     assert totals.get(("START", 0), 0) >= 1 and totals.get(("host", 10), 0) >= 1, totals
+
+
+@cocotb.test()
+async def directed_program(dut):
+    """:func:`sim.tb.directed.directed_commands` after a reset and a clear, every response
+    and the whole scratchpad against the model (:func:`sim.tb.fuzz.fuzz_core`); every program
+    must end ``OK``."""
+    env = os.environ.get
+    cfg = CoreConfig.preset(env("TESSERA_PRESET", "tiny"))
+    start_clock(dut)
+    dut.cmd__valid.value = 0
+    await reset(dut)
+    tr = CocotbTransport(dut, seed=5, idle_prob=float(env("TB_IDLE", "0")),
+                         stall_prob=float(env("TB_STALL", "0")))
+    tr.start()
+    cmds = directed_commands(cfg)
+    runs = sum(op == HostOp.START for op, _, _ in cmds)
+    stats = await fuzz_core(cfg, tr, seed=0, n=0, cmds=cmds, pre=_clear(cfg),
+                            run_deadline=200_000)
+    tr.stop()
+    dut._log.info(f"{stats['sent']} commands, {stats['runs_ok']} runs, {tr.cycles} cycles")
+    assert stats["runs_ok"] == runs and stats["runs_rejected"] == 0 and stats["rejected"] == 0, \
+        stats

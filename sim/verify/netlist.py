@@ -11,6 +11,13 @@ coverage, and :func:`dead_bits` finds both, per module, for signals that are not
 * **constant**: bits of a signal assigned once, by ``assign``, from a constant or from a
   concatenation whose parts include constants (``{ 8'h00, s5_base, 23'h000000 }``).
 
+For line (branch) coverage, :func:`dead_arm` finds the arms of ``if`` statements whose
+condition is constant: a literal (``if (1'h1)``) or a one-bit signal of the module whose only
+driver is ``assign name = 1'h1;`` (or ``1'h0``). A pipeline built for a consumer that is always
+ready has its stage enable tied that way (``assign add_en = 1'h1;`` in an FP32 unit whose
+``o.ready`` is constant inside the core), and Verilator still counts the arm the enable never
+selects.
+
 A read is any occurrence of the name outside the left-hand side of an assignment (and
 outside the ``.port(`` name of an instance's connection; the connected expression counts as
 read even when the port is an output); a read
@@ -23,7 +30,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-__all__ = ["dead_bits", "declarations", "split_modules"]
+__all__ = ["dead_bits", "dead_arm", "constant_signals", "declarations", "split_modules"]
 
 _NAME = r"(?:\\\S+\s|[A-Za-z_][A-Za-z0-9_$]*)"
 _DECL_RE = re.compile(r"^\s*(input|output|inout|wire|reg)\s+(?:signed\s+)?(?:\[(\d+):(\d+)\]\s*)?"
@@ -152,3 +159,45 @@ def dead_bits(lines: list[str]) -> dict[str, dict[str, set[int]]]:
             if bits:
                 constant[name] = {b for b in bits if b < width} - missing
     return {"unread": unread, "constant": {k: v for k, v in constant.items() if v}}
+
+
+_IF_RE = re.compile(rf"^\s*(?:end\s+else\s+)?if\s*\(\s*({_NAME}|1'h[01])\s*\)\s*begin\s*$")
+
+
+def constant_signals(lines: list[str]) -> dict[str, int]:
+    """``{name: value}`` of one module's one-bit non-port signals whose only driver is one
+    ``assign name = 1'hV;``."""
+    decl, ports, decl_lines = declarations(lines)
+    drivers: dict[str, int] = defaultdict(int)
+    value: dict[str, int] = {}
+    for i, line in enumerate(lines):
+        if i in decl_lines or _MODULE_RE.match(line):
+            continue
+        lhs = _LHS_RE.match(line)
+        if not lhs:
+            continue
+        name = _clean(lhs.group(1))
+        drivers[name] += 1
+        rhs = line[lhs.end():].strip().rstrip(";").strip()
+        if line.lstrip().startswith("assign") and rhs in ("1'h0", "1'h1"):
+            value[name] = int(rhs[-1])
+    return {n: v for n, v in value.items()
+            if drivers[n] == 1 and n not in ports and decl.get(n) == (0, 0)}
+
+
+def dead_arm(line: str, constants: dict[str, int]) -> str | None:
+    """The arm of ``line`` (one line of a module) that can never be taken, as Verilator names
+    its branch points, if ``line`` opens an ``if`` with a constant condition (a literal, or a
+    signal of ``constants`` = :func:`constant_signals` of the module): ``"else"`` when the
+    condition is always 1, ``"if"`` (``"elsif"`` after ``end else``) when it is always 0;
+    otherwise ``None``."""
+    m = _IF_RE.match(line)
+    if not m:
+        return None
+    cond = m.group(1)
+    v = int(cond[-1]) if cond in ("1'h0", "1'h1") else constants.get(_clean(cond))
+    if v is None:
+        return None
+    if v:
+        return "else"
+    return "elsif" if re.match(r"^\s*end\s+else", line) else "if"

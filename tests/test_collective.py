@@ -224,13 +224,38 @@ def test_bfp_bad_commands():
     cmds = [command(base=0, length=2 * G, seg=G, width=3, **bfp),           # odd width
             command(base=0, length=2 * G, seg=G, width=10, **bfp),          # too wide
             command(base=0, length=2 * G, seg=G, width=0, **bfp),
-            command(base=0, length=2 * G - 1, seg=G, width=4, **bfp),       # ragged length
-            command(base=0, length=2 * G, seg=G + 1, width=4, **bfp),       # ragged segment
+            command(base=0, length=0, seg=G, width=4, **bfp),               # empty
+            command(base=0, length=2 * G, seg=G - 1, width=4, **bfp),       # seg * N < length
             command(base=0, length=2 * G, seg=G, width=3, timeout=100)]     # no BFP: width free
     run = _check(_ring(N), _images(6, N), cmds)
     assert [g[0]["status"] for g in run.responses] == [
         CollStatus.BAD_COMP, CollStatus.BAD_COMP, CollStatus.BAD_COMP, CollStatus.BAD_LEN,
         CollStatus.BAD_SEG, CollStatus.OK]
+
+
+@pytest.mark.parametrize("N", [2, 3])
+def test_bfp_ragged_lengths_and_segments(N):
+    """BFP with a length and segments that are not whole groups (docs/multicore.md): each
+    segment crosses the link padded with +0 to whole groups and the padding is dropped on
+    receive. Bit-exact with the model under random stalls (every word, status and the flits
+    of the formula: ceil(n / G) groups per segment), the same result on every rank, and the
+    words just past the vector untouched on every rank."""
+    G = BFP.group_size
+    # (base, length, seg): ragged segments (N = 2: 5 and 4 words; N = 3: three of 3); a
+    # vector short of two groups (4 and 3; 3, 3 and 1); one segment of G + 1, the rest empty
+    regions = [(0, 2 * G + 1, -(-(2 * G + 1) // N)), (10, 2 * G - 1, -(-(2 * G - 1) // N)),
+               (18, G + 1, G + 1)]
+    cmds = [command(base=b, length=n, seg=sg, timeout=300, comp=CollComp.BFP, width=w)
+            for (b, n, sg), w in zip(regions, (4, 8, 2))]
+    images = _images(80 + N, N)
+    images[1][12] = 0x7FC00000             # a NaN group whose padding is dropped
+    run = _check(_ring(N, width=8, latency=1, fifo_depth=3), images, cmds, stall_prob=0.3,
+                 seed=N)
+    assert all(g["status"] == CollStatus.OK for resp in run.responses for g in resp)
+    for b, n, _ in regions:
+        assert _region_equal(run, b, n)
+        for r in range(N):
+            assert run.memories[r][b + n] == images[r][b + n], (r, b + n)
 
 
 def test_engine_rejects_wrong_configs():

@@ -112,7 +112,10 @@ def _same(hist, k1, k2):
 
 
 @pytest.mark.parametrize("ranks,compression,layers", [
-    (2, "none", LAYERS), (4, "none", LAYERS), (2, "bfp", BFP_LAYERS), (4, "bfp", BFP_LAYERS)])
+    (2, "none", LAYERS), (4, "none", LAYERS), (2, "bfp", BFP_LAYERS), (4, "bfp", BFP_LAYERS),
+    # BFP with layer blocks that are not whole groups (204 and 52 words): the engine pads
+    # each segment's last group on the link
+    (2, "bfp", LAYERS), (4, "bfp", LAYERS)])
 def test_per_layer_engine_equals_host(ranks, compression, layers):
     """The per-layer program on MultiCoreModel == the host doing the same per-layer ring
     all-reduces between a backward and an optimizer program, bit for bit (losses, status,
@@ -304,13 +307,11 @@ def test_per_layer_errors():
     with pytest.raises(ValueError, match="micro_batches = 1"):
         DataParallel(MLP(layers=LAYERS, batch=16, micro_batches=2), CoreConfig.preset("tiny"),
                      2, per_layer=True)
-    # BFP: every layer block whole groups (tiny digits: layer 1 is 195 lines = 780 words)
+    # BFP layer blocks need not be whole groups (tiny digits: layer 1 is 195 lines = 780
+    # words): the program passes the check
     dig = compile_mlp(DIGITS, _cfg(4))
-    with pytest.raises(ValueError, match="layer 1's gradient block .* 780 words"):
-        dig.dataparallel_program(comp=1, per_layer=True)
-    with pytest.raises(ValueError, match="layer 0's gradient block"):
-        DataParallel(MLP(layers=LAYERS, batch=8), CoreConfig.preset("tiny"), 2,
-                     compression="bfp", per_layer=True, engine=True)
+    assert len(dig.dataparallel_program(comp=1, per_layer=True)) == \
+        len(dig.dataparallel_program(comp=0, per_layer=True))
     assert len(compile_mlp(DIGITS, _cfg(4, "default")).dataparallel_program(
         comp=1, per_layer=True)) == 15
     with pytest.raises(ValueError, match="topk"):

@@ -238,14 +238,10 @@ class Decoder(wiring.Component):
                 m.d.comb += bad_shape.eq(lp.count == 0)
             if coll is not None:         # hdl.core.isa.check_allreduce
                 with m.Case(Op.ALLREDUCE):
-                    G = coll.bfp.group_size
                     bfp = ar.comp == 1
                     width_ok = Cat(*[ar.width == w for w in coll.bfp.widths]).any()
                     words = Signal(16 + lg + 1, name="ar_words")
-                    seg_words = Signal(16 + lg + 1, name="ar_seg_words")
-                    m.d.comb += [words.eq(ar.lines * S), seg_words.eq(ar.seg * S)]
-                    gl = (G - 1).bit_length()
-                    ragged = (words[:gl] != 0) | (seg_words[:gl] != 0) if gl else 0
+                    m.d.comb += words.eq(ar.lines * S)
                     bad_timeout = (ar.timeout == 0) | (ar.timeout >= (1 << coll.timeout_bits))
                     with m.If(ar.comp == 2):
                         # top-k (hdl.core.isa.check_allreduce): seg and width unchecked
@@ -270,7 +266,7 @@ class Decoder(wiring.Component):
                     with m.Else():
                         m.d.comb += [
                             bad_field.eq((ar.comp > 1) | (bfp & ~width_ok) | bad_timeout
-                                         | (ar.seg * coll.ranks < ar.lines) | (bfp & ragged)),
+                                         | (ar.seg * coll.ranks < ar.lines)),
                             bad_shape.eq((ar.lines == 0) | (ar.seg == 0)
                                          | (words > coll.depth)),
                         ]

@@ -412,8 +412,8 @@ def check_allreduce(f: dict, *, S: int, collective) -> int:
     """:class:`Status` of an ``ALLREDUCE``'s fields on a core whose collective engine has
     config ``collective`` (:class:`hdl.multi.config.CollectiveConfig`, ``None``: the core has
     none, ``ERR_OPCODE``). ``ERR_FIELD`` (tested first): ``comp > 1``; BFP with a ``width``
-    not in ``bfp.widths``; ``timeout == 0``; ``seg * ranks < lines``; BFP with ``lines * S``
-    or ``seg * S`` not a multiple of the group size. ``ERR_SHAPE``: ``lines == 0``,
+    not in ``bfp.widths``; ``timeout == 0``; ``seg * ranks < lines`` (BFP segments need not
+    be whole groups: the engine pads them on the link). ``ERR_SHAPE``: ``lines == 0``,
     ``seg == 0`` or ``lines * S`` past the engine's ``depth`` words. The engine then never
     answers ``BAD_*`` (each of its checks is one of these).
 
@@ -434,12 +434,10 @@ def check_allreduce(f: dict, *, S: int, collective) -> int:
                 or f["glines"] * S < collective.ranks * tk.message_words(f["lines"] * S)):
             return Status.ERR_SHAPE
         return Status.OK
-    G = collective.bfp.group_size
     bfp = f["comp"] == 1
     if (f["comp"] > 2 or (bfp and f["width"] not in collective.bfp.widths)
             or f["timeout"] == 0 or f["timeout"] >= 1 << collective.timeout_bits
-            or f["seg"] * collective.ranks < f["lines"]
-            or (bfp and ((f["lines"] * S) % G or (f["seg"] * S) % G))):
+            or f["seg"] * collective.ranks < f["lines"]):
         return Status.ERR_FIELD
     if f["lines"] == 0 or f["seg"] == 0 or f["lines"] * S > collective.depth:
         return Status.ERR_SHAPE

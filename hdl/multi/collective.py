@@ -18,9 +18,12 @@ possibly empty). Step ``t = 0 .. 2N - 3`` sends segment ``(r - t) mod N`` and re
 * all-gather (``t >= N - 1``): every received word overwrites the local word.
 
 With ``comp = CollComp.BFP`` the words cross the links as BFP groups (the link codecs of
-:mod:`hdl.multi.codec`, driven by ``mode``), so what a rank receives is the decoded group;
-``length`` and ``seg`` must then be multiples of the group size (groups never straddle a
-segment) and one more step follows, a local one (``t = 2N - 2``): each rank sends its own
+:mod:`hdl.multi.codec`, driven by ``mode``), so what a rank receives is the decoded group.
+Groups never straddle a segment: a segment whose length is not a multiple of the group size
+``G`` is sent with ``+0`` words after its last word up to a whole group (the engine makes
+them, reading no memory), and the receiver drops the words past the segment's end (the
+padding decodes to zeros, or to NaNs in a NaN group; either way it is never written), so
+``length`` and ``seg`` are free. One more step follows, a local one (``t = 2N - 2``): each rank sends its own
 segment ``(r + 1) mod N`` through its own codecs, looped back (``loop``, see
 :class:`~hdl.multi.endpoint.LinkEndpoint`), and writes what they decode. The owner too ends
 with the decoded value its neighbours received, so all ranks agree bit for bit, and no link
@@ -71,7 +74,7 @@ Golden model: :mod:`sim.model.collective` (:func:`sim.model.compress.topk_ring` 
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -230,27 +233,39 @@ class CollectiveEngine(wiring.Component):
         cycles = Signal(CYCLE_BITS, name="cycles")
         idle_cnt = Signal(cfg.timeout_bits, name="idle_cnt")
 
-        # per-step segment geometry
+        # per-step segment geometry; with BFP a segment crosses the link padded with +0 to
+        # whole groups (``*_plen``), and only its ``*_len`` words are read and written
         send_base = Signal(ab, name="send_base")
         send_len = Signal(lb, name="send_len")
         recv_base = Signal(ab, name="recv_base")
         recv_len = Signal(lb, name="recv_len")
+        send_plen = Signal(lb + 1, name="send_plen")
+        recv_plen = Signal(lb + 1, name="recv_plen")
+        G = cfg.bfp.group_size
 
-        def geometry(idx, start_sig, len_sig):
+        def padded(n):
+            """``n`` rounded up to whole groups while the codecs run BFP, else ``n``."""
+            up = Signal(lb + 1, name=f"{n.name}_up")
+            gb = G.bit_length() - 1                  # G is a power of two
+            m.d.comb += up.eq(Cat(Const(0, gb), (n + (G - 1))[gb:]) if gb else n)
+            return Mux(self.mode.comp, up, n)
+
+        def geometry(idx, start_sig, len_sig, plen_sig):
             start = Signal(lb + (N - 1).bit_length(), name=f"{start_sig.name}_off")
             rest = Signal(lb + 1, name=f"{len_sig.name}_rest")
-            m.d.comb += [start.eq(seg * idx), rest.eq(length - start)]
-            return [start_sig.eq(base + start),
-                    len_sig.eq(Mux(start >= length, 0, Mux(rest < seg, rest, seg)))]
+            n = Signal(lb, name=f"{len_sig.name}_next")
+            m.d.comb += [start.eq(seg * idx), rest.eq(length - start),
+                         n.eq(Mux(start >= length, 0, Mux(rest < seg, rest, seg)))]
+            return [start_sig.eq(base + start), len_sig.eq(n), plen_sig.eq(padded(n))]
 
         def dec(idx):
             return Mux(idx == 0, N - 1, idx - 1)
 
         # ---- per-step counters -------------------------------------------------------------
-        tx_issued = Signal(lb, name="tx_issued")    # reads issued for tx
-        tx_sent = Signal(lb, name="tx_sent")        # tx beats
+        tx_issued = Signal(lb + 1, name="tx_issued")    # reads (or padding words) issued for tx
+        tx_sent = Signal(lb + 1, name="tx_sent")        # tx beats
         tx_occ = Signal(range(cfg.tx_fifo_depth + 1), name="tx_occ")   # issued, not yet sent
-        rx_got = Signal(lb, name="rx_got")          # rx beats accepted
+        rx_got = Signal(lb + 1, name="rx_got")          # rx beats accepted
         rx_done = Signal(lb, name="rx_done")        # received words written
 
         running = Signal(name="running")
@@ -281,25 +296,31 @@ class CollectiveEngine(wiring.Component):
         prio_rx = Signal(name="prio_rx")            # alternates every cycle
         m.d.sync += prio_rx.eq(~prio_rx)
         tx_req = Signal(name="tx_req")
-        m.d.comb += tx_req.eq(running & (tx_issued != send_len)
+        m.d.comb += tx_req.eq(running & (tx_issued != send_plen)
                               & (tx_occ != cfg.tx_fifo_depth))
         rx_room = Signal(name="rx_room")
-        m.d.comb += rx_room.eq(running & (rx_got != recv_len))
+        m.d.comb += rx_room.eq(running & (rx_got != recv_plen))
         m.d.comb += rx_ready.eq(rx_room & (~reduce | ~tx_req | prio_rx))
         tx_read = Signal(name="tx_read")
         m.d.comb += tx_read.eq(tx_req & ~(rx_fire & reduce))
+        tx_pad = Signal(name="tx_pad")              # the word issued is padding (+0)
+        m.d.comb += tx_pad.eq(tx_issued >= send_len)
+        rx_real = Signal(name="rx_real")            # the word received is not padding
+        m.d.comb += rx_real.eq(rx_got < recv_len)
         rx_read = Signal(name="rx_read")
-        m.d.comb += rx_read.eq(rx_fire & reduce)
+        m.d.comb += rx_read.eq(rx_fire & reduce & rx_real)
 
         m.d.comb += [
-            port.r_en.eq(tx_read | rx_read),
+            port.r_en.eq((tx_read & ~tx_pad) | rx_read),
             port.r_addr.eq(Mux(rx_read, recv_base + rx_got, send_base + tx_issued)),
         ]
 
         # tx: read data one cycle later into the FIFO
         tx_rd_pending = Signal(name="tx_rd_pending")
-        m.d.sync += tx_rd_pending.eq(tx_read)
-        m.d.comb += [txq.w_en.eq(tx_rd_pending & running), txq.w_data.eq(port.r_data),
+        tx_pad_pending = Signal(name="tx_pad_pending")
+        m.d.sync += [tx_rd_pending.eq(tx_read), tx_pad_pending.eq(tx_pad)]
+        m.d.comb += [txq.w_en.eq(tx_rd_pending & running),
+                     txq.w_data.eq(Mux(tx_pad_pending, 0, port.r_data)),
                      tx_valid.eq(txq.r_rdy & running), self.tx.payload.eq(txq.r_data),
                      # while idle the FIFO is emptied (left over from an aborted run)
                      txq.r_en.eq(Mux(running, tx_ready, 1))]
@@ -326,7 +347,7 @@ class CollectiveEngine(wiring.Component):
         add_write = Signal(name="add_write")
         m.d.comb += add_write.eq(wv & running)
         ag_write = Signal(name="ag_write")
-        m.d.comb += ag_write.eq(rx_fire & ~reduce)
+        m.d.comb += ag_write.eq(rx_fire & ~reduce & rx_real)
         m.d.comb += [
             port.w_en.eq(add_write | ag_write),
             port.w_addr.eq(Mux(add_write, wa, recv_base + rx_got)),
@@ -360,7 +381,6 @@ class CollectiveEngine(wiring.Component):
         p2p_bad_len = Signal(name="cmd_p2p_bad_len")
         m.d.comb += p2p_bad_len.eq(((cmd.length == 0) & (cmd.rlength == 0)) | (end > cfg.depth)
                                    | (rend > cfg.depth) | overlap)
-        G = cfg.bfp.group_size
         bfp = Signal(name="cmd_bfp")
         m.d.comb += bfp.eq(cmd.comp == CollComp.BFP)
         width_ok = Signal(name="cmd_width_ok")
@@ -368,11 +388,6 @@ class CollectiveEngine(wiring.Component):
         with m.Switch(cmd.width):
             with m.Case(*cfg.bfp.widths):
                 m.d.comb += width_ok.eq(1)
-        # BFP groups never straddle a segment: length and seg are multiples of G
-        ragged_len = Signal(name="cmd_ragged_len")
-        ragged_seg = Signal(name="cmd_ragged_seg")
-        m.d.comb += [ragged_len.eq(bfp & (cmd.length[:G.bit_length() - 1] != 0)),
-                     ragged_seg.eq(bfp & (cmd.seg[:G.bit_length() - 1] != 0))]
         # top-k: message words M of the command's length, and the checks of its 3 regions
         is_topk = Signal(name="cmd_topk")
         m.d.comb += is_topk.eq(~is_p2p & (cmd.comp == CollComp.TOPK))
@@ -424,11 +439,11 @@ class CollectiveEngine(wiring.Component):
                         m.next = "RESP"
                     with m.Elif(Mux(is_p2p, p2p_bad_len,
                                     Mux(is_topk, tk_bad_len,
-                                        (cmd.length == 0) | (end > cfg.depth) | ragged_len))):
+                                        (cmd.length == 0) | (end > cfg.depth)))):
                         m.d.sync += rsp.status.eq(CollStatus.BAD_LEN)
                         m.next = "RESP"
                     with m.Elif(~is_p2p & ~is_topk
-                                & ((cmd.seg == 0) | (cmd.seg * N < cmd.length) | ragged_seg)):
+                                & ((cmd.seg == 0) | (cmd.seg * N < cmd.length))):
                         m.d.sync += rsp.status.eq(CollStatus.BAD_SEG)
                         m.next = "RESP"
                     with m.Elif(cmd.timeout == 0):
@@ -483,12 +498,14 @@ class CollectiveEngine(wiring.Component):
                     m.d.sync += idle_cnt.eq(idle_cnt + 1)
             with m.State("SETUP"):
                 m.d.comb += self.busy.eq(1)
-                geo = (geometry(send_idx, send_base, send_len)
-                       + geometry(recv_idx, recv_base, recv_len))
+                geo = (geometry(send_idx, send_base, send_len, send_plen)
+                       + geometry(recv_idx, recv_base, recv_len, recv_plen))
                 with m.If(p2p):
-                    # SENDRECV: the command's two regions instead of segments
-                    m.d.sync += [send_base.eq(base), send_len.eq(length),
-                                 recv_base.eq(rbase), recv_len.eq(rlength)]
+                    # SENDRECV: the command's two regions instead of segments (FP32: no
+                    # padding)
+                    m.d.sync += [send_base.eq(base), send_len.eq(length), send_plen.eq(length),
+                                 recv_base.eq(rbase), recv_len.eq(rlength),
+                                 recv_plen.eq(rlength)]
                 with m.Else():
                     m.d.sync += geo
                 m.d.sync += [tx_issued.eq(0), tx_sent.eq(0), rx_got.eq(0), rx_done.eq(0),
@@ -496,7 +513,8 @@ class CollectiveEngine(wiring.Component):
                 m.next = "RUN"
             with m.State("RUN"):
                 m.d.comb += self.busy.eq(1)
-                with m.If((tx_sent == send_len) & (rx_done == recv_len) & running):
+                with m.If((tx_sent == send_plen) & (rx_got == recv_plen) & (rx_done == recv_len)
+                          & running):
                     m.d.sync += [running.eq(0), step.eq(step + 1), send_idx.eq(dec(send_idx)),
                                  recv_idx.eq(dec(recv_idx)),
                                  reduce.eq((step + 1 < cfg.ranks - 1) & ~tk_on)]

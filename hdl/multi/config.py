@@ -76,12 +76,11 @@ class CollStatus:
     OK = 0
     TIMEOUT = 1       #: no link beat and no memory write for ``timeout`` cycles: aborted
     BAD_OP = 2        #: unknown opcode
-    #: ``length == 0`` or ``base + length > depth`` (with ``BFP`` also ``length`` not a
-    #: multiple of the group size); ``SENDRECV``: ``length == rlength == 0``, a region past
-    #: ``depth``, or the send and receive regions overlap
+    #: ``length == 0`` or ``base + length > depth`` (with ``BFP`` any length: a segment
+    #: that is not whole groups is padded on the link); ``SENDRECV``: ``length == rlength ==
+    #: 0``, a region past ``depth``, or the send and receive regions overlap
     BAD_LEN = 3
-    #: ``seg == 0`` or ``seg * ranks < length`` (with ``BFP`` also ``seg`` not a multiple of
-    #: the group size); never for ``SENDRECV``
+    #: ``seg == 0`` or ``seg * ranks < length``; never for ``SENDRECV``
     BAD_SEG = 4
     BAD_TIMEOUT = 5   #: ``timeout == 0``
     #: ``comp`` unknown, or ``BFP`` with a ``width`` the converter does not have

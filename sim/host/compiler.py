@@ -1201,10 +1201,9 @@ class Compiled:
         Raises ``ValueError`` for a config with ``ranks < 2``, a step compiled with a one-pass
         ``OPT`` (compile with ``one_pass=False``: the two-pass ``OPT`` tests the all-reduced
         gradients, so a poisoned or non-finite sum skips on every core; a one-pass ``OPT``
-        would decide from its own core's flags only), ``per_layer`` with ``micro_batches > 1``
-        or (BFP) a layer block that is not whole groups (naming the layer), a program longer
-        than ``prog_depth``, or fields the program check rejects (e.g. a BFP gradient region
-        that is not whole groups)."""
+        would decide from its own core's flags only), ``per_layer`` with ``micro_batches > 1``,
+        a program longer than ``prog_depth``, or fields the program check rejects. A BFP
+        gradient block need not be whole groups: the engine pads each segment on the link."""
         cfg = self.config
         S = cfg.size
         if cfg.ranks < 2:
@@ -1241,13 +1240,6 @@ class Compiled:
                                  f"LOOP accumulates the gradients until its last iteration "
                                  f"(use per_layer=False: one ALLREDUCE after the ENDLOOP)")
             blocks = self.grad_blocks()
-            if G:
-                for l, bl in enumerate(blocks):
-                    for s, n in bl:
-                        if (n * S) % G:
-                            raise ValueError(
-                                f"per_layer with BFP links: layer {l}'s gradient block ({n} "
-                                f"lines = {n * S} words) is not whole groups of {G} words")
             after = {l: self._last_write(bl, pc) for l, bl in enumerate(blocks)}
             order = sorted(after, key=lambda l: (after[l], -l))
             ins = {}

@@ -153,7 +153,9 @@ class DataParallel:
         if engine:
             config = dataclasses.replace(config, ranks=ranks)
         split = per_layer if split_grads is None else bool(split_grads)
-        # BFP links: the gradient region in whole groups (zero padding lines at its end)
+        # BFP links: the gradient region in whole groups (zero padding lines at its end), so
+        # no segment ends in a padded group (the engine would pad one; per-layer blocks are
+        # not padded and may end in one)
         G0 = CollectiveConfig(ranks=max(2, ranks)).bfp.group_size
         align = max(1, G0 // config.size) if compression == "bfp" and not per_layer else 1
         try:
@@ -183,21 +185,13 @@ class DataParallel:
                                                             self.topk.seg if self.topk else 2),
                                      topk=self.topk if engine else None)
         G = self.coll.bfp.group_size
-        if compression == "bfp":
-            if width not in self.coll.bfp.widths:
-                raise ValueError(f"width must be one of {self.coll.bfp.widths}, not {width!r}")
-            if self.length % G:
-                raise ValueError(f"BFP links need the gradient region ({self.length} words) to "
-                                 f"be a multiple of the group size {G}")
+        if compression == "bfp" and width not in self.coll.bfp.widths:
+            raise ValueError(f"width must be one of {self.coll.bfp.widths}, not {width!r}")
         Gs = G if compression == "bfp" else None
         if per_layer:
             blocks = []
             for l, bl in enumerate(self.compiled.grad_blocks()):
                 for s, n in bl:
-                    if Gs and (n * S) % G:
-                        raise ValueError(
-                            f"per_layer with BFP links: layer {l}'s gradient block ({n} lines "
-                            f"= {n * S} words) is not whole groups of {G} words")
                     blocks.append(((s - line) * S, n * S,
                                    S * allreduce_seg_lines(n, ranks, S, Gs)))
         else:

@@ -94,7 +94,6 @@ def validate(config: CollectiveConfig, *, op: int, base: int, length: int, seg: 
     ``[base, +length)``, the residual ``[rbase, +length)`` and the gather buffer
     ``[gbase, +N * TopK.message_words(length))``."""
     cfg = _check_config(config)
-    G = cfg.bfp.group_size
     bfp = comp == CollComp.BFP
     if comp not in CollComp.ALL:
         return CollStatus.BAD_COMP if op in CollOp.ALL else CollStatus.BAD_OP
@@ -122,9 +121,9 @@ def validate(config: CollectiveConfig, *, op: int, base: int, length: int, seg: 
                 or _overlap(base, length, gbase, glen) or _overlap(rbase, length, gbase, glen)):
             return CollStatus.BAD_LEN
         return CollStatus.BAD_TIMEOUT if timeout == 0 else CollStatus.OK
-    if length == 0 or base + length > cfg.depth or (bfp and length % G):
+    if length == 0 or base + length > cfg.depth:
         return CollStatus.BAD_LEN
-    if seg == 0 or seg * cfg.ranks < length or (bfp and seg % G):
+    if seg == 0 or seg * cfg.ranks < length:
         return CollStatus.BAD_SEG
     if timeout == 0:
         return CollStatus.BAD_TIMEOUT
@@ -139,16 +138,20 @@ def add_f32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def bfp_link(words: np.ndarray, config: BFPConfig, width: int) -> tuple[np.ndarray, int]:
-    """What a BFP-compressed link delivers for ``words`` (uint32, a multiple of
-    ``group_size``), and the flags of the sent groups (bit 0 a NaN, bit 1 an infinity).
-    A group holding a NaN or an infinity crosses as a NaN group: it arrives as
-    ``group_size`` canonical NaNs (:func:`hdl.multi.config.nan_group_exp`)."""
-    g = quantize(bits_to_f32(words), config, width=width, rounding=ROUND_NEAREST)
+    """What a BFP-compressed link delivers for ``words`` (uint32, one segment), and the flags
+    of the sent groups (bit 0 a NaN, bit 1 an infinity). The segment is sent padded with
+    ``+0`` words to whole groups of ``group_size`` and the receiver keeps its first
+    ``len(words)`` words. A group holding a NaN or an infinity crosses as a NaN group: it
+    arrives as ``group_size`` canonical NaNs (:func:`hdl.multi.config.nan_group_exp`)."""
+    words = np.asarray(words, np.uint32)
+    n, G = len(words), config.group_size
+    padded = np.concatenate([words, np.zeros(-n % G, np.uint32)])
+    g = quantize(bits_to_f32(padded), config, width=width, rounding=ROUND_NEAREST)
     flags = int(np.any(g.invalid)) | (int(np.any(g.overflow)) << 1)
     out = dequantize(g, config, width=width).view(np.uint32).copy()
-    bad = np.repeat(np.asarray(g.invalid | g.overflow, bool).reshape(-1), config.group_size)
+    bad = np.repeat(np.asarray(g.invalid | g.overflow, bool).reshape(-1), G)
     out[bad] = QNAN
-    return out, flags
+    return out[:n], flags
 
 
 def ring_allreduce(vectors, seg: int, *, comp: int = CollComp.NONE,
@@ -196,19 +199,20 @@ def link_flits(config: CollectiveConfig, flit_bits: int, *, length: int, seg: in
                comp: int = CollComp.NONE, width: int = 0) -> list[int]:
     """Flits of ``flit_bits`` that one accepted all-reduce puts on each link (link ``r``
     leaves rank ``r``): ``32 / flit_bits`` per word, or :func:`flits_per_group` per BFP
-    group; the local step puts none."""
+    group (each segment padded to whole groups); the local step puts none."""
     N = config.ranks
     if comp == CollComp.TOPK:      # every rank's message crosses N - 1 links
         return [(N - 1) * config.topk.message_words(length) * (32 // flit_bits)] * N
     segs = segments(length, seg, N)
     out = []
     for r in range(N):
-        words = sum(segs[s][1] for s, rcv, _ in schedule(r, N, comp) if s != rcv)
-        if comp == CollComp.BFP:
-            out.append(words // config.bfp.group_size
+        sent = [segs[s][1] for s, rcv, _ in schedule(r, N, comp) if s != rcv]
+        if comp == CollComp.BFP:      # each segment padded to whole groups
+            G = config.bfp.group_size
+            out.append(sum(-(-n // G) for n in sent)
                        * flits_per_group(config.bfp, width, flit_bits))
         else:
-            out.append(words * (32 // flit_bits))
+            out.append(sum(sent) * (32 // flit_bits))
     return out
 
 

@@ -189,7 +189,8 @@ class TB:
 async def allreduce_random_backpressure(dut):
     """Random vectors (with specials), every link stalled at random 40 % of the cycles:
     bit-exact on every rank, exact flit counts, no overflow, plain and BFP-compressed (every
-    width; the specials make flagged groups); BAD_* commands change nothing."""
+    width; the specials make flagged groups; segments that are not whole groups); BAD_*
+    commands change nothing."""
     tb = TB(dut, seed=11, stall_prob=0.4)
     await tb.start()
     N, D = tb.N, tb.depth
@@ -202,6 +203,9 @@ async def allreduce_random_backpressure(dut):
         for w in tb.config.collective.bfp.widths:
             await tb.allreduce(base=4 * rep, length=G * 2 * N, seg=2 * G, timeout=300,
                                comp=CollComp.BFP, width=w)
+        # BFP segments that are not whole groups: padded on the link, padding dropped
+        await tb.allreduce(base=3 + rep, length=G * N + 3, seg=G + 2, timeout=300,
+                           comp=CollComp.BFP, width=2 + 2 * rep)
         await tb.allreduce(base=0, length=G, seg=G, timeout=300, comp=CollComp.BFP,
                            width=5)                                         # BAD_COMP
         await tb.allreduce(base=0, length=0, seg=1, timeout=300)            # BAD_LEN

@@ -237,3 +237,21 @@ def test_constant_conditions_and_their_dead_arms():
     for line in ("    if (expr) begin", "    if (ready) begin", "    if (twice) begin",
                  "    if (add_en && expr) begin", "    r <= add_en;"):
         assert dead_arm(line, const) is None, line
+
+
+def test_runs_are_stamped_with_the_commit_they_measured(tmp_path):
+    """A run's coverage file written during the tier gets the commit; an older one keeps its
+    stamp, and a variant measured by runs of two commits names both."""
+    import os
+    files = []
+    for run, variant in (("a", "blk-tiny"), ("b", "blk-tiny"), ("c", "other-tiny")):
+        (tmp_path / run).mkdir()
+        f = tmp_path / run / f"coverage-{variant}.dat"
+        f.write_text("# SystemC::Coverage-3\n")
+        files.append(f)
+    os.utime(files[0], (1000, 1000))
+    (tmp_path / "a" / cov.STAMP).write_text("old1234\n")
+    cov.stamp_runs(files, since=2000, commit="new5678")
+    assert cov.measured_at(files, "blk-tiny") == "new5678, old1234"
+    assert cov.measured_at(files, "other-tiny") == "new5678"
+    assert cov.measured_at(files, "none-tiny") == "unknown"

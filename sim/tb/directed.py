@@ -36,7 +36,7 @@ from hdl.core.host import HostOp
 from hdl.core.isa import PREC_ENTRY, Acc, Op, Rop, Vop, encode, stat_slots
 from sim.model import fp32 as f32
 from sim.model.core import adapt_raises
-from sim.tb.fuzz import HostModel
+from sim.tb.fuzz import HostModel, _line_int
 
 __all__ = ["directed_commands", "directed_depth", "intent", "DIRECTED_BANKS", "MODES"]
 
@@ -66,10 +66,6 @@ def directed_depth(config: CoreConfig) -> int:
                VECTOR_OUTPUTS * ROWS * -(-COLS // S))
 
 
-def _line_words(words, S):
-    return sum(int(w) << (32 * j) for j, w in enumerate(words))
-
-
 def _write_matrix(cmds, base, values, rows, cols, S):
     """WRITE commands of a ``rows x cols`` matrix of FP32 bit patterns (row-major; each row
     padded to whole lines with +0)."""
@@ -78,7 +74,7 @@ def _write_matrix(cmds, base, values, rows, cols, S):
     for r in range(rows):
         row = list(v[r]) + [0] * (cl * S - cols)
         for k in range(cl):
-            cmds.append((HostOp.WRITE, base + r * cl + k, _line_words(row[k * S:(k + 1) * S], S)))
+            cmds.append((HostOp.WRITE, base + r * cl + k, _line_int(row[k * S:(k + 1) * S])))
 
 
 def _prec(width_a, width_b, rounding):
@@ -196,8 +192,8 @@ def _vector_commands(cfg, rng):
     labels = [int(x) for x in rng.integers(0, COLS, ROWS)]
     labels[-1] = COLS + 3                                # a label past the classes
     for k in range(-(-ROWS // S)):
-        cmds.append((HostOp.WRITE, 5 * D + k, _line_words(
-            (labels[k * S:(k + 1) * S] + [0] * S)[:S], S)))
+        cmds.append((HostOp.WRITE, 5 * D + k, _line_int(
+            (labels[k * S:(k + 1) * S] + [0] * S)[:S])))
     out = iter(range(6 * D, 7 * D, lines))              # one output region per instruction
     small = iter(range(7 * D, 8 * D, -(-COLS // S)))    # vectors (one row) and losses
 

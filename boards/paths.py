@@ -1,0 +1,325 @@
+"""Longest register-to-register paths of a synthesized ECP5 netlist, from a simple delay model.
+
+``python -m boards.paths build/synth/<block>-<preset>/pnr/top.json`` reads the netlist that
+yosys ``synth_ecp5`` wrote for nextpnr and lists the slowest paths by an **estimate**, not a
+timing sign-off: every cell gets a fixed delay per arc (table :data:`CELL_DELAY_NS`, rounded
+from the ECP5 -6 figures nextpnr uses) and every net between two cells a fixed routing delay
+(:data:`NET_NS`; a carry chain's ``COUT -> CIN`` is dedicated and free). Its use is to name the
+path behind nextpnr's post-placement estimate when nextpnr cannot be asked (its ``--quiet`` log
+prints no critical path before routing, and routing a 94 %-full part takes hours): yosys names
+each cell after the net it drives, so the cells of a path spell out the Amaranth signals it
+crosses (``block.matmul.array.pe_0_0.fmac.step_sum_CCU2C_S1``).
+
+Paths start at flip-flop outputs, block-RAM read data (``DP16KD`` without output registers:
+clock to ``DO``) and top-level inputs; they end at flip-flop inputs (``DI``, ``CE``, ``LSR``),
+block-RAM and distributed-RAM write/address inputs, and top-level outputs. ``MULT18X18D``
+without registers is combinational.
+
+``python -m boards.paths --report`` (``make synth-paths``) estimates every netlist that
+``make synth`` left in ``build/synth/<block>-<preset>/`` (``netlist.json``, the block alone;
+else ``pnr/top.json``, the block in its harness) and writes ``docs/bench/paths.json`` and
+``docs/bench/paths.md``: each block's slowest estimated paths, beside its routed Fmax where
+``docs/bench/synth.json`` has one, so the ratio shows how far the estimate is from routing.
+Rows of the committed report whose netlist is not here are kept.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+__all__ = ["CELL_DELAY_NS", "NET_NS", "longest_paths", "report", "main"]
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "build" / "synth"
+BENCH = ROOT / "docs" / "bench"
+
+#: Routing delay of a net between two cells (ns): a mid value for a well-filled ECP5-85F.
+NET_NS = 0.9
+#: Per-type delays (ns): ``comb`` input to output, ``clk`` clock to output of a sequential
+#: start point, ``setup`` at a sequential end point.
+CELL_DELAY_NS = {
+    "LUT4": {"comb": 0.45},
+    "PFUMX": {"comb": 0.25},
+    "L6MUX21": {"comb": 0.25},
+    "CCU2C": {"comb": 0.45, "carry": 0.06},
+    "MULT18X18D": {"comb": 4.5},
+    "TRELLIS_DPR16X4": {"comb": 0.6, "setup": 0.2},
+    "TRELLIS_FF": {"clk": 0.4, "setup": 0.1},
+    "DP16KD": {"clk": 4.3, "setup": 0.2},
+}
+#: Cells with no path through them that matter here (I/O buffers, global reset).
+_IGNORED = {"TRELLIS_IO", "SGSR", "$scopeinfo", "DCCA", "VHI", "VLO"}
+
+
+def _short(name: str) -> str:
+    """The Amaranth signal a yosys cell name points at (``..._LUT4_Z_..`` suffixes cut)."""
+    return re.split(r"_(?:LUT4|CCU2C|PFUMX|L6MUX21|TRELLIS_FF|MULT18X18D|DP16KD|"
+                    r"TRELLIS_DPR16X4)_", name, maxsplit=1)[0]
+
+
+def longest_paths(netlist: dict, top: str = "top", count: int = 10) -> list[dict]:
+    """The ``count`` longest paths of distinct families (start signal, end block).
+
+    Parameters
+    ----------
+    netlist : dict
+        Yosys JSON (``write_json``) after ``synth_ecp5``.
+    top : str
+        Name of the top module in it.
+    count : int
+        How many paths.
+
+    Returns
+    -------
+    list of dict
+        ``{"delay_ns", "levels", "start", "end", "cells": [(cell, type, arrival_ns)]}``,
+        longest first.
+    """
+    if count < 1:
+        raise ValueError(f"count must be >= 1, not {count}")
+    try:
+        module = netlist["modules"][top]
+    except KeyError:
+        raise ValueError(f"top module {top!r} not in the netlist") from None
+    cells = module["cells"]
+    driver = {}                        # bit -> (cell, port)
+    sinks = defaultdict(list)          # bit -> [(cell, port)]
+    for name, c in cells.items():
+        if c["type"] in _IGNORED:
+            continue
+        for port, bits in c["connections"].items():
+            d = c["port_directions"].get(port)
+            for b in bits:
+                if not isinstance(b, int):
+                    continue           # constant
+                if d == "output":
+                    driver[b] = (name, port)
+                elif d == "input":
+                    sinks[b].append((name, port))
+
+    def is_comb(c):
+        t = c["type"]
+        return t in ("LUT4", "PFUMX", "L6MUX21", "CCU2C", "MULT18X18D") or (
+            t == "TRELLIS_DPR16X4")
+
+    # combinational graph on cells: arrival time at each comb cell's output
+    arrival, parent = {}, {}
+    for name, c in cells.items():
+        t = c["type"]
+        if t in ("TRELLIS_FF", "DP16KD"):
+            arrival[name] = CELL_DELAY_NS[t]["clk"]
+            parent[name] = None
+    # topological order over combinational cells
+    fanin = defaultdict(set)
+    for b, sl in sinks.items():
+        if b not in driver:
+            continue
+        src, sport = driver[b]
+        for dst, dport in sl:
+            c = cells[dst]
+            if not is_comb(c):
+                continue
+            if c["type"] == "TRELLIS_DPR16X4" and dport != "RAD":
+                continue               # write side is an end point
+            fanin[dst].add((src, sport, dport))
+    # comb cells driven only by top-level inputs or constants come first
+    order = [n for n, c in cells.items() if is_comb(c) and n not in fanin]
+    state = {}
+    for root in fanin:
+        if root in state:
+            continue
+        stack = [(root, iter(fanin[root]))]
+        state[root] = 1
+        while stack:
+            node, it = stack[-1]
+            for src, _, _ in it:
+                if src in fanin and src not in state:
+                    state[src] = 1
+                    stack.append((src, iter(fanin[src])))
+                    break
+            else:
+                stack.pop()
+                state[node] = 2
+                order.append(node)
+
+    def hop(src, sport, dst, dport):
+        if cells[dst]["type"] == "CCU2C" and dport == "CIN" and sport == "COUT":
+            return CELL_DELAY_NS["CCU2C"]["carry"] - CELL_DELAY_NS["CCU2C"]["comb"]
+        return NET_NS
+
+    for node in order:
+        t = cells[node]["type"]
+        best, arg = 0.0, None
+        for src, sport, dport in fanin[node]:
+            a = arrival.get(src, 0.0) + hop(src, sport, node, dport)
+            if a > best:
+                best, arg = a, src
+        arrival[node] = best + CELL_DELAY_NS[t]["comb"]
+        parent[node] = arg
+
+    # end points: inputs of sequential cells and the RAMs' write side
+    ends = []
+    for b, sl in sinks.items():
+        if b not in driver:
+            continue
+        src, sport = driver[b]
+        for dst, dport in sl:
+            c = cells[dst]
+            t = c["type"]
+            if t in ("TRELLIS_FF", "DP16KD") or (t == "TRELLIS_DPR16X4" and dport != "RAD"):
+                if t == "TRELLIS_FF" and dport == "CLK":
+                    continue
+                if t == "DP16KD" and dport.startswith("CLK"):
+                    continue
+                a = arrival.get(src, 0.0) + NET_NS + CELL_DELAY_NS[t]["setup"]
+                ends.append((a, src, dst, dport))
+    ends.sort(reverse=True)
+    out, seen = [], set()
+    for a, src, dst, dport in ends:
+        chain, n = [], src
+        while n is not None:
+            chain.append((n, cells[n]["type"], round(arrival[n], 2)))
+            n = parent.get(n)
+        chain.reverse()
+        # one path per family: the same start signal into the same block (a bus's bits, a
+        # memory's data bits, a register file's entries are one path each)
+        key = (_short(chain[0][0]), ".".join(_short(dst).split(".")[:3]))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append({"delay_ns": round(a, 2),
+                    "levels": sum(1 for _, t, _ in chain if t in ("LUT4", "PFUMX", "L6MUX21")),
+                    "start": chain[0][0], "end": f"{dst}.{dport}",
+                    "cells": chain})
+        if len(out) == count:
+            break
+    return out
+
+
+def _summary(path: dict) -> list[str]:
+    """The signals a path crosses, each once, in order, ending with the end point's."""
+    names = []
+    for cell in [c for c, _, _ in path["cells"]] + [path["end"].rsplit(".", 1)[0]]:
+        s = _short(cell)
+        if not names or names[-1] != s:
+            names.append(s)
+    return names
+
+
+def _netlist_of(work: Path) -> tuple[Path, str, str] | None:
+    """(netlist, top module, what it holds) of one ``build/synth`` directory, if any."""
+    block = work.name
+    own = work / "netlist.json"
+    if own.exists():
+        tops = json.loads(own.read_text())["modules"]
+        top = next((t for t in tops if t.startswith("tessera_")), None)
+        if top is not None:
+            return own, top, "block alone"
+    harness = work / "pnr" / "top.json"
+    if harness.exists():
+        return harness, "top", "block in the P&R harness"
+    return None
+
+
+def report(count: int = 5) -> list[dict]:
+    """Estimate every netlist under ``build/synth`` and write ``docs/bench/paths.{json,md}``."""
+    rows = {}
+    old = BENCH / "paths.json"
+    if old.exists():
+        for r in json.loads(old.read_text())["results"]:
+            rows[(r["block"], r["preset"])] = r
+    synth = {}
+    if (BENCH / "synth.json").exists():
+        for r in json.loads((BENCH / "synth.json").read_text())["results"]:
+            synth[(r["block"], r["preset"])] = r
+    for work in sorted(WORK.glob("*-*")):
+        found = _netlist_of(work)
+        if found is None:
+            continue
+        netlist, top, what = found
+        res = json.loads((work / "result.json").read_text()) if (
+            work / "result.json").exists() else {}
+        block, preset = res.get("block"), res.get("preset")
+        if block is None:           # no result yet: the directory is named <block>-<preset>
+            known = [k for k in synth if f"{k[0]}-{k[1]}" == work.name]
+            if not known:
+                continue
+            block, preset = known[0]
+        paths = longest_paths(json.loads(netlist.read_text()), top, count)
+        rows[(block, preset)] = {
+            "block": block, "preset": preset, "netlist": what,
+            "estimate_ns": paths[0]["delay_ns"],
+            "paths": [{"delay_ns": p["delay_ns"], "levels": p["levels"],
+                       "signals": _summary(p), "end": p["end"]} for p in paths]}
+    order = {(r["block"], r["preset"]): i for i, r in enumerate(synth.values())}
+    results = [rows[k] for k in sorted(rows, key=lambda k: (order.get(k, len(order)), k))]
+    for r in results:
+        fmax = synth.get((r["block"], r["preset"]), {}).get("fmax_mhz")
+        r["routed_fmax_mhz"] = fmax
+        r["routed_ns"] = round(1000 / fmax, 2) if fmax else None
+        r["routed_over_estimate"] = round(r["routed_ns"] / r["estimate_ns"], 2) if fmax else None
+    BENCH.mkdir(parents=True, exist_ok=True)
+    (BENCH / "paths.json").write_text(json.dumps(
+        {"model": {"net_ns": NET_NS, "cell_delay_ns": CELL_DELAY_NS}, "results": results},
+        indent=1) + "\n")
+    lines = ["# Slowest paths by estimate (ECP5, after synth_ecp5)", "",
+             "Regenerate with `make synth-paths` after `make synth` (boards/paths.py). "
+             "An estimate, not a timing sign-off: a fixed delay per cell arc and "
+             f"{NET_NS} ns per net (carry chains free), so it ranks paths and names the "
+             "signals they cross; where the block was also routed, *routed / estimate* "
+             "shows how far the estimate is from nextpnr's routed period.", "",
+             "| block | preset | netlist | estimate (ns) | routed Fmax (MHz) | routed / estimate |"
+             " slowest path: signals crossed |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        fmax = f"{r['routed_fmax_mhz']:.1f}" if r["routed_fmax_mhz"] else "n/a"
+        ratio = f"{r['routed_over_estimate']:.2f}" if r["routed_over_estimate"] else "n/a"
+        sig = " → ".join(f"`{s}`" for s in r["paths"][0]["signals"])
+        lines.append(f"| {r['block']} | {r['preset']} | {r['netlist']} | {r['estimate_ns']:.1f} "
+                     f"| {fmax} | {ratio} | {sig} |")
+    for r in results:
+        if len(r["paths"]) > 1:
+            lines += ["", f"## {r['block']} {r['preset']}: the {len(r['paths'])} slowest "
+                      "paths (one per start signal and end block)", ""]
+            for p in r["paths"]:
+                lines.append(f"- {p['delay_ns']:.1f} ns, {p['levels']} LUT/MUX levels: "
+                             + " → ".join(f"`{s}`" for s in p["signals"]))
+    (BENCH / "paths.md").write_text("\n".join(lines) + "\n")
+    return results
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("netlist", type=Path, nargs="?",
+                   help="yosys JSON after synth_ecp5 (netlist.json or pnr/top.json)")
+    p.add_argument("--report", action="store_true",
+                   help="estimate every netlist under build/synth, write docs/bench/paths.*")
+    p.add_argument("--top", default="top")
+    p.add_argument("--count", type=int, default=10)
+    p.add_argument("--json", type=Path, help="write the paths here")
+    args = p.parse_args(argv)
+    if args.report:
+        for r in report():
+            print(f"{r['block']}-{r['preset']}: {r['estimate_ns']:.1f} ns estimated")
+        print("wrote docs/bench/paths.json and docs/bench/paths.md")
+        return 0
+    if args.netlist is None:
+        p.error("give a netlist, or --report")
+    paths = longest_paths(json.loads(args.netlist.read_text()), args.top, args.count)
+    for i, path in enumerate(paths):
+        print(f"[{i}] {path['delay_ns']:.1f} ns estimated, {path['levels']} LUT/MUX levels, "
+              f"{len(path['cells'])} cells -> {path['end']}")
+        for s in _summary(path):
+            print(f"      {s}")
+    if args.json:
+        args.json.write_text(json.dumps({"net_ns": NET_NS, "cell_delay_ns": CELL_DELAY_NS,
+                                         "paths": paths}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

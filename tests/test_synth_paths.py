@@ -1,0 +1,76 @@
+"""boards/paths.py: the path estimate on hand-built netlists (no yosys needed)."""
+import pytest
+
+from boards.paths import CELL_DELAY_NS, NET_NS, longest_paths
+
+FF, LUT, CCU = CELL_DELAY_NS["TRELLIS_FF"], CELL_DELAY_NS["LUT4"], CELL_DELAY_NS["CCU2C"]
+
+
+def _cell(kind, **ports):
+    """A cell of ``kind``; ``ports`` maps port name to (direction, bit)."""
+    return {"type": kind, "port_directions": {p: d for p, (d, _) in ports.items()},
+            "connections": {p: [b] for p, (_, b) in ports.items()}}
+
+
+def _ff(d, q, clk=1):
+    return _cell("TRELLIS_FF", CLK=("input", clk), DI=("input", d), Q=("output", q))
+
+
+def _lut(a, z, b="0"):
+    return _cell("LUT4", A=("input", a), B=("input", b), Z=("output", z))
+
+
+def _netlist(cells):
+    return {"modules": {"top": {"cells": cells}}}
+
+
+def test_a_chain_of_luts_between_two_registers():
+    """q0 -> 3 LUTs -> d1: clock-to-out, 4 nets, 3 LUTs, setup."""
+    cells = {"r0": _ff(d=2, q=10), "a_LUT4_Z": _lut(10, 11), "b_LUT4_Z": _lut(11, 12),
+             "c_LUT4_Z": _lut(12, 13), "r1": _ff(d=13, q=14)}
+    (path,) = longest_paths(_netlist(cells), count=5)
+    assert path["delay_ns"] == pytest.approx(FF["clk"] + 4 * NET_NS + 3 * LUT["comb"]
+                                             + FF["setup"], abs=0.01)
+    assert path["levels"] == 3
+    assert [c for c, _, _ in path["cells"]] == ["r0", "a_LUT4_Z", "b_LUT4_Z", "c_LUT4_Z"]
+    assert path["end"] == "r1.DI"
+
+
+def test_the_longer_of_two_paths_comes_first_and_carry_chains_are_dedicated():
+    """Into r2: one LUT from r0, or r1 through two carry cells (COUT -> CIN has no net delay).
+    The carry path is longer (0.45 + 0.06 + net) than the single LUT (0.45)."""
+    cells = {
+        "r0": _ff(d=2, q=10), "r1": _ff(d=2, q=20),
+        "x_LUT4_Z": _lut(10, 11),
+        "c0_CCU2C_S0": _cell("CCU2C", A0=("input", 20), COUT=("output", 21),
+                             S0=("output", 22)),
+        "c1_CCU2C_S0": _cell("CCU2C", CIN=("input", 21), S0=("output", 23)),
+        "r2": _ff(d=11, q=30), "r3": _ff(d=23, q=31),
+    }
+    paths = longest_paths(_netlist(cells), count=5)
+    assert [p["end"] for p in paths] == ["r3.DI", "r2.DI"]
+    assert paths[0]["delay_ns"] == pytest.approx(
+        FF["clk"] + NET_NS + CCU["comb"] + CCU["carry"] + NET_NS + FF["setup"], abs=0.01)
+    assert paths[1]["delay_ns"] == pytest.approx(
+        FF["clk"] + 2 * NET_NS + LUT["comb"] + FF["setup"], abs=0.01)
+
+
+def test_one_path_per_family_and_count():
+    """Eight bits of one register into eight bits of another are one family."""
+    cells = {}
+    for i in range(8):
+        cells[f"src_TRELLIS_FF_Q_{i}"] = _ff(d=2, q=100 + i)
+        cells[f"sum_LUT4_Z_{i}"] = _lut(100 + i, 200 + i)
+        cells[f"dst_TRELLIS_FF_Q_{i}"] = _ff(d=200 + i, q=300 + i)
+    cells["other_TRELLIS_FF_Q"] = _ff(d=2, q=400)
+    cells["thing_TRELLIS_FF_Q"] = _ff(d=400, q=401)
+    paths = longest_paths(_netlist(cells), count=5)
+    assert len(paths) == 2
+    assert longest_paths(_netlist(cells), count=1)[0]["levels"] == 1
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="count"):
+        longest_paths(_netlist({}), count=0)
+    with pytest.raises(ValueError, match="top module 'nope'"):
+        longest_paths(_netlist({}), top="nope")

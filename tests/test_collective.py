@@ -12,7 +12,7 @@ from hdl.multi.collective import CollectiveEngine
 from hdl.multi.config import (CollComp, CollectiveConfig, CollOp, CollStatus, LinkConfig,
                               RingConfig)
 from hdl.multi.ring import CollectiveRing, WordMemory
-from sim.model.collective import CollectiveModel
+from sim.model.collective import CollectiveModel, bfp_allreduce_bound
 from sim.model.fp32 import f32_to_bits
 from sim.tb.amaranth_tb import ReusableSim
 from sim.tb.collective_tb import check_ring, command, disjoint_regions, run_ring
@@ -238,8 +238,9 @@ def test_bfp_ragged_lengths_and_segments(N):
     """BFP with a length and segments that are not whole groups (docs/multicore.md): each
     segment crosses the link padded with +0 to whole groups and the padding is dropped on
     receive. Bit-exact with the model under random stalls (every word, status and the flits
-    of the formula: ceil(n / G) groups per segment), the same result on every rank, and the
-    words just past the vector untouched on every rank."""
+    of the formula: ceil(n / G) groups per segment), the same result on every rank, the
+    words just past the vector untouched on every rank, and the results without the NaN
+    within :func:`~sim.model.collective.bfp_allreduce_bound` of the exact sum."""
     G = BFP.group_size
     # (base, length, seg): ragged segments (N = 2: 5 and 4 words; N = 3: three of 3); a
     # vector short of two groups (4 and 3; 3, 3 and 1); one segment of G + 1, the rest empty
@@ -252,10 +253,17 @@ def test_bfp_ragged_lengths_and_segments(N):
     run = _check(_ring(N, width=8, latency=1, fifo_depth=3), images, cmds, stall_prob=0.3,
                  seed=N)
     assert all(g["status"] == CollStatus.OK for resp in run.responses for g in resp)
-    for b, n, _ in regions:
+    for (b, n, sg), w in zip(regions, (4, 8, 2)):
         assert _region_equal(run, b, n)
         for r in range(N):
             assert run.memories[r][b + n] == images[r][b + n], (r, b + n)
+        if b <= 12 < b + n:
+            continue                       # the NaN's region
+        # the RTL's result is within the documented bound of the exact sum
+        ins = [img[b:b + n] for img in images]
+        exact = np.sum([v.view(np.float32).astype(np.float64) for v in ins], axis=0)
+        err = np.abs(run.memories[0][b:b + n].view(np.float32).astype(np.float64) - exact)
+        assert np.all(err <= bfp_allreduce_bound(ins, sg, (BFP, w))), (b, n)
 
 
 def test_engine_rejects_wrong_configs():

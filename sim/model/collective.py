@@ -39,7 +39,7 @@ from .bfp import ROUND_NEAREST, dequantize, quantize
 from .fp32 import QNAN, bits_to_f32, canon
 
 __all__ = ["segments", "schedule", "sum_order", "validate", "bfp_link", "ring_allreduce",
-           "link_flits", "add_f32", "ring_sendrecv", "sendrecv_flits", "sendrecv_link_flits",
+           "link_flits", "add_f32", "bfp_allreduce_bound", "ring_sendrecv", "sendrecv_flits", "sendrecv_link_flits",
            "CollectiveModel"]
 
 
@@ -193,6 +193,81 @@ def ring_allreduce(vectors, seg: int, *, comp: int = CollComp.NONE,
             assert len(incoming) == n
             mem[r][s0:s0 + n] = add_f32(incoming, mem[r][s0:s0 + n]) if reduce else incoming
     return mem
+
+
+def bfp_allreduce_bound(vectors, seg: int, bfp: tuple[BFPConfig, int]) -> np.ndarray:
+    """A bound on ``|result - exact sum|`` per element of a BFP-compressed ring all-reduce
+    (:func:`ring_allreduce` with ``comp = CollComp.BFP``), from the inputs alone.
+
+    Segment ``s`` is summed in :func:`sum_order`, ``x_0, .., x_{N-1}``: ``p_1 = x_0``; hop
+    ``k`` (``k = 1 .. N-1``) sends ``q_k = Q(p_k)`` over a link and the receiver adds
+    ``p_{k+1} = fl(q_k + x_k)``; the owner's ``p_N`` crosses the codecs once more (the
+    all-gather and the local step), ``result = Q(p_N)``. So, exactly,
+
+    ``result - sum(x) = sum_k (q_k - p_k) + sum_k (p_{k+1} - (q_k + x_k)) + (Q(p_N) - p_N)``:
+
+    * **quantization** ``|Q(p)_i - p_i| < ulp_g = 2**(e_g - (w-1))`` (``e_g`` the exponent of
+      the group's largest ``|p_i|``, so ``ulp_g <= 2**(1-w) * max_g |p_i|``): half an ulp by
+      round-to-nearest, but up to one ulp where the largest element rounds up to ``2**w`` and
+      is clamped to ``2**w - 1``; plus ``2**-149`` where the FP32 result of dequantizing is
+      subnormal and rounded;
+    * **addition** ``|fl(a + b) - (a + b)| <= 2**-24 |fl(a + b)|`` (round to nearest), plus
+      ``2**-149`` below the normal range;
+    * **forwarding** adds nothing: ``Q(Q(p)) = Q(p)`` (the largest element of ``Q(p)`` keeps
+      its exponent, ``2**e_g <= Q(p)_max < 2**(e_g+1)``, so the grid is the same), except where
+      dequantizing rounded below ``2**-149`` (at most ``2**-148`` per hop, added).
+
+    The bound follows ``P_k``, an upper bound on ``|p_k|`` per element
+    (``P_{k+1} = (P_k + D_k + |x_k|)(1 + 2**-24) + 2**-149``, ``D_k = 2**(1-w) max_g P_k +
+    2**-149``) in float64, rounded up by a relative ``1e-12``. It holds for finite inputs whose
+    partial sums stay finite; ``ValueError`` otherwise. The group layout is the engine's:
+    groups of ``group_size`` from each segment's start. For large ``N`` or ``w = 2`` it is
+    loose: each hop's ulp is bounded by the largest partial sum of the whole group.
+
+    Parameters
+    ----------
+    vectors : list of ndarray
+        One ``uint32`` array of FP32 bit patterns per rank, all the same length.
+    seg : int
+        Segment length, as for :func:`ring_allreduce`.
+    bfp : (BFPConfig, int)
+        The link's BFP configuration and mantissa width ``w``.
+
+    Returns
+    -------
+    ndarray
+        float64 bound per element.
+    """
+    config, width = bfp
+    N = len(vectors)
+    if N < 2:
+        raise ValueError(f"bfp_allreduce_bound needs at least 2 ranks, not {N}")
+    x = [bits_to_f32(np.asarray(v, np.uint32)).astype(np.float64) for v in vectors]
+    length = len(x[0])
+    if any(len(v) != length for v in x):
+        raise ValueError("every rank's vector must have the same length")
+    if not all(np.isfinite(v).all() for v in x):
+        raise ValueError("the bound holds for finite inputs only")
+    if seg < 1 or seg * N < length:
+        raise ValueError(f"seg must be >= 1 and seg * ranks >= length, not {seg!r}")
+    step, u, tiny = 2.0 ** (1 - width), 2.0 ** -24, 2.0 ** -149
+    G = config.group_size
+    out = np.zeros(length)
+    for s, (s0, n) in enumerate(segments(length, seg, N)):
+        order = sum_order(s, N)
+        for g0 in range(s0, s0 + n, G):
+            g = slice(g0, min(g0 + G, s0 + n))
+            P = np.abs(x[order[0]][g])
+            E = np.zeros_like(P)
+            for k in range(1, N):
+                D = step * P.max() + tiny
+                P = (P + D + np.abs(x[order[k]][g])) * (1 + u) + tiny
+                E = E + D + u * P + tiny
+            E = E + step * P.max() + tiny + (N - 1) * 2.0 ** -148
+            if not np.isfinite(P).all() or P.max() >= float(np.finfo(np.float32).max):
+                raise ValueError("the partial sums may overflow FP32: no bound")
+            out[g] = E * (1 + 1e-12)
+    return out
 
 
 def link_flits(config: CollectiveConfig, flit_bits: int, *, length: int, seg: int,

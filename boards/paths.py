@@ -114,18 +114,22 @@ def longest_paths(netlist: dict, top: str = "top", count: int = 10) -> list[dict
             arrival[name] = CELL_DELAY_NS[t]["clk"]
             parent[name] = None
     # topological order over combinational cells
+    def edges():
+        """(driver cell, its port, sink cell, its port) of every connection between cells."""
+        for b, sl in sinks.items():
+            if b in driver:
+                src, sport = driver[b]
+                for dst, dport in sl:
+                    yield src, sport, dst, dport
+
     fanin = defaultdict(set)
-    for b, sl in sinks.items():
-        if b not in driver:
+    for src, sport, dst, dport in edges():
+        c = cells[dst]
+        if not is_comb(c):
             continue
-        src, sport = driver[b]
-        for dst, dport in sl:
-            c = cells[dst]
-            if not is_comb(c):
-                continue
-            if c["type"] == "TRELLIS_DPR16X4" and dport != "RAD":
-                continue               # write side is an end point
-            fanin[dst].add((src, sport, dport))
+        if c["type"] == "TRELLIS_DPR16X4" and dport != "RAD":
+            continue                   # write side is an end point
+        fanin[dst].add((src, sport, dport))
     # comb cells driven only by top-level inputs or constants come first
     order = [n for n, c in cells.items() if is_comb(c) and n not in fanin]
     state = {}
@@ -154,7 +158,7 @@ def longest_paths(netlist: dict, top: str = "top", count: int = 10) -> list[dict
     for node in order:
         t = cells[node]["type"]
         best, arg = 0.0, None
-        for src, sport, dport in fanin[node]:
+        for src, sport, dport in sorted(fanin[node]):     # ties: the same path every run
             a = arrival.get(src, 0.0) + hop(src, sport, node, dport)
             if a > best:
                 best, arg = a, src
@@ -163,20 +167,13 @@ def longest_paths(netlist: dict, top: str = "top", count: int = 10) -> list[dict
 
     # end points: inputs of sequential cells and the RAMs' write side
     ends = []
-    for b, sl in sinks.items():
-        if b not in driver:
-            continue
-        src, sport = driver[b]
-        for dst, dport in sl:
-            c = cells[dst]
-            t = c["type"]
-            if t in ("TRELLIS_FF", "DP16KD") or (t == "TRELLIS_DPR16X4" and dport != "RAD"):
-                if t == "TRELLIS_FF" and dport == "CLK":
-                    continue
-                if t == "DP16KD" and dport.startswith("CLK"):
-                    continue
-                a = arrival.get(src, 0.0) + NET_NS + CELL_DELAY_NS[t]["setup"]
-                ends.append((a, src, dst, dport))
+    for src, sport, dst, dport in edges():
+        t = cells[dst]["type"]
+        if t in ("TRELLIS_FF", "DP16KD") or (t == "TRELLIS_DPR16X4" and dport != "RAD"):
+            if dport == "CLK" or dport.startswith("CLK"):
+                continue
+            a = arrival.get(src, 0.0) + NET_NS + CELL_DELAY_NS[t]["setup"]
+            ends.append((a, src, dst, dport))
     ends.sort(reverse=True)
     out, seen = [], set()
     for a, src, dst, dport in ends:

@@ -14,7 +14,7 @@ from amaranth.lib.wiring import Out
 from amaranth.sim import Simulator
 
 from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
-from hdl.array.engine import (MEM_A, MEM_B, MEM_C, OP_READ, OP_START, OP_WRITE,
+from hdl.array.engine import (MEM_A, MEM_B, MEM_C, OP_READ, OP_WRITE,
                               MatmulEngine, cmd_layout, counters_layout, rsp_layout)
 from hdl.array.standalone import MatmulEngineWithMemories
 from hdl.lib.memport import LinePort

@@ -26,3 +26,15 @@ def test_training_core_directed_program_cocotb():
     cycles and backpressure."""
     run_cocotb("training_core", "tiny", "sim.tb.core_fuzz", name="training_core_directed",
                testcase="directed_program", extra_env={"TB_IDLE": "0.1", "TB_STALL": "0.1"})
+
+
+@pytest.mark.long
+@pytest.mark.timeout(3600)
+def test_training_core_s8_directed_program_cocotb():
+    """The same directed stream on the S = 8 core (preset ``default``: its 1,024-line banks
+    hold four output regions per pair, so rounds 4 and 5 reuse them after reading the
+    earlier results back). ``make test-long`` and ``make coverage``: the S = 8 core's build
+    takes minutes."""
+    run_cocotb("training_core", "default", "sim.tb.core_fuzz",
+               name="training_core_s8_directed", testcase="directed_program",
+               extra_env={"TB_IDLE": "0.1", "TB_STALL": "0.1"})

@@ -16,7 +16,7 @@ from hdl.core.host import HostStatus
 from hdl.core.isa import Status, check_program_for
 from sim.model.core import CoreModel
 from sim.tb.amaranth_tb import StreamTransport, run_sim
-from sim.tb.directed import MODES, directed_commands, intent
+from sim.tb.directed import MODES, ROUNDS, directed_commands, intent, out_regions
 from sim.tb.fuzz import (MUTATIONS, HostModel, edge_commands, fuzz_core, program_commands,
                          random_program)
 
@@ -87,14 +87,17 @@ def test_edge_commands_expected_statuses():
                    op, op, op]                                            # ops 8, 8, 15
 
 
-def test_directed_stream_reaches_its_targets():
+@pytest.mark.parametrize("preset", ["tiny", "default"])
+def test_directed_stream_reaches_its_targets(preset):
     """Model-level (no simulation): the directed stream the cocotb tier runs for coverage
-    (tests/test_coverage_cocotb.py) does what it is written for on the S = 4 core: every
+    (tests/test_coverage_cocotb.py) does what it is written for on the S = 4 and the S = 8
+    core (whose banks hold fewer output regions than rounds: out_regions): every
     program ends OK and no host command is refused; every (layer, mode) pair gets a
     statistic; every one of the 48 statistic slots is raised by some ADAPT below the top
     width, finds its width already at the top in another, and is kept under its threshold
     in a third; the vector unit writes NaNs, infinities, subnormals and zeros."""
-    cfg = CoreConfig.preset("tiny")
+    cfg = CoreConfig.preset(preset)
+    assert out_regions(cfg) == {"tiny": ROUNDS, "default": 4}[preset]
     got = intent(cfg)
     assert set(got["statuses"]) == {("host", HostStatus.OK), ("START", Status.OK)}, \
         got["statuses"]

@@ -14,7 +14,9 @@ purpose:
   back through ``REG``, then ``ADAPT`` rounds with ``MATMUL`` rounds between them until every
   width reaches the top, and one ``ADAPT`` whose statistic would raise a width the host has
   already set to the top. Each round's products are kept in their own lines, so the widths
-  every ``ADAPT`` chose are checked through the results.
+  every ``ADAPT`` chose are checked through the results (where the banks are too small for
+  a region per round, e.g. S = 8 with 1,024 lines, the regions are reused round after round
+  and a round's results are read back before a later one overwrites them).
 * **FP32 special values in the vector unit.** Every ``VEC`` operation (with and without
   broadcast), ``REDUCE`` (both operations, every ``acc``) and ``SOFTMAX_XENT`` on
   class-covering operands (:func:`sim.model.fp32.random_pairs`: subnormals, zeros, infinities,
@@ -38,7 +40,8 @@ from sim.model import fp32 as f32
 from sim.model.core import adapt_raises
 from sim.tb.fuzz import HostModel, _line_int
 
-__all__ = ["directed_commands", "directed_depth", "intent", "DIRECTED_BANKS", "MODES"]
+__all__ = ["directed_commands", "directed_depth", "out_regions", "intent", "DIRECTED_BANKS",
+           "MODES"]
 
 #: Banks the stream uses (operands of one instruction are in different banks).
 DIRECTED_BANKS = 8
@@ -57,12 +60,25 @@ SCALE_IMMS = (0x00000001, 0x00800000, 0x0D800000, 0x40400000, 0xBF000000, 0x7180
 VECTOR_OUTPUTS = (sum(2 if vop in Vop.READS_B else 1 for vop in Vop.ALL) + len(SCALE_IMMS) + 2)
 
 
+#: Output regions per ``(layer, mode)`` pair the stream needs at least: rounds 2 and 3 run in
+#: one program, so they must not share one.
+MIN_OUT_REGIONS = 2
+
+
+def out_regions(config: CoreConfig) -> int:
+    """Output regions of ``S x S`` per ``(layer, mode)`` pair: one per ``MATMUL`` round where
+    banks 0 to 2 hold them after the inputs, else as many as they hold (round ``r`` writes
+    region ``r mod out_regions``)."""
+    tile = config.layers * len(MODES) * config.size
+    return min(ROUNDS, config.bank_depth // tile - 1)
+
+
 def directed_depth(config: CoreConfig) -> int:
-    """Lines per bank :func:`directed_commands` needs: ``ROUNDS + 1`` tiles of ``S x S`` per
-    ``(layer, mode)`` pair (banks 0 to 2), or ``VECTOR_OUTPUTS`` matrices of ``ROWS x COLS``
-    (bank 6), whichever is more."""
+    """Lines per bank :func:`directed_commands` needs: ``1 + MIN_OUT_REGIONS`` tiles of
+    ``S x S`` per ``(layer, mode)`` pair (banks 0 to 2), or ``VECTOR_OUTPUTS`` matrices of
+    ``ROWS x COLS`` (bank 6), whichever is more."""
     S = config.size
-    return max((ROUNDS + 1) * config.layers * len(MODES) * S,
+    return max((1 + MIN_OUT_REGIONS) * config.layers * len(MODES) * S,
                VECTOR_OUTPUTS * ROWS * -(-COLS // S))
 
 
@@ -139,8 +155,19 @@ def _fast_commands(cfg, rng):
         value = 0xFFFF_0000 if k % 5 == 3 else 0
         cmds.append((HostOp.THRESH, layer * 8 + mode * 2 + op, value))
 
+    R = out_regions(cfg)
+
+    def readback(rnd):
+        """READs of the region round ``rnd`` is about to overwrite, if an earlier round
+        wrote it (its results would not reach the final comparison otherwise)."""
+        if rnd < R:
+            return []
+        first = (P + (rnd % R) * P) * S
+        return [(HostOp.READ, bank * D + first + k, 0) for bank in (0, 1, 2)
+                for k in range(P * S)]
+
     def matmuls(rnd):
-        out = lambda bank, i: bank * D + (P + rnd * P + i) * S      # noqa: E731
+        out = lambda bank, i: bank * D + (P + (rnd % R) * P + i) * S      # noqa: E731
         inp = lambda bank, i: bank * D + i * S                      # noqa: E731
         return [encode(Op.MATMUL, mode=mode, acc=0, layer=layer, loop=0, M=S, K=S, N=S,
                        a=out(0, i) if mode == 1 else inp(0, i),
@@ -156,14 +183,17 @@ def _fast_commands(cfg, rng):
     _run(cmds, adapt + matmuls(1) + halt)
     # every slot may raise from now on
     cmds += [(HostOp.THRESH, layer * 8 + mode * 2 + op, 0) for layer, mode, op in slots]
+    cmds += readback(2) + readback(3)
     _run(cmds, adapt + matmuls(2) + adapt + matmuls(3) + halt)
     # statistics below the top width for every slot that has one, then every width set to the
     # top by the host before the next ADAPT: each raise finds its width already at the top
     for i, (layer, mode) in enumerate(pairs):
         cmds.append((HostOp.PREC, layer * 4 + mode, _prec(low[0], low[0], i % 3)))
+    cmds += readback(4)
     _run(cmds, matmuls(4) + halt)
     for i, (layer, mode) in enumerate(pairs):
         cmds.append((HostOp.PREC, layer * 4 + mode, _prec(top, top, i % 3)))
+    cmds += readback(5)
     _run(cmds, adapt + matmuls(5) + halt)
     cmds += [(HostOp.REG, STAT_REG_BASE + k, 0) for k in range(2 * stat_slots(cfg))]
     return cmds

@@ -207,10 +207,19 @@ NOTES: dict[str, str] = {
         "and the sum of squares' hold arms. The toggle misses are mostly the sequencer's "
         "(58.5 %): the high bits of its counters, addresses and statistics registers."),
     "training_core-default": (
-        "the S = 8 core under its two (long) cocotb cases only, measured before the directed "
-        "stream (which needs 1,344-line banks; this preset has 1,024) and before the "
-        "constant-condition exclusion; the misses are of the kinds sorted for "
-        "training_core-tiny."),
+        "line (94.9 %, target 95 %; toggle 88.2 % meets its target): the S = 8 core under "
+        "the directed stream (`test_training_core_s8_directed_program_cocotb`, `make "
+        "test-long`: its 1,024-line banks hold four output regions per pair, `out_regions`) "
+        "and its two training-step cases, with the constant-condition exclusion (2,971 "
+        "points); 86.8 % / 83.2 % before (2026-11-28). The 3,892 line points missed are of "
+        "the kinds sorted for training_core-tiny: **matmul** 2,513, of which 1,408 are arms "
+        "of the 64 PEs' fMAC chunk tables (per-lane tables and `default` arms no width pair "
+        "selects) and 816 the output accumulator's hold arms (it stalls only when the "
+        "scratchpad refuses a write); **sequencer** 609 (matmul mode 3's arms, the "
+        "collective-error arms of a `ranks = 1` core, waits on busy units); **scratchpad** "
+        "320 ((client port, bank) pairs of the crossbar that no memory plan or directed "
+        "region uses); **vector** 244 and **optimizer** 186 (rounding arms of special values "
+        "and hold arms)."),
     "collective_ring-tiny": (
         "toggle (83.1 % at 72ed087, with the reverse links, top-k and ragged BFP; 81.9 % "
         "before them): mostly the receive codecs' BFP decoders (`ends*.rx_codec.dec`, 2,152 "

@@ -17,6 +17,9 @@ purpose:
   every ``ADAPT`` chose are checked through the results (where the banks are too small for
   a region per round, e.g. S = 8 with 1,024 lines, the regions are reused round after round
   and a round's results are read back before a later one overwrites them).
+* **Every bank on the matmul engine's ports.** One ``MATMUL`` per mode with its operands
+  in banks ``(k, k+1, k+2)`` for every ``k`` (the scratchpad's crossbar pairs the FAST
+  rounds leave out: they use banks 0 to 2).
 * **FP32 special values in the vector unit.** Every ``VEC`` operation (with and without
   broadcast), ``REDUCE`` (both operations, every ``acc``) and ``SOFTMAX_XENT`` on
   class-covering operands (:func:`sim.model.fp32.random_pairs`: subnormals, zeros, infinities,
@@ -67,19 +70,20 @@ MIN_OUT_REGIONS = 2
 
 def out_regions(config: CoreConfig) -> int:
     """Output regions of ``S x S`` per ``(layer, mode)`` pair: one per ``MATMUL`` round where
-    banks 0 to 2 hold them after the inputs, else as many as they hold (round ``r`` writes
-    region ``r mod out_regions``)."""
+    banks 0 to 2 hold them between the inputs and the crossbar round's two top tiles, else as
+    many as they hold (round ``r`` writes region ``r mod out_regions``)."""
     tile = config.layers * len(MODES) * config.size
-    return min(ROUNDS, config.bank_depth // tile - 1)
+    return min(ROUNDS, (config.bank_depth - 2 * config.size) // tile - 1)
 
 
 def directed_depth(config: CoreConfig) -> int:
     """Lines per bank :func:`directed_commands` needs: ``1 + MIN_OUT_REGIONS`` tiles of
     ``S x S`` per ``(layer, mode)`` pair (banks 0 to 2), or ``VECTOR_OUTPUTS`` matrices of
-    ``ROWS x COLS`` (bank 6), whichever is more."""
+    ``ROWS x COLS`` (bank 6), whichever is more, and two ``S x S`` tiles at the top of every
+    bank (the crossbar round)."""
     S = config.size
-    return max((1 + MIN_OUT_REGIONS) * config.layers * len(MODES) * S,
-               VECTOR_OUTPUTS * ROWS * -(-COLS // S))
+    return 2 * S + max((1 + MIN_OUT_REGIONS) * config.layers * len(MODES) * S,
+                       VECTOR_OUTPUTS * ROWS * -(-COLS // S))
 
 
 def _write_matrix(cmds, base, values, rows, cols, S):
@@ -123,6 +127,33 @@ def directed_commands(config: CoreConfig, seed: int = 0) -> list[tuple[int, int,
     cmds: list[tuple[int, int, int]] = []
     cmds += _fast_commands(cfg, rng)
     cmds += _vector_commands(cfg, rng)
+    cmds += _crossbar_commands(cfg, rng)
+    return cmds
+
+
+# ---- the matmul engine's ports on every bank -------------------------------------------------
+def _crossbar_commands(cfg, rng):
+    """One ``S x S`` ``MATMUL`` per mode with its operands ``a``, ``b``, ``c`` in banks
+    ``(k, k+1, k+2) mod banks`` for every ``k``: the matmul engine's read and write ports
+    reach every bank of the scratchpad's crossbar (the FAST rounds keep them in banks 0 to
+    2). Inputs in each bank's last-but-one tile, results in its last tile (lines no other
+    part of the stream uses)."""
+    S, D, B = cfg.size, cfg.bank_depth, cfg.banks
+    cmds = []
+    for bank in range(B):
+        vals = (rng.standard_normal(S * S) * 2.0 ** rng.integers(-4, 5)).astype(np.float32)
+        _write_matrix(cmds, bank * D + D - 2 * S, vals.view(np.uint32), S, S, S)
+    written = {0: "c", 1: "a", 2: "b"}            # the operand each mode writes (docs/isa.md)
+    prog = []
+    for k in range(B):
+        for mode in MODES:
+            ops = {}
+            for j, name in enumerate("abc"):
+                bank = (k + j) % B
+                ops[name] = bank * D + D - (S if written[mode] == name else 2 * S)
+            prog.append(encode(Op.MATMUL, mode=mode, acc=0, layer=0, loop=0, M=S, K=S, N=S,
+                               **ops))
+    _run(cmds, prog + [encode(Op.HALT)])
     return cmds
 
 

@@ -50,6 +50,9 @@ __all__ = ["directed_commands", "directed_depth", "out_regions", "intent", "DIRE
 DIRECTED_BANKS = 8
 #: The matmul modes (FWD, BWD_DATA, BWD_WEIGHT); mode 3 has no precision entry or statistic.
 MODES = (0, 1, 2)
+#: The operand each matmul mode writes (docs/isa.md): FWD ``c``, BWD_DATA ``a``,
+#: BWD_WEIGHT ``b``; it reads the other two.
+WRITES = {0: "c", 1: "a", 2: "b"}
 #: ``MATMUL`` rounds (the first at the host's widths, one after each ``ADAPT``).
 ROUNDS = 6
 #: Vector shapes: a ``ROWS x COLS`` matrix.
@@ -143,14 +146,13 @@ def _crossbar_commands(cfg, rng):
     for bank in range(B):
         vals = (rng.standard_normal(S * S) * 2.0 ** rng.integers(-4, 5)).astype(np.float32)
         _write_matrix(cmds, bank * D + D - 2 * S, vals.view(np.uint32), S, S, S)
-    written = {0: "c", 1: "a", 2: "b"}            # the operand each mode writes (docs/isa.md)
     prog = []
     for k in range(B):
         for mode in MODES:
             ops = {}
             for j, name in enumerate("abc"):
                 bank = (k + j) % B
-                ops[name] = bank * D + D - (S if written[mode] == name else 2 * S)
+                ops[name] = bank * D + D - (S if WRITES[mode] == name else 2 * S)
             prog.append(encode(Op.MATMUL, mode=mode, acc=0, layer=0, loop=0, M=S, K=S, N=S,
                                **ops))
     _run(cmds, prog + [encode(Op.HALT)])
@@ -201,9 +203,8 @@ def _fast_commands(cfg, rng):
         out = lambda bank, i: bank * D + (P + (rnd % R) * P + i) * S      # noqa: E731
         inp = lambda bank, i: bank * D + i * S                      # noqa: E731
         return [encode(Op.MATMUL, mode=mode, acc=0, layer=layer, loop=0, M=S, K=S, N=S,
-                       a=out(0, i) if mode == 1 else inp(0, i),
-                       b=out(1, i) if mode == 2 else inp(1, i),
-                       c=out(2, i) if mode == 0 else inp(2, i))
+                       **{name: (out if WRITES[mode] == name else inp)(bank, i)
+                          for bank, name in enumerate("abc")})
                 for i, (layer, mode) in enumerate(pairs)]
 
     halt = [encode(Op.HALT)]

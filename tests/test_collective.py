@@ -6,6 +6,7 @@ import functools
 import numpy as np
 import pytest
 
+from hdl.bfp.converter import Rounding
 from hdl.config import BFPConfig
 from hdl.fp32.config import FP32Config
 from hdl.multi.collective import CollectiveEngine
@@ -139,9 +140,9 @@ def test_link_stopping_before_the_local_step_reports_timeout():
     """BFP, N = 2: rank 0's transmit gate stops for good at a later cycle in each run (every
     4th cycle of the command, until the first such run below). Every run answers (no hang),
     every answer is OK or TIMEOUT, and once the stop comes after rank 0 handed its last words
-    to its codec but before the codec sent them, rank 0 times out at the local step (state
-    FLUSH: the loop may not close over unsent flits) and rank 1, whose words never came, in
-    the all-gather."""
+    to its codec but before the codec sent them, rank 0 times out at the local step (step
+    N - 1, state FLUSH: the loop may not close over unsent flits) and rank 1, whose words
+    never came, in the reduce-scatter's last step."""
     N, G, timeout = 2, BFP.group_size, 40
     cmd = command(base=0, length=2 * G * N, seg=2 * G, timeout=timeout, comp=CollComp.BFP,
                   width=4)
@@ -154,9 +155,9 @@ def test_link_stopping_before_the_local_step_reports_timeout():
         got = run.responses[0]
         seen.append([(g["status"], g["step"]) for g in got])
         assert {g["status"] for g in got} <= {CollStatus.OK, CollStatus.TIMEOUT}, (at, got)
-        if got[0]["status"] == CollStatus.TIMEOUT and got[0]["step"] == 2 * N - 2:
+        if got[0]["status"] == CollStatus.TIMEOUT and got[0]["step"] == N - 1:
             assert got[0]["cycles"] >= timeout
-            assert (got[1]["status"], got[1]["step"]) == (CollStatus.TIMEOUT, 2 * N - 3)
+            assert (got[1]["status"], got[1]["step"]) == (CollStatus.TIMEOUT, N - 2)
             break
     else:
         raise AssertionError(f"no run timed out at the local step: {seen}")
@@ -186,6 +187,40 @@ def test_allreduce_bfp_compressed(N, flit):
                  stall_prob=0.3, seed=N)
     assert all(g["status"] == CollStatus.OK for resp in run.responses for g in resp)
     assert _region_equal(run, 0, 2 * G * (N - 1))
+
+
+@pytest.mark.parametrize("N,flit,lockstep", [(2, 8, True), (3, 16, False)])
+def test_allreduce_bfp_every_rounding_mode(N, flit, lockstep):
+    """BFP links with the converters' three rounding modes under random stalls (N = 3: each
+    rank takes its next command as soon as it answered): bit-exact with the model, whose
+    per-rank LFSRs step for every group a rank sends or loops back, in every mode, from one
+    command to the next (a nearest-even command first, a plain one between); every rank ends
+    with the same words (the all-gather relays the owner's one quantization). The stochastic
+    commands do round otherwise than nearest-even would (the same commands with rounding 0
+    give other words)."""
+    G = BFP.group_size
+    L = G * N
+    sr, tr = Rounding.STOCHASTIC.value, Rounding.TRUNCATE.value
+    cmds = [command(base=0, length=L, seg=G, timeout=300, comp=CollComp.BFP, width=4),
+            command(base=0, length=5, seg=3, timeout=300),                        # FP32
+            command(base=L, length=L, seg=G, timeout=300, comp=CollComp.BFP, width=4,
+                    rounding=sr),
+            command(base=2 * L if 3 * L <= DEPTH else 0, length=L - 1, seg=G, timeout=300,
+                    comp=CollComp.BFP, width=2, rounding=sr),                    # ragged
+            command(base=0, length=L, seg=G, timeout=300, comp=CollComp.BFP, width=6,
+                    rounding=tr)]
+    images = _images(80 + N, N)
+    run = _check(_ring(N, width=flit, latency=1, fifo_depth=4), images, cmds,
+                 stall_prob=0.3, seed=N, lockstep=lockstep)
+    assert all(g["status"] == CollStatus.OK for resp in run.responses for g in resp)
+    assert _region_equal(run, 0, 2 * L)
+    assert 3 * L > DEPTH or _region_equal(run, 2 * L, L - 1)
+    nearest = CollectiveModel(CollectiveConfig(ranks=N, depth=DEPTH, bfp=BFP))
+    for r in range(N):
+        nearest.mem[r][:] = images[r]
+    for c in cmds:
+        nearest.execute({**c, "rounding": 0})
+    assert not np.array_equal(nearest.mem[0][L:2 * L], run.memories[0][L:2 * L])
 
 
 def test_ranks_drift_apart_and_modes_change():
@@ -226,11 +261,13 @@ def test_bfp_bad_commands():
             command(base=0, length=2 * G, seg=G, width=0, **bfp),
             command(base=0, length=0, seg=G, width=4, **bfp),               # empty
             command(base=0, length=2 * G, seg=G - 1, width=4, **bfp),       # seg * N < length
-            command(base=0, length=2 * G, seg=G, width=3, timeout=100)]     # no BFP: width free
+            command(base=0, length=2 * G, seg=G, width=4, rounding=3, **bfp),  # no mode 3
+            command(base=0, length=2 * G, seg=G, width=3, timeout=100),     # no BFP: width free
+            command(base=0, length=2 * G, seg=G, rounding=3, timeout=100)]  # and rounding
     run = _check(_ring(N), _images(6, N), cmds)
     assert [g[0]["status"] for g in run.responses] == [
         CollStatus.BAD_COMP, CollStatus.BAD_COMP, CollStatus.BAD_COMP, CollStatus.BAD_LEN,
-        CollStatus.BAD_SEG, CollStatus.OK]
+        CollStatus.BAD_SEG, CollStatus.BAD_COMP, CollStatus.OK, CollStatus.OK]
 
 
 @pytest.mark.parametrize("N", [2, 3])

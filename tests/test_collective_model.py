@@ -5,7 +5,8 @@ import pytest
 
 from hdl.config import BFPConfig
 from hdl.multi.config import CollComp, CollectiveConfig, CollOp, CollStatus
-from sim.model.bfp import ROUND_NEAREST, quantize
+from sim.model.bfp import (LFSR, ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE, ROUNDING_MODES,
+                           dequantize, quantize)
 from sim.model.collective import (CollectiveModel, bfp_allreduce_bound, bfp_link, link_flits,
                                   ring_allreduce,
                                   ring_sendrecv, schedule, segments, sendrecv_flits, sum_order,
@@ -54,15 +55,18 @@ def test_schedule_covers_every_segment_and_ends_reduced():
         assert sum_order(1, N) == [(1 + j) % N for j in range(N)]
 
 
-def test_bfp_schedule_ends_with_the_local_step():
-    """With BFP links the ring steps are the plain ones and one local step follows: each rank
-    sends its own segment (the one it reduced) to itself."""
+def test_bfp_schedule_has_the_local_step_between_the_phases():
+    """With BFP links the ring steps are the plain ones with one local step between the
+    reduce-scatter and the all-gather (step N - 1): each rank sends its own segment (the one
+    it reduced) to itself, and the all-gather's first step sends it on."""
     for N in (2, 3, 4):
         for r in range(N):
             plan = schedule(r, N, CollComp.BFP)
-            assert plan[:-1] == schedule(r, N)
-            assert plan[-1] == ((r + 1) % N, (r + 1) % N, False)
-            assert plan[-1][1] == plan[N - 2][1]        # the segment reduce-scatter left here
+            own = (r + 1) % N
+            assert plan[:N - 1] + plan[N:] == schedule(r, N)
+            assert plan[N - 1] == (own, own, False)
+            assert plan[N - 2][1] == own               # the segment reduce-scatter left here
+            assert plan[N][0] == own and not plan[N][2]
 
 
 @pytest.mark.parametrize("length,seg,N,expect", [
@@ -156,17 +160,111 @@ def test_validate_and_bad_commands_change_nothing():
         ring_allreduce([np.zeros(5, np.uint32)] * 2, 2)
 
 
+@pytest.mark.parametrize("rounding", ROUNDING_MODES)
 @pytest.mark.parametrize("width", [2, 4, 6, 8])
-def test_bfp_link_relay_is_exact(width):
-    """A decoded group quantizes to the same group: relaying in the all-gather adds no error."""
+def test_bfp_link_relay_is_exact(width, rounding):
+    """A decoded group quantizes to the same group: relaying in the all-gather adds no error,
+    in every rounding mode (a decoded group has no bits below its last mantissa bit, so
+    stochastic noise never carries into it)."""
     cfg = BFPConfig()
     rng = np.random.default_rng(width)
     x = _vectors(rng, 1, 16 * 64, spread=20)[0]
-    once, _ = bfp_link(x, cfg, width)
-    twice, _ = bfp_link(once, cfg, width)
+    lfsr = LFSR(cfg)
+    once, _ = bfp_link(x, cfg, width, rounding=rounding, lfsr=lfsr)
+    twice, _ = bfp_link(once, cfg, width, rounding=rounding, lfsr=lfsr)
     np.testing.assert_array_equal(once, twice)
     g = quantize(bits_to_f32(x), cfg, width=width, rounding=ROUND_NEAREST)
     assert not np.any(g.invalid) and not np.any(g.overflow)
+
+
+def test_bfp_link_rounding_and_the_lfsr():
+    """A link's groups take their noise from the sender's LFSR, one draw per group (the
+    padding group of a ragged segment included), and the LFSR steps in every rounding mode,
+    as the converter's does: a stochastic link equals quantize with the same LFSR state, and
+    a round-to-nearest link before it moves that state."""
+    cfg = BFPConfig()
+    G = cfg.group_size
+    rng = np.random.default_rng(7)
+    x = _vectors(rng, 1, 5 * G - 3)[0]                 # five groups, the last padded
+    padded = np.concatenate([x, np.zeros(3, np.uint32)])
+    for rounding in ROUNDING_MODES:
+        lfsr, ref = LFSR(cfg), LFSR(cfg)
+        got, _ = bfp_link(x, cfg, 4, rounding=rounding, lfsr=lfsr)
+        g = quantize(bits_to_f32(padded), cfg, width=4, rounding=rounding, lfsr=ref)
+        want = dequantize(g, cfg, width=4).view(np.uint32)[:len(x)]
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(lfsr.state, ref.state)
+        assert not np.array_equal(lfsr.state, LFSR(cfg).state)     # five draws were taken
+    # the state matters: after a nearest-even link, the same stochastic link rounds otherwise
+    fresh, _ = bfp_link(x, cfg, 2, rounding=ROUND_STOCHASTIC, lfsr=LFSR(cfg))
+    moved = LFSR(cfg)
+    bfp_link(x, cfg, 2, rounding=ROUND_NEAREST, lfsr=moved)
+    later, _ = bfp_link(x, cfg, 2, rounding=ROUND_STOCHASTIC, lfsr=moved)
+    assert not np.array_equal(fresh, later)
+    nearest, _ = bfp_link(x, cfg, 2)
+    assert not np.array_equal(fresh, nearest)
+    with pytest.raises(ValueError, match="needs the sender's lfsr"):
+        bfp_link(x, cfg, 4, rounding=ROUND_STOCHASTIC)
+    with pytest.raises(ValueError, match="rounding must be one of"):
+        bfp_link(x, cfg, 4, rounding=3, lfsr=LFSR(cfg))
+
+
+def test_stochastic_link_is_unbiased():
+    """Stochastic rounding on a link is unbiased where nearest-even is not: one group whose
+    values all sit a quarter of a 4-bit step above the grid, sent 4,000 times through one
+    LFSR; the mean error over the draws is within 4 standard errors of 0 (nearest-even's is
+    the whole quarter step), truncation's is a quarter step low."""
+    cfg = BFPConfig()
+    G = cfg.group_size
+    width = 4
+    step = 2.0 ** (1 - width)                          # the grid of a group with max in [1, 2)
+    vals = np.full(G, 1.0 + 3 * step + step / 4, np.float32)
+    vals[0] = 1.5
+    x = f32_to_bits(np.tile(vals, 4000))
+    errs = {}
+    for rounding in ROUNDING_MODES:
+        out, _ = bfp_link(x, cfg, width, rounding=rounding, lfsr=LFSR(cfg))
+        e = (bits_to_f32(out).astype(np.float64) - bits_to_f32(x)).reshape(-1, G)[:, 1:]
+        errs[rounding] = (e.mean(), e.std() / np.sqrt(e.size))
+    m, se = errs[ROUND_STOCHASTIC]
+    assert abs(m) < 4 * se, errs
+    assert errs[ROUND_NEAREST][0] == pytest.approx(-step / 4)
+    assert errs[ROUND_TRUNCATE][0] == pytest.approx(-step / 4)
+
+
+def test_model_keeps_each_ranks_lfsr_across_commands():
+    """CollectiveModel steps rank r's LFSR for every BFP group rank r sends or loops back, in
+    every rounding mode and across commands: a stochastic all-reduce after a nearest-even one
+    equals ring_allreduce given LFSRs advanced by that first all-reduce, and differs from one
+    given fresh LFSRs; a plain FP32 command steps nothing."""
+    N = 3
+    cfg = CollectiveConfig(ranks=N, depth=64, bfp=BFPConfig.preset("tiny"))
+    rng = np.random.default_rng(11)
+    x = _vectors(rng, N, 64)
+    model = CollectiveModel(cfg)
+    for r in range(N):
+        model.mem[r][:] = x[r]
+    first = dict(base=0, length=30, seg=10, comp=CollComp.BFP, width=4)
+    second = dict(base=32, length=25, seg=9, comp=CollComp.BFP, width=2,
+                  rounding=ROUND_STOCHASTIC)
+    assert model.allreduce(**first) == CollStatus.OK
+    assert model.allreduce(base=0, length=8, seg=3) == CollStatus.OK          # FP32: no step
+    lfsrs = [LFSR(cfg.bfp) for _ in range(N)]
+    ring_allreduce([v[0:30] for v in x], 10, comp=CollComp.BFP, bfp=(cfg.bfp, 4), lfsrs=lfsrs)
+    for r in range(N):
+        np.testing.assert_array_equal(model.lfsr[r].state, lfsrs[r].state)
+    assert model.allreduce(**second) == CollStatus.OK
+    want = ring_allreduce([v[32:57] for v in x], 9, comp=CollComp.BFP, bfp=(cfg.bfp, 2),
+                          rounding=ROUND_STOCHASTIC, lfsrs=lfsrs)
+    fresh = ring_allreduce([v[32:57] for v in x], 9, comp=CollComp.BFP, bfp=(cfg.bfp, 2),
+                           rounding=ROUND_STOCHASTIC)
+    for r in range(N):
+        np.testing.assert_array_equal(model.mem[r][32:57], want[r])
+    assert not np.array_equal(want[0], fresh[0])
+    # rounding 3 is no mode: BAD_COMP with BFP, ignored without
+    assert model.allreduce(base=0, length=8, seg=4, comp=CollComp.BFP, width=4,
+                           rounding=3) == CollStatus.BAD_COMP
+    assert model.allreduce(base=0, length=8, seg=4, rounding=3) == CollStatus.OK
 
 
 @pytest.mark.parametrize("N", [2, 3, 4])
@@ -219,8 +317,8 @@ def _bfp_cases(rng, N, G):
 
 @pytest.mark.parametrize("N", [2, 3, 4, 8])
 def test_bfp_allreduce_within_its_bound(N):
-    """``|result - exact| <= bfp_allreduce_bound`` for every element, width, rank count and
-    the named cases (clamped maxima, ties, cancellation, values below the shared grid,
+    """``|result - exact| <= bfp_allreduce_bound`` for every element, width, rounding mode,
+    rank count and the named cases (clamped maxima, ties, cancellation, values below the shared grid,
     subnormals, zeros), segments not whole groups included; and the bound is not vacuous: the
     worst element reaches 5 % of it at every width and rank count (measured 7.5 to 47 %: the
     bound counts one ulp per quantization, twice the usual half, bounds the ulp by the group's
@@ -239,15 +337,19 @@ def test_bfp_allreduce_within_its_bound(N):
     exact = np.array([math.fsum(col) for col in x.T.astype(np.float64)])
     for seg in (-(-length // N), -(-length // N) + 7):
         for width in cfg.widths:
-            out = ring_allreduce(vecs, seg, comp=CollComp.BFP, bfp=(cfg, width))
-            for r in range(1, N):
-                np.testing.assert_array_equal(out[r], out[0])
-            err = np.abs(bits_to_f32(out[0]).astype(np.float64) - exact)
-            bound = bfp_allreduce_bound(vecs, seg, (cfg, width))
-            worst = int(np.argmax(err / np.maximum(bound, 1e-300)))
-            assert np.all(err <= bound), (seg, width, worst, err[worst], bound[worst])
-            TIGHT.setdefault((N, width), []).append((err / np.maximum(bound, 1e-300)).max())
-            assert TIGHT[(N, width)][-1] > 0.05, (seg, width)
+            for rounding in ROUNDING_MODES:
+                out = ring_allreduce(vecs, seg, comp=CollComp.BFP, bfp=(cfg, width),
+                                     rounding=rounding, lfsrs=[LFSR(cfg) for _ in range(N)])
+                for r in range(1, N):
+                    np.testing.assert_array_equal(out[r], out[0])
+                err = np.abs(bits_to_f32(out[0]).astype(np.float64) - exact)
+                bound = bfp_allreduce_bound(vecs, seg, (cfg, width))
+                worst = int(np.argmax(err / np.maximum(bound, 1e-300)))
+                assert np.all(err <= bound), (seg, width, rounding, worst, err[worst],
+                                              bound[worst])
+                key = (N, width, rounding)
+                TIGHT.setdefault(key, []).append((err / np.maximum(bound, 1e-300)).max())
+                assert TIGHT[key][-1] > 0.05, (seg, width, rounding)
 
 
 def test_bfp_allreduce_bound_refuses_what_it_does_not_cover():

@@ -165,6 +165,12 @@ def test_dataparallel_rejects_bad_parameters():
         DataParallel(desc, CoreConfig(), 2, compression="bfp", width=5)
     with pytest.raises(TypeError, match="desc"):
         DataParallel("mlp", CoreConfig(), 2)
+    with pytest.raises(ValueError, match="rounding must be one of"):
+        DataParallel(desc, CoreConfig(), 2, compression="bfp", rounding=3)
+    with pytest.raises(ValueError, match="needs compression 'bfp'"):
+        DataParallel(desc, CoreConfig(), 2, rounding=1)
+    with pytest.raises(ValueError, match="needs engine=True"):
+        DataParallel(desc, CoreConfig(), 2, compression="bfp", rounding=1, per_layer=True)
 
 
 def test_loss_scale_overflow_and_clipping_as_one_core():

@@ -29,9 +29,10 @@ def _cfg(ranks):
     return dataclasses.replace(CoreConfig.preset("tiny"), ranks=ranks)
 
 
-def _ar(a=0, lines=8, seg=4, timeout=100, comp=0, width=0, poison=0, b=0, g=0, glines=0):
+def _ar(a=0, lines=8, seg=4, timeout=100, comp=0, width=0, poison=0, b=0, g=0, glines=0,
+        rounding=0):
     return dict(a=a, lines=lines, seg=seg, timeout=timeout, comp=comp, width=width,
-                poison=poison, b=b, g=g, glines=glines)
+                poison=poison, b=b, g=g, glines=glines, rounding=rounding)
 
 
 def _wide(rng, shape):
@@ -109,11 +110,13 @@ def test_allreduce_rejected_on_a_one_rank_core():
 
 
 def test_allreduce_assemble_round_trip():
-    f = _ar(a=0x1803, lines=300, seg=75, timeout=0xFFFF, comp=1, width=6, poison=1)
+    f = _ar(a=0x1803, lines=300, seg=75, timeout=0xFFFF, comp=1, width=6, poison=1,
+            rounding=1)
     word = encode(Op.ALLREDUCE, **f)
     text = disassemble(word)
     assert text == ("ALLREDUCE a=0x1803 lines=300 seg=75 timeout=65535 comp=1 width=6 "
-                    "poison=1 b=0x0 g=0x0 glines=0")
+                    "poison=1 b=0x0 g=0x0 glines=0 rounding=1")
+    assert decode(word) == (Op.ALLREDUCE, f)
     f2 = _ar(a=3, lines=30, timeout=9, comp=2, poison=1, b=0x800, g=0x1000, glines=21, seg=0)
     w2 = encode(Op.ALLREDUCE, **f2)
     assert assemble(disassemble(w2)) == w2 and decode(w2) == (Op.ALLREDUCE, f2)
@@ -399,22 +402,29 @@ def _params(seed, layers=LAYERS):
     return mlp_params(seed, layers)
 
 
-@pytest.mark.parametrize("ranks,compression,layers", [
-    (2, "none", LAYERS), (4, "none", LAYERS), (2, "bfp", LAYERS), (4, "bfp", LAYERS),
+@pytest.mark.parametrize("ranks,compression,layers,rounding", [
+    (2, "none", LAYERS, 0), (4, "none", LAYERS, 0), (2, "bfp", LAYERS, 0),
+    (4, "bfp", LAYERS, 0),
     # 62 gradient lines (248 words) over 4 ranks: segments of 16 lines, not 62 words
-    (4, "none", (16, 10, 4)),
+    (4, "none", (16, 10, 4), 0),
     # BFP: the 62 lines padded to 64 (whole groups of 16 words, compile_mlp param_align)
-    (2, "bfp", (16, 10, 4))])
-def test_engine_equals_host_mediated(ranks, compression, layers):
+    (2, "bfp", (16, 10, 4), 0),
+    # stochastic rounding and truncation on the links: each rank's LFSR carried over steps
+    (4, "bfp", LAYERS, 1), (2, "bfp", (16, 10, 4), 2)])
+def test_engine_equals_host_mediated(ranks, compression, layers, rounding):
     """One program with the ALLREDUCE per core (MultiCoreModel) == the host's all-reduce between
     a backward and an optimizer program, bit for bit: losses, optimizer status, and every
-    core's parameters, gradients and Adam state, over 4 finite steps (BFP: 4-bit links)."""
+    core's parameters, gradients and Adam state, over 4 finite steps (BFP: 4-bit links, in
+    the rounding given; stochastic rounding and truncation end with other parameters than
+    nearest-even)."""
     rng, W, b = _params(ranks * 3 + len(compression), layers)
     desc = MLP(layers=layers, batch=16, optimizer=Adam(lr=0.01))
     host = DataParallel(desc, CoreConfig.preset("tiny"), ranks, compression=compression,
-                        width=4)
+                        width=4, rounding=rounding)
     eng = DataParallel(desc, CoreConfig.preset("tiny"), ranks, compression=compression,
-                       width=4, engine=True)
+                       width=4, engine=True, rounding=rounding)
+    nearest = DataParallel(desc, CoreConfig.preset("tiny"), ranks, compression=compression,
+                           width=4) if rounding else None
     assert eng.config.ranks == ranks and eng.seg == host.seg
     if compression == "bfp":
         assert eng.length % 16 == 0 and host.length == eng.length
@@ -422,10 +432,14 @@ def test_engine_equals_host_mediated(ranks, compression, layers):
     assert ops.count(Op.ALLREDUCE) == 1 and ops[ops.index(Op.ALLREDUCE) + 1] == Op.OPT
     host.init(W, b)
     eng.init(W, b)
+    if nearest:
+        nearest.init(W, b)
     for t in range(1, 5):
         x, y = rng.random((16, 16)).astype(np.float32), rng.integers(0, 4, 16)
         x[:, :2] *= 100                     # a wide range of gradients: the order matters
         h, e = host.step(x, y, t), eng.step(x, y, t)
+        if nearest:
+            nearest.step(x, y, t)
         assert e["runs"] == [(Status.OK, 0)] * ranks
         assert not h["poisoned"] and not e["poisoned"] and not e["skipped"]
         assert np.array_equal(h["losses"].view(np.uint32), e["losses"].view(np.uint32))
@@ -436,6 +450,8 @@ def test_engine_equals_host_mediated(ranks, compression, layers):
             for k in a:
                 assert np.array_equal(a[k], c[k]), (t, r, k)
     assert eng.multi.allreduces == 4 and eng.bytes_ratio == host.bytes_ratio
+    if nearest:
+        assert not np.array_equal(nearest.read(0)["params"], eng.read(0)["params"])
 
 
 def _nan_step(engine, compression="none", poison=True):

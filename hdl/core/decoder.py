@@ -265,7 +265,8 @@ class Decoder(wiring.Component):
                             ]
                     with m.Else():
                         m.d.comb += [
-                            bad_field.eq((ar.comp > 1) | (bfp & ~width_ok) | bad_timeout
+                            bad_field.eq((ar.comp > 1) | (bfp & ~width_ok)
+                                         | (bfp & (ar.rounding == 3)) | bad_timeout
                                          | (ar.seg * coll.ranks < ar.lines)),
                             bad_shape.eq((ar.lines == 0) | (ar.seg == 0)
                                          | (words > coll.depth)),

@@ -178,7 +178,9 @@ LOOP_ARGS = data.StructLayout({"count": 16, "stride": ADDR_BITS})
 #: ``ALLREDUCE``: lines ``a .. a + lines - 1`` (``lines * S`` words) all-reduced over the ring
 #: in segments of ``seg`` lines; ``timeout`` cycles without progress give ``ERR_LINK``;
 #: ``comp``/``width``: the links' compression (:class:`hdl.multi.config.CollComp`: 0 FP32
-#: words, 1 BFP groups of ``width``-bit mantissas); ``poison``: wait for the matmul engine, and
+#: words, 1 BFP groups of ``width``-bit mantissas, rounded by the sending converter as
+#: ``rounding`` says: :class:`hdl.bfp.converter.Rounding`, 0 nearest even, 1 stochastic with
+#: the converter's LFSR, 2 truncation); ``poison``: wait for the matmul engine, and
 #: if this run's ``flags`` are set send the canonical NaN as the region's word 0 (so every
 #: core's two-pass ``OPT`` skips, docs/multicore.md). ``comp`` 2: top-k compression with error
 #: feedback (the engine's ``TopK``; ``seg`` and ``width`` unused): the residual is kept in
@@ -187,7 +189,7 @@ LOOP_ARGS = data.StructLayout({"count": 16, "stride": ADDR_BITS})
 #: ``g`` are at or after ``a``.
 ALLREDUCE_ARGS = data.StructLayout({
     "a": ADDR_BITS, "lines": 16, "seg": 16, "timeout": 16, "comp": 2, "width": 4, "poison": 1,
-    "b": ADDR_BITS, "g": ADDR_BITS, "glines": 16,
+    "b": ADDR_BITS, "g": ADDR_BITS, "glines": 16, "rounding": 2,
 })
 #: ``SENDRECV``: send lines ``a .. a + lines - 1`` (``lines * S`` FP32 words) to the next core
 #: of the ring (rank ``r + 1``) and, at the same time, receive ``rlines * S`` words from the
@@ -411,8 +413,8 @@ def operand_ranges(op: int, f: dict, S: int, *, offset: int = 0, span: int = 0) 
 def check_allreduce(f: dict, *, S: int, collective) -> int:
     """:class:`Status` of an ``ALLREDUCE``'s fields on a core whose collective engine has
     config ``collective`` (:class:`hdl.multi.config.CollectiveConfig`, ``None``: the core has
-    none, ``ERR_OPCODE``). ``ERR_FIELD`` (tested first): ``comp > 1``; BFP with a ``width``
-    not in ``bfp.widths``; ``timeout == 0``; ``seg * ranks < lines`` (BFP segments need not
+    none, ``ERR_OPCODE``). ``ERR_FIELD`` (tested first): ``comp > 2``; BFP with a ``width``
+    not in ``bfp.widths`` or ``rounding == 3``; ``timeout == 0``; ``seg * ranks < lines`` (BFP segments need not
     be whole groups: the engine pads them on the link). ``ERR_SHAPE``: ``lines == 0``,
     ``seg == 0`` or ``lines * S`` past the engine's ``depth`` words. The engine then never
     answers ``BAD_*`` (each of its checks is one of these).
@@ -435,7 +437,8 @@ def check_allreduce(f: dict, *, S: int, collective) -> int:
             return Status.ERR_SHAPE
         return Status.OK
     bfp = f["comp"] == 1
-    if (f["comp"] > 2 or (bfp and f["width"] not in collective.bfp.widths)
+    if (f["comp"] > 2 or (bfp and (f["width"] not in collective.bfp.widths
+                                   or f.get("rounding", 0) == 3))
             or f["timeout"] == 0 or f["timeout"] >= 1 << collective.timeout_bits
             or f["seg"] * collective.ranks < f["lines"]):
         return Status.ERR_FIELD

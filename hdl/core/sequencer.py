@@ -454,7 +454,8 @@ class Sequencer(wiring.Component):
                 m.d.comb += [cp.op.eq(CollOp.ALLREDUCE), cp.base.eq(0),
                              cp.length.eq(ar.lines * S), cp.seg.eq(ar.seg * S),
                              cp.timeout.eq(ar.timeout), cp.comp.eq(ar.comp),
-                             cp.width.eq(ar.width), coll_start.eq(d_start[0]),
+                             cp.width.eq(ar.width), cp.rounding.eq(ar.rounding),
+                             coll_start.eq(d_start[0]),
                              cp.rbase.eq((d_start[1] - d_start[0]) << lg),
                              cp.gbase.eq((d_start[2] - d_start[0]) << lg)]
 

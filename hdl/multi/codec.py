@@ -6,12 +6,14 @@ and the next engine's ``rx``. The engine's ``mode`` (held for a whole command) c
 
 * ``CollComp.NONE``: each FP32 word is ``32 / width`` flits, least significant first;
 * ``CollComp.BFP``: ``group_size`` words are quantized by :class:`~hdl.bfp.BFPConverter`
-  (width ``mode.width``, round to nearest even), packed densely as
+  (width ``mode.width``, rounding ``mode.rounding``: nearest even, stochastic with the
+  converter's LFSR, or truncation), packed densely as
   ``exp | sign_0 mag_0 | sign_1 mag_1 | ...`` (``mag_j`` its low ``width`` bits;
   :func:`~hdl.multi.config.bfp_packet_bits` bits) and sent as
   ``ceil(bits / width_of_a_flit)`` flits; the receiver unpacks them and decodes with
   :class:`~hdl.bfp.BFPToFP32`. Every group the converter makes decodes exactly, so a decoded
-  group sent again is the same group (relaying is exact). A group holding a NaN or an
+  group sent again is the same group (relaying is exact, in every rounding mode: a decoded
+  group has no bits below its last mantissa bit, so stochastic noise never carries). A group holding a NaN or an
   infinity is sent as a *NaN group* (exponent field :func:`~hdl.multi.config.nan_group_exp`,
   which no converter group has, mantissas zero) and arrives as ``group_size`` canonical NaNs
   ``0x7FC00000``, so a non-finite gradient reaches every core of an all-reduce as it does over
@@ -36,8 +38,11 @@ __all__ = ["mode_layout", "LinkTxCodec", "LinkRxCodec"]
 
 
 def mode_layout(config: BFPConfig) -> data.StructLayout:
-    """``comp`` (:class:`~hdl.multi.config.CollComp`) | ``width`` (BFP mantissa width)."""
-    return data.StructLayout({"comp": 1, "width": width_shape(config)})
+    """``comp`` (:class:`~hdl.multi.config.CollComp`) | ``width`` (BFP mantissa width) |
+    ``rounding`` (:class:`~hdl.bfp.converter.Rounding` of the transmit converter; the
+    converter's LFSR steps ``noise_bits`` times per group in every mode, so a stochastic
+    group's noise depends on every group this codec converted since reset)."""
+    return data.StructLayout({"comp": 1, "width": width_shape(config), "rounding": Rounding})
 
 
 def check_flit_args(self, flit_bits, bfp_config):
@@ -133,7 +138,7 @@ class LinkTxCodec(wiring.Component):
             conv.i.valid.eq(comp & (gcnt == G)),
             conv.i.payload.data.eq(gbuf),
             conv.i.payload.width.eq(self.mode.width),
-            conv.i.payload.rounding.eq(Rounding.NEAREST),
+            conv.i.payload.rounding.eq(self.mode.rounding),
             conv.o.ready.eq(comp & can_load),
         ]
         in_conv = Signal(range(conv.latency + 2), name="groups_in_converter")

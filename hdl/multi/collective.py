@@ -18,16 +18,20 @@ possibly empty). Step ``t = 0 .. 2N - 3`` sends segment ``(r - t) mod N`` and re
 * all-gather (``t >= N - 1``): every received word overwrites the local word.
 
 With ``comp = CollComp.BFP`` the words cross the links as BFP groups (the link codecs of
-:mod:`hdl.multi.codec`, driven by ``mode``), so what a rank receives is the decoded group.
+:mod:`hdl.multi.codec`, driven by ``mode``), so what a rank receives is the decoded group,
+rounded as the command's ``rounding`` says (stochastic rounding draws each group's noise from
+the sending rank's converter LFSR, which steps for every group that converter ever made).
 Groups never straddle a segment: a segment whose length is not a multiple of the group size
 ``G`` is sent with ``+0`` words after its last word up to a whole group (the engine makes
 them, reading no memory), and the receiver drops the words past the segment's end (the
 padding decodes to zeros, or to NaNs in a NaN group; either way it is never written), so
-``length`` and ``seg`` are free. One more step follows, a local one (``t = 2N - 2``): each rank sends its own
-segment ``(r + 1) mod N`` through its own codecs, looped back (``loop``, see
-:class:`~hdl.multi.endpoint.LinkEndpoint`), and writes what they decode. The owner too ends
-with the decoded value its neighbours received, so all ranks agree bit for bit, and no link
-carries the step.
+``length`` and ``seg`` are free. One more step comes between the reduce-scatter and the
+all-gather, a local one (step ``N - 1``; the all-gather's steps are then ``N .. 2N - 2``): each
+rank sends its reduced segment ``(r + 1) mod N`` through its own codecs, looped back
+(``loop``, see :class:`~hdl.multi.endpoint.LinkEndpoint`), and writes what they decode; no
+link carries the step. The all-gather then sends that quantized segment, which every codec
+relays exactly (a decoded group quantizes to itself in every rounding mode), so all ranks end
+with the owner's one quantization bit for bit, stochastic rounding included.
 
 A step ends when its segment is sent and every received word is written; the next step then
 starts (it sends what the last one wrote). The response reports ``OK``; or ``TIMEOUT`` when for
@@ -79,7 +83,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from ..bfp.converter import width_shape
+from ..bfp.converter import Rounding, width_shape
 from ..formats import BFPFlags
 from ..fp32.add import FP32Add
 from ..fp32.config import FP32Config
@@ -98,7 +102,9 @@ CYCLE_BITS = 32
 def cmd_layout(config: CollectiveConfig) -> data.StructLayout:
     """``op`` (:class:`~hdl.multi.config.CollOp`), ``base``, ``length``, ``seg`` (words per
     segment), ``timeout`` (cycles without progress before ``TIMEOUT``), ``comp``
-    (:class:`~hdl.multi.config.CollComp`), ``width`` (BFP mantissa width), and for
+    (:class:`~hdl.multi.config.CollComp`), ``width`` (BFP mantissa width), ``rounding``
+    (BFP: the transmit converters' :class:`~hdl.bfp.converter.Rounding`, code 3
+    ``BAD_COMP``; unused without BFP), and for
     ``SENDRECV`` the receive region ``rbase``, ``rlength`` (``seg`` unused); a top-k
     ``ALLREDUCE`` (``comp = CollComp.TOPK``) reads the residual at ``rbase`` (``length``
     words) and gathers the messages at ``gbase`` (``seg``, ``width`` and ``rlength``
@@ -106,6 +112,7 @@ def cmd_layout(config: CollectiveConfig) -> data.StructLayout:
     return data.StructLayout({"op": 2, "base": config.addr_bits, "length": config.len_bits,
                               "seg": config.len_bits, "timeout": config.timeout_bits,
                               "comp": 2, "width": width_shape(config.bfp),
+                              "rounding": Rounding,
                               "rbase": config.addr_bits, "rlength": config.len_bits,
                               "gbase": config.addr_bits, "sdir": 1, "rdir": 1})
 
@@ -146,7 +153,7 @@ class CollectiveEngine(wiring.Component):
         A command is executing (the memory port is in use); not while an accepted command
         waits for the transmit codec (``codec_idle``).
     mode : Out(mode_layout(config.bfp))
-        The running command's ``comp`` and ``width``, for the link codecs
+        The running command's ``comp``, ``width`` and ``rounding``, for the link codecs
         (:mod:`hdl.multi.codec`); held until the next command is accepted.
     codec_flags : In(BFPFlags)
         The transmit codec's sticky flags, reported in ``rsp.flags``.
@@ -154,7 +161,8 @@ class CollectiveEngine(wiring.Component):
         Pulses when a command is accepted (clears ``codec_flags``).
     loop : Out(1)
         The local step of a BFP command runs (state ``FLUSH`` sets it once ``codec_idle``;
-        cleared when the command ends): the codecs loop this rank's flits back to itself.
+        cleared when the step or the command ends): the codecs loop this rank's flits back to
+        itself.
     codec_idle : In(1)
         The transmit codec holds no word. An accepted valid command waits for it before it
         changes ``mode`` and starts (the last groups of the previous command leave in their
@@ -413,6 +421,7 @@ class CollectiveEngine(wiring.Component):
         m.d.comb += bad_dir.eq(is_p2p & (cmd.sdir | cmd.rdir) & (0 if cfg.reverse else 1))
         bad_comp = Signal(name="cmd_bad_comp")
         m.d.comb += bad_comp.eq((cmd.comp == 3) | (bfp & ~width_ok)
+                                | (bfp & (cmd.rounding.as_value() == 3))
                                 | (is_p2p & (cmd.comp != CollComp.NONE))
                                 | (is_topk if TK is None else 0))
         drained = Signal(name="drained")
@@ -457,6 +466,8 @@ class CollectiveEngine(wiring.Component):
                                      recv_idx.eq(dec(self.rank)), reduce.eq(~is_p2p & ~is_topk),
                                      rsp.status.eq(CollStatus.OK), idle_cnt.eq(0),
                                      new_mode.comp.eq(bfp), new_mode.width.eq(cmd.width),
+                                     new_mode.rounding.eq(Mux(bfp, cmd.rounding,
+                                                              Rounding.NEAREST)),
                                      last_step.eq(Mux(is_p2p, 0,
                                                       Mux(bfp, cfg.steps(CollComp.BFP) - 1,
                                                           Mux(is_topk, N - 2,
@@ -485,7 +496,7 @@ class CollectiveEngine(wiring.Component):
                 with m.Else():
                     m.d.sync += [idle_cnt.eq(idle_cnt + 1), cycles.eq(cycles + 1)]
             with m.State("FLUSH"):
-                # the last flits of step 2N - 3 leave for the link before the loop closes
+                # the last flits of step N - 2 leave for the link before the loop closes
                 m.d.comb += self.busy.eq(1)
                 with m.If(self.codec_idle):
                     m.d.sync += self.loop.eq(1)
@@ -524,10 +535,16 @@ class CollectiveEngine(wiring.Component):
                         m.d.sync += [rsp.cycles.eq(cycles), rsp.flags.eq(self.codec_flags),
                                      self.loop.eq(0)]
                         m.next = "RESP"
-                    with m.Elif(self.mode.comp & (step + 1 == last_step)):
-                        # the local step: send and receive the own segment (r + 1) mod N
-                        m.d.sync += [send_idx.eq(dec(recv_idx)), idle_cnt.eq(0)]
+                    with m.Elif(self.mode.comp & (step + 2 == cfg.ranks)):
+                        # reduce-scatter done: the local step sends and receives the own
+                        # segment (r + 1) mod N (= the decremented send_idx)
+                        m.d.sync += [recv_idx.eq(dec(send_idx)), idle_cnt.eq(0)]
                         m.next = "FLUSH"
+                    with m.Elif(self.mode.comp & (step + 1 == cfg.ranks)):
+                        # the local step done: the all-gather starts by sending the own
+                        # segment, now quantized, and receives segment r
+                        m.d.sync += [send_idx.eq(send_idx), self.loop.eq(0)]
+                        m.next = "SETUP"
                     with m.Else():
                         m.next = "SETUP"
                 with m.Elif(running & (idle_cnt >= timeout)):

@@ -268,8 +268,9 @@ class CollectiveConfig(PresetMixin):
 
     def steps(self, comp: int = CollComp.NONE) -> int:
         """Steps of one all-reduce: ``N - 1`` reduce-scatter + ``N - 1`` all-gather, and with
-        BFP compression one local step that passes each rank's own segment through its own
-        codecs (so the owner too holds the value the others decoded; no link carries it)."""
+        BFP compression one local step between them that passes each rank's reduced segment
+        through its own codecs (the all-gather then relays that quantized segment, so every
+        rank holds the same value; no link carries the step)."""
         return 2 * (self.ranks - 1) + (comp == CollComp.BFP)
 
 

@@ -3,8 +3,9 @@
 
 ``N`` golden-model training cores (:class:`sim.host.dataparallel.DataParallel`) train the
 digits MLP on the same shuffled global batches; the gradient regions cross the links as plain
-FP32 words, BFP groups (mantissa 8 and 4) or top-k pairs with error feedback (16 of every 256
-words), for N = 2 and 4 (``--ranks``). Reported per N and compression: the bytes ratio of the links against plain FP32 ring all-reduces (32-bit flits),
+FP32 words, BFP groups (mantissa 8, 4 and 2; at 4 and 2 also rounded stochastically with each
+rank's converter LFSR instead of to nearest even) or top-k pairs with error feedback (16 of
+every 256 words), for N = 2 and 4 (``--ranks``). Reported per N and compression: the bytes ratio of the links against plain FP32 ring all-reduces (32-bit flits),
 the final test accuracy (float32 inference with rank 0's weights; every rank holds the same
 bits, checked each epoch) and the mean training loss of the last epoch. These are golden-model
 runs (the RTL multi-core top ``training_ring`` equals the golden model bit for bit on
@@ -37,6 +38,7 @@ from sim.bench.scaling import BATCH, run_point, run_scaling
 from sim.bench.scaling import to_markdown as scaling_markdown
 from sim.host.compiler import MLP, compile_mlp
 from sim.host.dataparallel import DataParallel
+from sim.model.bfp import ROUND_NEAREST, ROUND_STOCHASTIC
 from sim.host.digits import epoch_batches, load_digits
 from sim.host.optim import Adam
 from sim.host.pipeline import Pipeline, bubble_formula, timeline
@@ -44,12 +46,17 @@ from sim.model.compress import TopK
 from sim.model.core import CoreModel
 from sim.model.reference import forward
 
-#: ``(label, compression, width, TopK)`` of every run.
-RUNS = [("fp32", "none", 0, None), ("bfp8", "bfp", 8, None), ("bfp4", "bfp", 4, None),
-        ("topk 16/256", "topk", 0, TopK(seg=256, k=16))]
+#: ``(label, compression, width, TopK, rounding)`` of every run (rounding of the BFP links'
+#: converters, ``sim.model.bfp.ROUND_*``).
+RUNS = [("fp32", "none", 0, None, ROUND_NEAREST), ("bfp8", "bfp", 8, None, ROUND_NEAREST),
+        ("bfp4", "bfp", 4, None, ROUND_NEAREST),
+        ("bfp4 stochastic", "bfp", 4, None, ROUND_STOCHASTIC),
+        ("bfp2", "bfp", 2, None, ROUND_NEAREST),
+        ("bfp2 stochastic", "bfp", 2, None, ROUND_STOCHASTIC),
+        ("topk 16/256", "topk", 0, TopK(seg=256, k=16), ROUND_NEAREST)]
 
 
-def run(label, compression, width, topk, *, ranks, epochs, batch, seed) -> dict:
+def run(label, compression, width, topk, rounding, *, ranks, epochs, batch, seed) -> dict:
     data = load_digits()
     rng = np.random.default_rng(seed)
     layers = (64, 64, 10)
@@ -58,7 +65,7 @@ def run(label, compression, width, topk, *, ranks, epochs, batch, seed) -> dict:
     b = [np.zeros(n, np.float32) for n in layers[1:]]
     desc = MLP(layers=layers, batch=batch, optimizer=Adam(lr=3e-3))
     dp = DataParallel(desc, CoreConfig(), ranks, compression=compression, width=width or 8,
-                      topk=topk)
+                      topk=topk, rounding=rounding)
     dp.init(W, b)
     t, losses = 0, []
     for epoch in range(epochs):

@@ -1159,7 +1159,8 @@ class Compiled:
         return out
 
     def dataparallel_program(self, comp: int = 0, width: int = 8, timeout: int = 0xFFFF,
-                             seg: int | None = None, per_layer: bool = False) -> list[int]:
+                             seg: int | None = None, per_layer: bool = False,
+                             rounding: int = 0) -> list[int]:
         """The data-parallel step as one program per core (every core runs the same words):
         :attr:`program` with ``ALLREDUCE a=<grads line> lines=<grads lines> seg timeout comp
         width poison=1`` right before its ``OPT``, so the collective engine all-reduces the
@@ -1191,6 +1192,9 @@ class Compiled:
             BFP mantissa width (``comp = 1``; one of the engine's ``bfp.widths``).
         timeout : int
             Cycles without link progress before ``ERR_LINK`` (1..65535).
+        rounding : int
+            How the links' converters round (``comp = 1``;
+            :class:`hdl.bfp.converter.Rounding`: 0 nearest even, 1 stochastic, 2 truncation).
         seg : int or None
             Lines per segment (of every ``ALLREDUCE``); ``None``: :func:`allreduce_seg_lines`
             of each one's lines (``ceil(lines / ranks)``, rounded up to whole BFP groups with
@@ -1228,7 +1232,8 @@ class Compiled:
                               poison=poison, **tk)
             sg = seg if seg is not None else allreduce_seg_lines(lines, cfg.ranks, S, G)
             return encode(Op.ALLREDUCE, a=line, lines=lines, seg=sg, timeout=timeout,
-                          comp=comp, width=width, poison=poison)
+                          comp=comp, width=width, poison=poison,
+                          rounding=rounding if comp == 1 else 0)
 
         if not per_layer:
             line, lines = self.regions["grads"]

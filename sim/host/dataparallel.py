@@ -72,6 +72,7 @@ from hdl.multi.config import CollComp, CollectiveConfig
 from sim.model.collective import link_flits, ring_allreduce
 from sim.model.compress import TopK, TopKState, topk_allreduce
 from sim.model.core import CoreModel
+from sim.model.bfp import LFSR, ROUND_NEAREST, ROUNDING_MODES
 from sim.model.multicore import MultiCoreModel
 
 from .compiler import MLP, CompileError, allreduce_seg_lines, compile_mlp
@@ -101,6 +102,11 @@ class DataParallel:
         ``"none"``, ``"bfp"`` or ``"topk"`` (:data:`COMPRESSIONS`).
     width : int
         BFP mantissa width (``"bfp"``), one of the collective's ``bfp.widths``.
+    rounding : int
+        How the links' BFP converters round (``"bfp"``; ``sim.model.bfp.ROUND_*``: 0 nearest
+        even, 1 stochastic with each rank's converter LFSR, 2 truncation). Each rank's LFSR
+        (:attr:`lfsr`, or the engine's) steps for every group it sends from one step to the
+        next, as on the hardware.
     topk : TopK or None
         Segment and ``k`` (``"topk"``; default :class:`TopK` ``()``).
     engine : bool
@@ -128,7 +134,7 @@ class DataParallel:
     def __init__(self, desc: MLP, config: CoreConfig | None = None, ranks: int = 2, *,
                  compression: str = "none", width: int = 8, topk: TopK | None = None,
                  engine: bool = False, timeout: int = 0xFFFF, per_layer: bool = False,
-                 split_grads: bool | None = None):
+                 split_grads: bool | None = None, rounding: int = ROUND_NEAREST):
         if not isinstance(desc, MLP):
             raise TypeError(f"desc must be an MLP, not {type(desc).__name__}")
         config = CoreConfig() if config is None else config
@@ -139,7 +145,17 @@ class DataParallel:
                              f"micro_batches ({ranks} * {desc.micro_batches})")
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
+        if rounding not in ROUNDING_MODES or isinstance(rounding, bool):
+            raise ValueError(f"rounding must be one of {ROUNDING_MODES}, not {rounding!r}")
+        if rounding != ROUND_NEAREST and compression != "bfp":
+            raise ValueError(f"rounding {rounding} needs compression 'bfp', not "
+                             f"{compression!r}")
+        if rounding != ROUND_NEAREST and per_layer and not engine:
+            raise ValueError("per_layer with stochastic rounding or truncation needs "
+                             "engine=True: each rank's LFSR sequence depends on the order of "
+                             "the blocks' all-reduces, which only the program fixes")
         self.ranks, self.compression, self.width = ranks, compression, width
+        self.rounding = rounding
         self.engine = bool(engine)
         self.per_layer = bool(per_layer)
         if per_layer and compression == "topk":
@@ -207,13 +223,17 @@ class DataParallel:
             #: the one program every core runs (engine mode)
             self.program = self.compiled.dataparallel_program(comp=comp, width=width,
                                                               timeout=timeout,
-                                                              per_layer=per_layer)
+                                                              per_layer=per_layer,
+                                                              rounding=rounding)
             self.multi = MultiCoreModel(config)
             self.cores = self.multi.cores
         else:
             self.program = None
             self.multi = None
             self.cores = [CoreModel(config) for _ in range(ranks)]
+        #: host mode: each rank's link converter LFSR (``sim.model.bfp.LFSR``), kept from step
+        #: to step (engine mode: the :class:`MultiCoreModel`'s)
+        self.lfsr = None if engine else [LFSR(self.coll.bfp) for _ in range(ranks)]
         if compression == "topk" and not engine:
             self.states = [TopKState(self.length, self.topk) for _ in range(ranks)]
         #: engine mode, top-k: the ALLREDUCE's residual and buffer lines
@@ -247,7 +267,8 @@ class DataParallel:
         out = [g.copy() for g in grads]
         for off, length, seg in self.blocks:
             part = ring_allreduce([g[off:off + length] for g in grads], seg, comp=comp,
-                                  bfp=(self.coll.bfp, self.width), flags=flags)
+                                  bfp=(self.coll.bfp, self.width), flags=flags,
+                                  rounding=self.rounding, lfsrs=self.lfsr)
             for o, p in zip(out, part):
                 o[off:off + length] = p
         self._count_link_bits(comp)

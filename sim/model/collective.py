@@ -8,10 +8,15 @@ the same segments (:func:`segments`), the same schedule (step ``t`` sends segmen
 :class:`hdl.fp32.add.FP32Add` produces), so every rank's result is predicted bit for bit,
 and :func:`validate` gives the status the engine answers to a command. With BFP link
 compression every sent segment is what the link codecs (:mod:`hdl.multi.codec`) deliver:
-:func:`sim.model.bfp.quantize` (round to nearest even) then :func:`sim.model.bfp.dequantize`,
-in groups from the segment's start (a group holding a NaN or an infinity arrives as canonical
-NaNs), and one local step follows the all-gather: each rank passes its own segment through its
-own codecs (no link carries it).
+:func:`sim.model.bfp.quantize` (in the command's ``rounding``) then
+:func:`sim.model.bfp.dequantize`, in groups from the segment's start (a group holding a NaN or
+an infinity arrives as canonical NaNs), and one local step comes between the reduce-scatter
+and the all-gather: each rank passes its reduced segment through its own codecs (no link
+carries it), and the all-gather relays that quantized segment. Each rank's transmit
+converter has its LFSR (:class:`sim.model.bfp.LFSR`), which steps ``noise_bits`` times for
+every group it converts, in every rounding mode; stochastic rounding takes a group's noise from
+it, so :class:`CollectiveModel` keeps each rank's LFSR from one command to the next, as the
+hardware does until reset.
 
 Summation order: segment ``k`` is reduced as ``((x_k + x_{k+1}) + x_{k+2}) + ... + x_{k-1}``
 (ranks mod ``N``); :func:`sum_order` lists it.
@@ -35,7 +40,7 @@ import numpy as np
 from hdl.config import BFPConfig
 from hdl.multi.config import CollComp, CollectiveConfig, CollOp, CollStatus, flits_per_group
 
-from .bfp import ROUND_NEAREST, dequantize, quantize
+from .bfp import LFSR, ROUND_NEAREST, ROUNDING_MODES, dequantize, quantize
 from .fp32 import QNAN, bits_to_f32, canon
 
 __all__ = ["segments", "schedule", "sum_order", "validate", "bfp_link", "ring_allreduce",
@@ -62,14 +67,15 @@ def segments(length: int, seg: int, ranks: int) -> list[tuple[int, int]]:
 def schedule(rank: int, ranks: int, comp: int = CollComp.NONE) -> list[tuple[int, int, bool]]:
     """``(send segment, receive segment, reduce)`` of every step of rank ``rank``: ``2N - 2``
     steps, the first ``N - 1`` reduce-scatter (``reduce``), then all-gather; with BFP
-    compression a local step follows, ``(own, own, False)`` with ``own = (rank + 1) mod N``:
-    the rank sends its own segment to itself through its codecs (send equals receive marks a
-    local step; no ring step has it)."""
+    compression a local step comes between them (step ``N - 1``), ``(own, own, False)`` with
+    ``own = (rank + 1) mod N``: the rank sends its reduced segment to itself through its codecs
+    (send equals receive marks a local step; no ring step has it), and the all-gather then
+    sends the quantized segment on."""
     plan = [((rank - t) % ranks, (rank - t - 1) % ranks, t < ranks - 1)
             for t in range(2 * (ranks - 1))]
     if comp == CollComp.BFP:
         own = (rank + 1) % ranks
-        plan.append((own, own, False))
+        plan.insert(ranks - 1, (own, own, False))
     return plan
 
 
@@ -85,11 +91,13 @@ def _overlap(base: int, length: int, rbase: int, rlength: int) -> bool:
 
 def validate(config: CollectiveConfig, *, op: int, base: int, length: int, seg: int = 0,
              timeout: int, comp: int = CollComp.NONE, width: int = 0, rbase: int = 0,
-             rlength: int = 0, gbase: int = 0, sdir: int = 0, rdir: int = 0) -> int:
+             rlength: int = 0, gbase: int = 0, sdir: int = 0, rdir: int = 0,
+             rounding: int = ROUND_NEAREST) -> int:
     """The status the engine answers before running (``OK`` when it runs). ``rbase``,
     ``rlength``, ``sdir`` and ``rdir`` only count for ``SENDRECV`` (a direction bit on an
     engine without reverse links is ``BAD_DIR``, after ``BAD_COMP`` and before ``BAD_LEN``),
-    ``seg`` only for a plain or BFP ``ALLREDUCE``;
+    ``seg`` only for a plain or BFP ``ALLREDUCE``, ``rounding`` only for a BFP one (code 3,
+    no rounding mode, is ``BAD_COMP``);
     a top-k ``ALLREDUCE`` (``comp = CollComp.TOPK``) checks its three regions: the vector
     ``[base, +length)``, the residual ``[rbase, +length)`` and the gather buffer
     ``[gbase, +N * TopK.message_words(length))``."""
@@ -110,7 +118,7 @@ def validate(config: CollectiveConfig, *, op: int, base: int, length: int, seg: 
         return CollStatus.OK
     if op != CollOp.ALLREDUCE:
         return CollStatus.BAD_OP
-    if bfp and width not in cfg.bfp.widths:
+    if bfp and (width not in cfg.bfp.widths or rounding not in ROUNDING_MODES):
         return CollStatus.BAD_COMP
     if comp == CollComp.TOPK:
         if cfg.topk is None:
@@ -137,16 +145,23 @@ def add_f32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return canon(r.view(np.uint32))
 
 
-def bfp_link(words: np.ndarray, config: BFPConfig, width: int) -> tuple[np.ndarray, int]:
+def bfp_link(words: np.ndarray, config: BFPConfig, width: int, *,
+             rounding: int = ROUND_NEAREST, lfsr: LFSR | None = None) -> tuple[np.ndarray, int]:
     """What a BFP-compressed link delivers for ``words`` (uint32, one segment), and the flags
     of the sent groups (bit 0 a NaN, bit 1 an infinity). The segment is sent padded with
     ``+0`` words to whole groups of ``group_size`` and the receiver keeps its first
     ``len(words)`` words. A group holding a NaN or an infinity crosses as a NaN group: it
-    arrives as ``group_size`` canonical NaNs (:func:`hdl.multi.config.nan_group_exp`)."""
+    arrives as ``group_size`` canonical NaNs (:func:`hdl.multi.config.nan_group_exp`).
+    ``lfsr``: the sending rank's converter LFSR, stepped once per group (padding groups
+    included) in every ``rounding``; required for stochastic rounding."""
     words = np.asarray(words, np.uint32)
     n, G = len(words), config.group_size
+    if rounding not in ROUNDING_MODES:
+        raise ValueError(f"rounding must be one of {ROUNDING_MODES}, not {rounding!r}")
+    if lfsr is None and rounding != ROUND_NEAREST:
+        raise ValueError("a link that does not round to nearest needs the sender's lfsr")
     padded = np.concatenate([words, np.zeros(-n % G, np.uint32)])
-    g = quantize(bits_to_f32(padded), config, width=width, rounding=ROUND_NEAREST)
+    g = quantize(bits_to_f32(padded), config, width=width, rounding=rounding, lfsr=lfsr)
     flags = int(np.any(g.invalid)) | (int(np.any(g.overflow)) << 1)
     out = dequantize(g, config, width=width).view(np.uint32).copy()
     bad = np.repeat(np.asarray(g.invalid | g.overflow, bool).reshape(-1), G)
@@ -155,13 +170,16 @@ def bfp_link(words: np.ndarray, config: BFPConfig, width: int) -> tuple[np.ndarr
 
 
 def ring_allreduce(vectors, seg: int, *, comp: int = CollComp.NONE,
-                   bfp: tuple[BFPConfig, int] | None = None, flags: list | None = None
+                   bfp: tuple[BFPConfig, int] | None = None, flags: list | None = None,
+                   rounding: int = ROUND_NEAREST, lfsrs: list | None = None
                    ) -> list[np.ndarray]:
     """Run the ring all-reduce on ``vectors`` (one ``uint32`` array of bit patterns per rank,
     all the same length) exactly as the engines do, step by step; return every rank's vector
     afterwards (all equal). With ``comp = CollComp.BFP``, ``bfp = (config, width)`` and every
-    sent segment crosses :func:`bfp_link`; ``flags`` (a list, one int per rank) collects each
-    rank's sent-group flags."""
+    sent segment crosses :func:`bfp_link` in ``rounding``; ``flags`` (a list, one int per
+    rank) collects each rank's sent-group flags; ``lfsrs`` (one :class:`~sim.model.bfp.LFSR`
+    per rank, advanced in place) are the ranks' transmit converters' LFSRs, fresh ones (the
+    state after reset) when omitted."""
     ranks = len(vectors)
     if ranks < 2:
         raise ValueError(f"ring_allreduce needs at least 2 ranks, not {ranks}")
@@ -173,6 +191,11 @@ def ring_allreduce(vectors, seg: int, *, comp: int = CollComp.NONE,
         raise ValueError(f"seg must be >= 1 and seg * ranks >= length, not {seg!r}")
     if comp == CollComp.BFP and bfp is None:
         raise ValueError("BFP compression needs bfp=(BFPConfig, width)")
+    if comp == CollComp.BFP:
+        if lfsrs is None:
+            lfsrs = [LFSR(bfp[0]) for _ in range(ranks)]
+        if len(lfsrs) != ranks:
+            raise ValueError(f"lfsrs: {len(lfsrs)} for {ranks} ranks")
     segs = segments(length, seg, ranks)
     plans = [schedule(r, ranks, comp) for r in range(ranks)]
     for t in range(len(plans[0])):
@@ -182,7 +205,7 @@ def ring_allreduce(vectors, seg: int, *, comp: int = CollComp.NONE,
             s0, n = segs[plans[r][t][0]]
             words = mem[r][s0:s0 + n].copy()
             if comp == CollComp.BFP and n:
-                words, f = bfp_link(words, *bfp)
+                words, f = bfp_link(words, *bfp, rounding=rounding, lfsr=lfsrs[r])
                 if flags is not None:
                     flags[r] |= f
             sent.append(words)
@@ -209,12 +232,14 @@ def bfp_allreduce_bound(vectors, seg: int, bfp: tuple[BFPConfig, int]) -> np.nda
     * **quantization** ``|Q(p)_i - p_i| < ulp_g = 2**(e_g - (w-1))`` (``e_g`` the exponent of
       the group's largest ``|p_i|``, so ``ulp_g <= 2**(1-w) * max_g |p_i|``): half an ulp by
       round-to-nearest, but up to one ulp where the largest element rounds up to ``2**w`` and
-      is clamped to ``2**w - 1``; plus ``2**-149`` where the FP32 result of dequantizing is
-      subnormal and rounded;
+      is clamped to ``2**w - 1``, and less than one by stochastic rounding or truncation (the
+      bound holds in every ``rounding``); plus ``2**-149`` where the FP32 result of
+      dequantizing is subnormal and rounded;
     * **addition** ``|fl(a + b) - (a + b)| <= 2**-24 |fl(a + b)|`` (round to nearest), plus
       ``2**-149`` below the normal range;
     * **forwarding** adds nothing: ``Q(Q(p)) = Q(p)`` (the largest element of ``Q(p)`` keeps
-      its exponent, ``2**e_g <= Q(p)_max < 2**(e_g+1)``, so the grid is the same), except where
+      its exponent, ``2**e_g <= Q(p)_max < 2**(e_g+1)``, so the grid is the same, and ``Q(p)``
+      has no bits below it for noise to carry into), except where
       dequantizing rounded below ``2**-149`` (at most ``2**-148`` per hop, added).
 
     The bound follows ``P_k``, an upper bound on ``|p_k|`` per element
@@ -399,7 +424,8 @@ def sendrecv_link_flits(flit_bits: int, commands) -> tuple[list[int], list[int]]
 
 #: command fields :meth:`CollectiveModel.execute` fills in when left out
 _DEFAULTS = {"op": CollOp.ALLREDUCE, "seg": 0, "timeout": 1000, "comp": CollComp.NONE,
-             "width": 0, "rbase": 0, "rlength": 0, "gbase": 0, "sdir": 0, "rdir": 0}
+             "width": 0, "rbase": 0, "rlength": 0, "gbase": 0, "sdir": 0, "rdir": 0,
+             "rounding": ROUND_NEAREST}
 
 
 class CollectiveModel:
@@ -424,6 +450,9 @@ class CollectiveModel:
     sendrecv_words_rev : list of int
         Likewise on reverse link ``r`` (to rank ``r - 1``, ``sdir = 1``); all 0 without
         reverse links. Flits: ``32 / flit_bits`` per word (:func:`sendrecv_link_flits`).
+    lfsr : list of sim.model.bfp.LFSR
+        Per rank, its transmit converter's LFSR (stepped by every BFP group the rank sends
+        or loops back, in every rounding mode; reset state at construction).
     """
 
     def __init__(self, config: CollectiveConfig | None = None):
@@ -433,17 +462,18 @@ class CollectiveModel:
         self.flags = [0] * self.config.ranks
         self.sendrecv_words = [0] * self.config.ranks
         self.sendrecv_words_rev = [0] * self.config.ranks
+        self.lfsr = [LFSR(self.config.bfp) for _ in range(self.config.ranks)]
 
     def allreduce(self, *, base: int, length: int, seg: int = 0, timeout: int = 1000,
                   op: int = CollOp.ALLREDUCE, comp: int = CollComp.NONE, width: int = 0,
                   rbase: int = 0, rlength: int = 0, gbase: int = 0, sdir: int = 0,
-                  rdir: int = 0) -> int:
+                  rdir: int = 0, rounding: int = ROUND_NEAREST) -> int:
         """The same command on every rank (any ``op``, despite the name: a ``SENDRECV`` then
         needs ``length == rlength`` and ``sdir == rdir``); its status, the same on every
         rank."""
         return self.execute(dict(op=op, base=base, length=length, seg=seg, timeout=timeout,
                                  comp=comp, width=width, rbase=rbase, rlength=rlength,
-                                 gbase=gbase, sdir=sdir, rdir=rdir))[0]
+                                 gbase=gbase, sdir=sdir, rdir=rdir, rounding=rounding))[0]
 
     def execute(self, commands) -> list[int]:
         """Run one command on every rank: ``commands`` is a mapping (the same command on
@@ -453,7 +483,8 @@ class CollectiveModel:
         sets :attr:`flags`.
 
         The ranks that answer ``OK`` must either all run the same ``ALLREDUCE`` (``base``,
-        ``length``, ``seg``, ``comp``, ``width``; then no rank may answer ``BAD_*``) or all
+        ``length``, ``seg``, ``comp``, ``width``, and with BFP ``rounding``; then no rank may
+        answer ``BAD_*``) or all
         run ``SENDRECV`` (:func:`ring_sendrecv`, with each command's ``sdir`` / ``rdir``; a
         rank answering ``BAD_*`` sends and receives nothing, so the ``rlength`` / ``length``
         of its partners in either direction must be 0; :attr:`sendrecv_words` and
@@ -486,13 +517,14 @@ class CollectiveModel:
             self.mem = topk_ring(self.mem, base=c["base"], length=c["length"], rbase=c["rbase"],
                                  gbase=c["gbase"], topk=self.config.topk)
         elif ops == {CollOp.ALLREDUCE}:
-            agree(("base", "length", "seg", "comp", "width"),
+            agree(("base", "length", "seg", "comp", "width")
+                  + (("rounding",) if cmds[0]["comp"] == CollComp.BFP else ()),
                   "an ALLREDUCE needs the same command")
             c = cmds[0]
             base, length, width = c["base"], c["length"], c["width"]
             out = ring_allreduce([m[base:base + length] for m in self.mem], c["seg"],
                                  comp=c["comp"], bfp=(self.config.bfp, width),
-                                 flags=self.flags)
+                                 flags=self.flags, rounding=c["rounding"], lfsrs=self.lfsr)
             for m, v in zip(self.mem, out):
                 m[base:base + length] = v
         elif ops == {CollOp.SENDRECV}:

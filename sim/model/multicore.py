@@ -73,6 +73,7 @@ from hdl.core.isa import Status
 from hdl.multi.config import CollComp, CollStatus
 
 from .collective import ring_allreduce
+from .bfp import LFSR
 from .compress import topk_ring
 from .core import CoreModel
 
@@ -81,8 +82,9 @@ __all__ = ["MultiCoreModel", "POISON_BITS", "RING_FIELDS"]
 #: What a poisoned core contributes as word 0 of its vector: the canonical NaN
 #: (:data:`hdl.core.core.POISON_BITS`).
 POISON_BITS = 0x7FC00000
-#: ``ALLREDUCE`` fields every core of the ring must agree on (``width`` only with ``comp = 1``).
-RING_FIELDS = ("lines", "seg", "comp", "width")
+#: ``ALLREDUCE`` fields every core of the ring must agree on (``width`` and ``rounding`` only
+#: with ``comp = 1``).
+RING_FIELDS = ("lines", "seg", "comp", "width", "rounding")
 
 
 class MultiCoreModel:
@@ -120,6 +122,10 @@ class MultiCoreModel:
     history : list of dict
         One entry per all-reduce: ``fields`` (per rank, the ``ALLREDUCE``'s fields),
         ``poisoned`` and ``flags`` (as above).
+    lfsr : list of sim.model.bfp.LFSR
+        Per rank, the LFSR of its transmit codec's converter: it steps for every BFP group
+        the rank sends (or loops back), in every rounding mode, and gives a stochastically
+        rounded group its noise; reset state at construction and :meth:`reset`.
     """
 
     def __init__(self, config: CoreConfig, **core_kwargs):
@@ -141,6 +147,7 @@ class MultiCoreModel:
         self.sendrecv_words = [0] * self.ranks
         self.sendrecv_words_rev = [0] * self.ranks
         self.history = []
+        self.lfsr = [LFSR(self.collective.bfp) for _ in range(self.ranks)]
 
     def reset(self) -> None:
         """Hardware reset of every core (:meth:`CoreModel.reset`) and of the all-reduce
@@ -269,7 +276,7 @@ class MultiCoreModel:
         for r in range(1, self.ranks):
             f = fields[r]
             for name in RING_FIELDS:
-                if name == "width" and f0["comp"] != CollComp.BFP:
+                if name in ("width", "rounding") and f0["comp"] != CollComp.BFP:
                     continue
                 if name == "seg" and f0["comp"] == CollComp.TOPK:
                     continue
@@ -293,7 +300,7 @@ class MultiCoreModel:
             poisoned.append(p)
         flags = [0] * self.ranks
         out = ring_allreduce(vectors, seg * S, comp=comp, bfp=(self.collective.bfp, width),
-                             flags=flags)
+                             flags=flags, rounding=f0.get("rounding", 0), lfsrs=self.lfsr)
         for r, core in enumerate(self.cores):
             core.write_lines(fields[r]["a"], out[r].reshape(lines, S))
             core.coll_flags = flags[r]

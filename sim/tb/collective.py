@@ -18,6 +18,8 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from hdl.multi.collective import cmd_layout, rsp_layout
 from hdl.multi.config import CollComp, CollOp, CollStatus, RingConfig
+from sim.model.bfp import ROUND_STOCHASTIC as SR
+from sim.model.bfp import ROUND_TRUNCATE as TRUNC
 from sim.model.collective import CollectiveModel, link_flits, sendrecv_link_flits
 from sim.model.fp32 import f32_to_bits
 from sim.tb.collective_tb import disjoint_regions
@@ -189,8 +191,9 @@ class TB:
 async def allreduce_random_backpressure(dut):
     """Random vectors (with specials), every link stalled at random 40 % of the cycles:
     bit-exact on every rank, exact flit counts, no overflow, plain and BFP-compressed (every
-    width; the specials make flagged groups; segments that are not whole groups); BAD_*
-    commands change nothing."""
+    width; the specials make flagged groups; segments that are not whole groups; stochastic
+    rounding and truncation, the model stepping each rank's LFSR); BAD_* commands change
+    nothing."""
     tb = TB(dut, seed=11, stall_prob=0.4)
     await tb.start()
     N, D = tb.N, tb.depth
@@ -206,8 +209,16 @@ async def allreduce_random_backpressure(dut):
         # BFP segments that are not whole groups: padded on the link, padding dropped
         await tb.allreduce(base=3 + rep, length=G * N + 3, seg=G + 2, timeout=300,
                            comp=CollComp.BFP, width=2 + 2 * rep)
+        # stochastic rounding (each rank's converter LFSR, stepped by every group above) and
+        # truncation
+        await tb.allreduce(base=1 + rep, length=G * 2 * N - 1, seg=2 * G, timeout=300,
+                           comp=CollComp.BFP, width=2 + 2 * rep, rounding=SR)
+        await tb.allreduce(base=2, length=G * N, seg=G, timeout=300, comp=CollComp.BFP,
+                           width=4, rounding=TRUNC)
         await tb.allreduce(base=0, length=G, seg=G, timeout=300, comp=CollComp.BFP,
                            width=5)                                         # BAD_COMP
+        await tb.allreduce(base=0, length=G, seg=G, timeout=300, comp=CollComp.BFP,
+                           width=4, rounding=3)                             # BAD_COMP
         await tb.allreduce(base=0, length=0, seg=1, timeout=300)            # BAD_LEN
         await tb.allreduce(base=0, length=8, seg=1, timeout=300)            # BAD_SEG
         await tb.allreduce(base=0, length=8, seg=8, timeout=0)              # BAD_TIMEOUT

@@ -25,7 +25,8 @@ __all__ = ["RingRun", "run_ring", "command", "check_ring", "disjoint_regions"]
 
 
 def command(*, base, length, seg=0, timeout, op=CollOp.ALLREDUCE, comp=CollComp.NONE,
-            width=0, rbase=0, rlength=0, gbase=0, sdir=0, rdir=0) -> dict | list[dict]:
+            width=0, rbase=0, rlength=0, gbase=0, sdir=0, rdir=0,
+            rounding=0) -> dict | list[dict]:
     """One command's fields (:func:`hdl.multi.collective.cmd_layout`): a dict, which
     :func:`run_ring` sends to every rank. Any field given as a list or tuple (one value per
     rank; all such lists equally long) makes it a list of dicts, rank ``r`` getting element
@@ -35,10 +36,11 @@ def command(*, base, length, seg=0, timeout, op=CollOp.ALLREDUCE, comp=CollComp.
     ``rlength`` by ``ALLREDUCE``; a top-k ``ALLREDUCE`` (``comp = CollComp.TOPK``) uses
     ``rbase`` (the residual) and ``gbase`` (the gather buffer), not ``seg``. ``sdir`` /
     ``rdir`` = 1: a ``SENDRECV`` sends to rank ``r - 1`` / receives from rank ``r + 1`` over
-    the reverse links."""
+    the reverse links. ``rounding``: a BFP ``ALLREDUCE``'s converter rounding
+    (:class:`hdl.bfp.converter.Rounding`)."""
     fields = {"op": op, "base": base, "length": length, "seg": seg, "timeout": timeout,
               "comp": comp, "width": width, "rbase": rbase, "rlength": rlength,
-              "gbase": gbase, "sdir": sdir, "rdir": rdir}
+              "gbase": gbase, "sdir": sdir, "rdir": rdir, "rounding": rounding}
     per_rank = {k: list(v) for k, v in fields.items() if isinstance(v, (list, tuple))}
     if not per_rank:
         return fields

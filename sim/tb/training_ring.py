@@ -22,6 +22,7 @@ from sim.host.compiler import MLP
 from sim.host.dataparallel import DataParallel
 from sim.host.driver import CoreDriver
 from sim.host.optim import Adam
+from sim.model.bfp import ROUND_STOCHASTIC
 from sim.tb.cocotb_stream import reset, start_clock
 from sim.tb.core import CocotbTransport
 
@@ -93,7 +94,8 @@ class RingTB:
 
 @cocotb.test()
 async def dataparallel_steps(dut):
-    """TB_STEPS data-parallel steps (FP32 links, then TB_BFP_STEPS with BFP-4 links, then
+    """TB_STEPS data-parallel steps (FP32 links, then TB_BFP_STEPS with BFP-4 links rounding
+    stochastically, then
     TB_TOPK_STEPS with top-k links and error feedback) of the MLP 6-4-4 (global batch 4 x
     ranks, Adam) under random link and host backpressure: every core's runs, losses,
     parameters, gradients, state, whole scratchpad (the top-k residual and message buffer
@@ -107,7 +109,10 @@ async def dataparallel_steps(dut):
     await tb.start()
     desc = MLP(layers=(6, 4, 4), batch=4 * N, optimizer=Adam(lr=1e-2))
     dp = DataParallel(desc, cfg.core, N, engine=True)
-    bfp = DataParallel(desc, cfg.core, N, compression="bfp", width=4, engine=True)
+    # the BFP steps round stochastically: the sequencer hands the ALLREDUCE's rounding to
+    # the engine, and every core's converter LFSR must step as the model's
+    bfp = DataParallel(desc, cfg.core, N, compression="bfp", width=4, engine=True,
+                       rounding=ROUND_STOCHASTIC)
     topk = DataParallel(desc, cfg.core, N, compression="topk", engine=True)
     c = dp.compiled
     rng = np.random.default_rng(3)

@@ -37,7 +37,7 @@ from ..registry import Block
 from .divsqrt_config import FP32DivSqrtConfig
 from .round import round_finish, round_plan_select, round_plan_top2, round_prepare
 from .unit import FP32StreamUnit
-from .unpack import QNAN, unpack_fp32
+from .unpack import QNAN, special_top, special_word, unpack_fp32
 
 __all__ = ["FP32DivIn", "FP32Div", "StallPipeline", "sum_products"]
 
@@ -160,7 +160,7 @@ def round_and_output(m, p, o, *, valid, q, rem, plan, sgn, special, spec_val, na
     spec_val = p.reg(spec_val, "rnd_special_val")
 
     rounded = round_finish(m, sign=sgn, frame=frame, base=base, ovf=ovf, name=name)
-    result = Mux(special, spec_val, rounded)
+    result = Mux(special, special_word(spec_val), rounded)
     out_valid = p.valid(valid, "out_valid")
     out = p.reg(result, "out_r", unsigned(32))
     m.d.comb += [
@@ -231,7 +231,7 @@ class FP32Div(FP32StreamUnit):
         lz_b = p.reg(b.lz, "s0_lz_b")
         sgn = p.reg(sign, "s0_sign")
         special = p.reg(nan | inf | zero, "s0_special")
-        spec_val = p.reg(special_val, "s0_special_val")
+        spec_val = p.reg(special_top(special_val), "s0_special_val")
         quot = None
 
         # --- recurrence stages ---------------------------------------------------------------

@@ -45,7 +45,7 @@ from .div import StallPipeline, sum_products
 from .divsqrt_config import EXP_FRAC_BITS, FP32DivSqrtConfig, exp_constants
 from .round import jam_sticky, round_finish, round_plan_select, round_plan_top2, round_prepare
 from .unit import FP32StreamUnit
-from .unpack import QNAN
+from .unpack import QNAN, special_top, special_word
 
 __all__ = ["FP32Exp", "exp_register_widths"]
 
@@ -124,7 +124,7 @@ class FP32Exp(FP32StreamUnit):
         mag = p.reg(x_fix, "s0_mag")
         neg = p.reg(sign, "s0_sign")
         special = p.reg(nan | big, "s0_special")
-        spec_val = p.reg(special_val, "s0_special_val", unsigned(32))
+        spec_val = p.reg(special_top(special_val), "s0_special_val")
 
         # --- stage 1: signed fixed point -----------------------------------------------------
         valid = p.valid(valid, "s1_valid")
@@ -216,7 +216,7 @@ class FP32Exp(FP32StreamUnit):
         rounded = round_finish(m, sign=Const(0, 1), frame=frame, base=base, ovf=ovf,
                                name="exp_rnd")
         out_valid = p.valid(valid, "out_valid")
-        out = p.reg(Mux(special, spec_val, rounded), "out_r", unsigned(32))
+        out = p.reg(Mux(special, special_word(spec_val), rounded), "out_r", unsigned(32))
         m.d.comb += [
             self.o.valid.eq(out_valid),
             self.o.payload.eq(out),

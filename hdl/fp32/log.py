@@ -31,7 +31,7 @@ from .div import StallPipeline
 from .log_config import FP32LogConfig, log_constants
 from .round import round_to_fp32
 from .unit import FP32StreamUnit
-from .unpack import QNAN, unpack_fp32
+from .unpack import QNAN, special_top, special_word, unpack_fp32
 
 __all__ = ["FP32Log", "log_register_widths"]
 
@@ -111,7 +111,7 @@ class FP32Log(FP32StreamUnit):
         mant = p.reg(u.sig, "s0_m", unsigned(24))
         e = p.reg(u.exp + 23, "s0_e", signed(w["e"][0]))
         special = p.reg(u.nan | u.inf | u.zero | u.sign, "s0_special")
-        spec_val = p.reg(special_val, "s0_special_val")
+        spec_val = p.reg(special_top(special_val), "s0_special_val")
 
         def carry(stage, *regs):
             return [p.reg(r, f"s{stage}_{r.name.split('_', 1)[1]}") for r in regs]
@@ -166,7 +166,7 @@ class FP32Log(FP32StreamUnit):
         rounded = round_to_fp32(m, sign=neg, exp=Const(-c.F, signed(8)), sig=mag, sticky=sticky,
                                 name="rnd")
         out_valid = p.valid(valid, "out_valid")
-        out = p.reg(Mux(special, spec_val, rounded), "out_r", unsigned(32))
+        out = p.reg(Mux(special, special_word(spec_val), rounded), "out_r", unsigned(32))
         m.d.comb += [self.o.valid.eq(out_valid), self.o.payload.eq(out)]
         return m
 

@@ -34,7 +34,7 @@ from .div import StallPipeline, round_and_output
 from .divsqrt_config import FP32DivSqrtConfig
 from .round import round_plan_select, round_plan_top2
 from .unit import FP32StreamUnit
-from .unpack import QNAN, unpack_fp32
+from .unpack import QNAN, special_top, unpack_fp32
 
 __all__ = ["FP32Sqrt"]
 
@@ -102,7 +102,7 @@ class FP32Sqrt(FP32StreamUnit):
         m.d.comb += radicand.eq(Mux(top, sig << 1, sig))
         sgn = p.reg(a.sign, "s0_sign")
         special = p.reg(nan | inf | a.zero, "s0_special")
-        spec_val = p.reg(special_val, "s0_special_val")
+        spec_val = p.reg(special_top(special_val), "s0_special_val")
         rem = None
         root = None
 

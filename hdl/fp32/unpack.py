@@ -27,12 +27,32 @@ from amaranth.lib import data
 from .round import (count_leading_zeros, jam_sticky, normalize_left, round_finish,  # noqa: F401
                     round_plan, round_plan_lz, round_plan_pre, round_prepare)
 
-__all__ = ["QNAN", "special_or_rounded", "count_leading_zeros", "unpack_fp32", "normalize_left", "jam_sticky",
+__all__ = ["QNAN", "SPECIAL_LOW", "special_top", "special_word", "special_or_rounded", "count_leading_zeros", "unpack_fp32", "normalize_left", "jam_sticky",
            "round_plan", "round_plan_pre", "round_plan_lz", "round_prepare", "round_finish",
            "CutPipeline"]
 
 #: The NaN every FP32 unit of this package produces (quiet, positive, zero payload).
 QNAN = 0x7FC00000
+
+#: Every special result a pipelined FP32 unit selects (:data:`QNAN`, +-Inf, +-0) has its low
+#: ``SPECIAL_LOW`` bits 0, so a pipeline carries only the bits above them (sign, exponent,
+#: quiet bit: :func:`special_top`) down its stages and widens them at its output
+#: (:func:`special_word`): no register holds bits that are 0 for every input.
+SPECIAL_LOW = 22
+
+
+def special_top(value) -> Value:
+    """``value[SPECIAL_LOW:]`` (10 bits) of a 32-bit special result, to carry down a
+    pipeline. ``value`` must be a special result (low ``SPECIAL_LOW`` bits 0); a constant
+    that is not raises ``ValueError``."""
+    if isinstance(value, int) and value & ((1 << SPECIAL_LOW) - 1):
+        raise ValueError(f"special_top: {value:#010x} has bits below bit {SPECIAL_LOW}")
+    return Value.cast(value)[SPECIAL_LOW:32]
+
+
+def special_word(top) -> Value:
+    """The 32-bit special result whose bits :func:`special_top` kept."""
+    return Cat(Const(0, SPECIAL_LOW), top)
 
 
 def unpack_fp32(m, bits, *, name: str, normalize: bool = False) -> SimpleNamespace:

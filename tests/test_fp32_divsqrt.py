@@ -62,6 +62,21 @@ def test_random_with_backpressure(block, preset):
     check(block, cfg, inputs[200:], outputs)
 
 
+@pytest.mark.parametrize("bps", [1, 3])
+def test_sqrt_odd_bits_per_stage(bps):
+    """The presets put 2 and 4 recurrence steps in a stage (steps in pairs); 1 and 3 use the
+    single-step path too (every remainder sized by the bound of its step): specials and
+    random operands, bit-exact."""
+    cfg = dataclasses.replace(FP32DivSqrtConfig.preset("default"), sqrt_bits_per_stage=bps)
+    model = model_for("fp32_sqrt", cfg)
+    rng = np.random.default_rng(SEEDS["fp32_sqrt"] + bps)
+    fields = special_operands("fp32_sqrt", SPECIALS_SMALL)
+    rand = random_operands("fp32_sqrt", rng, 150, base=random_fp32)
+    inputs = model.pack_in(**{k: np.concatenate([fields[k], rand[k]]) for k in fields})
+    outputs = simulate(FP32Sqrt(config=cfg), inputs, stall_prob=0.2, seed=bps)
+    check("fp32_sqrt", cfg, inputs, outputs)
+
+
 @pytest.mark.parametrize("block", sorted(UNITS))
 def test_latency_and_throughput(block):
     """A lone operation leaves exactly ``latency`` edges after its input transfer; ``n``

@@ -10,7 +10,9 @@ Algorithm (radix-2 restoring digit-by-digit square root, fully unrolled):
    if ``R >= T``: ``R -= T``, ``S = 2S + 1``, else ``S = 2S``. ``config.sqrt_bits_per_stage``
    steps per pipeline register, computed in pairs with both outcomes of the first step in
    parallel (see the comment in :meth:`FP32Sqrt.elaborate`). ``S`` has 25 or 26 significant
-   bits (24 + guard + spare), and ``R = X - S**2`` is the exact remainder. Stage 0 registers
+   bits (24 + guard + spare), and ``R = X - S**2`` is the exact remainder. After ``k`` steps
+   ``R <= 2 S < 2**(k+1)``, so the remainder of step ``k`` is ``k + 1`` bits wide and each
+   step's arithmetic is sized from it (no bit that is 0 for every operand). Stage 0 registers
    the normalised significand, the exponent without the normalising shift and the parity;
    the first recurrence stage forms ``M`` and completes the exponent.
 3. ``sqrt(a) = (S + f) * 2**(e2/2 - n + 13)`` with ``f != 0`` exactly when ``R != 0`` (the
@@ -79,6 +81,12 @@ class FP32Sqrt(FP32StreamUnit):
         shift = 2 * n - 26                     # X = M << shift, 2n bits
         rw = n + 3                             # remainder width: R < 2**(n+1) after a step
 
+        def rwidth(k):
+            """Width of the remainder after ``k`` steps: ``R_k <= 2 S_k < 2**(k+1)``, so no
+            remainder register or wire holds a bit that is 0 for every operand; each step's
+            arithmetic is sized from the width of the remainder going in."""
+            return min(rw, k + 1)
+
         en = self.stall_enable(m)
         p = StallPipeline(m, en)
 
@@ -113,13 +121,14 @@ class FP32Sqrt(FP32StreamUnit):
 
         # --- recurrence stages ---------------------------------------------------------------
         for s in range(cfg.sqrt_stages):
-            r = Const(0, rw) if rem is None else rem
+            r = Const(0, rwidth(0)) if rem is None else rem
             q = Const(0, 1) if root is None else root
             k = 0
             while k < bps:
                 step = s * bps + k
                 pair = Cat(xbit(2 * n - 2 - 2 * step), xbit(2 * n - 1 - 2 * step))
-                nr = Signal(rw, name=f"st{s}_rem{step}")
+                rwk = len(r)                       # the remainder going in, R < 2**rwk
+                assert rwk == rwidth(step)
                 if bps - k >= 2:
                     # Two steps at once, both outcomes of the first in parallel (R, S, radicand
                     # pairs p0, p1; Y = 16R + 4 p0 + p1):
@@ -128,17 +137,18 @@ class FP32Sqrt(FP32StreamUnit):
                     #   DC = 4 DA + p1 - (8S + 5)            g1 if g0 (chained after DA)
                     # new R: g0 ? (g1 ? DC : 4 DA + p1) : (g1 ? DB : Y); new S = 4S + 2 g0 + g1.
                     pair1 = Cat(xbit(2 * n - 4 - 2 * step), xbit(2 * n - 3 - 2 * step))
-                    da = Signal(signed(rw + 3), name=f"st{s}_da{step}")
-                    db = Signal(signed(rw + 5), name=f"st{s}_db{step}")
-                    dc = Signal(signed(rw + 5), name=f"st{s}_dc{step}")
-                    y = Signal(rw + 4, name=f"st{s}_y{step}")
+                    nr = Signal(rwidth(step + 2), name=f"st{s}_rem{step}")
+                    da = Signal(signed(rwk + 3), name=f"st{s}_da{step}")
+                    db = Signal(signed(rwk + 5), name=f"st{s}_db{step}")
+                    dc = Signal(signed(rwk + 5), name=f"st{s}_dc{step}")
+                    y = Signal(rwk + 4, name=f"st{s}_y{step}")
                     g0 = Signal(name=f"st{s}_q{step}")
                     g1 = Signal(name=f"st{s}_q{step + 1}")
                     m.d.comb += [
                         y.eq(Cat(pair1, pair, r)),
                         da.eq(Cat(pair, r) - Cat(Const(1, 2), q)),
                         db.eq(y - Cat(Const(1, 3), q)),
-                        dc.eq(Cat(pair1, da[:rw + 2]) - Cat(Const(0b101, 3), q)),
+                        dc.eq(Cat(pair1, da[:rwk + 2]) - Cat(Const(0b101, 3), q)),
                         g0.eq(~da[-1]),
                         g1.eq(Mux(g0, ~dc[-1], ~db[-1])),
                         # g1 (from the end of the DC chain) is the latest signal: last mux
@@ -147,16 +157,18 @@ class FP32Sqrt(FP32StreamUnit):
                     q = Cat(g1, g0, q)
                     k += 2
                 else:
-                    shifted = Signal(rw, name=f"st{s}_rin{step}")
-                    trial = Signal(rw, name=f"st{s}_trial{step}")
+                    nr = Signal(rwidth(step + 1), name=f"st{s}_rem{step}")
+                    shifted = Signal(rwk + 2, name=f"st{s}_rin{step}")
+                    trial = Signal(len(q) + 2, name=f"st{s}_trial{step}")
                     ge = Signal(name=f"st{s}_q{step}")
-                    delta = Signal(signed(rw + 1), name=f"st{s}_delta{step}")
+                    delta = Signal(signed(rwk + 3), name=f"st{s}_delta{step}")
                     m.d.comb += [
                         shifted.eq(Cat(pair, r)),            # 4R + pair
                         trial.eq(Cat(Const(1, 2), q)),        # 4S + 1
                         delta.eq(shifted - trial),           # one carry chain: ge is its sign
                         ge.eq(~delta[-1]),
-                        nr.eq(Mux(ge, delta[:rw], shifted)),
+                        # not ge: 4R + pair < 4S + 1 < 2**(step + 2), so it fits nr too
+                        nr.eq(Mux(ge, delta[:len(nr)], shifted[:len(nr)])),
                     ]
                     q = Cat(ge, q)
                     k += 1

@@ -115,13 +115,21 @@ def _same(hist, k1, k2):
     (2, "none", LAYERS), (4, "none", LAYERS), (2, "bfp", BFP_LAYERS), (4, "bfp", BFP_LAYERS),
     # BFP with layer blocks that are not whole groups (204 and 52 words): the engine pads
     # each segment's last group on the link
-    (2, "bfp", LAYERS), (4, "bfp", LAYERS)])
+    (2, "bfp", LAYERS), (4, "bfp", LAYERS),
+    # top-k with error feedback, one residual per layer block (top-k segments start at each
+    # block's first word), the blocks sharing the message buffer
+    (2, "topk", LAYERS), (4, "topk", LAYERS)])
 def test_per_layer_engine_equals_host(ranks, compression, layers):
     """The per-layer program on MultiCoreModel == the host doing the same per-layer ring
     all-reduces between a backward and an optimizer program, bit for bit (losses, status,
     every core's params, grads, m, v) over 4 steps; one all-reduce per layer per step."""
+    kw = {}
+    if compression == "topk":                    # the engine's top-k
+        kw = {"topk": dataclasses.replace(CoreConfig.preset("tiny"),
+                                          ranks=ranks).collective.topk}
     dps, hist = _runs(ranks, compression, layers,
-                      {"eng": dict(engine=True, per_layer=True), "host": dict(per_layer=True)})
+                      {"eng": dict(engine=True, per_layer=True, **kw),
+                       "host": dict(per_layer=True, **kw)})
     eng, host = dps["eng"], dps["host"]
     assert eng.split_grads and host.split_grads and eng.blocks == host.blocks
     assert len(eng.blocks) == 2 and eng.seg is None
@@ -314,9 +322,17 @@ def test_per_layer_errors():
         len(dig.dataparallel_program(comp=0, per_layer=True))
     assert len(compile_mlp(DIGITS, _cfg(4, "default")).dataparallel_program(
         comp=1, per_layer=True)) == 15
-    with pytest.raises(ValueError, match="topk"):
-        DataParallel(MLP(layers=LAYERS, batch=8), CoreConfig.preset("tiny"), 2,
-                     compression="topk", per_layer=True)
+    # top-k per layer: each block's residual at its own offset, one message buffer
+    c2 = compile_mlp(MLP(layers=LAYERS, batch=8, one_pass=False), _cfg(2), split_grads=True)
+    tk = c2.topk_regions(per_layer=True)
+    a = c2.regions["grads"][0]
+    ars = [f for op, f in map(decode, c2.dataparallel_program(comp=2, per_layer=True))
+           if op == Op.ALLREDUCE]
+    assert len(ars) == 2 and sorted(f["b"] - f["a"] for f in ars) == [tk["b"] - a] * 2
+    assert {(f["g"], f["glines"]) for f in ars} == {(tk["g"], tk["glines"])}
+    S, coll = _cfg(2).size, _cfg(2).collective
+    assert tk["glines"] == max(-(-2 * coll.topk.message_words(f["lines"] * S) // S)
+                               for f in ars)
     # program memory: 16 words hold the single ALLREDUCE's program but not one per layer
     small = _cfg(2, prog_depth=16)
     ck = compile_mlp(MLP(layers=LAYERS, batch=8, one_pass=False, checkpoint={1}), small)

@@ -1187,7 +1187,8 @@ class Compiled:
         comp : int
             Link compression (:class:`hdl.multi.config.CollComp`): 0 FP32 words, 1 BFP groups,
             2 top-k with error feedback (the residual and message buffer placed by
-            :meth:`topk_regions`; not with ``per_layer``).
+            :meth:`topk_regions`; with ``per_layer`` one residual per block, one shared
+            message buffer).
         width : int
             BFP mantissa width (``comp = 1``; one of the engine's ``bfp.widths``).
         timeout : int
@@ -1221,15 +1222,17 @@ class Compiled:
             raise ValueError("dataparallel_program needs the step compiled with "
                              "one_pass=False (its OPT must test the all-reduced gradients)")
         G = cfg.collective.bfp.group_size if comp == 1 else None
-        if comp == 2 and per_layer:
-            raise ValueError("per_layer needs comp 0 or 1: a top-k ALLREDUCE (comp 2) keeps "
-                             "one residual for the whole gradient region")
-        tk = self.topk_regions() if comp == 2 else {}
+        tk = self.topk_regions(per_layer) if comp == 2 else {}
+        a_grads = self.regions["grads"][0]
 
         def allreduce(line, lines, poison):
             if comp == 2:
+                # a block's residual sits at the same offset in the residual region as the
+                # block in the gradient region; the blocks share the message buffer (the
+                # engine runs one ALLREDUCE at a time)
                 return encode(Op.ALLREDUCE, a=line, lines=lines, timeout=timeout, comp=2,
-                              poison=poison, **tk)
+                              poison=poison, b=tk["b"] + line - a_grads, g=tk["g"],
+                              glines=tk["glines"])
             sg = seg if seg is not None else allreduce_seg_lines(lines, cfg.ranks, S, G)
             return encode(Op.ALLREDUCE, a=line, lines=lines, seg=sg, timeout=timeout,
                           comp=comp, width=width, poison=poison,
@@ -1268,9 +1271,12 @@ class Compiled:
                              f"hdl.core.isa.check_allreduce)")
         return prog
 
-    def topk_regions(self) -> dict:
+    def topk_regions(self, per_layer: bool = False) -> dict:
         """Where a top-k ``ALLREDUCE`` of the gradient region keeps its residual and gathers
-        the messages: ``dict(b=<first line>, g=<first line>, glines=<lines>)``. Both go in
+        the messages: ``dict(b=<first line>, g=<first line>, glines=<lines>)``. With
+        ``per_layer`` (one top-k ``ALLREDUCE`` per block of :meth:`grad_blocks`) the residual
+        region mirrors the gradient region (a block's residual at ``b`` plus the block's
+        offset) and the message buffer holds the largest block's messages. Both go in
         lines no buffer of the step ever uses (the residual lives across steps), at or after
         the gradient region's first line, each in banks that neither the gradients nor the
         other touch (the three ranges are read and written by one instruction), within the
@@ -1282,7 +1288,8 @@ class Compiled:
         if coll is None or coll.topk is None:
             raise ValueError("top-k needs a core with a top-k collective engine (ranks >= 2)")
         a, lines = self.regions["grads"]
-        glines = -(-coll.ranks * coll.topk.message_words(lines * S) // S)
+        sizes = [n for bl in self.grad_blocks() for _, n in bl] if per_layer else [lines]
+        glines = max(-(-coll.ranks * coll.topk.message_words(n * S) // S) for n in sizes)
         used = sorted((self.place[n], self.place[n] + buf.lines)
                       for n, buf in self._b.bufs.items())
         free, at = [], 0

@@ -49,7 +49,8 @@ gradient group) crosses as a NaN group, canonical NaNs on every core, so every c
 parameters and optimizer state equal the host-mediated mode's, the gradients differ in that
 group's other words (docs/multicore.md, "ALLREDUCE in the golden model").
 
-Per-layer all-reduce (``per_layer=True``, links ``"none"`` and ``"bfp"``, ``micro_batches = 1``):
+Per-layer all-reduce (``per_layer=True``, any links, ``micro_batches = 1``; top-k keeps one
+residual per block):
 the gradient region is all-reduced as one ring all-reduce per layer block (``dW_l, db_l``,
 :meth:`sim.host.compiler.Compiled.grad_blocks`), each with its own segments
 (:func:`sim.host.compiler.allreduce_seg_lines` of the block); in engine mode the program is
@@ -122,8 +123,8 @@ class DataParallel:
     per_layer : bool
         All-reduce the gradients one layer block at a time (engine mode:
         ``dataparallel_program(per_layer=True)``; host mode: the same all-reduces by the host).
-        ``"none"`` and ``"bfp"`` only, ``micro_batches = 1``; with BFP every layer block must
-        be whole groups.
+        ``micro_batches = 1``. With top-k each block has its own residual (and top-k segments
+        start at each block's first word).
     split_grads : bool or None
         Compile with :func:`sim.host.compiler.compile_mlp` ``split_grads`` (the last layer's
         gradient block in a bank of its own; results are unchanged, only addresses move).
@@ -158,9 +159,6 @@ class DataParallel:
         self.rounding = rounding
         self.engine = bool(engine)
         self.per_layer = bool(per_layer)
-        if per_layer and compression == "topk":
-            raise ValueError("per_layer all-reduces layer blocks with the ring all-reduce: "
-                             "compression 'none' or 'bfp', not 'topk'")
         if per_layer and desc.micro_batches != 1:
             raise ValueError(f"per_layer needs micro_batches = 1, not {desc.micro_batches} "
                              f"(the loop accumulates the gradients until its last iteration)")
@@ -235,10 +233,12 @@ class DataParallel:
         #: to step (engine mode: the :class:`MultiCoreModel`'s)
         self.lfsr = None if engine else [LFSR(self.coll.bfp) for _ in range(ranks)]
         if compression == "topk" and not engine:
-            self.states = [TopKState(self.length, self.topk) for _ in range(ranks)]
+            #: host mode, top-k: per block of :attr:`blocks`, each rank's residual
+            self.states = [[TopKState(length, self.topk) for _ in range(ranks)]
+                           for _, length, _ in self.blocks]
         #: engine mode, top-k: the ALLREDUCE's residual and buffer lines
         #: (:meth:`sim.host.compiler.Compiled.topk_regions`), else ``None``
-        self.topk_regions = (self.compiled.topk_regions()
+        self.topk_regions = (self.compiled.topk_regions(per_layer)
                              if engine and compression == "topk" else None)
         #: link bits of every all-reduce so far (32-bit flits), and what plain FP32 links
         #: would have carried
@@ -259,8 +259,12 @@ class DataParallel:
         N, n = self.ranks, self.length
         self.plain_bits += sum(link_flits(self.coll, 32, length=n, seg=-(-n // N))) * 32
         if self.compression == "topk":
-            out, bits = topk_allreduce(grads, self.states)
-            self.link_bits += sum(bits)
+            out = [g.copy() for g in grads]
+            for (off, length, _), states in zip(self.blocks, self.states):
+                part, bits = topk_allreduce([g[off:off + length] for g in grads], states)
+                self.link_bits += sum(bits)
+                for o, p in zip(out, part):
+                    o[off:off + length] = p
             return out, 0
         comp = CollComp.BFP if self.compression == "bfp" else CollComp.NONE
         flags = [0] * N

@@ -3,8 +3,9 @@ pipeline-parallel steps under random backpressure on every link (forward and rev
 host port, bit-exact with the golden model (sim/tb/training_ring.py).
 
 ``make test`` runs both on three S = 4 cores with reverse links (preset ``tiny-n3-rev``, one
-build): the data-parallel steps with FP32 (one step), BFP-4 (one) and top-k links (two: the
-second adds the first's residual), and two pipeline steps of the MLP 8-8-8-4 in three stages
+build): the data-parallel steps with FP32 (one step), BFP-4 rounding stochastically (one)
+and top-k links (two: the second, one top-k all-reduce per layer, adds the first's
+residual), and two pipeline steps of the MLP 8-8-8-4 in three stages
 (GPipe, then 1F1B), whose gradients go back over the reverse links. ``make test-long`` runs
 the same on two cores without reverse links (preset ``tiny``: the two-stage pipeline sends
 its gradients on the forward ring, whose next core is also the previous one) and the
@@ -16,7 +17,7 @@ from sim.tb.runner import run_cocotb
 pytestmark = pytest.mark.timeout(3600)
 
 DATAPARALLEL = {"TB_STEPS": "1", "TB_BFP_STEPS": "1", "TB_TOPK_STEPS": "2",
-                "TB_LINK_STALL": "0.3"}
+                "TB_TOPK_LAYER_STEPS": "1", "TB_LINK_STALL": "0.3"}
 PIPELINE = {"TB_STEPS": "2", "TB_LINK_STALL": "0.3"}
 
 

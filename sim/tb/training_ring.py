@@ -95,8 +95,8 @@ class RingTB:
 @cocotb.test()
 async def dataparallel_steps(dut):
     """TB_STEPS data-parallel steps (FP32 links, then TB_BFP_STEPS with BFP-4 links rounding
-    stochastically, then
-    TB_TOPK_STEPS with top-k links and error feedback) of the MLP 6-4-4 (global batch 4 x
+    stochastically, then TB_TOPK_STEPS with top-k links and error feedback, the last
+    TB_TOPK_LAYER_STEPS of them with one top-k ALLREDUCE per layer block) of the MLP 6-4-4 (global batch 4 x
     ranks, Adam) under random link and host backpressure: every core's runs, losses,
     parameters, gradients, state, whole scratchpad (the top-k residual and message buffer
     included) and the links' flit counts equal the golden model's."""
@@ -114,6 +114,10 @@ async def dataparallel_steps(dut):
     bfp = DataParallel(desc, cfg.core, N, compression="bfp", width=4, engine=True,
                        rounding=ROUND_STOCHASTIC)
     topk = DataParallel(desc, cfg.core, N, compression="topk", engine=True)
+    # the last TB_TOPK_LAYER_STEPS top-k steps all-reduce per layer (one top-k ALLREDUCE per
+    # gradient block, each on its slice of the same residual region)
+    topk_layer = DataParallel(desc, cfg.core, N, compression="topk", engine=True,
+                              per_layer=True, split_grads=False)
     c = dp.compiled
     rng = np.random.default_rng(3)
     Ws = [(rng.standard_normal((a, b)) * 0.5).astype(np.float32)
@@ -123,13 +127,17 @@ async def dataparallel_steps(dut):
     steps = int(os.environ.get("TB_STEPS", "2"))
     bfp_steps = int(os.environ.get("TB_BFP_STEPS", "1"))
     topk_steps = int(os.environ.get("TB_TOPK_STEPS", "1"))
+    layer_steps = int(os.environ.get("TB_TOPK_LAYER_STEPS", "0"))
     assert topk.compiled.place == c.place       # the same step, so the same placement
+    assert topk_layer.compiled.place == c.place
+    assert topk_layer.topk_regions["b"] == topk.topk_regions["b"]
     acts = [c.init_actions(Ws, bs) for _ in range(N)]
     for t in range(1, steps + bfp_steps + topk_steps + 1):
         x = rng.standard_normal((desc.batch, desc.layers[0])).astype(np.float32)
         y = rng.integers(0, desc.layers[-1], desc.batch)
         prog = (dp.program if t <= steps else bfp.program if t <= steps + bfp_steps
-                else topk.program)
+                else topk.program if t <= steps + bfp_steps + topk_steps - layer_steps
+                else topk_layer.program)
         for r in range(N):
             acts[r] += c.step_actions(x[r * m:(r + 1) * m], y[r * m:(r + 1) * m], t,
                                       program=prog) + c.read_actions()

@@ -169,16 +169,17 @@ NOTES: dict[str, str] = {
         "The `half > maxc` / `half == 0` arms of the chunk count are out-of-range widths "
         "(> 8 or < 2) that the golden model does not define."),
     "fp32_sqrt-default": (
-        "toggle: most missed points are the high bits of the digit recurrence's partial "
-        "remainders (`st<k>_rem`, 29 bits in every stage): after k result bits the remainder "
-        "is below 2·q_k + 1, so in the early stages its high bits are 0 for every operand "
-        "(e.g. `st0_rem` bits 2..28), and likewise the high bits of the rounding's "
-        "lost-bits mask (`sqrt_rnd_lost_mask`): bounded values in registers sized for the "
-        "widest stage. Not analysed bit by bit; line coverage is 99.1 %."),
+        "meets both targets since 2026-11-28 (toggle 91.9 %, was 73.0 %): the digit "
+        "recurrence's remainders were 29 bits in every step, but after k steps R < 2**(k+1), "
+        "so their high bits were 0 for every operand; each step's remainder is now k + 1 bits "
+        "wide (hdl/fp32/sqrt.py), and the special result travels as its 10 top bits (the "
+        "low 22 bits of NaN, Inf and 0 are 0: `special_top`). The remaining misses are "
+        "mostly the rounding's lost-bits mask (`sqrt_rnd_lost_mask`)."),
     "fp32_log-default": (
-        "toggle (84.6 %, target 85 %): the special-value registers carried down the pipeline "
-        "(`s0_special_val` .. `s7_special_val`: 26 of their 32 bits are the same in every "
-        "special result a log can give, NaN, +Inf, -Inf) and the rounding's lost-bits mask "
+        "meets both targets since 2026-11-28 (toggle 90.5 %, was 84.6 %): the special result "
+        "travels down the pipeline as its 10 top bits (`special_top`; the 22 bits below are 0 "
+        "in NaN, +Inf and -Inf), which took out the constant bits of `s0_special_val` .. "
+        "`s7_special_val`. The remaining misses include the rounding's lost-bits mask "
         "(`rnd_lost_mask`), whose high bits a log's bounded result never sets."),
     "matmul_engine-default": (
         "line: 2,509 of the 3,586 missed points are arms of the 64 PEs' fMAC chunk tables at "

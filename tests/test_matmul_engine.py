@@ -21,6 +21,7 @@ from hdl.lib.memport import LinePort
 from sim.model import array as G
 from sim.model.bfp import ROUND_NEAREST, ROUND_STOCHASTIC, ROUND_TRUNCATE
 from sim.model.stats import StatState
+from sim.tb import cycles as cycles_doc
 from sim.tb.amaranth_tb import ReusableSim
 from sim.tb.matmul_cmds import random_command, start_fields
 from sim.tb.payload import pack, unpack
@@ -184,6 +185,26 @@ def test_engine_modes_s4(mode):
         G.MatmulCommand(mode, 2, 9, 4, 2, 4, ROUND_STOCHASTIC, True, 4, 0, 24),
     ]
     passes_scenario(cfg, cmds, seed=10 + mode, idle=0.2, stall=0.3)
+
+
+@pytest.mark.parametrize("mode", [FWD, BWD_DATA, BWD_WEIGHT])
+def test_pass_cycles_documented_s2(mode):
+    """The fast tier's twin of the cocotb tier's ``pass_cycles_documented``: square passes of
+    4S per side (16 weight tiles, each loaded while the one before computes) on an idle engine
+    at 2- and 4-bit beats take exactly ``(beats + 2S)*B + 2S + 26`` cycles (docs/array.md via
+    :mod:`sim.tb.cycles`, not the code under test): a bubble per beat or per tile, or a weight
+    tile that cannot load ahead, fails."""
+    S = 2
+    cfg = ArrayConfig(size=S, mem_depth=32, dim_bits=5)
+    D = 4 * S
+    cmds = [G.MatmulCommand(mode, D, D, D, w, w, ROUND_NEAREST, False, 0, 0, 0) for w in (2, 4)]
+    got = passes_scenario(cfg, cmds, seed=30 + mode)
+    for (status, _, _, counters, _), cmd in zip(got, cmds):
+        assert status == G.OK
+        B = cycles_doc.beat_cycles(cmd.width_a, cmd.width_b, cfg.lanes)
+        beats = G.pass_beats(mode, D, D, D, S)
+        assert counters["cycles"] == cycles_doc.matmul_pass_cycles(S, beats, B), \
+            (cmd, counters, cycles_doc.matmul_pass_cycles(S, beats, B))
 
 
 def test_back_to_back_passes():

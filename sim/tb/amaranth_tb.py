@@ -27,14 +27,24 @@ def _raw(value):
     return value.as_value() if isinstance(value, data.View) else value
 
 
-async def stream_put(ctx, stream, payload, *, rng=None, idle_prob: float = 0.0):
-    """Send ``payload`` (an int, or a value of the payload's shape) on ``stream``."""
+async def stream_put(ctx, stream, payload, *, rng=None, idle_prob: float = 0.0, junk=None):
+    """Send ``payload`` (an int, or a value of the payload's shape) on ``stream``.
+
+    ``junk``: a function giving a raw payload (int) to drive while ``valid`` is low (the idle
+    cycles before the transfer, and after it): the stream rules leave the payload free then,
+    so a DUT that reads it without ``valid`` sees garbage instead of a copy of the last
+    transfer."""
+    raw = _raw(stream.payload)
     while rng is not None and idle_prob and rng.random() < idle_prob:
+        if junk is not None:
+            ctx.set(raw, junk())
         await ctx.tick()
     ctx.set(stream.valid, 1)
-    ctx.set(_raw(stream.payload) if isinstance(payload, int) else stream.payload, payload)
+    ctx.set(raw if isinstance(payload, int) else stream.payload, payload)
     await ctx.tick().until(stream.ready)
     ctx.set(stream.valid, 0)
+    if junk is not None:
+        ctx.set(raw, junk())
 
 
 async def stream_get(ctx, stream, *, rng=None, stall_prob: float = 0.0, raw: bool = False):

@@ -54,15 +54,19 @@ def _run_core(actions, *, mem=False, after=None):
         if after:
             got["after"] = await drv.apply(after)
 
-    got["vec_held"] = got["vec_cmds"] = 0
+    got["vec_held"] = got["vec_cmds"] = got["running_cycles"] = got["done_pulses"] = 0
 
     async def watch(ctx):
         # cycles the sequencer offers the vector unit a command it does not take (a held
-        # command's payload must stay stable; docs/formal.md, "Findings": none in the core)
+        # command's payload must stay stable; docs/formal.md, "Findings": none in the core);
+        # the core's ``running`` and ``done`` ports
         cmd = dut.blocks["sequencer"].vec_cmd
-        async for _clk, _rst, valid, ready in ctx.tick().sample(cmd.valid, cmd.ready):
+        async for _clk, _rst, valid, ready, running, done in ctx.tick().sample(
+                cmd.valid, cmd.ready, dut.running, dut.done):
             got["vec_held"] += valid & ~ready & 1
             got["vec_cmds"] += valid & ready
+            got["running_cycles"] += running
+            got["done_pulses"] += done
 
     sim.run(tb, processes=[watch])
     got["blocks"] = dut.blocks
@@ -156,6 +160,11 @@ def test_training_step_bit_exact_with_golden_model(inject_inf):
         assert c["instructions"] == len(model.trace)
         assert lo <= c["cycles"] <= hi, (lo, c["cycles"], hi)
     assert got["vec_held"] == 0, "a vector command waited with valid & ~ready"
+    # the ports: ``running`` for the run's cycles (from the start to the last unit's end;
+    # the counter also counts the cycle that raises it), one ``done`` pulse per run
+    assert got["done_pulses"] == len(got["run"]) == 1
+    c_run = got["counters"]["cycles"]
+    assert abs(got["running_cycles"] - c_run) <= 1, (got["running_cycles"], c_run)
     assert got["vec_cmds"] == sum(op in (Op.VEC, Op.REDUCE, Op.SOFTMAX_XENT)
                                   for op, _ in model.trace)
     # exact: check, then every cycle has a unit busy (at most two at once) or is idle

@@ -593,3 +593,16 @@ def test_engine_step_after_step1():
             await h.check(n)
 
     _run_engine(script)
+
+
+def test_unpack_status_reads_the_status_layout():
+    """``unpack_status`` (the host's reader of the ``status`` port) against the port's own
+    layout (``OPTIM_STATUS_LAYOUT``, built from the same ``STATUS_FIELDS``): every field at
+    its own offset, a distinct value in each."""
+    from hdl.optim.config import STATUS_FIELDS, unpack_status
+    from hdl.optim.engine import OPTIM_STATUS_LAYOUT
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        want = {name: int(rng.integers(0, 1 << w)) | (1 << (w - 1)) for name, w in STATUS_FIELDS}
+        word = OPTIM_STATUS_LAYOUT.const(want).as_value().value
+        assert unpack_status(word) == want

@@ -125,6 +125,35 @@ def test_grad_unit_all_blocks():
     run_sim(dut, tb, ew_consumer)
 
 
+@pytest.mark.parametrize("la_delta", [-2, -1, 0, 1])
+def test_bias_grad_short_rows_back_to_back(la_delta):
+    """Bias gradient rows shorter than the adder loop (``cols`` around the adder's latency
+    ``la``), the ``dy`` words back to back (no idle cycle to hide a hazard) and the output
+    taken at once: each column's running sum is read only after its previous add was
+    written (the pause between rows), so every column is exact."""
+    from hdl.grad.biasgrad import BiasGrad
+    fc = FP32Config()
+    la = fc.latency("fp32_add")
+    cols = la + la_delta
+    rows = 4
+    dut = BiasGrad(config=GradConfig(max_cols=16, max_classes=16), fp32_config=fc)
+    rng = np.random.default_rng(40 + la_delta)
+    dy = rng.standard_normal((rows, cols)).astype(F32)
+    got = []
+
+    async def tb(ctx):
+        await stream_put(ctx, dut.cmd, {"rows": rows, "cols": cols})
+        for x in dy.ravel():
+            await stream_put(ctx, dut.dy, f32_bits(x))
+
+    async def out(ctx):
+        for _ in range(cols):
+            got.append(await stream_get(ctx, dut.db))
+
+    run_sim(dut, tb, out)
+    assert [g["r"] for g in got] == [f32_bits(x) for x in bias_grad(dy)]
+
+
 def test_golden_softmax_within_tolerance_of_float64():
     """The golden model (= hardware, bit-exact) vs float64 over 200 random rows of 10 and 20 of
     64 classes: gradient within ``(C + 8) * 2**-24 * gscale``; the FP32 loss (hardware log)

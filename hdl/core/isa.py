@@ -438,7 +438,7 @@ def check_allreduce(f: dict, *, S: int, collective) -> int:
         return Status.OK
     bfp = f["comp"] == 1
     if (f["comp"] > 2 or (bfp and (f["width"] not in collective.bfp.widths
-                                   or f.get("rounding", 0) == 3))
+                                   or f["rounding"] == 3))
             or f["timeout"] == 0 or f["timeout"] >= 1 << collective.timeout_bits
             or f["seg"] * collective.ranks < f["lines"]):
         return Status.ERR_FIELD

@@ -300,7 +300,7 @@ class MultiCoreModel:
             poisoned.append(p)
         flags = [0] * self.ranks
         out = ring_allreduce(vectors, seg * S, comp=comp, bfp=(self.collective.bfp, width),
-                             flags=flags, rounding=f0.get("rounding", 0), lfsrs=self.lfsr)
+                             flags=flags, rounding=f0["rounding"], lfsrs=self.lfsr)
         for r, core in enumerate(self.cores):
             core.write_lines(fields[r]["a"], out[r].reshape(lines, S))
             core.coll_flags = flags[r]

@@ -14,7 +14,8 @@ from collections import deque
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge, SimTimeoutError, with_timeout
+from cocotb.triggers import (ClockCycles, Event, ReadOnly, RisingEdge, SimTimeoutError,
+                             with_timeout)
 
 __all__ = ["start_clock", "reset", "wait_trigger", "StreamDriver", "StreamMonitor", "StreamTB",
            "CLOCK_NS", "WAIT_CYCLES"]
@@ -110,6 +111,8 @@ class StreamMonitor:
         self.queue: deque[int] = deque()
         self.ready.value = 0
         self._task = None
+        #: the pending :meth:`wait_for`: (payload count, :class:`Event` set on reaching it)
+        self._waiter: tuple[int, Event] | None = None
 
     def start(self):
         self._task = cocotb.start_soon(self._run())
@@ -127,15 +130,31 @@ class StreamMonitor:
             await ReadOnly()
             if self.valid.value == 1 and self.ready.value == 1:
                 self.queue.append(self.payload.value.to_unsigned())
+                if self._waiter is not None and len(self.queue) >= self._waiter[0]:
+                    self._waiter[1].set()
             await RisingEdge(self.clk)
 
     async def wait_for(self, count: int, timeout_cycles: int = WAIT_CYCLES) -> list[int]:
-        """Wait until ``count`` payloads arrived; return and remove them."""
-        for _ in range(timeout_cycles):
-            if len(self.queue) >= count:
-                return [self.queue.popleft() for _ in range(count)]
+        """Wait until ``count`` payloads arrived; return and remove them.
+
+        Returns at once if they are already queued, otherwise on the rising edge after the
+        last one's transfer (as a loop polling the queue every cycle would, without waking
+        Python every cycle: a training step's response comes after thousands of cycles).
+        :class:`TimeoutError` after ``timeout_cycles`` cycles of :data:`CLOCK_NS`."""
+        if len(self.queue) < count:
+            assert self._waiter is None, "one wait_for at a time on a monitor"
+            self._waiter = (count, Event())
+            try:
+                await with_timeout(self._waiter[1].wait(), timeout_cycles * CLOCK_NS, "ns")
+            except SimTimeoutError:
+                raise TimeoutError(f"got {len(self.queue)} of {count} payloads in "
+                                   f"{timeout_cycles} cycles") from None
+            finally:
+                self._waiter = None
+            # the event fires in the ReadOnly phase of the transfer's cycle; return, as
+            # before, on the next rising edge, where the caller may drive the DUT again
             await RisingEdge(self.clk)
-        raise TimeoutError(f"got {len(self.queue)} of {count} payloads in {timeout_cycles} cycles")
+        return [self.queue.popleft() for _ in range(count)]
 
 
 class StreamTB:

@@ -79,7 +79,10 @@ class RingTB:
         return [await t for t in tasks]
 
     async def read_memories(self) -> list[np.ndarray]:
-        return [await d.read_lines(0, self.config.core.lines) for d in self.drivers]
+        """Every core's whole scratchpad, the cores read at once (each has its host port)."""
+        tasks = [cocotb.start_soon(d.read_lines(0, self.config.core.lines))
+                 for d in self.drivers]
+        return [await t for t in tasks]
 
     def check_links(self) -> None:
         assert int(self.dut.overflow.value) == 0, "a link's receive FIFO overflowed"

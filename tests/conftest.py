@@ -14,12 +14,12 @@ LONG_FIRST = (
     "tests/test_core_cocotb.py::test_training_core[s4_adam_mixed_widths]",
     "tests/test_fuzz_engines_cocotb.py::test_engine_fuzz[optim_engine-3-250]",
     "tests/test_array_cocotb.py::test_systolic_array_s8_cocotb[random_tiles_all_modes-env0]",
-    "tests/test_training_ring.py::test_sendrecv_then_stopped_links_give_err_link",
     "tests/test_training_ring.py::test_allreduce_program_bit_exact_on_every_core[2]",
     "tests/test_grad_cocotb.py::test_grad_unit_cocotb[elementwise_random]",
     "tests/test_fuzz_engines_cocotb.py::test_engine_fuzz[matmul_engine-3-250]",
     "tests/test_collective_cocotb.py::test_collective_ring_cocotb[tiny-n4]",
     # make test-long
+    "tests/test_training_ring.py::test_sendrecv_then_stopped_links_give_err_link",
     "tests/test_core_cocotb.py::test_training_core[s8_adam_micro2]",
     "tests/test_matmul_engine_cocotb.py::test_matmul_engine_default_s8",
 )

@@ -177,14 +177,18 @@ def test_training_step_bit_exact_with_golden_model(inject_inf):
     assert got["write_cycles"] <= CFG.lines + 2, got["write_cycles"]
 
 
-@pytest.mark.parametrize("where", ["matmul", "vector"])
+@pytest.mark.parametrize("where", ["matmul",
+                                   # make test-long (35 s): the cocotb tier's
+                                   # s4_one_pass_skip runs both cases on the RTL in make test
+                                   pytest.param("vector", marks=pytest.mark.long)])
 def test_one_pass_skip_for_gradient_no_converter_saw(where):
     """The one-pass OPT skips a step exactly as the two-pass one does when a gradient is
     non-finite although no BFP converter flagged anything: the core's snoop of the matmul
     engine's / vector unit's writes into the gradient lines sets ``flags`` bit 2 (the two-pass
     program: flags 0, its check pass finds the Inf). Nothing is written; the RTL is bit-exact
     with the golden model, whose one-pass and two-pass runs agree on every word and status
-    field."""
+    field. ``make test`` runs the matmul case here and both in the cocotb tier
+    (``one_pass_skip_matches_two_pass``)."""
     desc, Ws, bs, x, y = non_finite_gradient_case(where)
     runs = {}
     for one_pass in (False, True):

@@ -247,8 +247,12 @@ def test_allreduce_program_bit_exact_on_every_core(ranks, ks):
     assert list(flits) == list(want_flits)
 
 
+@pytest.mark.long
 def test_sendrecv_then_stopped_links_give_err_link():
-    """One ring build, three programs per core.
+    """One ring build, three programs per core (``make test-long``: about 100 s in the
+    Amaranth simulator; ``make test`` runs the lone receive and the stopped link on the
+    three-core RTL ring in the cocotb tier, ``test_training_ring_stopped_links_give_err_link``,
+    and SENDRECVs under random link stalls in its pipeline steps).
 
     1. SENDRECV through the sequencer, the word-to-line adapter and the engine, with random
        stalls on every link: core 0 sends 6 lines that cross a bank boundary and receives 3

@@ -32,6 +32,14 @@ def test_training_ring_pipeline_backpressure():
                name="training_ring_pipeline", testcase="pipeline_steps", extra_env=PIPELINE)
 
 
+def test_training_ring_stopped_links_give_err_link():
+    """A receive from a core that never sends, and an ALLREDUCE over a link that stopped
+    delivering: ERR_LINK with the engine's TIMEOUT in the state register, and nothing after
+    the failed instruction runs (the same build)."""
+    run_cocotb("training_ring", "tiny-n3-rev", "sim.tb.training_ring",
+               name="training_ring_err_link", testcase="stopped_links_give_err_link")
+
+
 @pytest.mark.long
 @pytest.mark.parametrize("testcase,env", [("dataparallel_steps", DATAPARALLEL),
                                           ("pipeline_steps", PIPELINE)])

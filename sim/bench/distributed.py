@@ -134,24 +134,33 @@ def pipeline_run(layers, stages, m, *, batch, seed, latency) -> dict:
 
 #: link compressions measured on the RTL ring: ``(label, TB_COMP)``; BFP at 4-bit mantissas
 #: (the step compiled with the gradient region in whole groups: 4,944 words instead of 4,940)
-COMPRESSIONS_RTL = (("fp32", "none"), ("bfp4", "bfp"), ("topk 16/256", "topk"))
+#: ``(label, compression, per_layer)`` of the RTL rows: one ALLREDUCE after the backward
+#: pass, or (``per_layer``) one per layer's gradient block, each started while the earlier
+#: layers are still in their backward pass.
+COMPRESSIONS_RTL = (("fp32", "none", False), ("bfp4", "bfp", False),
+                    ("topk 16/256", "topk", False), ("fp32 per layer", "none", True),
+                    ("bfp4 per layer", "bfp", True), ("topk 16/256 per layer", "topk", True))
 
 
 def run_compression_rtl(ranks, *, log=print) -> list[dict]:
     """One data-parallel step of the digits MLP per ``N`` and link compression on the RTL
     ring (``training_ring`` in Verilator, global batch :data:`sim.bench.scaling.BATCH`,
     widths 8, checked bit for bit against the golden model by the testbench): step cycles,
-    the collective engine's cycles, flits per link and the bytes ratio against FP32 links."""
+    the collective engine's cycles and the share of them hidden behind other units' work,
+    flits per link and the bytes ratio against FP32 links (the first row of each ``N``)."""
     rows = []
     for n in ranks:
         plain = None
-        for label, comp in COMPRESSIONS_RTL:
-            p = run_point(n, BATCH // n, comp=comp)
+        for label, comp, per_layer in COMPRESSIONS_RTL:
+            p = run_point(n, BATCH // n, comp=comp, per_layer=per_layer)
             flits = max(p["flits"])
             plain = plain or flits
-            rows.append({"ranks": n, "compression": label, "step_cycles": p["step_cycles"],
-                         "coll_cycles": max(p["coll_busy"]), "link_flits": flits,
-                         "link_width": p["link_width"], "bytes_ratio": round(flits / plain, 4)})
+            busy = max(p["coll_busy"])
+            rows.append({"ranks": n, "compression": label, "per_layer": per_layer,
+                         "step_cycles": p["step_cycles"], "coll_cycles": busy,
+                         "hidden_fraction": round(max(p["coll_hidden"]) / busy, 4),
+                         "link_flits": flits, "link_width": p["link_width"],
+                         "bytes_ratio": round(flits / plain, 4)})
             log(f"compression on the RTL ring: N = {n}, {label}: {rows[-1]}")
     return rows
 
@@ -163,12 +172,20 @@ def compression_rtl_markdown(rows) -> list[str]:
            "against the golden model. `coll cycles`: the collective engine's busy cycles (top-k: "
            "the compress and sum passes too). Bytes ratio: link flits against FP32 links in the "
            "same run (16-bit flits). With BFP links the step is compiled with the gradient "
-           "region in whole groups of 16 (4,944 words instead of 4,940).", "",
-           "| N | compression | step cycles | coll cycles | flits per link | bytes ratio |",
-           "|---|---|---|---|---|---|"]
+           "region in whole groups of 16 (4,944 words instead of 4,940). `per layer`: one "
+           "ALLREDUCE per layer's gradient block, issued as soon as the backward pass has "
+           "written it, so it runs beside the earlier layers' backward passes; `hidden`: the "
+           "share of the collective engine's busy cycles in which another unit was busy too "
+           "(the core's `coll_hidden` counter).", "",
+           "| N | compression | step cycles | coll cycles | hidden | flits per link | "
+           "bytes ratio |",
+           "|---|---|---|---|---|---|---|"]
     for r in rows:
+        hidden = r.get("hidden_fraction")
         out.append(f"| {r['ranks']} | {r['compression']} | {r['step_cycles']:,} | "
-                   f"{r['coll_cycles']:,} | {r['link_flits']:,} | {r['bytes_ratio']:.4f} |")
+                   f"{r['coll_cycles']:,} | "
+                   f"{'–' if hidden is None else format(hidden, '.3f')} | "
+                   f"{r['link_flits']:,} | {r['bytes_ratio']:.4f} |")
     return out
 
 

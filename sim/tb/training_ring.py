@@ -16,7 +16,8 @@ import numpy as np
 from cocotb.triggers import RisingEdge
 
 from hdl.core.core import STATE_LAYOUT
-from hdl.core.isa import Status
+from hdl.core.isa import Op, Status, encode
+from hdl.multi.config import CollStatus
 from hdl.multi.cores import TrainingRingConfig
 from sim.host.compiler import MLP
 from sim.host.dataparallel import DataParallel
@@ -83,6 +84,16 @@ class RingTB:
         tasks = [cocotb.start_soon(d.read_lines(0, self.config.core.lines))
                  for d in self.drivers]
         return [await t for t in tasks]
+
+    def hold_stalls(self, **bits: int) -> None:
+        """Stop the random link stalls and hold each stall input at ``bits[name]`` (0 when
+        not given): e.g. ``stall_rx=0b10`` stops core 1 receiving from link 0."""
+        if self._stall_task is not None:
+            self._stall_task.cancel()
+            self._stall_task = None
+        for name in self._stall_names:
+            getattr(self.dut, name).value = bits.pop(name, 0)
+        assert not bits, f"not stall inputs of this ring: {sorted(bits)}"
 
     def check_links(self) -> None:
         assert int(self.dut.overflow.value) == 0, "a link's receive FIFO overflowed"
@@ -221,6 +232,83 @@ async def pipeline_steps(dut):
         flits, words = tb.flits(reverse=True), pipe.multi.sendrecv_words_rev
         assert flits == [w * 32 // cfg.link.width for w in words], (flits, words)
         assert words[0] == 0 and all(words[1:]), words
+
+
+def _state(regs: dict) -> dict:
+    s = STATE_LAYOUT.from_bits(regs["state"])
+    return {"status": int(s.status), "err_pc": int(s.err_pc),
+            "coll_status": int(s.coll_status)}
+
+
+@cocotb.test()
+async def stopped_links_give_err_link(dut):
+    """A link that stops delivering ends a core's run with ERR_LINK instead of a hang.
+
+    1. Core 0 runs a receive-only SENDRECV from a core that only halts (random stalls on
+       every link and host port): ERR_LINK at its pc, the state register holds the engine's
+       TIMEOUT, its receive lines and the COPY after it (which would copy them) are unchanged;
+       the other cores halt with OK.
+    2. Link 0 stops delivering (``stall_rx`` bit 1 held: core 1 never receives): the
+       ALLREDUCE on every core reports ERR_LINK at its pc with TIMEOUT, and the COPY that
+       waits for its region never runs (its target line keeps its random words)."""
+    cfg = TrainingRingConfig.preset(os.environ.get("TESSERA_PRESET", "tiny"))
+    tb = RingTB(dut, cfg, seed=int(os.environ.get("TB_SEED", "4")),
+                link_stall=float(os.environ.get("TB_LINK_STALL", "0.3")),
+                host_idle=0.2, host_stall=0.2)
+    await tb.start()
+    N, S, D = cfg.ranks, cfg.core.size, cfg.core.bank_depth
+    rng = np.random.default_rng(11)
+
+    def words(n):
+        return rng.integers(0, 1 << 32, (n, S), dtype=np.uint64).astype(np.uint32)
+
+    async def each(fn):
+        tasks = [cocotb.start_soon(fn(r, d)) for r, d in enumerate(tb.drivers)]
+        return [await t for t in tasks]
+
+    # 1. a receive whose sender never sends
+    recv, dest = 2 * D, 3 * D
+    lone = [encode(Op.SENDRECV, b=recv, rlines=2, timeout=200),
+            encode(Op.VEC, vop=5, rows=1, cols=S, a=recv, d=dest), encode(Op.HALT)]
+    image = words(3)
+
+    async def lone_run(r, d):
+        if r == 0:
+            await d.write_lines(recv, image[:2])
+            await d.write_lines(dest, image[2:])
+        await d.load_program(lone if r == 0 else [encode(Op.HALT)])
+        return await d.run(), _state(await d.read_regs())
+
+    got = await each(lone_run)
+    assert got[0][0] == (Status.ERR_LINK, 0), got[0]
+    assert got[0][1]["coll_status"] == CollStatus.TIMEOUT, got[0]
+    assert [g[0] for g in got[1:]] == [(Status.OK, 0)] * (N - 1), got
+    after = await tb.drivers[0].read_lines(recv, 2)
+    assert np.array_equal(after, image[:2]), "a receive line changed after ERR_LINK"
+    assert np.array_equal(await tb.drivers[0].read_lines(dest, 1), image[2:]), \
+        "the COPY after the failed SENDRECV ran"
+
+    # 2. link 0 stops delivering in the middle of nothing: every ALLREDUCE times out
+    tb.hold_stalls(stall_rx=0b10)
+    region, lines = D, 4 * N
+    stop = [encode(Op.FENCE), encode(Op.ALLREDUCE, a=region, lines=lines, seg=4, timeout=300),
+            encode(Op.VEC, vop=5, rows=1, cols=S, a=region, d=dest),     # waits for bank 1
+            encode(Op.HALT)]
+    marks = [words(1) for _ in range(N)]
+
+    async def stop_run(r, d):
+        await d.write_lines(region, words(lines))
+        await d.write_lines(dest, marks[r])
+        await d.load_program(stop)
+        return await d.run(), _state(await d.read_regs()), await d.read_lines(dest, 1)
+
+    got = await each(stop_run)
+    for r, (run, state, line) in enumerate(got):
+        assert run == (Status.ERR_LINK, 1), (r, run, state)
+        assert state["coll_status"] == CollStatus.TIMEOUT, (r, state)
+        assert np.array_equal(line, marks[r]), f"core {r}: an instruction after the failed " \
+                                               "ALLREDUCE ran"
+        cocotb.log.info("core %d: %s, state %s", r, run, state)
 
 
 @cocotb.test()

@@ -1280,7 +1280,9 @@ class Compiled:
         lines no buffer of the step ever uses (the residual lives across steps), at or after
         the gradient region's first line, each in banks that neither the gradients nor the
         other touch (the three ranges are read and written by one instruction), within the
-        engine's 65,536 words from the gradients' first line. ``ValueError`` when the
+        engine's 65,536 words from the gradients' first line; banks that hold no buffer of
+        the step first (an instruction of the backward pass sharing a bank with them would
+        wait for the whole all-reduce). ``ValueError`` when the
         scratchpad has no such place or the config has no top-k engine."""
         cfg = self.config
         S, D, L = cfg.size, cfg.bank_depth, cfg.lines
@@ -1301,15 +1303,21 @@ class Compiled:
             free.append((at, L))
         taken = set(range(a // D, (a + lines - 1) // D + 1))
         reach = a + coll.depth // S                    # one past the last line it reaches
+        # banks holding any buffer of the step: the ALLREDUCE owns its ranges' banks until it
+        # ends, so a residual or message buffer there stalls every later instruction of the
+        # backward pass that touches one of that bank's buffers (a per-layer all-reduce would
+        # hide nothing); take free lines of such a bank only when no empty bank has room
+        busy = {k for lo, hi in used for k in range(lo // D, (hi - 1) // D + 1)}
 
         def take(n):
-            for lo, hi in free:
-                for st in sorted({max(lo, a)} | {k * D for k in range(L // D)
-                                                 if max(lo, a) < k * D < hi}):
-                    banks = set(range(st // D, (st + n - 1) // D + 1))
-                    if st + n <= min(hi, reach) and not banks & taken:
-                        taken.update(banks)
-                        return st
+            for avoid in (busy, set()):
+                for lo, hi in free:
+                    for st in sorted({max(lo, a)} | {k * D for k in range(L // D)
+                                                     if max(lo, a) < k * D < hi}):
+                        banks = set(range(st // D, (st + n - 1) // D + 1))
+                        if st + n <= min(hi, reach) and not banks & (taken | avoid):
+                            taken.update(banks)
+                            return st
             raise ValueError(f"top-k all-reduce: no {n} free lines in banks of their own "
                              f"after line {a} within the engine's reach (the residual needs "
                              f"{lines} lines, the message buffer {glines})")

@@ -73,17 +73,20 @@ class RingTB:
                 bits = sum(1 << r for r in range(self.N) if self.rng.random() < p)
                 getattr(self.dut, name).value = bits & mask
 
+    async def each(self, fn) -> list:
+        """``fn(rank, driver)`` (a coroutine function) for every core at once, each on its
+        own host port; its results in rank order."""
+        tasks = [cocotb.start_soon(fn(r, d)) for r, d in enumerate(self.drivers)]
+        return [await t for t in tasks]
+
     async def apply(self, actions) -> list[dict]:
         """Every core executes its action list (``actions[r]``) at once: the cores' runs meet
         at their ALLREDUCEs over the links."""
-        tasks = [cocotb.start_soon(d.apply(a)) for d, a in zip(self.drivers, actions)]
-        return [await t for t in tasks]
+        return await self.each(lambda r, d: d.apply(actions[r]))
 
     async def read_memories(self) -> list[np.ndarray]:
-        """Every core's whole scratchpad, the cores read at once (each has its host port)."""
-        tasks = [cocotb.start_soon(d.read_lines(0, self.config.core.lines))
-                 for d in self.drivers]
-        return [await t for t in tasks]
+        """Every core's whole scratchpad, the cores read at once."""
+        return await self.each(lambda r, d: d.read_lines(0, self.config.core.lines))
 
     def hold_stalls(self, **bits: int) -> None:
         """Stop the random link stalls and hold each stall input at ``bits[name]`` (0 when
@@ -262,10 +265,6 @@ async def stopped_links_give_err_link(dut):
     def words(n):
         return rng.integers(0, 1 << 32, (n, S), dtype=np.uint64).astype(np.uint32)
 
-    async def each(fn):
-        tasks = [cocotb.start_soon(fn(r, d)) for r, d in enumerate(tb.drivers)]
-        return [await t for t in tasks]
-
     # 1. a receive whose sender never sends
     recv, dest = 2 * D, 3 * D
     lone = [encode(Op.SENDRECV, b=recv, rlines=2, timeout=200),
@@ -279,7 +278,19 @@ async def stopped_links_give_err_link(dut):
         await d.load_program(lone if r == 0 else [encode(Op.HALT)])
         return await d.run(), _state(await d.read_regs())
 
-    got = await each(lone_run)
+    # the golden model does not time out: it refuses a ring in which no core can go on,
+    # naming the ERR_LINK the hardware's waiting core ends with
+    from sim.model.multicore import MultiCoreModel
+    model = MultiCoreModel(cfg.core)
+    for r in range(N):
+        model.cores[r].load_program(lone if r == 0 else [encode(Op.HALT)])
+    try:
+        model.run()
+    except ValueError as e:
+        assert "ERR_LINK" in str(e) and "rank 0 waits at a SENDRECV" in str(e), e
+    else:
+        raise AssertionError("the golden model ran a receive whose sender never sends")
+    got = await tb.each(lone_run)
     assert got[0][0] == (Status.ERR_LINK, 0), got[0]
     assert got[0][1]["coll_status"] == CollStatus.TIMEOUT, got[0]
     assert [g[0] for g in got[1:]] == [(Status.OK, 0)] * (N - 1), got
@@ -302,7 +313,7 @@ async def stopped_links_give_err_link(dut):
         await d.load_program(stop)
         return await d.run(), _state(await d.read_regs()), await d.read_lines(dest, 1)
 
-    got = await each(stop_run)
+    got = await tb.each(stop_run)
     for r, (run, state, line) in enumerate(got):
         assert run == (Status.ERR_LINK, 1), (r, run, state)
         assert state["coll_status"] == CollStatus.TIMEOUT, (r, state)

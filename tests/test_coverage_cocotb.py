@@ -18,6 +18,15 @@ def test_systolic_array_s8_every_width_pair_cocotb():
                name="systolic_array_s8_sweep_every_width_pair", testcase="every_width_pair")
 
 
+@pytest.mark.long
+def test_matmul_engine_s8_every_width_pair_cocotb():
+    """The S = 8 engine at every width pair in every mode (its own tests, in ``make
+    test-long``, run random passes that reach a few pairs): ``make test-long`` and ``make
+    coverage``; ``make test`` runs the same fMAC at every pair in the S = 8 array's sweep."""
+    run_cocotb("matmul_engine", "default", "sim.tb.matmul_engine",
+               name="matmul_engine_s8_every_width_pair", testcase="every_width_pair")
+
+
 @pytest.mark.timeout(3600)     # builds the training core if no other test has (as test_core_cocotb)
 def test_training_core_directed_program_cocotb():
     """The directed stream of :mod:`sim.tb.directed` on the S = 4 core: every FAST slot,

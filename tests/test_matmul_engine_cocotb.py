@@ -7,7 +7,8 @@ from sim.tb.runner import run_cocotb
 
 
 @pytest.mark.parametrize("testcase", ["named_shapes_every_mode", "random_passes",
-                                      "back_to_back_passes", "bwd_data_uses_fwd_weight_image",
+                                      "back_to_back_passes", "every_width_pair",
+                                      "bwd_data_uses_fwd_weight_image",
                                       "pass_cycles_documented",
                                       "reset_mid_operation", "invalid_commands"])
 def test_matmul_engine_tiny(testcase):

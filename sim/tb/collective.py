@@ -18,6 +18,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from hdl.multi.collective import cmd_layout, rsp_layout
 from hdl.multi.config import CollComp, CollOp, CollStatus, RingConfig
+from sim.model.bfp import ROUND_NEAREST as RNE
 from sim.model.bfp import ROUND_STOCHASTIC as SR
 from sim.model.bfp import ROUND_TRUNCATE as TRUNC
 from sim.model.collective import CollectiveModel, link_flits, sendrecv_link_flits
@@ -103,9 +104,11 @@ class TB:
             getattr(self.dut, f"host_{r}__r_en").value = 0
         return mems
 
-    async def allreduce(self, *, check_model: bool = True, **fields):
+    async def allreduce(self, *, check_model: bool = True, deadline: int = CMD_CYCLES,
+                        **fields):
         """Send one command to every rank; return the responses (fields) after checking the
-        statuses against the model's (unless ``check_model`` is off)."""
+        statuses against the model's (unless ``check_model`` is off). A response not seen
+        within ``deadline`` cycles fails the test."""
         c = self.config.collective
         fields = {"comp": CollComp.NONE, "width": 0, "rbase": 0, "rlength": 0, "gbase": 0,
                   **fields}
@@ -113,7 +116,7 @@ class TB:
         tasks = [cocotb.start_soon(d.send(word)) for d in self.cmd]
         for t in tasks:
             await t
-        got = [unpack(rsp_layout(c), (await m.wait_for(1, CMD_CYCLES))[0]) for m in self.rsp]
+        got = [unpack(rsp_layout(c), (await m.wait_for(1, deadline))[0]) for m in self.rsp]
         if check_model:
             status = self.model.allreduce(**fields)
             assert [g["status"] for g in got] == [status] * self.N, (fields, got)
@@ -237,7 +240,43 @@ async def stopped_link_times_out(dut):
     assert all(g["cycles"] >= 64 for g in got), got
     got = await tb.allreduce(base=0, length=0, seg=8, timeout=64, check_model=False)
     assert [g["status"] for g in got] == [CollStatus.BAD_LEN] * tb.N, got
+    # the longest timeout the field holds: the idle and cycle counters run through all its bits
+    longest = (1 << tb.config.collective.timeout_bits) - 1
+    got = await tb.allreduce(base=0, length=16, seg=8, timeout=longest, check_model=False,
+                             deadline=longest + CMD_CYCLES)
+    assert [g["status"] for g in got] == [CollStatus.TIMEOUT] * tb.N, got
+    assert all(longest <= g["cycles"] <= longest + CMD_CYCLES for g in got), got
     assert dut.overflow.value.to_unsigned() == 0
+
+
+@cocotb.test()
+async def allreduce_bfp_extreme_magnitudes(dut):
+    """BFP-compressed all-reduces of vectors at the ends of FP32's range, every width and
+    rounding, every link stalled at random 40 % of the cycles: subnormals and values just
+    above the smallest normal (groups whose decoded words are subnormal, so their bits land
+    anywhere in the fraction, and the decoder's subnormal rounding), and values near the
+    largest finite (sums that overflow to infinity, groups flagged). Every status, flag,
+    memory word and flit count against the model."""
+    tb = TB(dut, seed=15, stall_prob=0.4)
+    await tb.start()
+    N, D = tb.N, tb.depth
+    c = tb.config.collective
+    G = c.bfp.group_size
+    for lo, hi in ((-149, -118), (-130, -100), (110, 128)):
+        x = tb.rng.standard_normal((N, D)) * 2.0 ** tb.rng.integers(lo, hi, (N, D))
+        with np.errstate(over="ignore"):
+            images = [f32_to_bits(v.astype(np.float32)) for v in x]
+        if lo == -149:                  # raw subnormal bit patterns of both signs
+            for im in images:
+                where = tb.rng.integers(0, D, D // 4)
+                im[where] = (tb.rng.integers(1, 1 << 23, where.size, dtype=np.uint32)
+                             | (tb.rng.integers(0, 2, where.size, dtype=np.uint32) << 31))
+        await tb.load(images)
+        for w in c.bfp.widths:
+            for rounding in (RNE, SR, TRUNC):
+                await tb.allreduce(base=(w + rounding) % G, length=G * 2 * N, seg=2 * G,
+                                   timeout=300, comp=CollComp.BFP, width=w, rounding=rounding)
+        await tb.check()
 
 
 @cocotb.test()

@@ -6,7 +6,9 @@ host port, bit-exact with the golden model (sim/tb/training_ring.py).
 build): the data-parallel steps with FP32 (one step), BFP-4 rounding stochastically (one)
 and top-k links (two: the second, one top-k all-reduce per layer, adds the first's
 residual), and two pipeline steps of the MLP 8-8-8-4 in three stages
-(GPipe, then 1F1B), whose gradients go back over the reverse links. ``make test-long`` runs
+(GPipe, then 1F1B), whose gradients go back over the reverse links; on the same build, the
+ERR_LINK cases (a lone receive, a stopped link) and a rotation on the reverse ring (the
+reverse link closing the ring carries a block). ``make test-long`` runs
 the same on two cores without reverse links (preset ``tiny``: the two-stage pipeline sends
 its gradients on the forward ring, whose next core is also the previous one) and the
 data-parallel steps on four cores."""
@@ -38,6 +40,14 @@ def test_training_ring_stopped_links_give_err_link():
     the failed instruction runs (the same build)."""
     run_cocotb("training_ring", "tiny-n3-rev", "sim.tb.training_ring",
                name="training_ring_err_link", testcase="stopped_links_give_err_link")
+
+
+def test_training_ring_reverse_rotation():
+    """Every core sends backward and receives from the core after it on the reverse ring:
+    the reverse link that closes the ring (rank 0 to rank N - 1) carries a block (the same
+    build)."""
+    run_cocotb("training_ring", "tiny-n3-rev", "sim.tb.training_ring",
+               name="training_ring_reverse_rotation", testcase="reverse_ring_rotation")
 
 
 @pytest.mark.long

@@ -372,6 +372,10 @@ def summarize(results, everything, args, seconds, map_seconds, stale) -> dict:
     killed = counts["killed"] + counts["timeout"]
     scored = len(ran) - counts["equivalent"] - counts["error"]
     timed = [r["seconds"] for r in ran if r.get("covered", True) and r["seconds"]]
+    # a mutant of an earlier run's sample left unrun whose site a later change of hdl/ removed
+    # (a --rerun keeps the earlier records): it can no longer run
+    current = {m.id for m in everything}
+    gone = sum(1 for r in results if r["result"] == "not_run" and r["id"] not in current)
     return {
         "sites": len(everything),
         "sites_by_operator": dict(Counter(m.operator for m in everything)),
@@ -384,6 +388,7 @@ def summarize(results, everything, args, seconds, map_seconds, stale) -> dict:
         "survived": counts["survived"],
         "equivalent": counts["equivalent"],
         "not_run": counts["not_run"],
+        "not_run_site_gone": gone,
         "error": counts["error"],
         "not_covered": sum(1 for r in ran if not r.get("covered", True)),
         "score": round(killed / scored, 4) if scored else None,
@@ -417,7 +422,9 @@ def markdown(rep: dict) -> str:
         f"| survived | {rep['survived']} (of which not executed by any fast test: "
         f"{rep['not_covered']}) |",
         f"| equivalent (sim/verify/mutation_equivalent.toml) | {rep['equivalent']} |",
-        f"| not run (budget) | {rep['not_run']} |",
+        f"| not run | {rep['not_run']} (budget: "
+        f"{rep['not_run'] - rep.get('not_run_site_gone', 0)}; site no longer in hdl/: "
+        f"{rep.get('not_run_site_gone', 0)}) |",
         f"| tool errors (pytest exit 4/5, not scored) | {rep['error']} |",
         f"| score killed / (run - equivalent - errors) | {rep['score']} |",
         f"| seconds per mutant, mean / median | {rep['seconds_per_mutant_mean']} / "

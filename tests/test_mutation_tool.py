@@ -123,6 +123,10 @@ def test_test_selection(tree):
     assert tmap.tests_for(ms[2, "CONST"]) == [
         "tests/test_c.py::p[0]", "tests/test_a.py::t2", "tests/test_a.py::t1",
         "tests/test_c.py::q", "tests/test_c.py::p[1]"]
+    # specific: fewest hdl/ files first (every parametrization), then quickest
+    tmap.n_files["tests/test_c.py::q"] = 3
+    assert tmap.tests_for(ms[17, "EQ0"], specific=True) == [
+        "tests/test_c.py::p[0]", "tests/test_c.py::p[1]", "tests/test_c.py::q"]
     assert tmap.budgeted(["tests/test_a.py::t2", "tests/test_a.py::t1"], 2.5) == [
         "tests/test_a.py::t2"]
     assert tmap.budgeted(["tests/test_a.py::t1"], 0.1) == ["tests/test_a.py::t1"]

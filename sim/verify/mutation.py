@@ -13,7 +13,9 @@
    each test function first, then the others, quickest first, as many as fit
    ``--test-budget`` traced seconds (at least one); a survivor runs again with as many as fit
    ``--survivor-test-budget`` seconds (the quickest tests are often ones that only elaborate
-   a design, which cannot see a change of behaviour).
+   a design, which cannot see a change of behaviour), then, within the same budget, with the
+   tests that execute the fewest ``hdl/`` files first, every parametrization (the block's
+   own tests before those of the designs holding it).
 3. **Runs.** Each worker owns a copy of the tree (``build/mutation/work/<n>/``: the files
    ``git ls-files`` lists, without ``__pycache__``); a mutant's file is written into the copy,
    pytest runs there (``python -m pytest -x -q -p no:cacheprovider -p no:xdist``, the copy's
@@ -141,6 +143,8 @@ class LineMap:
                         if t["outcome"] == "passed"}
         self.by_line: dict[tuple[str, int], set[str]] = {}
         self.by_file: dict[str, set[str]] = {}
+        #: how many hdl/ files each test executes: a block's own tests execute few
+        self.n_files = {n: len(t["lines"]) for n, t in data["tests"].items()}
         for n, t in data["tests"].items():
             if n not in self.seconds:
                 continue
@@ -149,16 +153,24 @@ class LineMap:
                 for ln in lines:
                     self.by_line.setdefault((path, ln), set()).add(n)
 
-    def tests_for(self, m: Mutant) -> list[str]:
+    def tests_for(self, m: Mutant, *, specific: bool = False) -> list[str]:
         """The tests that execute ``m``'s site: the quickest parametrization of each test
         function first (quickest first), then the other parametrizations (quickest first), so
-        that a budget spends its seconds on different tests before repeating one."""
+        that a budget spends its seconds on different tests before repeating one.
+
+        With ``specific``, every test in order of how many ``hdl/`` files it executes, then
+        of its seconds: the block's own tests, every parametrization, before the tests of
+        the designs that contain it. (Elaboration code runs in every test that builds a
+        design holding the block, so the quickest parametrization of each of those can fill
+        a budget before the block's own test reaches the parametrization that fails.)"""
         if m.module_level:
             found = set(self.by_file.get(m.path, ()))
         else:
             found = set()
             for ln in range(m.line, m.end_line + 1):
                 found |= self.by_line.get((m.path, ln), set())
+        if specific:
+            return sorted(found, key=lambda n: (self.n_files[n], self.seconds[n], n))
         ordered = sorted(found, key=lambda n: (self.seconds[n], n))
         first, seen = [], set()
         for n in ordered:
@@ -244,6 +256,10 @@ class Worker:
             second = tmap.budgeted(covering, args.survivor_test_budget)
             if len(second) > len(tests):
                 stages.append(second)
+            # then the block's own tests first, every parametrization (same budget)
+            own = tmap.budgeted(tmap.tests_for(m, specific=True), args.survivor_test_budget)
+            if not set(own) <= set(second):
+                stages.append(own)
             wider = tmap.files_of(second)
             if args.wide and len(wider) > len(tests):
                 stages.append(wider)

@@ -47,3 +47,13 @@ def test_training_core_s8_directed_program_cocotb():
     run_cocotb("training_core", "default", "sim.tb.core_fuzz",
                name="training_core_s8_directed", testcase="directed_program",
                extra_env={"TB_IDLE": "0.1", "TB_STALL": "0.1"})
+
+
+@pytest.mark.long
+@pytest.mark.timeout(3600)
+def test_training_ring_directed_program_core0_cocotb():
+    """The directed stream on core 0 of the three-core ring (``tiny-n3-rev``): the paths of
+    the ``ranks >= 2`` core build that the ring's own programs leave out. ``make test-long``
+    and ``make coverage``."""
+    run_cocotb("training_ring", "tiny-n3-rev", "sim.tb.training_ring",
+               name="training_ring_directed_core0", testcase="directed_program_core0")

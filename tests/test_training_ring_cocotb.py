@@ -50,6 +50,14 @@ def test_training_ring_reverse_rotation():
                name="training_ring_reverse_rotation", testcase="reverse_ring_rotation")
 
 
+def test_training_ring_allreduce_every_link_format():
+    """BFP ALLREDUCEs at every link width, rounding and range of values through the ring's
+    sequencers (the training programs use BFP-4 with stochastic rounding only; the same
+    build)."""
+    run_cocotb("training_ring", "tiny-n3-rev", "sim.tb.training_ring",
+               name="training_ring_every_link_format", testcase="allreduce_every_link_format")
+
+
 @pytest.mark.long
 @pytest.mark.parametrize("testcase,env", [("dataparallel_steps", DATAPARALLEL),
                                           ("pipeline_steps", PIPELINE)])

@@ -23,14 +23,7 @@ from hdl.core.host import HostOp
 from sim.tb.cocotb_stream import reset, start_clock
 from sim.tb.core import CocotbTransport
 from sim.tb.directed import directed_commands
-from sim.tb.fuzz import edge_commands, fuzz_core, program_commands
-
-
-def _clear(cfg: CoreConfig) -> list:
-    """Commands zeroing the scratchpad and the program memory, which a reset does not do (a
-    fresh :class:`sim.tb.fuzz.HostModel` assumes both zero); checked like any command."""
-    return ([(HostOp.WRITE, line, 0) for line in range(cfg.lines)]
-            + [(HostOp.PROG, pc, 0) for pc in range(cfg.prog_depth)])
+from sim.tb.fuzz import clear_commands, edge_commands, fuzz_core, program_commands
 
 
 @cocotb.test()
@@ -47,7 +40,7 @@ async def random_host_commands(dut):
         tr = CocotbTransport(dut, seed=seed, idle_prob=float(env("TB_IDLE", "0")),
                              stall_prob=float(env("TB_STALL", "0")))
         tr.start()
-        clear = _clear(cfg)
+        clear = clear_commands(cfg)
         stats = await fuzz_core(cfg, tr, seed=seed, n=n,
                                 cmds=edge_commands(cfg) + program_commands(random.Random(seed),
                                                                            cfg),
@@ -78,7 +71,7 @@ async def directed_program(dut):
     tr.start()
     cmds = directed_commands(cfg)
     runs = sum(op == HostOp.START for op, _, _ in cmds)
-    stats = await fuzz_core(cfg, tr, seed=0, n=0, cmds=cmds, pre=_clear(cfg),
+    stats = await fuzz_core(cfg, tr, seed=0, n=0, cmds=cmds, pre=clear_commands(cfg),
                             run_deadline=200_000)
     tr.stop()
     dut._log.info(f"{stats['sent']} commands, {stats['runs_ok']} runs, {tr.cycles} cycles")

@@ -45,7 +45,7 @@ from sim.model.core import CoreModel
 from sim.model.fp32 import canon
 
 __all__ = ["HostModel", "random_fp32_word", "random_program", "random_commands",
-           "program_commands", "edge_commands", "fuzz_core", "OP_BAD", "MUTATIONS", "matmul_engine_commands",
+           "program_commands", "edge_commands", "clear_commands", "fuzz_core", "OP_BAD", "MUTATIONS", "matmul_engine_commands",
            "matmul_engine_expect", "fuzz_matmul_engine", "optim_engine_commands", "OptimFuzzModel",
            "fuzz_optim_engine"]
 
@@ -377,6 +377,13 @@ def random_commands(rng: random.Random, cfg: CoreConfig, n: int) -> list[tuple[i
 
 
 # ---- running a stream ------------------------------------------------------------------------
+def clear_commands(cfg: CoreConfig) -> list[tuple[int, int, int]]:
+    """Commands zeroing the scratchpad and the program memory, which a reset does not do (a
+    fresh :class:`HostModel` assumes both zero); checked like any command."""
+    return ([(HostOp.WRITE, line, 0) for line in range(cfg.lines)]
+            + [(HostOp.PROG, pc, 0) for pc in range(cfg.prog_depth)])
+
+
 def edge_commands(cfg: CoreConfig) -> list[tuple[int, int, int]]:
     """Named edge cases of the host commands, each next to the boundary it tests: the last
     and the first invalid line, program word, precision entry (and mode 3, an odd width, a

@@ -16,6 +16,7 @@ import numpy as np
 from cocotb.triggers import RisingEdge
 
 from hdl.core.core import STATE_LAYOUT
+from hdl.core.host import HostOp
 from hdl.core.isa import Op, Status, encode
 from hdl.multi.config import CollStatus
 from hdl.multi.cores import TrainingRingConfig
@@ -24,8 +25,13 @@ from sim.host.dataparallel import DataParallel
 from sim.host.driver import CoreDriver
 from sim.host.optim import Adam
 from sim.model.bfp import ROUND_STOCHASTIC
+from sim.model.collective import link_flits
+from sim.model.fp32 import f32_to_bits
+from sim.model.multicore import MultiCoreModel
 from sim.tb.cocotb_stream import reset, start_clock
 from sim.tb.core import CocotbTransport
+from sim.tb.directed import directed_commands
+from sim.tb.fuzz import clear_commands, fuzz_core
 
 __all__ = ["RingTB"]
 
@@ -280,7 +286,6 @@ async def stopped_links_give_err_link(dut):
 
     # the golden model does not time out: it refuses a ring in which no core can go on,
     # naming the ERR_LINK the hardware's waiting core ends with
-    from sim.model.multicore import MultiCoreModel
     model = MultiCoreModel(cfg.core)
     for r in range(N):
         model.cores[r].load_program(lone if r == 0 else [encode(Op.HALT)])
@@ -331,7 +336,6 @@ async def reverse_ring_rotation(dut):
     pipeline (its first stage sends nothing back) nor data parallelism uses, carries a
     block. Every run, the lines of every region with two lines either side, and the flits
     of every link of both rings equal the golden model's."""
-    from sim.model.multicore import MultiCoreModel
     cfg = TrainingRingConfig.preset(os.environ.get("TESSERA_PRESET", "tiny"))
     assert cfg.core.reverse_links, "the preset has no reverse links"
     tb = RingTB(dut, cfg, seed=int(os.environ.get("TB_SEED", "6")),
@@ -388,6 +392,99 @@ async def reverse_ring_rotation(dut):
     assert model.sendrecv_words_rev == [words] * N, model.sendrecv_words_rev
     assert tb.flits(reverse=True) == [words * 32 // cfg.link.width] * N, tb.flits(True)
     assert tb.flits() == [0] * N, tb.flits()
+
+
+@cocotb.test()
+async def allreduce_every_link_format(dut):
+    """One program of BFP-compressed ALLREDUCEs on every core, one for each link width,
+    rounding (nearest even, stochastic with each core's converter LFSR, truncation) and
+    range of values (ordinary magnitudes with zeros, infinities and NaNs among them;
+    subnormals, whose groups decode to subnormal words; values near FP32's largest, whose
+    sums overflow), each on a region of its own, under random stalls on every link and host
+    port: every run, every region with two lines either side, the state register and the
+    flits of every link against the golden model. The ring's training programs use BFP-4
+    with stochastic rounding only; this runs the link codecs inside the ring's core build
+    through the sequencer."""
+    cfg = TrainingRingConfig.preset(os.environ.get("TESSERA_PRESET", "tiny"))
+    tb = RingTB(dut, cfg, seed=int(os.environ.get("TB_SEED", "8")),
+                link_stall=float(os.environ.get("TB_LINK_STALL", "0.3")),
+                host_idle=0.2, host_stall=0.2)
+    await tb.start()
+    N, S, D = cfg.ranks, cfg.core.size, cfg.core.bank_depth
+    rng = np.random.default_rng(17)
+    L = 4 * N                                   # lines per ALLREDUCE: N segments of 4
+    combos = [(w, rnd) for w in cfg.core.collective.bfp.widths for rnd in (0, 1, 2)]
+    ranges = ((-8, 9), (-149, -127), (110, 128))
+    bases = [D + i * L for i in range(len(combos) * len(ranges))]
+    program = [encode(Op.ALLREDUCE, a=bases[len(ranges) * j + k], lines=L, seg=4,
+                      timeout=2000, comp=1, width=w, rounding=rnd)
+               for j, (w, rnd) in enumerate(combos) for k in range(len(ranges))]
+    program.append(encode(Op.HALT))
+    specials = np.array([0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000], np.uint32)
+    images = []
+    for _ in range(N):
+        im = np.zeros((cfg.core.lines, S), np.uint32)
+        for i, base in enumerate(bases):
+            lo, hi = ranges[i % len(ranges)]
+            x = rng.standard_normal((L, S)) * 2.0 ** rng.integers(lo, hi, (L, S))
+            with np.errstate(over="ignore"):
+                words = f32_to_bits(x.astype(np.float32)).reshape(L, S)
+            if i % len(ranges) == 0 and rng.random() < 0.5:  # specials in half the groups
+                words.ravel()[rng.integers(0, L * S, 2)] = rng.choice(specials, 2)
+            im[base:base + L] = words
+        images.append(im)
+    model = MultiCoreModel(cfg.core)
+    for r in range(N):
+        model.cores[r].mem[:] = images[r]
+        model.cores[r].load_program(program)
+    want = model.run()
+    assert want == [(Status.OK, 0)] * N, want
+    span = (bases[0] - 2, bases[-1] + L + 2)
+
+    async def run(r, d):
+        await d.write_lines(bases[0], images[r][bases[0]:bases[-1] + L])
+        await d.load_program(program)
+        res = await d.run()
+        return res, await d.read_lines(span[0], span[1] - span[0]), await d.read_regs()
+
+    got = await tb.each(run)
+    for r, (res, lines, regs) in enumerate(got):
+        assert res == want[r], (r, res, want[r])
+        assert np.array_equal(lines, model.cores[r].mem[span[0]:span[1]]), \
+            f"core {r}: lines {span[0]}..{span[1] - 1} differ from the model"
+        state = _state(regs)
+        assert state["coll_status"] == CollStatus.OK, (r, state)
+    tb.check_links()
+    want_flits = [0] * N
+    for w, _ in combos:
+        for _ in ranges:
+            sent = link_flits(cfg.core.collective, cfg.link.width, length=L * S, seg=4 * S,
+                              comp=1, width=w)
+            want_flits = [a + b for a, b in zip(want_flits, sent)]
+    assert tb.flits() == want_flits, (tb.flits(), want_flits)
+
+
+@cocotb.test()
+async def directed_program_core0(dut):
+    """The single core's directed host-command stream (:func:`sim.tb.directed.directed_commands`:
+    every FAST slot, precision entry and ``(layer, mode)``, the vector unit on FP32 special
+    values, every bank on the matmul engine's ports) on core 0 of the ring, through the
+    fuzzer's checker (:func:`sim.tb.fuzz.fuzz_core`: every response against its host model,
+    the whole scratchpad read back and compared at the end), with idle cycles and
+    backpressure on its host port; the other cores stay idle. The ring's cores are the
+    training core built with ``ranks >= 2`` (collective engine, link endpoints): this runs
+    the paths the ring's own programs leave out on that build (``make coverage``)."""
+    cfg = TrainingRingConfig.preset(os.environ.get("TESSERA_PRESET", "tiny"))
+    tb = RingTB(dut, cfg, seed=int(os.environ.get("TB_SEED", "7")), host_idle=0.1,
+                host_stall=0.1)
+    await tb.start()
+    cmds = directed_commands(cfg.core)
+    runs = sum(op == HostOp.START for op, _, _ in cmds)
+    stats = await fuzz_core(cfg.core, tb.transports[0], seed=0, n=0, cmds=cmds,
+                            pre=clear_commands(cfg.core), run_deadline=200_000)
+    dut._log.info(f"{stats['sent']} commands, {stats['runs_ok']} runs")
+    assert stats["runs_ok"] == runs and stats["runs_rejected"] == 0 and stats["rejected"] == 0, \
+        stats
 
 
 @cocotb.test()

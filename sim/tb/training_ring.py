@@ -195,11 +195,7 @@ async def pipeline_steps(dut):
     every link and host port: every core's runs, losses, parameters, gradients, state,
     whole scratchpad and the flit counts of every link equal the golden model's ring."""
     from sim.host.pipeline_ring import RingPipeline
-    cfg = TrainingRingConfig.preset(os.environ.get("TESSERA_PRESET", "tiny"))
-    tb = RingTB(dut, cfg, seed=int(os.environ.get("TB_SEED", "2")),
-                link_stall=float(os.environ.get("TB_LINK_STALL", "0.3")),
-                host_idle=0.2, host_stall=0.2)
-    await tb.start()
+    cfg, tb = await _started_ring(dut, seed=2)
     p = cfg.ranks
     desc = MLP(layers=(8,) * p + (4,), batch=8, micro_batches=2, optimizer=Adam(lr=1e-2))
     pipe = RingPipeline(desc, cfg.core, timeout=20_000)
@@ -243,6 +239,18 @@ async def pipeline_steps(dut):
         assert words[0] == 0 and all(words[1:]), words
 
 
+async def _started_ring(dut, *, seed: int) -> tuple[TrainingRingConfig, RingTB]:
+    """The ring's config (``TESSERA_PRESET``) and a started :class:`RingTB` with random stalls
+    on every link (``TB_LINK_STALL``, default 0.3) and host port; ``TB_SEED`` overrides
+    ``seed``."""
+    cfg = TrainingRingConfig.preset(os.environ.get("TESSERA_PRESET", "tiny"))
+    tb = RingTB(dut, cfg, seed=int(os.environ.get("TB_SEED", str(seed))),
+                link_stall=float(os.environ.get("TB_LINK_STALL", "0.3")),
+                host_idle=0.2, host_stall=0.2)
+    await tb.start()
+    return cfg, tb
+
+
 def _state(regs: dict) -> dict:
     s = STATE_LAYOUT.from_bits(regs["state"])
     return {"status": int(s.status), "err_pc": int(s.err_pc),
@@ -260,11 +268,7 @@ async def stopped_links_give_err_link(dut):
     2. Link 0 stops delivering (``stall_rx`` bit 1 held: core 1 never receives): the
        ALLREDUCE on every core reports ERR_LINK at its pc with TIMEOUT, and the COPY that
        waits for its region never runs (its target line keeps its random words)."""
-    cfg = TrainingRingConfig.preset(os.environ.get("TESSERA_PRESET", "tiny"))
-    tb = RingTB(dut, cfg, seed=int(os.environ.get("TB_SEED", "4")),
-                link_stall=float(os.environ.get("TB_LINK_STALL", "0.3")),
-                host_idle=0.2, host_stall=0.2)
-    await tb.start()
+    cfg, tb = await _started_ring(dut, seed=4)
     N, S, D = cfg.ranks, cfg.core.size, cfg.core.bank_depth
     rng = np.random.default_rng(11)
 
@@ -336,12 +340,8 @@ async def reverse_ring_rotation(dut):
     pipeline (its first stage sends nothing back) nor data parallelism uses, carries a
     block. Every run, the lines of every region with two lines either side, and the flits
     of every link of both rings equal the golden model's."""
-    cfg = TrainingRingConfig.preset(os.environ.get("TESSERA_PRESET", "tiny"))
+    cfg, tb = await _started_ring(dut, seed=6)
     assert cfg.core.reverse_links, "the preset has no reverse links"
-    tb = RingTB(dut, cfg, seed=int(os.environ.get("TB_SEED", "6")),
-                link_stall=float(os.environ.get("TB_LINK_STALL", "0.3")),
-                host_idle=0.2, host_stall=0.2)
-    await tb.start()
     N, S, D = cfg.ranks, cfg.core.size, cfg.core.bank_depth
     rng = np.random.default_rng(13)
     send, recv, copy = D, 2 * D, 3 * D
@@ -405,11 +405,7 @@ async def allreduce_every_link_format(dut):
     flits of every link against the golden model. The ring's training programs use BFP-4
     with stochastic rounding only; this runs the link codecs inside the ring's core build
     through the sequencer."""
-    cfg = TrainingRingConfig.preset(os.environ.get("TESSERA_PRESET", "tiny"))
-    tb = RingTB(dut, cfg, seed=int(os.environ.get("TB_SEED", "8")),
-                link_stall=float(os.environ.get("TB_LINK_STALL", "0.3")),
-                host_idle=0.2, host_stall=0.2)
-    await tb.start()
+    cfg, tb = await _started_ring(dut, seed=8)
     N, S, D = cfg.ranks, cfg.core.size, cfg.core.bank_depth
     rng = np.random.default_rng(17)
     L = 4 * N                                   # lines per ALLREDUCE: N segments of 4

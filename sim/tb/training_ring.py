@@ -408,11 +408,13 @@ async def allreduce_every_link_format(dut):
     cfg, tb = await _started_ring(dut, seed=8)
     N, S, D = cfg.ranks, cfg.core.size, cfg.core.bank_depth
     rng = np.random.default_rng(17)
-    L = 4 * N                                   # lines per ALLREDUCE: N segments of 4
+    # lines per ALLREDUCE: N segments of 8 lines, two BFP groups each, so a group reaches
+    # the receive codec while the one before is still leaving it (its stages hold)
+    L = 8 * N
     combos = [(w, rnd) for w in cfg.core.collective.bfp.widths for rnd in (0, 1, 2)]
     ranges = ((-8, 9), (-149, -127), (110, 128))
     bases = [D + i * L for i in range(len(combos) * len(ranges))]
-    program = [encode(Op.ALLREDUCE, a=bases[len(ranges) * j + k], lines=L, seg=4,
+    program = [encode(Op.ALLREDUCE, a=bases[len(ranges) * j + k], lines=L, seg=8,
                       timeout=2000, comp=1, width=w, rounding=rnd)
                for j, (w, rnd) in enumerate(combos) for k in range(len(ranges))]
     program.append(encode(Op.HALT))
@@ -454,7 +456,7 @@ async def allreduce_every_link_format(dut):
     want_flits = [0] * N
     for w, _ in combos:
         for _ in ranges:
-            sent = link_flits(cfg.core.collective, cfg.link.width, length=L * S, seg=4 * S,
+            sent = link_flits(cfg.core.collective, cfg.link.width, length=L * S, seg=8 * S,
                               comp=1, width=w)
             want_flits = [a + b for a, b in zip(want_flits, sent)]
     assert tb.flits() == want_flits, (tb.flits(), want_flits)

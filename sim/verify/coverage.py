@@ -248,25 +248,19 @@ NOTES: dict[str, str] = {
         "training_core-tiny's (its cases are not run here), so the ring adds only the "
         "collective engine, codecs and links (covered in collective_ring)."),
     "training_ring-tiny-n3-rev": (
-        "three S = 4 cores with reverse links: `make test`'s five ring tests (a data-parallel "
-        "program with random link backpressure, a three-stage pipeline, the ERR_LINK cases, "
-        "a rotation on the reverse ring, BFP ALLREDUCEs at every link width, rounding and "
-        "range of values) and `make test-long`'s directed stream on core 0 "
-        "(`test_training_ring_directed_program_core0_cocotb`): 94.0 % line, 85.8 % toggle "
-        "on 2026-11-29 (87.2 / 77.5 % at 72ed087 with the first two; 93.8 / 85.0 % before "
-        "the BFP formats). Toggle meets the target; line is one point short. The 3,012 "
-        "line points missed: matmul 898 (the output accumulator's hold arms and fMAC table "
-        "arms, as in training_core-tiny), sequencer 695 (392 arms of matmul mode 3, which "
-        "no host command or program can select, as in training_core-tiny; the rest waits "
-        "on busy units), link endpoints 585, of which 558 are the `if (pipe_en)` arms of "
-        "the link codecs' converter and decoder stages: a stage holds only when the codec's "
-        "output buffer is full and its consumer refuses, which the collective_ring block "
-        "reaches (22 of these points missed there) and the ring's programs did not; the "
-        "optimizer 287, the scratchpad crossbar's unused (port, bank) pairs 243, the vector "
-        "unit 145, the collective engine 132. The links' toggle misses (148-170 points a "
-        "link) are the 32-bit flit counter's high bits and the overflow flag, which only a "
-        "broken credit protocol sets. The reverse link of rank 0 (to rank 2, closing the "
-        "ring) was at 8.7 % toggle until `reverse_ring_rotation` (83.7 %, its gates 100 %)."),
+        "meets both targets since 2026-11-29: 95.1 % line, 85.9 % toggle, with `make "
+        "test`'s five ring tests (data parallel, pipeline, the ERR_LINK cases, a rotation on "
+        "the reverse ring, BFP ALLREDUCEs at every link width, rounding and range of values "
+        "in segments of two groups) and `make test-long`'s directed stream on core 0; 87.2 / "
+        "77.5 % at 72ed087 with the first two. The 558 hold arms of the link codecs' stages "
+        "(`if (pipe_en)`) were missed until the BFP segments held two groups: a stage holds "
+        "only when a group reaches the receive codec while the one before is still leaving "
+        "its output buffer, and the training programs' segments are one group long. The "
+        "2,454 line points still missed are the single core's kinds (matmul 898: the output "
+        "accumulator's hold arms and fMAC table arms; sequencer 695, 392 of them arms of "
+        "matmul mode 3, which nothing selects; optimizer 287; scratchpad crossbar pairs "
+        "243). The links' toggle misses are the 32-bit flit counters' high bits and the "
+        "overflow flag, which only a broken credit protocol sets."),
 }
 
 #: Toggle points taken out by the structural analysis of :mod:`sim.verify.netlist`.

@@ -51,9 +51,23 @@ def test_training_core_s8_directed_program_cocotb():
 
 @pytest.mark.long
 @pytest.mark.timeout(3600)
-def test_training_ring_directed_program_core0_cocotb():
-    """The directed stream on core 0 of the three-core ring (``tiny-n3-rev``): the paths of
-    the ``ranks >= 2`` core build that the ring's own programs leave out. ``make test-long``
-    and ``make coverage``."""
-    run_cocotb("training_ring", "tiny-n3-rev", "sim.tb.training_ring",
-               name="training_ring_directed_core0", testcase="directed_program_core0")
+@pytest.mark.parametrize("preset", ["tiny-n3-rev", "tiny"])
+def test_training_ring_directed_program_core0_cocotb(preset):
+    """The directed stream on core 0 of the three-core ring (``tiny-n3-rev``) and of the
+    two-core one (``tiny``): the paths of the ``ranks >= 2`` core build that the ring's own
+    programs leave out. ``make test-long`` and ``make coverage``."""
+    suffix = "" if preset == "tiny-n3-rev" else f"_{preset}"
+    run_cocotb("training_ring", preset, "sim.tb.training_ring",
+               name=f"training_ring_directed_core0{suffix}", testcase="directed_program_core0")
+
+
+@pytest.mark.long
+@pytest.mark.timeout(3600)
+def test_training_ring_two_cores_every_link_format_cocotb():
+    """BFP ALLREDUCEs at every link format, the ERR_LINK cases and the rotation (forward:
+    the preset has no reverse links) on the two-core ring (``tiny``; ``make test`` runs them
+    on ``tiny-n3-rev``). ``make test-long`` and ``make coverage``."""
+    run_cocotb("training_ring", "tiny", "sim.tb.training_ring",
+               name="training_ring_every_link_format_tiny",
+               testcase="allreduce_every_link_format,stopped_links_give_err_link,"
+                        "reverse_ring_rotation")

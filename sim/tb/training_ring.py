@@ -338,18 +338,20 @@ async def reverse_ring_rotation(dut):
     and a COPY of the received lines between, under random stalls on every link and host
     port. The reverse link of rank 0 (to rank N - 1, closing the ring), which neither a
     pipeline (its first stage sends nothing back) nor data parallelism uses, carries a
-    block. Every run, the lines of every region with two lines either side, and the flits
-    of every link of both rings equal the golden model's."""
+    block. On a ring without reverse links the same rotation runs forward. Every run, the
+    lines of every region with two lines either side, and the flits of every link of both
+    rings equal the golden model's."""
     cfg, tb = await _started_ring(dut, seed=6)
-    assert cfg.core.reverse_links, "the preset has no reverse links"
+    # without reverse links (preset tiny) the same rotation goes forward
+    rev = int(cfg.core.reverse_links)
     N, S, D = cfg.ranks, cfg.core.size, cfg.core.bank_depth
     rng = np.random.default_rng(13)
     send, recv, copy = D, 2 * D, 3 * D
     program = [encode(Op.SENDRECV, a=send, lines=3, b=recv, rlines=3, timeout=2000,
-                      sdir=1, rdir=1),
+                      sdir=rev, rdir=rev),
                encode(Op.VEC, vop=5, rows=3, cols=S, a=recv, d=copy),
                encode(Op.SENDRECV, a=send + 3, lines=1, b=recv + 3, rlines=1, timeout=2000,
-                      sdir=1, rdir=1),
+                      sdir=rev, rdir=rev),
                encode(Op.HALT)]
     # random words in the lines the program touches (the rest of the scratchpad is 0 after
     # reset, in the model too): lines that must not change are not zeros over zeros
@@ -364,18 +366,20 @@ async def reverse_ring_rotation(dut):
         model.cores[r].load_program(program)
     want = model.run()
 
+    # each region with two lines either side: written (the margins with the model's
+    # zeros, whatever an earlier test in this simulation left there) and compared
+    windows = [(base - 2, n + 4) for base, n in regions]
+
     async def run(r, d):
-        for base, n in regions:
+        for base, n in windows:
             await d.write_lines(base, images[r][base:base + n])
         await d.load_program(program)
         return await d.run()
 
     got = await tb.each(run)
     assert got == [(Status.OK, 0)] * N, (got, want)
-    # each region with two lines either side (an address off by one or two writes there;
-    # the data-parallel test compares whole scratchpads, 16,384 lines a core)
-    windows = [(base - 2, n + 4) for base, n in regions]
-
+    # (an address off by one or two writes in the margins; the data-parallel test compares
+    # whole scratchpads, 16,384 lines a core)
     async def read(r, d):
         return [await d.read_lines(base, n) for base, n in windows]
 
@@ -384,14 +388,15 @@ async def reverse_ring_rotation(dut):
         for (base, n), line in zip(windows, mems[r]):
             assert np.array_equal(line, model.cores[r].mem[base:base + n]), \
                 f"core {r}: lines {base}..{base + n - 1} differ from the model"
-        nxt = (r + 1) % N              # rank r received from rank r + 1 on the reverse ring
+        nxt = (r + 1 if rev else r - 1) % N     # the sender of rank r's block
         assert np.array_equal(mems[r][1][2:6], images[nxt][send:send + 4]), r
         assert np.array_equal(mems[r][2][2:5], images[nxt][send:send + 3]), r
     tb.check_links()
     words = 4 * S
-    assert model.sendrecv_words_rev == [words] * N, model.sendrecv_words_rev
-    assert tb.flits(reverse=True) == [words * 32 // cfg.link.width] * N, tb.flits(True)
-    assert tb.flits() == [0] * N, tb.flits()
+    used, unused = (tb.flits(reverse=True), tb.flits()) if rev else (tb.flits(), [0] * N)
+    assert (model.sendrecv_words_rev if rev else model.sendrecv_words) == [words] * N
+    assert used == [words * 32 // cfg.link.width] * N, used
+    assert unused == [0] * N, unused
 
 
 @cocotb.test()
@@ -439,8 +444,8 @@ async def allreduce_every_link_format(dut):
     assert want == [(Status.OK, 0)] * N, want
     span = (bases[0] - 2, bases[-1] + L + 2)
 
-    async def run(r, d):
-        await d.write_lines(bases[0], images[r][bases[0]:bases[-1] + L])
+    async def run(r, d):        # the compared span, margins included, is written first
+        await d.write_lines(span[0], images[r][span[0]:span[1]])
         await d.load_program(program)
         res = await d.run()
         return res, await d.read_lines(span[0], span[1] - span[0]), await d.read_regs()

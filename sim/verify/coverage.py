@@ -242,11 +242,14 @@ NOTES: dict[str, str] = {
         "as collective_ring-tiny, with four engines: 97.8 % line, 86.4 % toggle (84.3 % "
         "before)."),
     "training_ring-tiny": (
-        "two S = 4 cores under one data-parallel program (three steps), measured before the "
-        "reverse links; its tests are in `make test-long` now (the three-core "
-        "`tiny-n3-rev` row is `make test`'s): each core's own coverage is below "
-        "training_core-tiny's (its cases are not run here), so the ring adds only the "
-        "collective engine, codecs and links (covered in collective_ring)."),
+        "two S = 4 cores without reverse links, measured again on 2026-11-29 with `make "
+        "test-long`'s two-core data-parallel and pipeline tests, the directed stream on core "
+        "0, and the BFP formats, ERR_LINK cases and (forward) rotation: 94.97 % line "
+        "(46,972 of 49,461: 16 points short), 85.5 % toggle (83.0 / 76.7 % before). The "
+        "misses are the three-core row's kinds, plus 18 arms of the collective engine's "
+        "`cmd_bad_dir`, which a core without reverse links never reaches (its decoder "
+        "refuses a direction bit with ERR_FIELD before the engine sees the command), and a "
+        "few vector-unit and crossbar arms the three-core pipeline reaches."),
     "training_ring-tiny-n3-rev": (
         "meets both targets since 2026-11-29: 95.1 % line, 85.9 % toggle, with `make "
         "test`'s five ring tests (data parallel, pipeline, the ERR_LINK cases, a rotation on "

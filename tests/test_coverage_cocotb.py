@@ -64,10 +64,11 @@ def test_training_ring_directed_program_core0_cocotb(preset):
 @pytest.mark.long
 @pytest.mark.timeout(3600)
 def test_training_ring_two_cores_every_link_format_cocotb():
-    """BFP ALLREDUCEs at every link format, the ERR_LINK cases and the rotation (forward:
-    the preset has no reverse links) on the two-core ring (``tiny``; ``make test`` runs them
+    """BFP ALLREDUCEs at every link format, the ERR_LINK cases, the rotation (forward:
+    the preset has no reverse links) and the softmax over every log-table entry on the
+    two-core ring (``tiny``; ``make test`` runs them
     on ``tiny-n3-rev``). ``make test-long`` and ``make coverage``."""
     run_cocotb("training_ring", "tiny", "sim.tb.training_ring",
                name="training_ring_every_link_format_tiny",
                testcase="allreduce_every_link_format,stopped_links_give_err_link,"
-                        "reverse_ring_rotation")
+                        "reverse_ring_rotation,softmax_every_log_entry")

@@ -58,6 +58,13 @@ def test_training_ring_allreduce_every_link_format():
                name="training_ring_every_link_format", testcase="allreduce_every_link_format")
 
 
+def test_training_ring_softmax_every_log_entry():
+    """SOFTMAX_XENT on every core with row sums that select each entry of the loss's log
+    table, then on random eight-class rows (the same build)."""
+    run_cocotb("training_ring", "tiny-n3-rev", "sim.tb.training_ring",
+               name="training_ring_softmax", testcase="softmax_every_log_entry")
+
+
 @pytest.mark.long
 @pytest.mark.parametrize("testcase,env", [("dataparallel_steps", DATAPARALLEL),
                                           ("pipeline_steps", PIPELINE)])

@@ -467,6 +467,92 @@ async def allreduce_every_link_format(dut):
     assert tb.flits() == want_flits, (tb.flits(), want_flits)
 
 
+def log_table_index(s, log_config=None) -> np.ndarray:
+    """Entry of the softmax log's tables (:class:`hdl.fp32.log.FP32Log`) that the row sums
+    ``s`` (FP32) select: ``j = (frac + 2**(22-t)) >> (23-t)``, ``t`` its ``table_bits``."""
+    from hdl.fp32.log_config import FP32LogConfig
+    t = (log_config or FP32LogConfig()).table_bits
+    frac = np.asarray(s, np.float32).view(np.uint32).astype(np.int64) & ((1 << 23) - 1)
+    return (frac + (1 << (22 - t))) >> (23 - t)
+
+
+def softmax_every_log_entry_rows(rng, log_config=None) -> np.ndarray:
+    """Two-class logit rows ``[0, ln(m - 1)]`` whose row sum ``1 + (m - 1) = m`` falls near the
+    middle of each of the log table's ``2**t + 1`` entries in turn (``m`` in ``(1, 2)``,
+    jittered by ``rng`` within a third of an entry): FP32, shape ``(2**t + 1, 2)``."""
+    from hdl.fp32.log_config import FP32LogConfig
+    n = 1 << (log_config or FP32LogConfig()).table_bits
+    j = np.arange(n + 1) + rng.uniform(-0.3, 0.3, n + 1)
+    m = 1 + np.clip(j, 2.0 ** -6, n - 2.0 ** -4) / n         # m - 1 > 0, m < 2
+    return np.stack([np.zeros(n + 1), np.log(m - 1)], axis=1).astype(np.float32)
+
+
+@cocotb.test()
+async def softmax_every_log_entry(dut):
+    """SOFTMAX_XENT on every core, first on two-class rows whose sums select each entry of
+    the loss's log table in turn (:func:`softmax_every_log_entry_rows`; the training
+    programs' losses reach only the entries their batches' sums fall on), then on random
+    eight-class rows with a wide spread of logits; random labels, random stalls on every
+    link and host port. Every run, the gradients and losses with two lines either side,
+    against the golden model; the model's row sums must select every table entry (else the
+    case no longer does what it is for)."""
+    cfg, tb = await _started_ring(dut, seed=9)
+    N, S, D = cfg.ranks, cfg.core.size, cfg.core.bank_depth
+    rng = np.random.default_rng(19)
+    z2 = [softmax_every_log_entry_rows(rng) for _ in range(N)]
+    r2 = len(z2[0])
+    r8 = 64
+    z8 = [(rng.standard_normal((r8, 8)) * rng.uniform(0.5, 6, (r8, 1))).astype(np.float32)
+          for _ in range(N)]
+    from sim.model.grad import softmax_xent
+    s = softmax_xent(z2[0], np.zeros(r2, int), 1.0, cfg.core.grad)[1]
+    assert set(log_table_index(s).tolist()) == set(range(r2)), \
+        sorted(set(range(r2)) - set(log_table_index(s).tolist()))
+    a2, a8, lab, d2, d8, e = D, D + r2, 2 * D, 3 * D, 3 * D + r2 + 4, 4 * D
+    l2, l8 = -(-r2 // S), -(-r8 // S)          # label / loss lines of each instruction
+    program = [encode(Op.SOFTMAX_XENT, rows=r2, cols=2, a=a2, b=lab, d=d2, e=e,
+                      imm=0x3F800000),
+               encode(Op.SOFTMAX_XENT, rows=r8, cols=8, a=a8, b=lab + l2, d=d8, e=e + l2 + 2,
+                      imm=0x3E000000),
+               encode(Op.HALT)]
+    images = []
+    for r in range(N):
+        im = np.zeros((cfg.core.lines, S), np.uint32)
+        im[a2:a2 + r2, :2] = z2[r].view(np.uint32)
+        im[a8:a8 + 2 * r8] = z8[r].view(np.uint32).reshape(2 * r8, S)
+        labels = np.zeros((l2 + l8) * S, np.uint32)
+        labels[:r2] = rng.integers(0, 2, r2)
+        labels[l2 * S:l2 * S + r8] = rng.integers(0, 8, r8)
+        im[lab:lab + l2 + l8] = labels.reshape(-1, S)
+        # what the program writes holds random words first: an unwritten word shows
+        for base, n in ((d2, r2), (d8, 2 * r8), (e, l2 + l8 + 2)):
+            im[base:base + n] = rng.integers(0, 1 << 32, (n, S), dtype=np.uint64)
+        images.append(im)
+    model = MultiCoreModel(cfg.core)
+    for r in range(N):
+        model.cores[r].mem[:] = images[r]
+        model.cores[r].load_program(program)
+    want = model.run()
+    assert want == [(Status.OK, 0)] * N, want
+    windows = [(a2 - 2, r2 + 2 * r8 + 4), (lab - 2, l2 + l8 + 4), (d2 - 2, d8 + 2 * r8 + 2 - d2 + 2),
+               (e - 2, l2 + l8 + 6)]
+
+    async def run(r, d):
+        for base, n in windows:
+            await d.write_lines(base, images[r][base:base + n])
+        await d.load_program(program)
+        res = await d.run()
+        return res, [await d.read_lines(base, n) for base, n in windows]
+
+    got = await tb.each(run)
+    for r, (res, lines) in enumerate(got):
+        assert res == want[r], (r, res, want[r])
+        for (base, n), line in zip(windows, lines):
+            assert np.array_equal(line, model.cores[r].mem[base:base + n]), \
+                f"core {r}: lines {base}..{base + n - 1} differ from the model"
+    tb.check_links()
+
+
 @cocotb.test()
 async def directed_program_core0(dut):
     """The single core's directed host-command stream (:func:`sim.tb.directed.directed_commands`:

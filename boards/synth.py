@@ -68,10 +68,19 @@ TARGETS = [
 ]
 
 
+def fpga_optim_config():
+    """The optimizer config of the FPGA builds: shared FP32 units
+    (``CoreConfig.FPGA_OPTIM_II``)."""
+    from hdl.core.config import CoreConfig
+    from hdl.optim.config import OptimConfig
+    return OptimConfig(ii=CoreConfig.FPGA_OPTIM_II)
+
+
 def _fpga_core(preset: str):
     from hdl.core.config import CoreConfig
     from hdl.core.core import TrainingCore
-    return TrainingCore(config=CoreConfig.preset(preset).fpga())
+    return TrainingCore(config=CoreConfig.preset(preset).fpga(),
+                        optim_config=fpga_optim_config())
 
 
 def _fpga_ring(preset: str):
@@ -79,7 +88,8 @@ def _fpga_ring(preset: str):
 
     from hdl.multi.cores import TrainingRing, TrainingRingConfig
     cfg = TrainingRingConfig.preset(preset)
-    return TrainingRing(config=dataclasses.replace(cfg, core=cfg.core.fpga()))
+    return TrainingRing(config=dataclasses.replace(cfg, core=cfg.core.fpga()),
+                        optim_config=fpga_optim_config())
 
 
 #: Targets that are builds of a registered block with other parameters, not blocks of their own

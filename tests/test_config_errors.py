@@ -88,6 +88,9 @@ ROWS = [
     (OptimConfig, "reduce_lanes", 1, V, "OptimConfig.reduce_lanes"),
     (OptimConfig, "reduce_lanes", 6, V, "OptimConfig.reduce_lanes"),
     (OptimConfig, "rd_fifo_depth", 1, V, "OptimConfig.rd_fifo_depth"),
+    (OptimConfig, "ii", 0, V, "OptimConfig.ii"),
+    (OptimConfig, "ii", 9, V, "OptimConfig.ii"),
+    (OptimConfig, "ii", 2.0, T, "OptimConfig.ii"),
     (LinkConfig, "word_bits", 0, V, "LinkConfig.word_bits"),
     (LinkConfig, "width", 12, V, "LinkConfig.width"),          # does not divide 32
     (LinkConfig, "width", 64, V, "LinkConfig.width"),

@@ -9,7 +9,7 @@ import pytest
 
 from amaranth.sim import Simulator
 
-from boards.synth import TARGETS, VARIANTS, build_block
+from boards.synth import TARGETS, VARIANTS, build_block, fpga_optim_config
 from hdl.core.config import CoreConfig
 from hdl.core.core import TrainingCore
 from hdl.core.isa import Op, Rop, Status, Vop, encode
@@ -35,6 +35,7 @@ def test_fpga_config_is_the_preset_with_one_vector_lane_and_four_banks(preset):
     core = build_block("training_core_fpga", preset)
     core._MustUse__silence = True       # built only for its config (never elaborated)
     assert isinstance(core, TrainingCore) and core.config == fpga
+    assert core.optim_config.ii == CoreConfig.FPGA_OPTIM_II == 4
 
 
 def test_fpga_rows_are_synth_targets_and_not_registered_blocks():
@@ -74,7 +75,8 @@ def test_fpga_build_trains_the_default_mlp_to_the_same_bits(preset):
 
 
 def test_fpga_shaped_core_step_bit_exact_in_rtl():
-    """The FPGA build's shape (four banks, one vector lane, no REDUCE SUMSQ) in the Amaranth
+    """The FPGA build's shape (four banks, one vector lane, no REDUCE SUMSQ, the optimizer's
+    FP32 units shared: ``OptimConfig.ii = CoreConfig.FPGA_OPTIM_II``) in the Amaranth
     simulator: two training steps of a small MLP bit-exact with the golden model (parameters,
     gradients, optimizer state, loss, the executed instructions and array beats), then a
     program with a REDUCE SUMSQ rejected with ERR_FIELD by both, and the whole scratchpad
@@ -92,7 +94,7 @@ def test_fpga_shaped_core_step_bit_exact_in_rtl():
                + [("program", sumsq), ("run",), ("status",)])
     model = CoreModel(cfg)
     want = model.apply(actions)
-    dut = TrainingCore(config=cfg)
+    dut = TrainingCore(config=cfg, optim_config=fpga_optim_config())
     got = {}
 
     async def tb(ctx):

@@ -14,7 +14,7 @@ from hdl.fp32.config import FP32Config
 from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
 from hdl.optim.config import Mem, Op, OptimConfig, Reg
 from hdl.optim.datapath import OptimDatapath
-from hdl.optim.engine import OptimEngine
+from hdl.optim.engine import READ_LATENCY, OptimEngine
 from hdl.optim.standalone import OptimEngineWithMemories
 from sim.host.optim import (SGD, Adam, AdamW, Clip, LossScale, Momentum, optimizer_registers,
                             reg_word)
@@ -178,10 +178,11 @@ def test_model_scale_halves_on_skip_and_grows():
 # Amaranth simulator: the engine with deep (default) FP32 pipelines
 
 @functools.cache
-def _engine_sim() -> ReusableSim:
+def _engine_sim(ii: int = 1) -> ReusableSim:
     """The one elaborated engine (deep default FP32 units) every :func:`_run_engine` test runs
-    on (about 4 s to build; each run starts from the initial state, :class:`ReusableSim`)."""
-    cfg = OptimConfig(depth=16, reduce_lanes=8)
+    on (about 4 s to build; each run starts from the initial state, :class:`ReusableSim`);
+    one more per initiation interval ``ii`` (shared FP32 units)."""
+    cfg = OptimConfig(depth=16, reduce_lanes=8, ii=ii)
     return ReusableSim(OptimEngineWithMemories(config=cfg, fp32_config=FP32Config(),
                                                divsqrt_config=FP32DivSqrtConfig.preset("tiny")),
                        testbenches=1, processes=0)
@@ -193,8 +194,8 @@ def _cmd(op, **kw):
     return d
 
 
-def _run_engine(script):
-    sim = _engine_sim()
+def _run_engine(script, ii: int = 1):
+    sim = _engine_sim(ii)
     dut = sim.dut
     model = OptimEngineModel(dut.config)
     rng_np = np.random.default_rng(3)
@@ -269,9 +270,12 @@ def _run_engine(script):
     sim.run(tb)
 
 
-def test_engine_adamw_clip_scale_skip():
+@pytest.mark.parametrize("ii", [1, 3])
+def test_engine_adamw_clip_scale_skip(ii):
     """AdamW with clipping and loss scaling over 12 params: 3 steps (one skipped by an Inf,
-    which halves the scale and leaves memory unchanged), every word checked."""
+    which halves the scale and leaves memory unchanged), every word checked; also with
+    shared FP32 units (``ii = 3``: the clip factor's element enters the pipeline between the
+    check pass's, in a slot of its own)."""
     n = 12
 
     async def script(h):
@@ -295,7 +299,7 @@ def test_engine_adamw_clip_scale_skip():
                 t += 1
             await h.check(n)
 
-    _run_engine(script)
+    _run_engine(script, ii)
 
 
 #: Cycles a two-pass STEP may take beyond docs/datapaths.md's ``2N + Lsum + Lupdate`` (the pass
@@ -303,8 +307,8 @@ def test_engine_adamw_clip_scale_skip():
 STEP_SLACK = 3
 
 
-@pytest.mark.parametrize("clip", [False, True])
-def test_engine_step1_one_pass(clip):
+@pytest.mark.parametrize("clip, ii", [(False, 1), (True, 1), (False, 4)])
+def test_engine_step1_one_pass(clip, ii):
     """STEP1 (one pass) against STEP on the same state, Adam with dynamic loss scaling over
     N = 16 words: bit-identical memories and status (a second golden model runs the two-pass
     steps), one element per cycle in ONE pass -- ``step1_cycles(N)`` against about 2N + the sum
@@ -342,7 +346,7 @@ def test_engine_step1_one_pass(clip):
         if clip:
             assert h.model.clipped
             assert cyc[True] == cyc[False]
-        else:
+        elif ii == 1:
             # docs/datapaths.md's formulas with this engine's units (deep FP32, tiny div/sqrt)
             f, d = h.dut.fp32_config, h.dut.divsqrt_config
             lat = (f.latency("fp32_mul"), f.latency("fp32_add"), d.sqrt_latency,
@@ -350,6 +354,18 @@ def test_engine_step1_one_pass(clip):
             assert cyc[True] == doc.optim_step1_cycles(n, *lat), cyc
             lo = doc.optim_step_cycles_min(n, *lat)
             assert lo <= cyc[False] <= lo + STEP_SLACK, (cyc, lo)
+        else:
+            # shared units: the pipeline's latencies are those tests/test_optim_shared.py
+            # measures; the passes read one element every ii cycles
+            lat = READ_LATENCY + OptimDatapath.latency_for(h.dut.fp32_config,
+                                                           h.dut.divsqrt_config, ii)
+            sq = OptimDatapath.latencies_for(h.dut.fp32_config, h.dut.divsqrt_config, ii)[1]
+            f = h.dut.fp32_config
+            lsum = READ_LATENCY + sq + doc.lanesum_flush(0, f.latency("fp32_add"),
+                                                         h.model.config.reduce_lanes) + 1
+            assert cyc[True] == doc.optim_step1_cycles_ii(n, ii, lat, lsum), cyc
+            lo = 2 * (ii * (n - 1) + 1) + lsum + lat
+            assert lo <= cyc[False] <= lo + STEP_SLACK + 2 * (ii - 1), (cyc, lo)
         # a non-finite gradient: STEP1 without clipping does not test G (no skip)
         g = (h.rng.standard_normal(n)).astype(np.float32)
         g[7] = np.inf
@@ -357,7 +373,7 @@ def test_engine_step1_one_pass(clip):
         skipped = await h.step(one_pass=True)
         assert skipped == clip and h.model.last_skipped == int(clip)
 
-    _run_engine(script)
+    _run_engine(script, ii)
 
 
 def test_engine_rejected_commands_change_nothing():

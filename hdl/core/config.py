@@ -92,6 +92,11 @@ class CoreConfig(PresetMixin):
     FPGA: ClassVar[dict] = {"vector_lanes": 1, "vector_sumsq": False}
     #: Banks of the FPGA build (when the config has more).
     FPGA_BANKS: ClassVar[int] = 4
+    #: Initiation interval of the FPGA build's optimizer pipeline
+    #: (:attr:`hdl.optim.config.OptimConfig.ii`, passed as the core's ``optim_config``): its
+    #: 10 multiplies and 4 adds share 3 multipliers and an adder, the optimizer reads one
+    #: element every 4 cycles (the same words; docs/core.md "FPGA").
+    FPGA_OPTIM_II: ClassVar[int] = 4
 
     def __post_init__(self):
         for name in ("size", "max_mantissa", "lanes", "exp_bits", "noise_bits", "lfsr_seed",

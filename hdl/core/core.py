@@ -78,8 +78,9 @@ class TrainingCore(wiring.Component):
     grad_config, fp32_config, divsqrt_config, log_config :
         Configurations of the vector unit's and optimizer's FP32 datapaths.
     optim_config : OptimConfig
-        Only ``reduce_lanes`` and ``rd_fifo_depth`` are used; the depth is the 16-bit word
-        address range of a region (65536).
+        Only ``reduce_lanes``, ``rd_fifo_depth`` and ``ii`` (shared FP32 units, the FPGA
+        build's ``CoreConfig.FPGA_OPTIM_II``) are used; the depth is the 16-bit word address
+        range of a region (65536).
 
     Members
     -------
@@ -125,7 +126,7 @@ class TrainingCore(wiring.Component):
         if not isinstance(oc, OptimConfig):
             raise TypeError(f"TrainingCore.optim_config must be an OptimConfig, not {oc!r}")
         self.optim_config = OptimConfig(depth=65536, reduce_lanes=oc.reduce_lanes,
-                                        rd_fifo_depth=oc.rd_fifo_depth)
+                                        rd_fifo_depth=oc.rd_fifo_depth, ii=oc.ii)
         super().__init__({
             "cmd": In(stream.Signature(host_cmd_layout(config))),
             "rsp": Out(stream.Signature(host_rsp_layout(config))),

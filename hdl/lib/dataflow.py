@@ -13,6 +13,20 @@ operands with shift registers to the latest operand's time (as soon as possible 
 Time-invariant operands (registers held constant during a pass) have time ``None`` and are never
 delayed. The resulting datapath accepts one element per cycle and never stalls; whoever feeds
 it must accept its output ``latency`` cycles later (the optimizer writes it to memory).
+
+**Shared units** (``ii > 1``, the initiation interval): the datapath accepts at most one
+element every ``ii`` cycles, and every element must enter in a cycle congruent to the first
+one's modulo ``ii`` (the caller's contract: e.g. the optimizer engine issues its reads only
+when its slot counter is 0). Operations of one kind (multiply, add, ...) then share units:
+each unit has ``ii`` slots, an operation scheduled at time ``t`` takes slot ``t mod ii`` of a
+unit, and two operations of one unit never share a slot. So two elements, whose entry cycles
+differ by a multiple of ``ii``, never reach a unit in the same cycle: a kind with ``n``
+operations needs ``ceil(n / ii)`` units instead of ``n``. An operation whose earliest time
+finds no free slot waits up to ``ii - 1`` cycles for one (its operands are delayed to it);
+only when every slot of every unit of its kind is taken does it get a unit of its own. A
+unit's operands are selected by the delayed valid bit of the operation in that slot; results
+are the same words as with ``ii = 1`` (the same operations, in the same order), only later.
+With ``ii = 1`` every operation has a unit of its own, as before.
 """
 from __future__ import annotations
 
@@ -20,6 +34,7 @@ from dataclasses import dataclass
 
 from amaranth.hdl import Cat, Const, Mux, Signal, Value
 
+from ..config import check_int
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
 
@@ -57,10 +72,16 @@ class Dataflow:
     fp32_config, divsqrt_config : unit configurations (their latencies set the schedule).
     prefix : str
         Prefix of generated signal and submodule names.
+    ii : int
+        Initiation interval: cycles between two elements at the least (module docstring,
+        *Shared units*); 1 (one element per cycle, a unit per operation) unless given.
     """
 
     def __init__(self, m, valid, *, fp32_config: FP32Config, divsqrt_config: FP32DivSqrtConfig,
-                 prefix: str = "df"):
+                 prefix: str = "df", ii: int = 1):
+        check_int("Dataflow", "ii", ii, lo=1)
+        self.ii = ii
+        self._pools: dict[str, list[_Shared]] = {}
         self.m = m
         self.fp32_config = fp32_config
         self.divsqrt_config = divsqrt_config
@@ -104,9 +125,12 @@ class Dataflow:
             raise ValueError(f"{node.name} is valid at {node.t}, needed at {t}")
         if not self.hw:
             return None
-        chain = self._delays.setdefault(id(node), [node.value])
-        # keep the node alive so that id() stays unique
-        self._delays.setdefault(("keep", id(node)), node)
+        # With shared units, the nodes of one unit's operations hold the same signal: one delay
+        # chain per signal serves them all (a delay of a signal does not depend on the node).
+        key = id(node) if self.ii == 1 else id(node.value)
+        chain = self._delays.setdefault(key, [node.value])
+        # keep the node (and so its value) alive so that id() stays unique
+        self._delays.setdefault(("keep", key), node)
         while len(chain) <= t - node.t:
             prev = chain[-1]
             sig = Signal(len(Value.cast(prev)), name=f"{self.prefix}_{node.name}_d{len(chain)}",
@@ -143,9 +167,50 @@ class Dataflow:
         return Node(sig, t, name)
 
     # -- units ----------------------------------------------------------------------------------
-    def _unit(self, factory, latency: int, name: str, ops: dict) -> Node:
+    def units(self, kind: str | None = None) -> int:
+        """FP32 units instantiated so far (of one ``kind`` when given: ``"mul"``, ``"add"``,
+        ``"div"``, ``"sqrt"``, ``"exp"``); with ``ii = 1`` one per operation."""
+        return sum(len(p) for k, p in self._pools.items() if kind in (None, k))
+
+    def _shared_unit(self, kind: str, factory, latency: int, name: str, ops: dict) -> Node:
+        """An operation on a shared unit of ``kind`` (``ii > 1``): the earliest time ``t >=``
+        its operands' with a free slot ``t mod ii`` on a unit of that kind, else a new unit."""
+        t0 = self.time(*ops.values())
+        pool = self._pools.setdefault(kind, [])
+        choice = next(((u, t0 + d) for d in range(self.ii) for u in pool
+                       if (t0 + d) % self.ii not in u.slots), None)
+        if choice is None:
+            unit = factory() if self.hw else None
+            if unit is not None:
+                assert unit.latency == latency, (name, unit.latency, latency)
+            choice = (_Shared(unit, self._uname(kind) if self.hw else kind), t0)
+            pool.append(choice[0])
+            if self.hw:
+                self.m.submodules[choice[0].name] = unit
+                self.m.d.comb += unit.o.ready.eq(1)
+                res = Signal(32, name=f"{choice[0].name}_r")
+                self.m.d.comb += res.eq(result(unit.o.payload))
+                choice[0].result = res
+        shared, t = choice
+        shared.slots[t % self.ii] = name
+        if not self.hw:
+            return Node(None, t + latency, name)
+        unit = shared.unit
+        parts = []
+        for field, n in ops.items():
+            width = 1 if field == "sub" else 32
+            parts.append(Const(n.value, width) if isinstance(n.value, int) else self.at(n, t))
+        # the operation in this slot: its element's delayed valid bit selects its operands
+        with self.m.If(self.valid_at(t)):
+            self.m.d.comb += [unit.i.valid.eq(1), operands(unit.i.payload).eq(Cat(*parts))]
+        return Node(shared.result, t + latency, name)
+
+    def _unit(self, factory, latency: int, name: str, ops: dict, kind: str = "") -> Node:
+        if self.ii > 1:
+            return self._shared_unit(kind, factory, latency, name, ops)
         t = self.time(*ops.values())
         out_t = t + latency
+        self._pools.setdefault(kind, []).append(_Shared(None, name))    # counted by units()
         if not self.hw:
             return Node(None, out_t, name)
         unit = factory()
@@ -173,7 +238,7 @@ class Dataflow:
             from ..fp32.add import FP32Add
             return FP32Add(config=self.fp32_config)
         return self._unit(make, self.fp32_config.latency("fp32_add"), name,
-                          {"a": a, "b": b, "sub": Node(int(sub), None, "sub")})
+                          {"a": a, "b": b, "sub": Node(int(sub), None, "sub")}, kind="add")
 
     def sub(self, a: Node, b: Node, *, name: str) -> Node:
         return self.add(a, b, name=name, sub=True)
@@ -182,25 +247,38 @@ class Dataflow:
         def make():
             from ..fp32.mul import FP32Mul
             return FP32Mul(config=self.fp32_config)
-        return self._unit(make, self.fp32_config.latency("fp32_mul"), name, {"a": a, "b": b})
+        return self._unit(make, self.fp32_config.latency("fp32_mul"), name, {"a": a, "b": b},
+                          kind="mul")
 
     def div(self, a: Node, b: Node, *, name: str) -> Node:
         def make():
             from ..fp32.div import FP32Div
             return FP32Div(config=self.divsqrt_config)
-        return self._unit(make, self.divsqrt_config.div_latency, name, {"a": a, "b": b})
+        return self._unit(make, self.divsqrt_config.div_latency, name, {"a": a, "b": b},
+                          kind="div")
 
     def sqrt(self, a: Node, *, name: str) -> Node:
         def make():
             from ..fp32.sqrt import FP32Sqrt
             return FP32Sqrt(config=self.divsqrt_config)
-        return self._unit(make, self.divsqrt_config.sqrt_latency, name, {"a": a})
+        return self._unit(make, self.divsqrt_config.sqrt_latency, name, {"a": a}, kind="sqrt")
 
     def exp(self, a: Node, *, name: str) -> Node:
         def make():
             from ..fp32.exp import FP32Exp
             return FP32Exp(config=self.divsqrt_config)
-        return self._unit(make, self.divsqrt_config.exp_latency, name, {"a": a})
+        return self._unit(make, self.divsqrt_config.exp_latency, name, {"a": a}, kind="exp")
+
+
+class _Shared:
+    """A unit shared by operations (``Dataflow`` with ``ii > 1``): ``slots`` maps a slot
+    ``t mod ii`` to the name of the operation that has it."""
+
+    def __init__(self, unit, name: str):
+        self.unit = unit
+        self.name = name
+        self.slots: dict[int, str] = {}
+        self.result = None
 
 
 def credit_fifo(m, name: str, *, latency: int, accept, done_valid, done_data, o):

@@ -104,11 +104,19 @@ class OptimConfig(PresetMixin):
         same lanes, so it fixes the summation order.
     rd_fifo_depth : int
         Output FIFO of the READ stream (absorbs backpressure), 2..64.
+    ii : int
+        Initiation interval of the update pipeline, 1..8: the check and update passes read
+        one element every ``ii`` cycles, and the pipeline's 10 multiplies and 4 adds share
+        ``ceil(10 / ii)`` multipliers and ``ceil(4 / ii)`` adders
+        (:class:`~hdl.optim.datapath.OptimDatapath`). The results are the same words; a pass
+        takes about ``ii`` times as long. 1 (a unit per operation) unless given: the FPGA
+        build trades the optimizer's speed for area with more.
     """
 
     depth: int = 4096
     reduce_lanes: int = 8
     rd_fifo_depth: int = 4
+    ii: int = 1
 
     PRESETS: ClassVar[dict[str, dict]] = {"tiny": {"depth": 1024}, "default": {}}
 
@@ -121,6 +129,7 @@ class OptimConfig(PresetMixin):
             raise ValueError(
                 f"OptimConfig.reduce_lanes must be a power of two, not {self.reduce_lanes!r}")
         check_int("OptimConfig", "rd_fifo_depth", self.rd_fifo_depth, lo=2, hi=64)
+        check_int("OptimConfig", "ii", self.ii, lo=1, hi=8)
 
     @property
     def addr_bits(self) -> int:

@@ -21,9 +21,11 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..config import check_int
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
 from ..lib.dataflow import Dataflow
+from ..lib.mustuse import mark_used
 from .config import Mode
 
 __all__ = ["OptimDatapath", "datapath_in_layout", "datapath_out_layout", "HYPER_FIELDS",
@@ -44,7 +46,7 @@ def datapath_out_layout(tag_bits: int) -> data.StructLayout:
 
 
 class OptimDatapath(wiring.Component):
-    """Fixed-latency FP32 optimizer update, one element per cycle, never stalls.
+    """Fixed-latency FP32 optimizer update, one element per ``ii`` cycles, never stalls.
 
     All values are IEEE binary32 bit patterns; every operation rounds to nearest even
     (bit-exact with numpy float32 in the order above).
@@ -55,12 +57,18 @@ class OptimDatapath(wiring.Component):
         Width of the ``tag`` carried alongside each element (the memory address).
     fp32_config : FP32Config
     divsqrt_config : FP32DivSqrtConfig
+    ii : int
+        Initiation interval (:class:`~hdl.lib.dataflow.Dataflow`): with ``ii > 1`` elements
+        may enter only in cycles congruent modulo ``ii`` (at most one every ``ii`` cycles),
+        and the 10 multiplies share ``ceil(10 / ii)`` multipliers, the 4 adds ``ceil(4 /
+        ii)`` adders. The results are the same words.
 
     Attributes
     ----------
     latency : int
-        Cycles from an input element to its output (sum of the unit latencies on the critical
-        path: 6 multiplies, 3 adds, sqrt, divide).
+        Cycles from an input element to its output (with ``ii = 1`` the sum of the unit
+        latencies on the critical path: 6 multiplies, 3 adds, sqrt, divide; with shared
+        units, operations may wait for their unit's slot).
     sq_latency : int
         Cycles from an input element to its ``g*g`` on ``sq`` (3 multiplies).
     ratio_latency : int
@@ -91,7 +99,13 @@ class OptimDatapath(wiring.Component):
     """
 
     def __init__(self, *, tag_bits: int = 16, fp32_config: FP32Config | None = None,
-                 divsqrt_config: FP32DivSqrtConfig | None = None):
+                 divsqrt_config: FP32DivSqrtConfig | None = None, ii: int = 1):
+        try:
+            check_int("OptimDatapath", "ii", ii, lo=1)
+        except (TypeError, ValueError):
+            mark_used(self)                  # rejected: no "never used" warning
+            raise
+        self.ii = ii
         self.tag_bits = tag_bits
         self.fp32_config = fp32_config or FP32Config()
         self.divsqrt_config = divsqrt_config or FP32DivSqrtConfig()
@@ -107,20 +121,32 @@ class OptimDatapath(wiring.Component):
             sig[name] = In(32)
         super().__init__(sig)
         self.latency, self.sq_latency, self.ratio_latency = self.latencies_for(
-            self.fp32_config, self.divsqrt_config)
+            self.fp32_config, self.divsqrt_config, ii)
 
     @classmethod
-    def latency_for(cls, fp32_config: FP32Config, divsqrt_config: FP32DivSqrtConfig) -> int:
+    def latency_for(cls, fp32_config: FP32Config, divsqrt_config: FP32DivSqrtConfig,
+                    ii: int = 1) -> int:
         """The pipeline latency for these unit configurations (no hardware built)."""
-        return cls.latencies_for(fp32_config, divsqrt_config)[0]
+        return cls.latencies_for(fp32_config, divsqrt_config, ii)[0]
 
     @classmethod
-    def latencies_for(cls, fp32_config: FP32Config,
-                      divsqrt_config: FP32DivSqrtConfig) -> tuple[int, int, int]:
+    def latencies_for(cls, fp32_config: FP32Config, divsqrt_config: FP32DivSqrtConfig,
+                      ii: int = 1) -> tuple[int, int, int]:
         """``(latency, sq_latency, ratio_latency)`` for these unit configurations."""
-        df = Dataflow(None, None, fp32_config=fp32_config, divsqrt_config=divsqrt_config)
+        df = Dataflow(None, None, fp32_config=fp32_config, divsqrt_config=divsqrt_config,
+                      ii=ii)
         w1, _, _, _, gg, q = cls._graph(df, {}, {}, None, None)
         return w1.t, gg.t, q.t
+
+    @classmethod
+    def unit_counts(cls, fp32_config: FP32Config, divsqrt_config: FP32DivSqrtConfig,
+                    ii: int = 1) -> dict[str, int]:
+        """FP32 units of each kind the datapath instantiates (no hardware built): with
+        ``ii = 1`` 10 multipliers, 4 adders, a divider and a square root."""
+        df = Dataflow(None, None, fp32_config=fp32_config, divsqrt_config=divsqrt_config,
+                      ii=ii)
+        cls._graph(df, {}, {}, None, None)
+        return {k: df.units(k) for k in ("mul", "add", "div", "sqrt")}
 
     @staticmethod
     def _graph(df, inputs: dict, hyper: dict, mode, alt):
@@ -149,7 +175,7 @@ class OptimDatapath(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         df = Dataflow(m, self.i.valid, fp32_config=self.fp32_config,
-                      divsqrt_config=self.divsqrt_config, prefix="opt")
+                      divsqrt_config=self.divsqrt_config, prefix="opt", ii=self.ii)
         p = self.i.payload
         # Mode and hyperparameters are constant during a pass: the datapath takes its own
         # registered copies, so no path runs from the engine's registers (and its scale-exponent

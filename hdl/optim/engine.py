@@ -15,8 +15,9 @@ Commands arrive on ``cmd`` (:class:`~hdl.optim.config.Op`); data on ``wdata``/``
    factor (:func:`~hdl.optim.clip.clip_factor`). Skip when any ``G`` is Inf/NaN, or clipping
    is on and ``sumsq`` is Inf/NaN.
 2. **Update pass** (only when not skipped): ``W, M, V, G`` at the same address stream through
-   :class:`~hdl.optim.datapath.OptimDatapath`, one element per cycle, and the results are
-   written back ``latency`` cycles later. A skipped step performs no memory write at all.
+   :class:`~hdl.optim.datapath.OptimDatapath`, one element per cycle (one every
+   ``config.ii`` cycles with shared FP32 units), and the results are written back
+   ``latency`` cycles later. A skipped step performs no memory write at all.
 
 ``STEP1`` (one pass) with clipping off and ``skip_in = 0`` when it is accepted fuses the two:
 one pass reads ``W, M, V, G`` once, updates as above (``clip = 1``) and feeds the same
@@ -94,9 +95,10 @@ class OptimEngine(wiring.Component):
     latency : int
         Latency of the update pipeline (memory read, the read-data register, then
         :class:`OptimDatapath`): an element read in cycle ``t`` is written back in cycle
-        ``t + latency``. Both passes stream one element per cycle: a ``STEP`` is busy about
-        ``2N + Lsum + latency`` cycles, a one-pass ``STEP1`` about ``N + latency``
-        (:meth:`step1_cycles`).
+        ``t + latency``. Both passes stream one element per cycle (per ``config.ii``
+        cycles): a ``STEP`` is busy about ``2N + Lsum + latency`` cycles, a one-pass
+        ``STEP1`` about ``N + latency`` (:meth:`step1_cycles`; ``N`` counts ``ii`` cycles
+        an element with shared units).
     sumsq_latency : int
         Cycles from the read of the last gradient word to the sum of squares being registered
         (read, the datapath's three multiplies to ``g*g``, :class:`~hdl.lib.lanesum.LaneSum`
@@ -164,18 +166,20 @@ class OptimEngine(wiring.Component):
             "skip_in": In(1),
             "status": Out(OPTIM_STATUS_LAYOUT),
         })
+        ii = self.config.ii
         self.latency = READ_LATENCY + OptimDatapath.latency_for(self.fp32_config,
-                                                                self.divsqrt_config)
+                                                                self.divsqrt_config, ii)
         self.sumsq_latency = _sumsq_latency(self.config.reduce_lanes, self.fp32_config,
-                                            self.divsqrt_config)
+                                            self.divsqrt_config, ii)
         self.clip_latency = OptimDatapath.latencies_for(self.fp32_config,
-                                                        self.divsqrt_config)[2] + 1
+                                                        self.divsqrt_config, ii)[2] + 1
 
     def step1_cycles(self, n: int) -> int:
         """Cycles ``busy`` is high for a one-pass ``STEP1`` over ``n`` words (clipping off, not
-        skipped; the accepting cycle has ``busy = 0``): ``n`` reads, then the later of the last
-        write-back (``latency`` and the drain counter) and the sum of squares."""
-        return n + max(self.latency + 3, self.sumsq_latency)
+        skipped; the accepting cycle has ``busy = 0``): ``n`` reads one every ``ii`` cycles,
+        then the later of the last write-back (``latency`` and the drain counter) and the sum
+        of squares."""
+        return self.config.ii * (n - 1) + 1 + max(self.latency + 3, self.sumsq_latency)
 
     def elaborate(self, platform):
         m = Module()
@@ -215,7 +219,20 @@ class OptimEngine(wiring.Component):
         # The tag is the write-back address and, on top, whether the element is an update (the
         # check pass and the clip factor run through the same pipeline and write nothing).
         m.submodules.dp = dp = OptimDatapath(tag_bits=ab + 1, fp32_config=self.fp32_config,
-                                             divsqrt_config=self.divsqrt_config)
+                                             divsqrt_config=self.divsqrt_config, ii=cfg.ii)
+        # Shared units (ii > 1): every element enters the datapath in a cycle congruent
+        # modulo ii. The slot counter is 0 in the first cycle of a command and counts
+        # cycles modulo ii; the passes read only when it is 0 (their elements enter the
+        # datapath READ_LATENCY cycles later), the clip factor's element enters when it is
+        # READ_LATENCY mod ii.
+        if cfg.ii > 1:
+            slot = Signal(range(cfg.ii), name="ii_slot")
+            read_go = Signal(name="ii_read_go")
+            clip_ok = Signal(name="ii_clip_ok")
+            m.d.comb += [read_go.eq(slot == 0), clip_ok.eq(slot == READ_LATENCY % cfg.ii)]
+            m.d.sync += slot.eq(Mux(slot == cfg.ii - 1, 0, slot + 1))
+        else:
+            slot, read_go, clip_ok = None, Const(1, 1), Const(1, 1)
         sq_phase = Signal(name="sq_phase")         # check pass: the pipeline runs with CLIP = 1
         alt_phase = Signal(name="alt_phase")       # clip factor: sqrt(sumsq), max_norm / ...
         for name in HYPER_FIELDS:
@@ -331,6 +348,8 @@ class OptimEngine(wiring.Component):
         with m.FSM(name="ctrl") as ctrl:
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
+                if slot is not None:
+                    m.d.sync += slot.eq(0)
                 with m.If(self.cmd.valid):
                     m.d.sync += [cur.eq(cmd), idx.eq(0), remaining.eq(cmd.count)]
                     with m.Switch(cmd.op):
@@ -419,11 +438,12 @@ class OptimEngine(wiring.Component):
                         m.next = "IDLE"
 
             with m.State("CHECK"):
-                m.d.comb += [raddr.eq(idx), ren[Mem.G].eq(1)]
-                m.d.sync += [chk_valid_rd.eq(1), chk_last_rd.eq(remaining == 1), idx.eq(idx + 1),
-                             remaining.eq(remaining - 1)]
-                with m.If(remaining == 1):
-                    m.next = "SUMSQ"
+                with m.If(read_go):
+                    m.d.comb += [raddr.eq(idx), ren[Mem.G].eq(1)]
+                    m.d.sync += [chk_valid_rd.eq(1), chk_last_rd.eq(remaining == 1),
+                                 idx.eq(idx + 1), remaining.eq(remaining - 1)]
+                    with m.If(remaining == 1):
+                        m.next = "SUMSQ"
             with m.State("SUMSQ"):
                 m.d.comb += ss.o.ready.eq(1)
                 with m.If(ss.o.valid):
@@ -438,8 +458,9 @@ class OptimEngine(wiring.Component):
                         m.d.sync += [clip.eq(ONE_F32), st.clipped.eq(0)]
                         m.next = "UPDATE_START"
             with m.State("CLIP"):
-                m.d.comb += clip_go.eq(1)
-                m.next = "CLIP_WAIT"
+                with m.If(clip_ok):
+                    m.d.comb += clip_go.eq(1)
+                    m.next = "CLIP_WAIT"
             with m.State("CLIP_WAIT"):
                 with m.If(clip_done):
                     m.d.sync += [clip.eq(clip_q), st.clipped.eq(clip_lt)]
@@ -454,14 +475,16 @@ class OptimEngine(wiring.Component):
                 m.d.sync += [idx.eq(0), remaining.eq(n_reg)]
                 m.next = "UPDATE"
             with m.State("UPDATE"):
-                m.d.comb += [raddr.eq(idx)] + [ren[s].eq(1) for s in Mem.ALL]
-                m.d.sync += [upd_valid_rd.eq(1), upd_addr_rd.eq(idx), idx.eq(idx + 1),
-                             remaining.eq(remaining - 1)]
-                # one pass: the same G words also feed the sum of squares
-                m.d.sync += [chk_valid_rd.eq(fused), chk_last_rd.eq(fused & (remaining == 1))]
-                with m.If(remaining == 1):
-                    m.d.sync += drain.eq(self.latency + 2)
-                    m.next = "UPD_DRAIN"
+                with m.If(read_go):
+                    m.d.comb += [raddr.eq(idx)] + [ren[s].eq(1) for s in Mem.ALL]
+                    m.d.sync += [upd_valid_rd.eq(1), upd_addr_rd.eq(idx), idx.eq(idx + 1),
+                                 remaining.eq(remaining - 1)]
+                    # one pass: the same G words also feed the sum of squares
+                    m.d.sync += [chk_valid_rd.eq(fused),
+                                 chk_last_rd.eq(fused & (remaining == 1))]
+                    with m.If(remaining == 1):
+                        m.d.sync += drain.eq(self.latency + 2)
+                        m.next = "UPD_DRAIN"
             with m.State("UPD_DRAIN"):
                 m.d.comb += ss.o.ready.eq(fused)
                 with m.If(fused & ss.o.valid):
@@ -510,21 +533,21 @@ class OptimEngine(wiring.Component):
 
 
 def _sumsq_latency(lanes: int, fp32_config: FP32Config,
-                   divsqrt_config: FP32DivSqrtConfig) -> int:
+                   divsqrt_config: FP32DivSqrtConfig, ii: int = 1) -> int:
     ls = LaneSum(lanes=lanes, fp32_config=fp32_config)
     mark_used(ls)                            # only asked for its latency
-    sq = OptimDatapath.latencies_for(fp32_config, divsqrt_config)[1]
+    sq = OptimDatapath.latencies_for(fp32_config, divsqrt_config, ii)[1]
     return READ_LATENCY + sq + ls.latency + 1
 
 
 def step1_busy_cycles(n: int, *, reduce_lanes: int = 8, fp32_config: FP32Config | None = None,
-                      divsqrt_config: FP32DivSqrtConfig | None = None) -> int:
+                      divsqrt_config: FP32DivSqrtConfig | None = None, ii: int = 1) -> int:
     """:meth:`OptimEngine.step1_cycles` without building an engine (defaults: those of the
     training core's engine)."""
     fc = fp32_config or FP32Config()
     dc = divsqrt_config or FP32DivSqrtConfig()
-    latency = READ_LATENCY + OptimDatapath.latency_for(fc, dc)
-    return n + max(latency + 3, _sumsq_latency(reduce_lanes, fc, dc))
+    latency = READ_LATENCY + OptimDatapath.latency_for(fc, dc, ii)
+    return ii * (n - 1) + 1 + max(latency + 3, _sumsq_latency(reduce_lanes, fc, dc, ii))
 
 
 def _sel_data(words, sel):

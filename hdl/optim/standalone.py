@@ -93,7 +93,7 @@ class OptimEngineWithMemories(wiring.Component):
 def _params(preset: str) -> dict:
     cfg, fc, dc = (OptimConfig.preset(preset), FP32Config.preset(preset),
                    FP32DivSqrtConfig.preset(preset))
-    return {**cfg.to_dict(), "latency": READ_LATENCY + OptimDatapath.latency_for(fc, dc),
+    return {**cfg.to_dict(), "latency": READ_LATENCY + OptimDatapath.latency_for(fc, dc, cfg.ii),
             "fp32": fc.to_dict(), "divsqrt": dc.to_dict()}
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = ["beat_cycles", "fmac_core_latency", "array_latency", "lanesum_flush",
            "optim_update_latency", "optim_sumsq_latency", "optim_step1_cycles",
+           "optim_step1_cycles_ii",
            "optim_step_cycles_min", "matmul_pass_overhead", "matmul_pass_cycles",
            "core_opt_busy_cycles", "vector_cycles", "core_check_cycles",
            "core_step_cycle_bounds"]
@@ -65,6 +66,13 @@ def optim_step1_cycles(n: int, lm: int, la: int, lsqrt: int, ldiv: int, lanes: i
     ``N + max(latency + 3, sumsq_latency)``."""
     return n + max(optim_update_latency(lm, la, lsqrt, ldiv) + 3,
                    optim_sumsq_latency(lm, la, lanes))
+
+
+def optim_step1_cycles_ii(n: int, ii: int, latency: int, sumsq_latency: int) -> int:
+    """docs/datapaths.md (shared units): a one-pass ``STEP1`` reads one element every ``ii``
+    cycles: ``ii*(N - 1) + 1 + max(latency + 3, sumsq_latency)`` (``ii = 1``: the formula
+    of :func:`optim_step1_cycles`)."""
+    return ii * (n - 1) + 1 + max(latency + 3, sumsq_latency)
 
 
 def optim_step_cycles_min(n: int, lm: int, la: int, lsqrt: int, ldiv: int, lanes: int) -> int:

@@ -314,6 +314,9 @@ def main(argv=None) -> int:
     parser.add_argument("--force-pnr", action="store_true",
                         help="run place and route even when synthesis shows the block cannot "
                              "fit the part")
+    parser.add_argument("--no-pnr", action="store_true",
+                        help="resources only: synthesize and record the row without place and "
+                             "route (the row says so; a core-sized P&R takes hours)")
     parser.add_argument("--seed", type=int,
                         help="nextpnr placer seed (default: nextpnr's own; recorded per row)")
     parser.add_argument("--router", choices=("router1", "router2"), default="router1",
@@ -338,6 +341,9 @@ def main(argv=None) -> int:
                        device=f"{P.device}-{P.speed}{P.package}",
                        pnr_error="no place and route: the block alone needs more logic cells "
                                  f"(LUT4 + 2 per CCU2C) than the {DEVICE} has")
+        elif args.no_pnr:
+            res.update(fmax_mhz=None, target_mhz=TARGET_MHZ, pnr_comb_capacity=COMB_CELLS,
+                       pnr_error="resources only: no place and route run (--no-pnr)")
         else:
             res.update(place_and_route(block, preset, work, seed=args.seed,
                                        router=args.router))

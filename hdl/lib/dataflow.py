@@ -24,7 +24,8 @@ differ by a multiple of ``ii``, never reach a unit in the same cycle: a kind wit
 operations needs ``ceil(n / ii)`` units instead of ``n``. An operation whose earliest time
 finds no free slot waits up to ``ii - 1`` cycles for one (its operands are delayed to it);
 only when every slot of every unit of its kind is taken does it get a unit of its own. A
-unit's operands are selected by the delayed valid bit of the operation in that slot; results
+unit's operands are selected by the delayed valid bit of the operation in that slot and
+registered in front of the unit (a shared operation takes the unit's latency + 1); results
 are the same words as with ``ii = 1`` (the same operations, in the same order), only later.
 With ``ii = 1`` every operation has a unit of its own, as before.
 """
@@ -186,24 +187,30 @@ class Dataflow:
             choice = (_Shared(unit, self._uname(kind) if self.hw else kind), t0)
             pool.append(choice[0])
             if self.hw:
-                self.m.submodules[choice[0].name] = unit
+                sh = choice[0]
+                self.m.submodules[sh.name] = unit
+                width = len(operands(unit.i.payload))
+                sh.sel_valid = Signal(name=f"{sh.name}_sel_valid")
+                sh.sel = Signal(width, name=f"{sh.name}_sel")
+                self.m.d.sync += [unit.i.valid.eq(sh.sel_valid),
+                                  operands(unit.i.payload).eq(sh.sel)]
                 self.m.d.comb += unit.o.ready.eq(1)
-                res = Signal(32, name=f"{choice[0].name}_r")
+                res = Signal(32, name=f"{sh.name}_r")
                 self.m.d.comb += res.eq(result(unit.o.payload))
-                choice[0].result = res
+                sh.result = res
         shared, t = choice
         shared.slots[t % self.ii] = name
         if not self.hw:
-            return Node(None, t + latency, name)
-        unit = shared.unit
+            return Node(None, t + 1 + latency, name)
         parts = []
         for field, n in ops.items():
             width = 1 if field == "sub" else 32
             parts.append(Const(n.value, width) if isinstance(n.value, int) else self.at(n, t))
         # the operation in this slot: its element's delayed valid bit selects its operands
+        # (registered in front of the unit, so the select adds no logic to the unit's first step)
         with self.m.If(self.valid_at(t)):
-            self.m.d.comb += [unit.i.valid.eq(1), operands(unit.i.payload).eq(Cat(*parts))]
-        return Node(shared.result, t + latency, name)
+            self.m.d.comb += [shared.sel_valid.eq(1), shared.sel.eq(Cat(*parts))]
+        return Node(shared.result, t + 1 + latency, name)
 
     def _unit(self, factory, latency: int, name: str, ops: dict, kind: str = "") -> Node:
         if self.ii > 1:
@@ -279,6 +286,7 @@ class _Shared:
         self.name = name
         self.slots: dict[int, str] = {}
         self.result = None
+        self.sel = self.sel_valid = None     # the selected operands and their valid bit
 
 
 def credit_fifo(m, name: str, *, latency: int, accept, done_valid, done_data, o):

@@ -15,6 +15,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from ..bfp.stat import stat_layout
+from ..lib.mustuse import used_if_rejected
 from ..registry import Block
 from .config import ArrayConfig
 from .engine import MatmulEngine, cmd_layout, counters_layout, rsp_layout
@@ -50,11 +51,8 @@ class MatmulEngineWithMemories(wiring.Component):
     """
 
     def __init__(self, *, config: ArrayConfig):
-        try:
+        with used_if_rejected(self):
             self.engine = MatmulEngine(config=config)
-        except (TypeError, ValueError):
-            self._MustUse__silence = True        # rejected: no "never used" warning
-            raise
         self.config = config
         super().__init__({
             "cmd": In(stream.Signature(cmd_layout(config))),

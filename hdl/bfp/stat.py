@@ -11,6 +11,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import STAT_BITS, BFPConfig, check_stat_bits
+from ..lib.mustuse import used_if_rejected
 from ..registry import Block
 from .converter import (BFPConverter, bfp_stream_layout, converter_latency,
                         converter_members, fp32_stream_layout, layout_fields)
@@ -74,11 +75,8 @@ class QuantStat(wiring.Component):
         if not isinstance(config, BFPConfig):
             self._MustUse__silence = True        # no "never used" warning when rejected
             raise TypeError(f"QuantStat.config must be a BFPConfig, not {config!r}")
-        try:
+        with used_if_rejected(self):
             check_stat_bits("QuantStat", stat_bits, config)
-        except (TypeError, ValueError):
-            self._MustUse__silence = True
-            raise
         self.config = config
         self.stat_bits = stat_bits
         self.latency = converter_latency(config)

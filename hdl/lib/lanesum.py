@@ -17,7 +17,7 @@ from amaranth.lib.wiring import In, Out
 from ..config import check_int
 from ..fp32.config import FP32Config
 from .dataflow import operands, result
-from .mustuse import mark_used
+from .mustuse import used_if_rejected
 
 __all__ = ["LaneSum", "LANESUM_IN_LAYOUT", "LANESUM_OUT_LAYOUT"]
 
@@ -57,7 +57,7 @@ class LaneSum(wiring.Component):
 
     def __init__(self, *, lanes: int | None = None, config=None, square: bool = False,
                  fp32_config: FP32Config | None = None):
-        try:
+        with used_if_rejected(self):
             if lanes is not None and config is not None:
                 raise TypeError("LaneSum takes lanes or config, not both")
             owner = "LaneSum"
@@ -74,9 +74,6 @@ class LaneSum(wiring.Component):
             if la >= lanes:
                 raise ValueError(f"{owner}.lanes ({lanes}) must exceed the FP32 adder "
                                  f"latency ({la})")
-        except (TypeError, ValueError):
-            mark_used(self)                  # rejected: no "never used" warning
-            raise
         self.lanes = lanes
         self.square = bool(square)
         self.lm = self.fp32_config.latency("fp32_mul") if self.square else 0

@@ -6,10 +6,24 @@ its constructor and may still reject -- would warn when garbage-collected.
 """
 from __future__ import annotations
 
-__all__ = ["mark_used"]
+from contextlib import contextmanager
+
+__all__ = ["mark_used", "used_if_rejected"]
 
 
 def mark_used(elaboratable):
     """Mark ``elaboratable`` as used (no ``UnusedElaboratable`` warning); returns it."""
     elaboratable._MustUse__used = True
     return elaboratable
+
+
+@contextmanager
+def used_if_rejected(elaboratable):
+    """``with used_if_rejected(self): <checks>`` in a constructor: a ``TypeError`` or
+    ``ValueError`` raised inside marks ``elaboratable`` used (:func:`mark_used`) before it
+    propagates, so the rejected component warns of nothing."""
+    try:
+        yield
+    except (TypeError, ValueError):
+        mark_used(elaboratable)
+        raise

@@ -31,7 +31,7 @@ from ..bfp.to_fp32 import BFPToFP32
 from ..config import BFPConfig, check_int
 from ..formats import BFPFlags
 from ..fp32.unpack import QNAN
-from ..lib.mustuse import mark_used
+from ..lib.mustuse import used_if_rejected
 from .config import flits_per_group, nan_group_exp
 
 __all__ = ["mode_layout", "LinkTxCodec", "LinkRxCodec"]
@@ -48,7 +48,7 @@ def mode_layout(config: BFPConfig) -> data.StructLayout:
 def check_flit_args(self, flit_bits, bfp_config):
     """Raise ``ValueError`` / ``TypeError`` naming ``type(self)`` for a bad ``flit_bits`` or
     ``bfp_config`` (and mark ``self`` used, so the rejected component warns of nothing)."""
-    try:
+    with used_if_rejected(self):
         check_int(type(self).__name__, "flit_bits", flit_bits, lo=1, hi=32)
         if 32 % flit_bits:
             raise ValueError(f"{type(self).__name__}.flit_bits must divide 32, not "
@@ -56,9 +56,6 @@ def check_flit_args(self, flit_bits, bfp_config):
         if not isinstance(bfp_config, BFPConfig):
             raise TypeError(f"{type(self).__name__}.bfp_config must be a BFPConfig, not "
                             f"{type(bfp_config).__name__}")
-    except (TypeError, ValueError):
-        mark_used(self)              # rejected: no "never used" warning
-        raise
 
 
 class _Geometry:

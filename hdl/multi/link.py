@@ -17,7 +17,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..config import check_int
-from ..lib.mustuse import mark_used
+from ..lib.mustuse import mark_used, used_if_rejected
 from .config import LinkConfig
 
 __all__ = ["Link", "LinkGate", "add_reverse_links", "connect_ring"]
@@ -142,11 +142,8 @@ class LinkGate(wiring.Component):
     """
 
     def __init__(self, *, width: int = 32):
-        try:
+        with used_if_rejected(self):
             check_int("LinkGate", "width", width, lo=1)
-        except (TypeError, ValueError):
-            mark_used(self)              # rejected: no "never used" warning
-            raise
         super().__init__({"i": In(stream.Signature(width)), "o": Out(stream.Signature(width)),
                           "stall": In(1)})
 

@@ -27,7 +27,7 @@ from ..registry import Block
 from .endpoint import LinkEndpoint
 from .collective import CollectiveEngine, cmd_layout, rsp_layout
 from ..config import check_int
-from ..lib.mustuse import mark_used
+from ..lib.mustuse import mark_used, used_if_rejected
 from .config import RingConfig, split_ranks_suffix
 from .link import LinkGate, add_reverse_links, connect_ring
 
@@ -51,11 +51,8 @@ class WordMemory(wiring.Component):
     """
 
     def __init__(self, *, depth: int):
-        try:
+        with used_if_rejected(self):
             check_int("WordMemory", "depth", depth, lo=2)
-        except (TypeError, ValueError):
-            mark_used(self)              # rejected: no "never used" warning
-            raise
         self.depth = depth
         port = WordPort(addr_bits=(depth - 1).bit_length())
         super().__init__({"a": In(port), "b": In(port), "sel": In(1)})

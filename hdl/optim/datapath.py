@@ -25,7 +25,7 @@ from ..config import check_int
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
 from ..lib.dataflow import Dataflow
-from ..lib.mustuse import mark_used
+from ..lib.mustuse import used_if_rejected
 from .config import Mode
 
 __all__ = ["OptimDatapath", "datapath_in_layout", "datapath_out_layout", "HYPER_FIELDS",
@@ -100,11 +100,8 @@ class OptimDatapath(wiring.Component):
 
     def __init__(self, *, tag_bits: int = 16, fp32_config: FP32Config | None = None,
                  divsqrt_config: FP32DivSqrtConfig | None = None, ii: int = 1):
-        try:
+        with used_if_rejected(self):
             check_int("OptimDatapath", "ii", ii, lo=1)
-        except (TypeError, ValueError):
-            mark_used(self)                  # rejected: no "never used" warning
-            raise
         self.ii = ii
         self.tag_bits = tag_bits
         self.fp32_config = fp32_config or FP32Config()

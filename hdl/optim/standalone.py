@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
-from ..lib.mustuse import mark_used
+from ..lib.mustuse import used_if_rejected
 from ..registry import Block
 from .config import Mem, OptimConfig
 from .datapath import OptimDatapath
@@ -51,12 +51,9 @@ class OptimEngineWithMemories(wiring.Component):
     def __init__(self, *, config: OptimConfig | None = None,
                  fp32_config: FP32Config | None = None,
                  divsqrt_config: FP32DivSqrtConfig | None = None):
-        try:
+        with used_if_rejected(self):
             self.engine = OptimEngine(config=config, fp32_config=fp32_config,
                                       divsqrt_config=divsqrt_config)
-        except (TypeError, ValueError):
-            mark_used(self)                  # rejected: no "never used" warning
-            raise
         self.config = self.engine.config
         self.fp32_config = self.engine.fp32_config
         self.divsqrt_config = self.engine.divsqrt_config

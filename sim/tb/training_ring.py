@@ -251,6 +251,16 @@ async def _started_ring(dut, *, seed: int) -> tuple[TrainingRingConfig, RingTB]:
     return cfg, tb
 
 
+def _ring_model(cfg: TrainingRingConfig, images, program) -> tuple[MultiCoreModel, list]:
+    """The golden model of the ring, each core's scratchpad set to its image in ``images`` and
+    loaded with ``program``, after its run; and the run's ``(status, pc)`` per core."""
+    model = MultiCoreModel(cfg.core)
+    for r, im in enumerate(images):
+        model.cores[r].mem[:] = im
+        model.cores[r].load_program(program)
+    return model, model.run()
+
+
 def _state(regs: dict) -> dict:
     s = STATE_LAYOUT.from_bits(regs["state"])
     return {"status": int(s.status), "err_pc": int(s.err_pc),
@@ -360,11 +370,7 @@ async def reverse_ring_rotation(dut):
     for im in images:
         for base, n in regions:
             im[base:base + n] = rng.integers(0, 1 << 32, (n, S), dtype=np.uint64)
-    model = MultiCoreModel(cfg.core)
-    for r in range(N):
-        model.cores[r].mem[:] = images[r]
-        model.cores[r].load_program(program)
-    want = model.run()
+    model, want = _ring_model(cfg, images, program)
 
     # each region with two lines either side: written (the margins with the model's
     # zeros, whatever an earlier test in this simulation left there) and compared
@@ -436,11 +442,7 @@ async def allreduce_every_link_format(dut):
                 words.ravel()[rng.integers(0, L * S, 2)] = rng.choice(specials, 2)
             im[base:base + L] = words
         images.append(im)
-    model = MultiCoreModel(cfg.core)
-    for r in range(N):
-        model.cores[r].mem[:] = images[r]
-        model.cores[r].load_program(program)
-    want = model.run()
+    model, want = _ring_model(cfg, images, program)
     assert want == [(Status.OK, 0)] * N, want
     span = (bases[0] - 2, bases[-1] + L + 2)
 
@@ -528,14 +530,10 @@ async def softmax_every_log_entry(dut):
         for base, n in ((d2, r2), (d8, 2 * r8), (e, l2 + l8 + 2)):
             im[base:base + n] = rng.integers(0, 1 << 32, (n, S), dtype=np.uint64)
         images.append(im)
-    model = MultiCoreModel(cfg.core)
-    for r in range(N):
-        model.cores[r].mem[:] = images[r]
-        model.cores[r].load_program(program)
-    want = model.run()
+    model, want = _ring_model(cfg, images, program)
     assert want == [(Status.OK, 0)] * N, want
-    windows = [(a2 - 2, r2 + 2 * r8 + 4), (lab - 2, l2 + l8 + 4), (d2 - 2, d8 + 2 * r8 + 2 - d2 + 2),
-               (e - 2, l2 + l8 + 6)]
+    windows = [(a2 - 2, r2 + 2 * r8 + 4), (lab - 2, l2 + l8 + 4),
+               (d2 - 2, d8 + 2 * r8 + 4 - d2), (e - 2, l2 + l8 + 6)]
 
     async def run(r, d):
         for base, n in windows:

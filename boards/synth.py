@@ -55,6 +55,8 @@ TARGETS = [
     ("fp32_sqrt", "default"),
     ("fp32_exp", "default"),
     ("optim_engine", "default"),
+    # The same engine as the FPGA builds use it: FP32 units shared (CoreConfig.FPGA_OPTIM_II).
+    ("optim_engine_fpga", "default"),
     # The whole training core (issue 10): S = 4 (tiny) and S = 8 (default), scratchpad banks,
     # program memory and every engine included.
     ("training_core", "tiny"),
@@ -76,6 +78,18 @@ def fpga_optim_config():
     return OptimConfig(ii=CoreConfig.FPGA_OPTIM_II)
 
 
+def _fpga_optim(preset: str):
+    import dataclasses
+
+    from hdl.fp32.config import FP32Config
+    from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
+    from hdl.optim.config import OptimConfig
+    from hdl.optim.standalone import OptimEngineWithMemories
+    return OptimEngineWithMemories(
+        config=dataclasses.replace(OptimConfig.preset(preset), ii=fpga_optim_config().ii),
+        fp32_config=FP32Config.preset(preset), divsqrt_config=FP32DivSqrtConfig.preset(preset))
+
+
 def _fpga_core(preset: str):
     from hdl.core.config import CoreConfig
     from hdl.core.core import TrainingCore
@@ -94,7 +108,8 @@ def _fpga_ring(preset: str):
 
 #: Targets that are builds of a registered block with other parameters, not blocks of their own
 #: (``tessera generate`` does not know them): ``name -> build(preset)``.
-VARIANTS = {"training_core_fpga": _fpga_core, "training_ring_fpga": _fpga_ring}
+VARIANTS = {"optim_engine_fpga": _fpga_optim, "training_core_fpga": _fpga_core,
+            "training_ring_fpga": _fpga_ring}
 
 
 def build_block(block: str, preset: str):

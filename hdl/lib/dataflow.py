@@ -27,7 +27,9 @@ only when every slot of every unit of its kind is taken does it get a unit of it
 unit's operands are selected by the delayed valid bit of the operation in that slot and
 registered in front of the unit (a shared operation takes the unit's latency + 1); results
 are the same words as with ``ii = 1`` (the same operations, in the same order), only later.
-With ``ii = 1`` every operation has a unit of its own, as before.
+With ``ii = 1`` every operation has a unit of its own, as before. With ``ii > 1`` each
+operation adds an ``m.If`` on its valid bit: build the graph at the top level of
+``elaborate`` (not inside another ``m.If`` or an FSM state).
 """
 from __future__ import annotations
 

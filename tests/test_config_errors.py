@@ -141,6 +141,8 @@ ROWS = [
     (CoreConfig, "vector_sumsq", 1, T, "CoreConfig.vector_sumsq"),
     (CoreConfig, "reverse_links", 1, T, "CoreConfig.reverse_links"),
     (CoreConfig, "reverse_links", True, V, "CoreConfig.reverse_links"),   # ranks = 1
+    (CoreConfig, "decode_stages", 1, V, "CoreConfig.decode_stages"),
+    (CoreConfig, "decode_stages", 2.0, T, "CoreConfig.decode_stages"),
     (TrainingRingConfig, "core", CoreConfig(), V, "TrainingRingConfig.core.ranks"),
     (TrainingRingConfig, "core", LinkConfig(), T, "TrainingRingConfig.core"),
     (TrainingRingConfig, "link", LinkConfig(width=8), V, "TrainingRingConfig.link.width"),

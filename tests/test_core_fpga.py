@@ -12,22 +12,26 @@ from amaranth.sim import Simulator
 from boards.synth import TARGETS, VARIANTS, build_block, fpga_optim_config
 from hdl.core.config import CoreConfig
 from hdl.core.core import TrainingCore
-from hdl.core.isa import Op, Rop, Status, Vop, encode
+from hdl.core.isa import Op, Rop, Status, Vop, decode, encode
 from hdl.registry import blocks
 from sim.host.compiler import MLP, compile_mlp
 from sim.host.driver import CoreDriver
 from sim.host.optim import Adam
 from sim.model.core import CoreModel
+from sim.tb import cycles as doc
 from sim.tb.amaranth_tb import StreamTransport, add_deadline
 
 
 @pytest.mark.parametrize("preset", ["tiny", "default"])
 def test_fpga_config_is_the_preset_with_one_vector_lane_and_four_banks(preset):
-    """One vector lane, no REDUCE SUMSQ, four banks of the same lines."""
+    """One vector lane, no REDUCE SUMSQ, four banks of the same lines, the decoder's two
+    register stages."""
     cfg = CoreConfig.preset(preset)
     fpga = cfg.fpga()
     assert fpga == dataclasses.replace(cfg, vector_lanes=1, vector_sumsq=False, banks=4,
-                                       bank_depth=cfg.bank_depth * cfg.banks // 4)
+                                       bank_depth=cfg.bank_depth * cfg.banks // 4,
+                                       decode_stages=2)
+    assert (cfg.instr_cycles, fpga.instr_cycles) == (3, 6)
     assert fpga.vec_lanes == 1 and fpga.size == cfg.size and fpga.lines == cfg.lines
     assert fpga.fpga() == fpga
     small = CoreConfig(banks=4, bank_depth=64)
@@ -115,4 +119,7 @@ def test_fpga_shaped_core_step_bit_exact_in_rtl():
     # steps run the same program
     assert got["counters"]["instructions"] == len(model.trace)
     assert 2 * got["counters"]["array_beats"] == want["counters"]["beats"]
+    # the decoder's two stages: 6 cycles per instruction in the program check
+    static = [decode(w)[0] for w in comp.program].index(Op.HALT) + 1
+    assert got["counters"]["check_cycles"] == doc.core_check_cycles(static, 2) == 6 * static
     assert np.array_equal(got["mem"], model.mem)

@@ -84,6 +84,7 @@ def test_same_bank_clash_sets_conflict():
             ctx.set(p.r_addr, 3)
             ctx.set(p.r_en, 1)
         await ctx.tick()
+        assert ctx.get(dut.conflict) == 0        # the clash is registered first
         for p in dut.ports:
             ctx.set(p.r_en, 0)
         await ctx.tick()
@@ -100,7 +101,8 @@ def test_clashes_follow_the_cycle_exact_model():
     """Random traffic with same-bank clashes against a cycle-exact model: on a clash the
     lowest-numbered client wins the bank port (a loser's read returns the winner's line), a
     bank's read data holds while nobody reads it, each client's r_data follows the bank of its
-    last read (held while r_en = 0), and `conflict` rises on the first clash and stays up."""
+    last read (held while r_en = 0), and `conflict` rises one cycle after the first clash's
+    and stays up."""
     rng = random.Random(11)
     clients, nb, depth, S = 5, CFG.banks, CFG.bank_depth, CFG.size
     dut = Scratchpad(config=CFG, clients=clients)
@@ -110,7 +112,7 @@ def test_clashes_follow_the_cycle_exact_model():
     errors = []
 
     async def tb(ctx):
-        conflict = 0
+        conflict = seen = 0            # the flag, and the clashes registered so far
         for cycle in range(800):
             plan = []
             for p in dut.ports:
@@ -137,7 +139,7 @@ def test_clashes_follow_the_cycle_exact_model():
                     for j in range(S):
                         if (wen >> j) & 1:
                             mem[wa, j] = wd[j]
-            conflict |= clash
+            conflict, seen = seen, seen | clash
             for i, (ra, ren, *_rest) in enumerate(plan):
                 if ren:
                     sel[i] = ra // depth
@@ -145,7 +147,7 @@ def test_clashes_follow_the_cycle_exact_model():
                     errors.append((cycle, i))
             if ctx.get(dut.conflict) != conflict:
                 errors.append((cycle, "conflict"))
-        assert conflict
+        assert seen and conflict
 
     _simulate(dut, tb)
     assert errors == []

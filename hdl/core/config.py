@@ -58,6 +58,11 @@ class CoreConfig(PresetMixin):
         (``link_rx_rev``), chosen per ``SENDRECV`` by its ``sdir`` / ``rdir`` fields; what
         pipeline parallelism with more than two stages needs (gradients go back). ``False``
         (the default): such a ``SENDRECV`` is ``ERR_FIELD``.
+    decode_stages : int
+        Register stages of the sequencer's instruction decoder (:class:`hdl.core.decoder.
+        Decoder`): 0 (the default) decodes the program memory's word in one cycle; 2 (the FPGA
+        build) registers the word and cuts the decode into three steps, for the clock
+        (docs/core.md, *Sequencer*). Each instruction then takes :attr:`instr_cycles`.
     """
 
     size: int = 8
@@ -77,6 +82,7 @@ class CoreConfig(PresetMixin):
     link_width: int = 32
     vector_sumsq: bool = True
     reverse_links: bool = False
+    decode_stages: int = 0
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"size": 4, "bank_depth": 2048, "max_classes": 64},
@@ -88,8 +94,9 @@ class CoreConfig(PresetMixin):
     #: ``FPGA_BANKS`` banks of proportionally more lines (the same scratchpad, a smaller
     #: crossbar). Compiled programs give the results of the same config without them; the
     #: compiler places the tensors in fewer banks, so units overlap less, and the vector unit
-    #: takes more cycles (docs/vector.md's table).
-    FPGA: ClassVar[dict] = {"vector_lanes": 1, "vector_sumsq": False}
+    #: takes more cycles (docs/vector.md's table). The decoder gets two register stages
+    #: (:attr:`decode_stages`; three more cycles per instruction).
+    FPGA: ClassVar[dict] = {"vector_lanes": 1, "vector_sumsq": False, "decode_stages": 2}
     #: Banks of the FPGA build (when the config has more).
     FPGA_BANKS: ClassVar[int] = 4
     #: Initiation interval of the FPGA build's optimizer pipeline
@@ -131,6 +138,7 @@ class CoreConfig(PresetMixin):
         if self.reverse_links and self.ranks < 2:
             raise ValueError("CoreConfig.reverse_links needs ranks >= 2 (a ring), not "
                              f"ranks = {self.ranks}")
+        check_int("CoreConfig", "decode_stages", self.decode_stages, choices=(0, 2))
         if 32 % self.link_width:
             raise ValueError(f"CoreConfig.link_width must divide 32, not {self.link_width!r}")
 
@@ -140,6 +148,14 @@ class CoreConfig(PresetMixin):
         banks = min(self.banks, self.FPGA_BANKS)
         return dataclasses.replace(self, **self.FPGA, banks=banks,
                                    bank_depth=self.bank_depth * self.banks // banks)
+
+    @property
+    def instr_cycles(self) -> int:
+        """Cycles of an instruction that waits for nothing, in the program check and in the
+        run: 3 (FETCH, DECODE, then CHECK or the issue) with ``decode_stages = 0``; with
+        stages, FETCH, LOAD (the word into the instruction register), ``decode_stages + 1``
+        DECODE cycles, then CHECK or the issue: 6."""
+        return 3 if self.decode_stages == 0 else 4 + self.decode_stages
 
     @property
     def array(self) -> ArrayConfig:

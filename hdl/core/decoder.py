@@ -1,4 +1,5 @@
-"""Instruction decoder: operand ranges, bank masks and the instruction check (combinational).
+"""Instruction decoder: operand ranges, bank masks and the instruction check (combinational,
+or in two register stages: ``CoreConfig.decode_stages``).
 
 The hardware twin of :func:`hdl.core.isa.operand_ranges` and
 :func:`hdl.core.isa.check_instruction`: the same ranges, bank sets and status for every
@@ -31,7 +32,16 @@ def range_layout(config: CoreConfig) -> data.StructLayout:
 
 
 class Decoder(wiring.Component):
-    """Decode one instruction word (purely combinational).
+    """Decode one instruction word, in :attr:`latency` cycles.
+
+    With ``config.decode_stages = 0`` the decoder is combinational. With 2 (the FPGA build),
+    two register stages cut the check into three steps of about equal depth (the whole check
+    in one cycle was the slowest path of the FPGA build, docs/bench/paths.md): (0) the slot
+    fields and line counts (the multiplies) and the field and shape checks, (1) the ranges
+    with the loop offset and span, their ends, bank masks and the address check, (2) bank
+    conflicts, overlaps and the status. The inputs must then be held for :attr:`latency`
+    cycles; the outputs are those of the held word from then until the inputs change (the
+    sequencer decodes its registered instruction, docs/core.md).
 
     Members
     -------
@@ -48,13 +58,20 @@ class Decoder(wiring.Component):
     banks : Out(config.banks)
         Union of the ranges' bank masks.
     acc : Out(1)
-        Resolved accumulate flag (MATMUL, REDUCE).
+        Resolved accumulate flag (MATMUL, REDUCE): combinational.
+
+    Attributes
+    ----------
+    latency : int
+        Cycles from a held input to its ``status``, ``ranges`` and ``banks``:
+        ``config.decode_stages``.
     """
 
     def __init__(self, *, config: CoreConfig):
         if not isinstance(config, CoreConfig):
             raise TypeError(f"Decoder.config must be a CoreConfig, not {config!r}")
         self.config = config
+        self.latency = config.decode_stages
         super().__init__({
             "instr": In(INSTR),
             "offset": In(ADDR_BITS + 16),
@@ -148,35 +165,66 @@ class Decoder(wiring.Component):
                 m.d.comb += [*slot(0, sr.a, sr.lines, sr.lines != 0, 0),
                              *slot(1, sr.b, sr.rlines, 0, sr.rlines != 0)]
 
-        # ---- ranges and bank masks ----------------------------------------------------------
-        span_nz = Signal(name="span_nonzero")
-        m.d.comb += span_nz.eq(self.span != 0)
+        piped = self.latency > 0
+
+        def stage(sig, n, name):
+            """``sig`` registered in stage ``n`` (0 or 1); itself without stages."""
+            if not piped:
+                return sig
+            r = Signal.like(sig, name=f"s{n}_{name}")
+            m.d.sync += r.eq(sig)
+            return r
+
+        # ---- stage 0 -> 1: slot fields, line counts, kinds, loop flags ------------------------
+        field = [stage(f, 0, f"field{i}") for i, f in enumerate(field)]
+        base0 = [stage(b, 0, f"base_lines{i}") for i, b in enumerate(base)]
+        rd0 = [stage(r, 0, f"rd{i}") for i, r in enumerate(rd)]
+        wr0 = [stage(w, 0, f"wr{i}") for i, w in enumerate(wr)]
+        flag0 = [stage(f, 0, f"flag{i}") for i, f in enumerate(flag)]
+
+        # ---- ranges and bank masks (stage 1) ---------------------------------------------------
         present = [Signal(name=f"present{i}") for i in range(PORTS)]
+        start = [Signal(WIDE, name=f"start{i}") for i in range(PORTS)]
+        lines = [Signal(WIDE, name=f"lines{i}") for i in range(PORTS)]
         end = [Signal(WIDE, name=f"end{i}") for i in range(PORTS)]
-        out_of_range = Signal(name="out_of_range")
+        banks = [Signal(cfg.banks, name=f"banks{i}") for i in range(PORTS)]
         oor = []
         bank_bits = cfg.bank_bits
         for i in range(PORTS):
-            r = self.ranges[i]
             m.d.comb += [
-                present[i].eq(rd[i] | wr[i]),
-                r.start.eq(field[i] + Mux(flag[i], self.offset, 0)),
-                r.lines.eq(base[i] + Mux(flag[i], self.span, 0)),
-                r.read.eq(rd[i]), r.write.eq(wr[i]),
-                end[i].eq(r.start + r.lines),          # one past the last line
+                present[i].eq(rd0[i] | wr0[i]),
+                start[i].eq(field[i] + Mux(flag0[i], self.offset, 0)),
+                lines[i].eq(base0[i] + Mux(flag0[i], self.span, 0)),
+                end[i].eq(start[i] + lines[i]),          # one past the last line
             ]
             oor.append(present[i] & (end[i] > cfg.lines))
             first = Signal(WIDE, name=f"first_bank{i}")
             last = Signal(WIDE, name=f"last_bank{i}")
-            m.d.comb += [first.eq(r.start >> bank_bits), last.eq((end[i] - 1) >> bank_bits)]
+            m.d.comb += [first.eq(start[i] >> bank_bits), last.eq((end[i] - 1) >> bank_bits)]
             # bank b is touched when first <= b <= last (for b = 0: first == 0)
-            m.d.comb += r.banks.eq(Cat(*[
-                present[i] & (r.lines != 0)
+            m.d.comb += banks[i].eq(Cat(*[
+                present[i] & (lines[i] != 0)
                 & ((first == 0) if b == 0 else ((first <= b) & (last >= b)))
                 for b in range(cfg.banks)]))
-        m.d.comb += out_of_range.eq(Cat(*oor).any())
-        m.d.comb += self.banks.eq(self.ranges[0].banks | self.ranges[1].banks
-                                  | self.ranges[2].banks | self.ranges[3].banks)
+
+        # ---- stage 1 -> 2 ------------------------------------------------------------------------
+        out_of_range = stage(Cat(*oor).any(), 1, "out_of_range")
+        end = [stage(e, 1, f"end{i}") for i, e in enumerate(end)]
+        # one past the first iteration's lines (a loop's ranges are checked per iteration)
+        first_end = [stage(start[i] + base0[i], 1, f"first_end{i}") for i in range(PORTS)]
+        rd = [stage(r, 1, f"rd{i}") for i, r in enumerate(rd0)]
+        wr = [stage(w, 1, f"wr{i}") for i, w in enumerate(wr0)]
+        flag = [stage(f, 1, f"flag{i}") for i, f in enumerate(flag0)]
+        out = m.d.sync if piped else m.d.comb
+        for i in range(PORTS):
+            r = self.ranges[i]
+            out += [r.start.eq(start[i]), r.lines.eq(lines[i]), r.read.eq(rd0[i]),
+                    r.write.eq(wr0[i]), r.banks.eq(banks[i])]
+        out += self.banks.eq(banks[0] | banks[1] | banks[2] | banks[3])
+
+        # ---- bank conflicts and overlaps (stage 2) ---------------------------------------------
+        span_nz = stage(stage(self.span != 0, 0, "span_nonzero"), 1, "span_nonzero")
+        sendrecv = stage(stage(op == Op.SENDRECV, 0, "sendrecv"), 1, "sendrecv")
 
         # two ranges that both read (or both write) may not share a bank
         bank_conflict = []
@@ -197,11 +245,11 @@ class Decoder(wiring.Component):
                 ri, rj = self.ranges[i], self.ranges[j]
                 r1 = Signal(WIDE, name=f"ov_r1_{i}{j}")
                 s1 = Signal(WIDE, name=f"ov_s1_{i}{j}")
-                m.d.comb += [r1.eq(Mux(both, ri.start + base[i], end[i])),
-                             s1.eq(Mux(both, rj.start + base[j], end[j]))]
+                m.d.comb += [r1.eq(Mux(both, first_end[i], end[i])),
+                             s1.eq(Mux(both, first_end[j], end[j]))]
                 # a SENDRECV's ranges may not overlap at all (hdl.core.isa.check_instruction)
                 hit = (ri.start < s1) & (rj.start < r1) & ((ri.start != rj.start) | (r1 != s1)
-                                                           | (op == Op.SENDRECV))
+                                                           | sendrecv)
                 overlap.append(ro & wo & hit)
 
         # ---- field and shape checks ----------------------------------------------------------
@@ -292,6 +340,10 @@ class Decoder(wiring.Component):
                                      | (((hi - lo) << lg) > coll.depth)),
                     ]
 
+        # the field and shape checks (stage 0), registered twice to meet the range checks
+        known, bad_field, bad_shape = (stage(stage(v, 0, n), 1, n) for v, n in
+                                       ((known, "known_op"), (bad_field, "bad_field"),
+                                        (bad_shape, "bad_shape")))
         with m.If(~known):
             m.d.comb += self.status.eq(Status.ERR_OPCODE)
         with m.Elif(bad_field):

@@ -37,7 +37,8 @@ class Scratchpad(wiring.Component):
         the bank's registered read data passes a mux selected by the bank registered with the
         read.
     conflict : Out(1)
-        Sticky: two clients addressed the same bank port in one cycle.
+        Sticky: two clients addressed the same bank port in one cycle (up from the second
+        cycle after it).
     """
 
     def __init__(self, *, config: CoreConfig, clients: int):
@@ -76,7 +77,9 @@ class Scratchpad(wiring.Component):
             r_hits = [p.r_en & (bank_of(p.r_addr) == b) for p in self.ports]
             w_hits = [(p.w_en != 0) & (bank_of(p.w_addr) == b) for p in self.ports]
             # priority mux, client 0 highest: the last assignment wins in Amaranth, so walk
-            # the clients from the lowest priority up
+            # the clients from the lowest priority up (yosys maps this chain to a smaller and
+            # shallower netlist than one-hot grants with an AND-OR: measured, S = 4, 12
+            # clients, 13,560 against 13,653 LUT4 and 16.6 against 20.6 ns by boards.paths)
             for p, hit in reversed(list(zip(self.ports, r_hits))):
                 with m.If(hit):
                     m.d.comb += [rp.addr.eq(p.r_addr[:bb]), rp.en.eq(1)]
@@ -98,6 +101,10 @@ class Scratchpad(wiring.Component):
                     with m.Case(b):
                         m.d.comb += p.r_data.eq(rports[b].data)
         if conflicts:
-            with m.If(Cat(*conflicts).any()):
+            # registered before the OR: the clash check is off the path from a client's
+            # enable to the bank ports (the flag rises one cycle after the clash)
+            clash = Signal(len(conflicts), name="clash")
+            m.d.sync += clash.eq(Cat(*conflicts))
+            with m.If(clash.any()):
                 m.d.sync += self.conflict.eq(1)
         return m

@@ -22,7 +22,11 @@ from ..lib.memport import BLOCK_RAM
 from .isa import (ADDR_BITS, INSTR, INSTR_BITS, PREC_ENTRY, THRESH_FRAC_BITS, THRESH_NEVER,
                   VECTOR_CMD, Op, Status, stat_slots)
 
-__all__ = ["Sequencer", "COUNTERS", "counters_layout_core", "UNITS"]
+__all__ = ["Sequencer", "COUNTERS", "counters_layout_core", "UNITS", "ADAPT_STEPS"]
+
+#: Register steps of ADAPT's rule: a slot's width is decided this many cycles after the walk
+#: reads its statistic and threshold; ``ADAPT`` takes ``stat_slots + ADAPT_STEPS`` cycles.
+ADAPT_STEPS = 2
 
 #: Units the scoreboard tracks (index = bit of ``unit_busy``).
 UNITS = ("matmul", "vector", "optim", "coll")
@@ -64,8 +68,8 @@ class Sequencer(wiring.Component):
     """Runs a program from its program memory.
 
     ``start`` (one cycle, while idle) first checks the whole program (instructions from pc 0 to
-    the first ``HALT`` outside a loop, :func:`hdl.core.isa.check_program`, 3 cycles per
-    instruction). A program that fails runs nothing: ``done`` pulses with ``status`` and
+    the first ``HALT`` outside a loop, :func:`hdl.core.isa.check_program`,
+    ``config.instr_cycles`` per instruction: 3, or 6 with the decoder's register stages). A program that fails runs nothing: ``done`` pulses with ``status`` and
     ``err_pc``. Otherwise it runs from pc 0: each instruction is fetched, decoded (loop offset
     added) and issued to its unit when
 
@@ -144,7 +148,7 @@ class Sequencer(wiring.Component):
     ``BLOCK_RAM``, so block RAM on an FPGA) with a *written* bit per slot in flip-flops: reset and ``ADAPT`` clear the bits,
     so an unwritten statistic reads as zero and an unwritten threshold as ``THRESH_NEVER``
     without a walk over the memories. Reads are synchronous: the sequencer addresses its read
-    port one cycle ahead (from the instruction being decoded, and ``ADAPT``'s next slot), so
+    port ahead (from the instruction being decoded, and ``ADAPT``'s next slot), so
     no instruction takes a cycle more than with the slots in flip-flops.
     """
 
@@ -244,7 +248,8 @@ class Sequencer(wiring.Component):
         m.d.comb += save_pair.eq(Cat(mm_mode, mm_layer))
         save = Signal(name="stat_save")
         m.d.comb += save.eq(self.mm_rsp.valid)       # the pass is complete: save its statistics
-        adapt_k = Signal(range(n_slots), name="adapt_slot")
+        # ADAPT walks the slots one per cycle and decides each one ADAPT_STEPS cycles later
+        adapt_k = Signal(range(n_slots + ADAPT_STEPS), name="adapt_slot")
         adapt_clear = Signal(name="adapt_clear")     # ADAPT clears slot adapt_k this cycle
         host_pair = Signal(range(n_pairs), name="stat_host_pair")
         m.d.comb += host_pair.eq(self.stat_raddr[1:])
@@ -303,11 +308,31 @@ class Sequencer(wiring.Component):
 
         a_stat = Signal(st_shape, name="adapt_stat")
         m.d.comb += a_stat.eq(Mux(adapt_k[0], st_seq[1], st_seq[0]))
+        # the rule in ADAPT_STEPS register steps (from the memories' read data through the
+        # product to the compare was one of the FPGA build's slowest paths): the slot's
+        # statistic and threshold, then the two sides of the compare, then the decision
+        a_walk = Signal(name="adapt_walk")           # ADAPT reads slot adapt_k this cycle
+        p1_v, p2_v = Signal(name="adapt_p1_valid"), Signal(name="adapt_p2_valid")
+        p1_k = Signal(range(n_slots), name="adapt_p1_slot")
+        p2_k = Signal(range(n_slots), name="adapt_p2_slot")
+        p1_stat = Signal(st_shape, name="adapt_p1_stat")
+        p1_thr = Signal(32, name="adapt_p1_thr")
         a_num = Signal(32 + THRESH_FRAC_BITS, name="adapt_num_scaled")
         a_rhs = Signal(64, name="adapt_thr_den")
+        a_seen = Signal(name="adapt_seen")
         a_raise = Signal(name="adapt_raise")
-        m.d.comb += [a_num.eq(a_stat.num << THRESH_FRAC_BITS), a_rhs.eq(a_thr * a_stat.den),
-                     a_raise.eq(a_stat.seen & (a_num > a_rhs))]
+        m.d.sync += [p1_v.eq(a_walk), p1_k.eq(adapt_k), p1_stat.eq(a_stat), p1_thr.eq(a_thr),
+                     p2_v.eq(p1_v), p2_k.eq(p1_k), a_seen.eq(p1_stat.seen),
+                     a_num.eq(p1_stat.num << THRESH_FRAC_BITS), a_rhs.eq(p1_thr * p1_stat.den)]
+        m.d.comb += a_raise.eq(p2_v & a_seen & (a_num > a_rhs))
+        pidx = p2_k[1:]
+        with m.If(a_raise):          # raise the slot's width (by 2, up to max_mantissa)
+            with m.If(p2_k[0]):
+                with m.If(prec[pidx].width_b < cfg.max_mantissa):
+                    m.d.sync += prec[pidx].width_b.eq(prec[pidx].width_b + 2)
+            with m.Else():
+                with m.If(prec[pidx].width_a < cfg.max_mantissa):
+                    m.d.sync += prec[pidx].width_a.eq(prec[pidx].width_a + 2)
 
         # ---- decoder ----------------------------------------------------------------------------
         dec = m.submodules.decoder = Decoder(config=cfg)
@@ -329,9 +354,11 @@ class Sequencer(wiring.Component):
         d_acc = Signal(name="d_acc")
         d_start = [Signal(ADDR_BITS + 1, name=f"d_start{i}") for i in range(4)]
         d_end3 = Signal(ADDR_BITS + 2, name="d_end3")      # one past the last line of slot 3
+        piped = dec.latency > 0
+        dec_wait = Signal(range(dec.latency + 1), name="decode_wait")
 
         m.d.comb += [
-            dec.instr.eq(pr.data),
+            dec.instr.eq(ir if piped else pr.data),
             dec.offset.eq(Mux(checking, 0, loop_offset)),
             dec.span.eq(Mux(checking & in_loop, check_span, 0)),
             dec.iter0.eq(loop_iter == 0),
@@ -396,7 +423,8 @@ class Sequencer(wiring.Component):
         for op in range(2):
             m.d.comb += self.mm_stat_in[op].eq(st_seq[op])
         # the statistic read port looks at the registered instruction's (layer, mode) by
-        # default; DECODE addresses the instruction being decoded, EXEC of ADAPT and the ADAPT
+        # default; DECODE addresses the instruction being decoded (without decoder stages: the
+        # program memory's word; with them ir, loaded in LOAD), EXEC of ADAPT and the ADAPT
         # walk the next slot (below)
         m.d.comb += s_pair.eq(Cat(mmi.mode, mmi.layer))
         vp = self.vec_cmd.payload
@@ -519,18 +547,27 @@ class Sequencer(wiring.Component):
                     m.next = "FETCH"
             with m.State("FETCH"):
                 m.d.comb += [pr.addr.eq(pc), pr.en.eq(1)]
-                m.next = "DECODE"
-            with m.State("DECODE"):
-                dmm = INSTR(pr.data).args.matmul
-                m.d.comb += s_pair.eq(Cat(dmm.mode, dmm.layer))
-                m.d.sync += [ir.eq(pr.data), d_status.eq(dec.status), d_banks.eq(dec.banks),
-                             d_acc.eq(dec.acc)]
-                m.d.sync += [d_start[i].eq(dec.ranges[i].start) for i in range(4)]
-                m.d.sync += d_end3.eq(dec.ranges[3].start + dec.ranges[3].lines)
-                with m.If(checking):
-                    m.next = "CHECK"
-                with m.Else():
-                    m.next = "EXEC"
+                m.next = "LOAD" if piped else "DECODE"
+            if piped:
+                with m.State("LOAD"):     # the word into ir, the decoder's held input
+                    m.d.sync += [ir.eq(pr.data), dec_wait.eq(0)]
+                    m.next = "DECODE"
+            with m.State("DECODE"):   # dec.latency cycles with its input held, then its outputs
+                if piped:
+                    m.d.sync += dec_wait.eq(dec_wait + 1)
+                else:
+                    dmm = INSTR(pr.data).args.matmul
+                    m.d.comb += s_pair.eq(Cat(dmm.mode, dmm.layer))
+                    m.d.sync += ir.eq(pr.data)
+                with m.If(dec_wait == dec.latency):
+                    m.d.sync += [d_status.eq(dec.status), d_banks.eq(dec.banks),
+                                 d_acc.eq(dec.acc)]
+                    m.d.sync += [d_start[i].eq(dec.ranges[i].start) for i in range(4)]
+                    m.d.sync += d_end3.eq(dec.ranges[3].start + dec.ranges[3].lines)
+                    with m.If(checking):
+                        m.next = "CHECK"
+                    with m.Else():
+                        m.next = "EXEC"
             with m.State("CHECK"):
                 last_pc = pc == cfg.prog_depth - 1
                 with m.If((d_status == Status.OK) & (ir.op == Op.OPT) & ir.args.opt.one_pass):
@@ -661,19 +698,13 @@ class Sequencer(wiring.Component):
                                                         & ir.args.allreduce.poison
                                                         & (ctr.flags != 0))]
                                                 m.next = "ISSUED"
-            with m.State("ADAPT"):    # one slot per cycle: raise its width if r > threshold
-                pidx = adapt_k[1:]
-                with m.If(a_raise):
-                    with m.If(adapt_k[0]):
-                        with m.If(prec[pidx].width_b < cfg.max_mantissa):
-                            m.d.sync += prec[pidx].width_b.eq(prec[pidx].width_b + 2)
-                    with m.Else():
-                        with m.If(prec[pidx].width_a < cfg.max_mantissa):
-                            m.d.sync += prec[pidx].width_a.eq(prec[pidx].width_a + 2)
-                m.d.comb += [adapt_clear.eq(1), s_pair.eq((adapt_k + 1)[1:]),
-                             t_slot.eq(adapt_k + 1)]
+            with m.State("ADAPT"):    # one slot per cycle (r > threshold raises its width,
+                # decided ADAPT_STEPS cycles later, above), then ADAPT_STEPS cycles to finish
+                with m.If(adapt_k < n_slots):
+                    m.d.comb += [a_walk.eq(1), adapt_clear.eq(1)]
+                m.d.comb += [s_pair.eq((adapt_k + 1)[1:]), t_slot.eq(adapt_k + 1)]
                 m.d.sync += adapt_k.eq(adapt_k + 1)
-                with m.If(adapt_k == n_slots - 1):
+                with m.If(adapt_k == n_slots - 1 + ADAPT_STEPS):
                     m.d.sync += [ctr.instructions.eq(ctr.instructions + 1), *next_pc()]
                     m.next = "FETCH"
             with m.State("OPT"):      # SETREG N, then STEP; the unit stays busy until done

@@ -14,8 +14,8 @@ stage   operation                                                               
 2       ``R = M * INV[j] - 2**RF`` (``r = m/c_j - 1``, exact); ``LOGT[j]``          ``red, logt``
 3..6    Horner ``h = H[i] + (R*h >> RF)``, ``i = 1..4`` (``w ~ log1p(r)/r``)         ``h1..h3, w``
 7       ``P = R * w`` (``log1p(r)``); ``A = E * LN2 + LOGT[j]``                     ``prod, big``
-8       ``S = A + (P >> (RF+W-F))``, sticky = dropped bits of ``P``; sign-magnitude,  ``out``
-        :func:`~hdl.fp32.round.round_to_fp32` (``2**-F``); special override
+8       ``S = A + (P >> (RF+W-F))``, sticky = dropped bits of ``P``; sign-magnitude   ``mag``
+9       :func:`~hdl.fp32.round.round_to_fp32` (``2**-F``); special override         ``out``
 ======  =========================================================================  ==========
 
 Measured accuracy against float64 ``log``: see ``docs/fp32_log.md`` (max 0.504 ulp, default).
@@ -79,7 +79,7 @@ class FP32Log(FP32StreamUnit):
     Attributes
     ----------
     latency : int
-        ``config.latency`` (9) cycles from an accepted operand to its result (no stall).
+        ``config.latency`` (10) cycles from an accepted operand to its result (no stall).
         One operation per cycle.
 
     Members
@@ -151,18 +151,23 @@ class FP32Log(FP32StreamUnit):
         big = p.reg(e * c.LN2 + logt, "s7_big", signed(w["big"][0]))
         special, spec_val = carry(7, special, spec_val)
 
-        # --- stage 8: sum, round, specials ------------------------------------------------------
+        # --- stage 8: sum, sign-magnitude -------------------------------------------------------
         drop = c.RF + c.W - c.F
-        s = Signal(signed(w["s"][0]), name="s8_s")
-        sticky = Signal(name="s8_sticky")
-        neg = Signal(name="s8_neg")
-        mag = Signal(w["s"][0] - 1, name="s8_mag")
+        s = Signal(signed(w["s"][0]), name="s8_s_now")
+        sticky_now = Signal(name="s8_sticky_now")
+        neg_now = Signal(name="s8_neg_now")
         m.d.comb += [
             s.eq(big + (prod >> drop)),
-            sticky.eq(prod[:drop].any()),
-            neg.eq(s < 0),
-            mag.eq(Mux(neg, -s - sticky, s)),
+            sticky_now.eq(prod[:drop].any()),
+            neg_now.eq(s < 0),
         ]
+        valid = p.valid(valid, "s8_valid")
+        mag = p.reg(Mux(neg_now, -s - sticky_now, s), "s8_mag", unsigned(w["s"][0] - 1))
+        neg = p.reg(neg_now, "s8_neg")
+        sticky = p.reg(sticky_now, "s8_sticky")
+        special, spec_val = carry(8, special, spec_val)
+
+        # --- stage 9: round, specials ----------------------------------------------------------
         rounded = round_to_fp32(m, sign=neg, exp=Const(-c.F, signed(8)), sig=mag, sticky=sticky,
                                 name="rnd")
         out_valid = p.valid(valid, "out_valid")

@@ -20,8 +20,8 @@ __all__ = ["FP32LogConfig", "LogConstants", "log_constants", "LOG_FRAC_BITS", "L
 LOG_FRAC_BITS = 56
 #: Fraction bits of the polynomial ``w(r) ~ log1p(r) / r``.
 LOG_W_BITS = 32
-#: Pipeline registers (unpack, index, reduce, 4 Horner steps, product, round).
-LOG_LATENCY = 9
+#: Pipeline registers (unpack, index, reduce, 4 Horner steps, product, sum, round).
+LOG_LATENCY = 10
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ cocotb, so the fast tier can use it.
 from __future__ import annotations
 
 __all__ = ["beat_cycles", "fmac_core_latency", "array_latency", "lanesum_flush",
-           "optim_update_latency", "optim_sumsq_latency", "optim_step1_cycles",
+           "optim_update_latency", "instr_cycles", "optim_sumsq_latency", "optim_step1_cycles",
            "optim_step1_cycles_ii",
            "optim_step_cycles_min", "matmul_pass_overhead", "matmul_pass_cycles",
            "core_opt_busy_cycles", "vector_cycles", "core_check_cycles",
@@ -124,15 +124,22 @@ def vector_cycles(kind: str, rows: int, cols: int, *, lanes: int, ladd: int, lmu
                      f"not {kind!r}")
 
 
-def core_check_cycles(static_instructions: int) -> int:
-    """docs/core.md: the program check before a run takes 3 cycles per instruction from pc 0
-    to the first ``HALT`` outside a loop (loop bodies once)."""
-    return 3 * static_instructions
+def instr_cycles(decode_stages: int = 0) -> int:
+    """docs/core.md, *Sequencer*: cycles of an instruction that waits for nothing. Without
+    decoder stages 3 (fetch, decode, check or issue); with them fetch, load into the
+    instruction register, ``decode_stages + 1`` of decode, check or issue."""
+    return 3 if decode_stages == 0 else 4 + decode_stages
+
+
+def core_check_cycles(static_instructions: int, decode_stages: int = 0) -> int:
+    """docs/core.md: the program check before a run takes :func:`instr_cycles` per
+    instruction from pc 0 to the first ``HALT`` outside a loop (loop bodies once)."""
+    return instr_cycles(decode_stages) * static_instructions
 
 
 def core_step_cycle_bounds(static_instructions: int, executed: int, matmul: list[int],
-                           vector: list[int], opt: int, adapt_cycles: int = 0
-                           ) -> tuple[int, int]:
+                           vector: list[int], opt: int, adapt_cycles: int = 0,
+                           decode_stages: int = 0) -> tuple[int, int]:
     """docs/core.md, *Cycles of a step*: lower and upper bound of the ``cycles`` counter of a
     compiled step program (its MATMULs, vector instructions, then one ``OPT`` and ``HALT``).
 
@@ -143,18 +150,19 @@ def core_step_cycle_bounds(static_instructions: int, executed: int, matmul: list
     cycles. With ``M = sum(matmul) + len(matmul)`` (a MATMUL keeps the unit busy one cycle
     more than its pass), ``V = sum(vector)``::
 
-        lower = 3P + M + opt + 4
-        upper = 3P + M + V + opt + 3 * executed + adapt_cycles
+        lower = I*P + M + opt + I + 1
+        upper = I*P + M + V + opt + I * executed + adapt_cycles
 
-    ``cycles = 3P + M + V + opt - overlap + idle`` exactly (in a step program at most two units
-    run at once);
+    (``I`` = :func:`instr_cycles`: 3, or 6 with the decoder's register stages). ``cycles = I*P + M + V + opt - overlap + idle`` exactly (in
+    a step program at most two units run at once);
     ``overlap <= V`` (the matmul engine and the optimizer never run together in a step
-    program: OPT waits for the matmul engine and only HALT follows it), ``idle >= 4`` (the
-    first instruction's fetch, decode, issue; HALT's last cycle), ``idle <= 3 * executed +
-    adapt_cycles`` (fetch, decode and one issue cycle per instruction; waiting cycles have a
-    unit busy)."""
-    check = core_check_cycles(static_instructions)
+    program: OPT waits for the matmul engine and only HALT follows it), ``idle >= I + 1`` (the
+    first instruction's fetch, load, decode, issue; HALT's last cycle), ``idle <= I * executed
+    + adapt_cycles`` (fetch, load, decode and one issue cycle per instruction; waiting cycles
+    have a unit busy)."""
+    i = instr_cycles(decode_stages)
+    check = core_check_cycles(static_instructions, decode_stages)
     m = sum(matmul) + len(matmul)
-    lower = check + m + opt + 4
-    upper = check + m + sum(vector) + opt + 3 * executed + adapt_cycles
+    lower = check + m + opt + i + 1
+    upper = check + m + sum(vector) + opt + i * executed + adapt_cycles
     return lower, upper

@@ -62,7 +62,9 @@ def test_latency_throughput_and_reset():
     rst = Signal(name="test_rst")
     top = Module()
     top.submodules.dut = ResetInserter(rst)(dut)
-    inputs = [int(a) for a in random_operands(np.random.default_rng(5), 60, base=random_fp32)["a"]]
+    fill = LOG_LATENCY + 1                  # enough to reach the output with it stalled
+    inputs = [int(a) for a in random_operands(np.random.default_rng(5), 50 + fill,
+                                              base=random_fp32)["a"]]
     log = {}
 
     async def tb(ctx):
@@ -101,7 +103,7 @@ def test_latency_throughput_and_reset():
         log["edges"], log["got"] = edges, got
         # fill the pipeline with the output stalled, then reset
         ctx.set(dut.o.ready, 0)
-        for a in inputs[40:50]:
+        for a in inputs[40:40 + fill]:
             ctx.set(dut.i.valid, 1)
             ctx.set(dut.i.payload.as_value(), a)
             await ctx.tick()
@@ -113,7 +115,7 @@ def test_latency_throughput_and_reset():
         await ctx.tick()
         assert not ctx.get(dut.o.valid), "stale result after reset"
         ctx.set(dut.o.ready, 1)
-        after, _ = await back_to_back(inputs[50:])
+        after, _ = await back_to_back(inputs[40 + fill:])
         for _ in range(LOG_LATENCY + 3):           # nothing extra (no stale result)
             _, _, ov = await ctx.tick().sample(dut.o.valid)
             assert not ov, "extra result after reset"
@@ -127,7 +129,7 @@ def test_latency_throughput_and_reset():
     assert log["latency"] == dut.latency == Model(cfg).latency == LOG_LATENCY
     assert log["edges"] == 40 + dut.latency
     check(cfg, inputs[:40], log["got"])
-    check(cfg, inputs[50:], log["after"])
+    check(cfg, inputs[40 + fill:], log["after"])
 
 
 def test_invalid_configs():

@@ -15,7 +15,9 @@ stage   operation                                                               
 3..6    Horner ``h = H[i] + (R*h >> RF)``, ``i = 1..4`` (``w ~ log1p(r)/r``)         ``h1..h3, w``
 7       ``P = R * w`` (``log1p(r)``); ``A = E * LN2 + LOGT[j]``                     ``prod, big``
 8       ``S = A + (P >> (RF+W-F))``, sticky = dropped bits of ``P``; sign-magnitude   ``mag``
-9       :func:`~hdl.fp32.round.round_to_fp32` (``2**-F``); special override         ``out``
+9       rounding to FP32 (``2**-F``, :mod:`hdl.fp32.round`): leading-zero count       ``lz``
+10      normalise, exponent plan, subnormal shift, guard and sticky                ``frame``
+11      nearest-even increment and packing; special override                       ``out``
 ======  =========================================================================  ==========
 
 Measured accuracy against float64 ``log``: see ``docs/fp32_log.md`` (max 0.504 ulp, default).
@@ -24,12 +26,13 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 
 from ..registry import Block
 from .div import StallPipeline
 from .log_config import FP32LogConfig, log_constants
-from .round import round_to_fp32
+from .round import (count_leading_zeros, round_finish, round_plan_lz, round_plan_pre,
+                    round_prepare)
 from .unit import FP32StreamUnit
 from .unpack import QNAN, special_top, special_word, unpack_fp32
 
@@ -79,7 +82,7 @@ class FP32Log(FP32StreamUnit):
     Attributes
     ----------
     latency : int
-        ``config.latency`` (10) cycles from an accepted operand to its result (no stall).
+        ``config.latency`` (12) cycles from an accepted operand to its result (no stall).
         One operation per cycle.
 
     Members
@@ -167,11 +170,33 @@ class FP32Log(FP32StreamUnit):
         sticky = p.reg(sticky_now, "s8_sticky")
         special, spec_val = carry(8, special, spec_val)
 
-        # --- stage 9: round, specials ----------------------------------------------------------
-        rounded = round_to_fp32(m, sign=neg, exp=Const(-c.F, signed(8)), sig=mag, sticky=sticky,
-                                name="rnd")
+        # --- stage 9: leading-zero count -----------------------------------------------------
+        # (the rounding of round_to_fp32 in three register steps, hdl.fp32.round: count,
+        # normalise and prepare, finish; the same bits)
+        width = len(mag)
+        pre = round_plan_pre(m, exp=Const(-c.F, signed(8)), width=width, name="rnd")
+        lz_now = count_leading_zeros(m, mag, name="rnd")
+        valid = p.valid(valid, "s9_valid")
+        lz = p.reg(lz_now, "s9_lz")
+        mag, neg, sticky, special, spec_val = carry(9, mag, neg, sticky, special, spec_val)
+
+        # --- stage 10: normalise, plan, prepare (subnormal shift, guard and sticky) -----------
+        norm = Signal(width, name="s10_norm_now")
+        m.d.comb += norm.eq(mag << lz)
+        plan = round_plan_lz(m, pre=pre, lz=lz, width=width, name="rnd")
+        r = round_prepare(m, norm=norm, plan=plan, sticky=sticky, name="rnd")
+        valid = p.valid(valid, "s10_valid")
+        frame = p.reg(r.frame, "s10_frame")
+        base = p.reg(r.base, "s10_base")
+        ovf = p.reg(r.ovf, "s10_ovf")
+        zero = p.reg(lz == width, "s10_zero")
+        neg, special, spec_val = carry(10, neg, special, spec_val)
+
+        # --- stage 11: nearest-even increment and packing, specials ----------------------------
+        rounded = round_finish(m, sign=neg, frame=frame, base=base, ovf=ovf, name="rnd")
         out_valid = p.valid(valid, "out_valid")
-        out = p.reg(Mux(special, special_word(spec_val), rounded), "out_r", unsigned(32))
+        out = p.reg(Mux(special, special_word(spec_val),
+                        Mux(zero, Cat(Const(0, 31), neg), rounded)), "out_r", unsigned(32))
         m.d.comb += [self.o.valid.eq(out_valid), self.o.payload.eq(out)]
         return m
 

@@ -20,8 +20,9 @@ __all__ = ["FP32LogConfig", "LogConstants", "log_constants", "LOG_FRAC_BITS", "L
 LOG_FRAC_BITS = 56
 #: Fraction bits of the polynomial ``w(r) ~ log1p(r) / r``.
 LOG_W_BITS = 32
-#: Pipeline registers (unpack, index, reduce, 4 Horner steps, product, sum, round).
-LOG_LATENCY = 10
+#: Pipeline registers (unpack, index, reduce, 4 Horner steps, product, sum, and the rounding's
+#: count, prepare and finish).
+LOG_LATENCY = 12
 
 
 @dataclass(frozen=True)

@@ -143,6 +143,7 @@ ROWS = [
     (CoreConfig, "reverse_links", True, V, "CoreConfig.reverse_links"),   # ranks = 1
     (CoreConfig, "decode_stages", 1, V, "CoreConfig.decode_stages"),
     (CoreConfig, "decode_stages", 2.0, T, "CoreConfig.decode_stages"),
+    (CoreConfig, "vector_read_reg", 1, T, "CoreConfig.vector_read_reg"),
     (TrainingRingConfig, "core", CoreConfig(), V, "TrainingRingConfig.core.ranks"),
     (TrainingRingConfig, "core", LinkConfig(), T, "TrainingRingConfig.core"),
     (TrainingRingConfig, "link", LinkConfig(width=8), V, "TrainingRingConfig.link.width"),

@@ -311,6 +311,31 @@ def test_random_commands(lanes):
     _run(dut, img, _random_cmds(random.Random(lanes), S, 24))
 
 
+def test_read_register_fpga_shape():
+    """``CoreConfig.vector_read_reg`` (the FPGA build's readers, one lane): random commands
+    (bias gradients in chunks, in-place operands), then softmax rows, against the golden model,
+    every command's cycles exactly ``cycles()``, each one more than without the register."""
+    dut = _unit("tiny", lanes=1, cfg=dataclasses.replace(CFG, vector_read_reg=True))
+    plain = _unit("tiny", lanes=1)
+    plain._MustUse__used = True              # its formulas only (elaborated by other tests)
+    assert (dut.read_reg, plain.read_reg) == (1, 0)
+    img = _image(41)
+    cmds = _random_cmds(random.Random(41), S, 16)
+    got = _run(dut, img, cmds)
+    assert len(got) == len(cmds)
+    for (op, fields, acc, _), c in zip(cmds, got):
+        f = decode(encode(op, **fields))[1]
+        chunks = (-(-f["cols"] // dut.bg_chunk) if op == Op.REDUCE and f["rop"] != Rop.SUMSQ
+                  else 1)
+        assert c == plain.cycles(op, f["rows"], f["cols"], vop=f.get("vop", 0),
+                                 rop=f.get("rop", 0), acc=acc) + chunks
+    z = (np.random.default_rng(41).standard_normal((4, 10)) * 3).astype(F32)
+    set_matrix(img, 0, z)
+    set_vector(img, 100, np.array([1, 9, 0, 4], np.uint32))
+    _run(dut, img, [(Op.SOFTMAX_XENT, dict(rows=4, cols=10, a=0, b=100, d=200, e=250), 0,
+                     ONE)])
+
+
 @pytest.mark.parametrize("lanes", [2, 8])
 def test_random_commands_s8(lanes):
     """S = 8 (the default line) at 8 and 2 lanes: random commands on default pipelines."""

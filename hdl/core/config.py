@@ -63,6 +63,11 @@ class CoreConfig(PresetMixin):
         Decoder`): 0 (the default) decodes the program memory's word in one cycle; 2 (the FPGA
         build) registers the word and cuts the decode into three steps, for the clock
         (docs/core.md, *Sequencer*). Each instruction then takes :attr:`instr_cycles`.
+    vector_read_reg : bool
+        A register after each of the vector unit's line readers (the FPGA build): a bank's
+        read data then reaches the FP32 units one cycle later, instead of through the
+        crossbar in the cycle it leaves the block RAM. Every vector instruction takes one
+        cycle more (per chunk of a bias gradient; docs/vector.md).
     """
 
     size: int = 8
@@ -83,6 +88,7 @@ class CoreConfig(PresetMixin):
     vector_sumsq: bool = True
     reverse_links: bool = False
     decode_stages: int = 0
+    vector_read_reg: bool = False
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"size": 4, "bank_depth": 2048, "max_classes": 64},
@@ -95,8 +101,10 @@ class CoreConfig(PresetMixin):
     #: crossbar). Compiled programs give the results of the same config without them; the
     #: compiler places the tensors in fewer banks, so units overlap less, and the vector unit
     #: takes more cycles (docs/vector.md's table). The decoder gets two register stages
-    #: (:attr:`decode_stages`; three more cycles per instruction).
-    FPGA: ClassVar[dict] = {"vector_lanes": 1, "vector_sumsq": False, "decode_stages": 2}
+    #: (:attr:`decode_stages`; three more cycles per instruction), the vector unit's line
+    #: readers a register (:attr:`vector_read_reg`; one more cycle per vector instruction).
+    FPGA: ClassVar[dict] = {"vector_lanes": 1, "vector_sumsq": False, "decode_stages": 2,
+                            "vector_read_reg": True}
     #: Banks of the FPGA build (when the config has more).
     FPGA_BANKS: ClassVar[int] = 4
     #: Initiation interval of the FPGA build's optimizer pipeline
@@ -132,6 +140,9 @@ class CoreConfig(PresetMixin):
         check_int("CoreConfig", "link_width", self.link_width, lo=1, hi=32)
         if not isinstance(self.vector_sumsq, bool):
             raise TypeError(f"CoreConfig.vector_sumsq must be a bool, not {self.vector_sumsq!r}")
+        if not isinstance(self.vector_read_reg, bool):
+            raise TypeError(f"CoreConfig.vector_read_reg must be a bool, not "
+                            f"{self.vector_read_reg!r}")
         if not isinstance(self.reverse_links, bool):
             raise TypeError(f"CoreConfig.reverse_links must be a bool, not "
                             f"{self.reverse_links!r}")

@@ -73,10 +73,14 @@ class _LineReader(wiring.Component):
     when the beat is taken into the output register, whose words are selected from ``r_data``
     one cycle later; with the output stalled no read is issued, so ``r_data`` holds (LinePort
     contract).
+
+    With ``out_reg`` a register stage (valid, payload; ``ready`` passes through) follows: the
+    selected words leave one cycle later, from flip-flops instead of from the block RAM's
+    output through the crossbar.
     """
 
-    def __init__(self, *, line_bits: int, S: int, L: int):
-        self.S, self.L = S, L
+    def __init__(self, *, line_bits: int, S: int, L: int, out_reg: bool = False):
+        self.S, self.L, self.out_reg = S, L, out_reg
         super().__init__({
             "r_addr": Out(line_bits), "r_en": Out(1), "r_data": In(32 * S),
             "start": In(1), "base": In(line_bits), "rows": In(DIM_BITS), "cols": In(DIM_BITS),
@@ -110,7 +114,9 @@ class _LineReader(wiring.Component):
         step = Signal(range(L + 1), name="step")
         c_next = Signal(DIM_BITS + 1, name="col_next")
         line_end = Signal(name="line_end")
-        m.d.comb += [adv.eq(~ov | self.o.ready),
+        # the reader's own output stream (the register stage's input with out_reg)
+        o = stream.Signature(rd_layout(L)).create() if self.out_reg else self.o
+        m.d.comb += [adv.eq(~ov | o.ready),
                      step.eq(Mux(narrow, 1, L)), c_next.eq(c + step), eol.eq(c_next >= cols),
                      line_end.eq(lane == Mux(narrow, S - 1, S - L))]
         with m.If(self.start):
@@ -137,12 +143,21 @@ class _LineReader(wiring.Component):
         if L > 1:
             words[0] = Mux(narrow, self.r_data.word_select(o_lane, 32), words[0])
         m.d.comb += [
-            self.o.valid.eq(ov),
-            self.o.payload.eol.eq(o_eol),
-            self.o.payload.last.eq(o_last),
+            o.valid.eq(ov),
+            o.payload.eol.eq(o_eol),
+            o.payload.last.eq(o_last),
         ]
         for j in range(L):
-            m.d.comb += self.o.payload.x[j].eq(Mux(zero, 0, words[j]))
+            m.d.comb += o.payload.x[j].eq(Mux(zero, 0, words[j]))
+        if self.out_reg:
+            rv = Signal(name="reg_valid")
+            rp = Signal(rd_layout(L), name="reg_payload")
+            m.d.comb += [o.ready.eq(~rv | self.o.ready),
+                         self.o.valid.eq(rv), self.o.payload.eq(rp)]
+            with m.If(o.valid & o.ready):
+                m.d.sync += [rv.eq(1), rp.eq(o.payload)]
+            with m.Elif(self.o.ready):
+                m.d.sync += rv.eq(0)
         return m
 
 
@@ -263,6 +278,9 @@ class VectorUnit(wiring.Component):
       2`` with ``acc``; chunks add up.
     * ``SOFTMAX_XENT``: ``rows * max(cols, lanes) + softmax_latency + 2 * cols + 2``.
 
+    With ``config.vector_read_reg`` (:attr:`read_reg` = 1) every overhead above, and the
+    softmax's count, is one cycle more.
+
     Members
     -------
     cmd : In(stream.Signature(VECTOR_CMD))
@@ -337,10 +355,12 @@ class VectorUnit(wiring.Component):
         # accept -> START (1) -> reader A's first beat (2) -> Elementwise (Lew) and its
         # output FIFO (2) -> one beat per cycle -> done the cycle after the last write.
         # Every formula of cycles() is asserted exactly by tests/test_vector_unit.py.
-        self.vec_overhead = self.ew_latency + 5
-        self.copy_overhead = 3
-        self.sumsq_overhead = self.sumsq_latency + 3 if self._ls is not None else None
-        self.bg_overhead = self.bg_latency + 9
+        # config.vector_read_reg: the readers' register stage adds one cycle to each
+        self.read_reg = r = int(config.vector_read_reg)
+        self.vec_overhead = self.ew_latency + 5 + r
+        self.copy_overhead = 3 + r
+        self.sumsq_overhead = self.sumsq_latency + 3 + r if self._ls is not None else None
+        self.bg_overhead = self.bg_latency + 9 + r
         self.bg_row_min = la + 2
         lb = config.line_bits
         super().__init__({
@@ -375,7 +395,8 @@ class VectorUnit(wiring.Component):
                           + self.bg_overhead + (self.ew_latency + 2 if acc else 0))
             return total
         if op == Op.SOFTMAX_XENT:
-            return rows * max(cols, self.grad_config.lanes) + self.softmax_latency + 2 * cols + 2
+            return (rows * max(cols, self.grad_config.lanes) + self.softmax_latency + 2 * cols
+                    + 2 + self.read_reg)
         raise ValueError(f"op must be VEC, REDUCE or SOFTMAX_XENT, not {op!r}")
 
     def elaborate(self, platform):
@@ -395,9 +416,10 @@ class VectorUnit(wiring.Component):
         if ls is not None:
             m.submodules.sumsq = ls
         m.submodules.sx = sx = self._sx
-        m.submodules.rd_a = ra = _LineReader(line_bits=lb, S=S, L=L)
-        m.submodules.rd_b = rb = _LineReader(line_bits=lb, S=S, L=L)
-        m.submodules.rd_d = rd = _LineReader(line_bits=lb, S=S, L=L)
+        reg = cfg.vector_read_reg
+        m.submodules.rd_a = ra = _LineReader(line_bits=lb, S=S, L=L, out_reg=reg)
+        m.submodules.rd_b = rb = _LineReader(line_bits=lb, S=S, L=L, out_reg=reg)
+        m.submodules.rd_d = rd = _LineReader(line_bits=lb, S=S, L=L, out_reg=reg)
         m.submodules.wr_d = wd = _LineWriter(line_bits=lb, S=S, L=L)
         m.submodules.wr_e = we = _LineWriter(line_bits=lb, S=S, L=L)
 

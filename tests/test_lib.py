@@ -1,5 +1,6 @@
 """Fast tier of the shared helpers in :mod:`hdl.lib`: ``LaneSum`` (lanes as an int or from a
-config), the FP32 bit-pattern tests, and that ``hdl.lib`` imports no block package."""
+config), the FP32 bit-pattern tests, ``StreamRegister``, and that ``hdl.lib`` imports no block
+package."""
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ from hdl.fp32.config import FP32Config
 from hdl.grad.config import GradConfig
 from hdl.lib.fp32bits import gt_zero, is_inf_or_nan, is_nan, order_key
 from hdl.lib.lanesum import LaneSum
+from hdl.lib.streamreg import StreamRegister
 from sim.model.optim import f32_bits, lane_sum
 from sim.tb.amaranth_tb import run_sim, stream_get, stream_put
 
@@ -104,3 +106,48 @@ def test_fp32bits(bits, nan, nonfinite, pos):
     run_sim(m, tb)
     assert res["flags"] == [nan, nonfinite, pos]
     assert res["keys"] == sorted(res["keys"]) and len(set(res["keys"])) == len(res["keys"])
+
+
+@pytest.mark.parametrize("idle, stall", [(0.0, 0.0), (0.3, 0.5), (0.6, 0.2)])
+def test_stream_register_order_rules_and_rate(idle, stall):
+    """300 words through the slice with random idle cycles and backpressure: every word once,
+    in order; the stream rules hold on ``o`` every cycle (a word offered and not taken is
+    offered again, unchanged); without idle or backpressure one word per cycle after the
+    published latency (a slice that halved the rate, or added a cycle, fails)."""
+    import random
+    dut = StreamRegister(16)
+    words = list(np.random.default_rng(3).integers(0, 1 << 16, 300))
+    got, offered, ended = [], [], []    # offered: a transfer on o, per cycle
+    prng = random.Random(5)
+
+    async def producer(ctx):
+        for w in words:
+            await stream_put(ctx, dut.i, int(w), rng=prng, idle_prob=idle)
+
+    async def consumer(ctx):
+        for _ in words:
+            got.append(await stream_get(ctx, dut.o, rng=prng, stall_prob=stall, raw=True))
+        ended.append(ctx.get(dut.o.valid))
+
+    async def rules(ctx):
+        held = None
+        async for _, _, valid, ready, payload in ctx.tick().sample(dut.o.valid, dut.o.ready,
+                                                                    dut.o.payload):
+            if held is not None:
+                assert valid and payload == held, "o dropped or changed an offered word"
+            held = payload if valid and not ready else None
+            offered.append(bool(valid and ready))
+
+    run_sim(dut, producer, consumer, processes=[rules])
+    assert got == [int(w) for w in words]
+    assert ended == [0]
+    taken = [t for t, x in enumerate(offered) if x]
+    assert len(taken) == len(words)
+    if not idle and not stall:      # one word per cycle, the first one latency cycles late
+        assert taken == list(range(taken[0], taken[0] + len(words)))
+        assert taken[0] == StreamRegister.latency
+
+
+def test_stream_register_rejects_non_shape():
+    with pytest.raises(TypeError):
+        StreamRegister("sixteen")

@@ -177,9 +177,12 @@ def test_engine_modes_s2(mode):
     passes_scenario(cfg, cmds, seed=mode)
 
 
+@pytest.mark.parametrize("req_reg", [False, True], ids=["plain", "req_reg"])
 @pytest.mark.parametrize("mode", [FWD, BWD_DATA, BWD_WEIGHT])
-def test_engine_modes_s4(mode):
-    cfg = ArrayConfig(size=4, mem_depth=32, dim_bits=5)
+def test_engine_modes_s4(mode, req_reg):
+    """Random operands, idle cycles and backpressure, bit-exact with the model; also with the
+    FPGA build's request registers (``req_reg``), which change no result."""
+    cfg = ArrayConfig(size=4, mem_depth=32, dim_bits=5, req_reg=req_reg)
     cmds = [
         G.MatmulCommand(mode, 5, 3, 6, 8, 8, ROUND_NEAREST, False, 0, 8, 16),
         G.MatmulCommand(mode, 2, 9, 4, 2, 4, ROUND_STOCHASTIC, True, 4, 0, 24),
@@ -187,15 +190,18 @@ def test_engine_modes_s4(mode):
     passes_scenario(cfg, cmds, seed=10 + mode, idle=0.2, stall=0.3)
 
 
+@pytest.mark.parametrize("req_reg", [False, True], ids=["plain", "req_reg"])
 @pytest.mark.parametrize("mode", [FWD, BWD_DATA, BWD_WEIGHT])
-def test_pass_cycles_documented_s2(mode):
+def test_pass_cycles_documented_s2(mode, req_reg):
     """The fast tier's twin of the cocotb tier's ``pass_cycles_documented``: square passes of
     4S per side (16 weight tiles, each loaded while the one before computes) on an idle engine
     at 2- and 4-bit beats take exactly ``(beats + 2S)*B + 2S + 26`` cycles (docs/array.md via
     :mod:`sim.tb.cycles`, not the code under test): a bubble per beat or per tile, or a weight
-    tile that cannot load ahead, fails."""
+    tile that cannot load ahead, fails. With ``req_reg`` (the FPGA build's request registers)
+    one cycle more, no bubble: a slice that halved the request rate would add a cycle per
+    line."""
     S = 2
-    cfg = ArrayConfig(size=S, mem_depth=32, dim_bits=5)
+    cfg = ArrayConfig(size=S, mem_depth=32, dim_bits=5, req_reg=req_reg)
     D = 4 * S
     cmds = [G.MatmulCommand(mode, D, D, D, w, w, ROUND_NEAREST, False, 0, 0, 0) for w in (2, 4)]
     got = passes_scenario(cfg, cmds, seed=30 + mode)
@@ -203,19 +209,22 @@ def test_pass_cycles_documented_s2(mode):
         assert status == G.OK
         B = cycles_doc.beat_cycles(cmd.width_a, cmd.width_b, cfg.lanes)
         beats = G.pass_beats(mode, D, D, D, S)
-        assert counters["cycles"] == cycles_doc.matmul_pass_cycles(S, beats, B), \
-            (cmd, counters, cycles_doc.matmul_pass_cycles(S, beats, B))
+        want = cycles_doc.matmul_pass_cycles(S, beats, B, req_reg)
+        assert counters["cycles"] == want, (cmd, counters, want)
 
 
-def test_back_to_back_passes():
+@pytest.mark.parametrize("req_reg", [False, True], ids=["plain", "req_reg"])
+def test_back_to_back_passes(req_reg):
     """Commands sent without waiting for responses. STARTs with the running pass's settings
     overlap it (``interval < cycles``, proving the overlap), including one that accumulates
     into lines the previous pass is still writing; a START with other widths, a WRITE and an
     invalid START wait until the engine is idle. Every response in order, flags attributed
     to the right pass (NaN/Inf planted in one pass's operands), memories bit-exact with the
-    model run one command after the other; random idle cycles and backpressure."""
+    model run one command after the other; random idle cycles and backpressure. Also with
+    the request registers (``req_reg``): a generator is "done" while its last request may
+    still be in the slice, so the overlap must still keep every pass's reads in order."""
     S = 4
-    cfg = ArrayConfig(size=S, mem_depth=64, dim_bits=6)
+    cfg = ArrayConfig(size=S, mem_depth=64, dim_bits=6, req_reg=req_reg)
     model = G.MatmulEngineModel(cfg)
     rng = np.random.default_rng(21)
     for k in model.mem:

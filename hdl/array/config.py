@@ -39,6 +39,12 @@ class ArrayConfig(PresetMixin):
         Lines (``S`` FP32 words each) in each of the three scratchpads A, B, C; a power of two.
     dim_bits : int
         Width of the ``M``, ``K``, ``N`` command fields (largest dimension ``2**dim_bits - 1``).
+    req_reg : bool
+        A register slice (:class:`hdl.lib.streamreg.StreamRegister`) between each line
+        generator and its quantizer (the FPGA build): a line's address (``base + row*ld + t``,
+        a multiply) is registered before it reaches the scratchpad, instead of going through
+        the multiplier, the bank crossbar and into the block RAM in one cycle. Results are the
+        same; every pass takes one cycle more (docs/array.md, *Measured*).
     """
 
     size: int = 8
@@ -49,6 +55,7 @@ class ArrayConfig(PresetMixin):
     lfsr_seed: int = 0x1
     mem_depth: int = 512
     dim_bits: int = 10
+    req_reg: bool = False
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"size": 4, "mem_depth": 256},
@@ -70,6 +77,8 @@ class ArrayConfig(PresetMixin):
             raise ValueError(f"ArrayConfig.mem_depth must be a power of two, "
                              f"not {self.mem_depth!r}")
         check_int("ArrayConfig", "dim_bits", self.dim_bits, lo=2, hi=16)
+        if not isinstance(self.req_reg, bool):
+            raise TypeError(f"ArrayConfig.req_reg must be a bool, not {self.req_reg!r}")
 
     # ---- derived -----------------------------------------------------------------------------
     @property

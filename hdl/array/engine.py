@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from ..bfp.stat import stat_layout
 from ..lib.memport import LinePort
+from ..lib.streamreg import StreamRegister
 from .accum import OutputAccumulator
 from .array import SystolicArray
 from .beats import BeatAssembler
@@ -174,8 +175,17 @@ class MatmulEngine(wiring.Component):
         for i, q in enumerate((q0, q1)):
             m.d.comb += [q.stat_load.eq(self.stat_load), q.stat_in.eq(self.stat_in[i]),
                          self.stat[i].eq(q.stat)]
-        connect(m, g0.req, q0.req)
-        connect(m, g1.req, q1.req)
+        # (``req_reg``: a register slice on each request stream; a generator is then "done"
+        # with its last request possibly still in the slice: the overlap rule only needs the
+        # requests' order, which the slice keeps, and a pass ends on retired lines)
+        for i, (gen, q) in enumerate(((g0, q0), (g1, q1))):
+            if cfg.req_reg:
+                slice_ = m.submodules[f"req_reg{i}"] = StreamRegister(gen.req.payload.shape())
+                self.blocks[f"req_reg{i}"] = slice_
+                connect(m, gen.req, slice_.i)
+                connect(m, slice_.o, q.req)
+            else:
+                connect(m, gen.req, q.req)
         connect(m, q0.o, beats.x)
         connect(m, q1.o, beats.y)
         connect(m, beats.rows, aligner.i)

@@ -14,7 +14,7 @@ from amaranth.lib.wiring import Out
 from amaranth.sim import Simulator
 
 from hdl.array.config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
-from hdl.array.engine import (MEM_A, MEM_B, MEM_C, OP_READ, OP_WRITE,
+from hdl.array.engine import (MEM_A, MEM_B, MEM_C, OP_READ, OP_STATUS, OP_WRITE,
                               MatmulEngine, cmd_layout, counters_layout, rsp_layout)
 from hdl.array.standalone import MatmulEngineWithMemories
 from hdl.lib.memport import LinePort
@@ -122,6 +122,11 @@ def run_engine(cfg, body, *, deadline_cycles=400_000):
     return box["result"]
 
 
+def _regs(on: bool) -> dict:
+    """The FPGA build's engine registers (``CoreConfig.fpga()``), all on or all off."""
+    return {"req_reg": on, "cmd_reg": on}
+
+
 def passes_scenario(cfg, cmds, seed, *, idle=0.0, stall=0.0):
     """Fill A, B, C with random data, run ``cmds`` in order; compare every memory afterwards."""
     model = G.MatmulEngineModel(cfg)
@@ -177,12 +182,12 @@ def test_engine_modes_s2(mode):
     passes_scenario(cfg, cmds, seed=mode)
 
 
-@pytest.mark.parametrize("req_reg", [False, True], ids=["plain", "req_reg"])
+@pytest.mark.parametrize("regs", [False, True], ids=["plain", "fpga_regs"])
 @pytest.mark.parametrize("mode", [FWD, BWD_DATA, BWD_WEIGHT])
-def test_engine_modes_s4(mode, req_reg):
+def test_engine_modes_s4(mode, regs):
     """Random operands, idle cycles and backpressure, bit-exact with the model; also with the
-    FPGA build's request registers (``req_reg``), which change no result."""
-    cfg = ArrayConfig(size=4, mem_depth=32, dim_bits=5, req_reg=req_reg)
+    FPGA build's registers (``req_reg``, ``cmd_reg``), which change no result."""
+    cfg = ArrayConfig(size=4, mem_depth=32, dim_bits=5, **_regs(regs))
     cmds = [
         G.MatmulCommand(mode, 5, 3, 6, 8, 8, ROUND_NEAREST, False, 0, 8, 16),
         G.MatmulCommand(mode, 2, 9, 4, 2, 4, ROUND_STOCHASTIC, True, 4, 0, 24),
@@ -190,18 +195,18 @@ def test_engine_modes_s4(mode, req_reg):
     passes_scenario(cfg, cmds, seed=10 + mode, idle=0.2, stall=0.3)
 
 
-@pytest.mark.parametrize("req_reg", [False, True], ids=["plain", "req_reg"])
+@pytest.mark.parametrize("regs", [False, True], ids=["plain", "fpga_regs"])
 @pytest.mark.parametrize("mode", [FWD, BWD_DATA, BWD_WEIGHT])
-def test_pass_cycles_documented_s2(mode, req_reg):
+def test_pass_cycles_documented_s2(mode, regs):
     """The fast tier's twin of the cocotb tier's ``pass_cycles_documented``: square passes of
     4S per side (16 weight tiles, each loaded while the one before computes) on an idle engine
     at 2- and 4-bit beats take exactly ``(beats + 2S)*B + 2S + 26`` cycles (docs/array.md via
     :mod:`sim.tb.cycles`, not the code under test): a bubble per beat or per tile, or a weight
-    tile that cannot load ahead, fails. With ``req_reg`` (the FPGA build's request registers)
-    one cycle more, no bubble: a slice that halved the request rate would add a cycle per
-    line."""
+    tile that cannot load ahead, fails. With the FPGA build's registers one cycle more (the
+    request registers; the command register comes before the pass starts), no bubble: a slice
+    that halved the request rate would add a cycle per line."""
     S = 2
-    cfg = ArrayConfig(size=S, mem_depth=32, dim_bits=5, req_reg=req_reg)
+    cfg = ArrayConfig(size=S, mem_depth=32, dim_bits=5, **_regs(regs))
     D = 4 * S
     cmds = [G.MatmulCommand(mode, D, D, D, w, w, ROUND_NEAREST, False, 0, 0, 0) for w in (2, 4)]
     got = passes_scenario(cfg, cmds, seed=30 + mode)
@@ -209,22 +214,23 @@ def test_pass_cycles_documented_s2(mode, req_reg):
         assert status == G.OK
         B = cycles_doc.beat_cycles(cmd.width_a, cmd.width_b, cfg.lanes)
         beats = G.pass_beats(mode, D, D, D, S)
-        want = cycles_doc.matmul_pass_cycles(S, beats, B, req_reg)
+        want = cycles_doc.matmul_pass_cycles(S, beats, B, cfg.req_reg)
         assert counters["cycles"] == want, (cmd, counters, want)
 
 
-@pytest.mark.parametrize("req_reg", [False, True], ids=["plain", "req_reg"])
-def test_back_to_back_passes(req_reg):
+@pytest.mark.parametrize("regs", [False, True], ids=["plain", "fpga_regs"])
+def test_back_to_back_passes(regs):
     """Commands sent without waiting for responses. STARTs with the running pass's settings
     overlap it (``interval < cycles``, proving the overlap), including one that accumulates
     into lines the previous pass is still writing; a START with other widths, a WRITE and an
     invalid START wait until the engine is idle. Every response in order, flags attributed
     to the right pass (NaN/Inf planted in one pass's operands), memories bit-exact with the
     model run one command after the other; random idle cycles and backpressure. Also with
-    the request registers (``req_reg``): a generator is "done" while its last request may
-    still be in the slice, so the overlap must still keep every pass's reads in order."""
+    the FPGA build's registers: a generator is "done" while its last request may still be in
+    the request slice, and every command passes the pending register, so the overlap must
+    still keep every pass's reads and responses in order."""
     S = 4
-    cfg = ArrayConfig(size=S, mem_depth=64, dim_bits=6, req_reg=req_reg)
+    cfg = ArrayConfig(size=S, mem_depth=64, dim_bits=6, **_regs(regs))
     model = G.MatmulEngineModel(cfg)
     rng = np.random.default_rng(21)
     for k in model.mem:
@@ -295,8 +301,11 @@ def test_back_to_back_passes(req_reg):
         np.testing.assert_array_equal(mems[k], model.mem[k], err_msg=f"scratchpad {k}")
 
 
-def test_invalid_commands_rejected_memory_untouched():
-    cfg = ArrayConfig(size=2, mem_depth=16, dim_bits=5)
+@pytest.mark.parametrize("regs", [False, True], ids=["plain", "fpga_regs"])
+def test_invalid_commands_rejected_memory_untouched(regs):
+    """Each invalid START answered with its status, nothing written; also with the checks
+    registered on the way into the pending register (``cmd_reg``)."""
+    cfg = ArrayConfig(size=2, mem_depth=16, dim_bits=5, **_regs(regs))
     cmds = [
         G.MatmulCommand(3, 1, 1, 1),
         G.MatmulCommand(FWD, 0, 1, 1),
@@ -315,8 +324,42 @@ def test_invalid_commands_rejected_memory_untouched():
                                    G.ERR_ADDR, G.OK]
 
 
-def test_host_bad_address_rejected():
-    cfg = ArrayConfig(size=2, mem_depth=16, dim_bits=5)
+@pytest.mark.parametrize("regs", [False, True], ids=["plain", "fpga_regs"])
+def test_host_response_latency_published(regs):
+    """A WRITE (and a STATUS) is answered ``latency`` cycles after its transfer on ``cmd``, a
+    READ one cycle later (the registry's ``latency``: 1, and 2 with ``cmd_reg``, whose
+    commands wait a cycle in the pending register)."""
+    from hdl.array.standalone import _params
+    cfg = ArrayConfig(size=2, mem_depth=16, dim_bits=5, **_regs(regs))
+    lat = 1 + int(cfg.cmd_reg)
+    assert _params("tiny")["latency"] == 1           # the preset is the plain build
+
+    async def body(dut, ctx):
+        got = []
+        for fields in ({"op": OP_WRITE, "mem": MEM_B, "addr": 3, "data": 7},
+                       {"op": OP_STATUS}, {"op": OP_READ, "mem": MEM_B, "addr": 3}):
+            ctx.set(dut.cmd.payload, fields)
+            ctx.set(dut.cmd.valid, 1)
+            await ctx.tick().until(dut.cmd.ready)
+            ctx.set(dut.cmd.valid, 0)
+            ctx.set(dut.rsp.ready, 1)
+            n = 1               # the transfer's clock edge: 1 cycle
+            while not ctx.get(dut.rsp.valid):
+                await ctx.tick()
+                n += 1
+            got.append((n, int(ctx.get(dut.rsp.payload.data))))
+            await ctx.tick()
+            ctx.set(dut.rsp.ready, 0)
+        return got
+
+    got = run_engine(cfg, body)
+    assert [n for n, _ in got] == [lat, lat, lat + 1], got
+    assert got[2][1] == 7
+
+
+@pytest.mark.parametrize("regs", [False, True], ids=["plain", "fpga_regs"])
+def test_host_bad_address_rejected(regs):
+    cfg = ArrayConfig(size=2, mem_depth=16, dim_bits=5, **_regs(regs))
 
     async def body(dut, ctx):
         host = Host(dut, ctx, random.Random(0))

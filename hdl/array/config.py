@@ -45,6 +45,12 @@ class ArrayConfig(PresetMixin):
         a multiply) is registered before it reaches the scratchpad, instead of going through
         the multiplier, the bank crossbar and into the block RAM in one cycle. Results are the
         same; every pass takes one cycle more (docs/array.md, *Measured*).
+    cmd_reg : bool
+        Every command waits one cycle in the pending register and is validated on its way in
+        (the FPGA build): the checks (line-count multiplies, range compares) end at registers
+        instead of driving the pass start and everything it loads in the same cycle. Results
+        and pass ``cycles`` are the same; each command is answered one cycle later
+        (docs/array.md, *Host protocol*).
     """
 
     size: int = 8
@@ -56,6 +62,7 @@ class ArrayConfig(PresetMixin):
     mem_depth: int = 512
     dim_bits: int = 10
     req_reg: bool = False
+    cmd_reg: bool = False
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"size": 4, "mem_depth": 256},
@@ -79,6 +86,8 @@ class ArrayConfig(PresetMixin):
         check_int("ArrayConfig", "dim_bits", self.dim_bits, lo=2, hi=16)
         if not isinstance(self.req_reg, bool):
             raise TypeError(f"ArrayConfig.req_reg must be a bool, not {self.req_reg!r}")
+        if not isinstance(self.cmd_reg, bool):
+            raise TypeError(f"ArrayConfig.cmd_reg must be a bool, not {self.cmd_reg!r}")
 
     # ---- derived -----------------------------------------------------------------------------
     @property

@@ -81,6 +81,8 @@ class PassControl(wiring.Component):
     the running pass is done, ``launch`` once generator 0 is), keeps the two pass slots (a
     beat belongs to the older pass until its beat count is reached; a pass is complete when
     that many result lines have retired) and answers a ``START`` with its flags and counters.
+    With ``config.cmd_reg`` every command is first taken into the pending register, its checks
+    registered on the way in, and executed from there one cycle later.
 
     Parameters
     ----------
@@ -161,7 +163,10 @@ class PassControl(wiring.Component):
         pend = Signal(cmd_layout(cfg), name="pend")
         pend_valid = Signal(name="pend_valid")
         c = Signal(cmd_layout(cfg), name="cur_cmd")
-        m.d.comb += c.eq(Mux(pend_valid, pend.as_value(), self.cmd.payload.as_value()))
+        if cfg.cmd_reg:     # every command waits a cycle in ``pend``, validated on the way in
+            m.d.comb += c.eq(pend)
+        else:
+            m.d.comb += c.eq(Mux(pend_valid, pend.as_value(), self.cmd.payload.as_value()))
         mode = Signal(2, name="mode")
         wa = Signal(width_shape(cfg), name="width_a")
         wbw = Signal(width_shape(cfg), name="width_b")
@@ -174,31 +179,48 @@ class PassControl(wiring.Component):
         def cdiv(x):
             return (x + (S - 1)) >> lg
 
-        # ---- command validation (combinational on the command payload) -----------------------
-        status = Signal(3, name="cmd_status")
-
+        # ---- command validation (combinational on a command payload) -------------------------
         def width_ok(w):
             return (w >= 2) & (w <= mm) & ~w[0]
 
-        lines_a = Signal(wide, name="cmd_lines_a")
-        lines_b = Signal(wide, name="cmd_lines_b")
-        lines_c = Signal(wide, name="cmd_lines_c")
-        m.d.comb += [
-            lines_a.eq(c.M * cdiv(c.K)), lines_b.eq(c.K * cdiv(c.N)), lines_c.eq(c.M * cdiv(c.N)),
-        ]
-        with m.If(c.mode > 2):
-            m.d.comb += status.eq(STATUS_ERR_MODE)
-        with m.Elif((c.M == 0) | (c.K == 0) | (c.N == 0)):
-            m.d.comb += status.eq(STATUS_ERR_SHAPE)
-        with m.Elif(~width_ok(c.width_a) | ~width_ok(c.width_b)):
-            m.d.comb += status.eq(STATUS_ERR_WIDTH)
-        with m.Elif(c.rounding > 2):
-            m.d.comb += status.eq(STATUS_ERR_ROUNDING)
-        with m.Elif((c.base_a + lines_a > depth) | (c.base_b + lines_b > depth)
-                    | (c.base_c + lines_c > depth)):
-            m.d.comb += status.eq(STATUS_ERR_ADDR)
-        with m.Else():
-            m.d.comb += status.eq(STATUS_OK)
+        def validate(v, sfx):
+            """Status, total beats and MACs of the command ``v`` (signals named ``*sfx``)."""
+            st = Signal(3, name=f"cmd_status{sfx}")
+            lines_a = Signal(wide, name=f"cmd_lines_a{sfx}")
+            lines_b = Signal(wide, name=f"cmd_lines_b{sfx}")
+            lines_c = Signal(wide, name=f"cmd_lines_c{sfx}")
+            m.d.comb += [lines_a.eq(v.M * cdiv(v.K)), lines_b.eq(v.K * cdiv(v.N)),
+                         lines_c.eq(v.M * cdiv(v.N))]
+            with m.If(v.mode > 2):
+                m.d.comb += st.eq(STATUS_ERR_MODE)
+            with m.Elif((v.M == 0) | (v.K == 0) | (v.N == 0)):
+                m.d.comb += st.eq(STATUS_ERR_SHAPE)
+            with m.Elif(~width_ok(v.width_a) | ~width_ok(v.width_b)):
+                m.d.comb += st.eq(STATUS_ERR_WIDTH)
+            with m.Elif(v.rounding > 2):
+                m.d.comb += st.eq(STATUS_ERR_ROUNDING)
+            with m.Elif((v.base_a + lines_a > depth) | (v.base_b + lines_b > depth)
+                        | (v.base_c + lines_c > depth)):
+                m.d.comb += st.eq(STATUS_ERR_ADDR)
+            with m.Else():
+                m.d.comb += st.eq(STATUS_OK)
+            total = Signal(32, name=f"cmd_total_beats{sfx}")
+            m.d.comb += total.eq(Mux(v.mode == BWD_WEIGHT,
+                                     (cdiv(v.M) * cdiv(v.K) * cdiv(v.N)) << lg,
+                                     cdiv(v.K) * cdiv(v.N) * v.M))
+            macs = Signal(48, name=f"cmd_macs{sfx}")
+            m.d.comb += macs.eq(v.M * v.K * v.N)
+            return st, total, macs
+
+        if cfg.cmd_reg:     # validated as the command enters ``pend``, then read from registers
+            status = Signal(3, name="cmd_status")
+            cmd_total = Signal(32, name="cmd_total_beats")
+            cmd_macs = Signal(48, name="cmd_macs")
+            in_checks = validate(self.cmd.payload, "_in")
+            with m.If(self.cmd.valid & self.cmd.ready):
+                m.d.sync += [r.eq(x) for r, x in zip((status, cmd_total, cmd_macs), in_checks)]
+        else:
+            status, cmd_total, cmd_macs = validate(c, "")
 
         # ---- host FSM -----------------------------------------------------------------------
         rsp = self.rsp.payload
@@ -222,23 +244,27 @@ class PassControl(wiring.Component):
                      self.launch_rows.eq(g1_launch)]
         # While a pass runs, one command is taken into ``pend``; on an idle engine a command is
         # executed at once (the pending one first).
-        m.d.comb += self.cmd.ready.eq(~pend_valid & ~read_wait & (running | ~rsp_valid))
+        # With ``cmd_reg`` every command is taken into ``pend`` and executed from there.
         take = Signal(name="cmd_take")
         host_go = Signal(name="host_go")
-        m.d.comb += [
-            take.eq(self.cmd.valid & self.cmd.ready),
-            host_go.eq((take & ~running) | (pend_valid & ~running & ~rsp_valid & ~read_wait)),
-        ]
-        with m.If(take & running):
-            m.d.sync += [pend.eq(self.cmd.payload), pend_valid.eq(1)]
+        pend_go = Signal(name="pend_go")
+        m.d.comb += [pend_go.eq(pend_valid & ~running & ~rsp_valid & ~read_wait),
+                     take.eq(self.cmd.valid & self.cmd.ready)]
+        if cfg.cmd_reg:
+            m.d.comb += [self.cmd.ready.eq(~pend_valid), host_go.eq(pend_go)]
+            with m.If(take):
+                m.d.sync += [pend.eq(self.cmd.payload), pend_valid.eq(1)]
+        else:
+            m.d.comb += [
+                self.cmd.ready.eq(~pend_valid & ~read_wait & (running | ~rsp_valid)),
+                host_go.eq((take & ~running) | pend_go),
+            ]
+            with m.If(take & running):
+                m.d.sync += [pend.eq(self.cmd.payload), pend_valid.eq(1)]
         with m.If((host_go | ov_start) & pend_valid):
             m.d.sync += pend_valid.eq(0)
         addr_ok = Signal(name="host_addr_ok")
         m.d.comb += addr_ok.eq((c.mem <= 2) & (c.addr < depth))
-        cmd_total = Signal(32, name="cmd_total_beats")
-        m.d.comb += cmd_total.eq(Mux(c.mode == BWD_WEIGHT,
-                                     (cdiv(c.M) * cdiv(c.K) * cdiv(c.N)) << lg,
-                                     cdiv(c.K) * cdiv(c.N) * c.M))
 
         # Pass slots: ``a`` = the oldest pass (the next response), ``b`` = a pass started under
         # a's tail. Beats and retired lines are counted from the idle start on; a pass ends at
@@ -267,7 +293,7 @@ class PassControl(wiring.Component):
 
         def new_pass(slot, end):      # slot := the pass of command ``c``, ending at ``end``
             return [slot["end"].eq(end), slot["beats"].eq(cmd_total),
-                    slot["macs"].eq(c.M * c.K * c.N), slot["cycles"].eq(0),
+                    slot["macs"].eq(cmd_macs), slot["cycles"].eq(0),
                     slot["inv"].eq(0), slot["ovf"].eq(0)]
 
         m.d.comb += [self.host_addr.eq(c.addr), self.host_data.eq(c.data),

@@ -93,9 +93,9 @@ def _params(preset: str) -> dict:
 
     return {
         **cfg.to_dict(), "acc_bits": cfg.acc_bits,
-        "latency": 1,
-        "latency_note": "WRITE/STATUS and rejected commands answer 1 cycle after acceptance, "
-                        "READ 2 cycles; a START answers when its pass is complete "
+        "latency": 1 + int(cfg.cmd_reg),
+        "latency_note": "WRITE/STATUS and rejected commands answer `latency` cycles after "
+                        "acceptance, READ one more; a START answers when its pass is complete "
                         "(counters.cycles)",
         "cmd_layout": fields(cmd_layout(cfg)), "rsp_layout": fields(rsp_layout(cfg)),
         "counters_layout": fields(counters_layout()),

@@ -68,10 +68,12 @@ class CoreConfig(PresetMixin):
         read data then reaches the FP32 units one cycle later, instead of through the
         crossbar in the cycle it leaves the block RAM. Every vector instruction takes one
         cycle more (per chunk of a bias gradient; docs/vector.md).
-    matmul_req_reg : bool
-        The matmul engine's request registers (:attr:`hdl.array.config.ArrayConfig.req_reg`;
-        the FPGA build): a line address is registered between the engine's line generators
-        (a multiply) and the bank crossbar. Every pass takes one cycle more.
+    matmul_regs : bool
+        The matmul engine's timing registers (the FPGA build):
+        :attr:`hdl.array.config.ArrayConfig.req_reg` (a line address registered between the
+        engine's line generators, a multiply, and the bank crossbar; every pass one cycle more)
+        and :attr:`~hdl.array.config.ArrayConfig.cmd_reg` (a command validated into a register
+        before its pass starts; every ``MATMUL`` one cycle more).
     """
 
     size: int = 8
@@ -93,7 +95,7 @@ class CoreConfig(PresetMixin):
     reverse_links: bool = False
     decode_stages: int = 0
     vector_read_reg: bool = False
-    matmul_req_reg: bool = False
+    matmul_regs: bool = False
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"size": 4, "bank_depth": 2048, "max_classes": 64},
@@ -108,10 +110,10 @@ class CoreConfig(PresetMixin):
     #: takes more cycles (docs/vector.md's table). The decoder gets two register stages
     #: (:attr:`decode_stages`; three more cycles per instruction), the vector unit's line
     #: readers a register (:attr:`vector_read_reg`; one more cycle per vector instruction),
-    #: the matmul engine's line requests a register (:attr:`matmul_req_reg`; one more cycle
-    #: per pass).
+    #: the matmul engine its request and command registers (:attr:`matmul_regs`; two more
+    #: cycles per ``MATMUL``).
     FPGA: ClassVar[dict] = {"vector_lanes": 1, "vector_sumsq": False, "decode_stages": 2,
-                            "vector_read_reg": True, "matmul_req_reg": True}
+                            "vector_read_reg": True, "matmul_regs": True}
     #: Banks of the FPGA build (when the config has more).
     FPGA_BANKS: ClassVar[int] = 4
     #: Initiation interval of the FPGA build's optimizer pipeline
@@ -138,9 +140,9 @@ class CoreConfig(PresetMixin):
                              f"not {self.prog_depth!r}")
         check_int("CoreConfig", "layers", self.layers, lo=1, hi=16)
         check_int("CoreConfig", "max_classes", self.max_classes, lo=2, hi=4095)
-        if not isinstance(self.matmul_req_reg, bool):
-            raise TypeError(f"CoreConfig.matmul_req_reg must be a bool, not "
-                            f"{self.matmul_req_reg!r}")
+        if not isinstance(self.matmul_regs, bool):
+            raise TypeError(f"CoreConfig.matmul_regs must be a bool, not "
+                            f"{self.matmul_regs!r}")
         self.array        # validates the array fields (their messages name ArrayConfig)
         check_int("CoreConfig", "vector_lanes", self.vector_lanes, lo=0)
         if self.vector_lanes and self.size % self.vector_lanes:
@@ -184,7 +186,8 @@ class CoreConfig(PresetMixin):
         return ArrayConfig(size=self.size, max_mantissa=self.max_mantissa, lanes=self.lanes,
                            exp_bits=self.exp_bits, noise_bits=self.noise_bits,
                            lfsr_seed=self.lfsr_seed, mem_depth=self.lines,
-                           dim_bits=self.dim_bits, req_reg=self.matmul_req_reg)
+                           dim_bits=self.dim_bits, req_reg=self.matmul_regs,
+                           cmd_reg=self.matmul_regs)
 
     @property
     def collective(self):

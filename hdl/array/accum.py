@@ -40,7 +40,8 @@ class OutputAccumulator(wiring.Component):
     i : In(stream.Signature(acc_in_layout(config)))
         Result lines.
     rd_addr : Out(range(mem_depth)), rd_en : Out(1), rd_data : In(S * 32)
-        Read port of the output scratchpad (synchronous, one cycle).
+        Read port of the output scratchpad (synchronous, one cycle), driven from registers:
+        a line's old value is read in the cycle after the line is accepted.
     wr_addr : Out(range(mem_depth)), wr_en : Out(S), wr_data : Out(S * 32)
         Write port (one enable per 32-bit lane).
     busy : Out(1)
@@ -104,9 +105,16 @@ class OutputAccumulator(wiring.Component):
             # the S lanes are identical pipelines in lockstep: lane 0's ready stands for all
             self.i.ready.eq(edges[0].i.ready & in_ok),
             accept.eq(self.i.valid & self.i.ready),
-            self.rd_addr.eq(p.addr),
-            self.rd_en.eq(accept),
         ]
+        # the old line is read one cycle after the line is accepted, from registers: the
+        # in-flight check (16 address compares) does not reach a bank's address in the same
+        # cycle. Its data arrives long before the edge converters' output (LATENCY >= 2), so
+        # no line waits for it.
+        rd_en = Signal(name="read_issue")
+        rd_addr = Signal.like(self.rd_addr, name="read_addr")
+        m.d.sync += [rd_en.eq(accept), rd_addr.eq(p.addr)]
+        m.d.comb += [self.rd_addr.eq(rd_addr), self.rd_en.eq(rd_en)]
+        assert EdgeConverter.LATENCY >= 2
         for lane in range(S):
             m.d.comb += [
                 edges[lane].i.valid.eq(self.i.valid & in_ok),
@@ -115,7 +123,7 @@ class OutputAccumulator(wiring.Component):
         m.d.comb += [meta1.w_en.eq(accept),
                      meta1.w_data.eq(Cat(p.addr, p.mask, p.first, p.write))]
         read_pending = Signal(name="read_pending")
-        m.d.sync += read_pending.eq(accept)
+        m.d.sync += read_pending.eq(rd_en)
         m.d.comb += [old.w_en.eq(read_pending), old.w_data.eq(self.rd_data)]
         with m.If(accept):
             for j in range(D):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Module, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from .accum import acc_in_layout
@@ -23,7 +23,8 @@ def desc_layout(config: ArrayConfig) -> data.StructLayout:
 
 
 class ResultJoin(wiring.Component):
-    """A FIFO of result descriptors, joined in order with the array's output vectors.
+    """A FIFO of result descriptors, joined in order with the array's output vectors (the
+    head descriptor from a register: ``SyncFIFOBuffered``).
 
     Every beat that enters the array writes one descriptor and produces exactly one output
     vector, in order, so the head descriptor belongs to the array's current output.
@@ -56,7 +57,11 @@ class ResultJoin(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         dl = desc_layout(self.config)
-        fifo = m.submodules.desc = SyncFIFO(width=dl.size, depth=self.depth)
+        # buffered: the head descriptor (whose address the accumulator's in-flight check
+        # compares) comes from a register, not through the FIFO memory's read; its one cycle
+        # more from write to read is hidden (a descriptor is written when its beat enters the
+        # array, its output vector comes out at least (2S + 1) cycles later)
+        fifo = m.submodules.desc = SyncFIFOBuffered(width=dl.size, depth=self.depth)
         m.d.comb += [fifo.w_data.eq(self.desc.payload), fifo.w_en.eq(self.desc.valid),
                      self.desc.ready.eq(fifo.w_rdy)]
         dh = Signal(dl, name="desc_head")

@@ -126,22 +126,35 @@ class QuantStat(wiring.Component):
         # ---- accumulator -------------------------------------------------------------------------
         st = self.stat
         e_bits = cfg.exp_bits + 1
+        # The side with the smaller exponent is shifted right by the difference (by B or
+        # more: to zero). Both differences are formed at once (no negation after the
+        # subtraction) and one shifter per sum serves both sides (the winner is not shifted).
         diff_e = Signal(signed(e_bits + 1), name="exp_diff")        # s_exp - st.exp
-        m.d.comb += diff_e.eq(s_exp - st.exp)
+        diff_n = Signal(signed(e_bits + 1), name="exp_diff_neg")    # st.exp - s_exp
+        m.d.comb += [diff_e.eq(s_exp - st.exp), diff_n.eq(st.exp - s_exp)]
         up = Signal(name="exp_up")                                  # the group's exponent wins
         m.d.comb += up.eq(st.seen & (diff_e > 0))
-        k = Signal(range(B + 1), name="align_shift")
-        mag = Mux(diff_e < 0, -diff_e, diff_e)
-        m.d.comb += k.eq(Mux(~st.seen, 0, Mux(mag > B, B, mag)))
+        sb = (B - 1).bit_length()                                   # B = 2**sb bits or fewer
+        mag = Signal(e_bits + 1, name="align_mag")
+        m.d.comb += mag.eq(Mux(up, diff_e, diff_n))
+        k = Signal(sb, name="align_shift")
+        flush = Signal(name="align_flush")                          # shifted by B or more
+        m.d.comb += [k.eq(mag[:sb]), flush.eq(mag >= B)]
+        sh_num = Signal(B, name="align_num")
+        sh_den = Signal(B, name="align_den")
+        m.d.comb += [
+            sh_num.eq(Mux(flush, 0, Mux(up, st.num, s_d) >> k)),
+            sh_den.eq(Mux(flush, 0, Mux(up, st.den, s_n) >> k)),
+        ]
         a_num = Signal(B, name="acc_num_aligned")
         a_den = Signal(B, name="acc_den_aligned")
         g_num = Signal(B, name="grp_num_aligned")
         g_den = Signal(B, name="grp_den_aligned")
         m.d.comb += [
-            a_num.eq(Mux(~st.seen, 0, Mux(up, st.num >> k, st.num))),
-            a_den.eq(Mux(~st.seen, 0, Mux(up, st.den >> k, st.den))),
-            g_num.eq(Mux(up, s_d, s_d >> k)),
-            g_den.eq(Mux(up, s_n, s_n >> k)),
+            a_num.eq(Mux(~st.seen, 0, Mux(up, sh_num, st.num))),
+            a_den.eq(Mux(~st.seen, 0, Mux(up, sh_den, st.den))),
+            g_num.eq(Mux(~st.seen | up, s_d, sh_num)),
+            g_den.eq(Mux(~st.seen | up, s_n, sh_den)),
         ]
         new_exp = Signal(signed(e_bits), name="acc_exp_next")
         m.d.comb += new_exp.eq(Mux(~st.seen | up, s_exp, st.exp))

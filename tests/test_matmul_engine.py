@@ -130,6 +130,8 @@ def _regs(on: bool) -> dict:
 def passes_scenario(cfg, cmds, seed, *, idle=0.0, stall=0.0):
     """Fill A, B, C with random data, run ``cmds`` in order; compare every memory afterwards."""
     model = G.MatmulEngineModel(cfg)
+    if cfg.role_ports:          # one address space: A, B and C are the same lines
+        model.mem["b"] = model.mem["c"] = model.mem["a"]
     rng = np.random.default_rng(seed)
     for k in model.mem:
         words = _rand(rng, (cfg.mem_depth, cfg.size)).view(np.uint32)
@@ -193,6 +195,22 @@ def test_engine_modes_s4(mode, regs):
         G.MatmulCommand(mode, 2, 9, 4, 2, 4, ROUND_STOCHASTIC, True, 4, 0, 24),
     ]
     passes_scenario(cfg, cmds, seed=10 + mode, idle=0.2, stall=0.3)
+
+
+@pytest.mark.parametrize("regs", [False, True], ids=["plain", "fpga_regs"])
+def test_role_ports_one_address_space(regs):
+    """The training core's port arrangement (``role_ports``: the two quantizers' reads and
+    the accumulator's read-modify-write on one scratchpad, the host's WRITE/READ through the
+    accumulator's port) with and without the FPGA build's registers: every mode, accumulate,
+    stochastic rounding, random idle cycles and backpressure, bit-exact with the model on one
+    memory seen as A, B and C (matrices at disjoint lines)."""
+    cfg = ArrayConfig(size=4, mem_depth=64, dim_bits=6, role_ports=True, **_regs(regs))
+    C = G.MatmulCommand
+    cmds = [C(FWD, 5, 6, 7, 4, 4, ROUND_NEAREST, False, 0, 12, 28),
+            C(BWD_DATA, 5, 6, 7, 4, 2, ROUND_NEAREST, False, 0, 12, 28),
+            C(BWD_WEIGHT, 5, 6, 7, 8, 4, ROUND_STOCHASTIC, True, 0, 12, 28),
+            C(FWD, 3, 6, 7, 2, 8, ROUND_STOCHASTIC, True, 0, 12, 40)]
+    passes_scenario(cfg, cmds, seed=41, idle=0.2, stall=0.3)
 
 
 @pytest.mark.parametrize("regs", [False, True], ids=["plain", "fpga_regs"])

@@ -51,6 +51,13 @@ class ArrayConfig(PresetMixin):
         instead of driving the pass start and everything it loads in the same cycle. Results
         and pass ``cycles`` are the same; each command is answered one cycle later
         (docs/array.md, *Host protocol*).
+    role_ports : bool
+        The engine's scratchpad ports by role instead of by scratchpad (the training core,
+        whose A, B and C are one address space behind a crossbar that routes by address):
+        ``q0`` and ``q1`` (the quantizers' reads; they never write) and ``acc`` (the
+        accumulator's read-modify-write, and the host's ``READ``/``WRITE`` while no pass
+        runs, ``mem`` checked and then not used) instead of ``a``, ``b``, ``c``, and no
+        :class:`~hdl.array.ports.PortMux`. Results and cycles are the same.
     """
 
     size: int = 8
@@ -63,6 +70,7 @@ class ArrayConfig(PresetMixin):
     dim_bits: int = 10
     req_reg: bool = False
     cmd_reg: bool = False
+    role_ports: bool = False
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"size": 4, "mem_depth": 256},
@@ -88,6 +96,8 @@ class ArrayConfig(PresetMixin):
             raise TypeError(f"ArrayConfig.req_reg must be a bool, not {self.req_reg!r}")
         if not isinstance(self.cmd_reg, bool):
             raise TypeError(f"ArrayConfig.cmd_reg must be a bool, not {self.cmd_reg!r}")
+        if not isinstance(self.role_ports, bool):
+            raise TypeError(f"ArrayConfig.role_ports must be a bool, not {self.role_ports!r}")
 
     # ---- derived -----------------------------------------------------------------------------
     @property

@@ -3,7 +3,7 @@ array, FP32 accumulation and a host command stream; the scratchpads are reached 
 ports (:class:`hdl.lib.memport.LinePort`). :mod:`hdl.array.standalone` adds memories."""
 from __future__ import annotations
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Mux
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
@@ -89,6 +89,11 @@ class MatmulEngine(wiring.Component):
         words), a pass's two operand reads and its accumulator's read-modify-write while it
         runs. Reads rely on the port contract: data one cycle after ``r_en``, held while
         ``r_en = 0``; the engine issues a read only when it will take the data.
+    q0, q1, acc : Out(LinePort(addr_bits=line_bits(config), words=S))
+        Instead of ``a``, ``b``, ``c`` with ``config.role_ports`` (one address space, as in
+        the training core): quantizer 0's and 1's reads (never a write) and the
+        accumulator's read-modify-write; the host's ``READ``/``WRITE`` use ``acc`` while no
+        pass runs.
 
     Notes
     -----
@@ -119,8 +124,14 @@ class MatmulEngine(wiring.Component):
             "stat_in": In(stat_layout(config.bfp(0))).array(2),
             "stat": Out(stat_layout(config.bfp(0))).array(2),
             **{name: Out(LinePort(addr_bits=line_bits(config), words=config.size))
-               for name in ("a", "b", "c")},
+               for name in self.port_names(config)},
         })
+
+    @staticmethod
+    def port_names(config: ArrayConfig) -> tuple[str, ...]:
+        """The scratchpad ports: ``("a", "b", "c")``, or by role with ``config.role_ports``:
+        ``("q0", "q1", "acc")``."""
+        return ("q0", "q1", "acc") if config.role_ports else ("a", "b", "c")
 
     def elaborate(self, platform):
         m = Module()
@@ -141,11 +152,13 @@ class MatmulEngine(wiring.Component):
         res = m.submodules.results = ResultJoin(config=cfg,
                                                 depth=4 * S + self.DESC_DEPTH_EXTRA)
         acc = m.submodules.accum = OutputAccumulator(config=cfg)
-        pm = m.submodules.ports = PortMux(config=cfg)
+        pm = None if cfg.role_ports else PortMux(config=cfg)
+        if pm is not None:
+            m.submodules.ports = pm
         #: sub-blocks of the last elaboration (for simulation-time introspection in tests)
         self.blocks = {"control": ctl, "gen0": g0, "gen1": g1, "quant0": q0, "quant1": q1,
                        "aligner": aligner, "wload": wl, "beats": beats, "array": arr,
-                       "results": res, "accum": acc, "ports": pm}
+                       "results": res, "accum": acc, **({"ports": pm} if pm else {})}
 
         # ---- host side ----------------------------------------------------------------------
         connect(m, flipped(self.cmd), ctl.cmd)
@@ -162,8 +175,9 @@ class MatmulEngine(wiring.Component):
             arr.mode.eq(mode), arr.width_a.eq(ctl.width_a), arr.width_b.eq(ctl.width_b),
             aligner.clear.eq(ctl.start), wl.clear.eq(ctl.start), beats.clear.eq(ctl.start),
             beats.mode.eq(mode), beats.shift.eq(ctl.shift), beats.running.eq(running),
-            pm.mode.eq(mode), pm.running.eq(running),
         ]
+        if pm is not None:
+            m.d.comb += [pm.mode.eq(mode), pm.running.eq(running)]
         for gen, launch, done in ((g0, ctl.launch, ctl.gen0_done),
                                   (g1, ctl.launch_rows, ctl.gen1_done)):
             m.d.comb += [gen.mode.eq(mode), gen.running.eq(running), gen.launch.eq(launch),
@@ -198,6 +212,21 @@ class MatmulEngine(wiring.Component):
         connect(m, res.acc, acc.i)
 
         # ---- scratchpad ports ---------------------------------------------------------------
+        if pm is None:          # by role: the quantizers read, the accumulator (or the host)
+            q0p, q1p, accp = self.q0, self.q1, self.acc
+            for q, port in ((q0, q0p), (q1, q1p)):
+                m.d.comb += [port.r_addr.eq(q.rd_addr), port.r_en.eq(q.rd_en),
+                             q.rd_data.eq(port.r_data)]
+            host_rd, host_wr = ctl.host_rd.any(), ctl.host_wr.any()
+            m.d.comb += [
+                accp.r_addr.eq(Mux(running, acc.rd_addr, ctl.host_addr)),
+                accp.r_en.eq(acc.rd_en | host_rd),
+                acc.rd_data.eq(accp.r_data), ctl.host_rdata.eq(accp.r_data),
+                accp.w_addr.eq(Mux(running, acc.wr_addr, ctl.host_addr)),
+                accp.w_data.eq(Mux(running, acc.wr_data, ctl.host_data)),
+                accp.w_en.eq(acc.wr_en | Mux(host_wr, (1 << S) - 1, 0)),
+            ]
+            return m
         m.d.comb += [
             pm.q0.r_addr.eq(q0.rd_addr), pm.q0.r_en.eq(q0.rd_en), q0.rd_data.eq(pm.q0.r_data),
             pm.q1.r_addr.eq(q1.rd_addr), pm.q1.r_en.eq(q1.rd_en), q1.rd_data.eq(pm.q1.r_data),

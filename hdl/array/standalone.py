@@ -41,7 +41,8 @@ class MatmulEngineWithMemories(wiring.Component):
         The engine (submodule ``engine``).
     memories : dict of str to Memory
         ``"a"``, ``"b"``, ``"c"`` (submodules ``mem_a``, ``mem_b``, ``mem_c``), of the last
-        elaboration.
+        elaboration; with ``config.role_ports`` one memory (submodule ``mem``: A, B and C are
+        one address space, as in the training core) under all three names.
 
     Members
     -------
@@ -67,7 +68,18 @@ class MatmulEngineWithMemories(wiring.Component):
         cfg = self.config
         m.submodules.engine = eng = self.engine
         self.memories = {}
-        for name in ("a", "b", "c"):
+        if cfg.role_ports:      # one scratchpad: three read ports, the accumulator writes
+            mem = Memory(shape=cfg.size * 32, depth=cfg.mem_depth, init=[])
+            m.submodules.mem = mem
+            self.memories = {"a": mem, "b": mem, "c": mem}
+            for name in ("q0", "q1", "acc"):
+                port, rp = getattr(eng, name), mem.read_port()
+                m.d.comb += [rp.addr.eq(port.r_addr), rp.en.eq(port.r_en),
+                             port.r_data.eq(rp.data)]
+            wp = mem.write_port(granularity=32)
+            m.d.comb += [wp.addr.eq(eng.acc.w_addr), wp.en.eq(eng.acc.w_en),
+                         wp.data.eq(eng.acc.w_data)]
+        for name in () if cfg.role_ports else ("a", "b", "c"):
             port = getattr(eng, name)
             mem = Memory(shape=cfg.size * 32, depth=cfg.mem_depth, init=[])
             m.submodules[f"mem_{name}"] = mem

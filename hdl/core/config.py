@@ -182,12 +182,13 @@ class CoreConfig(PresetMixin):
 
     @property
     def array(self) -> ArrayConfig:
-        """The matmul engine's config: one address space of ``banks * bank_depth`` lines."""
+        """The matmul engine's config: one address space of ``banks * bank_depth`` lines,
+        reached through ports by role (``role_ports``: two readers and the accumulator)."""
         return ArrayConfig(size=self.size, max_mantissa=self.max_mantissa, lanes=self.lanes,
                            exp_bits=self.exp_bits, noise_bits=self.noise_bits,
                            lfsr_seed=self.lfsr_seed, mem_depth=self.lines,
                            dim_bits=self.dim_bits, req_reg=self.matmul_regs,
-                           cmd_reg=self.matmul_regs)
+                           cmd_reg=self.matmul_regs, role_ports=True)
 
     @property
     def collective(self):

@@ -57,7 +57,7 @@ STATE_LAYOUT = data.StructLayout({"status": 4, "err_pc": 16, "running": 1, "conf
 
 #: Scratchpad clients in crossbar priority order (a core with ``ranks >= 2`` adds ``COLL_CLIENT``
 #: last).
-CLIENTS = ("host", "mm_a", "mm_b", "mm_c", "vec_a", "vec_b", "vec_d", "vec_e",
+CLIENTS = ("host", "mm_q0", "mm_q1", "mm_acc", "vec_a", "vec_b", "vec_d", "vec_e",
            "opt_w", "opt_m", "opt_v", "opt_g")
 COLL_CLIENT = "coll"
 #: What the collective engine reads as word 0 of a poisoned ``ALLREDUCE`` (canonical NaN).
@@ -237,7 +237,7 @@ class TrainingCore(wiring.Component):
             m.d.comb += ad.base.eq(seq.opt_base[i])
 
         # ---- collective engine (ranks >= 2): ALLREDUCE over the ring (docs/multicore.md) -----
-        client_ports = {"host": host.mem, "mm_a": mm.a, "mm_b": mm.b, "mm_c": mm.c,
+        client_ports = {"host": host.mem, "mm_q0": mm.q0, "mm_q1": mm.q1, "mm_acc": mm.acc,
                         "vec_a": vec.a, "vec_b": vec.b, "vec_d": vec.d, "vec_e": vec.e,
                         **{f"opt_{n}": adapters[n].line for n in "wmvg"}}
         coll = cfg.collective
@@ -285,13 +285,13 @@ class TrainingCore(wiring.Component):
             connect(m, client_ports[name], spad.ports[i])
 
         # ---- gradient-write snoop (the skip decision of a one-pass OPT) ---------------------
-        # Every word the matmul engine or the vector unit writes into the gradient window (the
+        # Every word the matmul engine (its accumulator: the engine's only writer) or the
+        # vector unit writes into the gradient window (the
         # lines of the one-pass OPTs' g ranges, collected by the program check) is tested for
         # NaN / Inf (exponent field 255); a hit, one register later, sets `flags` bit 2. Only
         # the ports are looked at (line address, word enables, data), so this holds whatever the
         # units do inside, e.g. how many elements per cycle the vector unit handles.
-        snooped = [client_ports[n] for n in ("mm_a", "mm_b", "mm_c",
-                                             "vec_a", "vec_b", "vec_d", "vec_e")]
+        snooped = [client_ports[n] for n in ("mm_acc", "vec_a", "vec_b", "vec_d", "vec_e")]
         hits = []
         for port in snooped:
             in_win = (port.w_addr >= seq.gwin_lo) & (port.w_addr < seq.gwin_hi)

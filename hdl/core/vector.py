@@ -33,6 +33,7 @@ import dataclasses
 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..fp32.config import FP32Config
@@ -74,9 +75,9 @@ class _LineReader(wiring.Component):
     one cycle later; with the output stalled no read is issued, so ``r_data`` holds (LinePort
     contract).
 
-    With ``out_reg`` a register stage (valid, payload; ``ready`` passes through) follows: the
-    selected words leave one cycle later, from flip-flops instead of from the block RAM's
-    output through the crossbar.
+    With ``out_reg`` a two-entry FIFO follows: the selected words leave one cycle later, from
+    flip-flops instead of from the block RAM's output through the crossbar, and the reader's
+    read enable depends on the FIFO's count, not on the consumer's ``ready``.
     """
 
     def __init__(self, *, line_bits: int, S: int, L: int, out_reg: bool = False):
@@ -150,14 +151,13 @@ class _LineReader(wiring.Component):
         for j in range(L):
             m.d.comb += o.payload.x[j].eq(Mux(zero, 0, words[j]))
         if self.out_reg:
-            rv = Signal(name="reg_valid")
-            rp = Signal(rd_layout(L), name="reg_payload")
-            m.d.comb += [o.ready.eq(~rv | self.o.ready),
-                         self.o.valid.eq(rv), self.o.payload.eq(rp)]
-            with m.If(o.valid & o.ready):
-                m.d.sync += [rv.eq(1), rp.eq(o.payload)]
-            with m.Elif(self.o.ready):
-                m.d.sync += rv.eq(0)
+            # two entries, so the reader's ready (and with it the bank's read enable) comes
+            # from the entry count alone, not from the consumer's ready in the same cycle;
+            # a beat still leaves one cycle after it is selected, one per cycle
+            reg = m.submodules.out_reg = SyncFIFO(width=rd_layout(L).size, depth=2)
+            m.d.comb += [reg.w_en.eq(o.valid), reg.w_data.eq(o.payload), o.ready.eq(reg.w_rdy),
+                         self.o.valid.eq(reg.r_rdy), self.o.payload.eq(reg.r_data),
+                         reg.r_en.eq(self.o.ready)]
         return m
 
 

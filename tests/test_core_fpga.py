@@ -31,7 +31,7 @@ def test_fpga_config_is_the_preset_with_one_vector_lane_and_four_banks(preset):
     assert fpga == dataclasses.replace(cfg, vector_lanes=1, vector_sumsq=False, banks=4,
                                        bank_depth=cfg.bank_depth * cfg.banks // 4,
                                        decode_stages=2, vector_read_reg=True,
-                                       matmul_regs=True)
+                                       matmul_regs=True, acc_lanes=2)
     assert (cfg.instr_cycles, fpga.instr_cycles) == (3, 6)
     assert fpga.vec_lanes == 1 and fpga.size == cfg.size and fpga.lines == cfg.lines
     assert fpga.fpga() == fpga

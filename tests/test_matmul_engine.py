@@ -123,8 +123,9 @@ def run_engine(cfg, body, *, deadline_cycles=400_000):
 
 
 def _regs(on: bool) -> dict:
-    """The FPGA build's engine registers (``CoreConfig.fpga()``), all on or all off."""
-    return {"req_reg": on, "cmd_reg": on}
+    """The FPGA build's engine options (``CoreConfig.fpga()``: its registers and two
+    accumulator lanes), all on or all off."""
+    return {"req_reg": on, "cmd_reg": on, "acc_lanes": 2 if on else 0}
 
 
 def passes_scenario(cfg, cmds, seed, *, idle=0.0, stall=0.0):
@@ -232,8 +233,30 @@ def test_pass_cycles_documented_s2(mode, regs):
         assert status == G.OK
         B = cycles_doc.beat_cycles(cmd.width_a, cmd.width_b, cfg.lanes)
         beats = G.pass_beats(mode, D, D, D, S)
-        want = cycles_doc.matmul_pass_cycles(S, beats, B, cfg.req_reg)
+        want = cycles_doc.matmul_pass_cycles(S, beats, B, cfg.req_reg,
+                                             S // (cfg.acc_lanes or S))
         assert counters["cycles"] == want, (cmd, counters, want)
+
+
+@pytest.mark.parametrize("acc_lanes", [1, 2])
+def test_pass_cycles_shared_accumulator(acc_lanes):
+    """An accumulator of fewer lanes than S (``acc_lanes``; the FPGA build has 2) takes a
+    result line in ``F = S / acc_lanes`` cycles: square passes at S = 4 take exactly
+    ``max((beats + 2S)*B + F - 1, beats*F + 2S*B + B - 1) + 2S + 26`` cycles
+    (``sim.tb.cycles.matmul_pass_cycles``, docs/array.md) at beats of 1, 2, 3 and 4 cycles
+    (below, at and above F), results bit-exact with the model."""
+    S = 4
+    cfg = ArrayConfig(size=S, mem_depth=64, dim_bits=6, acc_lanes=acc_lanes)
+    D = 4 * S
+    for mode in (FWD, BWD_WEIGHT):
+        cmds = [G.MatmulCommand(mode, D, D, D, wa, wb, ROUND_NEAREST, False, 0, 0, 0)
+                for wa, wb in ((2, 2), (2, 4), (2, 6), (4, 4))]
+        got = passes_scenario(cfg, cmds, seed=50 + mode)
+        for (status, _, _, counters, _), cmd in zip(got, cmds):
+            B = cycles_doc.beat_cycles(cmd.width_a, cmd.width_b, cfg.lanes)
+            beats = G.pass_beats(mode, D, D, D, S)
+            want = cycles_doc.matmul_pass_cycles(S, beats, B, acc_parts=S // acc_lanes)
+            assert counters["cycles"] == want, (cmd, counters, want)
 
 
 @pytest.mark.parametrize("regs", [False, True], ids=["plain", "fpga_regs"])

@@ -2,7 +2,7 @@
 scratchpad (read-modify-write of one line per cycle)."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -29,8 +29,12 @@ def acc_in_layout(config: ArrayConfig) -> data.StructLayout:
 class OutputAccumulator(wiring.Component):
     """``mem[addr][l] = fp32(mem[addr][l] or +0.0) + fp32(value[l] * 2**exp[l])`` per line.
 
-    ``S`` :class:`hdl.edge_converter.EdgeConverter` (RNE) and ``S`` :class:`hdl.fp32.add.FP32Add`
-    (RNE, bit-exact with numpy float32) work in lockstep, one line per cycle. A line whose
+    ``P = config.acc_lanes`` (``S`` when 0) :class:`hdl.edge_converter.EdgeConverter` (RNE) and
+    ``P`` :class:`hdl.fp32.add.FP32Add` (RNE, bit-exact with numpy float32) work in lockstep on
+    ``P`` words of a line per cycle: one line per cycle with ``P = S``, one per ``S / P``
+    cycles with fewer lanes (a line's parts, lanes ``k*P .. k*P + P - 1``, enter in order
+    while the line waits on ``i``; its old value is read once, each part written with its
+    lanes' enables). A line whose
     ``addr`` is still in flight (read but not yet written back) waits, so repeated updates of
     one line are applied in arrival order (the golden model's accumulation order). At most
     ``DEPTH`` lines are in flight.
@@ -69,22 +73,29 @@ class OutputAccumulator(wiring.Component):
 
     @property
     def latency(self) -> int:
-        return EdgeConverter.LATENCY + FP32Add().latency + 1
+        """Cycles from a line's first part entering the edge converters to its last part's
+        write: ``EdgeConverter.LATENCY + FP32Add latency + 1 + (parts - 1)``."""
+        parts = self.config.size // (self.config.acc_lanes or self.config.size)
+        return EdgeConverter.LATENCY + FP32Add().latency + 1 + parts - 1
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
         S, D = cfg.size, self.DEPTH
-        edges = [EdgeConverter(config=self.edge_config) for _ in range(S)]
-        adds = [FP32Add() for _ in range(S)]
-        for lane in range(S):
+        P = cfg.acc_lanes or S            # edge converter + adder lanes
+        F = S // P                        # parts of a line, one per cycle
+        edges = [EdgeConverter(config=self.edge_config) for _ in range(P)]
+        adds = [FP32Add() for _ in range(P)]
+        for lane in range(P):
             m.submodules[f"edge_{lane}"] = edges[lane]
             m.submodules[f"add_{lane}"] = adds[lane]
 
+        # one entry per part of a line in the metadata FIFOs (``part``, ``last``: the line's
+        # last part), one per line in the old-line FIFO
         meta = data.StructLayout({"addr": range(cfg.mem_depth), "mask": S, "first": 1,
-                                  "write": 1})
-        meta1 = m.submodules.meta1 = SyncFIFO(width=meta.size, depth=D)
-        meta2 = m.submodules.meta2 = SyncFIFO(width=meta.size, depth=D)
+                                  "write": 1, "part": range(F), "last": 1})
+        meta1 = m.submodules.meta1 = SyncFIFO(width=meta.size, depth=D * F)
+        meta2 = m.submodules.meta2 = SyncFIFO(width=meta.size, depth=D * F)
         old = m.submodules.old = SyncFIFO(width=S * 32, depth=D)
 
         # ---- in-flight addresses (in order: a ring of DEPTH entries) -------------------------
@@ -97,35 +108,51 @@ class OutputAccumulator(wiring.Component):
         hit = Signal(name="addr_hit")
         m.d.comb += hit.eq(Cat(*[ring_valid[j] & (ring_addr[j] == p.addr)
                                  for j in range(D)]).any())
+        # a line enters the edge converters one part per cycle (part 0 .. F - 1) while it
+        # stays on ``i``; it is checked (in-flight, room) at part 0 and taken at part F - 1
+        part = Signal(range(F), name="in_part")
+        first_part = Signal(name="in_first_part")
+        last_part = Signal(name="in_last_part")
+        m.d.comb += [first_part.eq(part == 0), last_part.eq(part == F - 1)]
         in_ok = Signal(name="in_ok")
-        accept = Signal(name="accept")
+        feed = Signal(name="feed")              # a part enters the edge converters
+        start = Signal(name="line_start")       # ... the line's first
+        accept = Signal(name="accept")          # ... its last: the line leaves ``i``
         m.d.comb += [
-            in_ok.eq((count < D) & ~(hit & p.write)),
-            self.hazard.eq(self.i.valid & hit & p.write),
-            # the S lanes are identical pipelines in lockstep: lane 0's ready stands for all
-            self.i.ready.eq(edges[0].i.ready & in_ok),
+            in_ok.eq(~first_part | ((count < D) & ~(hit & p.write))),
+            self.hazard.eq(self.i.valid & first_part & hit & p.write),
+            # the P lanes are identical pipelines in lockstep: lane 0's ready stands for all
+            feed.eq(self.i.valid & edges[0].i.ready & in_ok),
+            start.eq(feed & first_part),
+            self.i.ready.eq(edges[0].i.ready & in_ok & last_part),
             accept.eq(self.i.valid & self.i.ready),
         ]
-        # the old line is read one cycle after the line is accepted, from registers: the
-        # in-flight check (16 address compares) does not reach a bank's address in the same
-        # cycle. Its data arrives long before the edge converters' output (LATENCY >= 2), so
-        # no line waits for it.
+        if F > 1:
+            with m.If(feed):
+                m.d.sync += part.eq(Mux(last_part, 0, part + 1))
+        # the old line is read one cycle after the line starts, from registers: the in-flight
+        # check (16 address compares) does not reach a bank's address in the same cycle. Its
+        # data arrives long before the edge converters' output (LATENCY >= 2), so no line
+        # waits for it.
         rd_en = Signal(name="read_issue")
         rd_addr = Signal.like(self.rd_addr, name="read_addr")
-        m.d.sync += [rd_en.eq(accept), rd_addr.eq(p.addr)]
+        m.d.sync += [rd_en.eq(start), rd_addr.eq(p.addr)]
         m.d.comb += [self.rd_addr.eq(rd_addr), self.rd_en.eq(rd_en)]
         assert EdgeConverter.LATENCY >= 2
-        for lane in range(S):
+        for lane in range(P):
+            value = Array(p.value[k * P + lane] for k in range(F))[part] if F > 1 \
+                else p.value[lane]
+            exp = Array(p.exp[k * P + lane] for k in range(F))[part] if F > 1 else p.exp[lane]
             m.d.comb += [
                 edges[lane].i.valid.eq(self.i.valid & in_ok),
-                edges[lane].i.payload.eq(Cat(p.value[lane], p.exp[lane])),
+                edges[lane].i.payload.eq(Cat(value, exp)),
             ]
-        m.d.comb += [meta1.w_en.eq(accept),
-                     meta1.w_data.eq(Cat(p.addr, p.mask, p.first, p.write))]
+        m.d.comb += [meta1.w_en.eq(feed),
+                     meta1.w_data.eq(Cat(p.addr, p.mask, p.first, p.write, part, last_part))]
         read_pending = Signal(name="read_pending")
         m.d.sync += read_pending.eq(rd_en)
         m.d.comb += [old.w_en.eq(read_pending), old.w_data.eq(self.rd_data)]
-        with m.If(accept):
+        with m.If(start):
             for j in range(D):
                 with m.If(tail == j):
                     m.d.sync += [ring_addr[j].eq(p.addr), ring_valid[j].eq(p.write)]
@@ -141,39 +168,48 @@ class OutputAccumulator(wiring.Component):
                       & meta2.w_rdy),
             join.eq(join_v & adds[0].i.ready),
         ]
-        for lane in range(S):
+        for lane in range(P):
+            old_word = Array(old.r_data.word_select(k * P + lane, 32)
+                             for k in range(F))[m1.part] if F > 1 \
+                else old.r_data.word_select(lane, 32)
             m.d.comb += [
                 edges[lane].o.ready.eq(join),
                 adds[lane].i.valid.eq(join_v),
-                adds[lane].i.payload.a.eq(Mux(m1.first, 0, old.r_data.word_select(lane, 32))),
+                adds[lane].i.payload.a.eq(Mux(m1.first, 0, old_word)),
                 adds[lane].i.payload.b.eq(edges[lane].o.payload),
                 adds[lane].i.payload.sub.eq(0),
             ]
-        m.d.comb += [old.r_en.eq(join), meta1.r_en.eq(join),
+        m.d.comb += [old.r_en.eq(join & m1.last), meta1.r_en.eq(join),
                      meta2.w_en.eq(join), meta2.w_data.eq(meta1.r_data)]
 
-        # ---- write back ---------------------------------------------------------------------
+        # ---- write back: each part's lanes (the P sums repeated across the line) ------------
         m2 = Signal(meta, name="meta2_head")
         m.d.comb += m2.eq(meta2.r_data)
         done = Signal(name="write_back")
         m.d.comb += done.eq(Cat(*[a.o.valid for a in adds]).all() & meta2.r_rdy)
-        for lane in range(S):
-            m.d.comb += [adds[lane].o.ready.eq(done),
-                         self.wr_data.word_select(lane, 32).eq(adds[lane].o.payload)]
+        for lane in range(P):
+            m.d.comb += adds[lane].o.ready.eq(done)
+            for k in range(F):
+                m.d.comb += self.wr_data.word_select(k * P + lane, 32).eq(adds[lane].o.payload)
+        part_lanes = Signal(S, name="write_part_lanes")
+        m.d.comb += part_lanes.eq(Array(Const(((1 << P) - 1) << (k * P), S)
+                                        for k in range(F))[m2.part] if F > 1 else (1 << S) - 1)
+        retire = Signal(name="retire_line")
         m.d.comb += [
             meta2.r_en.eq(done),
             self.wr_addr.eq(m2.addr),
-            self.wr_en.eq(Mux(done & m2.write, m2.mask, 0)),
-            self.retire.eq(done),
+            self.wr_en.eq(Mux(done & m2.write, m2.mask & part_lanes, 0)),
+            retire.eq(done & m2.last),
+            self.retire.eq(retire),
         ]
-        with m.If(done):
+        with m.If(retire):
             for j in range(D):
                 with m.If(head == j):
                     m.d.sync += ring_valid[j].eq(0)
             m.d.sync += head.eq(Mux(head == D - 1, 0, head + 1))
-        with m.If(accept & ~done):
+        with m.If(start & ~retire):
             m.d.sync += count.eq(count + 1)
-        with m.Elif(done & ~accept):
+        with m.Elif(retire & ~start):
             m.d.sync += count.eq(count - 1)
         m.d.comb += self.busy.eq(count != 0)
         return m

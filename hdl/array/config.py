@@ -58,6 +58,12 @@ class ArrayConfig(PresetMixin):
         accumulator's read-modify-write, and the host's ``READ``/``WRITE`` while no pass
         runs, ``mem`` checked and then not used) instead of ``a``, ``b``, ``c``, and no
         :class:`~hdl.array.ports.PortMux`. Results and cycles are the same.
+    acc_lanes : int
+        Edge converters and FP32 adders of the output accumulator (0: ``S``, one result line
+        per cycle). Fewer (a power of two dividing ``S``; the FPGA build) handle a line in
+        ``S / acc_lanes`` cycles: no cost while a beat takes at least that many cycles
+        (``beat_cycles``: 16 at 8-bit, 4 at 4-bit widths), a slower result drain at 2-bit
+        widths (docs/array.md).
     """
 
     size: int = 8
@@ -71,6 +77,7 @@ class ArrayConfig(PresetMixin):
     req_reg: bool = False
     cmd_reg: bool = False
     role_ports: bool = False
+    acc_lanes: int = 0
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"size": 4, "mem_depth": 256},
@@ -98,6 +105,11 @@ class ArrayConfig(PresetMixin):
             raise TypeError(f"ArrayConfig.cmd_reg must be a bool, not {self.cmd_reg!r}")
         if not isinstance(self.role_ports, bool):
             raise TypeError(f"ArrayConfig.role_ports must be a bool, not {self.role_ports!r}")
+        check_int("ArrayConfig", "acc_lanes", self.acc_lanes, lo=0, hi=self.size)
+        lanes = self.acc_lanes
+        if lanes and (self.size % lanes or lanes & (lanes - 1)):
+            raise ValueError(f"ArrayConfig.acc_lanes must be 0 or a power of two dividing size = "
+                             f"{self.size}, not {self.acc_lanes!r}")
 
     # ---- derived -----------------------------------------------------------------------------
     @property

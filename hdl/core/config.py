@@ -74,6 +74,11 @@ class CoreConfig(PresetMixin):
         engine's line generators, a multiply, and the bank crossbar; every pass one cycle more)
         and :attr:`~hdl.array.config.ArrayConfig.cmd_reg` (a command validated into a register
         before its pass starts; every ``MATMUL`` one cycle more).
+    acc_lanes : int
+        The matmul engine's output accumulator lanes (:attr:`hdl.array.config.ArrayConfig.
+        acc_lanes`; 0: ``size``). The FPGA build has 2: a result line takes ``size / 2``
+        cycles, hidden behind beats of that many cycles or more (4-bit and 8-bit widths), a
+        slower drain at 2-bit widths (docs/array.md).
     """
 
     size: int = 8
@@ -96,6 +101,7 @@ class CoreConfig(PresetMixin):
     decode_stages: int = 0
     vector_read_reg: bool = False
     matmul_regs: bool = False
+    acc_lanes: int = 0
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"size": 4, "bank_depth": 2048, "max_classes": 64},
@@ -111,9 +117,9 @@ class CoreConfig(PresetMixin):
     #: (:attr:`decode_stages`; three more cycles per instruction), the vector unit's line
     #: readers a register (:attr:`vector_read_reg`; one more cycle per vector instruction),
     #: the matmul engine its request and command registers (:attr:`matmul_regs`; two more
-    #: cycles per ``MATMUL``).
+    #: cycles per ``MATMUL``) and two accumulator lanes (:attr:`acc_lanes`).
     FPGA: ClassVar[dict] = {"vector_lanes": 1, "vector_sumsq": False, "decode_stages": 2,
-                            "vector_read_reg": True, "matmul_regs": True}
+                            "vector_read_reg": True, "matmul_regs": True, "acc_lanes": 2}
     #: Banks of the FPGA build (when the config has more).
     FPGA_BANKS: ClassVar[int] = 4
     #: Initiation interval of the FPGA build's optimizer pipeline
@@ -143,6 +149,11 @@ class CoreConfig(PresetMixin):
         if not isinstance(self.matmul_regs, bool):
             raise TypeError(f"CoreConfig.matmul_regs must be a bool, not "
                             f"{self.matmul_regs!r}")
+        check_int("CoreConfig", "acc_lanes", self.acc_lanes, lo=0)
+        if self.acc_lanes and (self.size % self.acc_lanes
+                               or self.acc_lanes & (self.acc_lanes - 1)):
+            raise ValueError(f"CoreConfig.acc_lanes must be 0 or a power of two dividing size = "
+                             f"{self.size}, not {self.acc_lanes!r}")
         self.array        # validates the array fields (their messages name ArrayConfig)
         check_int("CoreConfig", "vector_lanes", self.vector_lanes, lo=0)
         if self.vector_lanes and self.size % self.vector_lanes:
@@ -188,7 +199,8 @@ class CoreConfig(PresetMixin):
                            exp_bits=self.exp_bits, noise_bits=self.noise_bits,
                            lfsr_seed=self.lfsr_seed, mem_depth=self.lines,
                            dim_bits=self.dim_bits, req_reg=self.matmul_regs,
-                           cmd_reg=self.matmul_regs, role_ports=True)
+                           cmd_reg=self.matmul_regs, role_ports=True,
+                           acc_lanes=self.acc_lanes)
 
     @property
     def collective(self):

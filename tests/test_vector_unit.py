@@ -314,7 +314,8 @@ def test_random_commands(lanes):
 def test_read_register_fpga_shape():
     """``CoreConfig.vector_read_reg`` (the FPGA build's readers, one lane): random commands
     (bias gradients in chunks, in-place operands), then softmax rows, against the golden model,
-    every command's cycles exactly ``cycles()``, each one more than without the register."""
+    every command's cycles exactly ``cycles()``, each one more than without the register (the
+    softmax two: its e FIFO's read register)."""
     dut = _unit("tiny", lanes=1, cfg=dataclasses.replace(CFG, vector_read_reg=True))
     plain = _unit("tiny", lanes=1)
     plain._MustUse__used = True              # its formulas only (elaborated by other tests)
@@ -332,8 +333,11 @@ def test_read_register_fpga_shape():
     z = (np.random.default_rng(41).standard_normal((4, 10)) * 3).astype(F32)
     set_matrix(img, 0, z)
     set_vector(img, 100, np.array([1, 9, 0, 4], np.uint32))
-    _run(dut, img, [(Op.SOFTMAX_XENT, dict(rows=4, cols=10, a=0, b=100, d=200, e=250), 0,
-                     ONE)])
+    sx = _run(dut, img, [(Op.SOFTMAX_XENT, dict(rows=4, cols=10, a=0, b=100, d=200, e=250), 0,
+                          ONE)])
+    # the softmax's e FIFO read is registered too: one more cycle of latency
+    assert dut.softmax_latency == plain.softmax_latency + 1
+    assert sx == [plain.cycles(Op.SOFTMAX_XENT, 4, 10) + 2]
 
 
 @pytest.mark.parametrize("lanes", [2, 8])

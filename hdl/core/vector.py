@@ -344,7 +344,8 @@ class VectorUnit(wiring.Component):
                         if config.vector_sumsq else None)
             self._sx = _used(SoftmaxXent(config=self.grad_config, fp32_config=self.fp32_config,
                                          divsqrt_config=self.divsqrt_config,
-                                         log_config=self.log_config))
+                                         log_config=self.log_config,
+                                         read_reg=config.vector_read_reg))
         except (ValueError, TypeError):
             _used(self)
             raise

@@ -71,6 +71,9 @@ class SoftmaxXent(wiring.Component):
     config : GradConfig
         ``max_classes`` (row bank depth) and ``lanes`` (denominator summation order).
     fp32_config, divsqrt_config, log_config : unit configurations.
+    read_reg : bool
+        A register after the e FIFO's read (the FPGA build): ``e`` enters the divider from
+        flip-flops instead of from the block RAM's output; :attr:`latency` one cycle more.
 
     Attributes
     ----------
@@ -106,7 +109,10 @@ class SoftmaxXent(wiring.Component):
     def __init__(self, *, config: GradConfig | None = None,
                  fp32_config: FP32Config | None = None,
                  divsqrt_config: FP32DivSqrtConfig | None = None,
-                 log_config: FP32LogConfig | None = None):
+                 log_config: FP32LogConfig | None = None, read_reg: bool = False):
+        if not isinstance(read_reg, bool):
+            mark_used(self)
+            raise TypeError(f"SoftmaxXent.read_reg must be a bool, not {read_reg!r}")
         self.config = config or GradConfig()
         self.fp32_config = fp32_config or FP32Config()
         self.divsqrt_config = divsqrt_config or FP32DivSqrtConfig()
@@ -121,7 +127,9 @@ class SoftmaxXent(wiring.Component):
         self.sum_latency = row_sum_latency(self.config.lanes, self.fp32_config)
         # EXP issue (+1 memory read) -> e -> sum -> s FIFO (+1) -> OUT issue (+1 read) -> g
         # -> credit FIFO (2 cycles: SyncFIFOBuffered).
-        self.latency = 2 + self.exp_latency + self.sum_latency + 1 + self.out_latency + 2
+        self.read_reg = int(bool(read_reg))
+        self.latency = (2 + self.exp_latency + self.sum_latency + 1 + self.out_latency + 2
+                        + self.read_reg)
         delay = 2 + self.exp_latency + self.sum_latency + 2   # last EXP slot -> first OUT read
         self.efifo_depth = self.config.max_classes + delay + 4
         self.rows_in_flight = 4 + -(-delay // self.config.lanes)
@@ -300,9 +308,18 @@ class SoftmaxXent(wiring.Component):
                 m.d.comb += [row_done.eq(1), sfifo.r_en.eq(1), dfifo.r_en.eq(1)]
                 m.d.sync += oj.eq(0)
 
-        odf, tr, r, zt, loss = self._out_dataflow(m, ov, er.data, o_s, Mux(o_onehot, ONE, 0),
+        e_rd = er.data
+        if self.read_reg:   # the e FIFO's read data (and what goes with it) from a register
+            regs = [Signal.like(v, name=f"{v.name}_q") for v in (ov, o_onehot, o_last, o_s,
+                                                                   o_zy, o_mx)]
+            e_q = Signal(32, name="out_e_q")
+            m.d.sync += [r.eq(v) for r, v in zip(regs, (ov, o_onehot, o_last, o_s, o_zy, o_mx))]
+            m.d.sync += e_q.eq(er.data)
+            ov, o_onehot, o_last, o_s, o_zy, o_mx = regs
+            e_rd = e_q
+        odf, tr, r, zt, loss = self._out_dataflow(m, ov, e_rd, o_s, Mux(o_onehot, ONE, 0),
                                             o_zy, o_mx)
-        can = credit_fifo(m, "ofifo", latency=tr + 1, accept=out_accept,
+        can = credit_fifo(m, "ofifo", latency=tr + 1 + self.read_reg, accept=out_accept,
                           done_valid=odf.valid_at(tr),
                           done_data=Cat(odf.at(r, tr), odf.at(odf.input(o_last, "last"), tr),
                                         odf.at(odf.input(o_s, "s_row"), tr), odf.at(zt, tr),

@@ -12,7 +12,7 @@ FORMAL_STAMP := $(VENV)/.tessera-formal
 PYTEST_JOBS ?= 2
 export AMARANTH_USE_YOSYS := builtin
 
-.PHONY: setup setup-fpga setup-formal formal test test-long test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-train bench-tta bench-tta-quick bench-collective bench-distributed bench-pipeline coverage docs synth synth-paths synth-hierarchy mutation clean
+.PHONY: setup setup-fpga setup-formal formal test test-long test-fast fuzz demo train verilog lint waves bench-blocks bench-datapaths bench-array bench-core bench-core-fpga bench-train bench-tta bench-tta-quick bench-collective bench-distributed bench-pipeline coverage docs synth synth-paths synth-hierarchy mutation clean
 
 setup: $(STAMP)
 
@@ -167,6 +167,11 @@ bench-pipeline: setup
 
 bench-core: setup
 	$(PY) -m sim.bench.core
+
+# Cycles of a training step on the FPGA build beside its preset (S = 8, widths 8 and 2), in the
+# Amaranth simulator: docs/bench/core_fpga.{json,md}, about 35 min.
+bench-core-fpga: setup
+	$(PY) -m sim.bench.core_fpga
 
 bench-train: setup
 	$(PY) -m sim.bench.train

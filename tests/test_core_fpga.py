@@ -124,3 +124,22 @@ def test_fpga_shaped_core_step_bit_exact_in_rtl():
     static = [decode(w)[0] for w in comp.program].index(Op.HALT) + 1
     assert got["counters"]["check_cycles"] == doc.core_check_cycles(static, 2) == 6 * static
     assert np.array_equal(got["mem"], model.mem)
+
+
+def test_bench_core_fpga_point_and_table():
+    """``make bench-core-fpga``'s measurement (``sim.bench.core_fpga.step_point``) on a small
+    MLP at S = 4: both builds bit-exact with the golden model (checked inside), the FPGA build's
+    program check 6 cycles per instruction against 3, the same array beats, and the table's
+    ratio from the two counts."""
+    from sim.bench.core_fpga import step_point, to_markdown
+    desc = MLP(layers=(4, 6, 3), batch=4, optimizer=Adam(lr=1e-2))
+    cfg = CoreConfig(size=4, banks=8, bank_depth=64, prog_depth=64, layers=4)
+    rows = [step_point(cfg, 8, desc, fpga=False), step_point(cfg.fpga(), 8, desc, fpga=True)]
+    pre, fpga = rows
+    assert (pre["build"], fpga["build"]) == ("preset", "fpga")
+    assert fpga["check_cycles"] == 2 * pre["check_cycles"] == 6 * pre["check_cycles"] // 3
+    assert fpga["array_beats"] == pre["array_beats"] > 0
+    assert fpga["run_cycles"] > pre["run_cycles"]
+    table = to_markdown(rows, desc)
+    assert f"| {pre['run_cycles']} | {fpga['run_cycles']} | " \
+           f"{fpga['run_cycles'] / pre['run_cycles']:.2f} |" in table

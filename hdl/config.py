@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 __all__ = ["PRESET_NAMES", "PresetMixin", "check_int", "check_choice", "BFPConfig", "FMACConfig",
-           "STAT_BITS", "check_stat_bits"]
+           "STAT_BITS", "check_stat_bits", "check_bool", "check_lanes"]
 
 #: Names every config class understands. ``tiny`` is for fast tests; ``default`` is the
 #: FAST paper's point (group 16, mantissas up to 8 bits).
@@ -29,6 +29,20 @@ def check_int(owner: str, name: str, value, *, lo=None, hi=None, choices=None):
         raise ValueError(f"{owner}.{name} must be >= {lo}, not {value!r}")
     if hi is not None and value > hi:
         raise ValueError(f"{owner}.{name} must be <= {hi}, not {value!r}")
+
+
+def check_bool(owner: str, name: str, value):
+    """Raise a clear TypeError unless ``value`` is a bool."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{owner}.{name} must be a bool, not {value!r}")
+
+
+def check_lanes(owner: str, name: str, value, size: int):
+    """Raise unless ``value`` is 0 (meaning ``size``) or a power of two dividing ``size``."""
+    check_int(owner, name, value, lo=0, hi=size)
+    if value and (size % value or value & (value - 1)):
+        raise ValueError(f"{owner}.{name} must be 0 or a power of two dividing size = {size}, "
+                         f"not {value!r}")
 
 
 def check_choice(owner: str, name: str, value, choices):

@@ -130,6 +130,12 @@ class OutputAccumulator(wiring.Component):
         if F > 1:
             with m.If(feed):
                 m.d.sync += part.eq(Mux(last_part, 0, part + 1))
+
+        def of_part(items, index):
+            """``items[index]`` (one item per part; the only item when F = 1)."""
+            items = list(items)
+            return Array(items)[index] if F > 1 else items[0]
+
         # the old line is read one cycle after the line starts, from registers: the in-flight
         # check (16 address compares) does not reach a bank's address in the same cycle. Its
         # data arrives long before the edge converters' output (LATENCY >= 2), so no line
@@ -140,9 +146,8 @@ class OutputAccumulator(wiring.Component):
         m.d.comb += [self.rd_addr.eq(rd_addr), self.rd_en.eq(rd_en)]
         assert EdgeConverter.LATENCY >= 2
         for lane in range(P):
-            value = Array(p.value[k * P + lane] for k in range(F))[part] if F > 1 \
-                else p.value[lane]
-            exp = Array(p.exp[k * P + lane] for k in range(F))[part] if F > 1 else p.exp[lane]
+            value = of_part((p.value[k * P + lane] for k in range(F)), part)
+            exp = of_part((p.exp[k * P + lane] for k in range(F)), part)
             m.d.comb += [
                 edges[lane].i.valid.eq(self.i.valid & in_ok),
                 edges[lane].i.payload.eq(Cat(value, exp)),
@@ -173,9 +178,8 @@ class OutputAccumulator(wiring.Component):
         m.d.comb += join.eq(Cat(*[e.o.valid for e in edges]).all() & old.r_rdy & meta1.r_rdy
                             & meta2.w_rdy)
         for lane in range(P):
-            old_word = Array(old.r_data.word_select(k * P + lane, 32)
-                             for k in range(F))[m1.part] if F > 1 \
-                else old.r_data.word_select(lane, 32)
+            old_word = of_part((old.r_data.word_select(k * P + lane, 32) for k in range(F)),
+                               m1.part)
             m.d.comb += [
                 edges[lane].o.ready.eq(1),
                 adds[lane].i.valid.eq(join),
@@ -196,8 +200,8 @@ class OutputAccumulator(wiring.Component):
             for k in range(F):
                 m.d.comb += self.wr_data.word_select(k * P + lane, 32).eq(adds[lane].o.payload)
         part_lanes = Signal(S, name="write_part_lanes")
-        m.d.comb += part_lanes.eq(Array(Const(((1 << P) - 1) << (k * P), S)
-                                        for k in range(F))[m2.part] if F > 1 else (1 << S) - 1)
+        m.d.comb += part_lanes.eq(of_part((Const(((1 << P) - 1) << (k * P), S)
+                                           for k in range(F)), m2.part))
         retire = Signal(name="retire_line")
         m.d.comb += [
             meta2.r_en.eq(done),

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..config import BFPConfig, FMACConfig, PresetMixin, check_int
+from ..config import BFPConfig, FMACConfig, PresetMixin, check_bool, check_int, check_lanes
 
 __all__ = ["ArrayConfig", "FWD", "BWD_DATA", "BWD_WEIGHT", "MODES", "MODE_NAMES"]
 
@@ -99,17 +99,9 @@ class ArrayConfig(PresetMixin):
             raise ValueError(f"ArrayConfig.mem_depth must be a power of two, "
                              f"not {self.mem_depth!r}")
         check_int("ArrayConfig", "dim_bits", self.dim_bits, lo=2, hi=16)
-        if not isinstance(self.req_reg, bool):
-            raise TypeError(f"ArrayConfig.req_reg must be a bool, not {self.req_reg!r}")
-        if not isinstance(self.cmd_reg, bool):
-            raise TypeError(f"ArrayConfig.cmd_reg must be a bool, not {self.cmd_reg!r}")
-        if not isinstance(self.role_ports, bool):
-            raise TypeError(f"ArrayConfig.role_ports must be a bool, not {self.role_ports!r}")
-        check_int("ArrayConfig", "acc_lanes", self.acc_lanes, lo=0, hi=self.size)
-        lanes = self.acc_lanes
-        if lanes and (self.size % lanes or lanes & (lanes - 1)):
-            raise ValueError(f"ArrayConfig.acc_lanes must be 0 or a power of two dividing size = "
-                             f"{self.size}, not {self.acc_lanes!r}")
+        for name in ("req_reg", "cmd_reg", "role_ports"):
+            check_bool("ArrayConfig", name, getattr(self, name))
+        check_lanes("ArrayConfig", "acc_lanes", self.acc_lanes, self.size)
 
     # ---- derived -----------------------------------------------------------------------------
     @property

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..array.config import ArrayConfig
-from ..config import PresetMixin, check_int
+from ..config import PresetMixin, check_bool, check_int, check_lanes
 
 __all__ = ["CoreConfig"]
 
@@ -146,14 +146,8 @@ class CoreConfig(PresetMixin):
                              f"not {self.prog_depth!r}")
         check_int("CoreConfig", "layers", self.layers, lo=1, hi=16)
         check_int("CoreConfig", "max_classes", self.max_classes, lo=2, hi=4095)
-        if not isinstance(self.matmul_regs, bool):
-            raise TypeError(f"CoreConfig.matmul_regs must be a bool, not "
-                            f"{self.matmul_regs!r}")
-        check_int("CoreConfig", "acc_lanes", self.acc_lanes, lo=0)
-        if self.acc_lanes and (self.size % self.acc_lanes
-                               or self.acc_lanes & (self.acc_lanes - 1)):
-            raise ValueError(f"CoreConfig.acc_lanes must be 0 or a power of two dividing size = "
-                             f"{self.size}, not {self.acc_lanes!r}")
+        check_bool("CoreConfig", "matmul_regs", self.matmul_regs)
+        check_lanes("CoreConfig", "acc_lanes", self.acc_lanes, self.size)
         self.array        # validates the array fields (their messages name ArrayConfig)
         check_int("CoreConfig", "vector_lanes", self.vector_lanes, lo=0)
         if self.vector_lanes and self.size % self.vector_lanes:
@@ -161,14 +155,8 @@ class CoreConfig(PresetMixin):
                              f"for size), not {self.vector_lanes!r}")
         check_int("CoreConfig", "ranks", self.ranks, lo=1, hi=16)
         check_int("CoreConfig", "link_width", self.link_width, lo=1, hi=32)
-        if not isinstance(self.vector_sumsq, bool):
-            raise TypeError(f"CoreConfig.vector_sumsq must be a bool, not {self.vector_sumsq!r}")
-        if not isinstance(self.vector_read_reg, bool):
-            raise TypeError(f"CoreConfig.vector_read_reg must be a bool, not "
-                            f"{self.vector_read_reg!r}")
-        if not isinstance(self.reverse_links, bool):
-            raise TypeError(f"CoreConfig.reverse_links must be a bool, not "
-                            f"{self.reverse_links!r}")
+        for name in ("vector_sumsq", "vector_read_reg", "reverse_links"):
+            check_bool("CoreConfig", name, getattr(self, name))
         if self.reverse_links and self.ranks < 2:
             raise ValueError("CoreConfig.reverse_links needs ranks >= 2 (a ring), not "
                              f"ranks = {self.ranks}")

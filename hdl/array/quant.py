@@ -5,6 +5,7 @@ from __future__ import annotations
 from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..bfp.stat import QuantStat, stat_layout
@@ -34,6 +35,16 @@ def group_out_layout(config: ArrayConfig, index: int, side_bits: int) -> data.St
     })
 
 
+def _rotate_words(x, amount, *, left: bool):
+    """``x`` (32-bit words) rotated by ``amount`` words, a barrel of ``len(amount)`` 2:1 mux
+    levels: ``left`` moves word ``j`` to ``j + amount``, otherwise to ``j - amount`` (mod the
+    word count, a power of two)."""
+    for i in range(len(amount)):
+        shift = 32 << i
+        x = Mux(amount[i], x.rotate_left(shift) if left else x.rotate_right(shift), x)
+    return x
+
+
 class LineQuantizer(wiring.Component):
     """One operand path: line requests in, BFP groups out, in order.
 
@@ -42,8 +53,10 @@ class LineQuantizer(wiring.Component):
     * **Block mode** (``transpose = 1``): ``S`` consecutive requests are the rows of an
       ``S x S`` block; it is sent to the converter column by column (group ``j`` = column ``j``,
       along the rows), each output carrying the last row's ``side`` and ``col = j``. Two
-      block registers: the next block fills while the current one is sent (one line and one
-      group per cycle).
+      block buffers: the next block fills while the current one is sent (one line and one
+      group per cycle). A block is held in ``S`` lane memories with asynchronous reads (LUT
+      RAM on the ECP5, not flip-flops), each row stored rotated by its index so that a column
+      is one read per lane, rotated back.
 
     The memory read port is synchronous (data one cycle after ``rd_en``); reads are issued only
     when the 4-entry line FIFO has room, so no data is ever dropped under backpressure. The
@@ -124,8 +137,18 @@ class LineQuantizer(wiring.Component):
         head = Signal(line, name="line_head")
         m.d.comb += head.eq(lf.r_data)
 
-        # ---- block registers (transpose mode), double-buffered: one fills while one is sent ---
-        blk = [[Signal(S * 32, name=f"block_{b}_row_{r}") for r in range(S)] for b in range(2)]
+        # ---- block memories (transpose mode), double-buffered: one fills while one is sent ---
+        # S lane memories of 2S words (bank, row), asynchronous read (LUT RAM on the FPGA): row r
+        # is stored rotated by r (lane k holds its word (k - r) mod S), so column c is in row r
+        # = (k - c) mod S of lane k, a different address per lane, read in one cycle and
+        # rotated back by c. The same words reach the converter in the same cycles as from
+        # registers, with S x 32 x 2S fewer flip-flops.
+        row_bits = max(1, (S - 1).bit_length())
+        lanes_mem = []
+        for k in range(S):
+            mem = Memory(shape=32, depth=2 << row_bits, init=[])
+            m.submodules[f"block_lane{k}"] = mem
+            lanes_mem.append((mem.write_port(), mem.read_port(domain="comb")))
         blk_side = [Signal(sb, name=f"block_{b}_side") for b in range(2)]
         blk_full = [Signal(name=f"block_{b}_full") for b in range(2)]
         fill_bank = Signal(name="fill_bank")
@@ -136,7 +159,16 @@ class LineQuantizer(wiring.Component):
         send_full = Signal(name="send_full")
         m.d.comb += [fill_ok.eq(~Mux(fill_bank, blk_full[1], blk_full[0])),
                      send_full.eq(Mux(send_bank, blk_full[1], blk_full[0]))]
-
+        wrot = Signal(S * 32, name="block_write_rotated")     # lane k: word (k - fill) mod S
+        lanes_rd = Signal(S * 32, name="block_lanes_read")    # lane k: row (k - col) mod S
+        m.d.comb += wrot.eq(_rotate_words(head.data, fill, left=True))
+        for k, (wp, rp) in enumerate(lanes_mem):
+            m.d.comb += [
+                wp.addr.eq(Cat(fill, fill_bank)),
+                wp.data.eq(wrot.word_select(k, 32)),
+                rp.addr.eq(Cat((k - col)[:row_bits], send_bank)),
+                lanes_rd.word_select(k, 32).eq(rp.data),
+            ]
         col_bits = max(1, (S - 1).bit_length())
         side_fifo = m.submodules.side_fifo = SyncFIFO(width=sb + col_bits, depth=self.SIDE_FIFO)
 
@@ -158,18 +190,15 @@ class LineQuantizer(wiring.Component):
             m.d.comb += [cin_valid.eq(lf.r_rdy), cin_data.eq(head.data), cin_side.eq(head.side),
                          cin_col.eq(0), lf.r_en.eq(cin_go)]
         with m.Else():
-            for r in range(S):
-                m.d.comb += cin_data.word_select(r, 32).eq(
-                    Mux(send_bank, blk[1][r], blk[0][r]).word_select(col, 32))
+            m.d.comb += cin_data.eq(_rotate_words(lanes_rd, col, left=False))
             m.d.comb += [cin_valid.eq(send_full),
                          cin_side.eq(Mux(send_bank, blk_side[1], blk_side[0])),
                          cin_col.eq(col), lf.r_en.eq(fill_ok & lf.r_rdy)]
             with m.If(fill_ok & lf.r_rdy):
+                for wp, _ in lanes_mem:
+                    m.d.comb += wp.en.eq(1)
                 for b in range(2):
                     with m.If(fill_bank == b):
-                        for r in range(S):
-                            with m.If(fill == r):
-                                m.d.sync += blk[b][r].eq(head.data)
                         m.d.sync += blk_side[b].eq(head.side)
                         with m.If(fill == S - 1):
                             m.d.sync += blk_full[b].eq(1)

@@ -192,6 +192,10 @@ class BFPConverter(wiring.Component):
         ``group_size``, ``max_mantissa``, ``exp_bits``, ``noise_bits``, ``lfsr_seed``.
     residual : bool
         Add the :attr:`residual` output (default ``False``).
+    noise_in : bool
+        Take the stochastic-rounding noise from the :attr:`noise` input instead of the
+        converter's own LFSR (default ``False``): a converter fed one element at a time
+        (:class:`hdl.multi.codec.LinkTxCodec`) gives it the noise of that element's lane.
 
     Attributes
     ----------
@@ -214,17 +218,24 @@ class BFPConverter(wiring.Component):
         Only with ``residual=True``: ``|H_j - 4 M_j|`` of each element of the group on ``o``
         (registered and held with ``o.payload``). Meaningful when ``m <= max_mantissa - 2`` and
         the group is neither NaN nor Inf (otherwise unspecified).
+    noise : In(ArrayLayout(unsigned(noise_bits), group_size))
+        Only with ``noise_in=True``: each element's noise, taken with the group on ``i`` (the
+        same transfer) and used for it in ``STOCHASTIC`` mode.
     """
 
-    def __init__(self, *, config: BFPConfig, residual: bool = False):
+    def __init__(self, *, config: BFPConfig, residual: bool = False, noise_in: bool = False):
         if not isinstance(config, BFPConfig):
             raise TypeError(f"BFPConverter.config must be a BFPConfig, not {config!r}")
         self.config = config
         self.latency = converter_latency(config)
         self.with_residual = bool(residual)
+        self.noise_in = bool(noise_in)
         members = converter_members(config)
         if self.with_residual:
             members["residual"] = Out(residual_layout(config))
+        if self.noise_in:
+            members["noise"] = In(data.ArrayLayout(unsigned(config.noise_bits),
+                                                   config.group_size))
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -238,7 +249,11 @@ class BFPConverter(wiring.Component):
         low = mm - 1 + rw               # zero bits appended below the significand
         win = rw + mm                   # aligned window: integer part | rw fraction bits
         front = max(2, tree_levels(G))
-        m.submodules.noise = noise = BFPNoise(config=cfg)
+        if self.noise_in:
+            noise = None
+            carried = self.noise.as_value()       # registered down the pipeline with the group
+        else:
+            m.submodules.noise = noise = BFPNoise(config=cfg)
 
         # ---- stall-all handshake: every register advances together ---------------------------
         st = StallAll(m, i=self.i, o=self.o, name="pipe")
@@ -292,6 +307,8 @@ class BFPConverter(wiring.Component):
         rounding = st.reg(rounding, name=f"{p}_rounding")
         d = st.reg(d_in, name=f"{p}_width_short")
         h_off = st.reg(d_in + 23, name=f"{p}_h_offset", shape=range(mm + 24))
+        if noise is None:
+            carried = st.reg(carried, name=f"{p}_noise")
 
         # ---- front stage 1: next tree level; NaN/Inf of the group; bit length of the OR ------
         if len(tree) > 1:
@@ -320,6 +337,8 @@ class BFPConverter(wiring.Component):
         width = st.reg(width, name=f"{p}_width")
         rounding = st.reg(rounding, name=f"{p}_rounding")
         d = st.reg(d, name=f"{p}_width_short")
+        if noise is None:
+            carried = st.reg(carried, name=f"{p}_noise")
 
         # ---- further front stages (G > 16): one tree level each ------------------------------
         for level in range(2, front):
@@ -336,6 +355,8 @@ class BFPConverter(wiring.Component):
             width = st.reg(width, name=f"{p}_width")
             rounding = st.reg(rounding, name=f"{p}_rounding")
             d = st.reg(d, name=f"{p}_width_short")
+            if noise is None:
+                carried = st.reg(carried, name=f"{p}_noise")
         assert len(tree) == 1
 
         # ---- shift stage: shared exponent, per-element shift amount --------------------------
@@ -377,6 +398,8 @@ class BFPConverter(wiring.Component):
         limit = st.reg(limit, name=f"{p}_limit")
         width = st.reg(width, name=f"{p}_width")
         rounding = st.reg(rounding, name=f"{p}_rounding")
+        if noise is None:
+            carried = st.reg(carried, name=f"{p}_noise")
 
         # ---- align stage: window of (sig << low) >> k, sticky below the guard bit ------------
         windows, stickies = [], []
@@ -399,7 +422,12 @@ class BFPConverter(wiring.Component):
         v = st.valid(v, name=f"{p}_valid")
         # the round stage reads the LFSR for the group in front of it; it steps as that group
         # moves on, so the n-th group after reset gets the n-th draw
-        m.d.comb += noise.advance.eq(en & v)
+        if noise is None:
+            carried = st.reg(carried, name=f"{p}_noise")
+            noise_of = data.View(data.ArrayLayout(unsigned(r), G), carried)
+        else:
+            m.d.comb += noise.advance.eq(en & v)
+            noise_of = noise.noise
         windows = [st.reg(x, name=f"{p}_e{j}_window") for j, x in enumerate(windows)]
         stickies = [st.reg(x, name=f"{p}_e{j}_sticky") for j, x in enumerate(stickies)]
         signs = [st.reg(x, name=f"{p}_e{j}_sign") for j, x in enumerate(signs)]
@@ -426,7 +454,7 @@ class BFPConverter(wiring.Component):
             up_rne = wdw[rw - 1] & (sticky | integer[0])
             sum_sr = Signal(r + 1, name=f"e{j}_noise_sum")
             inc = Signal(mm + 1, name=f"e{j}_inc")
-            m.d.comb += [sum_sr.eq(fraction + noise.noise[j]), inc.eq(integer + 1)]
+            m.d.comb += [sum_sr.eq(fraction + noise_of[j]), inc.eq(integer + 1)]
             up = Signal(name=f"e{j}_round_up")
             with m.Switch(rounding):
                 with m.Case(Rounding.NEAREST):

@@ -22,17 +22,21 @@ and the next engine's ``rx``. The engine's ``mode`` (held for a whole command) c
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+import dataclasses
+
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..bfp.converter import BFPConverter, Rounding, width_shape
+from ..bfp.lfsr import BFPNoise
 from ..bfp.to_fp32 import BFPToFP32
 from ..config import BFPConfig, check_int
 from ..formats import BFPFlags
 from ..fp32.unpack import QNAN
 from ..lib.mustuse import used_if_rejected
-from .config import flits_per_group, nan_group_exp
+from .config import bfp_packet_bits, flits_per_group, nan_group_exp
 
 __all__ = ["mode_layout", "LinkTxCodec", "LinkRxCodec"]
 
@@ -59,18 +63,61 @@ def check_flit_args(self, flit_bits, bfp_config):
 
 
 class _Geometry:
-    """Flit counts shared by both codecs."""
+    """Flit counts and packet items shared by both codecs.
+
+    Both codecs move bits through a *bit queue* (``queue_bits`` wide, least significant bit
+    first) in *items*: an FP32 word (32 bits) in plain mode; in BFP mode one element of a
+    group, ``1 + m`` bits (sign, magnitude), the group's first also carrying the shared
+    exponent in front (``exp_bits`` more) and its last the zero bits that fill the packet's
+    last flit (``pad``). So a packet is ``G`` items and ends on a flit boundary."""
 
     def __init__(self, flit_bits: int, cfg: BFPConfig):
         self.W, self.cfg = flit_bits, cfg
         self.k = 32 // flit_bits                       # flits per FP32 word
         self.n = {m: flits_per_group(cfg, m, flit_bits) for m in cfg.widths}
-        self.units = max(self.k, *self.n.values())     # most flits of one unit
-        self.bits = self.units * flit_bits             # the unit buffer
+        self.pad = {m: self.n[m] * flit_bits - bfp_packet_bits(cfg, m) for m in cfg.widths}
+        G, eb = cfg.group_size, cfg.exp_bits
+        self.items = {m: [(eb if j == 0 else 0) + 1 + m + (self.pad[m] if j == G - 1 else 0)
+                          for j in range(G)] for m in cfg.widths}
+        self.max_item = max(32, *(max(v) for v in self.items.values()))
+        # room for an item (a flit) besides what may leave in the same cycle, so the room
+        # check does not wait for the other side's handshake
+        self.queue_bits = self.max_item + 2 * flit_bits
+
+    def item_bits(self, m: Module, mode, index, *, name: str):
+        """A signal: the bits of item ``index`` of a packet (a word in plain mode)."""
+        cfg, G = self.cfg, self.cfg.group_size
+        bits = Signal(range(self.max_item + 1), name=name)
+        first, last = index == 0, index == G - 1
+        with m.If(~mode.comp):
+            m.d.comb += bits.eq(32)
+        with m.Else():
+            with m.Switch(mode.width):
+                for mw in cfg.widths:
+                    with m.Case(mw):
+                        m.d.comb += bits.eq(1 + mw + Mux(first, cfg.exp_bits, 0)
+                                            + Mux(last, self.pad[mw], 0))
+                with m.Default():      # never in a run (the engine refuses other widths)
+                    mw = cfg.max_mantissa
+                    m.d.comb += bits.eq(1 + mw + Mux(first, cfg.exp_bits, 0)
+                                        + Mux(last, self.pad[mw], 0))
+        return bits
 
 
 class LinkTxCodec(wiring.Component):
-    """FP32 words -> flits, plain or as BFP groups (transmit side).
+    """FP32 words -> flits, plain or as BFP groups (transmit side), one word per cycle.
+
+    In BFP mode a group is converted one element per cycle: the words of a group are gathered
+    into one half of a two-group buffer (LUT RAM) while the group's largest finite magnitude
+    and its NaN/Inf flags are tracked; the other half, a whole group, goes through a
+    two-lane :class:`~hdl.bfp.BFPConverter` one element per cycle, lane 0 the element and
+    lane 1 the group's largest magnitude (a canonical NaN for a NaN/Inf group), so the
+    converter's shared exponent and lane 0's magnitude are the ones the whole group gives.
+    Element ``j`` is rounded with the noise of lane ``j`` of a ``group_size``-lane
+    :class:`~hdl.bfp.BFPNoise` that steps once per group, as in a group-wide converter, so
+    the packets are bit for bit those of converting the whole group at once
+    (:func:`sim.model.bfp.quantize_group`). The converter's items (the exponent with the first
+    element) are appended to the bit queue, which sends a flit whenever it holds ``flit_bits``.
 
     Parameters
     ----------
@@ -85,11 +132,11 @@ class LinkTxCodec(wiring.Component):
     mode : In(mode_layout(bfp_config))
         Hold it while words are in flight.
     flags : Out(BFPFlags)
-        Sticky: a group with a NaN (``invalid``) or an infinity (``overflow``) was sent (as a
-        NaN group) since reset or the last ``clear_flags``.
+        Sticky: a group with a NaN (``invalid``) or an infinity (``overflow``) was gathered to
+        be sent (as a NaN group) since reset or the last ``clear_flags``.
     clear_flags : In(1)
     idle : Out(1)
-        No word is held (none gathered, none in the converter, no flit left to send): ``mode``
+        No word is held (none gathered, none in the converter, no bit left to send): ``mode``
         may change.
     """
 
@@ -105,68 +152,124 @@ class LinkTxCodec(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         g = self.geometry
-        cfg, W, G = g.cfg, g.W, g.cfg.group_size
+        cfg, W, G, Q = g.cfg, g.W, g.cfg.group_size, g.queue_bits
         comp = self.mode.comp
+        gb = max(1, (G - 1).bit_length())
 
-        # ---- the flit serializer: one unit (a word or a packed group) at a time ------------
-        sh = Signal(g.bits, name="flit_shift")
-        left = Signal(range(g.units + 1), name="flits_left")
-        can_load = Signal(name="can_load")
-        load = Signal(name="load")
-        load_val = Signal(g.bits, name="load_val")
-        load_n = Signal(range(g.units + 1), name="load_n")
-        m.d.comb += [self.o.valid.eq(left != 0), self.o.payload.eq(sh[:W]),
-                     can_load.eq((left == 0) | ((left == 1) & self.o.ready))]
-        with m.If(load):
-            m.d.sync += [sh.eq(load_val), left.eq(load_n)]
-        with m.Elif(self.o.valid & self.o.ready):
-            m.d.sync += [sh.eq(sh >> W), left.eq(left - 1)]
-
-        # ---- BFP: gather a group, convert, pack --------------------------------------------
-        m.submodules.conv = conv = BFPConverter(config=cfg)
-        m.d.comb += [self.flags.eq(conv.flags), conv.clear_flags.eq(self.clear_flags)]
-        gbuf = Signal(32 * G, name="group_words")
-        gcnt = Signal(range(G + 1), name="group_count")
-        with m.If(self.i.valid & self.i.ready & comp):
-            m.d.sync += [gbuf.eq(Cat(gbuf[32:], self.i.payload)), gcnt.eq(gcnt + 1)]
-        with m.If(conv.i.valid & conv.i.ready):
-            m.d.sync += gcnt.eq(0)
+        # ---- the bit queue: items in at the top of what it holds, flits out at the bottom ---
+        q = Signal(Q, name="queue")
+        qn = Signal(range(Q + 1), name="queue_bits")
+        emit = Signal(name="emit")
+        append = Signal(name="append")
+        item = Signal(g.max_item, name="item")
+        item_len = Signal(range(g.max_item + 1), name="item_len")
+        after = Signal(range(Q + 1), name="queue_after_emit")
+        can_append = Signal(name="can_append")
         m.d.comb += [
-            conv.i.valid.eq(comp & (gcnt == G)),
-            conv.i.payload.data.eq(gbuf),
+            self.o.valid.eq(qn >= W), self.o.payload.eq(q[:W]),
+            emit.eq(self.o.valid & self.o.ready),
+            after.eq(qn - Mux(emit, W, 0)),
+            can_append.eq(qn + item_len <= Q),
+        ]
+        q_kept = Signal(Q, name="queue_kept")
+        m.d.comb += q_kept.eq(Mux(emit, q >> W, q))
+        m.d.sync += [q.eq(Mux(append, q_kept | (item << after)[:Q], q_kept)),
+                     qn.eq(after + Mux(append, item_len, 0))]
+
+        # ---- BFP: gather a group (LUT RAM, two halves) and its statistics -------------------
+        buf = Memory(shape=32, depth=2 << gb, init=[])
+        m.submodules.group_words = buf
+        wp, rp = buf.write_port(), buf.read_port(domain="comb")
+        wb = Signal(name="gather_half")
+        gcnt = Signal(range(G), name="gather_count")
+        full = Array(Signal(name=f"half{h}_full") for h in range(2))
+        big = Array(Signal(31, name=f"half{h}_big") for h in range(2))
+        bad = Array(Signal(name=f"half{h}_bad") for h in range(2))
+        run_big = Signal(31, name="gather_big")
+        run_nan = Signal(name="gather_nan")
+        run_inf = Signal(name="gather_inf")
+        w = self.i.payload
+        special = w[23:31] == 0xFF
+        mag = w[:31]
+        prev_big = Mux(gcnt == 0, 0, run_big)
+        nbig = Mux(~special & (mag > prev_big), mag, prev_big)
+        nnan = Mux(gcnt == 0, 0, run_nan) | (special & (w[:23] != 0))
+        ninf = Mux(gcnt == 0, 0, run_inf) | (special & (w[:23] == 0))
+        take = Signal(name="gather_take")
+        m.d.comb += [wp.addr.eq(Cat(gcnt, wb)), wp.data.eq(w), wp.en.eq(take)]
+        set_flags = Signal(BFPFlags, name="set_flags")
+        with m.If(take):
+            m.d.sync += [run_big.eq(nbig), run_nan.eq(nnan), run_inf.eq(ninf),
+                         gcnt.eq(gcnt + 1)]
+            with m.If(gcnt == G - 1):
+                m.d.sync += [gcnt.eq(0), wb.eq(~wb), full[wb].eq(1), big[wb].eq(nbig),
+                             bad[wb].eq(nnan | ninf)]
+                m.d.comb += [set_flags.invalid.eq(nnan), set_flags.overflow.eq(ninf)]
+        m.d.sync += [
+            self.flags.invalid.eq((self.flags.invalid & ~self.clear_flags) | set_flags.invalid),
+            self.flags.overflow.eq((self.flags.overflow & ~self.clear_flags)
+                                   | set_flags.overflow),
+        ]
+
+        # ---- BFP: convert the other half one element per cycle ------------------------------
+        conv_cfg = dataclasses.replace(cfg, group_size=2)
+        m.submodules.conv = conv = BFPConverter(config=conv_cfg, noise_in=True)
+        m.submodules.noise = noise = BFPNoise(config=cfg)
+        cb = Signal(name="convert_half")
+        cj = Signal(range(G), name="convert_elem")
+        cgo = Signal(name="convert_go")
+        m.d.comb += [
+            rp.addr.eq(Cat(cj, cb)),
+            conv.i.valid.eq(comp & full[cb]),
+            conv.i.payload.data[0].eq(rp.data),
+            conv.i.payload.data[1].eq(Mux(bad[cb], QNAN, big[cb])),
             conv.i.payload.width.eq(self.mode.width),
             conv.i.payload.rounding.eq(self.mode.rounding),
-            conv.o.ready.eq(comp & can_load),
+            conv.noise[0].eq(noise.noise[cj]),
+            conv.noise[1].eq(0),
+            conv.clear_flags.eq(0),
+            cgo.eq(conv.i.valid & conv.i.ready),
         ]
-        in_conv = Signal(range(conv.latency + 2), name="groups_in_converter")
-        m.d.sync += in_conv.eq(in_conv + (conv.i.valid & conv.i.ready)
-                               - (conv.o.valid & conv.o.ready))
-        m.d.comb += self.idle.eq((gcnt == 0) & (in_conv == 0) & (left == 0))
-        grp = conv.o.payload.group
-        # a NaN / Inf group (the converter's mantissas are all zero) goes as a NaN group
-        exp = Signal(cfg.exp_bits, name="packet_exp")
-        m.d.comb += exp.eq(Mux(conv.o.payload.flags.as_value().any(), nan_group_exp(cfg),
-                               grp.exp))
-        packed = {mw: Cat(exp, *[Cat(e.sign, e.mag[:mw]) for e in grp.elems])
-                  for mw in cfg.widths}
+        with m.If(cgo):
+            m.d.sync += cj.eq(cj + 1)
+            with m.If(cj == G - 1):
+                m.d.sync += [cj.eq(0), cb.eq(~cb), full[cb].eq(0)]
+                m.d.comb += noise.advance.eq(1)
+        in_conv = Signal(range(conv.latency + 2), name="elems_in_converter")
+        m.d.sync += in_conv.eq(in_conv + cgo - (conv.o.valid & conv.o.ready))
 
+        # ---- the converter's elements as items; plain words as items ------------------------
+        pj = Signal(range(G), name="pack_elem")
+        m.d.comb += item_len.eq(g.item_bits(m, self.mode, pj, name="item_bits"))
+        out = conv.o.payload
+        exp = Signal(cfg.exp_bits, name="packet_exp")
+        m.d.comb += exp.eq(Mux(out.flags.as_value().any(), nan_group_exp(cfg), out.group.exp))
+        elem = Cat(out.group.elems[0].sign, out.group.elems[0].mag)
         with m.If(comp):
-            m.d.comb += [self.i.ready.eq(gcnt != G), load.eq(conv.o.valid & can_load)]
-            with m.Switch(self.mode.width):
-                for mw in cfg.widths:
-                    with m.Case(mw):
-                        m.d.comb += [load_val.eq(packed[mw]), load_n.eq(g.n[mw])]
-                with m.Default():      # never in a run (the engine refuses other widths)
-                    top = cfg.max_mantissa
-                    m.d.comb += [load_val.eq(packed[top]), load_n.eq(g.n[top])]
+            m.d.comb += [
+                item.eq(Mux(pj == 0, Cat(exp, elem), elem)),
+                conv.o.ready.eq(can_append),
+                append.eq(conv.o.valid & can_append),
+                self.i.ready.eq(~full[wb]),
+                take.eq(self.i.valid & ~full[wb]),
+            ]
+            with m.If(append):
+                m.d.sync += pj.eq(Mux(pj == G - 1, 0, pj + 1))
         with m.Else():
-            m.d.comb += [self.i.ready.eq(can_load), load.eq(self.i.valid & can_load),
-                         load_val.eq(self.i.payload), load_n.eq(g.k)]
+            m.d.comb += [item.eq(w), self.i.ready.eq(can_append),
+                         append.eq(self.i.valid & can_append)]
+        m.d.comb += self.idle.eq((gcnt == 0) & ~full[0] & ~full[1] & (in_conv == 0)
+                                 & (qn == 0))
         return m
 
 
 class LinkRxCodec(wiring.Component):
-    """Flits -> FP32 words, plain or from BFP groups (receive side).
+    """Flits -> FP32 words, plain or from BFP groups (receive side), one word per cycle.
+
+    Flits enter a bit queue; its items (:class:`_Geometry`) leave it as words: a plain word
+    as it is, a BFP element through a one-lane :class:`~hdl.bfp.BFPToFP32` with the packet's
+    exponent (taken from the first element's item and held for the rest). A NaN group's
+    elements leave as canonical NaNs ``0x7FC00000``.
 
     Parameters
     ----------
@@ -197,73 +300,60 @@ class LinkRxCodec(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         g = self.geometry
-        cfg, W, G, B = g.cfg, g.W, g.cfg.group_size, g.bits
+        cfg, W, G, Q = g.cfg, g.W, g.cfg.group_size, g.queue_bits
         comp = self.mode.comp
         eb = cfg.exp_bits
 
-        # ---- deserializer: flits shift in at the top; a unit is the top ``need`` flits -----
-        buf = Signal(B, name="flit_buf")
-        got = Signal(range(g.units + 1), name="flits_got")
-        full = Signal(name="unit_full")
-        need = Signal(range(g.units + 1), name="flits_need")
-        with m.If(comp):
-            with m.Switch(self.mode.width):
-                for mw in cfg.widths:
-                    with m.Case(mw):
-                        m.d.comb += need.eq(g.n[mw])
-                with m.Default():
-                    m.d.comb += need.eq(g.n[cfg.max_mantissa])
-        with m.Else():
-            m.d.comb += need.eq(g.k)
-        consumed = Signal(name="unit_consumed")       # the full unit leaves this cycle
-        m.d.comb += self.i.ready.eq(self.enable & (~full | consumed))
+        # ---- the bit queue: flits in at the top of what it holds, items out at the bottom ---
+        q = Signal(Q, name="queue")
+        qn = Signal(range(Q + 1), name="queue_bits")
+        pj = Signal(range(G), name="unpack_elem")
+        item_len = Signal(range(g.max_item + 1), name="item_len")
+        m.d.comb += item_len.eq(g.item_bits(m, self.mode, pj, name="item_bits"))
+        have = Signal(name="item_ready")
+        consume = Signal(name="consume")
+        after = Signal(range(Q + 1), name="queue_after_item")
+        m.d.comb += [
+            have.eq(qn >= item_len),
+            after.eq(qn - Mux(consume, item_len, 0)),
+            self.i.ready.eq(self.enable & (qn + W <= Q)),
+        ]
+        fill = self.i.valid & self.i.ready
+        q_kept = Signal(Q, name="queue_kept")
+        m.d.comb += q_kept.eq(Mux(consume, q >> item_len, q))
+        m.d.sync += [q.eq(Mux(fill, q_kept | (self.i.payload << after)[:Q], q_kept)),
+                     qn.eq(after + Mux(fill, W, 0))]
 
-        # ---- output: a word, or the G words of a decoded group, one per cycle --------------
-        obuf = Signal(32 * G, name="out_words")
-        ocnt = Signal(range(G + 1), name="out_count")
-        out_free = Signal(name="out_free")
-        m.d.comb += [self.o.valid.eq(ocnt != 0), self.o.payload.eq(obuf[:32]),
-                     out_free.eq((ocnt == 0) | ((ocnt == 1) & self.o.ready))]
-        out_load = Signal(name="out_load")
-        with m.If(self.o.valid & self.o.ready):     # a load below overrides (same cycle)
-            m.d.sync += [obuf.eq(obuf >> 32), ocnt.eq(ocnt - 1)]
-
-        m.submodules.dec = dec = BFPToFP32(config=cfg)
-        grp = dec.i.payload.group
-        with m.Switch(self.mode.width):
+        # ---- BFP: one element per cycle through a one-lane decoder ---------------------------
+        m.submodules.dec = dec = BFPToFP32(config=dataclasses.replace(cfg, group_size=1))
+        gexp = Signal(eb, name="packet_exp")
+        exp = Signal(eb, name="elem_exp")
+        elem = Signal(1 + cfg.max_mantissa, name="elem_bits")
+        m.d.comb += [exp.eq(Mux(pj == 0, q[:eb], gexp)),
+                     elem.eq(Mux(pj == 0, q[eb:], q))]
+        with m.Switch(self.mode.width):      # the magnitude's bits above the width are not its
             for mw in cfg.widths:
                 with m.Case(mw):
-                    packed = buf[B - g.n[mw] * W:]
-                    m.d.comb += grp.exp.eq(packed[:eb])
-                    for j in range(G):
-                        at = eb + j * (mw + 1)
-                        m.d.comb += [grp.elems[j].sign.eq(packed[at]),
-                                     grp.elems[j].mag.eq(packed[at + 1:at + 1 + mw])]
+                    m.d.comb += dec.i.payload.group.elems[0].mag.eq(elem[1:1 + mw])
+            with m.Default():
+                m.d.comb += dec.i.payload.group.elems[0].mag.eq(elem[1:])
         # a NaN group travels through the decoder as its ``invalid`` flag
-        m.d.comb += [dec.i.payload.width.eq(self.mode.width),
+        m.d.comb += [dec.i.payload.group.exp.eq(exp),
+                     dec.i.payload.group.elems[0].sign.eq(elem[0]),
+                     dec.i.payload.width.eq(self.mode.width),
                      dec.i.payload.rounding.eq(Rounding.NEAREST),
-                     dec.i.payload.flags.invalid.eq(grp.exp.as_unsigned() == nan_group_exp(cfg)),
-                     dec.i.payload.flags.overflow.eq(0),
-                     dec.i.valid.eq(comp & full),
-                     dec.o.ready.eq(comp & out_free)]
+                     dec.i.payload.flags.invalid.eq(exp == nan_group_exp(cfg)),
+                     dec.i.payload.flags.overflow.eq(0)]
         with m.If(comp):
-            m.d.comb += [out_load.eq(dec.o.valid & out_free),
-                         consumed.eq(dec.i.valid & dec.i.ready)]
-            with m.If(out_load):
-                m.d.sync += [obuf.eq(Mux(dec.o.payload.flags.invalid,
-                                         Cat(*[Const(QNAN, 32)] * G),
-                                         dec.o.payload.data)),
-                             ocnt.eq(G)]
+            m.d.comb += [dec.i.valid.eq(have), consume.eq(dec.i.valid & dec.i.ready),
+                         dec.o.ready.eq(self.o.ready), self.o.valid.eq(dec.o.valid),
+                         self.o.payload.eq(Mux(dec.o.payload.flags.invalid, QNAN,
+                                               dec.o.payload.data[0]))]
+            with m.If(consume):
+                m.d.sync += pj.eq(Mux(pj == G - 1, 0, pj + 1))
+                with m.If(pj == 0):
+                    m.d.sync += gexp.eq(q[:eb])
         with m.Else():
-            m.d.comb += [out_load.eq(full & out_free), consumed.eq(out_load)]
-            with m.If(out_load):
-                m.d.sync += [obuf.eq(buf[B - 32:]), ocnt.eq(1)]
-        with m.If(consumed):
-            m.d.sync += full.eq(0)
-        # a flit may enter while the full unit leaves (the unit is read before this edge);
-        # written after the clear so a unit completed in the same cycle stays full
-        with m.If(self.i.valid & self.i.ready):
-            m.d.sync += [buf.eq(Cat(buf[W:], self.i.payload)), got.eq(got + 1)]
-            with m.If(got == need - 1):
-                m.d.sync += [full.eq(1), got.eq(0)]
+            m.d.comb += [self.o.valid.eq(have), self.o.payload.eq(q[:32]),
+                         consume.eq(self.o.valid & self.o.ready)]
         return m

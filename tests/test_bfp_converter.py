@@ -10,11 +10,14 @@ import random
 import numpy as np
 import pytest
 from amaranth.hdl import ClockDomain, Module
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from hdl.bfp import (BFPConverter, BFPNoise, BFPToFP32, Rounding, bfp_stream_layout,
                      fp32_out_layout, fp32_stream_layout, lfsr_lane_seed)
 from hdl.config import BFPConfig, FMACConfig
+from hdl.formats import BFPFlags
 from hdl.bfp import converter as converter_module
 from hdl.bfp import to_fp32 as to_fp32_module
 from sim.model import bfp
@@ -137,6 +140,63 @@ def test_random_stream_every_width_and_mode_with_idle_and_backpressure():
     assert flags[0] and flags[1]           # the random stream does contain NaN and Inf groups
     decoded = [fmt(w, TINY) for w in res["out"]]
     assert {(d["width"], d["rounding"]) for d in decoded} == set(combos)
+
+
+class _NoiseInHarness(wiring.Component):
+    """A ``BFPConverter(noise_in=True)`` whose input stream carries the noise above the
+    group payload (so ``run_stream`` drives both with one transfer)."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.conv = BFPConverter(config=cfg, noise_in=True)
+        self.payload_bits = fp32_stream_layout(cfg).size
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout({
+                "group": fp32_stream_layout(cfg),
+                "noise": data.ArrayLayout(cfg.noise_bits, cfg.group_size)}))),
+            "o": Out(stream.Signature(bfp_stream_layout(cfg))),
+            "flags": Out(BFPFlags),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.conv = conv = self.conv
+        m.d.comb += [conv.i.valid.eq(self.i.valid), self.i.ready.eq(conv.i.ready),
+                     conv.i.payload.eq(self.i.payload.group),
+                     conv.noise.eq(self.i.payload.noise),
+                     self.flags.eq(conv.flags)]
+        wiring.connect(m, conv.o, wiring.flipped(self.o))
+        return m
+
+
+class _GivenNoise:
+    """Stands in for the model's LFSR: hands out the given noise rows in order."""
+
+    def __init__(self, rows):
+        self.rows = iter(rows)
+
+    def noise(self):
+        return next(self.rows)
+
+
+def test_noise_input_replaces_the_lfsr():
+    """``noise_in=True``: each group is rounded with the noise that came with it (taken with
+    the input transfer, carried down the pipeline), bit-exact with the model given the same
+    noise, under idle cycles and backpressure; a converter that read its own LFSR would differ
+    in stochastic groups."""
+    rng = np.random.default_rng(77)
+    words, _ = random_words(TINY, 180, rng)
+    r, G = TINY.noise_bits, TINY.group_size
+    noise = rng.integers(0, 1 << r, size=(len(words), G))
+    model = bfp.BFPConverterModel(TINY)
+    model.lfsr = _GivenNoise(noise)
+    want = [model.accept(w) for w in words]
+    packed = [w | (sum(int(n) << (r * j) for j, n in enumerate(row))
+                   << fp32_stream_layout(TINY).size) for w, row in zip(words, noise)]
+    res = run_stream(_NoiseInHarness(TINY), packed, seed=5, idle=0.3, stall=0.3)
+    check_outputs(res["out"], want, TINY)
+    lfsr_want, _ = expected(TINY, words)            # the same groups with the LFSR's noise
+    assert sum(g != w for g, w in zip(res["out"], lfsr_want)) > 10
 
 
 def test_named_edge_cases_every_width_and_mode():

@@ -25,13 +25,15 @@ from sim.tb.amaranth_tb import StreamTransport, add_deadline
 @pytest.mark.parametrize("preset", ["tiny", "default"])
 def test_fpga_config_is_the_preset_with_one_vector_lane_and_four_banks(preset):
     """One vector lane, no REDUCE SUMSQ, four banks of the same lines, the decoder's two
-    register stages, the vector unit's read registers, the matmul engine's registers."""
+    register stages, the vector unit's read registers and shared units, the matmul engine's
+    registers."""
     cfg = CoreConfig.preset(preset)
     fpga = cfg.fpga()
     assert fpga == dataclasses.replace(cfg, vector_lanes=1, vector_sumsq=False, banks=4,
                                        bank_depth=cfg.bank_depth * cfg.banks // 4,
                                        decode_stages=2, vector_read_reg=True,
-                                       matmul_regs=True, acc_lanes=2)
+                                       matmul_regs=True, acc_lanes=2,
+                                       vector_shared_units=True)
     assert (cfg.instr_cycles, fpga.instr_cycles) == (3, 6)
     assert fpga.vec_lanes == 1 and fpga.size == cfg.size and fpga.lines == cfg.lines
     assert fpga.fpga() == fpga

@@ -151,3 +151,27 @@ def test_stream_register_order_rules_and_rate(idle, stall):
 def test_stream_register_rejects_non_shape():
     with pytest.raises(TypeError):
         StreamRegister("sixteen")
+
+
+def test_units_outside_a_datapath_are_checked():
+    """A component's ``units=`` (FP32 units reached through ``UnitPort`` members): a bad kind
+    or type names the parameter, a port that no operation takes is refused at elaboration,
+    and ``pool_unit``'s unit serves one port per cycle with every port seeing the result."""
+    from amaranth.hdl import Fragment
+
+    from hdl.grad.biasgrad import BiasGrad
+    from hdl.grad.elementwise import Elementwise
+    from hdl.grad.softmax import SoftmaxXent
+    from hdl.lib.dataflow import UnitPort
+    with pytest.raises(ValueError, match="Elementwise.units"):
+        Elementwise(units=("add", "log"))
+    with pytest.raises(TypeError, match="BiasGrad.units"):
+        BiasGrad(units="add")
+    with pytest.raises(ValueError, match="UnitPort.kind"):
+        UnitPort("fma")
+    with pytest.raises(ValueError, match=r"SoftmaxXent.units: 4 'add' units, but the "
+                                         r"datapath has 3"):
+        SoftmaxXent(units=("add",) * 4)                # its OUT dataflow has three adds
+    ew = Elementwise(units=("add", "mul"))
+    assert isinstance(ew.signature.members["unit_mul0"].signature, UnitPort)
+    Fragment.get(ew, None)                             # both ports taken by its operations

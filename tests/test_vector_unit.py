@@ -340,6 +340,57 @@ def test_read_register_fpga_shape():
     assert sx == [plain.cycles(Op.SOFTMAX_XENT, 4, 10) + 2]
 
 
+def _fp32_units(top) -> dict:
+    """FP32 adders and multipliers in the elaborated design under ``top``, by class name."""
+    from amaranth.hdl import Fragment
+    from hdl.fp32.add import FP32Add
+    from hdl.fp32.mul import FP32Mul
+    count = {"FP32Add": 0, "FP32Mul": 0}
+
+    def walk(frag):
+        for sub, _name, _src in frag.subfragments:
+            kinds = [type(o).__name__ for o in (sub.origins or ())
+                     if isinstance(o, (FP32Add, FP32Mul))]
+            if kinds:
+                count[kinds[0]] += 1
+            else:
+                walk(sub)
+    walk(Fragment.get(top, None))
+    return count
+
+
+def test_shared_units_fpga_shape():
+    """``CoreConfig.vector_shared_units`` (the FPGA build: one lane, read registers): the
+    elementwise add and multiply and the bias-gradient add run on the softmax's units, behind
+    an operand register. Random commands (bias gradients in chunks, in-place operands), then
+    softmax rows, against the golden model, every command in exactly ``cycles()``: each
+    datapath's latency one cycle more than without sharing; one multiplier and two adders
+    fewer."""
+    fpga = dataclasses.replace(CFG, vector_read_reg=True)
+    dut = _unit("tiny", lanes=1, cfg=dataclasses.replace(fpga, vector_lanes=1,
+                                                         vector_shared_units=True))
+    own = _unit("tiny", lanes=1, cfg=fpga)
+    own._MustUse__used = True                # its formulas only (elaborated by other tests)
+    img = _image(43)
+    cmds = _random_cmds(random.Random(43), S, 16)
+    got = _run(dut, img, cmds)
+    assert len(got) == len(cmds)
+    for (op, fields, acc, _), c in zip(cmds, got):
+        f = decode(encode(op, **fields))[1]
+        assert c == dut.cycles(op, f["rows"], f["cols"], vop=f.get("vop", 0),
+                               rop=f.get("rop", 0), acc=acc)
+    assert (dut.ew_latency, dut.bg_latency, dut.softmax_latency) == (
+        own.ew_latency + 1, own.bg_latency + 1, own.softmax_latency + 1)
+    z = (np.random.default_rng(43).standard_normal((5, 10)) * 3).astype(F32)
+    set_matrix(img, 0, z)
+    set_vector(img, 100, np.array([1, 9, 0, 4, 7], np.uint32))
+    sx = _run(dut, img, [(Op.SOFTMAX_XENT, dict(rows=5, cols=10, a=0, b=100, d=200, e=250), 0,
+                          ONE)])
+    assert sx == [dut.cycles(Op.SOFTMAX_XENT, 5, 10)]
+    shared, alone = _fp32_units(dut), _fp32_units(own)
+    assert (alone["FP32Add"] - shared["FP32Add"], alone["FP32Mul"] - shared["FP32Mul"]) == (2, 1)
+
+
 @pytest.mark.parametrize("lanes", [2, 8])
 def test_random_commands_s8(lanes):
     """S = 8 (the default line) at 8 and 2 lanes: random commands on default pipelines."""

@@ -79,6 +79,11 @@ class CoreConfig(PresetMixin):
         acc_lanes`; 0: ``size``). The FPGA build has 2: a result line takes ``size / 2``
         cycles, hidden behind beats of that many cycles or more (4-bit and 8-bit widths), a
         slower drain at 2-bit widths (docs/array.md).
+    vector_shared_units : bool
+        The vector unit's first elementwise and bias-gradient lanes use the softmax's FP32
+        units (the FPGA build): one multiplier and two adders fewer. The vector unit runs one
+        instruction at a time, so they never meet; results and cycles are the same
+        (docs/vector.md).
     """
 
     size: int = 8
@@ -102,6 +107,7 @@ class CoreConfig(PresetMixin):
     vector_read_reg: bool = False
     matmul_regs: bool = False
     acc_lanes: int = 0
+    vector_shared_units: bool = False
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"size": 4, "bank_depth": 2048, "max_classes": 64},
@@ -117,9 +123,11 @@ class CoreConfig(PresetMixin):
     #: (:attr:`decode_stages`; three more cycles per instruction), the vector unit's line
     #: readers a register (:attr:`vector_read_reg`; one more cycle per vector instruction),
     #: the matmul engine its request and command registers (:attr:`matmul_regs`; two more
-    #: cycles per ``MATMUL``) and two accumulator lanes (:attr:`acc_lanes`).
+    #: cycles per ``MATMUL``), two accumulator lanes (:attr:`acc_lanes`), and the vector
+    #: unit's lanes share the softmax's FP32 units (:attr:`vector_shared_units`).
     FPGA: ClassVar[dict] = {"vector_lanes": 1, "vector_sumsq": False, "decode_stages": 2,
-                            "vector_read_reg": True, "matmul_regs": True, "acc_lanes": 2}
+                            "vector_read_reg": True, "matmul_regs": True, "acc_lanes": 2,
+                            "vector_shared_units": True}
     #: Banks of the FPGA build (when the config has more).
     FPGA_BANKS: ClassVar[int] = 4
     #: Initiation interval of the FPGA build's optimizer pipeline
@@ -155,8 +163,11 @@ class CoreConfig(PresetMixin):
                              f"for size), not {self.vector_lanes!r}")
         check_int("CoreConfig", "ranks", self.ranks, lo=1, hi=16)
         check_int("CoreConfig", "link_width", self.link_width, lo=1, hi=32)
-        for name in ("vector_sumsq", "vector_read_reg", "reverse_links"):
+        for name in ("vector_sumsq", "vector_read_reg", "reverse_links", "vector_shared_units"):
             check_bool("CoreConfig", name, getattr(self, name))
+        if self.vector_shared_units and self.vec_lanes != 1:
+            raise ValueError("CoreConfig.vector_shared_units needs one vector lane "
+                             f"(vector_lanes = 1), not {self.vec_lanes}")
         if self.reverse_links and self.ranks < 2:
             raise ValueError("CoreConfig.reverse_links needs ranks >= 2 (a ring), not "
                              f"ranks = {self.ranks}")

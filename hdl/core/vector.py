@@ -36,13 +36,16 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
+from ..fp32.add import FP32Add
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
 from ..fp32.log_config import FP32LogConfig
+from ..fp32.mul import FP32Mul
 from ..grad.biasgrad import BiasGrad
 from ..grad.config import GradConfig
 from ..grad.elementwise import EW_ADD, Elementwise
 from ..grad.softmax import SoftmaxXent
+from ..lib.dataflow import pool_unit
 from ..lib.lanesum import LaneSum
 from ..lib.memport import LinePort
 from ..lib.mustuse import mark_used as _used
@@ -335,17 +338,25 @@ class VectorUnit(wiring.Component):
         # each bias-gradient lane accumulates every L-th column of a chunk
         bg_config = dataclasses.replace(self.grad_config,
                                         max_cols=max(2, self.bg_chunk // L))
+        # config.vector_shared_units (one lane): the elementwise add and multiply and the
+        # bias-gradient add use three of the softmax's OUT units, one instruction at a time;
+        # each such operation takes one cycle more (the pooled unit's operand register)
+        shared = config.vector_shared_units
         try:
-            self._ew = [_used(Elementwise(fp32_config=self.fp32_config)) for _ in range(L)]
-            self._bg = [_used(BiasGrad(config=bg_config, fp32_config=self.fp32_config))
-                        for _ in range(L)]
+            self._ew = [_used(Elementwise(fp32_config=self.fp32_config,
+                                          units=("add", "mul") if shared and j == 0 else ()))
+                        for j in range(L)]
+            self._bg = [_used(BiasGrad(config=bg_config, fp32_config=self.fp32_config,
+                                       units=("add",) if shared and j == 0 else ()))
+                        for j in range(L)]
             self._ls = (_used(LaneSum(config=self.grad_config, square=True,
                                       fp32_config=self.fp32_config))
                         if config.vector_sumsq else None)
             self._sx = _used(SoftmaxXent(config=self.grad_config, fp32_config=self.fp32_config,
                                          divsqrt_config=self.divsqrt_config,
                                          log_config=self.log_config,
-                                         read_reg=config.vector_read_reg))
+                                         read_reg=config.vector_read_reg,
+                                         units=("add", "mul", "add") if shared else ()))
         except (ValueError, TypeError):
             _used(self)
             raise
@@ -362,7 +373,7 @@ class VectorUnit(wiring.Component):
         self.copy_overhead = 3 + r
         self.sumsq_overhead = self.sumsq_latency + 3 + r if self._ls is not None else None
         self.bg_overhead = self.bg_latency + 9 + r
-        self.bg_row_min = la + 2
+        self.bg_row_min = self.bg_latency + 1      # the adder's latency + 2
         lb = config.line_bits
         super().__init__({
             "cmd": In(stream.Signature(VECTOR_CMD)),
@@ -417,6 +428,13 @@ class VectorUnit(wiring.Component):
         if ls is not None:
             m.submodules.sumsq = ls
         m.submodules.sx = sx = self._sx
+        if cfg.vector_shared_units:
+            # the softmax's OUT units p - onehot (add), the gradient's scale (mul) and
+            # z_y - max (add), each also serving one of lane 0's datapaths
+            fc = self.fp32_config
+            pool_unit(m, "shared_add0", FP32Add(config=fc), [sx.unit_add0, ew.unit_add0])
+            pool_unit(m, "shared_mul0", FP32Mul(config=fc), [sx.unit_mul0, ew.unit_mul0])
+            pool_unit(m, "shared_add1", FP32Add(config=fc), [sx.unit_add1, bg.unit_add0])
         reg = cfg.vector_read_reg
         m.submodules.rd_a = ra = _LineReader(line_bits=lb, S=S, L=L, out_reg=reg)
         m.submodules.rd_b = rb = _LineReader(line_bits=lb, S=S, L=L, out_reg=reg)

@@ -15,7 +15,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
-from ..lib.dataflow import Dataflow, credit_fifo
+from ..lib.dataflow import Dataflow, check_units, credit_fifo, unit_members, unit_ports
+from ..lib.mustuse import used_if_rejected
 from .config import GradConfig
 
 __all__ = ["BiasGrad", "BG_CMD_LAYOUT", "BG_OUT_LAYOUT"]
@@ -32,6 +33,11 @@ class BiasGrad(wiring.Component):
     config : GradConfig
         ``max_cols`` sets the accumulator depth.
     fp32_config : FP32Config
+    units : tuple of str
+        Kinds of the operations that use units outside the component, in the order the
+        datapath builds them (:class:`~hdl.lib.dataflow.UnitPort`; default none): each adds
+        a ``unit_<kind><n>`` member. The vector unit of the FPGA build shares them
+        (docs/vector.md).
 
     Attributes
     ----------
@@ -52,21 +58,26 @@ class BiasGrad(wiring.Component):
     """
 
     def __init__(self, *, config: GradConfig | None = None,
-                 fp32_config: FP32Config | None = None):
+                 fp32_config: FP32Config | None = None, units: tuple = ()):
         self.config = config or GradConfig()
         self.fp32_config = fp32_config or FP32Config()
-        self.latency = 1 + self.fp32_config.latency("fp32_add")
+        with used_if_rejected(self):
+            self.units = check_units("BiasGrad", units, {"add": 1})
+        # the adder's latency, one cycle more on a unit outside (its operand register)
+        self.add_latency = self.fp32_config.latency("fp32_add") + bool(self.units)
+        self.latency = 1 + self.add_latency
         super().__init__({
             "cmd": In(stream.Signature(BG_CMD_LAYOUT)),
             "dy": In(stream.Signature(32)),
             "db": Out(stream.Signature(BG_OUT_LAYOUT)),
             "error": Out(1),
+            **unit_members(self.units),
         })
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
-        la = self.fp32_config.latency("fp32_add")
+        la = self.add_latency
         m.submodules.acc = mem = Memory(shape=32, depth=cfg.max_cols, init=[])
         rp = mem.read_port()
         wp = mem.write_port()
@@ -84,12 +95,13 @@ class BiasGrad(wiring.Component):
         col1 = Signal(range(cfg.max_cols), name="acc_col1")
         first1 = Signal(name="acc_first1")
         df = Dataflow(m, v1, fp32_config=self.fp32_config, divsqrt_config=FP32DivSqrtConfig(),
-                      prefix="bg")
+                      prefix="bg", external=unit_ports(self, self.units))
         old = Signal(32, name="acc_old")
         m.d.comb += old.eq(Mux(first1, 0, rp.data))
         s = df.add(df.input(old, "old"), df.input(dy1, "dy"), name="sum")
         waddr = df.at(df.input(col1, "col"), s.t)
         m.d.comb += [wp.addr.eq(waddr), wp.data.eq(df.at(s, s.t)), wp.en.eq(df.valid_at(s.t))]
+        df.check_external_used()
         m.d.sync += v1.eq(0)
 
         # Output: read acc -> FIFO (credits) -> db.

@@ -10,7 +10,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
-from ..lib.dataflow import Dataflow, credit_fifo
+from ..lib.dataflow import Dataflow, check_units, credit_fifo, unit_members, unit_ports
+from ..lib.mustuse import used_if_rejected
 from ..lib.fp32bits import gt_zero, is_nan
 
 __all__ = ["Elementwise", "EW_IN_LAYOUT", "EW_OUT_LAYOUT", "EW_ADD", "EW_RELU", "EW_RELU_GRAD",
@@ -36,6 +37,11 @@ class Elementwise(wiring.Component):
     Parameters
     ----------
     fp32_config : FP32Config
+    units : tuple of str
+        Kinds of the operations that use units outside the component, in the order the
+        datapath builds them (:class:`~hdl.lib.dataflow.UnitPort`; default none): each adds
+        a ``unit_<kind><n>`` member. The vector unit of the FPGA build shares them
+        (docs/vector.md).
 
     Attributes
     ----------
@@ -55,22 +61,27 @@ class Elementwise(wiring.Component):
         FP32 factor of ``SCALE``.
     """
 
-    def __init__(self, *, fp32_config: FP32Config | None = None):
+    def __init__(self, *, fp32_config: FP32Config | None = None, units: tuple = ()):
         self.fp32_config = fp32_config or FP32Config()
-        self.latency = max(self.fp32_config.latency("fp32_add"),
-                           self.fp32_config.latency("fp32_mul"))
+        with used_if_rejected(self):
+            self.units = check_units("Elementwise", units, {"add": 1, "mul": 1})
+        # an operation on a unit outside takes one cycle more (its operand register)
+        self.latency = max(self.fp32_config.latency("fp32_add") + ("add" in self.units),
+                           self.fp32_config.latency("fp32_mul") + ("mul" in self.units))
         super().__init__({
             "i": In(stream.Signature(EW_IN_LAYOUT)),
             "o": Out(stream.Signature(EW_OUT_LAYOUT)),
             "op": In(3),
             "scale": In(32),
+            **unit_members(self.units),
         })
 
     def elaborate(self, platform):
         m = Module()
         accept = Signal(name="accept")
         df = Dataflow(m, accept, fp32_config=self.fp32_config,
-                      divsqrt_config=FP32DivSqrtConfig(), prefix="ew")
+                      divsqrt_config=FP32DivSqrtConfig(), prefix="ew",
+                      external=unit_ports(self, self.units))
         a = df.input(self.i.payload.a, "a")
         b = df.input(self.i.payload.b, "b")
         s = df.add(a, b, name="sum")
@@ -89,6 +100,7 @@ class Elementwise(wiring.Component):
                 m.d.comb += r.eq(pv)
             with m.Default():
                 m.d.comb += r.eq(_relu(sv))
+        df.check_external_used()
         can = credit_fifo(m, "ofifo", latency=t, accept=accept, done_valid=df.valid_at(t),
                           done_data=r, o=self.o)
         m.d.comb += [self.i.ready.eq(can), accept.eq(self.i.valid & can)]

@@ -34,9 +34,9 @@ from amaranth.lib.wiring import In, Out
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
 from ..fp32.log_config import FP32LogConfig
-from ..lib.dataflow import Dataflow, credit_fifo
+from ..lib.dataflow import Dataflow, check_units, credit_fifo, unit_members, unit_ports
 from ..lib.fp32bits import is_nan, order_key
-from ..lib.mustuse import mark_used
+from ..lib.mustuse import mark_used, used_if_rejected
 from .config import GradConfig
 from .rowsum import row_sum, row_sum_latency
 
@@ -74,6 +74,11 @@ class SoftmaxXent(wiring.Component):
     read_reg : bool
         A register after the e FIFO's read (the FPGA build): ``e`` enters the divider from
         flip-flops instead of from the block RAM's output; :attr:`latency` one cycle more.
+    units : tuple of str
+        Kinds of the OUT dataflow's operations that use units outside the component, in the
+        order it builds them (``add`` ``p - onehot``, ``mul`` the gradient's scale, ``add``
+        ``z_y - max``, ``add`` the loss): :class:`~hdl.lib.dataflow.UnitPort` members
+        ``unit_<kind><n>`` (default none; the FPGA build's vector unit shares them).
 
     Attributes
     ----------
@@ -109,7 +114,8 @@ class SoftmaxXent(wiring.Component):
     def __init__(self, *, config: GradConfig | None = None,
                  fp32_config: FP32Config | None = None,
                  divsqrt_config: FP32DivSqrtConfig | None = None,
-                 log_config: FP32LogConfig | None = None, read_reg: bool = False):
+                 log_config: FP32LogConfig | None = None, read_reg: bool = False,
+                 units: tuple = ()):
         if not isinstance(read_reg, bool):
             mark_used(self)
             raise TypeError(f"SoftmaxXent.read_reg must be a bool, not {read_reg!r}")
@@ -117,6 +123,8 @@ class SoftmaxXent(wiring.Component):
         self.fp32_config = fp32_config or FP32Config()
         self.divsqrt_config = divsqrt_config or FP32DivSqrtConfig()
         self.log_config = log_config or FP32LogConfig()
+        with used_if_rejected(self):
+            self.units = check_units("SoftmaxXent", units, self._out_dataflow(None, ops=True))
         la = self.fp32_config.latency("fp32_add")
         if la >= self.config.lanes:
             mark_used(self)                  # rejected: no "never used" warning
@@ -137,6 +145,7 @@ class SoftmaxXent(wiring.Component):
             "i": In(stream.Signature(SX_IN_LAYOUT)),
             "o": Out(stream.Signature(SX_OUT_LAYOUT)),
             "gscale": In(32),
+            **unit_members(self.units),
         })
 
     # -- the two dataflows (m=None: timing only) -----------------------------------------------
@@ -149,10 +158,13 @@ class SoftmaxXent(wiring.Component):
             return e
         return df, e
 
-    def _out_dataflow(self, m, valid=None, e=None, s=None, onehot=None, zy=None, mx=None):
+    def _out_dataflow(self, m, valid=None, e=None, s=None, onehot=None, zy=None, mx=None,
+                      ops=False):
         df = GradDataflow(m, valid, fp32_config=self.fp32_config,
                           divsqrt_config=self.divsqrt_config, log_config=self.log_config,
-                          prefix="sx_out")
+                          prefix="sx_out",
+                          external=None if ops else unit_ports(self if m is not None else None,
+                                                              self.units))
         s_in = df.input(s, "s")
         p = df.div(df.input(e, "e"), s_in, name="p")
         g = df.sub(p, df.input(onehot, "onehot"), name="p_minus_onehot")
@@ -160,8 +172,11 @@ class SoftmaxXent(wiring.Component):
         zt = df.sub(df.input(zy, "zy"), df.input(mx, "mx"), name="zt")
         loss = df.sub(df.log(s_in, name="log_s"), zt, name="loss")
         t = df.time(r, zt, loss)
+        if ops:                          # operations per unit kind (timing only)
+            return {k: df.units(k) for k in ("add", "mul", "div", "sqrt", "exp")}
         if m is None:
             return t
+        df.check_external_used()
         return df, t, r, zt, loss
 
     def elaborate(self, platform):

@@ -30,18 +30,120 @@ are the same words as with ``ii = 1`` (the same operations, in the same order), 
 With ``ii = 1`` every operation has a unit of its own, as before. With ``ii > 1`` each
 operation adds an ``m.If`` on its valid bit: build the graph at the top level of
 ``elaborate`` (not inside another ``m.If`` or an FSM state).
+
+**Units outside** (``external``, ``ii = 1``): an operation may go to a unit that is not the
+datapath's own but reached through a :class:`UnitPort` (its first operations of each kind, in
+the order they are built). The port carries the operation's valid bit and operands in the
+cycle it enters; :func:`pool_unit` puts one unit behind several such ports of datapaths that
+never run at the same time (e.g. the vector unit's elementwise lane and its softmax, which
+take one instruction at a time): their valid bits select the operands (AND-OR) into a
+register in front of the unit, and every port sees the unit's result. Such an operation takes
+the unit's latency + 1 (as a shared operation does) and gives the same words.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from amaranth.hdl import Cat, Const, Mux, Signal, Value
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
 
 from ..config import check_int
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
 
-__all__ = ["Node", "Dataflow", "operands", "result", "credit_fifo"]
+__all__ = ["Node", "Dataflow", "operands", "result", "credit_fifo", "UNIT_OPERAND_BITS",
+           "UnitPort", "check_units", "unit_members", "unit_ports", "pool_unit"]
+
+#: Operand bits of each kind of FP32 unit (:func:`operands` order: ``a``, ``b``, ``sub``).
+UNIT_OPERAND_BITS = {"add": 65, "mul": 64, "div": 64, "sqrt": 32, "exp": 32}
+
+
+class UnitPort(wiring.Signature):
+    """A datapath's port to an FP32 unit of ``kind`` outside it (datapath view).
+
+    Members
+    -------
+    valid : Out(1)
+        An operation enters the unit this cycle.
+    ops : Out(UNIT_OPERAND_BITS[kind])
+        Its operands (:func:`operands` order).
+    result : In(32)
+        The unit's result: the operation's, ``latency`` cycles after it entered.
+    """
+
+    def __init__(self, kind: str):
+        if kind not in UNIT_OPERAND_BITS:
+            raise ValueError(f"UnitPort.kind must be one of {sorted(UNIT_OPERAND_BITS)}, not "
+                             f"{kind!r}")
+        self.kind = kind
+        super().__init__({"valid": Out(1), "ops": Out(UNIT_OPERAND_BITS[kind]),
+                          "result": In(32)})
+
+    def __eq__(self, other):
+        return isinstance(other, UnitPort) and self.kind == other.kind
+
+    def __repr__(self):
+        return f"UnitPort({self.kind!r})"
+
+
+def check_units(owner: str, units, available: dict) -> tuple:
+    """``units`` as a tuple of unit kinds (a component's ``units=`` parameter), at most
+    ``available[kind]`` of each (the datapath's operations of that kind); ``TypeError`` /
+    ``ValueError`` naming ``owner.units`` otherwise."""
+    if not isinstance(units, (tuple, list)):
+        raise TypeError(f"{owner}.units must be a tuple of unit kinds, not {units!r}")
+    for k in units:
+        if k not in UNIT_OPERAND_BITS:
+            raise ValueError(f"{owner}.units: {k!r} is not one of {sorted(UNIT_OPERAND_BITS)}")
+        n, have = list(units).count(k), available.get(k, 0)
+        if n > have:
+            raise ValueError(f"{owner}.units: {n} {k!r} units, but the datapath has {have} "
+                             f"such operations")
+    return tuple(units)
+
+
+def unit_members(kinds) -> dict:
+    """Signature members of a datapath component whose operations of ``kinds`` (in order; a
+    kind may repeat) use units outside it: ``unit_<kind><n>``, ``Out(UnitPort(kind))``."""
+    members, count = {}, {}
+    for kind in kinds:
+        n = count.get(kind, 0)
+        count[kind] = n + 1
+        members[f"unit_{kind}{n}"] = Out(UnitPort(kind))
+    return members
+
+
+def unit_ports(component, kinds) -> dict:
+    """``{kind: [ports]}`` of ``component``'s :func:`unit_members` (the ``external`` of a
+    :class:`Dataflow`); with ``component = None`` placeholders for a timing-only one."""
+    ports, count = {}, {}
+    for kind in kinds:
+        n = count.get(kind, 0)
+        count[kind] = n + 1
+        ports.setdefault(kind, []).append(
+            None if component is None else getattr(component, f"unit_{kind}{n}"))
+    return ports
+
+
+def pool_unit(m, name: str, unit, ports) -> None:
+    """Put ``unit`` (an FP32 unit: ``i``, ``o``, fixed ``latency``) behind ``ports``
+    (:class:`UnitPort` interfaces of datapaths that never issue in the same cycle): the
+    operands of the port whose ``valid`` is set (AND-OR) are registered in front of the
+    unit, every port gets the result (``latency + 1`` cycles after its operation)."""
+    m.submodules[name] = unit
+    width = len(operands(unit.i.payload))
+    ops = Const(0, width)
+    valid = Const(0, 1)
+    for p in ports:
+        ops = ops | Mux(p.valid, p.ops, 0)
+        valid = valid | p.valid
+    sel = Signal(width, name=f"{name}_ops", reset_less=True)
+    sel_valid = Signal(name=f"{name}_valid")
+    m.d.sync += [sel_valid.eq(valid), sel.eq(ops)]
+    m.d.comb += [unit.i.valid.eq(sel_valid), operands(unit.i.payload).eq(sel),
+                 unit.o.ready.eq(1)]
+    m.d.comb += [p.result.eq(result(unit.o.payload)) for p in ports]
 
 
 def operands(payload):
@@ -81,9 +183,12 @@ class Dataflow:
     """
 
     def __init__(self, m, valid, *, fp32_config: FP32Config, divsqrt_config: FP32DivSqrtConfig,
-                 prefix: str = "df", ii: int = 1):
+                 prefix: str = "df", ii: int = 1, external: dict | None = None):
         check_int("Dataflow", "ii", ii, lo=1)
+        if external and ii > 1:
+            raise ValueError("Dataflow: external units need ii = 1")
         self.ii = ii
+        self._external = {k: list(v) for k, v in (external or {}).items()}
         self._pools: dict[str, list[_Shared]] = {}
         self.m = m
         self.fp32_config = fp32_config
@@ -218,15 +323,18 @@ class Dataflow:
         if self.ii > 1:
             return self._shared_unit(kind, factory, latency, name, ops)
         t = self.time(*ops.values())
-        out_t = t + latency
+        ext = bool(self._external.get(kind))
+        port = self._external[kind].pop(0) if ext else None
+        out_t = t + latency + (1 if ext else 0)    # an external unit's operand register
         self._pools.setdefault(kind, []).append(_Shared(None, name))    # counted by units()
         if not self.hw:
             return Node(None, out_t, name)
-        unit = factory()
-        assert unit.latency == latency, (name, unit.latency, latency)
         uname = self._uname(name)
-        self.m.submodules[uname] = unit
-        self.m.d.comb += [unit.i.valid.eq(self.valid_at(t)), unit.o.ready.eq(1)]
+        if port is None:
+            unit = factory()
+            assert unit.latency == latency, (name, unit.latency, latency)
+            self.m.submodules[uname] = unit
+            self.m.d.comb += [unit.i.valid.eq(self.valid_at(t)), unit.o.ready.eq(1)]
         # operands in bit order a, b, sub (see :func:`operands`)
         parts = []
         for field, n in ops.items():
@@ -237,10 +345,20 @@ class Dataflow:
                 sig = Signal(width, name=f"{uname}_{field}")
                 self.m.d.comb += sig.eq(self.at(n, t))
                 parts.append(sig)
-        self.m.d.comb += operands(unit.i.payload).eq(Cat(*parts))
         res = Signal(32, name=f"{uname}_r")
-        self.m.d.comb += res.eq(result(unit.o.payload))
+        if port is None:
+            self.m.d.comb += [operands(unit.i.payload).eq(Cat(*parts)),
+                              res.eq(result(unit.o.payload))]
+        else:
+            self.m.d.comb += [port.valid.eq(self.valid_at(t)), port.ops.eq(Cat(*parts)),
+                              res.eq(port.result)]
         return Node(res, out_t, name)
+
+    def check_external_used(self) -> None:
+        """Raise ``ValueError`` if an external port was given that no operation took."""
+        left = {k: len(v) for k, v in self._external.items() if v}
+        if left:
+            raise ValueError(f"{self.prefix}: external units not used by any operation: {left}")
 
     def add(self, a: Node, b: Node, *, name: str, sub: bool = False) -> Node:
         def make():

@@ -311,6 +311,16 @@ def test_random_commands(lanes):
     _run(dut, img, _random_cmds(random.Random(lanes), S, 24))
 
 
+def _random_program(dut, img, seed):
+    """Run 16 random commands (``_random_cmds``) on ``dut`` against the golden model; return
+    ``(op, decoded fields, acc, cycles)`` of each."""
+    cmds = _random_cmds(random.Random(seed), S, 16)
+    got = _run(dut, img, cmds)
+    assert len(got) == len(cmds)
+    return [(op, decode(encode(op, **fields))[1], acc, c)
+            for (op, fields, acc, _), c in zip(cmds, got)]
+
+
 def test_read_register_fpga_shape():
     """``CoreConfig.vector_read_reg`` (the FPGA build's readers, one lane): random commands
     (bias gradients in chunks, in-place operands), then softmax rows, against the golden model,
@@ -321,11 +331,7 @@ def test_read_register_fpga_shape():
     plain._MustUse__used = True              # its formulas only (elaborated by other tests)
     assert (dut.read_reg, plain.read_reg) == (1, 0)
     img = _image(41)
-    cmds = _random_cmds(random.Random(41), S, 16)
-    got = _run(dut, img, cmds)
-    assert len(got) == len(cmds)
-    for (op, fields, acc, _), c in zip(cmds, got):
-        f = decode(encode(op, **fields))[1]
+    for op, f, acc, c in _random_program(dut, img, 41):
         chunks = (-(-f["cols"] // dut.bg_chunk) if op == Op.REDUCE and f["rop"] != Rop.SUMSQ
                   else 1)
         assert c == plain.cycles(op, f["rows"], f["cols"], vop=f.get("vop", 0),
@@ -372,11 +378,7 @@ def test_shared_units_fpga_shape():
     own = _unit("tiny", lanes=1, cfg=fpga)
     own._MustUse__used = True                # its formulas only (elaborated by other tests)
     img = _image(43)
-    cmds = _random_cmds(random.Random(43), S, 16)
-    got = _run(dut, img, cmds)
-    assert len(got) == len(cmds)
-    for (op, fields, acc, _), c in zip(cmds, got):
-        f = decode(encode(op, **fields))[1]
+    for op, f, acc, c in _random_program(dut, img, 43):
         assert c == dut.cycles(op, f["rows"], f["cols"], vop=f.get("vop", 0),
                                rop=f.get("rop", 0), acc=acc)
     assert (dut.ew_latency, dut.bg_latency, dut.softmax_latency) == (

@@ -289,6 +289,61 @@ def _timed_run(sim, z, label=0):
     return t_in, t_out, got
 
 
+def test_softmax_label_outside_the_row():
+    """A label that is not an element of its row (``>= C``): no onehot term and ``z_y = +0``,
+    so ``zt = +0 - max`` (the FP32 subtraction: ``-max``, ``+0`` for a zero max, the canonical
+    NaN for a NaN) and ``loss = log(s) - zt``, with ordinary rows around it; the gradients are
+    the row's softmax times ``gscale`` (the golden model's with the label's term added back
+    gives the same words only where ``p - 1`` is exact, so only ``zt``, ``loss`` and ``s`` are
+    compared with the model here, and the gradient of a one-class row: ``p = 1``)."""
+    from sim.model.fp32_log import FP32Log
+    sim = _softmax_sim("default")
+    dut = sim.dut
+    rows = [(np.array([0.5, -2.0, 3.0], F32), 7),
+            (np.array([1.0, 2.0], F32), 1),
+            (np.array([-0.0, -0.0, -0.0, -0.0], F32), 4),
+            (np.array([0.0, -1.0], F32), 9),
+            (np.array([1.0, np.nan], F32), 2),
+            (np.array([-np.inf, -3.0], F32), 5),
+            (np.array([2.5], F32), 1)]
+    gscale = F32(0.25)
+    payloads = _sx_payloads(rows)
+    got = []
+
+    async def producer(ctx):
+        ctx.set(dut.gscale, f32_bits(gscale))
+        for p in payloads:
+            await stream_put(ctx, dut.i, p)
+
+    async def consumer(ctx):
+        for _ in payloads:
+            got.append(await stream_get(ctx, dut.o))
+
+    sim.run(producer, consumer)
+    log = FP32Log(dut.log_config)
+    k = 0
+    for z, lab in rows:
+        out = got[k:k + len(z)]
+        k += len(z)
+        _, s, zt, loss = softmax_xent(z[None, :], [0], gscale, dut.config, dut.divsqrt_config,
+                                      dut.log_config)
+        assert {g["sum"] for g in out} == {f32_bits(s[0])}
+        if lab < len(z):
+            assert {g["zt"] for g in out} == {f32_bits(zt[0]) if lab == 0 else
+                                              int(canon(F32(z[lab] - f32_max(z)))[()])}
+            continue
+        with np.errstate(all="ignore"):
+            want_zt = F32(F32(0.0) - f32_max(z))
+            log_s = np.array(log(np.array([f32_bits(s[0])], np.int64))["r"],
+                             np.int64).astype(np.uint32).view(F32)[0]
+            want_loss = F32(log_s - want_zt)
+        assert {int(g["zt"]) for g in out} == {int(canon(want_zt)[()])}, (z, lab)
+        assert {int(g["loss"]) for g in out} == {int(canon(want_loss)[()])}, (z, lab)
+        if len(z) == 1:
+            assert int(out[0]["r"]) == f32_bits(gscale)
+
+
+
 @pytest.mark.parametrize("units", ["tiny", "default"])
 def test_softmax_latency_and_throughput(units):
     """An idle block delivers a row's first gradient exactly ``latency + max(C, lanes)``

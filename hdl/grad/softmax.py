@@ -6,16 +6,18 @@ For each row ``z[0..C-1]`` with label ``y`` (golden model :func:`sim.model.grad.
     e_j  = exp(z_j - mx)             (FP32 sub, then the hardware exp approximation)
     s    = row_sum(e)                (:mod:`hdl.grad.rowsum` order)
     g_j  = (e_j / s - [j == y]) * gscale     (gscale = loss scale / batch size, a register)
-    zt   = z_y - mx
+    zt   = z_y - mx                  (the EXP subtraction of element y, taken as it passes)
     loss = log(s) - zt               (the hardware log, :class:`hdl.fp32.log.FP32Log`)
 
 Three stages work on three different rows at once (one element per cycle each):
 
 * **LOAD** (row r+2): accepts logits, writes them into one of two row banks (double-buffered
-  memory), tracks the max, the NaN flag, the label and ``z_y``.
+  memory), tracks the max, the NaN flag and the label.
 * **EXP** (row r+1): reads the other bank, ``e = exp(z - mx)``; ``e`` goes into the *e FIFO*
   (a circular buffer in memory) and into the row sum (:func:`~hdl.grad.rowsum.row_sum`,
-  ``max(C, lanes)`` slots per row). Row descriptors go into a FIFO for OUT.
+  ``max(C, lanes)`` slots per row). ``zt`` is element ``y``'s ``z - mx`` (``+0 - mx`` when
+  the label is not an element of the row: ``-mx``, ``+0`` for a zero ``mx``, the canonical NaN
+  for a NaN), into a FIFO at the row's last slot. Row descriptors go into a FIFO for OUT.
 * **OUT** (row r): once the row's sum has arrived, reads ``e`` back from the e FIFO and streams
   ``g`` (and the row's loss) out through a credit FIFO (backpressure never drops data).
 
@@ -77,7 +79,7 @@ class SoftmaxXent(wiring.Component):
     units : tuple of str
         Kinds of the OUT dataflow's operations that use units outside the component, in the
         order it builds them (``add`` ``p - onehot``, ``mul`` the gradient's scale, ``add``
-        ``z_y - max``, ``add`` the loss): :class:`~hdl.lib.dataflow.UnitPort` members
+        the loss): :class:`~hdl.lib.dataflow.UnitPort` members
         ``unit_<kind><n>`` (default none; the FPGA build's vector unit shares them).
 
     Attributes
@@ -156,10 +158,9 @@ class SoftmaxXent(wiring.Component):
         e = df.exp(d, name="exp")
         if m is None:
             return e
-        return df, e
+        return df, d, e
 
-    def _out_dataflow(self, m, valid=None, e=None, s=None, onehot=None, zy=None, mx=None,
-                      ops=False):
+    def _out_dataflow(self, m, valid=None, e=None, s=None, onehot=None, zt=None, ops=False):
         df = GradDataflow(m, valid, fp32_config=self.fp32_config,
                           divsqrt_config=self.divsqrt_config, log_config=self.log_config,
                           prefix="sx_out",
@@ -169,7 +170,7 @@ class SoftmaxXent(wiring.Component):
         p = df.div(df.input(e, "e"), s_in, name="p")
         g = df.sub(p, df.input(onehot, "onehot"), name="p_minus_onehot")
         r = df.mul(g, df.const(self.gscale if m is not None else None, "gscale"), name="grad")
-        zt = df.sub(df.input(zy, "zy"), df.input(mx, "mx"), name="zt")
+        zt = df.input(zt, "zt")
         loss = df.sub(df.log(s_in, name="log_s"), zt, name="loss")
         t = df.time(r, zt, loss)
         if ops:                          # operations per unit kind (timing only)
@@ -195,7 +196,6 @@ class SoftmaxXent(wiring.Component):
         b_n = Array(Signal(range(C + 1), name=f"bank{b}_n") for b in range(2))
         b_label = Array(Signal(16, name=f"bank{b}_label") for b in range(2))
         b_mx = Array(Signal(32, name=f"bank{b}_max") for b in range(2))
-        b_zy = Array(Signal(32, name=f"bank{b}_z_label") for b in range(2))
 
         # ---------------------------------------------------------------- LOAD
         wb = Signal(name="load_bank")
@@ -203,37 +203,34 @@ class SoftmaxXent(wiring.Component):
         l_label = Signal(16, name="load_label")
         l_mx = Signal(32, name="load_max")
         l_nan = Signal(name="load_any_nan")
-        l_zy = Signal(32, name="load_z_label")
         x = self.i.payload.x
         first = lj == 0
         lab = Signal(16, name="load_label_now")
         mx_next = Signal(32, name="load_max_next")
         nan_next = Signal(name="load_nan_next")
-        zy_next = Signal(32, name="load_zy_next")
         m.d.comb += [
             lab.eq(Mux(first, self.i.payload.label, l_label)),
             mx_next.eq(Mux(first | (order_key(x) > order_key(l_mx)), x, l_mx)),
             nan_next.eq((l_nan & ~first) | is_nan(x)),
-            zy_next.eq(Mux(lj == lab, x, Mux(first, 0, l_zy))),
             self.i.ready.eq(~full[wb]),
             zw.addr.eq(Cat(lj, wb)), zw.data.eq(x),
         ]
         with m.If(self.i.valid & self.i.ready):
             m.d.comb += zw.en.eq(1)
-            m.d.sync += [l_label.eq(lab), l_mx.eq(mx_next), l_nan.eq(nan_next),
-                         l_zy.eq(zy_next), lj.eq(lj + 1)]
+            m.d.sync += [l_label.eq(lab), l_mx.eq(mx_next), l_nan.eq(nan_next), lj.eq(lj + 1)]
             with m.If(self.i.payload.last | (lj == C - 1)):
                 m.d.sync += [
                     lj.eq(0), wb.eq(~wb), full[wb].eq(1),
                     b_n[wb].eq(lj + 1), b_label[wb].eq(lab),
-                    b_mx[wb].eq(Mux(nan_next, QNAN, mx_next)), b_zy[wb].eq(zy_next),
+                    b_mx[wb].eq(Mux(nan_next, QNAN, mx_next)),
                 ]
 
         # ---------------------------------------------------------------- EXP
-        desc_layout = data.StructLayout({"n": range(C + 1), "label": 16, "zy": 32, "mx": 32})
+        desc_layout = data.StructLayout({"n": range(C + 1), "label": 16})
         K = self.rows_in_flight
         m.submodules.desc_fifo = dfifo = SyncFIFO(width=desc_layout.size, depth=K)
         m.submodules.sum_fifo = sfifo = SyncFIFO(width=32, depth=K)
+        m.submodules.zt_fifo = ztfifo = SyncFIFO(width=32, depth=K)
         D = self.efifo_depth
         m.submodules.efifo = emem = Memory(shape=32, depth=D, init=[])
         ew = emem.write_port()
@@ -264,11 +261,16 @@ class SoftmaxXent(wiring.Component):
         e_first = Signal(name="exp_first")
         e_final = Signal(name="exp_final")
         e_lane = Signal(max(1, lane_bits), name="exp_lane")
+        e_row_first = Signal(name="exp_row_first")
+        e_label = Signal(name="exp_label_slot")     # element y of the row (not a pad slot)
+        e_row_last = Signal(name="exp_row_last")
         m.d.sync += ev.eq(can_exp)
         with m.If(can_exp):
             m.d.sync += [
                 e_mx.eq(b_mx[rb]), e_pad.eq(ei >= n_r), e_first.eq(ei < lanes),
                 e_final.eq(ei + lanes > last_slot), e_lane.eq(ei[:lane_bits] if lane_bits else 0),
+                e_row_first.eq(ei == 0), e_label.eq((ei == b_label[rb]) & (ei < n_r)),
+                e_row_last.eq(ei == last_slot),
                 ei.eq(ei + 1),
             ]
             with m.If(ei == last_slot):
@@ -276,12 +278,30 @@ class SoftmaxXent(wiring.Component):
         desc_in = data.View(desc_layout, dfifo.w_data)
         m.d.comb += [
             dfifo.w_en.eq(row_start),
-            desc_in.n.eq(n_r), desc_in.label.eq(b_label[rb]), desc_in.zy.eq(b_zy[rb]),
-            desc_in.mx.eq(b_mx[rb]),
+            desc_in.n.eq(n_r), desc_in.label.eq(b_label[rb]),
         ]
         m.d.sync += [rows.eq(rows + row_start - row_done), eres.eq(eres + e_take - o_take)]
 
-        edf, e = self._exp_dataflow(m, ev, zr.data, e_mx)
+        edf, d, e = self._exp_dataflow(m, ev, zr.data, e_mx)
+        # zt: the row's label element's z - max as it leaves the subtraction (rows follow each
+        # other through it in order, so a running register and a FIFO write at the row's last
+        # slot keep one zt per row)
+        td = d.t
+        v_d = edf.valid_at(td)
+        mx_d = edf.at(edf.input(e_mx, "max_zt"), td)
+        zt_run = Signal(32, name="zt_running")
+        zt_now = Signal(32, name="zt_now")
+        zt_none = Signal(32, name="zt_no_label")       # +0 - max, the FP32 adder's result
+        m.d.comb += [
+            zt_none.eq(Mux(is_nan(mx_d), QNAN, Mux(mx_d[:31] == 0, 0, mx_d ^ (1 << 31)))),
+            zt_now.eq(Mux(edf.at(edf.input(e_label, "label_slot"), td), edf.at(d, td),
+                          Mux(edf.at(edf.input(e_row_first, "row_first"), td), zt_none,
+                              zt_run))),
+            ztfifo.w_en.eq(v_d & edf.at(edf.input(e_row_last, "row_last"), td)),
+            ztfifo.w_data.eq(zt_now),
+        ]
+        with m.If(v_d):
+            m.d.sync += zt_run.eq(zt_now)
         te = e.t
         v_e = edf.valid_at(te)
         pad_e = edf.at(edf.input(e_pad, "pad"), te)
@@ -308,37 +328,37 @@ class SoftmaxXent(wiring.Component):
         o_onehot = Signal(name="out_onehot")
         o_last = Signal(name="out_last")
         o_s = Signal(32, name="out_s")
-        o_zy = Signal(32, name="out_zy")
-        o_mx = Signal(32, name="out_max")
+        o_zt = Signal(32, name="out_zt")
         m.d.comb += er.addr.eq(erp)
         m.d.sync += ov.eq(out_accept)
         with m.If(out_accept):
             m.d.comb += o_take.eq(1)
             m.d.sync += [
                 o_onehot.eq(oj == desc.label), o_last.eq(oj == desc.n - 1),
-                o_s.eq(sfifo.r_data), o_zy.eq(desc.zy), o_mx.eq(desc.mx),
+                o_s.eq(sfifo.r_data), o_zt.eq(ztfifo.r_data),
                 erp.eq(Mux(erp == D - 1, 0, erp + 1)), oj.eq(oj + 1),
             ]
             with m.If(oj == desc.n - 1):
-                m.d.comb += [row_done.eq(1), sfifo.r_en.eq(1), dfifo.r_en.eq(1)]
+                m.d.comb += [row_done.eq(1), sfifo.r_en.eq(1), dfifo.r_en.eq(1),
+                             ztfifo.r_en.eq(1)]
                 m.d.sync += oj.eq(0)
 
         e_rd = er.data
         if self.read_reg:   # the e FIFO's read data (and what goes with it) from a register
             regs = [Signal.like(v, name=f"{v.name}_q") for v in (ov, o_onehot, o_last, o_s,
-                                                                   o_zy, o_mx)]
+                                                                   o_zt)]
             e_q = Signal(32, name="out_e_q")
-            m.d.sync += [r.eq(v) for r, v in zip(regs, (ov, o_onehot, o_last, o_s, o_zy, o_mx))]
+            m.d.sync += [r.eq(v) for r, v in zip(regs, (ov, o_onehot, o_last, o_s, o_zt))]
             m.d.sync += e_q.eq(er.data)
-            ov, o_onehot, o_last, o_s, o_zy, o_mx = regs
+            ov, o_onehot, o_last, o_s, o_zt = regs
             e_rd = e_q
         odf, tr, r, zt, loss = self._out_dataflow(m, ov, e_rd, o_s, Mux(o_onehot, ONE, 0),
-                                            o_zy, o_mx)
+                                                  o_zt)
         can = credit_fifo(m, "ofifo", latency=tr + 1 + self.read_reg, accept=out_accept,
                           done_valid=odf.valid_at(tr),
                           done_data=Cat(odf.at(r, tr), odf.at(odf.input(o_last, "last"), tr),
                                         odf.at(odf.input(o_s, "s_row"), tr), odf.at(zt, tr),
                                         odf.at(loss, tr)),
                           o=self.o)
-        m.d.comb += out_accept.eq(sfifo.r_rdy & dfifo.r_rdy & can)
+        m.d.comb += out_accept.eq(sfifo.r_rdy & dfifo.r_rdy & ztfifo.r_rdy & can)
         return m

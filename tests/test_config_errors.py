@@ -150,6 +150,8 @@ ROWS = [
     (CoreConfig, "decode_stages", 2.0, T, "CoreConfig.decode_stages"),
     (CoreConfig, "vector_read_reg", 1, T, "CoreConfig.vector_read_reg"),
     (CoreConfig, "vector_shared_units", 1, T, "CoreConfig.vector_shared_units"),
+    (CoreConfig, "optim_shared_units", 1, T, "CoreConfig.optim_shared_units"),
+    (CoreConfig, "optim_shared_units", True, V, "CoreConfig.optim_shared_units"),  # no vector_
     (CoreConfig, "matmul_regs", "yes", T, "CoreConfig.matmul_regs"),
     (CoreConfig, "acc_lanes", 3, V, "CoreConfig.acc_lanes"),
     (TrainingRingConfig, "core", CoreConfig(), V, "TrainingRingConfig.core.ranks"),

@@ -19,21 +19,21 @@ from sim.host.driver import CoreDriver
 from sim.host.optim import Adam
 from sim.model.core import CoreModel
 from sim.tb import cycles as doc
-from sim.tb.amaranth_tb import StreamTransport, add_deadline
+from sim.tb.amaranth_tb import StreamTransport, add_deadline, fp32_unit_counts
 
 
 @pytest.mark.parametrize("preset", ["tiny", "default"])
 def test_fpga_config_is_the_preset_with_one_vector_lane_and_four_banks(preset):
     """One vector lane, no REDUCE SUMSQ, four banks of the same lines, the decoder's two
-    register stages, the vector unit's read registers and shared units, the matmul engine's
-    registers."""
+    register stages, the vector unit's read registers and shared units (and the optimizer's
+    shared with it), the matmul engine's registers."""
     cfg = CoreConfig.preset(preset)
     fpga = cfg.fpga()
     assert fpga == dataclasses.replace(cfg, vector_lanes=1, vector_sumsq=False, banks=4,
                                        bank_depth=cfg.bank_depth * cfg.banks // 4,
                                        decode_stages=2, vector_read_reg=True,
                                        matmul_regs=True, acc_lanes=2,
-                                       vector_shared_units=True)
+                                       vector_shared_units=True, optim_shared_units=True)
     assert (cfg.instr_cycles, fpga.instr_cycles) == (3, 6)
     assert fpga.vec_lanes == 1 and fpga.size == cfg.size and fpga.lines == cfg.lines
     assert fpga.fpga() == fpga
@@ -43,6 +43,20 @@ def test_fpga_config_is_the_preset_with_one_vector_lane_and_four_banks(preset):
     core._MustUse__silence = True       # built only for its config (never elaborated)
     assert isinstance(core, TrainingCore) and core.config == fpga
     assert core.optim_config.ii == CoreConfig.FPGA_OPTIM_II == 4
+
+
+def test_optimizer_units_shared_with_the_vector_unit():
+    """``optim_shared_units`` in the FPGA build: the core has one FP32 adder, multiplier and
+    divider fewer than with the optimizer's own (counted in the elaborated core), and a core
+    that asks for it with an unshared optimizer (``ii = 1``) is refused naming the parameter."""
+    cfg = CoreConfig(size=4, banks=8, bank_depth=64, prog_depth=64, layers=4).fpga()
+    shared = fp32_unit_counts(TrainingCore(config=cfg, optim_config=fpga_optim_config()))
+    own = fp32_unit_counts(TrainingCore(
+        config=dataclasses.replace(cfg, optim_shared_units=False),
+        optim_config=fpga_optim_config()))
+    assert {k: own[k] - shared[k] for k in own} == {"FP32Add": 1, "FP32Mul": 1, "FP32Div": 1}
+    with pytest.raises(ValueError, match=r"TrainingCore.optim_config.ii"):
+        TrainingCore(config=cfg)
 
 
 def test_fpga_rows_are_synth_targets_and_not_registered_blocks():

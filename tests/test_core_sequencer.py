@@ -1,6 +1,7 @@
 """The sequencer (hdl/core/sequencer.py) with stand-in units in the Amaranth simulator:
 program check, issue order, loop offsets, the bank scoreboard (instructions that overlap in
 time never share a bank), FENCE, the loss-scale wait of SOFTMAX_XENT, counters."""
+import dataclasses
 import random
 
 import pytest
@@ -97,11 +98,12 @@ async def accepted(ctx, stream):
             return payload
 
 
-def run_program(words, *, seed=0, lat=(1, 40), scale_exp=0, prec=None, gwin=False):
+def run_program(words, *, seed=0, lat=(1, 40), scale_exp=0, prec=None, gwin=False,
+                config=CFG):
     """Run ``words``; stand-in units take a random time. Returns (status, err_pc, events,
     counters) where events are (unit, issue_cycle, done_cycle, payload dict)."""
     rng = random.Random(seed)
-    dut = Sequencer(config=CFG)
+    dut = Sequencer(config=config)
     events = []
     cycle = [0]
     result = {}
@@ -285,6 +287,40 @@ ORDER_CASES = {
                                 encode(Op.OPT, count=64, w=0, m=D, v=2 * D, g=3 * D,
                                        one_pass=1)], "vec", "opt"),
 }
+
+
+#: ``optim_shared_units`` (the optimizer's multiplier, adder and divider are the vector unit's)
+#: on eight banks: OPT and a vector instruction in disjoint banks take turns. (In the FPGA
+#: build's four banks an OPT owns all four, so nothing runs beside it anyway.)
+SHARED = dataclasses.replace(CFG, vector_lanes=1, vector_shared_units=True,
+                             optim_shared_units=True)
+DF = SHARED.bank_depth
+SHARED_CASES = {
+    "vec_after_opt": ([encode(Op.OPT, count=64, w=0, m=DF, v=2 * DF, g=3 * DF),
+                       encode(Op.VEC, vop=Vop.ADD, rows=4, cols=4, a=4 * DF, b=5 * DF,
+                              d=6 * DF)], "opt", "vec"),
+    "opt_after_vec": ([encode(Op.VEC, vop=Vop.SCALE, rows=4, cols=4, a=4 * DF, d=5 * DF,
+                              imm=0x3F000000),
+                       encode(Op.OPT, count=64, w=0, m=DF, v=2 * DF, g=3 * DF)], "vec", "opt"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHARED_CASES))
+def test_fpga_build_opt_and_vector_take_turns(name):
+    """With ``optim_shared_units`` the second instruction waits for the first (counted in
+    ``stall_order``); without it the same program overlaps the two, so the case tests the
+    rule."""
+    words, first, second = SHARED_CASES[name]
+    words = words + [encode(Op.HALT)]
+    _, _, events, _ = run_program(words, lat=(30, 30),
+                                  config=dataclasses.replace(SHARED, optim_shared_units=False))
+    a, b = ([e for e in events if e[0] == u][0] for u in (first, second))
+    assert b[1] < a[2], "the case does not test the rule: the two never overlap"
+    status, _, events, counters = run_program(words, lat=(30, 30), config=SHARED)
+    assert status == Status.OK
+    a, b = ([e for e in events if e[0] == u][0] for u in (first, second))
+    assert b[1] >= a[2], f"{second} started at {b[1]} before {first} ended at {a[2]}"
+    assert counters["stall_order"] > 0
 
 
 @pytest.mark.parametrize("name", sorted(ORDER_CASES))

@@ -15,8 +15,10 @@ from hdl.fp32.config import FP32Config
 from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
 from hdl.fp32.mul import FP32Mul
 from hdl.fp32.add import FP32Add
-from hdl.lib.dataflow import Dataflow
-from hdl.optim.config import Mode
+from hdl.fp32.div import FP32Div
+from hdl.lib.dataflow import Dataflow, pool_unit
+from hdl.optim.engine import OptimEngine
+from hdl.optim.config import Mode, OptimConfig
 from hdl.optim.datapath import ALT_FIELDS, HYPER_FIELDS, OptimDatapath
 from sim.model.fp32 import random_fp32
 from sim.tb.amaranth_tb import run_sim
@@ -25,15 +27,23 @@ FC, DC = FP32Config(), FP32DivSqrtConfig.preset("tiny")
 
 
 class _Pair(Elaboratable):
-    """The same inputs into ``ref`` (``ii = 1``) and ``dut`` (``ii``)."""
+    """The same inputs into ``ref`` (``ii = 1``) and ``dut`` (``ii``); the units of ``dut``'s
+    ``units`` ports outside it, each behind :func:`pool_unit` (as the training core's vector
+    unit holds them)."""
 
-    def __init__(self, ii):
+    def __init__(self, ii, units=()):
         self.ref = OptimDatapath(tag_bits=8, fp32_config=FC, divsqrt_config=DC)
-        self.dut = OptimDatapath(tag_bits=8, fp32_config=FC, divsqrt_config=DC, ii=ii)
+        self.dut = OptimDatapath(tag_bits=8, fp32_config=FC, divsqrt_config=DC, ii=ii,
+                                 units=units)
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.ref, m.submodules.dut = self.ref, self.dut
+        make = {"add": lambda: FP32Add(config=FC), "mul": lambda: FP32Mul(config=FC),
+                "div": lambda: FP32Div(config=DC)}
+        for name in self.dut.signature.members:
+            if name.startswith("unit_"):
+                pool_unit(m, f"pool_{name}", make[name[5:-1]](), [getattr(self.dut, name)])
         for name in ("mode", "alt") + HYPER_FIELDS + ALT_FIELDS:
             m.d.comb += getattr(self.ref, name).eq(getattr(self.dut, name))
         m.d.comb += [self.ref.i.valid.eq(self.dut.i.valid),
@@ -50,12 +60,15 @@ def _hyper(rng):
     return {k: int(np.float32(x).view(np.uint32)) for k, x in v.items()}
 
 
-@pytest.mark.parametrize("ii", [3, 4])
-def test_shared_units_give_the_same_words(ii):
+@pytest.mark.parametrize("ii, units", [(3, ()), (4, ()), (4, ("add", "mul", "div"))])
+def test_shared_units_give_the_same_words(ii, units):
     """Elements every ``ii`` cycles (plus random gaps of whole ``ii``s) in every mode and the
     ``alt`` pass: the shared pipeline's outputs, ``sq`` and ``ratio`` taps equal the unshared
-    pipeline's, element by element, at latencies measured here (equal to the attributes)."""
-    pair = _Pair(ii)
+    pipeline's, element by element, at latencies measured here (equal to the attributes);
+    also with its first multiplier, its adder and its divider outside it (``units``, the
+    training core's FPGA build), at the same latencies."""
+    pair = _Pair(ii, units)
+    assert pair.dut.latency == OptimDatapath.latency_for(FC, DC, ii)
     dut, ref = pair.dut, pair.ref
     rng = np.random.default_rng(ii)
     got = {"o": [], "sq": [], "ratio": []}
@@ -135,3 +148,31 @@ def test_invalid_ii(ii):
     with pytest.raises((TypeError, ValueError), match=r"OptimDatapath\.ii"):
         OptimDatapath(fp32_config=FC, divsqrt_config=DC, ii=ii)
 
+
+
+def test_units_outside_the_optimizer():
+    """``units=`` of the datapath and the engine: its first shared units of those kinds become
+    ``UnitPort`` members and leave its submodules; refused with ``ii = 1`` (an outside unit
+    would add a cycle), with more of a kind than it has shared units, or a bad kind, each
+    error naming the parameter."""
+    dp = OptimDatapath(tag_bits=8, fp32_config=FC, divsqrt_config=DC, ii=4,
+                       units=("add", "mul", "div"))
+    kinds = [type(sub.origins[0]).__name__ for sub, *_ in Fragment.get(dp, None).subfragments]
+    assert (kinds.count("FP32Mul"), kinds.count("FP32Add"), kinds.count("FP32Div")) == (2, 0, 0)
+    assert {"unit_add0", "unit_mul0", "unit_div0"} <= set(dp.signature.members)
+    eng = OptimEngine(config=OptimConfig(ii=4), fp32_config=FC, divsqrt_config=DC,
+                      data_cmds=False, units=("mul",))
+    assert "unit_mul0" in eng.signature.members
+    eng._MustUse__silence = True
+    with pytest.raises(ValueError, match=r"OptimDatapath\.units needs ii > 1"):
+        OptimDatapath(fp32_config=FC, divsqrt_config=DC, units=("add",))
+    with pytest.raises(ValueError, match=r"OptimEngine\.units needs ii > 1"):
+        OptimEngine(fp32_config=FC, divsqrt_config=DC, units=("add",))
+    with pytest.raises(ValueError, match=r"OptimDatapath\.units: 2 'add' units, but the "
+                                         r"datapath has 1"):
+        OptimDatapath(fp32_config=FC, divsqrt_config=DC, ii=4, units=("add", "add"))
+    with pytest.raises(ValueError, match=r"OptimEngine\.units: 1 'exp' units, but"):
+        OptimEngine(config=OptimConfig(ii=4), fp32_config=FC, divsqrt_config=DC,
+                    units=("exp",))
+    with pytest.raises(TypeError, match=r"OptimEngine\.units"):
+        OptimEngine(config=OptimConfig(ii=4), fp32_config=FC, divsqrt_config=DC, units="mul")

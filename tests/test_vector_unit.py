@@ -22,7 +22,7 @@ from hdl.fp32.log_config import FP32LogConfig
 from hdl.grad.config import GradConfig
 from sim.model.core import effective_fields, resolve_acc
 from sim.model.vector import run_vector, set_matrix, set_vector
-from sim.tb.amaranth_tb import ReusableSim, run_sim, stream_get
+from sim.tb.amaranth_tb import ReusableSim, fp32_unit_counts, run_sim, stream_get
 from sim.tb.memport_tb import LineMemory
 
 F32 = np.float32
@@ -346,35 +346,19 @@ def test_read_register_fpga_shape():
     assert sx == [plain.cycles(Op.SOFTMAX_XENT, 4, 10) + 2]
 
 
-def _fp32_units(top) -> dict:
-    """FP32 adders and multipliers in the elaborated design under ``top``, by class name."""
-    from amaranth.hdl import Fragment
-    from hdl.fp32.add import FP32Add
-    from hdl.fp32.mul import FP32Mul
-    count = {"FP32Add": 0, "FP32Mul": 0}
-
-    def walk(frag):
-        for sub, _name, _src in frag.subfragments:
-            kinds = [type(o).__name__ for o in (sub.origins or ())
-                     if isinstance(o, (FP32Add, FP32Mul))]
-            if kinds:
-                count[kinds[0]] += 1
-            else:
-                walk(sub)
-    walk(Fragment.get(top, None))
-    return count
-
-
-def test_shared_units_fpga_shape():
+@pytest.mark.parametrize("opt_shared", [False, True])
+def test_shared_units_fpga_shape(opt_shared):
     """``CoreConfig.vector_shared_units`` (the FPGA build: one lane, read registers): the
     elementwise add and multiply and the bias-gradient add run on the softmax's units, behind
     an operand register. Random commands (bias gradients in chunks, in-place operands), then
     softmax rows, against the golden model, every command in exactly ``cycles()``: each
     datapath's latency one cycle more than without sharing; one multiplier and two adders
-    fewer."""
+    fewer. With ``optim_shared_units`` (the optimizer's ports idle here) the softmax's divider
+    is pooled too: its latency one cycle more again."""
     fpga = dataclasses.replace(CFG, vector_read_reg=True)
     dut = _unit("tiny", lanes=1, cfg=dataclasses.replace(fpga, vector_lanes=1,
-                                                         vector_shared_units=True))
+                                                         vector_shared_units=True,
+                                                         optim_shared_units=opt_shared))
     own = _unit("tiny", lanes=1, cfg=fpga)
     own._MustUse__used = True                # its formulas only (elaborated by other tests)
     img = _image(43)
@@ -382,14 +366,14 @@ def test_shared_units_fpga_shape():
         assert c == dut.cycles(op, f["rows"], f["cols"], vop=f.get("vop", 0),
                                rop=f.get("rop", 0), acc=acc)
     assert (dut.ew_latency, dut.bg_latency, dut.softmax_latency) == (
-        own.ew_latency + 1, own.bg_latency + 1, own.softmax_latency + 1)
+        own.ew_latency + 1, own.bg_latency + 1, own.softmax_latency + 1 + opt_shared)
     z = (np.random.default_rng(43).standard_normal((5, 10)) * 3).astype(F32)
     set_matrix(img, 0, z)
     set_vector(img, 100, np.array([1, 9, 0, 4, 7], np.uint32))
     sx = _run(dut, img, [(Op.SOFTMAX_XENT, dict(rows=5, cols=10, a=0, b=100, d=200, e=250), 0,
                           ONE)])
     assert sx == [dut.cycles(Op.SOFTMAX_XENT, 5, 10)]
-    shared, alone = _fp32_units(dut), _fp32_units(own)
+    shared, alone = fp32_unit_counts(dut), fp32_unit_counts(own)
     assert (alone["FP32Add"] - shared["FP32Add"], alone["FP32Mul"] - shared["FP32Mul"]) == (2, 1)
 
 

@@ -84,6 +84,13 @@ class CoreConfig(PresetMixin):
         units (the FPGA build): one multiplier and two adders fewer. The vector unit runs one
         instruction at a time, so they never meet; results and cycles are the same
         (docs/vector.md).
+    optim_shared_units : bool
+        The optimizer's first shared multiplier, its adder and its divider are the vector
+        unit's (the FPGA build; needs :attr:`vector_shared_units` and the core's
+        ``optim_config.ii > 1``): one multiplier, one adder and one divider fewer. The
+        sequencer then never runs ``OPT`` beside a vector instruction (each waits for the
+        other's unit to be idle); the softmax's divide takes one cycle more (the pool's
+        operand register). Results are the same (docs/core.md "FPGA").
     """
 
     size: int = 8
@@ -108,6 +115,7 @@ class CoreConfig(PresetMixin):
     matmul_regs: bool = False
     acc_lanes: int = 0
     vector_shared_units: bool = False
+    optim_shared_units: bool = False
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"size": 4, "bank_depth": 2048, "max_classes": 64},
@@ -124,10 +132,12 @@ class CoreConfig(PresetMixin):
     #: readers a register (:attr:`vector_read_reg`; one more cycle per vector instruction),
     #: the matmul engine its request and command registers (:attr:`matmul_regs`; two more
     #: cycles per ``MATMUL``), two accumulator lanes (:attr:`acc_lanes`), and the vector
-    #: unit's lanes share the softmax's FP32 units (:attr:`vector_shared_units`).
+    #: unit's lanes share the softmax's FP32 units (:attr:`vector_shared_units`), and the
+    #: optimizer a multiplier, an adder and the divider with the vector unit
+    #: (:attr:`optim_shared_units`: ``OPT`` and vector instructions take turns).
     FPGA: ClassVar[dict] = {"vector_lanes": 1, "vector_sumsq": False, "decode_stages": 2,
                             "vector_read_reg": True, "matmul_regs": True, "acc_lanes": 2,
-                            "vector_shared_units": True}
+                            "vector_shared_units": True, "optim_shared_units": True}
     #: Banks of the FPGA build (when the config has more).
     FPGA_BANKS: ClassVar[int] = 4
     #: Initiation interval of the FPGA build's optimizer pipeline
@@ -163,11 +173,14 @@ class CoreConfig(PresetMixin):
                              f"for size), not {self.vector_lanes!r}")
         check_int("CoreConfig", "ranks", self.ranks, lo=1, hi=16)
         check_int("CoreConfig", "link_width", self.link_width, lo=1, hi=32)
-        for name in ("vector_sumsq", "vector_read_reg", "reverse_links", "vector_shared_units"):
+        for name in ("vector_sumsq", "vector_read_reg", "reverse_links", "vector_shared_units",
+                     "optim_shared_units"):
             check_bool("CoreConfig", name, getattr(self, name))
         if self.vector_shared_units and self.vec_lanes != 1:
             raise ValueError("CoreConfig.vector_shared_units needs one vector lane "
                              f"(vector_lanes = 1), not {self.vec_lanes}")
+        if self.optim_shared_units and not self.vector_shared_units:
+            raise ValueError("CoreConfig.optim_shared_units needs vector_shared_units = True")
         if self.reverse_links and self.ranks < 2:
             raise ValueError("CoreConfig.reverse_links needs ranks >= 2 (a ring), not "
                              f"ranks = {self.ranks}")

@@ -12,6 +12,7 @@ from ..fp32.divsqrt_config import FP32DivSqrtConfig
 from ..fp32.log_config import FP32LogConfig
 from ..grad.config import GradConfig
 from ..lib.memport import WordToLine
+from ..lib.mustuse import mark_used
 from ..multi.endpoint import LinkEndpoint
 from ..multi.collective import CollectiveEngine
 from ..optim.config import STATUS_FIELDS, OptimConfig
@@ -127,6 +128,11 @@ class TrainingCore(wiring.Component):
             raise TypeError(f"TrainingCore.optim_config must be an OptimConfig, not {oc!r}")
         self.optim_config = OptimConfig(depth=65536, reduce_lanes=oc.reduce_lanes,
                                         rd_fifo_depth=oc.rd_fifo_depth, ii=oc.ii)
+        if config.optim_shared_units and oc.ii == 1:
+            mark_used(self)                  # rejected: no "never used" warning
+            raise ValueError("TrainingCore.optim_config.ii must be > 1 with "
+                             "CoreConfig.optim_shared_units (the optimizer's units are shared "
+                             "ones), not 1")
         super().__init__({
             "cmd": In(stream.Signature(host_cmd_layout(config))),
             "rsp": Out(stream.Signature(host_rsp_layout(config))),
@@ -160,10 +166,15 @@ class TrainingCore(wiring.Component):
                                                log_config=self.log_config)
         # the host and the sequencer issue only SETREG, STEP and STEP1: no WRITE/READ/ACCUM
         # hardware (the read FIFO, the accumulate adder)
+        # config.optim_shared_units: its first shared multiplier, its adder and its divider
+        # are the vector unit's (the sequencer never runs OPT beside a vector instruction)
+        units = ("add", "mul", "div") if cfg.optim_shared_units else ()
         opt = m.submodules.optim = OptimEngine(config=self.optim_config,
                                                fp32_config=self.fp32_config,
                                                divsqrt_config=self.divsqrt_config,
-                                               data_cmds=False)
+                                               data_cmds=False, units=units)
+        for k in units:
+            connect(m, getattr(opt, f"unit_{k}0"), getattr(vec, f"opt_{k}0"))
         clients = clients_of(cfg)
         spad = m.submodules.scratchpad = Scratchpad(config=cfg, clients=len(clients))
         #: sub-blocks of the last elaboration (tests reach memories and state through them)

@@ -49,7 +49,8 @@ COUNTERS = (
     ("stall_fence", 32, "cycles FENCE, ADAPT and HALT waited for the units"),
     ("stall_order", 32, "cycles SOFTMAX_XENT waited for the optimizer (loss scale) or OPT for "
                         "the matmul engine (converter flags) and, one-pass, the vector unit "
-                        "(gradient-write snoop)"),
+                        "(gradient-write snoop); with shared optimizer units, OPT and a "
+                        "vector instruction for each other"),
     ("flags", 3, "sticky: bit 0 a NaN, bit 1 an Inf reached a BFP converter; bit 2 the matmul "
                  "engine or the vector unit wrote a NaN / Inf into a one-pass OPT's gradient "
                  "lines"),
@@ -79,7 +80,9 @@ class Sequencer(wiring.Component):
     * for ``SOFTMAX_XENT``, the optimizer is idle (the gradient scale uses its loss scale);
       for ``OPT``, the matmul engine is idle (a NaN / Inf flagged by a BFP converter earlier
       in the run skips the step: the optimizer's ``skip_in``), and for a one-pass ``OPT``
-      the vector unit too (every gradient write has been snooped: ``flags`` bit 2).
+      the vector unit too (every gradient write has been snooped: ``flags`` bit 2), and
+    * with ``config.optim_shared_units`` (the FPGA build: the two share FP32 units), ``OPT``
+      waits for the vector unit to be idle and a vector instruction for the optimizer.
 
     The program check also collects the **gradient window** ``gwin_lo .. gwin_hi - 1``: the
     lines of the ``g`` ranges of the one-pass ``OPT`` instructions (their hull; empty when
@@ -507,13 +510,22 @@ class Sequencer(wiring.Component):
         # SOFTMAX_XENT reads the loss scale an OPT may change; OPT reads the converter flags
         # of every earlier MATMUL (skip_in), a one-pass OPT also the snooped gradient writes
         # of every earlier MATMUL and vector instruction
-        scale_ok = Signal(name="order_ok")
-        m.d.comb += scale_ok.eq(((ir.op != Op.SOFTMAX_XENT) | ~busy[2])
+        order_ok = Signal(name="order_ok")
+        m.d.comb += order_ok.eq(((ir.op != Op.SOFTMAX_XENT) | ~busy[2])
                                 & ((ir.op != Op.OPT) | ~busy[0])
                                 & ((ir.op != Op.OPT) | ~ir.args.opt.one_pass | ~busy[1])
                                 # a poisoning ALLREDUCE reads the run's final flags
                                 & ((ir.op != Op.ALLREDUCE) | ~ir.args.allreduce.poison
                                    | ~(busy[0] | busy[1])))
+        if self.config.optim_shared_units:
+            # the optimizer and the vector unit share FP32 units: one runs at a time
+            take_turns = Signal(name="units_take_turns")
+            m.d.comb += take_turns.eq(((unit_of != 2) | ~busy[1])
+                                      & ((unit_of != 1) | ~busy[2]))
+            scale_ok = Signal(name="order_and_units_ok")
+            m.d.comb += scale_ok.eq(order_ok & take_turns)
+        else:
+            scale_ok = order_ok
         can_issue = Signal(name="can_issue")
         m.d.comb += can_issue.eq(unit_free & banks_free & scale_ok)
         in_exec = Signal(name="in_exec")

@@ -38,6 +38,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..fp32.add import FP32Add
 from ..fp32.config import FP32Config
+from ..fp32.div import FP32Div
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
 from ..fp32.log_config import FP32LogConfig
 from ..fp32.mul import FP32Mul
@@ -45,7 +46,7 @@ from ..grad.biasgrad import BiasGrad
 from ..grad.config import GradConfig
 from ..grad.elementwise import EW_ADD, Elementwise
 from ..grad.softmax import SoftmaxXent
-from ..lib.dataflow import pool_unit
+from ..lib.dataflow import UnitPort, pool_unit
 from ..lib.lanesum import LaneSum
 from ..lib.memport import LinePort
 from ..lib.mustuse import mark_used as _used
@@ -298,6 +299,12 @@ class VectorUnit(wiring.Component):
         labels; ``d``: write the result (read ``d_old`` for ``REDUCE BIAS_GRAD`` with
         ``acc``); ``e``: write the ``SOFTMAX`` per-row loss. Unused outputs are 0; a port is
         read only where the ISA's operand ranges say so.
+    opt_add0, opt_mul0, opt_div0 : In(UnitPort(kind)), only with ``config.optim_shared_units``
+        The optimizer's ports to its first shared adder, multiplier and its divider
+        (:class:`~hdl.optim.engine.OptimEngine` ``units``): they join the pools of the
+        softmax's ``p - onehot`` adder, its gradient multiplier and its divider. Whoever
+        drives them must not issue while a command runs (the sequencer keeps ``OPT`` and
+        the vector instructions apart); idle ports have ``valid = 0``.
     """
 
     def __init__(self, *, config: CoreConfig, grad_config: GradConfig | None = None,
@@ -342,6 +349,9 @@ class VectorUnit(wiring.Component):
         # bias-gradient add use three of the softmax's OUT units, one instruction at a time;
         # each such operation takes one cycle more (the pooled unit's operand register)
         shared = config.vector_shared_units
+        # config.optim_shared_units: the softmax's divide too (one more cycle: the pool)
+        sx_units = (("add", "mul", "add") if shared else ()) + (
+            ("div",) if config.optim_shared_units else ())
         try:
             self._ew = [_used(Elementwise(fp32_config=self.fp32_config,
                                           units=("add", "mul") if shared and j == 0 else ()))
@@ -356,7 +366,7 @@ class VectorUnit(wiring.Component):
                                          divsqrt_config=self.divsqrt_config,
                                          log_config=self.log_config,
                                          read_reg=config.vector_read_reg,
-                                         units=("add", "mul", "add") if shared else ()))
+                                         units=sx_units))
         except (ValueError, TypeError):
             _used(self)
             raise
@@ -383,6 +393,8 @@ class VectorUnit(wiring.Component):
             "b": Out(LinePort(addr_bits=lb, words=S)),
             "d": Out(LinePort(addr_bits=lb, words=S)),
             "e": Out(LinePort(addr_bits=lb, words=S)),
+            **({f"opt_{k}0": In(UnitPort(k)) for k in ("add", "mul", "div")}
+               if config.optim_shared_units else {}),
         })
 
     def cycles(self, op: int, rows: int, cols: int, *, vop: int = Vop.ADD,
@@ -431,10 +443,18 @@ class VectorUnit(wiring.Component):
         if cfg.vector_shared_units:
             # the softmax's OUT units p - onehot (add), the gradient's scale (mul) and
             # z_y - max (add), each also serving one of lane 0's datapaths
+            # (and with config.optim_shared_units the optimizer's adder, multiplier, divider)
             fc = self.fp32_config
-            pool_unit(m, "shared_add0", FP32Add(config=fc), [sx.unit_add0, ew.unit_add0])
-            pool_unit(m, "shared_mul0", FP32Mul(config=fc), [sx.unit_mul0, ew.unit_mul0])
+            opt = ({k: [getattr(self, f"opt_{k}0")] for k in ("add", "mul", "div")}
+                   if cfg.optim_shared_units else {"add": [], "mul": [], "div": []})
+            pool_unit(m, "shared_add0", FP32Add(config=fc),
+                      [sx.unit_add0, ew.unit_add0] + opt["add"])
+            pool_unit(m, "shared_mul0", FP32Mul(config=fc),
+                      [sx.unit_mul0, ew.unit_mul0] + opt["mul"])
             pool_unit(m, "shared_add1", FP32Add(config=fc), [sx.unit_add1, bg.unit_add0])
+            if cfg.optim_shared_units:
+                pool_unit(m, "shared_div0", FP32Div(config=self.divsqrt_config),
+                          [sx.unit_div0] + opt["div"])
         reg = cfg.vector_read_reg
         m.submodules.rd_a = ra = _LineReader(line_bits=lb, S=S, L=L, out_reg=reg)
         m.submodules.rd_b = rb = _LineReader(line_bits=lb, S=S, L=L, out_reg=reg)

@@ -78,8 +78,8 @@ class SoftmaxXent(wiring.Component):
         flip-flops instead of from the block RAM's output; :attr:`latency` one cycle more.
     units : tuple of str
         Kinds of the OUT dataflow's operations that use units outside the component, in the
-        order it builds them (``add`` ``p - onehot``, ``mul`` the gradient's scale, ``add``
-        the loss): :class:`~hdl.lib.dataflow.UnitPort` members
+        order it builds them per kind (``div`` ``p``, ``add`` ``p - onehot``, ``mul`` the
+        gradient's scale, ``add`` the loss): :class:`~hdl.lib.dataflow.UnitPort` members
         ``unit_<kind><n>`` (default none; the FPGA build's vector unit shares them).
 
     Attributes

@@ -31,14 +31,16 @@ With ``ii = 1`` every operation has a unit of its own, as before. With ``ii > 1`
 operation adds an ``m.If`` on its valid bit: build the graph at the top level of
 ``elaborate`` (not inside another ``m.If`` or an FSM state).
 
-**Units outside** (``external``, ``ii = 1``): an operation may go to a unit that is not the
-datapath's own but reached through a :class:`UnitPort` (its first operations of each kind, in
-the order they are built). The port carries the operation's valid bit and operands in the
+**Units outside** (``external``): an operation may go to a unit that is not the
+datapath's own but reached through a :class:`UnitPort` (with ``ii = 1`` its first operations
+of each kind, in the order they are built; with ``ii > 1`` its first shared units of each kind,
+each port then carrying the operations of that unit's slots). The port carries the operation's valid bit and operands in the
 cycle it enters; :func:`pool_unit` puts one unit behind several such ports of datapaths that
 never run at the same time (e.g. the vector unit's elementwise lane and its softmax, which
 take one instruction at a time): their valid bits select the operands (AND-OR) into a
 register in front of the unit, and every port sees the unit's result. Such an operation takes
-the unit's latency + 1 (as a shared operation does) and gives the same words.
+the unit's latency + 1 (as a shared operation does) and gives the same words. A shared unit
+(``ii > 1``) that is external keeps its timing: the pool's register takes the place of its own.
 """
 from __future__ import annotations
 
@@ -185,8 +187,6 @@ class Dataflow:
     def __init__(self, m, valid, *, fp32_config: FP32Config, divsqrt_config: FP32DivSqrtConfig,
                  prefix: str = "df", ii: int = 1, external: dict | None = None):
         check_int("Dataflow", "ii", ii, lo=1)
-        if external and ii > 1:
-            raise ValueError("Dataflow: external units need ii = 1")
         self.ii = ii
         self._external = {k: list(v) for k, v in (external or {}).items()}
         self._pools: dict[str, list[_Shared]] = {}
@@ -288,22 +288,29 @@ class Dataflow:
         choice = next(((u, t0 + d) for d in range(self.ii) for u in pool
                        if (t0 + d) % self.ii not in u.slots), None)
         if choice is None:
-            unit = factory() if self.hw else None
+            # a new unit: the next external port of this kind if there is one (the pool's
+            # operand register stands for this one: the same timing), else one of its own
+            port = self._external[kind].pop(0) if self._external.get(kind) else None
+            unit = factory() if self.hw and port is None else None
             if unit is not None:
                 assert unit.latency == latency, (name, unit.latency, latency)
             choice = (_Shared(unit, self._uname(kind) if self.hw else kind), t0)
             pool.append(choice[0])
             if self.hw:
                 sh = choice[0]
-                self.m.submodules[sh.name] = unit
-                width = len(operands(unit.i.payload))
+                width = UNIT_OPERAND_BITS[kind]
                 sh.sel_valid = Signal(name=f"{sh.name}_sel_valid")
                 sh.sel = Signal(width, name=f"{sh.name}_sel")
-                self.m.d.sync += [unit.i.valid.eq(sh.sel_valid),
-                                  operands(unit.i.payload).eq(sh.sel)]
-                self.m.d.comb += unit.o.ready.eq(1)
                 res = Signal(32, name=f"{sh.name}_r")
-                self.m.d.comb += res.eq(result(unit.o.payload))
+                if port is None:
+                    self.m.submodules[sh.name] = unit
+                    assert len(operands(unit.i.payload)) == width
+                    self.m.d.sync += [unit.i.valid.eq(sh.sel_valid),
+                                      operands(unit.i.payload).eq(sh.sel)]
+                    self.m.d.comb += [unit.o.ready.eq(1), res.eq(result(unit.o.payload))]
+                else:
+                    self.m.d.comb += [port.valid.eq(sh.sel_valid), port.ops.eq(sh.sel),
+                                      res.eq(port.result)]
                 sh.result = res
         shared, t = choice
         shared.slots[t % self.ii] = name

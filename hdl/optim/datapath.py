@@ -24,7 +24,7 @@ from amaranth.lib.wiring import In, Out
 from ..config import check_int
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
-from ..lib.dataflow import Dataflow
+from ..lib.dataflow import Dataflow, check_units, unit_members, unit_ports
 from ..lib.mustuse import used_if_rejected
 from .config import Mode
 
@@ -62,6 +62,13 @@ class OptimDatapath(wiring.Component):
         may enter only in cycles congruent modulo ``ii`` (at most one every ``ii`` cycles),
         and the 10 multiplies share ``ceil(10 / ii)`` multipliers, the 4 adds ``ceil(4 /
         ii)`` adders. The results are the same words.
+    units : tuple of str
+        Kinds of shared units (``ii > 1`` only) that are outside the datapath, reached
+        through :class:`~hdl.lib.dataflow.UnitPort` members ``unit_<kind><n>`` (the first
+        shared units of each kind; default none). The training core's FPGA build puts a
+        multiplier, the adder and the divider behind them, pooled with the vector unit's
+        (:func:`~hdl.lib.dataflow.pool_unit`): the same timing and words, as long as nothing
+        else issues to a pooled unit while the datapath runs.
 
     Attributes
     ----------
@@ -99,10 +106,14 @@ class OptimDatapath(wiring.Component):
     """
 
     def __init__(self, *, tag_bits: int = 16, fp32_config: FP32Config | None = None,
-                 divsqrt_config: FP32DivSqrtConfig | None = None, ii: int = 1):
+                 divsqrt_config: FP32DivSqrtConfig | None = None, ii: int = 1,
+                 units: tuple = ()):
         with used_if_rejected(self):
             check_int("OptimDatapath", "ii", ii, lo=1)
+            units = self.check_units_for(units, fp32_config or FP32Config(),
+                                         divsqrt_config or FP32DivSqrtConfig(), ii)
         self.ii = ii
+        self.units = units
         self.tag_bits = tag_bits
         self.fp32_config = fp32_config or FP32Config()
         self.divsqrt_config = divsqrt_config or FP32DivSqrtConfig()
@@ -116,6 +127,7 @@ class OptimDatapath(wiring.Component):
         }
         for name in HYPER_FIELDS + ALT_FIELDS:
             sig[name] = In(32)
+        sig.update(unit_members(units))
         super().__init__(sig)
         self.latency, self.sq_latency, self.ratio_latency = self.latencies_for(
             self.fp32_config, self.divsqrt_config, ii)
@@ -145,6 +157,16 @@ class OptimDatapath(wiring.Component):
         cls._graph(df, {}, {}, None, None)
         return {k: df.units(k) for k in ("mul", "add", "div", "sqrt")}
 
+    @classmethod
+    def check_units_for(cls, units, fp32_config: FP32Config, divsqrt_config: FP32DivSqrtConfig,
+                        ii: int, owner: str = "OptimDatapath") -> tuple:
+        """``units`` checked (:func:`~hdl.lib.dataflow.check_units`: at most the shared
+        units of each kind there are with this ``ii``); ``ValueError`` when given with
+        ``ii = 1`` (an external unit would add a cycle to the latency)."""
+        if units and ii == 1:
+            raise ValueError(f"{owner}.units needs ii > 1 (shared units), not ii = 1")
+        return check_units(owner, units, cls.unit_counts(fp32_config, divsqrt_config, ii))
+
     @staticmethod
     def _graph(df, inputs: dict, hyper: dict, mode, alt):
         w, mm, v, graw, tag = (df.input(inputs.get(n), n) for n in ("w", "m", "v", "g", "tag"))
@@ -172,7 +194,8 @@ class OptimDatapath(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         df = Dataflow(m, self.i.valid, fp32_config=self.fp32_config,
-                      divsqrt_config=self.divsqrt_config, prefix="opt", ii=self.ii)
+                      divsqrt_config=self.divsqrt_config, prefix="opt", ii=self.ii,
+                      external=unit_ports(self, self.units))
         p = self.i.payload
         # Mode and hyperparameters are constant during a pass: the datapath takes its own
         # registered copies, so no path runs from the engine's registers (and its scale-exponent
@@ -188,6 +211,7 @@ class OptimDatapath(wiring.Component):
         m.d.sync += [mode.eq(self.mode), alt.eq(self.alt)]
         w1, m1, v1, tag, gg, q = self._graph(
             df, {n: getattr(p, n) for n in ("w", "m", "v", "g", "tag")}, hyper, mode, alt)
+        df.check_external_used()
         t_out = w1.t
         assert (t_out, gg.t, q.t) == (self.latency, self.sq_latency, self.ratio_latency)
         m.d.comb += [self.sq.eq(gg.value), self.ratio.eq(q.value)]

@@ -45,7 +45,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
-from ..lib.dataflow import Dataflow
+from ..lib.dataflow import Dataflow, unit_members
 from ..lib.fp32bits import is_inf_or_nan
 from ..lib.lanesum import LaneSum
 from ..lib.memport import WordPort
@@ -89,6 +89,11 @@ class OptimEngine(wiring.Component):
         and the accumulate adder). Without them (the training core, whose host and sequencer
         issue only ``SETREG``, ``STEP`` and ``STEP1``) those commands are rejected like an
         invalid op (``error``), ``wdata`` is never ready and ``rdata`` never valid.
+    units : tuple of str
+        :class:`OptimDatapath`'s ``units`` (``config.ii > 1``): its first shared units of
+        these kinds are outside the engine, behind members ``unit_<kind><n>``
+        (:class:`~hdl.lib.dataflow.UnitPort`); the training core's FPGA build pools them with
+        the vector unit's. Default none.
 
     Attributes
     ----------
@@ -140,7 +145,8 @@ class OptimEngine(wiring.Component):
 
     def __init__(self, *, config: OptimConfig | None = None,
                  fp32_config: FP32Config | None = None,
-                 divsqrt_config: FP32DivSqrtConfig | None = None, data_cmds: bool = True):
+                 divsqrt_config: FP32DivSqrtConfig | None = None, data_cmds: bool = True,
+                 units: tuple = ()):
         self.config = config or OptimConfig()
         if not isinstance(data_cmds, bool):
             mark_used(self)                  # rejected: no "never used" warning
@@ -156,8 +162,16 @@ class OptimEngine(wiring.Component):
             mark_used(self)                  # rejected: no "never used" warning
             raise ValueError(f"OptimConfig.reduce_lanes ({self.config.reduce_lanes}) must exceed "
                              f"the FP32 adder latency ({la})")
+        try:
+            self.units = OptimDatapath.check_units_for(units, self.fp32_config,
+                                                       self.divsqrt_config, self.config.ii,
+                                                       owner="OptimEngine")
+        except (TypeError, ValueError):
+            mark_used(self)                  # rejected: no "never used" warning
+            raise
         port = WordPort(addr_bits=self.config.addr_bits)
         super().__init__({
+            **unit_members(self.units),
             **{Mem.NAMES[sel]: Out(port) for sel in Mem.ALL},
             "cmd": In(stream.Signature(cmd_layout())),
             "wdata": In(stream.Signature(32)),
@@ -219,7 +233,10 @@ class OptimEngine(wiring.Component):
         # The tag is the write-back address and, on top, whether the element is an update (the
         # check pass and the clip factor run through the same pipeline and write nothing).
         m.submodules.dp = dp = OptimDatapath(tag_bits=ab + 1, fp32_config=self.fp32_config,
-                                             divsqrt_config=self.divsqrt_config, ii=cfg.ii)
+                                             divsqrt_config=self.divsqrt_config, ii=cfg.ii,
+                                             units=self.units)
+        for name in unit_members(self.units):
+            wiring.connect(m, getattr(dp, name), wiring.flipped(getattr(self, name)))
         # Shared units (ii > 1): every element enters the datapath in a cycle congruent
         # modulo ii. The slot counter is 0 in the first cycle of a command and counts
         # cycles modulo ii; the passes read only when it is 0 (their elements enter the

@@ -12,7 +12,8 @@ from amaranth.lib import data
 from amaranth.sim import Simulator
 
 __all__ = ["stream_put", "stream_get", "run_sim", "add_deadline", "stream_through",
-           "assert_payloads", "StreamTransport", "ReusableSim", "SIM_PERIOD", "MAX_CYCLES"]
+           "assert_payloads", "StreamTransport", "ReusableSim", "SIM_PERIOD", "MAX_CYCLES",
+           "fp32_unit_counts"]
 
 #: The ``sync`` clock period of every fast-tier simulation (1 MHz).
 SIM_PERIOD = 1e-6
@@ -237,3 +238,25 @@ class StreamTransport:
         ctx.set(cmd.valid, 0)
         raise TimeoutError(f"{len(cmds)} commands: {len(out)} responses after {deadline} "
                            f"cycles")
+
+
+def fp32_unit_counts(top) -> dict:
+    """FP32 adders, multipliers and dividers in the elaborated design under ``top`` (a
+    component, not yet elaborated), by class name: what sharing units saves, counted."""
+    from amaranth.hdl import Fragment
+
+    from hdl.fp32.add import FP32Add
+    from hdl.fp32.div import FP32Div
+    from hdl.fp32.mul import FP32Mul
+    kinds = (FP32Add, FP32Mul, FP32Div)
+    count = {k.__name__: 0 for k in kinds}
+
+    def walk(frag):
+        for sub, _name, _src in frag.subfragments:
+            found = [type(o).__name__ for o in (sub.origins or ()) if isinstance(o, kinds)]
+            if found:
+                count[found[0]] += 1
+            else:
+                walk(sub)
+    walk(Fragment.get(top, None))
+    return count

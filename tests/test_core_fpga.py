@@ -13,6 +13,7 @@ from boards.synth import TARGETS, VARIANTS, build_block, fpga_optim_config
 from hdl.core.config import CoreConfig
 from hdl.core.core import TrainingCore
 from hdl.core.isa import Op, Rop, Status, Vop, decode, encode
+from hdl.optim.config import OptimConfig
 from hdl.registry import blocks
 from sim.host.compiler import MLP, compile_mlp
 from sim.host.driver import CoreDriver
@@ -33,7 +34,8 @@ def test_fpga_config_is_the_preset_with_one_vector_lane_and_four_banks(preset):
                                        bank_depth=cfg.bank_depth * cfg.banks // 4,
                                        decode_stages=2, vector_read_reg=True,
                                        matmul_regs=True, acc_lanes=2,
-                                       vector_shared_units=True, optim_shared_units=True)
+                                       vector_shared_units=True, optim_shared_units=True,
+                                       optim_one_port=True)
     assert (cfg.instr_cycles, fpga.instr_cycles) == (3, 6)
     assert fpga.vec_lanes == 1 and fpga.size == cfg.size and fpga.lines == cfg.lines
     assert fpga.fpga() == fpga
@@ -55,8 +57,11 @@ def test_optimizer_units_shared_with_the_vector_unit():
         config=dataclasses.replace(cfg, optim_shared_units=False),
         optim_config=fpga_optim_config()))
     assert {k: own[k] - shared[k] for k in own} == {"FP32Add": 1, "FP32Mul": 1, "FP32Div": 1}
-    with pytest.raises(ValueError, match=r"TrainingCore.optim_config.ii"):
+    with pytest.raises(ValueError, match=r"TrainingCore.optim_config.ii must be > 1"):
         TrainingCore(config=cfg)
+    # the optimizer's one scratchpad client (optim_one_port) needs ii >= 4
+    with pytest.raises(ValueError, match=r"TrainingCore.optim_config.ii must be >= 4"):
+        TrainingCore(config=cfg, optim_config=OptimConfig(ii=2))
 
 
 def test_fpga_rows_are_synth_targets_and_not_registered_blocks():

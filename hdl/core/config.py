@@ -91,6 +91,13 @@ class CoreConfig(PresetMixin):
         sequencer then never runs ``OPT`` beside a vector instruction (each waits for the
         other's unit to be idle); the softmax's divide takes one cycle more (the pool's
         operand register). Results are the same (docs/core.md "FPGA").
+    optim_one_port : bool
+        The optimizer's four word ports (``W, M, V, G``) reach the scratchpad through one
+        crossbar client instead of four (the FPGA build; needs the core's ``optim_config.ii
+        >= 4``): :class:`~hdl.lib.memport.WordPortsToLine` takes them one per cycle, behind a
+        register, so the engine's reads answer four cycles later (``OptimEngine.port_skew =
+        4``) and its writes land up to four cycles late. Results are the same; an ``OPT`` takes a few
+        cycles more (docs/core.md "FPGA").
     """
 
     size: int = 8
@@ -116,6 +123,7 @@ class CoreConfig(PresetMixin):
     acc_lanes: int = 0
     vector_shared_units: bool = False
     optim_shared_units: bool = False
+    optim_one_port: bool = False
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"size": 4, "bank_depth": 2048, "max_classes": 64},
@@ -134,10 +142,12 @@ class CoreConfig(PresetMixin):
     #: cycles per ``MATMUL``), two accumulator lanes (:attr:`acc_lanes`), and the vector
     #: unit's lanes share the softmax's FP32 units (:attr:`vector_shared_units`), and the
     #: optimizer a multiplier, an adder and the divider with the vector unit
-    #: (:attr:`optim_shared_units`: ``OPT`` and vector instructions take turns).
+    #: (:attr:`optim_shared_units`: ``OPT`` and vector instructions take turns), and the
+    #: optimizer's four memory ports are one crossbar client (:attr:`optim_one_port`).
     FPGA: ClassVar[dict] = {"vector_lanes": 1, "vector_sumsq": False, "decode_stages": 2,
                             "vector_read_reg": True, "matmul_regs": True, "acc_lanes": 2,
-                            "vector_shared_units": True, "optim_shared_units": True}
+                            "vector_shared_units": True, "optim_shared_units": True,
+                            "optim_one_port": True}
     #: Banks of the FPGA build (when the config has more).
     FPGA_BANKS: ClassVar[int] = 4
     #: Initiation interval of the FPGA build's optimizer pipeline
@@ -174,7 +184,7 @@ class CoreConfig(PresetMixin):
         check_int("CoreConfig", "ranks", self.ranks, lo=1, hi=16)
         check_int("CoreConfig", "link_width", self.link_width, lo=1, hi=32)
         for name in ("vector_sumsq", "vector_read_reg", "reverse_links", "vector_shared_units",
-                     "optim_shared_units"):
+                     "optim_shared_units", "optim_one_port"):
             check_bool("CoreConfig", name, getattr(self, name))
         if self.vector_shared_units and self.vec_lanes != 1:
             raise ValueError("CoreConfig.vector_shared_units needs one vector lane "

@@ -11,7 +11,7 @@ from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
 from ..fp32.log_config import FP32LogConfig
 from ..grad.config import GradConfig
-from ..lib.memport import WordToLine
+from ..lib.memport import WordPortsToLine, WordToLine
 from ..lib.mustuse import mark_used
 from ..multi.endpoint import LinkEndpoint
 from ..multi.collective import CollectiveEngine
@@ -60,6 +60,12 @@ STATE_LAYOUT = data.StructLayout({"status": 4, "err_pc": 16, "running": 1, "conf
 #: last).
 CLIENTS = ("host", "mm_q0", "mm_q1", "mm_acc", "vec_a", "vec_b", "vec_d", "vec_e",
            "opt_w", "opt_m", "opt_v", "opt_g")
+#: The optimizer's one client with ``CoreConfig.optim_one_port`` (instead of opt_w .. opt_g).
+OPT_CLIENT = "opt"
+#: The optimizer's ports with ``optim_one_port``, and their extra read latency
+#: (:class:`~hdl.lib.memport.WordPortsToLine`'s ``skew``).
+OPT_PORTS = 4
+OPT_PORT_SKEW = 4
 COLL_CLIENT = "coll"
 #: What the collective engine reads as word 0 of a poisoned ``ALLREDUCE`` (canonical NaN).
 POISON_BITS = 0x7FC00000
@@ -67,7 +73,8 @@ POISON_BITS = 0x7FC00000
 
 def clients_of(config: CoreConfig) -> tuple[str, ...]:
     """The scratchpad clients of a core of ``config``, in crossbar priority order."""
-    return CLIENTS + ((COLL_CLIENT,) if config.collective is not None else ())
+    base = (CLIENTS[:8] + (OPT_CLIENT,)) if config.optim_one_port else CLIENTS
+    return base + ((COLL_CLIENT,) if config.collective is not None else ())
 
 
 class TrainingCore(wiring.Component):
@@ -133,6 +140,11 @@ class TrainingCore(wiring.Component):
             raise ValueError("TrainingCore.optim_config.ii must be > 1 with "
                              "CoreConfig.optim_shared_units (the optimizer's units are shared "
                              "ones), not 1")
+        if config.optim_one_port and oc.ii < OPT_PORTS:
+            mark_used(self)
+            raise ValueError(f"TrainingCore.optim_config.ii must be >= {OPT_PORTS} with "
+                             f"CoreConfig.optim_one_port (its four ports take turns on one "
+                             f"client), not {oc.ii}")
         super().__init__({
             "cmd": In(stream.Signature(host_cmd_layout(config))),
             "rsp": Out(stream.Signature(host_rsp_layout(config))),
@@ -172,7 +184,9 @@ class TrainingCore(wiring.Component):
         opt = m.submodules.optim = OptimEngine(config=self.optim_config,
                                                fp32_config=self.fp32_config,
                                                divsqrt_config=self.divsqrt_config,
-                                               data_cmds=False, units=units)
+                                               data_cmds=False, units=units,
+                                               port_skew=OPT_PORT_SKEW if cfg.optim_one_port
+                                               else 0)
         for k in units:
             connect(m, getattr(opt, f"unit_{k}0"), getattr(vec, f"opt_{k}0"))
         clients = clients_of(cfg)
@@ -239,18 +253,28 @@ class TrainingCore(wiring.Component):
                      # a one-pass OPT's gradient lines, skips the step
                      opt.skip_in.eq(seq.counters.flags != 0),
                      opt.wdata.valid.eq(0), opt.rdata.ready.eq(1)]
-        adapters = {}
-        for i, name in enumerate("wmvg"):
-            ad = WordToLine(word_bits=self.optim_config.addr_bits, line_bits=lb, words=S)
-            m.submodules[f"opt_{name}_adapter"] = ad
-            adapters[name] = ad
-            connect(m, getattr(opt, name), ad.word)
-            m.d.comb += ad.base.eq(seq.opt_base[i])
+        opt_lines = {}
+        if cfg.optim_one_port:
+            # one client, the four ports one cycle each (the engine's port_skew)
+            ad = m.submodules.opt_adapter = WordPortsToLine(
+                ports=OPT_PORTS, word_bits=self.optim_config.addr_bits, line_bits=lb, words=S)
+            assert ad.skew == OPT_PORT_SKEW
+            for i, name in enumerate("wmvg"):
+                connect(m, getattr(opt, name), ad.word[i])
+                m.d.comb += ad.base[i].eq(seq.opt_base[i])
+            opt_lines[OPT_CLIENT] = ad.line
+        else:
+            for i, name in enumerate("wmvg"):
+                ad = WordToLine(word_bits=self.optim_config.addr_bits, line_bits=lb, words=S)
+                m.submodules[f"opt_{name}_adapter"] = ad
+                connect(m, getattr(opt, name), ad.word)
+                m.d.comb += ad.base.eq(seq.opt_base[i])
+                opt_lines[f"opt_{name}"] = ad.line
 
         # ---- collective engine (ranks >= 2): ALLREDUCE over the ring (docs/multicore.md) -----
         client_ports = {"host": host.mem, "mm_q0": mm.q0, "mm_q1": mm.q1, "mm_acc": mm.acc,
                         "vec_a": vec.a, "vec_b": vec.b, "vec_d": vec.d, "vec_e": vec.e,
-                        **{f"opt_{n}": adapters[n].line for n in "wmvg"}}
+                        **opt_lines}
         coll = cfg.collective
         if coll is not None:
             eng = m.submodules.collective = CollectiveEngine(config=coll,
@@ -331,7 +355,7 @@ def _params(preset: str) -> dict:
         "host_rsp_layout": fields(host_rsp_layout(cfg)),
         "host_ops": {k: v for k, v in vars(HostOp).items() if k.isupper() and k != "ALL"},
         "host_status": {k: v for k, v in vars(HostStatus).items() if k.isupper()},
-        "regs": [name for name, _ in REGS], "clients": list(CLIENTS),
+        "regs": [name for name, _ in REGS], "clients": list(clients_of(cfg)),
         "stat_reg_base": STAT_REG_BASE,
     }
 

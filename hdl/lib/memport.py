@@ -7,7 +7,7 @@ client, ``In`` members by the memory.
   bank offers and what the bank crossbar (:class:`hdl.core.scratchpad.Scratchpad`) connects.
 * :class:`WordPort` - one 32-bit word per access, for engines that stream one element per
   cycle (optimizer); :class:`WordToLine` adapts it to a :class:`LinePort` at a run-time base
-  line.
+  line, :class:`WordPortsToLine` several that take turns onto one.
 
 Timing of both (the contract every client may rely on):
 
@@ -21,11 +21,11 @@ Timing of both (the contract every client may rely on):
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["BLOCK_RAM", "LinePort", "WordPort", "WordToLine"]
+__all__ = ["BLOCK_RAM", "LinePort", "WordPort", "WordToLine", "WordPortsToLine"]
 
 #: ``attrs=`` for a :class:`amaranth.lib.memory.Memory` that should become block RAM.
 #: yosys's ``memory_libmap`` honours ``ram_style``; without it, it maps a small memory
@@ -155,4 +155,116 @@ class WordToLine(wiring.Component):
             ln.w_data.eq(w.w_data.replicate(S)),
             ln.w_en.eq(w.w_en << (w.w_addr[:lg] if lg else 0)),
         ]
+        return m
+
+
+class WordPortsToLine(wiring.Component):
+    """``n`` word ports, each at its own run-time base line, onto **one** line port, one port
+    per cycle: for a client whose ports access memory together at most once every ``n``
+    cycles (the optimizer with shared FP32 units, ``OptimConfig.ii >= n``: it reads ``W, M,
+    V, G`` at one address and writes ``W, M, V`` together), so that it takes one scratchpad
+    client instead of ``n``.
+
+    Port ``k``'s accesses go to the line port ``k + 1`` cycles after the client made them
+    (registered: no path runs from the client's logic into the crossbar): a read made in cycle
+    ``t`` reaches memory in cycle ``t + k + 1`` and its word is on port ``k``'s ``r_data`` in
+    cycle ``t + n + 1`` (every port: read latency ``n + 1`` = ``1 + skew`` instead of 1); a
+    write made in cycle ``t`` is written at the end of cycle ``t + k + 1``. Word ``i`` of port
+    ``k`` is lane ``i % words`` of line ``base[k] + i // words`` (:class:`WordToLine`).
+
+    The client's contract: reads of different ports only in one and the same cycle, and no
+    two such cycles fewer than ``n`` apart; the same for writes (reads and writes are
+    independent: a bank has a read and a write port). Then the delayed accesses never meet.
+    ``r_data`` is meaningful in the cycle ``t + n + 1`` (ports ``k < n - 1`` hold it until
+    their next read; port ``n - 1`` shows the line port's word of that cycle).
+
+    Parameters
+    ----------
+    ports : int
+        ``n`` (>= 1).
+    word_bits, line_bits, words : as :class:`WordToLine`.
+
+    Attributes
+    ----------
+    skew : int
+        ``n``: the extra read latency, and the most cycles a write lands late.
+
+    Members
+    -------
+    word : In(WordPort(addr_bits=word_bits)).array(ports)
+    base : In(line_bits).array(ports)
+        Line of each port's word 0; hold them while the client runs.
+    line : Out(LinePort(addr_bits=line_bits, words=words))
+    """
+
+    def __init__(self, *, ports: int, word_bits: int, line_bits: int, words: int):
+        _check("WordPortsToLine", "ports", ports, 1)
+        _check("WordPortsToLine", "words", words, 1)
+        if words & (words - 1):
+            raise ValueError(f"WordPortsToLine.words must be a power of two, not {words!r}")
+        self.ports, self.words = ports, words
+        self.skew = ports
+        super().__init__({
+            "word": In(WordPort(addr_bits=word_bits)).array(ports),
+            "base": In(line_bits).array(ports),
+            "line": Out(LinePort(addr_bits=line_bits, words=words)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n, S = self.ports, self.words
+        lg = (S - 1).bit_length()
+        ln = self.line
+        lb = len(ln.r_addr)
+
+        def delayed(k, sig, name, *, data=False):
+            """``sig`` ``k`` cycles later (registers; ``data``: without reset)."""
+            for j in range(k):
+                r = Signal(len(sig), name=f"{name}_d{j + 1}", reset_less=data)
+                m.d.sync += r.eq(sig)
+                sig = r
+            return sig
+
+        r_en, r_addr, w_en, w_addr, w_data = Const(0, 1), Const(0, lb), Const(0, S), \
+            Const(0, lb), Const(0, 32)
+        hits = []
+        for k in range(n):
+            w = self.word[k]
+            line_r = Signal(lb, name=f"p{k}_rline")
+            line_w = Signal(lb, name=f"p{k}_wline")
+            lane_r = Signal(max(lg, 1), name=f"p{k}_rlane")
+            m.d.comb += [line_r.eq(self.base[k] + (w.r_addr >> lg)),
+                         line_w.eq(self.base[k] + (w.w_addr >> lg)),
+                         lane_r.eq(w.r_addr[:lg] if lg else 0)]
+            en_k = delayed(k + 1, w.r_en, f"p{k}_ren")
+            addr_k = delayed(k + 1, line_r, f"p{k}_raddr", data=True)
+            lane_k = delayed(k + 1, lane_r, f"p{k}_rlane", data=True)
+            r_en = r_en | en_k
+            r_addr = r_addr | Mux(en_k, addr_k, 0)
+            # the read's port and lane, registered with it: its word leaves the memory next
+            hit = Signal(name=f"p{k}_hit")
+            lane = Signal(max(lg, 1), name=f"p{k}_lane")
+            m.d.sync += hit.eq(en_k)
+            with m.If(en_k):
+                m.d.sync += lane.eq(lane_k)
+            hits.append((hit, lane))
+            wen_k = delayed(k + 1, w.w_en, f"p{k}_wen")
+            waddr_k = delayed(k + 1, line_w, f"p{k}_waddr", data=True)
+            wlane_k = delayed(k + 1, w.w_addr[:lg] if lg else Const(0, 1), f"p{k}_wlane",
+                              data=True)
+            wdata_k = delayed(k + 1, w.w_data, f"p{k}_wdata", data=True)
+            w_en = w_en | Mux(wen_k, Const(1, S) << (wlane_k if lg else 0), 0)
+            w_addr = w_addr | Mux(wen_k, waddr_k, 0)
+            w_data = w_data | Mux(wen_k, wdata_k, 0)
+        m.d.comb += [ln.r_en.eq(r_en), ln.r_addr.eq(r_addr), ln.w_en.eq(w_en),
+                     ln.w_addr.eq(w_addr), ln.w_data.eq(w_data.replicate(S))]
+        for k, (hit, lane) in enumerate(hits):
+            word = ln.r_data.word_select(lane, 32) if lg else ln.r_data
+            if k == n - 1:                 # in cycle t + n + 1 itself
+                m.d.comb += self.word[k].r_data.eq(word)
+            else:                          # captured at t + k + 2, shown from t + k + 3
+                held = Signal(32, name=f"p{k}_rdata")
+                with m.If(hit):
+                    m.d.sync += held.eq(word)
+                m.d.comb += self.word[k].r_data.eq(held)
         return m

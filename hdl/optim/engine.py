@@ -43,6 +43,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
+from ..config import check_int
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
 from ..lib.dataflow import Dataflow, unit_members
@@ -94,9 +95,22 @@ class OptimEngine(wiring.Component):
         these kinds are outside the engine, behind members ``unit_<kind><n>``
         (:class:`~hdl.lib.dataflow.UnitPort`); the training core's FPGA build pools them with
         the vector unit's. Default none.
+    port_skew : int
+        Extra read latency of the ports ``w, m, v, g`` (default 0: one cycle): the training
+        core's FPGA build puts them behind one scratchpad client
+        (:class:`~hdl.lib.memport.WordPortsToLine`, ``skew = 4``), which answers a read
+        ``1 + port_skew`` cycles after it and writes up to ``port_skew`` cycles late. The
+        engine delays its read bookkeeping to match and its drain covers the late writes:
+        the same words, ``latency`` and a command's busy cycles ``port_skew`` more (twice
+        that for an update pass's drain). Needs ``data_cmds = False``. (The engine's four
+        ports access memory together, at most once every ``config.ii`` cycles: the adapter
+        needs ``ii >= 4``, which the core checks.)
 
     Attributes
     ----------
+    read_latency : int
+        Cycles from a read to its word in the engine's read-data register: ``2 +
+        port_skew``.
     latency : int
         Latency of the update pipeline (memory read, the read-data register, then
         :class:`OptimDatapath`): an element read in cycle ``t`` is written back in cycle
@@ -116,7 +130,7 @@ class OptimEngine(wiring.Component):
     -------
     w, m, v, g : Out(WordPort(addr_bits=config.addr_bits))
         The scratchpads W, M, V, G (word addresses ``0 .. config.depth - 1``; one-cycle read
-        latency, :mod:`hdl.lib.memport`). All four carry the same ``r_addr`` and the same
+        latency, :mod:`hdl.lib.memport`, or ``1 + port_skew``). All four carry the same ``r_addr`` and the same
         ``w_addr`` in every cycle; each has its own ``r_en``, ``w_en`` and ``w_data``. ``r_en``
         is raised only for the words a command uses (READ: the selected memory; ACCUM and the
         check pass: G; the update pass: all four). The engine writes only what it
@@ -146,7 +160,7 @@ class OptimEngine(wiring.Component):
     def __init__(self, *, config: OptimConfig | None = None,
                  fp32_config: FP32Config | None = None,
                  divsqrt_config: FP32DivSqrtConfig | None = None, data_cmds: bool = True,
-                 units: tuple = ()):
+                 units: tuple = (), port_skew: int = 0):
         self.config = config or OptimConfig()
         if not isinstance(data_cmds, bool):
             mark_used(self)                  # rejected: no "never used" warning
@@ -166,9 +180,15 @@ class OptimEngine(wiring.Component):
             self.units = OptimDatapath.check_units_for(units, self.fp32_config,
                                                        self.divsqrt_config, self.config.ii,
                                                        owner="OptimEngine")
+            check_int("OptimEngine", "port_skew", port_skew, lo=0)
+            if port_skew and data_cmds:
+                raise ValueError(f"OptimEngine.port_skew ({port_skew}) needs data_cmds = False")
         except (TypeError, ValueError):
             mark_used(self)                  # rejected: no "never used" warning
             raise
+        self.port_skew = port_skew
+        #: cycles from a read to its word in the engine's read-data register
+        self.read_latency = READ_LATENCY + port_skew
         port = WordPort(addr_bits=self.config.addr_bits)
         super().__init__({
             **unit_members(self.units),
@@ -181,19 +201,22 @@ class OptimEngine(wiring.Component):
             "status": Out(OPTIM_STATUS_LAYOUT),
         })
         ii = self.config.ii
-        self.latency = READ_LATENCY + OptimDatapath.latency_for(self.fp32_config,
-                                                                self.divsqrt_config, ii)
+        self.latency = self.read_latency + OptimDatapath.latency_for(self.fp32_config,
+                                                                     self.divsqrt_config, ii)
         self.sumsq_latency = _sumsq_latency(self.config.reduce_lanes, self.fp32_config,
-                                            self.divsqrt_config, ii)
+                                            self.divsqrt_config, ii, port_skew)
         self.clip_latency = OptimDatapath.latencies_for(self.fp32_config,
                                                         self.divsqrt_config, ii)[2] + 1
 
     def step1_cycles(self, n: int) -> int:
         """Cycles ``busy`` is high for a one-pass ``STEP1`` over ``n`` words (clipping off, not
         skipped; the accepting cycle has ``busy = 0``): ``n`` reads one every ``ii`` cycles,
-        then the later of the last write-back (``latency`` and the drain counter) and the sum
-        of squares."""
-        return self.config.ii * (n - 1) + 1 + max(self.latency + 3, self.sumsq_latency)
+        then the later of the last write-back (``latency`` and the drain counter, which also
+        covers the ports' ``port_skew``) and the sum of squares."""
+        return step1_busy_cycles(n, reduce_lanes=self.config.reduce_lanes,
+                                 fp32_config=self.fp32_config,
+                                 divsqrt_config=self.divsqrt_config, ii=self.config.ii,
+                                 port_skew=self.port_skew)
 
     def elaborate(self, platform):
         m = Module()
@@ -240,13 +263,13 @@ class OptimEngine(wiring.Component):
         # Shared units (ii > 1): every element enters the datapath in a cycle congruent
         # modulo ii. The slot counter is 0 in the first cycle of a command and counts
         # cycles modulo ii; the passes read only when it is 0 (their elements enter the
-        # datapath READ_LATENCY cycles later), the clip factor's element enters when it is
-        # READ_LATENCY mod ii.
+        # datapath read_latency cycles later), the clip factor's element enters when it is
+        # read_latency mod ii.
         if cfg.ii > 1:
             slot = Signal(range(cfg.ii), name="ii_slot")
             read_go = Signal(name="ii_read_go")
             clip_ok = Signal(name="ii_clip_ok")
-            m.d.comb += [read_go.eq(slot == 0), clip_ok.eq(slot == READ_LATENCY % cfg.ii)]
+            m.d.comb += [read_go.eq(slot == 0), clip_ok.eq(slot == self.read_latency % cfg.ii)]
             m.d.sync += slot.eq(Mux(slot == cfg.ii - 1, 0, slot + 1))
         else:
             slot, read_go, clip_ok = None, Const(1, 1), Const(1, 1)
@@ -335,7 +358,7 @@ class OptimEngine(wiring.Component):
         cur = Signal(cmd_layout(), name="cur")
         idx = Signal(COUNT_BITS, name="idx")
         remaining = Signal(COUNT_BITS, name="remaining")
-        drain = Signal(range(self.latency + 8), name="drain")
+        drain = Signal(range(self.latency + self.port_skew + 8), name="drain")
         cmd = self.cmd.payload
         in_range = Signal(name="cmd_in_range")
         m.d.comb += in_range.eq((cmd.count != 0) & (cmd.addr + cmd.count <= depth))
@@ -349,10 +372,17 @@ class OptimEngine(wiring.Component):
         acc_first_rd = Signal(name="acc_first_rd")
         upd_addr_rd = Signal(ab, name="upd_addr_rd")
         rd_sel_rd = Signal(2, name="rd_sel_rd")
-        m.d.sync += [chk_valid.eq(chk_valid_rd), chk_last.eq(chk_last_rd),
+        # (port_skew: the ports answer port_skew cycles later, and so do these)
+        def skewed(sig):
+            for j in range(self.port_skew):
+                r = Signal.like(sig, name=f"{sig.name}_skew{j + 1}")
+                m.d.sync += r.eq(sig)
+                sig = r
+            return sig
+        m.d.sync += [chk_valid.eq(skewed(chk_valid_rd)), chk_last.eq(skewed(chk_last_rd)),
                      acc_valid.eq(acc_valid_rd), acc_g.eq(acc_g_rd), acc_addr.eq(acc_addr_rd),
-                     acc_first.eq(acc_first_rd), upd_valid.eq(upd_valid_rd),
-                     upd_addr.eq(upd_addr_rd), rd_pending.eq(rd_pending_rd),
+                     acc_first.eq(acc_first_rd), upd_valid.eq(skewed(upd_valid_rd)),
+                     upd_addr.eq(skewed(upd_addr_rd)), rd_pending.eq(rd_pending_rd),
                      rd_sel.eq(rd_sel_rd)]
         m.d.sync += [chk_valid_rd.eq(0), chk_last_rd.eq(0), acc_valid_rd.eq(0),
                      upd_valid_rd.eq(0), rd_pending_rd.eq(0)]
@@ -447,7 +477,7 @@ class OptimEngine(wiring.Component):
                                      acc_addr_rd.eq(cur.addr + idx), acc_first_rd.eq(cur.first),
                                      idx.eq(idx + 1), remaining.eq(remaining - 1)]
                         with m.If(remaining == 1):
-                            m.d.sync += drain.eq(gsum.t + READ_LATENCY + 1)
+                            m.d.sync += drain.eq(gsum.t + self.read_latency + 1)
                             m.next = "ACC_DRAIN"
                 with m.State("ACC_DRAIN"):
                     m.d.sync += drain.eq(drain - 1)
@@ -500,7 +530,8 @@ class OptimEngine(wiring.Component):
                     m.d.sync += [chk_valid_rd.eq(fused),
                                  chk_last_rd.eq(fused & (remaining == 1))]
                     with m.If(remaining == 1):
-                        m.d.sync += drain.eq(self.latency + 2)
+                        # (and the ports' skew: a write lands up to port_skew cycles late)
+                        m.d.sync += drain.eq(self.latency + 2 + self.port_skew)
                         m.next = "UPD_DRAIN"
             with m.State("UPD_DRAIN"):
                 m.d.comb += ss.o.ready.eq(fused)
@@ -550,21 +581,23 @@ class OptimEngine(wiring.Component):
 
 
 def _sumsq_latency(lanes: int, fp32_config: FP32Config,
-                   divsqrt_config: FP32DivSqrtConfig, ii: int = 1) -> int:
+                   divsqrt_config: FP32DivSqrtConfig, ii: int = 1, port_skew: int = 0) -> int:
     ls = LaneSum(lanes=lanes, fp32_config=fp32_config)
     mark_used(ls)                            # only asked for its latency
     sq = OptimDatapath.latencies_for(fp32_config, divsqrt_config, ii)[1]
-    return READ_LATENCY + sq + ls.latency + 1
+    return READ_LATENCY + port_skew + sq + ls.latency + 1
 
 
 def step1_busy_cycles(n: int, *, reduce_lanes: int = 8, fp32_config: FP32Config | None = None,
-                      divsqrt_config: FP32DivSqrtConfig | None = None, ii: int = 1) -> int:
+                      divsqrt_config: FP32DivSqrtConfig | None = None, ii: int = 1,
+                      port_skew: int = 0) -> int:
     """:meth:`OptimEngine.step1_cycles` without building an engine (defaults: those of the
     training core's engine)."""
     fc = fp32_config or FP32Config()
     dc = divsqrt_config or FP32DivSqrtConfig()
-    latency = READ_LATENCY + OptimDatapath.latency_for(fc, dc, ii)
-    return ii * (n - 1) + 1 + max(latency + 3, _sumsq_latency(reduce_lanes, fc, dc, ii))
+    latency = READ_LATENCY + port_skew + OptimDatapath.latency_for(fc, dc, ii)
+    return ii * (n - 1) + 1 + max(latency + 3 + port_skew,
+                                  _sumsq_latency(reduce_lanes, fc, dc, ii, port_skew))
 
 
 def _sel_data(words, sel):

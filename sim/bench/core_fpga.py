@@ -83,7 +83,9 @@ def to_markdown(rows, desc: MLP) -> str:
            "and the softmax's read registers, the matmul engine's request and command "
            "registers, two accumulator lanes, the vector unit's lane on three of the "
            "softmax's FP32 units, the optimizer's FP32 units shared "
-           "(`OptimConfig.ii = 4`).", "",
+           "(`OptimConfig.ii = 4`), three of them with the vector unit "
+           "(`optim_shared_units`), and its four memory ports on one crossbar client "
+           "(`optim_one_port`).", "",
            "| S | width | preset run | FPGA build run | FPGA / preset | check (preset / FPGA) "
            "| array beats |", "|" + "---|" * 7]
     by = {(r["S"], r["width"], r["build"]): r for r in rows}

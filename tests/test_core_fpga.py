@@ -25,22 +25,25 @@ from sim.tb.amaranth_tb import StreamTransport, add_deadline, fp32_unit_counts
 
 @pytest.mark.parametrize("preset", ["tiny", "default"])
 def test_fpga_config_is_the_preset_with_one_vector_lane_and_four_banks(preset):
-    """One vector lane, no REDUCE SUMSQ, four banks of the same lines, the decoder's two
-    register stages, the vector unit's read registers and shared units (and the optimizer's
-    shared with it), the matmul engine's registers."""
+    """One vector lane, no REDUCE SUMSQ, four banks of half the preset's lines (32,768 words:
+    ``CoreConfig.FPGA_WORDS``), the decoder's two register stages, the vector unit's read
+    registers and shared units (and the optimizer's shared with it), the matmul engine's
+    registers. A config already within the cap keeps its lines."""
     cfg = CoreConfig.preset(preset)
     fpga = cfg.fpga()
     assert fpga == dataclasses.replace(cfg, vector_lanes=1, vector_sumsq=False, banks=4,
-                                       bank_depth=cfg.bank_depth * cfg.banks // 4,
+                                       bank_depth=CoreConfig.FPGA_WORDS // cfg.size // 4,
                                        decode_stages=2, vector_read_reg=True,
                                        matmul_regs=True, acc_lanes=2,
                                        vector_shared_units=True, optim_shared_units=True,
                                        optim_one_port=True)
     assert (cfg.instr_cycles, fpga.instr_cycles) == (3, 6)
-    assert fpga.vec_lanes == 1 and fpga.size == cfg.size and fpga.lines == cfg.lines
+    assert fpga.vec_lanes == 1 and fpga.size == cfg.size and 2 * fpga.lines == cfg.lines
     assert fpga.fpga() == fpga
     small = CoreConfig(banks=4, bank_depth=64)
     assert small.fpga().banks == 4 and small.fpga().bank_depth == 64
+    mid = CoreConfig(size=4, banks=8, bank_depth=512)          # 16,384 words: kept
+    assert (mid.fpga().banks, mid.fpga().bank_depth) == (4, 1024)
     core = build_block("training_core_fpga", preset)
     core._MustUse__silence = True       # built only for its config (never elaborated)
     assert isinstance(core, TrainingCore) and core.config == fpga

@@ -132,8 +132,8 @@ class CoreConfig(PresetMixin):
 
     #: Overrides of the FPGA build (:meth:`fpga`; ``make synth``'s ``training_core_fpga`` rows,
     #: docs/core.md "FPGA"): one vector lane instead of ``S``, no ``REDUCE SUMSQ``, and
-    #: ``FPGA_BANKS`` banks of proportionally more lines (the same scratchpad, a smaller
-    #: crossbar). Compiled programs give the results of the same config without them; the
+    #: ``FPGA_BANKS`` banks of at most ``FPGA_WORDS`` words (a smaller crossbar, half the
+    #: block RAM of the presets' scratchpads; the default MLP still compiles). Compiled programs give the results of the same config without them; the
     #: compiler places the tensors in fewer banks, so units overlap less, and the vector unit
     #: takes more cycles (docs/vector.md's table). The decoder gets two register stages
     #: (:attr:`decode_stages`; three more cycles per instruction), the vector unit's line
@@ -150,6 +150,11 @@ class CoreConfig(PresetMixin):
                             "optim_one_port": True}
     #: Banks of the FPGA build (when the config has more).
     FPGA_BANKS: ClassVar[int] = 4
+    #: Most FP32 words of the FPGA build's scratchpad (lines rounded down to a power of two):
+    #: 32,768, half the presets' 65,536. The default MLP (64-64-10, batch 32, Adam) needs
+    #: 26,352 words at S = 4, 27,520 at S = 8 (the compiler's plan); the block RAM this saves
+    #: (64 DP16KD) is what two cores need to share the LFE5U-85F's 208.
+    FPGA_WORDS: ClassVar[int] = 32768
     #: Initiation interval of the FPGA build's optimizer pipeline
     #: (:attr:`hdl.optim.config.OptimConfig.ii`, passed as the core's ``optim_config``): its
     #: 10 multiplies and 4 adds share 3 multipliers and an adder, the optimizer reads one
@@ -200,10 +205,12 @@ class CoreConfig(PresetMixin):
 
     def fpga(self) -> "CoreConfig":
         """This config as the FPGA build: the :attr:`FPGA` overrides, and at most
-        :attr:`FPGA_BANKS` banks holding the same lines (``dataclasses.replace``)."""
+        :attr:`FPGA_BANKS` banks holding the same lines, or at most :attr:`FPGA_WORDS` words
+        if that is fewer (``dataclasses.replace``; applied twice, the same)."""
         banks = min(self.banks, self.FPGA_BANKS)
-        return dataclasses.replace(self, **self.FPGA, banks=banks,
-                                   bank_depth=self.bank_depth * self.banks // banks)
+        cap = 1 << ((self.FPGA_WORDS // self.size).bit_length() - 1)    # lines, a power of 2
+        lines = min(self.lines, max(cap, 16 * banks))
+        return dataclasses.replace(self, **self.FPGA, banks=banks, bank_depth=lines // banks)
 
     @property
     def instr_cycles(self) -> int:

@@ -96,8 +96,8 @@ class CoreConfig(PresetMixin):
         crossbar client instead of four (the FPGA build; needs the core's ``optim_config.ii
         >= 4``): :class:`~hdl.lib.memport.WordPortsToLine` takes them one per cycle, behind a
         register, so the engine's reads answer four cycles later (``OptimEngine.port_skew =
-        4``) and its writes land up to four cycles late. Results are the same; an ``OPT`` takes a few
-        cycles more (docs/core.md "FPGA").
+        4``) and its writes land up to four cycles late. Results are the same; an ``OPT``
+        takes a few cycles more (docs/core.md "FPGA").
     """
 
     size: int = 8
@@ -133,9 +133,10 @@ class CoreConfig(PresetMixin):
     #: Overrides of the FPGA build (:meth:`fpga`; ``make synth``'s ``training_core_fpga`` rows,
     #: docs/core.md "FPGA"): one vector lane instead of ``S``, no ``REDUCE SUMSQ``, and
     #: ``FPGA_BANKS`` banks of at most ``FPGA_WORDS`` words (a smaller crossbar, half the
-    #: block RAM of the presets' scratchpads; the default MLP still compiles). Compiled programs give the results of the same config without them; the
-    #: compiler places the tensors in fewer banks, so units overlap less, and the vector unit
-    #: takes more cycles (docs/vector.md's table). The decoder gets two register stages
+    #: block RAM of the presets' scratchpads; the default MLP still compiles). Compiled
+    #: programs give the results of the same config without them; the compiler places the
+    #: tensors in fewer banks, so units overlap less, and the vector unit takes more cycles
+    #: (docs/vector.md's table). The decoder gets two register stages
     #: (:attr:`decode_stages`; three more cycles per instruction), the vector unit's line
     #: readers a register (:attr:`vector_read_reg`; one more cycle per vector instruction),
     #: the matmul engine its request and command registers (:attr:`matmul_regs`; two more

@@ -34,11 +34,12 @@ operation adds an ``m.If`` on its valid bit: build the graph at the top level of
 **Units outside** (``external``): an operation may go to a unit that is not the
 datapath's own but reached through a :class:`UnitPort` (with ``ii = 1`` its first operations
 of each kind, in the order they are built; with ``ii > 1`` its first shared units of each kind,
-each port then carrying the operations of that unit's slots). The port carries the operation's valid bit and operands in the
-cycle it enters; :func:`pool_unit` puts one unit behind several such ports of datapaths that
-never run at the same time (e.g. the vector unit's elementwise lane and its softmax, which
-take one instruction at a time): their valid bits select the operands (AND-OR) into a
-register in front of the unit, and every port sees the unit's result. Such an operation takes
+each port then carrying the operations of that unit's slots). The port carries the
+operation's valid bit and operands in the cycle it enters; :func:`pool_unit` puts one unit
+behind several such ports of datapaths that never run at the same time (e.g. the vector
+unit's elementwise lane and its softmax, which take one instruction at a time): their valid
+bits select the operands (AND-OR) into a register in front of the unit, and every port sees
+the unit's result. Such an operation takes
 the unit's latency + 1 (as a shared operation does) and gives the same words. A shared unit
 (``ii > 1``) that is external keeps its timing: the pool's register takes the place of its own.
 """

@@ -130,8 +130,9 @@ class OptimEngine(wiring.Component):
     -------
     w, m, v, g : Out(WordPort(addr_bits=config.addr_bits))
         The scratchpads W, M, V, G (word addresses ``0 .. config.depth - 1``; one-cycle read
-        latency, :mod:`hdl.lib.memport`, or ``1 + port_skew``). All four carry the same ``r_addr`` and the same
-        ``w_addr`` in every cycle; each has its own ``r_en``, ``w_en`` and ``w_data``. ``r_en``
+        latency, :mod:`hdl.lib.memport`, or ``1 + port_skew``). All four carry the same
+        ``r_addr`` and the same ``w_addr`` in every cycle; each has its own ``r_en``,
+        ``w_en`` and ``w_data``. ``r_en``
         is raised only for the words a command uses (READ: the selected memory; ACCUM and the
         check pass: G; the update pass: all four). The engine writes only what it
         computed: ACCUM writes G, the update pass W (and M with momentum/Adam, V with Adam),

@@ -25,6 +25,8 @@ from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from .delay import delay
+
 __all__ = ["BLOCK_RAM", "LinePort", "WordPort", "WordToLine", "WordPortsToLine"]
 
 #: ``attrs=`` for a :class:`amaranth.lib.memory.Memory` that should become block RAM.
@@ -40,6 +42,16 @@ def _check(owner, name, value, lo):
         raise TypeError(f"{owner}.{name} must be an int, not {type(value).__name__} {value!r}")
     if value < lo:
         raise ValueError(f"{owner}.{name} must be >= {lo}, not {value!r}")
+
+
+def _line_of(base, addr, lg):
+    """The line of word ``addr`` of a region at line ``base`` (``2**lg`` words a line)."""
+    return base + (addr >> lg)
+
+
+def _lane_of(addr, lg):
+    """The word of its line that word ``addr`` is (0 with one word a line)."""
+    return addr[:lg] if lg else 0
 
 
 class LinePort(wiring.Signature):
@@ -146,14 +158,14 @@ class WordToLine(wiring.Component):
         w, ln = self.word, self.line
         lane = Signal(range(S), name="rd_lane")
         with m.If(w.r_en):
-            m.d.sync += lane.eq(w.r_addr[:lg] if lg else 0)
+            m.d.sync += lane.eq(_lane_of(w.r_addr, lg))
         m.d.comb += [
-            ln.r_addr.eq(self.base + (w.r_addr >> lg)),
+            ln.r_addr.eq(_line_of(self.base, w.r_addr, lg)),
             ln.r_en.eq(w.r_en),
             w.r_data.eq(ln.r_data.word_select(lane, 32) if lg else ln.r_data),
-            ln.w_addr.eq(self.base + (w.w_addr >> lg)),
+            ln.w_addr.eq(_line_of(self.base, w.w_addr, lg)),
             ln.w_data.eq(w.w_data.replicate(S)),
-            ln.w_en.eq(w.w_en << (w.w_addr[:lg] if lg else 0)),
+            ln.w_en.eq(w.w_en << _lane_of(w.w_addr, lg)),
         ]
         return m
 
@@ -217,28 +229,22 @@ class WordPortsToLine(wiring.Component):
         ln = self.line
         lb = len(ln.r_addr)
 
-        def delayed(k, sig, name, *, data=False):
-            """``sig`` ``k`` cycles later (registers; ``data``: without reset)."""
-            for j in range(k):
-                r = Signal(len(sig), name=f"{name}_d{j + 1}", reset_less=data)
-                m.d.sync += r.eq(sig)
-                sig = r
-            return sig
-
-        r_en, r_addr, w_en, w_addr, w_data = Const(0, 1), Const(0, lb), Const(0, S), \
-            Const(0, lb), Const(0, 32)
+        # the line port's inputs: the OR of every port's delayed access (one at a time)
+        r_en, w_en, w_data = Const(0, 1), Const(0, S), Const(0, 32)
+        r_addr = w_addr = Const(0, lb)
         hits = []
         for k in range(n):
             w = self.word[k]
             line_r = Signal(lb, name=f"p{k}_rline")
             line_w = Signal(lb, name=f"p{k}_wline")
             lane_r = Signal(max(lg, 1), name=f"p{k}_rlane")
-            m.d.comb += [line_r.eq(self.base[k] + (w.r_addr >> lg)),
-                         line_w.eq(self.base[k] + (w.w_addr >> lg)),
-                         lane_r.eq(w.r_addr[:lg] if lg else 0)]
-            en_k = delayed(k + 1, w.r_en, f"p{k}_ren")
-            addr_k = delayed(k + 1, line_r, f"p{k}_raddr", data=True)
-            lane_k = delayed(k + 1, lane_r, f"p{k}_rlane", data=True)
+            lane_w = Signal(max(lg, 1), name=f"p{k}_wlane")
+            m.d.comb += [line_r.eq(_line_of(self.base[k], w.r_addr, lg)),
+                         line_w.eq(_line_of(self.base[k], w.w_addr, lg)),
+                         lane_r.eq(_lane_of(w.r_addr, lg)), lane_w.eq(_lane_of(w.w_addr, lg))]
+            en_k = delay(m, w.r_en, k + 1, f"p{k}_ren")
+            addr_k = delay(m, line_r, k + 1, f"p{k}_raddr", reset_less=True)
+            lane_k = delay(m, lane_r, k + 1, f"p{k}_rlane", reset_less=True)
             r_en = r_en | en_k
             r_addr = r_addr | Mux(en_k, addr_k, 0)
             # the read's port and lane, registered with it: its word leaves the memory next
@@ -248,12 +254,11 @@ class WordPortsToLine(wiring.Component):
             with m.If(en_k):
                 m.d.sync += lane.eq(lane_k)
             hits.append((hit, lane))
-            wen_k = delayed(k + 1, w.w_en, f"p{k}_wen")
-            waddr_k = delayed(k + 1, line_w, f"p{k}_waddr", data=True)
-            wlane_k = delayed(k + 1, w.w_addr[:lg] if lg else Const(0, 1), f"p{k}_wlane",
-                              data=True)
-            wdata_k = delayed(k + 1, w.w_data, f"p{k}_wdata", data=True)
-            w_en = w_en | Mux(wen_k, Const(1, S) << (wlane_k if lg else 0), 0)
+            wen_k = delay(m, w.w_en, k + 1, f"p{k}_wen")
+            waddr_k = delay(m, line_w, k + 1, f"p{k}_waddr", reset_less=True)
+            wlane_k = delay(m, lane_w, k + 1, f"p{k}_wlane", reset_less=True)
+            wdata_k = delay(m, w.w_data, k + 1, f"p{k}_wdata", reset_less=True)
+            w_en = w_en | Mux(wen_k, Const(1, S) << wlane_k, 0)
             w_addr = w_addr | Mux(wen_k, waddr_k, 0)
             w_data = w_data | Mux(wen_k, wdata_k, 0)
         m.d.comb += [ln.r_en.eq(r_en), ln.r_addr.eq(r_addr), ln.w_en.eq(w_en),

@@ -17,19 +17,11 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..config import check_int
+from ..lib.delay import delay
 from ..lib.mustuse import mark_used, used_if_rejected
 from .config import LinkConfig
 
 __all__ = ["Link", "LinkGate", "add_reverse_links", "connect_ring"]
-
-
-def _delay(m, value, stages: int, name: str):
-    """``value`` delayed by ``stages`` registers (``stages = 0``: the value itself)."""
-    for k in range(stages):
-        reg = Signal.like(value, name=f"{name}_d{k}")
-        m.d.sync += reg.eq(value)
-        value = reg
-    return value
 
 
 class Link(wiring.Component):
@@ -92,10 +84,10 @@ class Link(wiring.Component):
             m.d.sync += self.flits.eq(self.flits + 1)
 
         # ---- the wire: flits one way, credits back, ``latency`` registers each -------------
-        arrive_valid = _delay(m, send, cfg.latency, "wire_valid")
-        arrive_flit = _delay(m, flit, cfg.latency, "wire_flit")
+        arrive_valid = delay(m, send, cfg.latency, "wire_valid")
+        arrive_flit = delay(m, flit, cfg.latency, "wire_flit")
         pop = Signal(name="rx_pop")
-        credit_back = _delay(m, pop, cfg.latency, "credit")
+        credit_back = delay(m, pop, cfg.latency, "credit")
         m.d.sync += credits.eq(credits - send + credit_back)
 
         # ---- receiver: FIFO and deserializer ------------------------------------------------

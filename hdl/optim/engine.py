@@ -47,6 +47,7 @@ from ..config import check_int
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
 from ..lib.dataflow import Dataflow, unit_members
+from ..lib.delay import delay
 from ..lib.fp32bits import is_inf_or_nan
 from ..lib.lanesum import LaneSum
 from ..lib.memport import WordPort
@@ -375,11 +376,7 @@ class OptimEngine(wiring.Component):
         rd_sel_rd = Signal(2, name="rd_sel_rd")
         # (port_skew: the ports answer port_skew cycles later, and so do these)
         def skewed(sig):
-            for j in range(self.port_skew):
-                r = Signal.like(sig, name=f"{sig.name}_skew{j + 1}")
-                m.d.sync += r.eq(sig)
-                sig = r
-            return sig
+            return delay(m, sig, self.port_skew, f"{sig.name}_skew")
         m.d.sync += [chk_valid.eq(skewed(chk_valid_rd)), chk_last.eq(skewed(chk_last_rd)),
                      acc_valid.eq(acc_valid_rd), acc_g.eq(acc_g_rd), acc_addr.eq(acc_addr_rd),
                      acc_first.eq(acc_first_rd), upd_valid.eq(skewed(upd_valid_rd)),

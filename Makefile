@@ -115,7 +115,8 @@ mutation: setup
 	$(PY) -m sim.verify.mutation $(MUTATION_ARGS)
 
 # SYNTH_ARGS adds options, e.g. --only training_core_fpga:tiny --router router2 (router2
-# routes congested designs that nextpnr's default router1 does not finish; recorded per row).
+# routes congested designs that nextpnr's default router1 does not finish), --seed N, and
+# --pnr-opts '<more nextpnr options>'; each is recorded per row.
 synth: setup-fpga
 	$(PY) -m boards.synth $(SYNTH_ARGS)
 

@@ -198,7 +198,7 @@ def synth_resources(block: str, preset: str, work: Path) -> dict:
 
 
 def place_and_route(block: str, preset: str, work: Path, seed: int | None = None,
-                    router: str = "router1") -> dict:
+                    router: str = "router1", opts: str = "") -> dict:
     from amaranth.build import Clock, Pins, Resource, Attrs
     from amaranth_boards.ulx3s import ULX3S_85F_Platform
 
@@ -225,7 +225,8 @@ def place_and_route(block: str, preset: str, work: Path, seed: int | None = None
     try:
         platform.build(harness, name="top", build_dir=str(work / "pnr"), do_program=False,
                        nextpnr_opts=f"--timing-allow-fail --router {router}"
-                       + ("" if seed is None else f" --seed {seed}"))
+                       + ("" if seed is None else f" --seed {seed}")
+                       + (f" {opts}" if opts else ""))
     except subprocess.CalledProcessError as exc:
         if not pnr_log.exists():
             raise                                   # yosys failed: not a P&R result
@@ -254,6 +255,7 @@ def place_and_route(block: str, preset: str, work: Path, seed: int | None = None
         # nextpnr's own default seed unless --seed was given
         "pnr_seed": "default" if seed is None else seed,
         "pnr_router": router,
+        **({"pnr_opts": opts} if opts else {}),
     }
 
 
@@ -355,6 +357,9 @@ def main(argv=None) -> int:
                         help="nextpnr router (default: router1, nextpnr's own; recorded per "
                              "row). router2 routes congested designs that router1 does not "
                              "finish")
+    parser.add_argument("--pnr-opts", default="",
+                        help="more nextpnr options, e.g. '--placer-heap-beta 0.7' (recorded "
+                             "per row)")
     args = parser.parse_args(argv)
     targets = [] if args.report_only else TARGETS
     if args.only:
@@ -389,7 +394,7 @@ def main(argv=None) -> int:
                        pnr_error="resources only: no place and route run (--no-pnr)")
         else:
             res.update(place_and_route(block, preset, work, seed=args.seed,
-                                       router=args.router))
+                                       router=args.router, opts=args.pnr_opts))
         # P&R includes the harness's own yosys run (amaranth-boards' flow) and nextpnr
         res["pnr_seconds"] = round(time.monotonic() - t1, 1)
         # The harness must keep the whole block: if place and route holds far less logic than

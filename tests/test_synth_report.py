@@ -32,3 +32,28 @@ def test_a_yosys_failure_is_a_row_and_the_run_fails(tmp_path, monkeypatch):
     assert "| bad | tiny | n/a | n/a |" in md and "| good | tiny | 10 | 1 |" in md
     assert "bad tiny: no resources: yosys stopped: `Assert" in md
     assert synth._yosys_error(tmp_path / "missing.log", 3) == "yosys exit status 3"
+
+
+def test_router_seed_and_nextpnr_options_reach_place_and_route(tmp_path, monkeypatch):
+    """``--router``, ``--seed`` and ``--pnr-opts`` are handed to place and route and recorded
+    in the row (what ran is part of the result)."""
+    monkeypatch.setattr(synth, "ROOT", tmp_path)
+    monkeypatch.setattr(synth, "WORK", tmp_path / "build" / "synth")
+    monkeypatch.setattr(synth, "_tool_versions", lambda: "test")
+    monkeypatch.setattr(synth, "synth_resources", lambda block, preset, work: {
+        "LUT4": 10, "CARRY (CCU2C)": 1, "FF": 5, "DSP (MULT18X18D)": 0, "BRAM (DP16KD)": 0,
+        "LUTRAM (TRELLIS_DPR16X4)": 0, "cells": 16, "synth_seconds": 0.1})
+    seen = {}
+
+    def fake_pnr(block, preset, work, seed=None, router="router1", opts=""):
+        seen.update(seed=seed, router=router, opts=opts)
+        work.mkdir(parents=True, exist_ok=True)
+        return {"fmax_mhz": 50.0, "target_mhz": 125, "pnr_comb": 12, "pnr_ff": 5, "pnr_dsp": 0,
+                "pnr_bram": 0, "pnr_router": router, "pnr_seed": seed, "pnr_opts": opts}
+
+    monkeypatch.setattr(synth, "place_and_route", fake_pnr)
+    assert synth.main(["--only", "good:tiny", "--router", "router2", "--seed", "3",
+                       "--pnr-opts", "--placer-heap-beta 0.7"]) == 0
+    assert seen == {"seed": 3, "router": "router2", "opts": "--placer-heap-beta 0.7"}
+    row = json.loads((tmp_path / "build/synth/good-tiny/result.json").read_text())
+    assert row["pnr_opts"] == "--placer-heap-beta 0.7" and row["fmax_mhz"] == 50.0

@@ -71,6 +71,12 @@ TARGETS = [
     ("training_ring_fpga", "tiny"),
 ]
 
+#: nextpnr options of a target when ``--pnr-opts`` gives none (recorded per row). The training
+#: core's FPGA build routes only from nextpnr's static placer: from its default (HeAP)
+#: placement neither router finishes (docs/core.md, "FPGA").
+PNR_OPTS = {("training_core_fpga", "tiny"): "--placer static",
+            ("training_core_fpga", "default"): "--placer static"}
+
 
 def fpga_optim_config():
     """The optimizer config of the FPGA builds: shared FP32 units
@@ -358,8 +364,8 @@ def main(argv=None) -> int:
                              "row). router2 routes congested designs that router1 does not "
                              "finish")
     parser.add_argument("--pnr-opts", default="",
-                        help="more nextpnr options, e.g. '--placer-heap-beta 0.7' (recorded "
-                             "per row)")
+                        help="more nextpnr options, e.g. '--placer static' (recorded per row; "
+                             "default: the target's PNR_OPTS entry, if any)")
     args = parser.parse_args(argv)
     targets = [] if args.report_only else TARGETS
     if args.only:
@@ -394,7 +400,8 @@ def main(argv=None) -> int:
                        pnr_error="resources only: no place and route run (--no-pnr)")
         else:
             res.update(place_and_route(block, preset, work, seed=args.seed,
-                                       router=args.router, opts=args.pnr_opts))
+                                       router=args.router,
+                                       opts=args.pnr_opts or PNR_OPTS.get((block, preset), "")))
         # P&R includes the harness's own yosys run (amaranth-boards' flow) and nextpnr
         res["pnr_seconds"] = round(time.monotonic() - t1, 1)
         # The harness must keep the whole block: if place and route holds far less logic than

@@ -57,3 +57,11 @@ def test_router_seed_and_nextpnr_options_reach_place_and_route(tmp_path, monkeyp
     assert seen == {"seed": 3, "router": "router2", "opts": "--placer-heap-beta 0.7"}
     row = json.loads((tmp_path / "build/synth/good-tiny/result.json").read_text())
     assert row["pnr_opts"] == "--placer-heap-beta 0.7" and row["fmax_mhz"] == 50.0
+    # without --pnr-opts a target gets its PNR_OPTS entry (the core's FPGA build: the static
+    # placer), others none
+    monkeypatch.setitem(synth.PNR_OPTS, ("good", "tiny"), "--placer static")
+    assert synth.main(["--only", "good:tiny,other:tiny"]) == 0
+    assert seen["opts"] == ""                        # the last one run: other:tiny
+    row = json.loads((tmp_path / "build/synth/good-tiny/result.json").read_text())
+    assert row["pnr_opts"] == "--placer static" and row["pnr_router"] == "router1"
+    assert synth.PNR_OPTS[("training_core_fpga", "tiny")] == "--placer static"

@@ -149,7 +149,7 @@ def _own_register_bits(ii):
 
 def test_delay_registers_shrink_with_ii():
     """With ``ii > 1`` a delay of ``d`` cycles is ``ceil(d / ii)`` registers that take their
-    element on its delayed valid bit, not ``d`` (``Dataflow._slow_at``; the words are the
+    element on its delayed valid bit, not ``d`` (``Dataflow.at``; the words are the
     same: test above). Most of the datapath's own flip-flops are delays, so its register bits
     fall nearly as ``1 / ii``; measured 9,122 (ii = 1), 6,395 (2), 3,557 (4), against 9,867
     and 8,789 with a register per cycle."""

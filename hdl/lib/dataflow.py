@@ -234,38 +234,28 @@ class Dataflow:
             raise ValueError(f"{node.name} is valid at {node.t}, needed at {t}")
         if not self.hw:
             return None
-        if self.ii > 1:
-            return self._slow_at(node, t)
-        chain = self._delays.setdefault(id(node), [node.value])
-        # keep the node (and so its value) alive so that id() stays unique
-        self._delays.setdefault(("keep", id(node)), node)
-        while len(chain) <= t - node.t:
-            prev = chain[-1]
-            sig = Signal(len(Value.cast(prev)), name=f"{self.prefix}_{node.name}_d{len(chain)}",
-                         reset_less=True)
-            self.m.d.sync += sig.eq(prev)
-            chain.append(sig)
-        return chain[t - node.t]
-
-    def _slow_at(self, node: Node, t: int):
-        """:meth:`at` with ``ii > 1``: a chain of ``ceil(d / ii)`` registers for a delay of
-        ``d`` cycles instead of ``d``. Stage ``k`` takes stage ``k - 1`` when the element that
-        stage 1 took at ``node.t`` is at ``node.t + (k - 1) * ii`` (its delayed valid bit), and
-        holds it until the next element gets there, at least ``ii`` cycles later: so it holds
-        the element's value through ``node.t + (k - 1) * ii + 1 .. node.t + k * ii``, every
-        delay in that window is a tap on it, and the words are those of a plain shift register.
-        With shared units the nodes of one unit's operations hold the same signal in different
-        slots (different ``node.t``): one chain per signal and time."""
-        key = (id(node.value), node.t)
+        # With ii > 1 an element is valid one cycle in ii, so a delay of d cycles is
+        # ceil(d / ii) registers instead of d: stage k takes stage k - 1 when the element that
+        # stage 1 took at node.t is at node.t + (k - 1) * ii (its delayed valid bit) and holds
+        # it until the next element gets there, at least ii cycles later. It holds the value
+        # through node.t + (k - 1) * ii + 1 .. node.t + k * ii, every delay in that window is
+        # a tap on it, and the words are those of a plain shift register. With shared units
+        # the nodes of one unit's operations hold the same signal in different slots
+        # (different node.t): one chain per signal and time.
+        if self.ii == 1:
+            key, stage, tag = id(node), t - node.t, "d"
+        else:
+            key, stage, tag = (id(node.value), node.t), -(-(t - node.t) // self.ii), "s"
         chain = self._delays.setdefault(key, [node.value])
-        self._delays.setdefault(("keep", key), node)    # keeps id(node.value) unique
-        stage = -(-(t - node.t) // self.ii)
+        # keep the node (and so its value) alive so that id() stays unique
+        self._delays.setdefault(("keep", key), node)
         while len(chain) <= stage:
-            prev = chain[-1]
-            take = self.valid_at(node.t + (len(chain) - 1) * self.ii)
-            sig = Signal(len(Value.cast(prev)), name=f"{self.prefix}_{node.name}_s{len(chain)}",
+            k, prev = len(chain), chain[-1]
+            sig = Signal(len(Value.cast(prev)), name=f"{self.prefix}_{node.name}_{tag}{k}",
                          reset_less=True)
-            self.m.d.sync += sig.eq(Mux(take, prev, sig))
+            if self.ii > 1:
+                prev = Mux(self.valid_at(node.t + (k - 1) * self.ii), prev, sig)
+            self.m.d.sync += sig.eq(prev)
             chain.append(sig)
         return chain[stage]
 

@@ -153,6 +153,7 @@ ROWS = [
     (CoreConfig, "optim_shared_units", 1, T, "CoreConfig.optim_shared_units"),
     (CoreConfig, "optim_shared_units", True, V, "CoreConfig.optim_shared_units"),  # no vector_
     (CoreConfig, "optim_one_port", "no", T, "CoreConfig.optim_one_port"),
+    (CoreConfig, "serial_log", 1, T, "CoreConfig.serial_log"),
     (CoreConfig, "matmul_regs", "yes", T, "CoreConfig.matmul_regs"),
     (CoreConfig, "acc_lanes", 3, V, "CoreConfig.acc_lanes"),
     (TrainingRingConfig, "core", CoreConfig(), V, "TrainingRingConfig.core.ranks"),

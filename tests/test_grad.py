@@ -7,9 +7,11 @@ import pytest
 
 from hdl.fp32.config import FP32Config
 from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
+from hdl.fp32.log_serial import LOG_SERIAL_LATENCY
 from hdl.grad.config import GradConfig
 from hdl.grad.softmax import SoftmaxXent
 from hdl.grad.unit import GradUnit
+from hdl.lib.mustuse import mark_used
 from sim.model.grad import (EW_OPS, bias_grad, canon, elementwise, f32_max, row_sum,
                             softmax_tolerance, softmax_xent, softmax_xent_f64, sum_squares,
                             xent_loss)
@@ -189,17 +191,31 @@ def test_golden_sum_squares_and_bias_grad_vs_float64():
 # Softmax cross-entropy: overlapped rows
 # ------------------------------------------------------------------------------------------------
 
-def _softmax(preset_units: str, max_classes=16):
+def _softmax(preset_units: str, max_classes=16, serial_log=False):
     return SoftmaxXent(config=GradConfig(max_cols=16, max_classes=max_classes),
                        fp32_config=FP32Config.preset(preset_units),
-                       divsqrt_config=FP32DivSqrtConfig.preset("tiny"))
+                       divsqrt_config=FP32DivSqrtConfig.preset("tiny"), serial_log=serial_log)
+
+
+def test_softmax_serial_log_errors():
+    """``serial_log`` must be a bool, and needs rows of at least ``LOG_SERIAL_II`` (7) slots:
+    ``GradConfig.lanes >= 7``; both named in the message."""
+    with pytest.raises(TypeError, match=r"SoftmaxXent\.serial_log must be a bool, not 1"):
+        SoftmaxXent(serial_log=1)
+    with pytest.raises(ValueError, match=r"GradConfig\.lanes \(4\) must be >= the serial log's "
+                                         r"initiation interval \(7\)"):
+        SoftmaxXent(config=GradConfig(lanes=4), fp32_config=FP32Config.preset("tiny"),
+                    serial_log=True)
+    mark_used(SoftmaxXent(config=GradConfig(lanes=4), fp32_config=FP32Config.preset("tiny")))
 
 
 @functools.cache
-def _softmax_sim(preset_units: str) -> ReusableSim:
-    """One elaborated :func:`_softmax` block per FP32 preset, shared by the softmax tests
-    (about 3 s to build; each run starts from the initial state, :class:`ReusableSim`)."""
-    return ReusableSim(_softmax(preset_units), testbenches=2, processes=0)
+def _softmax_sim(preset_units: str, serial_log=False) -> ReusableSim:
+    """One elaborated :func:`_softmax` block per FP32 preset (and log: pipelined, or the FPGA
+    build's serial one), shared by the softmax tests (about 3 s to build; each run starts from
+    the initial state, :class:`ReusableSim`)."""
+    return ReusableSim(_softmax(preset_units, serial_log=serial_log), testbenches=2,
+                       processes=0)
 
 
 def _sx_payloads(rows):
@@ -222,13 +238,16 @@ def _check_rows(dut, rows, got, gscale):
         assert {int(g["loss"]) for g in out} == {int(canon(loss)[0])}
 
 
-@pytest.mark.parametrize("units, idle, stall", [("default", 0.2, 0.3), ("tiny", 0.0, 0.7)])
-def test_softmax_rows_back_to_back(units, idle, stall):
+@pytest.mark.parametrize("units, idle, stall, serial_log",
+                         [("default", 0.2, 0.3, False), ("tiny", 0.0, 0.7, False),
+                          ("default", 0.0, 0.0, True), ("tiny", 0.1, 0.5, True)])
+def test_softmax_rows_back_to_back(units, idle, stall, serial_log):
     """Rows of 1..16 classes (shorter and longer than the 8 lanes; a full 16-class bank) sent
     without waiting for results, with random idle cycles and backpressure, deep (default) and
-    1-cycle (tiny) add/mul pipelines: every gradient, sum and zt bit-exact with the golden
-    model."""
-    sim = _softmax_sim(units)
+    1-cycle (tiny) add/mul pipelines, the pipelined log and the serial one (rows of fewer than
+    8 classes back to back at full rate reach it every 8 cycles): every gradient, sum, zt and
+    loss bit-exact with the golden model."""
+    sim = _softmax_sim(units, serial_log)
     dut = sim.dut
     rng = np.random.default_rng(21)
     prng = random.Random(22)
@@ -344,14 +363,17 @@ def test_softmax_label_outside_the_row():
 
 
 
-@pytest.mark.parametrize("units", ["tiny", "default"])
-def test_softmax_latency_and_throughput(units):
+@pytest.mark.parametrize("units, serial_log", [("tiny", False), ("default", False),
+                                               ("default", True)])
+def test_softmax_latency_and_throughput(units, serial_log):
     """An idle block delivers a row's first gradient exactly ``latency + max(C, lanes)``
     cycles after the row's last logit; 12 rows of 16 classes stream in and out at exactly
     one element per cycle (no bubble between rows after the first row's latency); the results
-    are bit-exact."""
-    sim = _softmax_sim(units)
+    are bit-exact. The serial log's rows come ``LOG_SERIAL_LATENCY + 1`` cycles later."""
+    sim = _softmax_sim(units, serial_log)
     dut = sim.dut
+    plain = mark_used(_softmax(units))                    # its latency only
+    assert dut.latency == plain.latency + serial_log * (LOG_SERIAL_LATENCY + 1)
     rng = np.random.default_rng(23)
     z = rng.standard_normal((1, 16)).astype(F32)
     t_in, t_out, got = _timed_run(sim, z)

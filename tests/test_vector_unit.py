@@ -377,6 +377,30 @@ def test_shared_units_fpga_shape(opt_shared):
     assert (alone["FP32Add"] - shared["FP32Add"], alone["FP32Mul"] - shared["FP32Mul"]) == (2, 1)
 
 
+def test_serial_log_fpga_shape():
+    """``CoreConfig.serial_log`` (the FPGA build's softmax loss on the serial log): softmax
+    rows of 10 classes and of 3 (fewer than the log's 7-cycle interval; each row still takes
+    ``lanes = 8`` slots) against the golden model (gradients and losses), every command in
+    exactly ``cycles()``: the softmax's latency ``LOG_SERIAL_LATENCY + 1`` more."""
+    from hdl.fp32.log_serial import LOG_SERIAL_LATENCY
+    fpga = dataclasses.replace(CFG, vector_read_reg=True, vector_lanes=1,
+                               vector_shared_units=True, optim_shared_units=True)
+    dut = _unit("tiny", lanes=1, cfg=dataclasses.replace(fpga, serial_log=True))
+    piped = _unit("tiny", lanes=1, cfg=fpga)
+    piped._MustUse__used = True              # its formulas only (elaborated by other tests)
+    assert dut.softmax_latency == piped.softmax_latency + LOG_SERIAL_LATENCY + 1
+    img = _image(47)
+    rng = np.random.default_rng(47)
+    set_matrix(img, 0, (rng.standard_normal((6, 10)) * 3).astype(F32))
+    set_vector(img, 100, np.array([1, 9, 0, 4, 7, 2], np.uint32))
+    set_matrix(img, 300, (rng.standard_normal((9, 3)) * 3).astype(F32))
+    set_vector(img, 330, np.array([0, 1, 2, 2, 1, 0, 0, 2, 1], np.uint32))
+    sx = _run(dut, img, [
+        (Op.SOFTMAX_XENT, dict(rows=6, cols=10, a=0, b=100, d=200, e=250), 0, ONE),
+        (Op.SOFTMAX_XENT, dict(rows=9, cols=3, a=300, b=330, d=340, e=380), 0, ONE)])
+    assert sx == [dut.cycles(Op.SOFTMAX_XENT, 6, 10), dut.cycles(Op.SOFTMAX_XENT, 9, 3)]
+
+
 @pytest.mark.parametrize("lanes", [2, 8])
 def test_random_commands_s8(lanes):
     """S = 8 (the default line) at 8 and 2 lanes: random commands on default pipelines."""

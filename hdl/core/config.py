@@ -91,6 +91,10 @@ class CoreConfig(PresetMixin):
         sequencer then never runs ``OPT`` beside a vector instruction (each waits for the
         other's unit to be idle); the softmax's divide takes one cycle more (the pool's
         operand register). Results are the same (docs/core.md "FPGA").
+    serial_log : bool
+        The softmax's ``log(s)`` once per row on :class:`~hdl.fp32.log_serial.FP32LogSerial`
+        (the FPGA build): 6 DSPs instead of the pipelined log's 26. A ``SOFTMAX_XENT`` takes
+        ``LOG_SERIAL_LATENCY + 1`` (15) cycles more; the words are the same (docs/vector.md).
     optim_one_port : bool
         The optimizer's four word ports (``W, M, V, G``) reach the scratchpad through one
         crossbar client instead of four (the FPGA build; needs the core's ``optim_config.ii
@@ -124,6 +128,7 @@ class CoreConfig(PresetMixin):
     vector_shared_units: bool = False
     optim_shared_units: bool = False
     optim_one_port: bool = False
+    serial_log: bool = False
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"size": 4, "bank_depth": 2048, "max_classes": 64},
@@ -144,11 +149,12 @@ class CoreConfig(PresetMixin):
     #: unit's lanes share the softmax's FP32 units (:attr:`vector_shared_units`), and the
     #: optimizer a multiplier, an adder and the divider with the vector unit
     #: (:attr:`optim_shared_units`: ``OPT`` and vector instructions take turns), and the
-    #: optimizer's four memory ports are one crossbar client (:attr:`optim_one_port`).
+    #: optimizer's four memory ports are one crossbar client (:attr:`optim_one_port`), and
+    #: the softmax's log is the serial one (:attr:`serial_log`: 20 DSPs fewer).
     FPGA: ClassVar[dict] = {"vector_lanes": 1, "vector_sumsq": False, "decode_stages": 2,
                             "vector_read_reg": True, "matmul_regs": True, "acc_lanes": 2,
                             "vector_shared_units": True, "optim_shared_units": True,
-                            "optim_one_port": True}
+                            "optim_one_port": True, "serial_log": True}
     #: Banks of the FPGA build (when the config has more).
     FPGA_BANKS: ClassVar[int] = 4
     #: Most FP32 words of the FPGA build's scratchpad (lines rounded down to a power of two):
@@ -190,7 +196,7 @@ class CoreConfig(PresetMixin):
         check_int("CoreConfig", "ranks", self.ranks, lo=1, hi=16)
         check_int("CoreConfig", "link_width", self.link_width, lo=1, hi=32)
         for name in ("vector_sumsq", "vector_read_reg", "reverse_links", "vector_shared_units",
-                     "optim_shared_units", "optim_one_port"):
+                     "optim_shared_units", "optim_one_port", "serial_log"):
             check_bool("CoreConfig", name, getattr(self, name))
         if self.vector_shared_units and self.vec_lanes != 1:
             raise ValueError("CoreConfig.vector_shared_units needs one vector lane "

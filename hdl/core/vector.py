@@ -366,6 +366,7 @@ class VectorUnit(wiring.Component):
                                          divsqrt_config=self.divsqrt_config,
                                          log_config=self.log_config,
                                          read_reg=config.vector_read_reg,
+                                         serial_log=config.serial_log,
                                          units=sx_units))
         except (ValueError, TypeError):
             _used(self)

@@ -106,33 +106,19 @@ class FP32Log(FP32StreamUnit):
         p = StallPipeline(m, en)
 
         # --- stage 0: unpack, normalise, specials -------------------------------------------
-        u = unpack_fp32(m, self.i.payload.as_value(), name="in", normalize=True)
-        special_val = Signal(32, name="s0_special_val_now")
-        m.d.comb += special_val.eq(Mux(u.nan, QNAN, Mux(u.zero, NEG_INF,
-                                                        Mux(u.sign, QNAN, POS_INF))))
         valid = p.valid(self.i.valid, "s0_valid")
-        mant = p.reg(u.sig, "s0_m", unsigned(24))
-        e = p.reg(u.exp + 23, "s0_e", signed(w["e"][0]))
-        special = p.reg(u.nan | u.inf | u.zero | u.sign, "s0_special")
-        spec_val = p.reg(special_top(special_val), "s0_special_val")
+        mant, e, special, spec_val = log_unpack(m, p, self.i.payload.as_value(), w)
 
         def carry(stage, *regs):
             return [p.reg(r, f"s{stage}_{r.name.split('_', 1)[1]}") for r in regs]
 
         # --- stage 1: table index -------------------------------------------------------------
         valid = p.valid(valid, "s1_valid")
-        j = p.reg((mant[:23] + (1 << (22 - t))) >> (23 - t), "s1_j", unsigned(w["j"][0]))
+        j = log_index(p, mant, t, w)
         mant, e, special, spec_val = carry(1, mant, e, special, spec_val)
 
         # --- stage 2: reduced argument, log table ---------------------------------------------
-        inv = Signal(c.K + 1, name="s2_inv_lookup")
-        logt_now = Signal(w["logt"][0], name="s2_logt_lookup")
-        m.d.comb += [
-            # j <= N always; the tables are padded to the index's full 2**(t+1) range (with
-            # the last entry) so the lookup is a complete case (Verilator CASEINCOMPLETE).
-            inv.eq(Array(Const(v, c.K + 1) for v in _pad(c.INV, 1 << len(j)))[j]),
-            logt_now.eq(Array(Const(v, w["logt"][0]) for v in _pad(c.LOGT, 1 << len(j)))[j]),
-        ]
+        inv, logt_now = log_lookups(m, c, w, j, name="s2")
         valid = p.valid(valid, "s2_valid")
         red = p.reg(mant * inv - (1 << c.RF), "s2_red", signed(w["red"][0]))
         logt = p.reg(logt_now, "s2_logt")
@@ -154,51 +140,95 @@ class FP32Log(FP32StreamUnit):
         big = p.reg(e * c.LN2 + logt, "s7_big", signed(w["big"][0]))
         special, spec_val = carry(7, special, spec_val)
 
-        # --- stage 8: sum, sign-magnitude -------------------------------------------------------
-        drop = c.RF + c.W - c.F
-        s = Signal(signed(w["s"][0]), name="s8_s_now")
-        sticky_now = Signal(name="s8_sticky_now")
-        neg_now = Signal(name="s8_neg_now")
-        m.d.comb += [
-            s.eq(big + (prod >> drop)),
-            sticky_now.eq(prod[:drop].any()),
-            neg_now.eq(s < 0),
-        ]
-        valid = p.valid(valid, "s8_valid")
-        mag = p.reg(Mux(neg_now, -s - sticky_now, s), "s8_mag", unsigned(w["s"][0] - 1))
-        neg = p.reg(neg_now, "s8_neg")
-        sticky = p.reg(sticky_now, "s8_sticky")
-        special, spec_val = carry(8, special, spec_val)
-
-        # --- stage 9: leading-zero count -----------------------------------------------------
-        # (the rounding of round_to_fp32 in three register steps, hdl.fp32.round: count,
-        # normalise and prepare, finish; the same bits)
-        width = len(mag)
-        pre = round_plan_pre(m, exp=Const(-c.F, signed(8)), width=width, name="rnd")
-        lz_now = count_leading_zeros(m, mag, name="rnd")
-        valid = p.valid(valid, "s9_valid")
-        lz = p.reg(lz_now, "s9_lz")
-        mag, neg, sticky, special, spec_val = carry(9, mag, neg, sticky, special, spec_val)
-
-        # --- stage 10: normalise, plan, prepare (subnormal shift, guard and sticky) -----------
-        norm = Signal(width, name="s10_norm_now")
-        m.d.comb += norm.eq(mag << lz)
-        plan = round_plan_lz(m, pre=pre, lz=lz, width=width, name="rnd")
-        r = round_prepare(m, norm=norm, plan=plan, sticky=sticky, name="rnd")
-        valid = p.valid(valid, "s10_valid")
-        frame = p.reg(r.frame, "s10_frame")
-        base = p.reg(r.base, "s10_base")
-        ovf = p.reg(r.ovf, "s10_ovf")
-        zero = p.reg(lz == width, "s10_zero")
-        neg, special, spec_val = carry(10, neg, special, spec_val)
-
-        # --- stage 11: nearest-even increment and packing, specials ----------------------------
-        rounded = round_finish(m, sign=neg, frame=frame, base=base, ovf=ovf, name="rnd")
-        out_valid = p.valid(valid, "out_valid")
-        out = p.reg(Mux(special, special_word(spec_val),
-                        Mux(zero, Cat(Const(0, 31), neg), rounded)), "out_r", unsigned(32))
+        # --- stages 8..11: sum, rounding, specials ---------------------------------------------
+        out_valid, out = log_finish(m, p, valid, prod, big, special, spec_val, c, w)
         m.d.comb += [self.o.valid.eq(out_valid), self.o.payload.eq(out)]
         return m
+
+
+def log_unpack(m, p, a, w):
+    """Stage 0 of the log datapath: unpack and normalise ``a`` into the registers of ``p``
+    (a :class:`~hdl.fp32.div.StallPipeline`): ``(mant, e, special, spec_val)``."""
+    u = unpack_fp32(m, a, name="in", normalize=True)
+    special_val = Signal(32, name="s0_special_val_now")
+    m.d.comb += special_val.eq(Mux(u.nan, QNAN, Mux(u.zero, NEG_INF,
+                                                    Mux(u.sign, QNAN, POS_INF))))
+    mant = p.reg(u.sig, "s0_m", unsigned(24))
+    e = p.reg(u.exp + 23, "s0_e", signed(w["e"][0]))
+    special = p.reg(u.nan | u.inf | u.zero | u.sign, "s0_special")
+    spec_val = p.reg(special_top(special_val), "s0_special_val")
+    return mant, e, special, spec_val
+
+
+def log_index(p, mant, t, w):
+    """Stage 1: the table index ``j`` of ``mant`` (a register of ``p``)."""
+    return p.reg((mant[:23] + (1 << (22 - t))) >> (23 - t), "s1_j", unsigned(w["j"][0]))
+
+
+def log_lookups(m, c, w, j, *, name: str):
+    """The reciprocal ``INV[j]`` and ``LOGT[j]`` of the table index ``j`` (combinational)."""
+    inv = Signal(c.K + 1, name=f"{name}_inv_lookup")
+    logt_now = Signal(w["logt"][0], name=f"{name}_logt_lookup")
+    m.d.comb += [
+        # j <= N always; the tables are padded to the index's full 2**(t+1) range (with
+        # the last entry) so the lookup is a complete case (Verilator CASEINCOMPLETE).
+        inv.eq(Array(Const(v, c.K + 1) for v in _pad(c.INV, 1 << len(j)))[j]),
+        logt_now.eq(Array(Const(v, w["logt"][0]) for v in _pad(c.LOGT, 1 << len(j)))[j]),
+    ]
+    return inv, logt_now
+
+
+def log_finish(m, p, valid, prod, big, special, spec_val, c, w):
+    """Stages 8..11 of the log datapath (registers of ``p``) from ``P = R * w`` (``prod``)
+    and ``A = E * LN2 + LOGT[j]`` (``big``), both valid with ``valid``: the sum, its rounding
+    to FP32 and the special override. Returns ``(out_valid, out)`` (four stages later)."""
+    def carry(stage, *regs):
+        return [p.reg(r, f"s{stage}_{r.name.split('_', 1)[1]}") for r in regs]
+
+    # --- stage 8: sum, sign-magnitude -------------------------------------------------------
+    drop = c.RF + c.W - c.F
+    s = Signal(signed(w["s"][0]), name="s8_s_now")
+    sticky_now = Signal(name="s8_sticky_now")
+    neg_now = Signal(name="s8_neg_now")
+    m.d.comb += [
+        s.eq(big + (prod >> drop)),
+        sticky_now.eq(prod[:drop].any()),
+        neg_now.eq(s < 0),
+    ]
+    valid = p.valid(valid, "s8_valid")
+    mag = p.reg(Mux(neg_now, -s - sticky_now, s), "s8_mag", unsigned(w["s"][0] - 1))
+    neg = p.reg(neg_now, "s8_neg")
+    sticky = p.reg(sticky_now, "s8_sticky")
+    special, spec_val = carry(8, special, spec_val)
+
+    # --- stage 9: leading-zero count -----------------------------------------------------
+    # (the rounding of round_to_fp32 in three register steps, hdl.fp32.round: count,
+    # normalise and prepare, finish; the same bits)
+    width = len(mag)
+    pre = round_plan_pre(m, exp=Const(-c.F, signed(8)), width=width, name="rnd")
+    lz_now = count_leading_zeros(m, mag, name="rnd")
+    valid = p.valid(valid, "s9_valid")
+    lz = p.reg(lz_now, "s9_lz")
+    mag, neg, sticky, special, spec_val = carry(9, mag, neg, sticky, special, spec_val)
+
+    # --- stage 10: normalise, plan, prepare (subnormal shift, guard and sticky) -----------
+    norm = Signal(width, name="s10_norm_now")
+    m.d.comb += norm.eq(mag << lz)
+    plan = round_plan_lz(m, pre=pre, lz=lz, width=width, name="rnd")
+    r = round_prepare(m, norm=norm, plan=plan, sticky=sticky, name="rnd")
+    valid = p.valid(valid, "s10_valid")
+    frame = p.reg(r.frame, "s10_frame")
+    base = p.reg(r.base, "s10_base")
+    ovf = p.reg(r.ovf, "s10_ovf")
+    zero = p.reg(lz == width, "s10_zero")
+    neg, special, spec_val = carry(10, neg, special, spec_val)
+
+    # --- stage 11: nearest-even increment and packing, specials ----------------------------
+    rounded = round_finish(m, sign=neg, frame=frame, base=base, ovf=ovf, name="rnd")
+    out_valid = p.valid(valid, "out_valid")
+    out = p.reg(Mux(special, special_word(spec_val),
+                    Mux(zero, Cat(Const(0, 31), neg), rounded)), "out_r", unsigned(32))
+    return out_valid, out
 
 
 def _params(preset: str) -> dict:

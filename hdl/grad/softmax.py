@@ -21,6 +21,12 @@ Three stages work on three different rows at once (one element per cycle each):
 * **OUT** (row r): once the row's sum has arrived, reads ``e`` back from the e FIFO and streams
   ``g`` (and the row's loss) out through a credit FIFO (backpressure never drops data).
 
+With ``serial_log`` (the FPGA build) ``log(s)`` is not an OUT operation: each row's sum also
+goes through a FIFO into :class:`~hdl.fp32.log_serial.FP32LogSerial` (one multiplier instead of
+seven, one row every 7 cycles, which rows of ``max(C, lanes) >= 8`` slots never outrun) and its
+result into a FIFO that OUT waits for with the sum; a row's first gradient comes
+``LOG_SERIAL_LATENCY + 1`` cycles later, the words are the same.
+
 The EXP stage starts only when the e FIFO has room and fewer than ``rows_in_flight`` rows are
 between EXP and the end of OUT; both bounds are sized so that rows of ``C >= lanes`` classes
 stream at one element per cycle.
@@ -36,6 +42,7 @@ from amaranth.lib.wiring import In, Out
 from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
 from ..fp32.log_config import FP32LogConfig
+from ..fp32.log_serial import LOG_SERIAL_II, LOG_SERIAL_LATENCY, FP32LogSerial
 from ..lib.dataflow import Dataflow, check_units, credit_fifo, unit_members, unit_ports
 from ..lib.fp32bits import is_nan, order_key
 from ..lib.mustuse import mark_used, used_if_rejected
@@ -76,6 +83,12 @@ class SoftmaxXent(wiring.Component):
     read_reg : bool
         A register after the e FIFO's read (the FPGA build): ``e`` enters the divider from
         flip-flops instead of from the block RAM's output; :attr:`latency` one cycle more.
+    serial_log : bool
+        ``log(s)`` once per row on :class:`~hdl.fp32.log_serial.FP32LogSerial` (the FPGA build:
+        6 DSPs instead of 26) between the row sum and OUT, instead of the pipelined
+        :class:`~hdl.fp32.log.FP32Log` inside OUT; :attr:`latency` ``LOG_SERIAL_LATENCY + 1``
+        cycles more, the same words. Needs ``config.lanes`` >= ``LOG_SERIAL_II`` (7), so the
+        log keeps up with rows of one element per cycle.
     units : tuple of str
         Kinds of the OUT dataflow's operations that use units outside the component, in the
         order it builds them per kind (``div`` ``p``, ``add`` ``p - onehot``, ``mul`` the
@@ -95,6 +108,9 @@ class SoftmaxXent(wiring.Component):
         Entries of the e FIFO: ``max_classes`` plus the EXP-to-OUT delay of a row.
     rows_in_flight : int
         Rows allowed between the start of EXP and the end of OUT.
+    log_wait : int
+        Cycles a row's sum waits for its log before OUT may start the row: ``LOG_SERIAL_LATENCY
+        + 1`` with ``serial_log``, else 0.
 
     Members
     -------
@@ -117,10 +133,12 @@ class SoftmaxXent(wiring.Component):
                  fp32_config: FP32Config | None = None,
                  divsqrt_config: FP32DivSqrtConfig | None = None,
                  log_config: FP32LogConfig | None = None, read_reg: bool = False,
-                 units: tuple = ()):
-        if not isinstance(read_reg, bool):
-            mark_used(self)
-            raise TypeError(f"SoftmaxXent.read_reg must be a bool, not {read_reg!r}")
+                 serial_log: bool = False, units: tuple = ()):
+        for name, value in (("read_reg", read_reg), ("serial_log", serial_log)):
+            if not isinstance(value, bool):
+                mark_used(self)
+                raise TypeError(f"SoftmaxXent.{name} must be a bool, not {value!r}")
+        self.serial_log = serial_log
         self.config = config or GradConfig()
         self.fp32_config = fp32_config or FP32Config()
         self.divsqrt_config = divsqrt_config or FP32DivSqrtConfig()
@@ -132,15 +150,22 @@ class SoftmaxXent(wiring.Component):
             mark_used(self)                  # rejected: no "never used" warning
             raise ValueError(f"GradConfig.lanes ({self.config.lanes}) must exceed the FP32 adder "
                              f"latency ({la})")
+        if serial_log and self.config.lanes < LOG_SERIAL_II:
+            mark_used(self)
+            raise ValueError(f"GradConfig.lanes ({self.config.lanes}) must be >= the serial "
+                             f"log's initiation interval ({LOG_SERIAL_II}) with serial_log")
+        self.log_wait = LOG_SERIAL_LATENCY + 1 if serial_log else 0
         self.exp_latency = self._exp_dataflow(None).t
         self.out_latency = self._out_dataflow(None)
         self.sum_latency = row_sum_latency(self.config.lanes, self.fp32_config)
         # EXP issue (+1 memory read) -> e -> sum -> s FIFO (+1) -> OUT issue (+1 read) -> g
-        # -> credit FIFO (2 cycles: SyncFIFOBuffered).
+        # -> credit FIFO (2 cycles: SyncFIFOBuffered). serial_log: s -> log FIFO (+1) -> log
+        # -> OUT's log FIFO (+1 beside the s FIFO's): log_wait cycles more.
         self.read_reg = int(bool(read_reg))
         self.latency = (2 + self.exp_latency + self.sum_latency + 1 + self.out_latency + 2
-                        + self.read_reg)
-        delay = 2 + self.exp_latency + self.sum_latency + 2   # last EXP slot -> first OUT read
+                        + self.read_reg + self.log_wait)
+        # last EXP slot -> first OUT read
+        delay = 2 + self.exp_latency + self.sum_latency + 2 + self.log_wait
         self.efifo_depth = self.config.max_classes + delay + 4
         self.rows_in_flight = 4 + -(-delay // self.config.lanes)
         super().__init__({
@@ -160,7 +185,8 @@ class SoftmaxXent(wiring.Component):
             return e
         return df, d, e
 
-    def _out_dataflow(self, m, valid=None, e=None, s=None, onehot=None, zt=None, ops=False):
+    def _out_dataflow(self, m, valid=None, e=None, s=None, onehot=None, zt=None, log_s=None,
+                      ops=False):
         df = GradDataflow(m, valid, fp32_config=self.fp32_config,
                           divsqrt_config=self.divsqrt_config, log_config=self.log_config,
                           prefix="sx_out",
@@ -171,7 +197,8 @@ class SoftmaxXent(wiring.Component):
         g = df.sub(p, df.input(onehot, "onehot"), name="p_minus_onehot")
         r = df.mul(g, df.const(self.gscale if m is not None else None, "gscale"), name="grad")
         zt = df.input(zt, "zt")
-        loss = df.sub(df.log(s_in, name="log_s"), zt, name="loss")
+        log_s = (df.input(log_s, "log_s") if self.serial_log else df.log(s_in, name="log_s"))
+        loss = df.sub(log_s, zt, name="loss")
         t = df.time(r, zt, loss)
         if ops:                          # operations per unit kind (timing only)
             return {k: df.units(k) for k in ("add", "mul", "div", "sqrt", "exp")}
@@ -318,6 +345,17 @@ class SoftmaxXent(wiring.Component):
             lane=edf.at(edf.input(e_lane, "lane"), te),
             lanes=lanes, fp32_config=fc, prefix="sx_sum")
         m.d.comb += [sfifo.w_en.eq(s_valid), sfifo.w_data.eq(s_val)]
+        log_rdy = 1
+        if self.serial_log:       # log(s) per row: s -> FIFO -> serial log -> FIFO -> OUT
+            m.submodules.log_in_fifo = lq = SyncFIFO(width=32, depth=K)
+            m.submodules.log = lg = FP32LogSerial(config=self.log_config)
+            m.submodules.log_fifo = lf = SyncFIFO(width=32, depth=K)
+            m.d.comb += [
+                lq.w_en.eq(s_valid), lq.w_data.eq(s_val),
+                lg.i.valid.eq(lq.r_rdy), lg.i.payload.eq(lq.r_data), lq.r_en.eq(lg.i.ready),
+                lf.w_en.eq(lg.o.valid), lf.w_data.eq(lg.o.payload), lg.o.ready.eq(lf.w_rdy),
+            ]
+            log_rdy = lf.r_rdy
 
         # ---------------------------------------------------------------- OUT
         desc = data.View(desc_layout, dfifo.r_data)
@@ -329,6 +367,7 @@ class SoftmaxXent(wiring.Component):
         o_last = Signal(name="out_last")
         o_s = Signal(32, name="out_s")
         o_zt = Signal(32, name="out_zt")
+        o_log = Signal(32, name="out_log_s") if self.serial_log else None
         m.d.comb += er.addr.eq(erp)
         m.d.sync += ov.eq(out_accept)
         with m.If(out_accept):
@@ -336,29 +375,33 @@ class SoftmaxXent(wiring.Component):
             m.d.sync += [
                 o_onehot.eq(oj == desc.label), o_last.eq(oj == desc.n - 1),
                 o_s.eq(sfifo.r_data), o_zt.eq(ztfifo.r_data),
+                *([o_log.eq(lf.r_data)] if self.serial_log else []),
                 erp.eq(Mux(erp == D - 1, 0, erp + 1)), oj.eq(oj + 1),
             ]
             with m.If(oj == desc.n - 1):
                 m.d.comb += [row_done.eq(1), sfifo.r_en.eq(1), dfifo.r_en.eq(1),
                              ztfifo.r_en.eq(1)]
+                if self.serial_log:
+                    m.d.comb += lf.r_en.eq(1)
                 m.d.sync += oj.eq(0)
 
         e_rd = er.data
         if self.read_reg:   # the e FIFO's read data (and what goes with it) from a register
-            regs = [Signal.like(v, name=f"{v.name}_q") for v in (ov, o_onehot, o_last, o_s,
-                                                                   o_zt)]
+            row = (ov, o_onehot, o_last, o_s, o_zt) + ((o_log,) if self.serial_log else ())
+            regs = [Signal.like(v, name=f"{v.name}_q") for v in row]
             e_q = Signal(32, name="out_e_q")
-            m.d.sync += [r.eq(v) for r, v in zip(regs, (ov, o_onehot, o_last, o_s, o_zt))]
+            m.d.sync += [r.eq(v) for r, v in zip(regs, row)]
             m.d.sync += e_q.eq(er.data)
-            ov, o_onehot, o_last, o_s, o_zt = regs
+            ov, o_onehot, o_last, o_s, o_zt = regs[:5]
+            o_log = regs[5] if self.serial_log else None
             e_rd = e_q
         odf, tr, r, zt, loss = self._out_dataflow(m, ov, e_rd, o_s, Mux(o_onehot, ONE, 0),
-                                                  o_zt)
+                                                  o_zt, o_log)
         can = credit_fifo(m, "ofifo", latency=tr + 1 + self.read_reg, accept=out_accept,
                           done_valid=odf.valid_at(tr),
                           done_data=Cat(odf.at(r, tr), odf.at(odf.input(o_last, "last"), tr),
                                         odf.at(odf.input(o_s, "s_row"), tr), odf.at(zt, tr),
                                         odf.at(loss, tr)),
                           o=self.o)
-        m.d.comb += out_accept.eq(sfifo.r_rdy & dfifo.r_rdy & ztfifo.r_rdy & can)
+        m.d.comb += out_accept.eq(sfifo.r_rdy & dfifo.r_rdy & ztfifo.r_rdy & log_rdy & can)
         return m

@@ -1,0 +1,166 @@
+"""Fast tier (Amaranth simulator) of the FP32 log on one shared multiplier
+(:class:`hdl.fp32.log_serial.FP32LogSerial`, the FPGA build's softmax loss).
+
+Bit-exact against the golden model :class:`sim.model.fp32_log.FP32Log` (the words of the
+pipelined :class:`~hdl.fp32.log.FP32Log`): the named special cases, random operands back to back
+and with random idle/backpressure, both table presets; the published latency and initiation
+interval measured edge by edge; reset with the unit full and the output stalled; and the
+multiplier count of the elaborated design (what the unit is for).
+"""
+import numpy as np
+import pytest
+from amaranth.hdl import Fragment, Module, ResetInserter, Signal
+from amaranth.sim import Simulator
+
+from hdl.fp32.log import FP32Log
+from hdl.fp32.log_config import FP32LogConfig
+from hdl.fp32.log_serial import LOG_SERIAL_II, LOG_SERIAL_LATENCY, FP32LogSerial
+from sim.model.fp32 import SPECIALS_SMALL, random_fp32
+from sim.model.fp32_log import FP32Log as Model
+from sim.model.fp32_log import random_operands, special_operands
+from sim.tb.amaranth_tb import add_deadline, assert_payloads, stream_through
+
+
+def check(cfg, inputs, outputs):
+    assert_payloads(Model(cfg), inputs, outputs)
+
+
+@pytest.mark.parametrize("preset", ["tiny", "default"])
+def test_specials(preset):
+    cfg = FP32LogConfig.preset(preset)
+    inputs = [int(a) for a in special_operands(SPECIALS_SMALL)["a"]]
+    check(cfg, inputs, stream_through(FP32LogSerial(config=cfg), inputs))
+
+
+@pytest.mark.parametrize("preset", ["tiny", "default"])
+def test_random_with_backpressure(preset):
+    cfg = FP32LogConfig.preset(preset)
+    rng = np.random.default_rng(808 + (preset == "tiny"))
+    inputs = [int(a) for a in random_operands(rng, 300, base=random_fp32)["a"]]
+    check(cfg, inputs[:150], stream_through(FP32LogSerial(config=cfg), inputs[:150]))
+    check(cfg, inputs[150:], stream_through(FP32LogSerial(config=cfg), inputs[150:],
+                                            idle_prob=0.3, stall_prob=0.4, seed=5))
+
+
+def _accept_cycles(dut, payloads, *, stall_at=None):
+    """Feed ``payloads`` with ``i.valid`` always high and ``o.ready`` high; return the edge
+    numbers of the accepts and of the results, and the results."""
+    log = {"acc": [], "res": [], "got": []}
+
+    async def tb(ctx):
+        ctx.set(dut.o.ready, 1)
+        sent, edge = 0, 0
+        while len(log["got"]) < len(payloads):
+            ctx.set(dut.i.valid, sent < len(payloads))
+            if sent < len(payloads):
+                ctx.set(dut.i.payload.as_value(), payloads[sent])
+            _, _, iv, ir, ov, op = await ctx.tick().sample(
+                dut.i.valid, dut.i.ready, dut.o.valid, dut.o.payload.as_value())
+            if iv and ir:
+                log["acc"].append(edge)
+                sent += 1
+            if ov:
+                log["res"].append(edge)
+                log["got"].append(int(op))
+            edge += 1
+            assert edge < 40 * len(payloads) + 100
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(tb)
+    add_deadline(sim)
+    sim.run()
+    return log
+
+
+def test_latency_and_initiation_interval():
+    """A lone operation's result comes ``latency`` edges after its accept; operations back to
+    back are accepted at edges 0, 1, 2, then every ``ii`` (the front fills, then each waits for
+    the multiplier), and their results leave every ``ii`` edges."""
+    cfg = FP32LogConfig()
+    inputs = [int(a) for a in random_operands(np.random.default_rng(9), 20,
+                                              base=random_fp32)["a"]]
+    lone = _accept_cycles(FP32LogSerial(config=cfg), inputs[:1])
+    assert lone["res"][0] - lone["acc"][0] == LOG_SERIAL_LATENCY == 14
+    dut = FP32LogSerial(config=cfg)
+    assert dut.latency == LOG_SERIAL_LATENCY and dut.ii == LOG_SERIAL_II == 7
+    run = _accept_cycles(dut, inputs)
+    acc, res = run["acc"], run["res"]
+    assert acc[:3] == [0, 1, 2]
+    assert np.diff(acc[2:]).tolist() == [LOG_SERIAL_II] * (len(acc) - 3)
+    assert res[0] == LOG_SERIAL_LATENCY
+    assert np.diff(res).tolist() == [LOG_SERIAL_II] * (len(res) - 1)
+    check(cfg, inputs, run["got"])
+
+
+def test_reset_mid_operation():
+    """Reset with the front full, the multiplier mid-operation and a result stalled at the
+    output: nothing stale comes out afterwards, and a following run is correct."""
+    cfg = FP32LogConfig()
+    dut = FP32LogSerial(config=cfg)
+    rst = Signal(name="test_rst")
+    top = Module()
+    top.submodules.dut = ResetInserter(rst)(dut)
+    inputs = [int(a) for a in random_operands(np.random.default_rng(12), 30,
+                                              base=random_fp32)["a"]]
+    log = {}
+
+    async def tb(ctx):
+        ctx.set(dut.o.ready, 0)
+        ctx.set(dut.i.valid, 1)
+        for a in inputs[:4]:                     # more than the unit holds before it stalls
+            ctx.set(dut.i.payload.as_value(), a)
+            for _ in range(3 * LOG_SERIAL_LATENCY):
+                _, _, ready = await ctx.tick().sample(dut.i.ready)
+                if ready:
+                    break
+        ctx.set(dut.i.valid, 0)
+        for _ in range(3 * LOG_SERIAL_LATENCY):
+            await ctx.tick()
+        assert ctx.get(dut.o.valid), "the first result should be waiting at the output"
+        assert not ctx.get(dut.i.ready), "a stalled unit must not accept"
+        ctx.set(rst, 1)
+        await ctx.tick()
+        ctx.set(rst, 0)
+        ctx.set(dut.o.ready, 1)
+        for _ in range(3 * LOG_SERIAL_LATENCY):
+            _, _, ov = await ctx.tick().sample(dut.o.valid)
+            assert not ov, "stale result after reset"
+        got, sent, edges = [], 0, 0
+        rest = inputs[4:]
+        while len(got) < len(rest):
+            ctx.set(dut.i.valid, sent < len(rest))
+            if sent < len(rest):
+                ctx.set(dut.i.payload.as_value(), rest[sent])
+            _, _, iv, ir, ov, op = await ctx.tick().sample(
+                dut.i.valid, dut.i.ready, dut.o.valid, dut.o.payload.as_value())
+            sent += bool(iv and ir)
+            if ov:
+                got.append(int(op))
+            edges += 1
+            assert edges < 1000
+        log["after"] = got
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6)
+    sim.add_testbench(tb)
+    add_deadline(sim)
+    sim.run()
+    check(cfg, inputs[4:], log["after"])
+
+
+def _multipliers(dut) -> list:
+    """Operand widths of every ``*`` in the design (its netlist, before synthesis)."""
+    from amaranth.hdl import _ir, _nir        # Amaranth 0.5's netlist (no public API for it)
+    netlist = _ir.build_netlist(Fragment.get(dut, None), name="top")
+    return sorted((len(c.inputs[0]), len(c.inputs[1])) for c in netlist.cells
+                  if isinstance(c, _nir.Operator) and c.operator == "*")
+
+
+def test_one_shared_multiplier():
+    """The serial unit has two multipliers (the reduction's and the shared one) where the
+    pipelined one has seven."""
+    serial = _multipliers(FP32LogSerial(config=FP32LogConfig()))
+    piped = _multipliers(FP32Log(config=FP32LogConfig()))
+    assert len(piped) == 7
+    assert len(serial) == 2, serial

@@ -166,3 +166,27 @@ class FP32LogSerial(FP32StreamUnit):
         out_valid, out = log_finish(m, p, v7, prod7, big7, special7, spec_val7, c, w)
         m.d.comb += [self.o.valid.eq(out_valid), self.o.payload.eq(out)]
         return m
+
+
+# --- the registered block (appended here, beside the unit; hdl.registry collects it) ----------
+from ..registry import Block  # noqa: E402  (the registry imports no hdl module at load time)
+
+
+def _params(preset: str) -> dict:
+    """The block's parameters: the config, the latency and initiation interval, the ports.
+
+    ``ops_per_cycle`` is the steady-state rate, one operation every :data:`LOG_SERIAL_II`
+    cycles (the first ones enter faster while the front fills).
+    """
+    cfg = FP32LogConfig.preset(preset)
+    c = log_constants(cfg.table_bits)
+    return {**cfg.to_dict(), "latency": LOG_SERIAL_LATENCY, "ii": LOG_SERIAL_II,
+            "in_fields": [["a", 32]], "out_fields": [["r", 32]],
+            "ops_per_cycle": 1 / LOG_SERIAL_II, "frac_bits": c.F}
+
+
+TESSERA_BLOCKS = [
+    Block("fp32_log_serial",
+          build=lambda preset: FP32LogSerial(config=FP32LogConfig.preset(preset)),
+          params=_params),
+]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Array, Const, Module, Mux, Signal, signed
 
+from ..registry import Block
 from .div import StallPipeline
 from .log import log_finish, log_index, log_lookups, log_register_widths, log_unpack
 from .log_config import FP32LogConfig, log_constants
@@ -166,10 +167,6 @@ class FP32LogSerial(FP32StreamUnit):
         out_valid, out = log_finish(m, p, v7, prod7, big7, special7, spec_val7, c, w)
         m.d.comb += [self.o.valid.eq(out_valid), self.o.payload.eq(out)]
         return m
-
-
-# --- the registered block (appended here, beside the unit; hdl.registry collects it) ----------
-from ..registry import Block  # noqa: E402  (the registry imports no hdl module at load time)
 
 
 def _params(preset: str) -> dict:

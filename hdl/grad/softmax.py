@@ -22,10 +22,11 @@ Three stages work on three different rows at once (one element per cycle each):
   ``g`` (and the row's loss) out through a credit FIFO (backpressure never drops data).
 
 With ``serial_log`` (the FPGA build) ``log(s)`` is not an OUT operation: each row's sum also
-goes through a FIFO into :class:`~hdl.fp32.log_serial.FP32LogSerial` (one multiplier instead of
-seven, one row every 7 cycles, which rows of ``max(C, lanes) >= 8`` slots never outrun) and its
-result into a FIFO that OUT waits for with the sum; a row's first gradient comes
-``LOG_SERIAL_LATENCY + 1`` cycles later, the words are the same.
+goes through a FIFO (buffered: registered read data) into
+:class:`~hdl.fp32.log_serial.FP32LogSerial` (two multipliers instead of seven, one row every 7
+cycles, which rows of ``max(C, lanes) >= 8`` slots never outrun) and its result into a FIFO that
+OUT waits for with the sum; a row's first gradient comes ``LOG_SERIAL_LATENCY + 2`` cycles
+later, the words are the same.
 
 The EXP stage starts only when the e FIFO has room and fewer than ``rows_in_flight`` rows are
 between EXP and the end of OUT; both bounds are sized so that rows of ``C >= lanes`` classes
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -86,8 +87,8 @@ class SoftmaxXent(wiring.Component):
     serial_log : bool
         ``log(s)`` once per row on :class:`~hdl.fp32.log_serial.FP32LogSerial` (the FPGA build:
         6 DSPs instead of 26) between the row sum and OUT, instead of the pipelined
-        :class:`~hdl.fp32.log.FP32Log` inside OUT; :attr:`latency` ``LOG_SERIAL_LATENCY + 1``
-        cycles more, the same words. Needs ``config.lanes`` >= ``LOG_SERIAL_II`` (7), so the
+        :class:`~hdl.fp32.log.FP32Log` inside OUT; :attr:`latency` :attr:`log_wait` cycles
+        more, the same words. Needs ``config.lanes`` >= ``LOG_SERIAL_II`` (7), so the
         log keeps up with rows of one element per cycle.
     units : tuple of str
         Kinds of the OUT dataflow's operations that use units outside the component, in the
@@ -110,7 +111,7 @@ class SoftmaxXent(wiring.Component):
         Rows allowed between the start of EXP and the end of OUT.
     log_wait : int
         Cycles a row's sum waits for its log before OUT may start the row: ``LOG_SERIAL_LATENCY
-        + 1`` with ``serial_log``, else 0.
+        + 2`` with ``serial_log``, else 0.
 
     Members
     -------
@@ -154,13 +155,13 @@ class SoftmaxXent(wiring.Component):
             mark_used(self)
             raise ValueError(f"GradConfig.lanes ({self.config.lanes}) must be >= the serial "
                              f"log's initiation interval ({LOG_SERIAL_II}) with serial_log")
-        self.log_wait = LOG_SERIAL_LATENCY + 1 if serial_log else 0
+        self.log_wait = LOG_SERIAL_LATENCY + 2 if serial_log else 0
         self.exp_latency = self._exp_dataflow(None).t
         self.out_latency = self._out_dataflow(None)
         self.sum_latency = row_sum_latency(self.config.lanes, self.fp32_config)
         # EXP issue (+1 memory read) -> e -> sum -> s FIFO (+1) -> OUT issue (+1 read) -> g
-        # -> credit FIFO (2 cycles: SyncFIFOBuffered). serial_log: s -> log FIFO (+1) -> log
-        # -> OUT's log FIFO (+1 beside the s FIFO's): log_wait cycles more.
+        # -> credit FIFO (2 cycles: SyncFIFOBuffered). serial_log: s -> log FIFO (+2: buffered)
+        # -> log -> OUT's log FIFO (+1 beside the s FIFO's): log_wait cycles more.
         self.read_reg = int(bool(read_reg))
         self.latency = (2 + self.exp_latency + self.sum_latency + 1 + self.out_latency + 2
                         + self.read_reg + self.log_wait)
@@ -347,7 +348,8 @@ class SoftmaxXent(wiring.Component):
         m.d.comb += [sfifo.w_en.eq(s_valid), sfifo.w_data.eq(s_val)]
         log_rdy = 1
         if self.serial_log:       # log(s) per row: s -> FIFO -> serial log -> FIFO -> OUT
-            m.submodules.log_in_fifo = lq = SyncFIFO(width=32, depth=K)
+            # buffered: the log's unpack starts from a register, not from a LUT RAM's read
+            m.submodules.log_in_fifo = lq = SyncFIFOBuffered(width=32, depth=K)
             m.submodules.log = lg = FP32LogSerial(config=self.log_config)
             m.submodules.log_fifo = lf = SyncFIFO(width=32, depth=K)
             m.d.comb += [

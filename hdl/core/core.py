@@ -11,7 +11,7 @@ from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
 from ..fp32.log_config import FP32LogConfig
 from ..grad.config import GradConfig
-from ..lib.memport import WordPortsToLine, WordToLine
+from ..lib.memport import LinePort, WordPortsToLine, WordToLine
 from ..lib.mustuse import mark_used
 from ..multi.endpoint import LinkEndpoint
 from ..multi.collective import CollectiveEngine
@@ -57,8 +57,9 @@ STATE_LAYOUT = data.StructLayout({"status": 4, "err_pc": 16, "running": 1, "conf
                                   "coll_status": 3, "coll_step": 5, "coll_flags": 2})
 
 #: Scratchpad clients in crossbar priority order (a core with ``ranks >= 2`` adds ``COLL_CLIENT``
-#: last).
-CLIENTS = ("host", "mm_q0", "mm_q1", "mm_acc", "vec_a", "vec_b", "vec_d", "vec_e",
+#: last). ``vec_be`` is the vector unit's ``b`` port, which only reads, and its ``e`` port, which
+#: only writes, on the two sides of one client (a crossbar client has a read and a write side).
+CLIENTS = ("host", "mm_q0", "mm_q1", "mm_acc", "vec_a", "vec_be", "vec_d",
            "opt_w", "opt_m", "opt_v", "opt_g")
 #: The optimizer's one client with ``CoreConfig.optim_one_port`` (instead of opt_w .. opt_g).
 OPT_CLIENT = "opt"
@@ -73,7 +74,7 @@ POISON_BITS = 0x7FC00000
 
 def clients_of(config: CoreConfig) -> tuple[str, ...]:
     """The scratchpad clients of a core of ``config``, in crossbar priority order."""
-    base = (CLIENTS[:8] + (OPT_CLIENT,)) if config.optim_one_port else CLIENTS
+    base = (CLIENTS[:7] + (OPT_CLIENT,)) if config.optim_one_port else CLIENTS
     return base + ((COLL_CLIENT,) if config.collective is not None else ())
 
 
@@ -272,9 +273,17 @@ class TrainingCore(wiring.Component):
                 opt_lines[f"opt_{name}"] = ad.line
 
         # ---- collective engine (ranks >= 2): ALLREDUCE over the ring (docs/multicore.md) -----
+        # the vector unit's b port only reads and its e port only writes: one client, b on its
+        # read side and e on its write side
+        vec_be = LinePort(addr_bits=lb, words=S).create(path=("vec_be",))
+        m.d.comb += [
+            vec_be.r_addr.eq(vec.b.r_addr), vec_be.r_en.eq(vec.b.r_en),
+            vec.b.r_data.eq(vec_be.r_data),
+            vec_be.w_addr.eq(vec.e.w_addr), vec_be.w_en.eq(vec.e.w_en),
+            vec_be.w_data.eq(vec.e.w_data),
+        ]
         client_ports = {"host": host.mem, "mm_q0": mm.q0, "mm_q1": mm.q1, "mm_acc": mm.acc,
-                        "vec_a": vec.a, "vec_b": vec.b, "vec_d": vec.d, "vec_e": vec.e,
-                        **opt_lines}
+                        "vec_a": vec.a, "vec_be": vec_be, "vec_d": vec.d, **opt_lines}
         coll = cfg.collective
         if coll is not None:
             eng = m.submodules.collective = CollectiveEngine(config=coll,
@@ -326,7 +335,7 @@ class TrainingCore(wiring.Component):
         # NaN / Inf (exponent field 255); a hit, one register later, sets `flags` bit 2. Only
         # the ports are looked at (line address, word enables, data), so this holds whatever the
         # units do inside, e.g. how many elements per cycle the vector unit handles.
-        snooped = [client_ports[n] for n in ("mm_acc", "vec_a", "vec_b", "vec_d", "vec_e")]
+        snooped = [client_ports[n] for n in ("mm_acc", "vec_a", "vec_be", "vec_d")]
         hits = []
         for port in snooped:
             in_win = (port.w_addr >= seq.gwin_lo) & (port.w_addr < seq.gwin_hi)

@@ -56,6 +56,9 @@ TARGETS = [
     ("fp32_div", "default"),
     ("fp32_sqrt", "default"),
     ("fp32_exp", "default"),
+    # The softmax's log (issue 10's FPGA build): pipelined, and on one shared multiplier.
+    ("fp32_log", "default"),
+    ("fp32_log_serial", "default"),
     ("optim_engine", "default"),
     # The same engine as the FPGA builds use it: FP32 units shared (CoreConfig.FPGA_OPTIM_II).
     ("optim_engine_fpga", "default"),

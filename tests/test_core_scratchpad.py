@@ -151,3 +151,73 @@ def test_clashes_follow_the_cycle_exact_model():
 
     _simulate(dut, tb)
     assert errors == []
+
+
+def test_shared_line_port_takes_turns_and_flags_a_clash():
+    """:class:`hdl.lib.memport.SharedLinePort` (the core's host port and the optimizer's first
+    port on one client) in front of a scratchpad, beside a second client: random traffic where
+    the two sharers take turns in runs of cycles (as the host between programs and the
+    optimizer during one) matches a memory model word for word, reads of both sharers come
+    back on their own ``r_data``, and ``clash`` stays low; then a read by both in one cycle
+    sets ``clash`` (from the next cycle on), the first sharer's request being the one made."""
+    from amaranth.hdl import Module
+    from amaranth.lib.wiring import connect
+
+    from hdl.lib.memport import SharedLinePort
+    rng = random.Random(11)
+    top = Module()
+    spad = top.submodules.spad = Scratchpad(config=CFG, clients=2)
+    share = top.submodules.share = SharedLinePort(addr_bits=CFG.line_bits, words=CFG.size)
+    connect(top, share.line, spad.ports[0])
+    users = [share.first, share.second, spad.ports[1]]      # the two sharers, another client
+    model = np.zeros((CFG.lines, CFG.size), np.uint64)
+    errors, reads = [], [0, 0, 0]
+
+    async def tb(ctx):
+        turn, pending = 0, [None] * 3
+        for cycle in range(800):
+            if rng.random() < 0.05:
+                turn ^= 1                                   # the other sharer's run begins
+            banks = rng.sample(range(CFG.banks), 2)         # the client and the other: apart
+            plan = []
+            for i, p in enumerate(users):
+                active = (i == 2) or (i == turn)
+                b = banks[1] if i == 2 else banks[0]
+                ra = b * CFG.bank_depth + rng.randrange(CFG.bank_depth)
+                wa = b * CFG.bank_depth + rng.randrange(CFG.bank_depth)
+                ren = active and rng.random() < 0.6
+                wen = rng.randrange(1 << CFG.size) if active and rng.random() < 0.5 else 0
+                wd = [rng.getrandbits(32) for _ in range(CFG.size)]
+                ctx.set(p.r_addr, ra)
+                ctx.set(p.r_en, ren)
+                ctx.set(p.w_addr, wa)
+                ctx.set(p.w_en, wen)
+                ctx.set(p.w_data, _line(wd))
+                plan.append((ra, ren, wa, wen, wd))
+            await ctx.tick()
+            for i, (ra, ren, wa, wen, wd) in enumerate(plan):
+                pending[i] = _line(model[ra]) if ren else None
+                reads[i] += bool(ren)
+            for ra, ren, wa, wen, wd in plan:
+                for j in range(CFG.size):
+                    if (wen >> j) & 1:
+                        model[wa, j] = wd[j]
+            for i, p in enumerate(users):
+                if pending[i] is not None and ctx.get(p.r_data) != pending[i]:
+                    errors.append((cycle, i))
+        assert ctx.get(share.clash) == 0 and ctx.get(spad.conflict) == 0
+        # both sharers read in one cycle: the first's address is the one read, clash rises
+        model_line = _line(model[5])
+        for p, addr in ((share.first, 5), (share.second, 9)):
+            ctx.set(p.r_addr, addr)
+            ctx.set(p.r_en, 1)
+            ctx.set(p.w_en, 0)
+        ctx.set(spad.ports[1].r_en, 0)
+        ctx.set(spad.ports[1].w_en, 0)
+        await ctx.tick()
+        assert ctx.get(share.clash) == 1
+        assert ctx.get(share.second.r_data) == model_line
+
+    _simulate(top, tb)
+    assert errors == []
+    assert min(reads) > 100

@@ -11,7 +11,7 @@ from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
 from ..fp32.log_config import FP32LogConfig
 from ..grad.config import GradConfig
-from ..lib.memport import LinePort, WordPortsToLine, WordToLine
+from ..lib.memport import LinePort, SharedLinePort, WordPortsToLine, WordToLine
 from ..lib.mustuse import mark_used
 from ..multi.endpoint import LinkEndpoint
 from ..multi.collective import CollectiveEngine
@@ -31,7 +31,8 @@ __all__ = ["TrainingCore", "REGS", "CLIENTS", "STATE_LAYOUT", "STAT_REG_BASE", "
 #: Registers the host reads with ``REG`` (index = position): ``(name, meaning)``.
 REGS = (
     ("state", "`STATE_LAYOUT`: status of the last run (4 bits), err_pc (16), running (1), "
-              "conflict (1: two clients hit one bank port), and the last ALLREDUCE's or "
+              "conflict (1: two clients hit one bank port, or the host and the optimizer "
+              "reached memory in one cycle), and the last ALLREDUCE's or "
               "SENDRECV's response: "
               "coll_status (3, `CollStatus`), coll_step (5, the ring step of a TIMEOUT), "
               "coll_flags (2: a BFP group this core sent held a NaN / an Inf)"),
@@ -59,8 +60,11 @@ STATE_LAYOUT = data.StructLayout({"status": 4, "err_pc": 16, "running": 1, "conf
 #: Scratchpad clients in crossbar priority order (a core with ``ranks >= 2`` adds ``COLL_CLIENT``
 #: last). ``vec_be`` is the vector unit's ``b`` port, which only reads, and its ``e`` port, which
 #: only writes, on the two sides of one client (a crossbar client has a read and a write side).
+#: ``host`` is the host port and the optimizer's first port (``OPT_CLIENT``, or ``opt_w``) on
+#: one client (:class:`~hdl.lib.memport.SharedLinePort`): the host reaches memory only while
+#: no program runs, the optimizer only while one does.
 CLIENTS = ("host", "mm_q0", "mm_q1", "mm_acc", "vec_a", "vec_be", "vec_d",
-           "opt_w", "opt_m", "opt_v", "opt_g")
+           "opt_m", "opt_v", "opt_g")
 #: The optimizer's one client with ``CoreConfig.optim_one_port`` (instead of opt_w .. opt_g).
 OPT_CLIENT = "opt"
 #: The optimizer's ports with ``optim_one_port``, and their extra read latency
@@ -74,7 +78,7 @@ POISON_BITS = 0x7FC00000
 
 def clients_of(config: CoreConfig) -> tuple[str, ...]:
     """The scratchpad clients of a core of ``config``, in crossbar priority order."""
-    base = (CLIENTS[:7] + (OPT_CLIENT,)) if config.optim_one_port else CLIENTS
+    base = CLIENTS[:7] if config.optim_one_port else CLIENTS
     return base + ((COLL_CLIENT,) if config.collective is not None else ())
 
 
@@ -213,7 +217,7 @@ class TrainingCore(wiring.Component):
         # register file
         state = Signal(STATE_LAYOUT, name="reg_state")
         m.d.comb += [state.status.eq(seq.status), state.err_pc.eq(seq.err_pc),
-                     state.running.eq(seq.running), state.conflict.eq(spad.conflict)]
+                     state.running.eq(seq.running)]
         if cfg.collective is not None:
             m.d.comb += [state.coll_status.eq(seq.coll_last.status),
                          state.coll_step.eq(seq.coll_last.step),
@@ -282,7 +286,12 @@ class TrainingCore(wiring.Component):
             vec_be.w_addr.eq(vec.e.w_addr), vec_be.w_en.eq(vec.e.w_en),
             vec_be.w_data.eq(vec.e.w_data),
         ]
-        client_ports = {"host": host.mem, "mm_q0": mm.q0, "mm_q1": mm.q1, "mm_acc": mm.acc,
+        # the host and the optimizer's first port take turns (no program runs / one does)
+        hs = m.submodules.host_share = SharedLinePort(addr_bits=lb, words=S)
+        connect(m, host.mem, hs.first)
+        connect(m, opt_lines.pop(OPT_CLIENT if cfg.optim_one_port else "opt_w"), hs.second)
+        m.d.comb += state.conflict.eq(spad.conflict | hs.clash)
+        client_ports = {"host": hs.line, "mm_q0": mm.q0, "mm_q1": mm.q1, "mm_acc": mm.acc,
                         "vec_a": vec.a, "vec_be": vec_be, "vec_d": vec.d, **opt_lines}
         coll = cfg.collective
         if coll is not None:

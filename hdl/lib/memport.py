@@ -8,6 +8,8 @@ client, ``In`` members by the memory.
 * :class:`WordPort` - one 32-bit word per access, for engines that stream one element per
   cycle (optimizer); :class:`WordToLine` adapts it to a :class:`LinePort` at a run-time base
   line, :class:`WordPortsToLine` several that take turns onto one.
+* :class:`SharedLinePort` - two line clients that are never active in the same cycle (the host
+  and an engine) on one crossbar client.
 
 Timing of both (the contract every client may rely on):
 
@@ -27,7 +29,8 @@ from amaranth.lib.wiring import In, Out
 
 from .delay import delay
 
-__all__ = ["BLOCK_RAM", "LinePort", "WordPort", "WordToLine", "WordPortsToLine"]
+__all__ = ["BLOCK_RAM", "LinePort", "WordPort", "WordToLine", "WordPortsToLine",
+           "SharedLinePort"]
 
 #: ``attrs=`` for a :class:`amaranth.lib.memory.Memory` that should become block RAM.
 #: yosys's ``memory_libmap`` honours ``ram_style``; without it, it maps a small memory
@@ -272,4 +275,52 @@ class WordPortsToLine(wiring.Component):
                 with m.If(hit):
                     m.d.sync += held.eq(word)
                 m.d.comb += self.word[k].r_data.eq(held)
+        return m
+
+
+class SharedLinePort(wiring.Component):
+    """Two :class:`LinePort` clients that never access memory in the same cycle, on one.
+
+    For clients that take turns by construction: the core's host port reads and writes only
+    while no program runs, the engines only while one does. ``first``'s request wins a cycle
+    in which both make one (their contract says this never happens); such a cycle sets the
+    sticky ``clash``, as the crossbar's ``conflict`` does for two clients on one bank port.
+    Combinational (2:1 multiplexers on the enables, addresses and data, each selected by
+    ``first``'s enable): the timing of :class:`LinePort` is unchanged, and both clients see the
+    one ``r_data``.
+
+    Parameters
+    ----------
+    addr_bits, words : int
+        As :class:`LinePort`.
+
+    Members
+    -------
+    first, second : In(LinePort(addr_bits=addr_bits, words=words))
+        The two clients (the memory side of each).
+    line : Out(LinePort(addr_bits=addr_bits, words=words))
+        The one client toward the crossbar.
+    clash : Out(1)
+        Sticky: both made a read, or both a write, in one cycle (up from the next cycle).
+    """
+
+    def __init__(self, *, addr_bits: int, words: int):
+        port = LinePort(addr_bits=addr_bits, words=words)
+        super().__init__({"first": In(port), "second": In(port), "line": Out(port),
+                          "clash": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        a, b, line = self.first, self.second, self.line
+        a_w = a.w_en.any()
+        m.d.comb += [
+            line.r_en.eq(a.r_en | b.r_en),
+            line.r_addr.eq(Mux(a.r_en, a.r_addr, b.r_addr)),
+            line.w_en.eq(Mux(a_w, a.w_en, b.w_en)),
+            line.w_addr.eq(Mux(a_w, a.w_addr, b.w_addr)),
+            line.w_data.eq(Mux(a_w, a.w_data, b.w_data)),
+            a.r_data.eq(line.r_data), b.r_data.eq(line.r_data),
+        ]
+        with m.If((a.r_en & b.r_en) | (a_w & b.w_en.any())):
+            m.d.sync += self.clash.eq(1)
         return m

@@ -31,7 +31,7 @@ __all__ = ["TrainingCore", "REGS", "CLIENTS", "STATE_LAYOUT", "STAT_REG_BASE", "
 #: Registers the host reads with ``REG`` (index = position): ``(name, meaning)``.
 REGS = (
     ("state", "`STATE_LAYOUT`: status of the last run (4 bits), err_pc (16), running (1), "
-              "conflict (1: two clients hit one bank port, or the host and the optimizer "
+              "conflict (1: two clients hit one bank port, or two ports that share a client "
               "reached memory in one cycle), and the last ALLREDUCE's or "
               "SENDRECV's response: "
               "coll_status (3, `CollStatus`), coll_step (5, the ring step of a TIMEOUT), "
@@ -58,12 +58,15 @@ STATE_LAYOUT = data.StructLayout({"status": 4, "err_pc": 16, "running": 1, "conf
                                   "coll_status": 3, "coll_step": 5, "coll_flags": 2})
 
 #: Scratchpad clients in crossbar priority order (a core with ``ranks >= 2`` adds ``COLL_CLIENT``
-#: last). ``vec_be`` is the vector unit's ``b`` port, which only reads, and its ``e`` port, which
-#: only writes, on the two sides of one client (a crossbar client has a read and a write side).
-#: ``host`` is the host port and the optimizer's first port (``OPT_CLIENT``, or ``opt_w``) on
-#: one client (:class:`~hdl.lib.memport.SharedLinePort`): the host reaches memory only while
-#: no program runs, the optimizer only while one does.
-CLIENTS = ("host", "mm_q0", "mm_q1", "mm_acc", "vec_a", "vec_be", "vec_d",
+#: last). Ports that are never busy together share a client (docs/core.md, *Memory system*):
+#: ``host`` is the host port and the optimizer's first port (``OPT_CLIENT``, or ``opt_w``) behind
+#: a :class:`~hdl.lib.memport.SharedLinePort` (the host reaches memory only while no program
+#: runs, the optimizer only while one does); ``vec_ae`` is the vector unit's ``a`` port, which
+#: only reads, on a client's read side and its ``e`` port, which only writes, on the write side
+#: (a crossbar client has one of each); ``vec_bd`` is its ``b`` port (reads only) and ``d``
+#: port behind a ``SharedLinePort`` (``b`` reads in ``VEC`` and ``SOFTMAX_XENT``, ``d`` in
+#: ``REDUCE BIAS_GRAD`` with ``acc``, and the unit runs one instruction at a time).
+CLIENTS = ("host", "mm_q0", "mm_q1", "mm_acc", "vec_ae", "vec_bd",
            "opt_m", "opt_v", "opt_g")
 #: The optimizer's one client with ``CoreConfig.optim_one_port`` (instead of opt_w .. opt_g).
 OPT_CLIENT = "opt"
@@ -78,7 +81,7 @@ POISON_BITS = 0x7FC00000
 
 def clients_of(config: CoreConfig) -> tuple[str, ...]:
     """The scratchpad clients of a core of ``config``, in crossbar priority order."""
-    base = CLIENTS[:7] if config.optim_one_port else CLIENTS
+    base = CLIENTS[:6] if config.optim_one_port else CLIENTS
     return base + ((COLL_CLIENT,) if config.collective is not None else ())
 
 
@@ -277,22 +280,27 @@ class TrainingCore(wiring.Component):
                 opt_lines[f"opt_{name}"] = ad.line
 
         # ---- collective engine (ranks >= 2): ALLREDUCE over the ring (docs/multicore.md) -----
-        # the vector unit's b port only reads and its e port only writes: one client, b on its
+        # the vector unit's a port only reads and its e port only writes: one client, a on its
         # read side and e on its write side
-        vec_be = LinePort(addr_bits=lb, words=S).create(path=("vec_be",))
+        vec_ae = LinePort(addr_bits=lb, words=S).create(path=("vec_ae",))
         m.d.comb += [
-            vec_be.r_addr.eq(vec.b.r_addr), vec_be.r_en.eq(vec.b.r_en),
-            vec.b.r_data.eq(vec_be.r_data),
-            vec_be.w_addr.eq(vec.e.w_addr), vec_be.w_en.eq(vec.e.w_en),
-            vec_be.w_data.eq(vec.e.w_data),
+            vec_ae.r_addr.eq(vec.a.r_addr), vec_ae.r_en.eq(vec.a.r_en),
+            vec.a.r_data.eq(vec_ae.r_data),
+            vec_ae.w_addr.eq(vec.e.w_addr), vec_ae.w_en.eq(vec.e.w_en),
+            vec_ae.w_data.eq(vec.e.w_data),
         ]
-        # the host and the optimizer's first port take turns (no program runs / one does)
+        # ports that take turns: the vector unit's b (VEC, SOFTMAX_XENT) and d (its reads only
+        # in REDUCE BIAS_GRAD with acc; one instruction at a time); the host and the
+        # optimizer's first port (no program runs / one does)
+        vs = m.submodules.vec_share = SharedLinePort(addr_bits=lb, words=S)
+        connect(m, vec.b, vs.first)
+        connect(m, vec.d, vs.second)
         hs = m.submodules.host_share = SharedLinePort(addr_bits=lb, words=S)
         connect(m, host.mem, hs.first)
         connect(m, opt_lines.pop(OPT_CLIENT if cfg.optim_one_port else "opt_w"), hs.second)
-        m.d.comb += state.conflict.eq(spad.conflict | hs.clash)
+        m.d.comb += state.conflict.eq(spad.conflict | hs.clash | vs.clash)
         client_ports = {"host": hs.line, "mm_q0": mm.q0, "mm_q1": mm.q1, "mm_acc": mm.acc,
-                        "vec_a": vec.a, "vec_be": vec_be, "vec_d": vec.d, **opt_lines}
+                        "vec_ae": vec_ae, "vec_bd": vs.line, **opt_lines}
         coll = cfg.collective
         if coll is not None:
             eng = m.submodules.collective = CollectiveEngine(config=coll,
@@ -344,7 +352,7 @@ class TrainingCore(wiring.Component):
         # NaN / Inf (exponent field 255); a hit, one register later, sets `flags` bit 2. Only
         # the ports are looked at (line address, word enables, data), so this holds whatever the
         # units do inside, e.g. how many elements per cycle the vector unit handles.
-        snooped = [client_ports[n] for n in ("mm_acc", "vec_a", "vec_be", "vec_d")]
+        snooped = [client_ports[n] for n in ("mm_acc", "vec_ae", "vec_bd")]
         hits = []
         for port in snooped:
             in_win = (port.w_addr >= seq.gwin_lo) & (port.w_addr < seq.gwin_hi)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..edge_converter import EdgeConfig, EdgeConverter
 from ..fp32.add import FP32Add
+from ..lib.blockfifo import BlockFIFO
 from .config import ArrayConfig
 
 __all__ = ["acc_in_layout", "OutputAccumulator"]
@@ -94,9 +94,15 @@ class OutputAccumulator(wiring.Component):
         # last part), one per line in the old-line FIFO
         meta = data.StructLayout({"addr": range(cfg.mem_depth), "mask": S, "first": 1,
                                   "write": 1, "part": range(F), "last": 1})
-        meta1 = m.submodules.meta1 = SyncFIFO(width=meta.size, depth=D * F)
-        meta2 = m.submodules.meta2 = SyncFIFO(width=meta.size, depth=D * F)
-        old = m.submodules.old = SyncFIFO(width=S * 32, depth=D)
+        # In block RAM (BlockFIFO: an entry is readable two cycles after its write, one later
+        # than a SyncFIFO's), each read well after that: a part's meta1 entry (written as it
+        # enters the edge converters) at its join, EdgeConverter.LATENCY later; the old line
+        # (written two cycles after the line starts) at its first part's join; a part's meta2
+        # entry (written at its join) when its sum leaves the adder. So no cycle changes.
+        assert EdgeConverter.LATENCY >= 4 and adds[0].latency >= 2
+        meta1 = m.submodules.meta1 = BlockFIFO(width=meta.size, depth=D * F)
+        meta2 = m.submodules.meta2 = BlockFIFO(width=meta.size, depth=D * F)
+        old = m.submodules.old = BlockFIFO(width=S * 32, depth=D)
 
         # ---- in-flight addresses (in order: a ring of DEPTH entries) -------------------------
         ring_addr = [Signal(range(cfg.mem_depth), name=f"inflight_{j}_addr") for j in range(D)]

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from amaranth.hdl import Module, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from ..lib.memport import BLOCK_RAM
+from ..lib.blockfifo import BlockFIFO
 from .accum import acc_in_layout
 from .array import array_out_layout
 from .config import ArrayConfig
@@ -21,18 +20,6 @@ def desc_layout(config: ArrayConfig) -> data.StructLayout:
     return data.StructLayout({
         "exp": acc_in_layout(config)["exp"].shape, "addr": range(config.mem_depth),
         "mask": config.size, "first": 1, "write": 1})
-
-
-class _BlockFIFO(SyncFIFOBuffered):
-    """``SyncFIFOBuffered`` whose memory is marked for block RAM (:data:`~hdl.lib.memport.
-    BLOCK_RAM`; its read port is synchronous): on the ECP5 a few ``DP16KD`` instead of about
-    six logic-cell sites per 16 x 4 bits of LUT RAM (84 ``TRELLIS_DPR16X4`` at S = 8). A
-    synthesis hint only: the FIFO's behaviour is ``SyncFIFOBuffered``'s."""
-
-    def elaborate(self, platform):
-        m = super().elaborate(platform)
-        m.submodules.storage.attrs.update(BLOCK_RAM)
-        return m
 
 
 class ResultJoin(wiring.Component):
@@ -70,11 +57,12 @@ class ResultJoin(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         dl = desc_layout(self.config)
-        # buffered: the head descriptor (whose address the accumulator's in-flight check
-        # compares) comes from a register, not through the FIFO memory's read; its one cycle
-        # more from write to read is hidden (a descriptor is written when its beat enters the
-        # array, its output vector comes out at least (2S + 1) cycles later)
-        fifo = m.submodules.desc = _BlockFIFO(width=dl.size, depth=self.depth)
+        # buffered (and in block RAM): the head descriptor (whose address the accumulator's
+        # in-flight check compares) comes from a register, not through the FIFO memory's
+        # read; its one cycle more from write to read is hidden (a descriptor is written when
+        # its beat enters the array, its output vector comes out at least (2S + 1) cycles
+        # later)
+        fifo = m.submodules.desc = BlockFIFO(width=dl.size, depth=self.depth)
         m.d.comb += [fifo.w_data.eq(self.desc.payload), fifo.w_en.eq(self.desc.valid),
                      self.desc.ready.eq(fifo.w_rdy)]
         dh = Signal(dl, name="desc_head")

@@ -19,6 +19,23 @@ def _line(words):
 
 
 
+def _drive(ctx, port, rng, bank, active=True):
+    """Random request of ``port`` in ``bank`` this cycle (none if not ``active``): a read with
+    probability 0.6, a write of random words under random enables with probability 0.5.
+    Returns ``(read address, read enable, write address, write enables, words)``."""
+    ra = bank * CFG.bank_depth + rng.randrange(CFG.bank_depth)
+    wa = bank * CFG.bank_depth + rng.randrange(CFG.bank_depth)
+    ren = active and rng.random() < 0.6
+    wen = rng.randrange(1 << CFG.size) if active and rng.random() < 0.5 else 0
+    wd = [rng.getrandbits(32) for _ in range(CFG.size)]
+    ctx.set(port.r_addr, ra)
+    ctx.set(port.r_en, ren)
+    ctx.set(port.w_addr, wa)
+    ctx.set(port.w_en, wen)
+    ctx.set(port.w_data, _line(wd))
+    return ra, ren, wa, wen, wd
+
+
 def _simulate(dut, tb):
     """Run testbench ``tb`` on ``dut`` with a clock and the suite's cycle deadline."""
     sim = Simulator(dut)
@@ -40,18 +57,7 @@ def test_random_traffic_in_disjoint_banks_matches_a_memory_model():
             banks = rng.sample(range(CFG.banks), clients)   # disjoint banks this cycle
             plan = []
             for i, p in enumerate(dut.ports):
-                b = banks[i]
-                ra = b * CFG.bank_depth + rng.randrange(CFG.bank_depth)
-                wa = b * CFG.bank_depth + rng.randrange(CFG.bank_depth)
-                ren = rng.random() < 0.6
-                wen = rng.randrange(1 << CFG.size) if rng.random() < 0.5 else 0
-                wd = [rng.getrandbits(32) for _ in range(CFG.size)]
-                ctx.set(p.r_addr, ra)
-                ctx.set(p.r_en, ren)
-                ctx.set(p.w_addr, wa)
-                ctx.set(p.w_en, wen)
-                ctx.set(p.w_data, _line(wd))
-                plan.append((ra, ren, wa, wen, wd))
+                plan.append(_drive(ctx, p, rng, banks[i]))
             await ctx.tick()
             # reads see the memory before this cycle's writes (not transparent)
             for i, (ra, ren, wa, wen, wd) in enumerate(plan):
@@ -181,19 +187,8 @@ def test_shared_line_port_takes_turns_and_flags_a_clash():
             banks = rng.sample(range(CFG.banks), 2)         # the client and the other: apart
             plan = []
             for i, p in enumerate(users):
-                active = (i == 2) or (i == turn)
-                b = banks[1] if i == 2 else banks[0]
-                ra = b * CFG.bank_depth + rng.randrange(CFG.bank_depth)
-                wa = b * CFG.bank_depth + rng.randrange(CFG.bank_depth)
-                ren = active and rng.random() < 0.6
-                wen = rng.randrange(1 << CFG.size) if active and rng.random() < 0.5 else 0
-                wd = [rng.getrandbits(32) for _ in range(CFG.size)]
-                ctx.set(p.r_addr, ra)
-                ctx.set(p.r_en, ren)
-                ctx.set(p.w_addr, wa)
-                ctx.set(p.w_en, wen)
-                ctx.set(p.w_data, _line(wd))
-                plan.append((ra, ren, wa, wen, wd))
+                plan.append(_drive(ctx, p, rng, banks[1] if i == 2 else banks[0],
+                                   active=(i == 2) or (i == turn)))
             await ctx.tick()
             for i, (ra, ren, wa, wen, wd) in enumerate(plan):
                 pending[i] = _line(model[ra]) if ren else None

@@ -1,7 +1,8 @@
 """Fast tier (Amaranth simulator) of the FP32 natural-log unit and its golden model.
 
 Hardware: the named special cases and a few hundred random operands per preset, back to back
-and with random idle/backpressure, bit-exact against :class:`sim.model.fp32_log.FP32Log`; exact
+and with random idle/backpressure, bit-exact against :class:`sim.model.fp32_log.FP32Log`, for
+the pipelined unit and the serial one (:class:`hdl.fp32.log_serial.FP32LogSerial`); exact
 published latency and one result per cycle; reset in mid-stream. Model: the tables are
 correctly rounded, every intermediate fits the hardware's registers, the accuracy against
 float64 (sampled; the full measurement is in the docs and the benchmark), special values against
@@ -19,6 +20,7 @@ from amaranth.sim import Simulator
 
 from hdl.fp32.log import FP32Log, log_register_widths
 from hdl.fp32.log_config import LOG_LATENCY, FP32LogConfig, log_constants
+from hdl.fp32.log_serial import FP32LogSerial
 from hdl.registry import get_block
 from sim.model.fp32 import SPECIALS_SMALL, random_fp32
 from sim.model.fp32_log import FP32Log as Model
@@ -36,20 +38,27 @@ def check(cfg, inputs, outputs):
     assert_payloads(Model(cfg), inputs, outputs)
 
 
+#: The pipelined unit and the one on a shared multiplier (hdl/fp32/log_serial.py, its own
+#: timing tests in tests/test_fp32_log_serial.py): the same words.
+UNITS = [FP32Log, FP32LogSerial]
+
+
+@pytest.mark.parametrize("unit", UNITS)
 @pytest.mark.parametrize("preset", ["tiny", "default"])
-def test_specials(preset):
+def test_specials(preset, unit):
     cfg = FP32LogConfig.preset(preset)
     inputs = [int(a) for a in special_operands(SPECIALS_SMALL)["a"]]
-    check(cfg, inputs, simulate(FP32Log(config=cfg), inputs))
+    check(cfg, inputs, simulate(unit(config=cfg), inputs))
 
 
+@pytest.mark.parametrize("unit", UNITS)
 @pytest.mark.parametrize("preset", ["tiny", "default"])
-def test_random_with_backpressure(preset):
+def test_random_with_backpressure(preset, unit):
     cfg = FP32LogConfig.preset(preset)
-    rng = np.random.default_rng(404 + (preset == "tiny"))
+    rng = np.random.default_rng(404 + (preset == "tiny") + 404 * (unit is FP32LogSerial))
     inputs = [int(a) for a in random_operands(rng, 300, base=random_fp32)["a"]]
-    check(cfg, inputs[:200], simulate(FP32Log(config=cfg), inputs[:200]))
-    check(cfg, inputs[200:], simulate(FP32Log(config=cfg), inputs[200:], idle_prob=0.3,
+    check(cfg, inputs[:200], simulate(unit(config=cfg), inputs[:200]))
+    check(cfg, inputs[200:], simulate(unit(config=cfg), inputs[200:], idle_prob=0.3,
                                       stall_prob=0.4, seed=3))
 
 

@@ -8,7 +8,8 @@ measures on the Verilated DUT and asserts its results against the golden model):
   (``sim.tb.fp32_units``, preset default);
 * ``fp32_div``, ``fp32_sqrt``, ``fp32_exp`` (``sim.tb.fp32_func``, preset default; the exp
   hook also measures the exp error against float64);
-* ``fp32_log`` (``sim.tb.fp32_func``, preset default; with the log error);
+* ``fp32_log`` and ``fp32_log_serial`` (the same words on one shared multiplier, one every 7
+  cycles; ``sim.tb.fp32_func``, preset default; with the log error);
 * ``optim_engine`` (``sim.tb.optim``) and ``grad_unit`` (``sim.tb.grad``), preset tiny (the
   variants the cocotb tier builds).
 
@@ -39,6 +40,7 @@ UNITS = [
     ("fp32_sqrt", "default", "sim.tb.fp32_func"),
     ("fp32_exp", "default", "sim.tb.fp32_func"),
     ("fp32_log", "default", "sim.tb.fp32_func"),
+    ("fp32_log_serial", "default", "sim.tb.fp32_func"),
 ]
 DATAPATHS = [
     ("optim_engine", "tiny", "sim.tb.optim"),

@@ -85,7 +85,7 @@ def to_markdown(rows, desc: MLP) -> str:
            "unit's lane on three of the softmax's FP32 units, the optimizer's FP32 units "
            "shared (`OptimConfig.ii = 4`), three of them with the vector unit "
            "(`optim_shared_units`), and its four memory ports on one crossbar client "
-           "(`optim_one_port`).", "",
+           "(`optim_one_port`), and the softmax's loss on the serial log (`serial_log`).", "",
            "| S | width | preset run | FPGA build run | FPGA / preset | check (preset / FPGA) "
            "| array beats |", "|" + "---|" * 7]
     by = {(r["S"], r["width"], r["build"]): r for r in rows}

@@ -279,7 +279,7 @@ class TrainingCore(wiring.Component):
                 m.d.comb += ad.base.eq(seq.opt_base[i])
                 opt_lines[f"opt_{name}"] = ad.line
 
-        # ---- collective engine (ranks >= 2): ALLREDUCE over the ring (docs/multicore.md) -----
+        # ---- clients shared by ports that are never busy together --------------------------
         # the vector unit's a port only reads and its e port only writes: one client, a on its
         # read side and e on its write side
         vec_ae = LinePort(addr_bits=lb, words=S).create(path=("vec_ae",))
@@ -301,6 +301,8 @@ class TrainingCore(wiring.Component):
         m.d.comb += state.conflict.eq(spad.conflict | hs.clash | vs.clash)
         client_ports = {"host": hs.line, "mm_q0": mm.q0, "mm_q1": mm.q1, "mm_acc": mm.acc,
                         "vec_ae": vec_ae, "vec_bd": vs.line, **opt_lines}
+
+        # ---- collective engine (ranks >= 2): ALLREDUCE over the ring (docs/multicore.md) -----
         coll = cfg.collective
         if coll is not None:
             eng = m.submodules.collective = CollectiveEngine(config=coll,

@@ -10,6 +10,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..bfp.stat import QuantStat, stat_layout
 from ..formats import bfp_group_layout
+from ..lib.rotate import rotate_lanes
 from .config import ArrayConfig
 from .pe import width_shape
 
@@ -35,16 +36,6 @@ def group_out_layout(config: ArrayConfig, index: int, side_bits: int) -> data.St
     })
 
 
-def _rotate_words(x, amount, *, left: bool):
-    """``x`` (32-bit words) rotated by ``amount`` words, a barrel of ``len(amount)`` 2:1 mux
-    levels: ``left`` moves word ``j`` to ``j + amount``, otherwise to ``j - amount`` (mod the
-    word count, a power of two)."""
-    for i in range(len(amount)):
-        shift = 32 << i
-        x = Mux(amount[i], x.rotate_left(shift) if left else x.rotate_right(shift), x)
-    return x
-
-
 class LineQuantizer(wiring.Component):
     """One operand path: line requests in, BFP groups out, in order.
 
@@ -56,7 +47,7 @@ class LineQuantizer(wiring.Component):
       block buffers: the next block fills while the current one is sent (one line and one
       group per cycle). A block is held in ``S`` lane memories with asynchronous reads (LUT
       RAM on the ECP5, not flip-flops), each row stored rotated by its index so that a column
-      is one read per lane, rotated back.
+      is one read per lane; the converter rotates the rounded column back (its ``rot``).
 
     The memory read port is synchronous (data one cycle after ``rd_en``); reads are issued only
     when the 4-entry line FIFO has room, so no data is ever dropped under backpressure. The
@@ -106,7 +97,7 @@ class LineQuantizer(wiring.Component):
         cfg = self.config
         S = cfg.size
         sb = self.side_bits
-        conv = m.submodules.converter = QuantStat(config=cfg.bfp(self.index))
+        conv = m.submodules.converter = QuantStat(config=cfg.bfp(self.index), rotate=True)
         m.d.comb += [conv.stat_load.eq(self.stat_load), conv.stat_in.eq(self.stat_in),
                      self.stat.eq(conv.stat)]
 
@@ -141,8 +132,8 @@ class LineQuantizer(wiring.Component):
         # S lane memories of 2S words (bank, row), asynchronous read (LUT RAM on the FPGA): row r
         # is stored rotated by r (lane k holds its word (k - r) mod S), so column c is in row r
         # = (k - c) mod S of lane k, a different address per lane, read in one cycle and
-        # rotated back by c. The same words reach the converter in the same cycles as from
-        # registers, with S x 32 x 2S fewer flip-flops.
+        # rotated back by c (in the converter, after rounding). The same groups leave in the
+        # same cycles as from registers, with S x 32 x 2S fewer flip-flops.
         row_bits = max(1, (S - 1).bit_length())
         lanes_mem = []
         for k in range(S):
@@ -161,7 +152,8 @@ class LineQuantizer(wiring.Component):
                      send_full.eq(Mux(send_bank, blk_full[1], blk_full[0]))]
         wrot = Signal(S * 32, name="block_write_rotated")     # lane k: word (k - fill) mod S
         lanes_rd = Signal(S * 32, name="block_lanes_read")    # lane k: row (k - col) mod S
-        m.d.comb += wrot.eq(_rotate_words(head.data, fill, left=True))
+        m.d.comb += wrot.eq(rotate_lanes([head.data.word_select(k, 32) for k in range(S)], fill,
+                                          left=True))
         for k, (wp, rp) in enumerate(lanes_mem):
             m.d.comb += [
                 wp.addr.eq(Cat(fill, fill_bank)),
@@ -190,7 +182,9 @@ class LineQuantizer(wiring.Component):
             m.d.comb += [cin_valid.eq(lf.r_rdy), cin_data.eq(head.data), cin_side.eq(head.side),
                          cin_col.eq(0), lf.r_en.eq(cin_go)]
         with m.Else():
-            m.d.comb += cin_data.eq(_rotate_words(lanes_rd, col, left=False))
+            # column col's element r is in lane (r + col) mod S: the converter takes the lanes
+            # as read and rotates the rounded group back (conv.rot), far fewer bits than S words
+            m.d.comb += [cin_data.eq(lanes_rd), conv.rot.eq(col)]
             m.d.comb += [cin_valid.eq(send_full),
                          cin_side.eq(Mux(send_bank, blk_side[1], blk_side[0])),
                          cin_col.eq(col), lf.r_en.eq(fill_ok & lf.r_rdy)]

@@ -11,6 +11,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import BFPConfig
 from ..formats import BFPFlags, bfp_group_layout, fp32_group_layout
+from ..lib.rotate import rotate_lanes
 from ..registry import Block
 from .lfsr import LFSR_TAPS, LFSR_WIDTH, BFPNoise
 from .pipeline import StallAll
@@ -196,6 +197,11 @@ class BFPConverter(wiring.Component):
         Take the stochastic-rounding noise from the :attr:`noise` input instead of the
         converter's own LFSR (default ``False``): a converter fed one element at a time
         (:class:`hdl.multi.codec.LinkTxCodec`) gives it the noise of that element's lane.
+    rotate : bool
+        Add the :attr:`rot` input (default ``False``): the group arrives rotated and leaves in
+        element order (:class:`hdl.array.quant.LineQuantizer`'s block columns: rotating the
+        ``G`` rounded elements at the output costs a fraction of rotating ``G`` FP32 words
+        at the input).
 
     Attributes
     ----------
@@ -221,21 +227,31 @@ class BFPConverter(wiring.Component):
     noise : In(ArrayLayout(unsigned(noise_bits), group_size))
         Only with ``noise_in=True``: each element's noise, taken with the group on ``i`` (the
         same transfer) and used for it in ``STOCHASTIC`` mode.
+    rot : In(range(group_size))
+        Only with ``rotate=True``, taken with the group on ``i``: element ``j`` of the group is
+        word ``(j + rot) mod G`` of ``i.payload.data``. Each word is converted in its own lane
+        with element ``j``'s noise, and ``o`` and ``residual`` are in element order: the same
+        outputs as ``data`` rotated right by ``rot`` words with ``rot = 0``. Carried down the
+        pipeline; the output register's input is rotated back (no cycle more).
     """
 
-    def __init__(self, *, config: BFPConfig, residual: bool = False, noise_in: bool = False):
+    def __init__(self, *, config: BFPConfig, residual: bool = False, noise_in: bool = False,
+                 rotate: bool = False):
         if not isinstance(config, BFPConfig):
             raise TypeError(f"BFPConverter.config must be a BFPConfig, not {config!r}")
         self.config = config
         self.latency = converter_latency(config)
         self.with_residual = bool(residual)
         self.noise_in = bool(noise_in)
+        self.rotate = bool(rotate)
         members = converter_members(config)
         if self.with_residual:
             members["residual"] = Out(residual_layout(config))
         if self.noise_in:
             members["noise"] = In(data.ArrayLayout(unsigned(config.noise_bits),
                                                    config.group_size))
+        if self.rotate:
+            members["rot"] = In(range(config.group_size))
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -254,6 +270,7 @@ class BFPConverter(wiring.Component):
             carried = self.noise.as_value()       # registered down the pipeline with the group
         else:
             m.submodules.noise = noise = BFPNoise(config=cfg)
+        rot = self.rot if self.rotate else None   # also carried with the group
 
         # ---- stall-all handshake: every register advances together ---------------------------
         st = StallAll(m, i=self.i, o=self.o, name="pipe")
@@ -305,6 +322,8 @@ class BFPConverter(wiring.Component):
         fracor = st.reg(fracor, name=f"{p}_frac_or")
         width = st.reg(width, name=f"{p}_width")
         rounding = st.reg(rounding, name=f"{p}_rounding")
+        if rot is not None:
+            rot = st.reg(rot, name=f"{p}_rot")
         d = st.reg(d_in, name=f"{p}_width_short")
         h_off = st.reg(d_in + 23, name=f"{p}_h_offset", shape=range(mm + 24))
         if noise is None:
@@ -336,6 +355,8 @@ class BFPConverter(wiring.Component):
         bitlen = st.reg(bitlen, name=f"{p}_frac_or_bitlen")
         width = st.reg(width, name=f"{p}_width")
         rounding = st.reg(rounding, name=f"{p}_rounding")
+        if rot is not None:
+            rot = st.reg(rot, name=f"{p}_rot")
         d = st.reg(d, name=f"{p}_width_short")
         if noise is None:
             carried = st.reg(carried, name=f"{p}_noise")
@@ -354,6 +375,8 @@ class BFPConverter(wiring.Component):
             bitlen = st.reg(bitlen, name=f"{p}_frac_or_bitlen")
             width = st.reg(width, name=f"{p}_width")
             rounding = st.reg(rounding, name=f"{p}_rounding")
+            if rot is not None:
+                rot = st.reg(rot, name=f"{p}_rot")
             d = st.reg(d, name=f"{p}_width_short")
             if noise is None:
                 carried = st.reg(carried, name=f"{p}_noise")
@@ -398,6 +421,8 @@ class BFPConverter(wiring.Component):
         limit = st.reg(limit, name=f"{p}_limit")
         width = st.reg(width, name=f"{p}_width")
         rounding = st.reg(rounding, name=f"{p}_rounding")
+        if rot is not None:
+            rot = st.reg(rot, name=f"{p}_rot")
         if noise is None:
             carried = st.reg(carried, name=f"{p}_noise")
 
@@ -437,11 +462,20 @@ class BFPConverter(wiring.Component):
         limit = st.reg(limit, name=f"{p}_limit")
         width = st.reg(width, name=f"{p}_width")
         rounding = st.reg(rounding, name=f"{p}_rounding")
+        if rot is not None:
+            rot = st.reg(rot, name=f"{p}_rot")
 
         # ---- round stage (output register): round-up decision, saturation, NaN/Inf override --
         # integer < 2**m, so integer + up > 2**m - 1 only when integer == 2**m - 1; the
         # increment is computed beside the decision and selected by it
         out = self.o.payload
+        if rot is not None:
+            # lane j holds element (j - rot) mod G: it takes that element's noise
+            noise_of = data.View(data.ArrayLayout(unsigned(r), G),
+                                 rotate_lanes([noise_of[e] for e in range(G)], rot, left=True))
+        lane_mag = [Signal(mm, name=f"e{j}_mag_next") for j in range(G)]
+        lane_sign = [Signal(name=f"e{j}_sign_next") for j in range(G)]
+        lane_res = [Signal(3, name=f"e{j}_residual_next") for j in range(G)]
         for j in range(G):
             wdw = windows[j]
             integer, fraction = wdw[rw:], wdw[rw - r:rw]
@@ -466,11 +500,8 @@ class BFPConverter(wiring.Component):
             at_limit = Signal(name=f"e{j}_at_limit")
             take_inc = Signal(name=f"e{j}_take_inc")
             m.d.comb += [at_limit.eq(integer == limit), take_inc.eq(up & ~at_limit)]
-            with m.If(en):
-                m.d.sync += [
-                    out.group.elems[j].mag.eq(Mux(bad, 0, Mux(take_inc, inc[:mm], integer))),
-                    out.group.elems[j].sign.eq(signs[j] & ~bad),
-                ]
+            m.d.comb += [lane_mag[j].eq(Mux(bad, 0, Mux(take_inc, inc[:mm], integer))),
+                         lane_sign[j].eq(signs[j] & ~bad)]
             if fine:
                 # H = the m + 2 value: integer part wdw[rw - 2:], guard wdw[rw - 3], sticky
                 # sticky_fine; saturates at 2**(m + 2) - 1 (integer part all ones: o's integer
@@ -492,9 +523,20 @@ class BFPConverter(wiring.Component):
                     diff.eq(h_f - Cat(Const(0, 2), m_lo)),
                     res.eq(Mux(diff[3], (0 - diff)[:3], diff[:3])),
                 ]
-                with m.If(en):
-                    m.d.sync += self.residual[j].eq(res)
+                m.d.comb += lane_res[j].eq(res)
+        if rot is not None:         # back to element order: element j is lane (j + rot) mod G
+            mags = rotate_lanes(lane_mag, rot, left=False)
+            sgns = rotate_lanes(lane_sign, rot, left=False)
+            ress = rotate_lanes(lane_res, rot, left=False)
+            lane_mag = [mags.word_select(j, mm) for j in range(G)]
+            lane_sign = [sgns[j] for j in range(G)]
+            lane_res = [ress.word_select(j, 3) for j in range(G)]
         with m.If(en):
+            for j in range(G):
+                m.d.sync += [out.group.elems[j].mag.eq(lane_mag[j]),
+                             out.group.elems[j].sign.eq(lane_sign[j])]
+                if fine:
+                    m.d.sync += self.residual[j].eq(lane_res[j])
             m.d.sync += [
                 self.o.valid.eq(v),
                 out.group.exp.eq(Mux(bad, E_ZERO, shared)),

@@ -51,6 +51,9 @@ class QuantStat(wiring.Component):
         The converter's configuration.
     stat_bits : int
         Width of ``num``/``den`` (:data:`STAT_BITS`; smaller only to test the renormalisation).
+    rotate : bool
+        The converter's ``rotate`` option and its ``rot`` input (default ``False``; the sums
+        do not depend on the element order).
 
     Attributes
     ----------
@@ -61,8 +64,8 @@ class QuantStat(wiring.Component):
 
     Members
     -------
-    i, o, flags, clear_flags
-        As for :class:`~hdl.bfp.converter.BFPConverter` (the ``m`` converter's).
+    i, o, flags, clear_flags, rot
+        As for :class:`~hdl.bfp.converter.BFPConverter` (``rot`` only with ``rotate=True``).
     stat_load : In(1), stat_in : In(stat_layout(config, stat_bits))
         Load the accumulator (zeros clear it).
     stat : Out(stat_layout(config, stat_bits))
@@ -71,7 +74,7 @@ class QuantStat(wiring.Component):
 
     stat_latency = 2
 
-    def __init__(self, *, config: BFPConfig, stat_bits: int = STAT_BITS):
+    def __init__(self, *, config: BFPConfig, stat_bits: int = STAT_BITS, rotate: bool = False):
         if not isinstance(config, BFPConfig):
             self._MustUse__silence = True        # no "never used" warning when rejected
             raise TypeError(f"QuantStat.config must be a BFPConfig, not {config!r}")
@@ -79,9 +82,11 @@ class QuantStat(wiring.Component):
             check_stat_bits("QuantStat", stat_bits, config)
         self.config = config
         self.stat_bits = stat_bits
+        self.rotate = bool(rotate)
         self.latency = converter_latency(config)
         super().__init__({
             **converter_members(config),
+            **({"rot": In(range(config.group_size))} if self.rotate else {}),
             "stat_load": In(1),
             "stat_in": In(stat_layout(config, stat_bits)),
             "stat": Out(stat_layout(config, stat_bits)),
@@ -91,7 +96,9 @@ class QuantStat(wiring.Component):
         m = Module()
         cfg = self.config
         G, mm, B = cfg.group_size, cfg.max_mantissa, self.stat_bits
-        lo = m.submodules.conv = BFPConverter(config=cfg, residual=True)
+        lo = m.submodules.conv = BFPConverter(config=cfg, residual=True, rotate=self.rotate)
+        if self.rotate:
+            m.d.comb += lo.rot.eq(self.rot)
         m.d.comb += [
             lo.i.valid.eq(self.i.valid), lo.i.payload.eq(self.i.payload),
             self.i.ready.eq(lo.i.ready),

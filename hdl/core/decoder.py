@@ -209,9 +209,14 @@ class Decoder(wiring.Component):
 
         # ---- stage 1 -> 2 ------------------------------------------------------------------------
         out_of_range = stage(Cat(*oor).any(), 1, "out_of_range")
-        end = [stage(e[:cfg.lines.bit_length()], 1, f"end{i}") for i, e in enumerate(end)]
+        # The overlap checks (stage 2) compare only the low `nb_lines` bits: their ERR_ADDR
+        # matters only when every range lies inside the scratchpad (an end past it is ERR_ADDR
+        # already, and takes precedence over ERR_BANK), and then every start and end is
+        # < 2**nb_lines.
+        nb_lines = cfg.lines.bit_length()
+        end = [stage(e[:nb_lines], 1, f"end{i}") for i, e in enumerate(end)]
         # one past the first iteration's lines (a loop's ranges are checked per iteration)
-        first_end = [stage((start[i] + base0[i])[:cfg.lines.bit_length()], 1, f"first_end{i}")
+        first_end = [stage((start[i] + base0[i])[:nb_lines], 1, f"first_end{i}")
                      for i in range(PORTS)]
         rd = [stage(r, 1, f"rd{i}") for i, r in enumerate(rd0)]
         wr = [stage(w, 1, f"wr{i}") for i, w in enumerate(wr0)]
@@ -224,10 +229,6 @@ class Decoder(wiring.Component):
         out += self.banks.eq(banks[0] | banks[1] | banks[2] | banks[3])
 
         # ---- bank conflicts and overlaps (stage 2) ---------------------------------------------
-        # The overlap checks compare only the low `nb_lines` bits: their ERR_ADDR matters only
-        # when every range lies inside the scratchpad (an end past it is ERR_ADDR already, and
-        # takes precedence over ERR_BANK), and then every start and end is < 2**nb_lines.
-        nb_lines = cfg.lines.bit_length()
         span_nz = stage(stage(self.span != 0, 0, "span_nonzero"), 1, "span_nonzero")
         sendrecv = stage(stage(op == Op.SENDRECV, 0, "sendrecv"), 1, "sendrecv")
 

@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..edge_converter import EdgeConfig, EdgeConverter
 from ..fp32.add import FP32Add
-from ..lib.blockfifo import BlockFIFO
+from ..lib.blockfifo import RegBlockFIFO
 from .config import ArrayConfig
 
 __all__ = ["acc_in_layout", "OutputAccumulator"]
@@ -94,15 +94,19 @@ class OutputAccumulator(wiring.Component):
         # last part), one per line in the old-line FIFO
         meta = data.StructLayout({"addr": range(cfg.mem_depth), "mask": S, "first": 1,
                                   "write": 1, "part": range(F), "last": 1})
-        # In block RAM (BlockFIFO: an entry is readable two cycles after its write, one later
-        # than a SyncFIFO's), each read well after that: a part's meta1 entry (written as it
-        # enters the edge converters) at its join, EdgeConverter.LATENCY later; the old line
-        # (written two cycles after the line starts) at its first part's join; a part's meta2
-        # entry (written at its join) when its sum leaves the adder. So no cycle changes.
-        assert EdgeConverter.LATENCY >= 4 and adds[0].latency >= 2
-        meta1 = m.submodules.meta1 = BlockFIFO(width=meta.size, depth=D * F)
-        meta2 = m.submodules.meta2 = BlockFIFO(width=meta.size, depth=D * F)
-        old = m.submodules.old = BlockFIFO(width=S * 32, depth=D)
+        # In block RAM with the head in a register (RegBlockFIFO: an entry is readable
+        # VISIBLE = 3 cycles after its write; the block RAM's slow read data reaches only that
+        # register, not the old-word select and the adders' inputs), each read no earlier: a
+        # part's meta1 entry (written as it enters the edge converters) at its join,
+        # EdgeConverter.LATENCY later; the old line (written two cycles after the line starts)
+        # at its first part's join; a part's meta2 entry (written at its join) when its sum
+        # leaves the adder. So no cycle changes. Each holds at most the few entries of those
+        # windows, far below its depth - 2 (the depth a RegBlockFIFO always takes one below).
+        V = RegBlockFIFO.VISIBLE
+        assert EdgeConverter.LATENCY >= 2 + V and adds[0].latency >= V
+        meta1 = m.submodules.meta1 = RegBlockFIFO(width=meta.size, depth=D * F)
+        meta2 = m.submodules.meta2 = RegBlockFIFO(width=meta.size, depth=D * F)
+        old = m.submodules.old = RegBlockFIFO(width=S * 32, depth=D)
 
         # ---- in-flight addresses (in order: a ring of DEPTH entries) -------------------------
         ring_addr = [Signal(range(cfg.mem_depth), name=f"inflight_{j}_addr") for j in range(D)]
@@ -144,13 +148,13 @@ class OutputAccumulator(wiring.Component):
 
         # the old line is read one cycle after the line starts, from registers: the in-flight
         # check (16 address compares) does not reach a bank's address in the same cycle. Its
-        # data arrives long before the edge converters' output (LATENCY >= 2), so no line
-        # waits for it.
+        # data reaches the old-line FIFO two cycles after the line starts and its head
+        # 2 + RegBlockFIFO.VISIBLE cycles after, no later than the edge converters' output
+        # (asserted above), so no line waits for it.
         rd_en = Signal(name="read_issue")
         rd_addr = Signal.like(self.rd_addr, name="read_addr")
         m.d.sync += [rd_en.eq(start), rd_addr.eq(p.addr)]
         m.d.comb += [self.rd_addr.eq(rd_addr), self.rd_en.eq(rd_en)]
-        assert EdgeConverter.LATENCY >= 2
         for lane in range(P):
             value = of_part((p.value[k * P + lane] for k in range(F)), part)
             exp = of_part((p.exp[k * P + lane] for k in range(F)), part)
@@ -174,9 +178,10 @@ class OutputAccumulator(wiring.Component):
         m.d.comb += m1.eq(meta1.r_data)
         # No backpressure inside: a part leaves the edge converters into the adders, and the
         # adders into the write port, the cycle it is ready. What a join needs is there by
-        # then: the old line (read two cycles after the line started, EdgeConverter.LATENCY
-        # >= 2 before its first part's result), the part's meta1 entry (written as it
-        # entered), room in meta2 (D * F entries, at most D lines in flight). So no ready
+        # then: the old line (at the head of its FIFO 2 + RegBlockFIFO.VISIBLE cycles after the
+        # line started, no later than its first part's result), the part's meta1 entry
+        # (written as it entered), room in meta2 (D * F entries; it holds the parts inside
+        # the adders, a few). So no ready
         # chain runs back through the S pipelines into ``i.ready`` and the crossbar. (Were one
         # of these not ready, the part would be dropped: its line never retires and the pass
         # never answers, which every test's deadline catches.)

@@ -99,7 +99,6 @@ def test_memory_is_marked_for_block_ram(kind):
 
 
 @pytest.mark.parametrize("depth", [0, 2, 2.5, True])
-@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_reg_block_fifo_depth_is_checked(depth):
     with pytest.raises(ValueError, match="RegBlockFIFO depth"):
         RegBlockFIFO(width=8, depth=depth)

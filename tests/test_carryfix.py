@@ -68,12 +68,17 @@ def test_script_rewrites_the_file(tmp_path, capsys):
 
 
 @needs_fpga
-def test_the_pnr_build_script_runs_it_between_yosys_and_nextpnr():
+def test_the_pnr_build_script_runs_it_between_yosys_and_nextpnr_on_verilog():
     platform = synth.pnr_platform()
     commands = platform.command_templates
     assert "yosys" in commands[0] and synth.CARRYFIX_COMMAND == commands[1]
     assert "nextpnr" in commands[2]
     assert "carryfix.py" in synth.CARRYFIX_COMMAND and "{{name}}.json" in synth.CARRYFIX_COMMAND
+    # and yosys reads the design as Verilog (as the resources run), not as RTLIL
+    files = platform.file_templates
+    assert "{{name}}.v" in files and "{{name}}.il" not in files
+    assert "read_verilog {{name}}.v" in files["{{name}}.ys"] and "read_rtlil" not in files[
+        "{{name}}.ys"].replace("read_rtlil {{file}}", "")
 
 
 VERILOG = """

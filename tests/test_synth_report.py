@@ -1,7 +1,7 @@
 """boards.synth's bookkeeping without running yosys: a target whose synthesis stops is recorded
 as a row saying why (the other targets still run, ``make synth`` exits non-zero), and the
 reason is the last ``ERROR:`` line of its yosys log; so is a place-and-route build whose yosys
-stops; ``--noabc9`` reaches that build's yosys script."""
+stops."""
 import json
 import subprocess
 
@@ -51,17 +51,16 @@ def test_router_seed_and_nextpnr_options_reach_place_and_route(tmp_path, monkeyp
         "LUTRAM (TRELLIS_DPR16X4)": 0, "cells": 16, "synth_seconds": 0.1})
     seen = {}
 
-    def fake_pnr(block, preset, work, seed=None, router="router1", opts="", noabc9=False):
-        seen.update(seed=seed, router=router, opts=opts, noabc9=noabc9)
+    def fake_pnr(block, preset, work, seed=None, router="router1", opts=""):
+        seen.update(seed=seed, router=router, opts=opts)
         work.mkdir(parents=True, exist_ok=True)
         return {"fmax_mhz": 50.0, "target_mhz": 125, "pnr_comb": 12, "pnr_ff": 5, "pnr_dsp": 0,
                 "pnr_bram": 0, "pnr_router": router, "pnr_seed": seed, "pnr_opts": opts}
 
     monkeypatch.setattr(synth, "place_and_route", fake_pnr)
     assert synth.main(["--only", "good:tiny", "--router", "router2", "--seed", "3",
-                       "--pnr-opts", "--placer-heap-beta 0.7", "--noabc9"]) == 0
-    assert seen == {"seed": 3, "router": "router2", "opts": "--placer-heap-beta 0.7",
-                    "noabc9": True}
+                       "--pnr-opts", "--placer-heap-beta 0.7"]) == 0
+    assert seen == {"seed": 3, "router": "router2", "opts": "--placer-heap-beta 0.7"}
     row = json.loads((tmp_path / "build/synth/good-tiny/result.json").read_text())
     assert row["pnr_opts"] == "--placer-heap-beta 0.7" and row["fmax_mhz"] == 50.0
     # without --pnr-opts a target gets its PNR_OPTS entry (the core's FPGA build: the static
@@ -84,28 +83,20 @@ class _Tiny(wiring.Component):
         return m
 
 
-def test_a_pnr_build_whose_yosys_stops_is_a_row_and_noabc9_reaches_its_script(tmp_path,
-                                                                             monkeypatch):
+def test_a_pnr_build_whose_yosys_stops_is_a_row(tmp_path, monkeypatch):
     monkeypatch.setattr(synth, "build_block", lambda block, preset: _Tiny())
-    calls = []
 
     class FakePlatform:
         device, speed, package = synth.DEVICE, "6", "BG381"
 
         def build(self, harness, *, build_dir, **kw):
-            calls.append(kw)
             (tmp_path / "pnr").mkdir(exist_ok=True)
             (tmp_path / "pnr" / "top.rpt").write_text(
                 "...\nERROR: Assert `GetSize(conn.first) == GetSize(conn.second)' failed\n")
             raise subprocess.CalledProcessError(1, ["sh", "build_top.sh"])
 
     monkeypatch.setattr(synth, "pnr_platform", FakePlatform)
-    row = synth.place_and_route("x", "tiny", tmp_path, noabc9=True)
-    assert row["fmax_mhz"] is None and row["pnr_noabc9"] is True
+    row = synth.place_and_route("x", "tiny", tmp_path)
+    assert row["fmax_mhz"] is None
     assert row["pnr_error"] == ("yosys stopped in the place-and-route build: `Assert "
                                 "`GetSize(conn.first) == GetSize(conn.second)' failed`")
-    assert calls[0]["synth_opts"] == synth.SYNTH_SPLIT + " -noabc9"
-    assert "synth_ecp5 -noabc9 -run map_gates: -top top" in calls[0]["script_after_synth"]
-    synth.place_and_route("x", "tiny", tmp_path)                # abc9, the default
-    assert calls[1]["synth_opts"] == synth.SYNTH_SPLIT
-    assert "-noabc9" not in calls[1]["script_after_synth"]

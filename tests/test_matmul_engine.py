@@ -345,7 +345,8 @@ def test_back_to_back_passes(regs):
 @pytest.mark.parametrize("regs", [False, True], ids=["plain", "fpga_regs"])
 def test_invalid_commands_rejected_memory_untouched(regs):
     """Each invalid START answered with its status, nothing written; also with the checks
-    registered on the way into the pending register (``cmd_reg``)."""
+    registered on the way into the pending register (``cmd_reg``: the products, the checks
+    finished from there)."""
     cfg = ArrayConfig(size=2, mem_depth=16, dim_bits=5, **_regs(regs))
     cmds = [
         G.MatmulCommand(3, 1, 1, 1),

@@ -81,8 +81,9 @@ class PassControl(wiring.Component):
     the running pass is done, ``launch`` once generator 0 is), keeps the two pass slots (a
     beat belongs to the older pass until its beat count is reached; a pass is complete when
     that many result lines have retired) and answers a ``START`` with its flags and counters.
-    With ``config.cmd_reg`` every command is first taken into the pending register, its checks
-    registered on the way in, and executed from there one cycle later.
+    With ``config.cmd_reg`` every command is first taken into the pending register (the
+    products its checks and counts need registered on the way in, the checks finished from
+    there) and executed from there one cycle later.
 
     Parameters
     ----------
@@ -179,48 +180,62 @@ class PassControl(wiring.Component):
         def cdiv(x):
             return (x + (S - 1)) >> lg
 
-        # ---- command validation (combinational on a command payload) -------------------------
+        # ---- command validation --------------------------------------------------------------
         def width_ok(w):
             return (w >= 2) & (w <= mm) & ~w[0]
 
-        def validate(v, sfx):
-            """Status, total beats and MACs of the command ``v`` (signals named ``*sfx``)."""
-            st = Signal(3, name=f"cmd_status{sfx}")
-            lines_a = Signal(wide, name=f"cmd_lines_a{sfx}")
-            lines_b = Signal(wide, name=f"cmd_lines_b{sfx}")
-            lines_c = Signal(wide, name=f"cmd_lines_c{sfx}")
-            m.d.comb += [lines_a.eq(v.M * cdiv(v.K)), lines_b.eq(v.K * cdiv(v.N)),
-                         lines_c.eq(v.M * cdiv(v.N))]
+        # In two steps (the FPGA build, ``cmd_reg``, registers what the first gives as the
+        # command enters ``pend`` and takes the second from ``pend`` the cycle after, when the
+        # command can first start; otherwise both are combinational on ``c``): the products
+        # first, so no multiplier output reaches an adder, a compare or a pass register in the
+        # cycle it is computed.
+        def validate_products(v):
+            """The status of every check but the address one (``STATUS_OK`` if they pass),
+            the lines each operand spans, ``cdiv(K) * cdiv(N)`` and ``M * K``."""
+            pre = Signal(3, name="cmd_status_pre")
             with m.If(v.mode > 2):
-                m.d.comb += st.eq(STATUS_ERR_MODE)
+                m.d.comb += pre.eq(STATUS_ERR_MODE)
             with m.Elif((v.M == 0) | (v.K == 0) | (v.N == 0)):
-                m.d.comb += st.eq(STATUS_ERR_SHAPE)
+                m.d.comb += pre.eq(STATUS_ERR_SHAPE)
             with m.Elif(~width_ok(v.width_a) | ~width_ok(v.width_b)):
-                m.d.comb += st.eq(STATUS_ERR_WIDTH)
+                m.d.comb += pre.eq(STATUS_ERR_WIDTH)
             with m.Elif(v.rounding > 2):
-                m.d.comb += st.eq(STATUS_ERR_ROUNDING)
-            with m.Elif((v.base_a + lines_a > depth) | (v.base_b + lines_b > depth)
-                        | (v.base_c + lines_c > depth)):
+                m.d.comb += pre.eq(STATUS_ERR_ROUNDING)
+            with m.Else():
+                m.d.comb += pre.eq(STATUS_OK)
+            lines = [Signal(wide, name=f"cmd_lines_{x}") for x in "abc"]
+            m.d.comb += [lines[0].eq(v.M * cdiv(v.K)), lines[1].eq(v.K * cdiv(v.N)),
+                         lines[2].eq(v.M * cdiv(v.N))]
+            tiles_kn = Signal(2 * db, name="cmd_tiles_kn")
+            mk = Signal(2 * db, name="cmd_mk")
+            m.d.comb += [tiles_kn.eq(cdiv(v.K) * cdiv(v.N)), mk.eq(v.M * v.K)]
+            return [pre, *lines, tiles_kn, mk]
+
+        def validate_rest(v, pre, la, lb, lc, tiles_kn, mk):
+            """Status, total beats and MACs of the command ``v`` from its products."""
+            st = Signal(3, name="cmd_status_now")
+            with m.If(pre != STATUS_OK):
+                m.d.comb += st.eq(pre)
+            with m.Elif((v.base_a + la > depth) | (v.base_b + lb > depth)
+                        | (v.base_c + lc > depth)):
                 m.d.comb += st.eq(STATUS_ERR_ADDR)
             with m.Else():
                 m.d.comb += st.eq(STATUS_OK)
-            total = Signal(32, name=f"cmd_total_beats{sfx}")
-            m.d.comb += total.eq(Mux(v.mode == BWD_WEIGHT,
-                                     (cdiv(v.M) * cdiv(v.K) * cdiv(v.N)) << lg,
-                                     cdiv(v.K) * cdiv(v.N) * v.M))
-            macs = Signal(48, name=f"cmd_macs{sfx}")
-            m.d.comb += macs.eq(v.M * v.K * v.N)
+            total = Signal(32, name="cmd_total_beats")
+            m.d.comb += total.eq(Mux(v.mode == BWD_WEIGHT, (cdiv(v.M) * tiles_kn) << lg,
+                                     tiles_kn * v.M))
+            macs = Signal(48, name="cmd_macs")
+            m.d.comb += macs.eq(mk * v.N)
             return st, total, macs
 
-        if cfg.cmd_reg:     # validated as the command enters ``pend``, then read from registers
-            status = Signal(3, name="cmd_status")
-            cmd_total = Signal(32, name="cmd_total_beats")
-            cmd_macs = Signal(48, name="cmd_macs")
-            in_checks = validate(self.cmd.payload, "_in")
+        if cfg.cmd_reg:     # the products as the command enters ``pend``, the rest from ``pend``
+            products = validate_products(self.cmd.payload)
+            held = [Signal.like(x, name=x.name + "_reg") for x in products]
             with m.If(self.cmd.valid & self.cmd.ready):
-                m.d.sync += [r.eq(x) for r, x in zip((status, cmd_total, cmd_macs), in_checks)]
+                m.d.sync += [r.eq(x) for r, x in zip(held, products)]
+            status, cmd_total, cmd_macs = validate_rest(c, *held)
         else:
-            status, cmd_total, cmd_macs = validate(c, "")
+            status, cmd_total, cmd_macs = validate_rest(c, *validate_products(c))
 
         # ---- host FSM -----------------------------------------------------------------------
         rsp = self.rsp.payload

@@ -124,6 +124,11 @@ class _LineReader(wiring.Component):
         m.d.comb += [adv.eq(~ov | o.ready),
                      step.eq(Mux(narrow, 1, L)), c_next.eq(c + step), eol.eq(c_next >= cols),
                      line_end.eq(lane == Mux(narrow, S - 1, S - L))]
+        # The read request comes from registers and the output's ready alone, not from
+        # ``start``: ``start`` only comes while the walk is over (``active`` low, so no read
+        # either way), and leaving it out keeps the unit's FSM off the path into the crossbar
+        # and a bank's address (the S = 4 FPGA build's critical path at c724768).
+        m.d.comb += [self.r_en.eq(adv & active & ~zero), self.r_addr.eq(line)]
         with m.If(self.start):
             m.d.sync += [active.eq(1), row_line.eq(self.base), line.eq(self.base), lane.eq(0),
                          r.eq(0), c.eq(0), rows.eq(self.rows), cols.eq(self.cols),
@@ -132,7 +137,6 @@ class _LineReader(wiring.Component):
         with m.Elif(adv):
             m.d.sync += ov.eq(active)
             with m.If(active):
-                m.d.comb += [self.r_en.eq(~zero), self.r_addr.eq(line)]
                 m.d.sync += [o_lane.eq(lane), o_eol.eq(eol), o_last.eq(eol & (r == rows - 1)),
                              c.eq(c_next), lane.eq(lane + step)]
                 with m.If(line_end):

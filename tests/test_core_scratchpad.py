@@ -4,6 +4,7 @@ cycle; read data holds while a client does not read; a same-cycle clash raises `
 import random
 
 import numpy as np
+import pytest
 
 from amaranth.sim import Simulator
 
@@ -159,13 +160,17 @@ def test_clashes_follow_the_cycle_exact_model():
     assert errors == []
 
 
-def test_shared_line_port_takes_turns_and_flags_a_clash():
+@pytest.mark.parametrize("select", [False, True], ids=["by_enable", "by_select"])
+def test_shared_line_port_takes_turns_and_flags_a_clash(select):
     """:class:`hdl.lib.memport.SharedLinePort` (the core's host port and the optimizer's first
     port on one client) in front of a scratchpad, beside a second client: random traffic where
     the two sharers take turns in runs of cycles (as the host between programs and the
     optimizer during one) matches a memory model word for word, reads of both sharers come
     back on their own ``r_data``, and ``clash`` stays low; then a read by both in one cycle
-    sets ``clash`` (from the next cycle on), the first sharer's request being the one made."""
+    sets ``clash`` (from the next cycle on), the first sharer's request being the one made.
+    With ``select`` the turn is also given on ``r_sel`` / ``w_sel`` (as the core does from
+    registers), and a write or read by the sharer not selected reaches no memory and sets
+    ``clash``."""
     from amaranth.hdl import Module
     from amaranth.lib.wiring import connect
 
@@ -173,7 +178,8 @@ def test_shared_line_port_takes_turns_and_flags_a_clash():
     rng = random.Random(11)
     top = Module()
     spad = top.submodules.spad = Scratchpad(config=CFG, clients=2)
-    share = top.submodules.share = SharedLinePort(addr_bits=CFG.line_bits, words=CFG.size)
+    share = top.submodules.share = SharedLinePort(addr_bits=CFG.line_bits, words=CFG.size,
+                                                  select=select)
     connect(top, share.line, spad.ports[0])
     users = [share.first, share.second, spad.ports[1]]      # the two sharers, another client
     model = np.zeros((CFG.lines, CFG.size), np.uint64)
@@ -184,6 +190,9 @@ def test_shared_line_port_takes_turns_and_flags_a_clash():
         for cycle in range(800):
             if rng.random() < 0.05:
                 turn ^= 1                                   # the other sharer's run begins
+            if select:
+                ctx.set(share.r_sel, turn)
+                ctx.set(share.w_sel, turn)
             banks = rng.sample(range(CFG.banks), 2)         # the client and the other: apart
             plan = []
             for i, p in enumerate(users):
@@ -201,6 +210,25 @@ def test_shared_line_port_takes_turns_and_flags_a_clash():
                 if pending[i] is not None and ctx.get(p.r_data) != pending[i]:
                     errors.append((cycle, i))
         assert ctx.get(share.clash) == 0 and ctx.get(spad.conflict) == 0
+        if select:
+            # the sharer not selected writes: nothing changes in memory, clash rises
+            ctx.set(share.r_sel, 0)
+            ctx.set(share.w_sel, 0)
+            for p in (share.first, spad.ports[1]):
+                ctx.set(p.r_en, 0)
+                ctx.set(p.w_en, 0)
+            ctx.set(share.second.r_en, 0)
+            ctx.set(share.second.w_addr, 5)
+            ctx.set(share.second.w_en, (1 << CFG.size) - 1)
+            ctx.set(share.second.w_data, (1 << 32 * CFG.size) - 1)
+            await ctx.tick()
+            assert ctx.get(share.clash) == 1
+            ctx.set(share.second.w_en, 0)
+            ctx.set(share.first.r_addr, 5)
+            ctx.set(share.first.r_en, 1)
+            await ctx.tick()
+            ctx.set(share.first.r_en, 0)
+            assert ctx.get(share.first.r_data) == _line(model[5])
         # both sharers read in one cycle: the first's address is the one read, clash rises
         model_line = _line(model[5])
         for p, addr in ((share.first, 5), (share.second, 9)):

@@ -292,10 +292,15 @@ class TrainingCore(wiring.Component):
         # ports that take turns: the vector unit's b (VEC, SOFTMAX_XENT) and d (its reads only
         # in REDUCE BIAS_GRAD with acc; one instruction at a time); the host and the
         # optimizer's first port (no program runs / one does)
-        vs = m.submodules.vec_share = SharedLinePort(addr_bits=lb, words=S)
+        # (each selected by a register, so no client's enable reaches a bank's address through
+        # the sharing multiplexers: b never writes, d reads only in an accumulating bias
+        # gradient, the host only while no program runs)
+        vs = m.submodules.vec_share = SharedLinePort(addr_bits=lb, words=S, select=True)
         connect(m, vec.b, vs.first)
         connect(m, vec.d, vs.second)
-        hs = m.submodules.host_share = SharedLinePort(addr_bits=lb, words=S)
+        m.d.comb += [vs.r_sel.eq(vec.d_reads), vs.w_sel.eq(1)]
+        hs = m.submodules.host_share = SharedLinePort(addr_bits=lb, words=S, select=True)
+        m.d.comb += [hs.r_sel.eq(seq.running), hs.w_sel.eq(seq.running)]
         connect(m, host.mem, hs.first)
         connect(m, opt_lines.pop(OPT_CLIENT if cfg.optim_one_port else "opt_w"), hs.second)
         m.d.comb += state.conflict.eq(spad.conflict | hs.clash | vs.clash)

@@ -153,6 +153,11 @@ class HostPort(wiring.Component):
         m.d.comb += take.eq(self.cmd.valid & can)
 
         line_ok = c.addr < cfg.lines
+        # the read enable is take & READ & line_ok without the terms that cannot matter for a
+        # READ (the optimizer's ready for SETREG): the optimizer's state stays off the path
+        # into the scratchpad crossbar and a bank's address
+        can_read = ~waiting & ~self.running & (~rsp_valid | self.rsp.ready)
+        m.d.comb += self.mem.r_en.eq(self.cmd.valid & (op == HostOp.READ) & line_ok & can_read)
         m.d.comb += [
             self.mem.r_addr.eq(c.addr), self.mem.w_addr.eq(c.addr),
             self.mem.w_data.eq(c.data[:32 * S]),
@@ -181,7 +186,6 @@ class HostPort(wiring.Component):
                         m.d.sync += r.status.eq(HostStatus.BAD_ADDR)
                 with m.Case(HostOp.READ):
                     with m.If(line_ok):
-                        m.d.comb += self.mem.r_en.eq(1)
                         m.d.sync += rsp_read.eq(1)
                     with m.Else():
                         m.d.sync += r.status.eq(HostStatus.BAD_ADDR)

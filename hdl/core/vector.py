@@ -301,8 +301,13 @@ class VectorUnit(wiring.Component):
     a, b, d, e : Out(LinePort(addr_bits=config.line_bits, words=config.size))
         ``a``: read ``VEC a``, ``REDUCE a``, ``SOFTMAX z``; ``b``: read ``VEC b``, ``SOFTMAX``
         labels; ``d``: write the result (read ``d_old`` for ``REDUCE BIAS_GRAD`` with
-        ``acc``); ``e``: write the ``SOFTMAX`` per-row loss. Unused outputs are 0; a port is
-        read only where the ISA's operand ranges say so.
+        ``acc``); ``e``: write the ``SOFTMAX`` per-row loss. Unused enables are 0 (a read
+        address may hold a stale line); a port is read only where the ISA's operand ranges
+        say so.
+    d_reads : Out(1)
+        A register: the command taken last is ``REDUCE BIAS_GRAD`` with ``acc``, the only
+        one that reads on ``d``; otherwise only ``b`` reads of the two (the core's
+        :class:`~hdl.lib.memport.SharedLinePort` for ``b`` and ``d`` is selected by it).
     opt_add0, opt_mul0, opt_div0 : In(UnitPort(kind)), only with ``config.optim_shared_units``
         The optimizer's ports to its first shared adder, multiplier and its divider
         (:class:`~hdl.optim.engine.OptimEngine` ``units``): they join the pools of the
@@ -398,6 +403,7 @@ class VectorUnit(wiring.Component):
             "b": Out(LinePort(addr_bits=lb, words=S)),
             "d": Out(LinePort(addr_bits=lb, words=S)),
             "e": Out(LinePort(addr_bits=lb, words=S)),
+            "d_reads": Out(1),
             **({f"opt_{k}0": In(UnitPort(k)) for k in ("add", "mul", "div")}
                if config.optim_shared_units else {}),
         })
@@ -533,6 +539,7 @@ class VectorUnit(wiring.Component):
                                  | (v.vop == Vop.ADD_RELU)),
                         bcast.eq(v.bcast), vop.eq(v.vop), imm.eq(v.imm),
                         acc.eq(p.acc), gscale.eq(p.gscale), c0.eq(0),
+                        self.d_reads.eq((op == Op.REDUCE) & (rr.rop == Rop.BIAS_GRAD) & p.acc),
                     ]
                     # rows, cols and a share their positions in every args layout; b, d, e
                     # differ between VEC/SOFTMAX and REDUCE.

@@ -285,14 +285,20 @@ class SharedLinePort(wiring.Component):
     while no program runs, the engines only while one does. ``first``'s request wins a cycle
     in which both make one (their contract says this never happens); such a cycle sets the
     sticky ``clash``, as the crossbar's ``conflict`` does for two clients on one bank port.
-    Combinational (2:1 multiplexers on the enables, addresses and data, each selected by
-    ``first``'s enable): the timing of :class:`LinePort` is unchanged, and both clients see the
-    one ``r_data``.
+    Combinational: the timing of :class:`LinePort` is unchanged, and both clients see the one
+    ``r_data``. The requests pass 2:1 multiplexers selected by ``first``'s enables (the read
+    enables ORed), or with ``select`` by the ``r_sel`` / ``w_sel`` inputs: then only the
+    selected client's requests reach memory.
 
     Parameters
     ----------
     addr_bits, words : int
         As :class:`LinePort`.
+    select : bool
+        Add ``r_sel`` and ``w_sel``: the owner supplies which client may read (write), so the
+        multiplexers hang on those (registers in the core), not on a client's enable, which
+        is off the path from a client's state into a bank's address. A request from the other
+        client then sets ``clash`` too.
 
     Members
     -------
@@ -301,26 +307,43 @@ class SharedLinePort(wiring.Component):
     line : Out(LinePort(addr_bits=addr_bits, words=words))
         The one client toward the crossbar.
     clash : Out(1)
-        Sticky: both made a read, or both a write, in one cycle (up from the next cycle).
+        Sticky: both made a read, or both a write, in one cycle, or (``select``) the client
+        not selected made one (up from the next cycle).
+    r_sel, w_sel : In(1), only with ``select``
+        1: ``second`` may read (write), 0: ``first`` may.
     """
 
-    def __init__(self, *, addr_bits: int, words: int):
+    def __init__(self, *, addr_bits: int, words: int, select: bool = False):
+        if not isinstance(select, bool):
+            raise TypeError(f"SharedLinePort.select must be a bool, not {select!r}")
+        self.select = select
         port = LinePort(addr_bits=addr_bits, words=words)
         super().__init__({"first": In(port), "second": In(port), "line": Out(port),
-                          "clash": Out(1)})
+                          "clash": Out(1),
+                          **({"r_sel": In(1), "w_sel": In(1)} if select else {})})
 
     def elaborate(self, platform):
         m = Module()
         a, b, line = self.first, self.second, self.line
-        a_w = a.w_en.any()
+        a_w, b_w = a.w_en.any(), b.w_en.any()
+        if self.select:
+            # the selected client's requests pass, the other's are dropped (and set clash)
+            r_a, w_a = ~self.r_sel, ~self.w_sel
+            m.d.comb += line.r_en.eq(Mux(r_a, a.r_en, b.r_en))
+        else:
+            r_a, w_a = a.r_en, a_w
+            m.d.comb += line.r_en.eq(a.r_en | b.r_en)
         m.d.comb += [
-            line.r_en.eq(a.r_en | b.r_en),
-            line.r_addr.eq(Mux(a.r_en, a.r_addr, b.r_addr)),
+            line.r_addr.eq(Mux(r_a, a.r_addr, b.r_addr)),
             line.w_en.eq(Mux(a_w, a.w_en, b.w_en)),
-            line.w_addr.eq(Mux(a_w, a.w_addr, b.w_addr)),
-            line.w_data.eq(Mux(a_w, a.w_data, b.w_data)),
+            line.w_addr.eq(Mux(w_a, a.w_addr, b.w_addr)),
+            line.w_data.eq(Mux(w_a, a.w_data, b.w_data)),
             a.r_data.eq(line.r_data), b.r_data.eq(line.r_data),
         ]
-        with m.If((a.r_en & b.r_en) | (a_w & b.w_en.any())):
+        clash = (a.r_en & b.r_en) | (a_w & b_w)
+        if self.select:
+            clash = (clash | (a.r_en & self.r_sel) | (b.r_en & ~self.r_sel)
+                     | (a_w & self.w_sel) | (b_w & ~self.w_sel))
+        with m.If(clash):
             m.d.sync += self.clash.eq(1)
         return m

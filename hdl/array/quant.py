@@ -109,8 +109,13 @@ class LineQuantizer(wiring.Component):
         p_mask = Signal(S, name="read_mask")
         p_side = Signal(sb, name="read_side")
         issue = Signal(name="issue")
+        # free line-FIFO entries not claimed by a read in flight (LINE_FIFO - level - pending),
+        # kept in a register: the read enable is the request's valid and one compare of a
+        # register, not an adder, on its way into the crossbar and a bank's address
+        room = Signal(range(self.LINE_FIFO + 1), init=self.LINE_FIFO, name="line_room")
+        m.d.sync += room.eq(room - issue + (lf.r_en & lf.r_rdy))
         m.d.comb += [
-            self.req.ready.eq(lf.level + pending < self.LINE_FIFO),
+            self.req.ready.eq(room != 0),
             issue.eq(self.req.valid & self.req.ready),
             self.rd_addr.eq(self.req.payload.addr),
             self.rd_en.eq(issue),

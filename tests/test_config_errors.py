@@ -149,6 +149,8 @@ ROWS = [
     (CoreConfig, "decode_stages", 1, V, "CoreConfig.decode_stages"),
     (CoreConfig, "decode_stages", 2.0, T, "CoreConfig.decode_stages"),
     (CoreConfig, "vector_read_reg", 1, T, "CoreConfig.vector_read_reg"),
+    (CoreConfig, "vector_spad_reg", 1, T, "CoreConfig.vector_spad_reg"),
+    (CoreConfig, "vector_spad_reg", True, V, "CoreConfig.vector_spad_reg"),  # no read_reg
     (CoreConfig, "vector_shared_units", 1, T, "CoreConfig.vector_shared_units"),
     (CoreConfig, "optim_shared_units", 1, T, "CoreConfig.optim_shared_units"),
     (CoreConfig, "optim_shared_units", True, V, "CoreConfig.optim_shared_units"),  # no vector_

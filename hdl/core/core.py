@@ -198,7 +198,11 @@ class TrainingCore(wiring.Component):
         for k in units:
             connect(m, getattr(opt, f"unit_{k}0"), getattr(vec, f"opt_{k}0"))
         clients = clients_of(cfg)
-        spad = m.submodules.scratchpad = Scratchpad(config=cfg, clients=len(clients))
+        # the vector unit's clients with registered requests (config.vector_spad_reg)
+        registered = (tuple(clients.index(c) for c in ("vec_ae", "vec_bd"))
+                      if cfg.vector_spad_reg else ())
+        spad = m.submodules.scratchpad = Scratchpad(config=cfg, clients=len(clients),
+                                                    registered=registered)
         #: sub-blocks of the last elaboration (tests reach memories and state through them)
         self.blocks = {"host": host, "sequencer": seq, "matmul": mm, "vector": vec,
                        "optim": opt, "scratchpad": spad}

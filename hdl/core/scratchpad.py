@@ -16,6 +16,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..lib.memport import LinePort
+from ..lib.mustuse import used_if_rejected
 from .config import CoreConfig
 
 __all__ = ["Scratchpad"]
@@ -29,24 +30,39 @@ class Scratchpad(wiring.Component):
     config : CoreConfig
     clients : int
         Number of client ports.
+    registered : tuple of int
+        Clients whose requests (read and write: enables, addresses, write data) pass a register
+        before the crossbar: each of their accesses reaches its bank one cycle later, so their
+        read latency is 2 (a write lands one edge later too; the order of one client's accesses
+        is kept). A client's path to a bank then starts at that register, not in the client's
+        logic. Default: none.
 
     Members
     -------
     ports : In(LinePort(addr_bits=config.line_bits, words=S)).array(clients)
-        Client ports (the memory side of each), global line addresses. Read latency 1 cycle:
-        the bank's registered read data passes a mux selected by the bank registered with the
-        read.
+        Client ports (the memory side of each), global line addresses. Read latency 1 cycle
+        (2 for a ``registered`` client): the bank's registered read data passes a mux selected
+        by the bank registered with the read.
     conflict : Out(1)
         Sticky: two clients addressed the same bank port in one cycle (up from the second
         cycle after it).
     """
 
-    def __init__(self, *, config: CoreConfig, clients: int):
-        if not isinstance(config, CoreConfig):
-            raise TypeError(f"Scratchpad.config must be a CoreConfig, not {config!r}")
-        if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
-            raise ValueError(f"Scratchpad.clients must be a positive int, not {clients!r}")
+    def __init__(self, *, config: CoreConfig, clients: int, registered: tuple = ()):
+        with used_if_rejected(self):
+            if not isinstance(config, CoreConfig):
+                raise TypeError(f"Scratchpad.config must be a CoreConfig, not {config!r}")
+            if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
+                raise ValueError(f"Scratchpad.clients must be a positive int, not {clients!r}")
+            if not isinstance(registered, tuple):
+                raise TypeError(f"Scratchpad.registered must be a tuple of client indices, not "
+                                f"{registered!r}")
+            for i in registered:
+                if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < clients:
+                    raise ValueError(f"Scratchpad.registered: {i!r} is not a client index "
+                                     f"(0 .. {clients - 1})")
         self.config, self.clients = config, clients
+        self.registered = tuple(sorted(set(registered)))
         super().__init__({
             "ports": In(LinePort(addr_bits=config.line_bits, words=config.size)).array(clients),
             "conflict": Out(1),
@@ -70,20 +86,33 @@ class Scratchpad(wiring.Component):
         def bank_of(addr):
             return addr[bb:] if cfg.line_bits > bb else 0
 
+        # each client's requests as the crossbar sees them: the port itself, or a register of
+        # it (``registered``); the read data goes back on the port
+        reqs = []
+        for i, p in enumerate(self.ports):
+            if i in self.registered:
+                q = p.signature.create(path=(f"client{i}_req",))
+                m.d.sync += [q.r_en.eq(p.r_en), q.r_addr.eq(p.r_addr), q.w_en.eq(p.w_en),
+                             q.w_addr.eq(p.w_addr), q.w_data.eq(p.w_data)]
+                m.d.comb += p.r_data.eq(q.r_data)
+                reqs.append(q)
+            else:
+                reqs.append(p)
+
         conflicts = []
         for b in range(nb):
             rp, wp = rports[b], wports[b]
             m.d.comb += rp.en.eq(0)         # a read port's enable defaults to 1
-            r_hits = [p.r_en & (bank_of(p.r_addr) == b) for p in self.ports]
-            w_hits = [(p.w_en != 0) & (bank_of(p.w_addr) == b) for p in self.ports]
+            r_hits = [p.r_en & (bank_of(p.r_addr) == b) for p in reqs]
+            w_hits = [(p.w_en != 0) & (bank_of(p.w_addr) == b) for p in reqs]
             # priority mux, client 0 highest: the last assignment wins in Amaranth, so walk
             # the clients from the lowest priority up (yosys maps this chain to a smaller and
             # shallower netlist than one-hot grants with an AND-OR: measured, S = 4, 12
             # clients, 13,560 against 13,653 LUT4 and 16.6 against 20.6 ns by boards.paths)
-            for p, hit in reversed(list(zip(self.ports, r_hits))):
+            for p, hit in reversed(list(zip(reqs, r_hits))):
                 with m.If(hit):
                     m.d.comb += [rp.addr.eq(p.r_addr[:bb]), rp.en.eq(1)]
-            for p, hit in reversed(list(zip(self.ports, w_hits))):
+            for p, hit in reversed(list(zip(reqs, w_hits))):
                 with m.If(hit):
                     m.d.comb += [wp.addr.eq(p.w_addr[:bb]), wp.data.eq(p.w_data),
                                  wp.en.eq(p.w_en)]
@@ -92,7 +121,7 @@ class Scratchpad(wiring.Component):
                 if len(hits) > 1:
                     conflicts.append(cnt > 1)
         # read data: each client selects the bank registered with its last read
-        for i, p in enumerate(self.ports):
+        for i, p in enumerate(reqs):
             sel = Signal(range(nb), name=f"rsel{i}")
             with m.If(p.r_en):
                 m.d.sync += sel.eq(bank_of(p.r_addr))

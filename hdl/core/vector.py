@@ -82,10 +82,24 @@ class _LineReader(wiring.Component):
     With ``out_reg`` a two-entry FIFO follows: the selected words leave one cycle later, from
     flip-flops instead of from the block RAM's output through the crossbar, and the reader's
     read enable depends on the FIFO's count, not on the consumer's ``ready``.
+
+    With ``latency = 2`` (a port whose read data comes two cycles after ``r_en``: the
+    scratchpad's ``registered`` clients; needs ``out_reg``) a read is issued while a register
+    of the FIFO's unclaimed entries (``room``, four entries) is not zero; the beat's lane and
+    flags follow the read through two stages and its words enter the FIFO when the data is
+    there. Every walk's first beat leaves one cycle later than with ``latency = 1``, and a
+    beat per cycle after it, stalls included.
     """
 
-    def __init__(self, *, line_bits: int, S: int, L: int, out_reg: bool = False):
-        self.S, self.L, self.out_reg = S, L, out_reg
+    #: FIFO entries with ``latency = 2``: a beat holds its claim from the cycle after its read
+    #: to the cycle it leaves (three cycles), so four let a read go every cycle.
+    ROOM = 4
+
+    def __init__(self, *, line_bits: int, S: int, L: int, out_reg: bool = False,
+                 latency: int = 1):
+        if latency not in (1, 2) or (latency == 2 and not out_reg):
+            raise ValueError(f"_LineReader.latency must be 1, or 2 with out_reg, not {latency!r}")
+        self.S, self.L, self.out_reg, self.latency = S, L, out_reg, latency
         super().__init__({
             "r_addr": Out(line_bits), "r_en": Out(1), "r_data": In(32 * S),
             "start": In(1), "base": In(line_bits), "rows": In(DIM_BITS), "cols": In(DIM_BITS),
@@ -121,7 +135,14 @@ class _LineReader(wiring.Component):
         line_end = Signal(name="line_end")
         # the reader's own output stream (the register stage's input with out_reg)
         o = stream.Signature(rd_layout(L)).create() if self.out_reg else self.o
-        m.d.comb += [adv.eq(~ov | o.ready),
+        if self.latency == 2:
+            # a beat is issued while room is left; its read's data is there two cycles later
+            fifo = m.submodules.out_reg = SyncFIFO(width=rd_layout(L).size, depth=self.ROOM)
+            room = Signal(range(self.ROOM + 1), init=self.ROOM, name="room")
+            issue = Signal(name="issue")
+            m.d.comb += issue.eq(adv & active)
+            m.d.sync += room.eq(room - issue + (fifo.r_en & fifo.r_rdy))
+        m.d.comb += [adv.eq(~ov | o.ready) if self.latency == 1 else adv.eq(room != 0),
                      step.eq(Mux(narrow, 1, L)), c_next.eq(c + step), eol.eq(c_next >= cols),
                      line_end.eq(lane == Mux(narrow, S - 1, S - L))]
         # The read request comes from registers and the output's ready alone, not from
@@ -146,19 +167,38 @@ class _LineReader(wiring.Component):
                                  row_line.eq(row_line + stride), line.eq(row_line + stride)]
                     with m.If(r == rows - 1):
                         m.d.sync += active.eq(0)
+        if self.latency == 2:
+            # the first stage holds a beat for one cycle only (its data comes anyway)
+            with m.If(~self.start & ~adv):
+                m.d.sync += ov.eq(0)
+            # the second stage: the beat whose read's data is on r_data now
+            s_v, s_lane = Signal(name="s2_valid"), Signal(range(S), name="s2_lane")
+            s_eol, s_last = Signal(name="s2_eol"), Signal(name="s2_last")
+            with m.If(self.start):
+                m.d.sync += s_v.eq(0)
+            with m.Else():
+                m.d.sync += [s_v.eq(ov), s_lane.eq(o_lane), s_eol.eq(o_eol),
+                             s_last.eq(o_last)]
+            sel_lane, sel_valid, sel_eol, sel_last = s_lane, s_v, s_eol, s_last
+        else:
+            sel_lane, sel_valid, sel_eol, sel_last = o_lane, ov, o_eol, o_last
         # the group's L words (a constant slice when L == S), or one word in narrow mode
-        group = self.r_data.word_select(o_lane >> lgL, 32 * L) if L < S else self.r_data
+        group = self.r_data.word_select(sel_lane >> lgL, 32 * L) if L < S else self.r_data
         words = [group[32 * j:32 * (j + 1)] for j in range(L)]
         if L > 1:
-            words[0] = Mux(narrow, self.r_data.word_select(o_lane, 32), words[0])
+            words[0] = Mux(narrow, self.r_data.word_select(sel_lane, 32), words[0])
         m.d.comb += [
-            o.valid.eq(ov),
-            o.payload.eol.eq(o_eol),
-            o.payload.last.eq(o_last),
+            o.valid.eq(sel_valid),
+            o.payload.eol.eq(sel_eol),
+            o.payload.last.eq(sel_last),
         ]
         for j in range(L):
             m.d.comb += o.payload.x[j].eq(Mux(zero, 0, words[j]))
-        if self.out_reg:
+        if self.latency == 2:
+            m.d.comb += [fifo.w_en.eq(o.valid), fifo.w_data.eq(o.payload),
+                         self.o.valid.eq(fifo.r_rdy), self.o.payload.eq(fifo.r_data),
+                         fifo.r_en.eq(self.o.ready)]
+        elif self.out_reg:
             # two entries, so the reader's ready (and with it the bank's read enable) comes
             # from the entry count alone, not from the consumer's ready in the same cycle;
             # a beat still leaves one cycle after it is selected, one per cycle
@@ -287,7 +327,8 @@ class VectorUnit(wiring.Component):
     * ``SOFTMAX_XENT``: ``rows * max(cols, lanes) + softmax_latency + 2 * cols + 2``.
 
     With ``config.vector_read_reg`` (:attr:`read_reg` = 1) every overhead above, and the
-    softmax's count, is one cycle more.
+    softmax's count, is one cycle more; with ``config.vector_spad_reg`` too (ports of read
+    latency 2, :attr:`read_reg` = 2) two cycles more.
 
     Members
     -------
@@ -387,8 +428,9 @@ class VectorUnit(wiring.Component):
         # accept -> START (1) -> reader A's first beat (2) -> Elementwise (Lew) and its
         # output FIFO (2) -> one beat per cycle -> done the cycle after the last write.
         # Every formula of cycles() is asserted exactly by tests/test_vector_unit.py.
-        # config.vector_read_reg: the readers' register stage adds one cycle to each
-        self.read_reg = r = int(config.vector_read_reg)
+        # config.vector_read_reg: the readers' register stage adds one cycle to each;
+        # config.vector_spad_reg: the ports' read latency of 2 one more
+        self.read_reg = r = int(config.vector_read_reg) + int(config.vector_spad_reg)
         self.vec_overhead = self.ew_latency + 5 + r
         self.copy_overhead = 3 + r
         self.sumsq_overhead = self.sumsq_latency + 3 + r if self._ls is not None else None
@@ -467,9 +509,10 @@ class VectorUnit(wiring.Component):
                 pool_unit(m, "shared_div0", FP32Div(config=self.divsqrt_config),
                           [sx.unit_div0] + opt["div"])
         reg = cfg.vector_read_reg
-        m.submodules.rd_a = ra = _LineReader(line_bits=lb, S=S, L=L, out_reg=reg)
-        m.submodules.rd_b = rb = _LineReader(line_bits=lb, S=S, L=L, out_reg=reg)
-        m.submodules.rd_d = rd = _LineReader(line_bits=lb, S=S, L=L, out_reg=reg)
+        lat = 2 if cfg.vector_spad_reg else 1      # the ports' read latency
+        m.submodules.rd_a = ra = _LineReader(line_bits=lb, S=S, L=L, out_reg=reg, latency=lat)
+        m.submodules.rd_b = rb = _LineReader(line_bits=lb, S=S, L=L, out_reg=reg, latency=lat)
+        m.submodules.rd_d = rd = _LineReader(line_bits=lb, S=S, L=L, out_reg=reg, latency=lat)
         m.submodules.wr_d = wd = _LineWriter(line_bits=lb, S=S, L=L)
         m.submodules.wr_e = we = _LineWriter(line_bits=lb, S=S, L=L)
 

@@ -28,6 +28,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .delay import delay
+from .mustuse import mark_used
 
 __all__ = ["BLOCK_RAM", "LinePort", "WordPort", "WordToLine", "WordPortsToLine",
            "SharedLinePort"]
@@ -315,6 +316,7 @@ class SharedLinePort(wiring.Component):
 
     def __init__(self, *, addr_bits: int, words: int, select: bool = False):
         if not isinstance(select, bool):
+            mark_used(self)                  # rejected: no "never used" warning
             raise TypeError(f"SharedLinePort.select must be a bool, not {select!r}")
         self.select = select
         port = LinePort(addr_bits=addr_bits, words=words)

@@ -10,6 +10,10 @@ shared by every attached port and updated in place. Timing is the LinePort contr
 * ``w_en`` (one bit per word) writes the selected words of ``w_data`` at the clock edge. Writes
   of several ports in one cycle are applied in the order the ports were given.
 
+With ``latency=2`` every access is performed one edge later (read data two cycles after
+``r_en``, a write one edge late): the scratchpad's ``registered`` clients
+(:class:`hdl.core.scratchpad.Scratchpad`).
+
 A port may also be any object with only the read members (``r_en, r_addr, r_data``) or only
 the write members (``w_en, w_addr, w_data``) of a LinePort, e.g. an engine's internal reader.
 
@@ -46,9 +50,12 @@ class LineMemory:
     """Serve ``image`` to the LinePort interfaces in ``ports`` (``{name: port}``, each port a
     client-side LinePort interface of the DUT, e.g. ``dut.a``)."""
 
-    def __init__(self, image: np.ndarray, ports: dict):
+    def __init__(self, image: np.ndarray, ports: dict, *, latency: int = 1):
         if not isinstance(image, np.ndarray) or image.dtype != np.uint32 or image.ndim != 2:
             raise TypeError("image must be a 2-D numpy uint32 array (lines, S)")
+        if latency not in (1, 2):
+            raise ValueError(f"LineMemory.latency must be 1 or 2, not {latency!r}")
+        self.latency = latency
         self.image = image
         self.S = image.shape[1]
         self.ports = dict(ports)
@@ -75,8 +82,13 @@ class LineMemory:
         for p in self.ports.values():
             sigs += [getattr(p, n, Const(0)) for n in ("r_en", "r_addr", "w_en", "w_addr",
                                                        "w_data")]
+        late = None                   # latency 2: the requests sampled at the edge before
         async for _, _, *vals in ctx.tick().sample(*sigs):
             self.cycles += 1
+            if self.latency == 2:
+                vals, late = late, vals
+                if vals is None:
+                    continue
             per = [vals[5 * k:5 * k + 5] for k in range(len(self.ports))]
             # reads first: they see the memory before this edge's writes
             for (name, p), (r_en, r_addr, *_rest) in zip(self.ports.items(), per):

@@ -34,7 +34,7 @@ def test_fpga_config_is_the_preset_with_one_vector_lane_and_four_banks(preset):
     assert fpga == dataclasses.replace(cfg, vector_lanes=1, vector_sumsq=False, banks=4,
                                        bank_depth=CoreConfig.FPGA_WORDS // cfg.size // 4,
                                        decode_stages=2, vector_read_reg=True,
-                                       vector_spad_reg=True, matmul_regs=True, acc_lanes=2,
+                                       spad_reg=True, matmul_regs=True, acc_lanes=2,
                                        vector_shared_units=True, optim_shared_units=True,
                                        optim_one_port=True, serial_log=True)
     assert (cfg.instr_cycles, fpga.instr_cycles) == (3, 6)

@@ -92,7 +92,7 @@ def _run(dut, img, cmds, *, deadline=20000, top=None, mid=None):
     cfg = dut.config
     S = cfg.size
     mem = LineMemory(img, {"a": dut.a, "b": dut.b, "d": dut.d, "e": dut.e},
-                     latency=2 if cfg.vector_spad_reg else 1)
+                     latency=2 if cfg.spad_reg else 1)
     cycles, failures = [], []
 
     async def tb(ctx):
@@ -327,11 +327,11 @@ def test_read_register_fpga_shape(spad_reg):
     """``CoreConfig.vector_read_reg`` (the FPGA build's readers, one lane): random commands
     (bias gradients in chunks, in-place operands), then softmax rows, against the golden model,
     every command's cycles exactly ``cycles()``, each one more than without the register (the
-    softmax two: its e FIFO's read register). With ``vector_spad_reg`` the ports' read data
+    softmax two: its e FIFO's read register). With ``spad_reg`` the ports' read data
     comes two cycles after a read (the scratchpad's registered clients, served so by
     ``LineMemory(latency=2)``): one cycle more again per command (per bias-gradient chunk)."""
     dut = _unit("tiny", lanes=1, cfg=dataclasses.replace(CFG, vector_read_reg=True,
-                                                         vector_spad_reg=spad_reg))
+                                                         spad_reg=spad_reg))
     plain = _unit("tiny", lanes=1)
     plain._MustUse__used = True              # its formulas only (elaborated by other tests)
     assert (dut.read_reg, plain.read_reg) == (1 + spad_reg, 0)

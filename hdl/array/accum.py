@@ -103,7 +103,7 @@ class OutputAccumulator(wiring.Component):
         # leaves the adder. So no cycle changes. Each holds at most the few entries of those
         # windows, far below its depth - 2 (the depth a RegBlockFIFO always takes one below).
         V = RegBlockFIFO.VISIBLE
-        assert EdgeConverter.LATENCY >= 2 + V and adds[0].latency >= V
+        assert EdgeConverter.LATENCY >= 1 + cfg.mem_latency + V and adds[0].latency >= V
         meta1 = m.submodules.meta1 = RegBlockFIFO(width=meta.size, depth=D * F)
         meta2 = m.submodules.meta2 = RegBlockFIFO(width=meta.size, depth=D * F)
         old = m.submodules.old = RegBlockFIFO(width=S * 32, depth=D)
@@ -164,8 +164,11 @@ class OutputAccumulator(wiring.Component):
             ]
         m.d.comb += [meta1.w_en.eq(feed),
                      meta1.w_data.eq(Cat(p.addr, p.mask, p.first, p.write, part, last_part))]
-        read_pending = Signal(name="read_pending")
-        m.d.sync += read_pending.eq(rd_en)
+        read_pending = rd_en                    # the old line's data is on rd_data now
+        for k in range(cfg.mem_latency):
+            nxt = Signal(name=f"read_pending{k}")
+            m.d.sync += nxt.eq(read_pending)
+            read_pending = nxt
         m.d.comb += [old.w_en.eq(read_pending), old.w_data.eq(self.rd_data)]
         with m.If(start):
             for j in range(D):

@@ -64,6 +64,13 @@ class ArrayConfig(PresetMixin):
         ``S / acc_lanes`` cycles: no cost while a beat takes at least that many cycles
         (``beat_cycles``: 16 at 8-bit, 4 at 4-bit widths), a slower result drain at 2-bit
         widths (docs/array.md).
+    mem_latency : int
+        Read latency of the engine's scratchpad ports, 1 or 2 (2 needs ``role_ports``: the
+        training core's FPGA build, whose crossbar registers the engine's requests,
+        :class:`hdl.core.scratchpad.Scratchpad` ``registered``). With 2 the quantizers and
+        the accumulator take a line's data a cycle later (their line FIFOs have the room, the
+        old line still arrives before its sums), every pass takes one cycle more and the
+        engine's own ``READ`` answers a cycle later (docs/array.md).
     """
 
     size: int = 8
@@ -78,6 +85,7 @@ class ArrayConfig(PresetMixin):
     cmd_reg: bool = False
     role_ports: bool = False
     acc_lanes: int = 0
+    mem_latency: int = 1
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"size": 4, "mem_depth": 256},
@@ -102,6 +110,9 @@ class ArrayConfig(PresetMixin):
         for name in ("req_reg", "cmd_reg", "role_ports"):
             check_bool("ArrayConfig", name, getattr(self, name))
         check_lanes("ArrayConfig", "acc_lanes", self.acc_lanes, self.size)
+        check_int("ArrayConfig", "mem_latency", self.mem_latency, choices=(1, 2))
+        if self.mem_latency == 2 and not self.role_ports:
+            raise ValueError("ArrayConfig.mem_latency = 2 needs role_ports = True")
 
     # ---- derived -----------------------------------------------------------------------------
     @property

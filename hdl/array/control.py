@@ -2,7 +2,7 @@
 host scratchpad accesses), pass start and overlap, the two pass slots and the counters."""
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -244,7 +244,11 @@ class PassControl(wiring.Component):
         with m.If(self.rsp.valid & self.rsp.ready):
             m.d.sync += rsp_valid.eq(0)
         running = Signal(name="running")
+        # a host READ in flight: one stage per cycle of the port's read latency
         read_wait = Signal(name="host_read_wait")
+        rw = [Signal(name=f"host_read_wait{k}") for k in range(cfg.mem_latency)]
+        m.d.comb += read_wait.eq(Cat(*rw).any())
+        m.d.sync += [rw[k].eq(rw[k - 1]) for k in range(1, len(rw))]
         read_mem = Signal(2, name="host_read_mem")
         finish = Signal(name="finish")
         m.d.comb += [self.busy.eq(running), self.running.eq(running)]
@@ -323,7 +327,7 @@ class PassControl(wiring.Component):
                         m.d.comb += self.host_wr[j].eq(addr_ok & (c.mem == j))
                 with m.Case(OP_READ):
                     with m.If(addr_ok):
-                        m.d.sync += [read_wait.eq(1), read_mem.eq(c.mem),
+                        m.d.sync += [rw[0].eq(1), read_mem.eq(c.mem),
                                      rsp.status.eq(STATUS_OK)]
                         for j in range(3):
                             m.d.comb += self.host_rd[j].eq(c.mem == j)
@@ -336,8 +340,10 @@ class PassControl(wiring.Component):
                         m.d.sync += [rsp_valid.eq(1), rsp.status.eq(status)]
                 with m.Default():
                     m.d.sync += [rsp_valid.eq(1), rsp.status.eq(STATUS_OK)]
-        with m.If(read_wait):
-            m.d.sync += [read_wait.eq(0), rsp_valid.eq(1), rsp.data.eq(self.host_rdata)]
+        with m.If(rw[0]):
+            m.d.sync += rw[0].eq(0)
+        with m.If(rw[-1]):
+            m.d.sync += [rsp_valid.eq(1), rsp.data.eq(self.host_rdata)]
         # The generators load the new pass's shape and addresses when they start (generator 1
         # has its own copy, so it can start the next pass while generator 0 still works on
         # the running one).

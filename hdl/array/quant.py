@@ -120,10 +120,21 @@ class LineQuantizer(wiring.Component):
             self.rd_addr.eq(self.req.payload.addr),
             self.rd_en.eq(issue),
         ]
-        m.d.sync += pending.eq(issue)
-        with m.If(issue):
-            m.d.sync += [p_zero.eq(self.req.payload.zero), p_mask.eq(self.req.payload.mask),
-                         p_side.eq(self.req.payload.side)]
+        # the read's lane mask and side travel with it: ``mem_latency`` stages (its data is on
+        # rd_data in the last one); ``room`` counts a line from its read to its leaving the
+        # FIFO, so four entries keep a read per cycle at either latency
+        req = self.req.payload
+        stages = [(issue, req.zero, req.mask, req.side)]
+        for k in range(cfg.mem_latency):
+            st = (Signal(name=f"read_pending{k}"), Signal(name=f"read_zero{k}"),
+                  Signal(S, name=f"read_mask{k}"), Signal(sb, name=f"read_side{k}"))
+            m.d.sync += st[0].eq(stages[-1][0])
+            with m.If(stages[-1][0]):
+                m.d.sync += [a.eq(b) for a, b in zip(st[1:], stages[-1][1:])]
+            stages.append(st)
+        m.d.comb += [pending.eq(stages[-1][0]), p_zero.eq(stages[-1][1]),
+                     p_mask.eq(stages[-1][2]), p_side.eq(stages[-1][3])]
+        in_flight = Cat(*(st[0] for st in stages[1:])).any()
         masked = Signal(S * 32, name="masked_line")
         for lane in range(S):
             keep = ~p_zero & p_mask[lane]
@@ -225,6 +236,6 @@ class LineQuantizer(wiring.Component):
             self.o.payload.col.eq(side_fifo.r_data[sb:]),
             side_fifo.r_en.eq(self.o.valid & self.o.ready),
         ]
-        m.d.comb += self.busy.eq(pending | lf.r_rdy | (fill != 0) | blk_full[0] | blk_full[1]
+        m.d.comb += self.busy.eq(in_flight | lf.r_rdy | (fill != 0) | blk_full[0] | blk_full[1]
                                  | side_fifo.r_rdy)
         return m

@@ -68,13 +68,16 @@ class CoreConfig(PresetMixin):
         read data then reaches the FP32 units one cycle later, instead of through the
         crossbar in the cycle it leaves the block RAM. Every vector instruction takes one
         cycle more (per chunk of a bias gradient; docs/vector.md).
-    vector_spad_reg : bool
-        The vector unit's two scratchpad clients (``vec_ae``, ``vec_bd``) are the crossbar's
-        ``registered`` clients (:class:`hdl.core.scratchpad.Scratchpad`; the FPGA build; needs
+    spad_reg : bool
+        The vector unit's two scratchpad clients (``vec_ae``, ``vec_bd``) and the matmul
+        engine's three (``mm_q0``, ``mm_q1``, ``mm_acc``) are the crossbar's ``registered``
+        clients (:class:`hdl.core.scratchpad.Scratchpad`; the FPGA build; needs
         :attr:`vector_read_reg`): their requests pass a register before the crossbar, so a
-        bank's address is no longer reached from the unit's readers and writers in one cycle;
-        read data comes two cycles after a read, and every vector instruction takes one cycle
-        more (per chunk of a bias gradient; docs/vector.md).
+        bank's address is no longer reached from an engine's logic in one cycle. Their read
+        data comes two cycles after a read: every vector instruction takes one cycle more (per
+        chunk of a bias gradient; docs/vector.md), every matmul pass one more
+        (:attr:`hdl.array.config.ArrayConfig.mem_latency`). The host's and the optimizer's
+        client is not registered (yet).
     matmul_regs : bool
         The matmul engine's timing registers (the FPGA build):
         :attr:`hdl.array.config.ArrayConfig.req_reg` (a line address registered between the
@@ -130,7 +133,7 @@ class CoreConfig(PresetMixin):
     reverse_links: bool = False
     decode_stages: int = 0
     vector_read_reg: bool = False
-    vector_spad_reg: bool = False
+    spad_reg: bool = False
     matmul_regs: bool = False
     acc_lanes: int = 0
     vector_shared_units: bool = False
@@ -152,7 +155,7 @@ class CoreConfig(PresetMixin):
     #: (docs/vector.md's table). The decoder gets two register stages
     #: (:attr:`decode_stages`; three more cycles per instruction), the vector unit's line
     #: readers a register (:attr:`vector_read_reg`; one more cycle per vector instruction)
-    #: and its scratchpad clients registered requests (:attr:`vector_spad_reg`; one more),
+    #: and its scratchpad clients registered requests (:attr:`spad_reg`; one more),
     #: the matmul engine its request and command registers (:attr:`matmul_regs`; two more
     #: cycles per ``MATMUL``), two accumulator lanes (:attr:`acc_lanes`), and the vector
     #: unit's lanes share the softmax's FP32 units (:attr:`vector_shared_units`), and the
@@ -161,7 +164,7 @@ class CoreConfig(PresetMixin):
     #: optimizer's four memory ports are one crossbar client (:attr:`optim_one_port`), and
     #: the softmax's log is the serial one (:attr:`serial_log`: 20 DSPs fewer).
     FPGA: ClassVar[dict] = {"vector_lanes": 1, "vector_sumsq": False, "decode_stages": 2,
-                            "vector_read_reg": True, "vector_spad_reg": True,
+                            "vector_read_reg": True, "spad_reg": True,
                             "matmul_regs": True, "acc_lanes": 2,
                             "vector_shared_units": True, "optim_shared_units": True,
                             "optim_one_port": True, "serial_log": True}
@@ -205,12 +208,12 @@ class CoreConfig(PresetMixin):
                              f"for size), not {self.vector_lanes!r}")
         check_int("CoreConfig", "ranks", self.ranks, lo=1, hi=16)
         check_int("CoreConfig", "link_width", self.link_width, lo=1, hi=32)
-        for name in ("vector_sumsq", "vector_read_reg", "vector_spad_reg", "reverse_links",
+        for name in ("vector_sumsq", "vector_read_reg", "spad_reg", "reverse_links",
                      "vector_shared_units", "optim_shared_units", "optim_one_port",
                      "serial_log"):
             check_bool("CoreConfig", name, getattr(self, name))
-        if self.vector_spad_reg and not self.vector_read_reg:
-            raise ValueError("CoreConfig.vector_spad_reg needs vector_read_reg = True")
+        if self.spad_reg and not self.vector_read_reg:
+            raise ValueError("CoreConfig.spad_reg needs vector_read_reg = True")
         if self.vector_shared_units and self.vec_lanes != 1:
             raise ValueError("CoreConfig.vector_shared_units needs one vector lane "
                              f"(vector_lanes = 1), not {self.vec_lanes}")
@@ -249,7 +252,7 @@ class CoreConfig(PresetMixin):
                            lfsr_seed=self.lfsr_seed, mem_depth=self.lines,
                            dim_bits=self.dim_bits, req_reg=self.matmul_regs,
                            cmd_reg=self.matmul_regs, role_ports=True,
-                           acc_lanes=self.acc_lanes)
+                           acc_lanes=self.acc_lanes, mem_latency=2 if self.spad_reg else 1)
 
     @property
     def collective(self):

@@ -198,9 +198,11 @@ class TrainingCore(wiring.Component):
         for k in units:
             connect(m, getattr(opt, f"unit_{k}0"), getattr(vec, f"opt_{k}0"))
         clients = clients_of(cfg)
-        # the vector unit's clients with registered requests (config.vector_spad_reg)
-        registered = (tuple(clients.index(c) for c in ("vec_ae", "vec_bd"))
-                      if cfg.vector_spad_reg else ())
+        # the clients with registered requests (config.spad_reg): the vector unit's and the
+        # matmul engine's (whose ports then have a read latency of 2)
+        registered = (tuple(clients.index(c) for c in ("mm_q0", "mm_q1", "mm_acc", "vec_ae",
+                                                         "vec_bd"))
+                      if cfg.spad_reg else ())
         spad = m.submodules.scratchpad = Scratchpad(config=cfg, clients=len(clients),
                                                     registered=registered)
         #: sub-blocks of the last elaboration (tests reach memories and state through them)

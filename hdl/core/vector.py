@@ -327,7 +327,7 @@ class VectorUnit(wiring.Component):
     * ``SOFTMAX_XENT``: ``rows * max(cols, lanes) + softmax_latency + 2 * cols + 2``.
 
     With ``config.vector_read_reg`` (:attr:`read_reg` = 1) every overhead above, and the
-    softmax's count, is one cycle more; with ``config.vector_spad_reg`` too (ports of read
+    softmax's count, is one cycle more; with ``config.spad_reg`` too (ports of read
     latency 2, :attr:`read_reg` = 2) two cycles more.
 
     Members
@@ -429,8 +429,8 @@ class VectorUnit(wiring.Component):
         # output FIFO (2) -> one beat per cycle -> done the cycle after the last write.
         # Every formula of cycles() is asserted exactly by tests/test_vector_unit.py.
         # config.vector_read_reg: the readers' register stage adds one cycle to each;
-        # config.vector_spad_reg: the ports' read latency of 2 one more
-        self.read_reg = r = int(config.vector_read_reg) + int(config.vector_spad_reg)
+        # config.spad_reg: the ports' read latency of 2 one more
+        self.read_reg = r = int(config.vector_read_reg) + int(config.spad_reg)
         self.vec_overhead = self.ew_latency + 5 + r
         self.copy_overhead = 3 + r
         self.sumsq_overhead = self.sumsq_latency + 3 + r if self._ls is not None else None
@@ -509,7 +509,7 @@ class VectorUnit(wiring.Component):
                 pool_unit(m, "shared_div0", FP32Div(config=self.divsqrt_config),
                           [sx.unit_div0] + opt["div"])
         reg = cfg.vector_read_reg
-        lat = 2 if cfg.vector_spad_reg else 1      # the ports' read latency
+        lat = 2 if cfg.spad_reg else 1      # the ports' read latency
         m.submodules.rd_a = ra = _LineReader(line_bits=lb, S=S, L=L, out_reg=reg, latency=lat)
         m.submodules.rd_b = rb = _LineReader(line_bits=lb, S=S, L=L, out_reg=reg, latency=lat)
         m.submodules.rd_d = rd = _LineReader(line_bits=lb, S=S, L=L, out_reg=reg, latency=lat)

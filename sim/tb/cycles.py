@@ -30,26 +30,27 @@ def array_latency(size: int, width_a: int, width_b: int, lanes: int) -> int:
     return (2 * size + 1) * beat_cycles(width_a, width_b, lanes) + 3 + fmac_core_latency
 
 
-def matmul_pass_overhead(size: int, req_reg: bool = False) -> int:
+def matmul_pass_overhead(size: int, req_reg: bool = False, mem_latency: int = 1) -> int:
     """docs/array.md (*Measured*): besides its beats, a single pass pays ``(2S + 1)`` beats of
     skew and systolic flow plus ``25 + 2S`` cycles that do not scale with the beat (one more
-    with the FPGA build's request registers, ``ArrayConfig.req_reg``)."""
-    return 25 + 2 * size + int(req_reg)
+    with the FPGA build's request registers, ``ArrayConfig.req_reg``, and one more with ports
+    of read latency 2, ``ArrayConfig.mem_latency``)."""
+    return 25 + 2 * size + int(req_reg) + mem_latency - 1
 
 
 def matmul_pass_cycles(size: int, beats: int, beat: int, req_reg: bool = False,
-                       acc_parts: int = 1) -> int:
+                       acc_parts: int = 1, mem_latency: int = 1) -> int:
     """docs/array.md: ``cycles`` of a pass on an idle engine whose tiles keep the array fed
     (square passes of 4S and 8S per side in the benchmark): its beats, ``(2S + 1)`` beats of
     fill and drain, and ``25 + 2S`` fixed cycles; the last beat's ``B - 1`` cycles after its
     start overlap the drain, so the fill costs ``2S*B + 1``: ``(beats + 2S)*B + 2S + 26``
     (= ``beats + 4S + 26`` at 1-cycle beats, the 42 / 58 cycles the page quotes); ``+ 1``
-    with ``req_reg``. With an accumulator of ``S / F`` lanes (``acc_parts = F``, a result
+    with ``req_reg``, ``+ 1`` with ``mem_latency = 2``. With an accumulator of ``S / F`` lanes (``acc_parts = F``, a result
     line in ``F`` cycles): ``F - 1`` more while ``B >= F``, and the results' rate bounds the
     pass below that: ``max((beats + 2S)*B + F - 1, beats*F + 2S*B + B - 1) + 2S + 26``."""
     F = acc_parts
     body = max((beats + 2 * size) * beat + F - 1, beats * F + 2 * size * beat + beat - 1)
-    return body + 1 + matmul_pass_overhead(size, req_reg)
+    return body + 1 + matmul_pass_overhead(size, req_reg, mem_latency)
 
 
 def lanesum_flush(lm: int, la: int, lanes: int) -> int:

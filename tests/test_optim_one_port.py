@@ -30,14 +30,17 @@ FC, DC = FP32Config.preset("tiny"), FP32DivSqrtConfig.preset("tiny")
 
 
 class _OnePort(Elaboratable):
-    """The engine (``ii = 4``, ``port_skew = 4``), the adapter and one line memory; region
-    ``k`` (W, M, V, G) at line ``16 k``."""
+    """The engine (``ii = 4``, ``port_skew = 4``, or 5 with ``latency = 2``), the adapter and
+    one line memory; region ``k`` (W, M, V, G) at line ``16 k``. With ``latency = 2`` the
+    line port's requests pass a register before the memory (as the core's crossbar does for
+    a registered client)."""
 
-    def __init__(self, init_lines):
+    def __init__(self, init_lines, latency=1):
+        self.latency = latency
         self.eng = OptimEngine(config=OptimConfig(depth=DEPTH, ii=4), fp32_config=FC,
-                               divsqrt_config=DC, data_cmds=False, port_skew=4)
+                               divsqrt_config=DC, data_cmds=False, port_skew=3 + latency)
         self.ad = WordPortsToLine(ports=4, word_bits=self.eng.config.addr_bits,
-                                  line_bits=6, words=S)
+                                  line_bits=6, words=S, latency=latency)
         assert self.ad.skew == self.eng.port_skew
         self.mem = Memory(shape=32 * S, depth=LINES, init=init_lines)
 
@@ -49,8 +52,12 @@ class _OnePort(Elaboratable):
             m.d.comb += self.ad.base[k].eq(16 * k)
         rp, wp = self.mem.read_port(), self.mem.write_port(granularity=32)
         ln = self.ad.line
-        m.d.comb += [rp.addr.eq(ln.r_addr), rp.en.eq(ln.r_en), ln.r_data.eq(rp.data),
-                     wp.addr.eq(ln.w_addr), wp.en.eq(ln.w_en), wp.data.eq(ln.w_data)]
+        req = ln.signature.create(path=("req",))
+        dom = m.d.sync if self.latency == 2 else m.d.comb
+        dom += [req.r_addr.eq(ln.r_addr), req.r_en.eq(ln.r_en), req.w_addr.eq(ln.w_addr),
+                req.w_en.eq(ln.w_en), req.w_data.eq(ln.w_data)]
+        m.d.comb += [rp.addr.eq(req.r_addr), rp.en.eq(req.r_en), ln.r_data.eq(rp.data),
+                     wp.addr.eq(req.w_addr), wp.en.eq(req.w_en), wp.data.eq(req.w_data)]
         return m
 
 
@@ -60,12 +67,14 @@ def _lines(mems):
     return [sum(int(words[i * S + j]) << (32 * j) for j in range(S)) for i in range(LINES)]
 
 
-@pytest.mark.parametrize("n", [13, 64])
-def test_one_port_engine_steps_bit_exact(n):
+@pytest.mark.parametrize("n, latency", [(13, 1), (64, 1), (13, 2), (64, 2)])
+def test_one_port_engine_steps_bit_exact(n, latency):
     """Four Adam steps over ``n`` words (one-pass, two-pass with clipping, one-pass again,
     then one skipped by an outside flag): W, M, V equal the golden model's after each, the
     one-pass steps take exactly ``step1_cycles(n)`` busy cycles, and no line is written
-    outside a step's busy window."""
+    outside a step's busy window (the line port's writes: with ``latency = 2`` each lands an
+    edge after it, as every registered client's). With ``latency = 2`` (a registered crossbar client) the adapter's skew and
+    the engine's ``port_skew`` are 5."""
     rng = np.random.default_rng(n)
     model = OptimEngineModel(OptimConfig(depth=DEPTH, ii=4))
     mems = [rng.standard_normal(DEPTH).astype(np.float32),
@@ -73,7 +82,7 @@ def test_one_port_engine_steps_bit_exact(n):
             rng.standard_normal(DEPTH).astype(np.float32)]
     for k in Mem.ALL:
         model.write(k, 0, mems[k])
-    dut = _OnePort(_lines(mems))
+    dut = _OnePort(_lines(mems), latency)
     eng, ln = dut.eng, dut.ad.line
     opt = Adam(lr=1e-2)
     plan = [(Op.STEP1, None, 0), (Op.STEP, Clip(0.5), 0), (Op.STEP1, None, 0),

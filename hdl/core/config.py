@@ -69,15 +69,15 @@ class CoreConfig(PresetMixin):
         crossbar in the cycle it leaves the block RAM. Every vector instruction takes one
         cycle more (per chunk of a bias gradient; docs/vector.md).
     spad_reg : bool
-        The vector unit's two scratchpad clients (``vec_ae``, ``vec_bd``) and the matmul
-        engine's three (``mm_q0``, ``mm_q1``, ``mm_acc``) are the crossbar's ``registered``
-        clients (:class:`hdl.core.scratchpad.Scratchpad`; the FPGA build; needs
-        :attr:`vector_read_reg`): their requests pass a register before the crossbar, so a
-        bank's address is no longer reached from an engine's logic in one cycle. Their read
-        data comes two cycles after a read: every vector instruction takes one cycle more (per
-        chunk of a bias gradient; docs/vector.md), every matmul pass one more
-        (:attr:`hdl.array.config.ArrayConfig.mem_latency`). The host's and the optimizer's
-        client is not registered (yet).
+        Every scratchpad client but the collective engine's is one of the crossbar's
+        ``registered`` clients (:class:`hdl.core.scratchpad.Scratchpad`; the FPGA build; needs
+        :attr:`vector_read_reg` and :attr:`optim_one_port`): the requests pass a register
+        before the crossbar, so a bank's address is no longer reached from an engine's logic
+        in one cycle. Read data comes two cycles after a read: every vector instruction takes
+        one cycle more (per chunk of a bias gradient; docs/vector.md), every matmul pass one
+        more (:attr:`hdl.array.config.ArrayConfig.mem_latency`), the optimizer's ports one
+        more (``port_skew`` 5), and a host ``READ`` answers a cycle later (one every two
+        cycles).
     matmul_regs : bool
         The matmul engine's timing registers (the FPGA build):
         :attr:`hdl.array.config.ArrayConfig.req_reg` (a line address registered between the
@@ -212,8 +212,9 @@ class CoreConfig(PresetMixin):
                      "vector_shared_units", "optim_shared_units", "optim_one_port",
                      "serial_log"):
             check_bool("CoreConfig", name, getattr(self, name))
-        if self.spad_reg and not self.vector_read_reg:
-            raise ValueError("CoreConfig.spad_reg needs vector_read_reg = True")
+        if self.spad_reg and not (self.vector_read_reg and self.optim_one_port):
+            raise ValueError("CoreConfig.spad_reg needs vector_read_reg = True and "
+                             "optim_one_port = True")
         if self.vector_shared_units and self.vec_lanes != 1:
             raise ValueError("CoreConfig.vector_shared_units needs one vector lane "
                              f"(vector_lanes = 1), not {self.vec_lanes}")

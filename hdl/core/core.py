@@ -71,7 +71,8 @@ CLIENTS = ("host", "mm_q0", "mm_q1", "mm_acc", "vec_ae", "vec_bd",
 #: The optimizer's one client with ``CoreConfig.optim_one_port`` (instead of opt_w .. opt_g).
 OPT_CLIENT = "opt"
 #: The optimizer's ports with ``optim_one_port``, and their extra read latency
-#: (:class:`~hdl.lib.memport.WordPortsToLine`'s ``skew``).
+#: (:class:`~hdl.lib.memport.WordPortsToLine`'s ``skew``; one more with ``spad_reg``, whose
+#: crossbar registers the client's requests).
 OPT_PORTS = 4
 OPT_PORT_SKEW = 4
 COLL_CLIENT = "coll"
@@ -193,15 +194,16 @@ class TrainingCore(wiring.Component):
                                                fp32_config=self.fp32_config,
                                                divsqrt_config=self.divsqrt_config,
                                                data_cmds=False, units=units,
-                                               port_skew=OPT_PORT_SKEW if cfg.optim_one_port
+                                               port_skew=OPT_PORT_SKEW + cfg.spad_reg
+                                               if cfg.optim_one_port
                                                else 0)
         for k in units:
             connect(m, getattr(opt, f"unit_{k}0"), getattr(vec, f"opt_{k}0"))
         clients = clients_of(cfg)
-        # the clients with registered requests (config.spad_reg): the vector unit's and the
-        # matmul engine's (whose ports then have a read latency of 2)
-        registered = (tuple(clients.index(c) for c in ("mm_q0", "mm_q1", "mm_acc", "vec_ae",
-                                                         "vec_bd"))
+        # the clients with registered requests (config.spad_reg): all but the collective
+        # engine's (their ports then have a read latency of 2)
+        registered = (tuple(clients.index(c) for c in ("host", "mm_q0", "mm_q1", "mm_acc",
+                                                         "vec_ae", "vec_bd"))
                       if cfg.spad_reg else ())
         spad = m.submodules.scratchpad = Scratchpad(config=cfg, clients=len(clients),
                                                     registered=registered)
@@ -271,8 +273,9 @@ class TrainingCore(wiring.Component):
         if cfg.optim_one_port:
             # one client, the four ports one cycle each (the engine's port_skew)
             ad = m.submodules.opt_adapter = WordPortsToLine(
-                ports=OPT_PORTS, word_bits=self.optim_config.addr_bits, line_bits=lb, words=S)
-            assert ad.skew == OPT_PORT_SKEW
+                ports=OPT_PORTS, word_bits=self.optim_config.addr_bits, line_bits=lb, words=S,
+                latency=2 if cfg.spad_reg else 1)
+            assert ad.skew == opt.port_skew
             for i, name in enumerate("wmvg"):
                 connect(m, getattr(opt, name), ad.word[i])
                 m.d.comb += ad.base[i].eq(seq.opt_base[i])

@@ -135,6 +135,9 @@ class HostPort(wiring.Component):
         rsp_stat = Signal(name="rsp_is_stat")      # data comes from the statistic memory
         rsp_word = Signal(name="rsp_stat_word")
         waiting = Signal(name="waiting_run")
+        # config.spad_reg: the memory port's read data comes two cycles after its r_en, so a
+        # READ's response waits a cycle in read_wait first (and holds the next command)
+        read_wait = Signal(name="read_wait")
         m.d.comb += [self.rsp.valid.eq(rsp_valid),
                      r.data.eq(Mux(rsp_read, self.mem.r_data,
                                    Mux(rsp_stat,
@@ -146,8 +149,8 @@ class HostPort(wiring.Component):
         op = c.op
         is_setreg = op == HostOp.SETREG
         can = Signal(name="can_accept")
-        m.d.comb += can.eq(~waiting & ~self.running & (~rsp_valid | self.rsp.ready)
-                           & (~is_setreg | self.opt_cmd.ready))
+        m.d.comb += can.eq(~waiting & ~read_wait & ~self.running
+                           & (~rsp_valid | self.rsp.ready) & (~is_setreg | self.opt_cmd.ready))
         m.d.comb += self.cmd.ready.eq(can)
         take = Signal(name="take")
         m.d.comb += take.eq(self.cmd.valid & can)
@@ -156,7 +159,7 @@ class HostPort(wiring.Component):
         # the read enable is take & READ & line_ok without the terms that cannot matter for a
         # READ (the optimizer's ready for SETREG): the optimizer's state stays off the path
         # into the scratchpad crossbar and a bank's address
-        can_read = ~waiting & ~self.running & (~rsp_valid | self.rsp.ready)
+        can_read = ~waiting & ~read_wait & ~self.running & (~rsp_valid | self.rsp.ready)
         m.d.comb += self.mem.r_en.eq(self.cmd.valid & (op == HostOp.READ) & line_ok & can_read)
         m.d.comb += [
             self.mem.r_addr.eq(c.addr), self.mem.w_addr.eq(c.addr),
@@ -187,6 +190,8 @@ class HostPort(wiring.Component):
                 with m.Case(HostOp.READ):
                     with m.If(line_ok):
                         m.d.sync += rsp_read.eq(1)
+                        if cfg.spad_reg:
+                            m.d.sync += [rsp_valid.eq(0), read_wait.eq(1)]
                     with m.Else():
                         m.d.sync += r.status.eq(HostStatus.BAD_ADDR)
                 with m.Case(HostOp.PROG):
@@ -231,6 +236,8 @@ class HostPort(wiring.Component):
                         m.d.sync += r.status.eq(HostStatus.BAD_ADDR)
                 with m.Default():
                     m.d.sync += r.status.eq(HostStatus.BAD_OP)
+        with m.If(read_wait):
+            m.d.sync += [read_wait.eq(0), rsp_valid.eq(1)]
         with m.If(waiting & self.done):
             m.d.sync += [waiting.eq(0), rsp_valid.eq(1), r.op.eq(HostOp.START),
                          r.status.eq(self.status), rsp_read.eq(0), rsp_stat.eq(0),

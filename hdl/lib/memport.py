@@ -194,16 +194,23 @@ class WordPortsToLine(wiring.Component):
     ``r_data`` is meaningful in the cycle ``t + n + 1`` (ports ``k < n - 1`` hold it until
     their next read; port ``n - 1`` shows the line port's word of that cycle).
 
+    With ``latency = 2`` (a line port whose read data comes two cycles after its ``r_en``: the
+    scratchpad's ``registered`` clients) every read's word comes a cycle later: read latency
+    ``n + 2``.
+
     Parameters
     ----------
     ports : int
         ``n`` (>= 1).
     word_bits, line_bits, words : as :class:`WordToLine`.
+    latency : int
+        The line port's read latency, 1 (default) or 2.
 
     Attributes
     ----------
     skew : int
-        ``n``: the extra read latency, and the most cycles a write lands late.
+        ``n + latency - 1``: the extra read latency (over the contract's one cycle), and at
+        least the most cycles a write lands late.
 
     Members
     -------
@@ -213,13 +220,17 @@ class WordPortsToLine(wiring.Component):
     line : Out(LinePort(addr_bits=line_bits, words=words))
     """
 
-    def __init__(self, *, ports: int, word_bits: int, line_bits: int, words: int):
+    def __init__(self, *, ports: int, word_bits: int, line_bits: int, words: int,
+                 latency: int = 1):
         _check("WordPortsToLine", "ports", ports, 1)
         _check("WordPortsToLine", "words", words, 1)
+        _check("WordPortsToLine", "latency", latency, 1)
         if words & (words - 1):
             raise ValueError(f"WordPortsToLine.words must be a power of two, not {words!r}")
-        self.ports, self.words = ports, words
-        self.skew = ports
+        if latency > 2:
+            raise ValueError(f"WordPortsToLine.latency must be 1 or 2, not {latency!r}")
+        self.ports, self.words, self.latency = ports, words, latency
+        self.skew = ports + latency - 1
         super().__init__({
             "word": In(WordPort(addr_bits=word_bits)).array(ports),
             "base": In(line_bits).array(ports),
@@ -251,12 +262,16 @@ class WordPortsToLine(wiring.Component):
             lane_k = delay(m, lane_r, k + 1, f"p{k}_rlane", reset_less=True)
             r_en = r_en | en_k
             r_addr = r_addr | Mux(en_k, addr_k, 0)
-            # the read's port and lane, registered with it: its word leaves the memory next
-            hit = Signal(name=f"p{k}_hit")
-            lane = Signal(max(lg, 1), name=f"p{k}_lane")
-            m.d.sync += hit.eq(en_k)
-            with m.If(en_k):
-                m.d.sync += lane.eq(lane_k)
+            # the read's port and lane, registered with it (``latency`` times): its word is on
+            # the line port's r_data then
+            hit, lane = en_k, lane_k
+            for j in range(self.latency):
+                nh = Signal(name=f"p{k}_hit" + (f"{j}" if j else ""))
+                nl = Signal(max(lg, 1), name=f"p{k}_lane" + (f"{j}" if j else ""))
+                m.d.sync += nh.eq(hit)
+                with m.If(hit):
+                    m.d.sync += nl.eq(lane)
+                hit, lane = nh, nl
             hits.append((hit, lane))
             wen_k = delay(m, w.w_en, k + 1, f"p{k}_wen")
             waddr_k = delay(m, line_w, k + 1, f"p{k}_waddr", reset_less=True)
@@ -269,9 +284,9 @@ class WordPortsToLine(wiring.Component):
                      ln.w_addr.eq(w_addr), ln.w_data.eq(w_data.replicate(S))]
         for k, (hit, lane) in enumerate(hits):
             word = ln.r_data.word_select(lane, 32) if lg else ln.r_data
-            if k == n - 1:                 # in cycle t + n + 1 itself
+            if k == n - 1:                 # in cycle t + n + latency itself
                 m.d.comb += self.word[k].r_data.eq(word)
-            else:                          # captured at t + k + 2, shown from t + k + 3
+            else:                          # captured at t + k + 1 + latency, shown after
                 held = Signal(32, name=f"p{k}_rdata")
                 with m.If(hit):
                     m.d.sync += held.eq(word)

@@ -78,7 +78,9 @@ class HostPort(wiring.Component):
     cmd : In(stream.Signature(host_cmd_layout(config)))
     rsp : Out(stream.Signature(host_rsp_layout(config)))
     mem : Out(LinePort)
-        The host's scratchpad port.
+        The host's scratchpad port. With ``config.spad_reg`` (a registered crossbar client:
+        read data two cycles after ``r_en``) a ``READ``'s response comes a cycle later and
+        holds the next command for that cycle; every other answer is unchanged.
     prog_we, prog_waddr, prog_wdata; prec_we, prec_waddr, prec_wdata; prec_bad (In) :
         to the sequencer.
     start : Out(1), running : In(1), done : In(1), status : In(4), err_pc : In(16)

@@ -76,8 +76,8 @@ class CoreConfig(PresetMixin):
         in one cycle. Read data comes two cycles after a read: every vector instruction takes
         one cycle more (per chunk of a bias gradient; docs/vector.md), every matmul pass one
         more (:attr:`hdl.array.config.ArrayConfig.mem_latency`), the optimizer's ports one
-        more (``port_skew`` 5), and a host ``READ`` answers a cycle later (one every two
-        cycles).
+        more (``port_skew`` 5: a one-pass ``OPT`` two cycles more), and a host ``READ``
+        answers a cycle later (one every two cycles).
     matmul_regs : bool
         The matmul engine's timing registers (the FPGA build):
         :attr:`hdl.array.config.ArrayConfig.req_reg` (a line address registered between the

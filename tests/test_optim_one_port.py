@@ -140,6 +140,8 @@ def test_one_port_parameters_are_checked():
         WordPortsToLine(ports=0, word_bits=8, line_bits=6, words=4)
     with pytest.raises(ValueError, match=r"WordPortsToLine\.words"):
         WordPortsToLine(ports=4, word_bits=8, line_bits=6, words=3)
+    with pytest.raises(ValueError, match=r"WordPortsToLine\.latency"):
+        WordPortsToLine(ports=4, word_bits=8, line_bits=6, words=4, latency=3)
     eng = OptimEngine(config=OptimConfig(ii=4), data_cmds=False, port_skew=4)
     eng._MustUse__silence = True
     plain = OptimEngine(config=OptimConfig(ii=4), data_cmds=False)

@@ -331,7 +331,8 @@ def test_read_register_fpga_shape(spad_reg):
     comes two cycles after a read (the scratchpad's registered clients, served so by
     ``LineMemory(latency=2)``): one cycle more again per command (per bias-gradient chunk)."""
     dut = _unit("tiny", lanes=1, cfg=dataclasses.replace(CFG, vector_read_reg=True,
-                                                         spad_reg=spad_reg))
+                                                         spad_reg=spad_reg,
+                                                         optim_one_port=spad_reg))
     plain = _unit("tiny", lanes=1)
     plain._MustUse__used = True              # its formulas only (elaborated by other tests)
     assert (dut.read_reg, plain.read_reg) == (1 + spad_reg, 0)

@@ -28,7 +28,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .delay import delay
-from .mustuse import mark_used
+from .mustuse import mark_used, used_if_rejected
 
 __all__ = ["BLOCK_RAM", "LinePort", "WordPort", "WordToLine", "WordPortsToLine",
            "SharedLinePort"]
@@ -222,13 +222,14 @@ class WordPortsToLine(wiring.Component):
 
     def __init__(self, *, ports: int, word_bits: int, line_bits: int, words: int,
                  latency: int = 1):
-        _check("WordPortsToLine", "ports", ports, 1)
-        _check("WordPortsToLine", "words", words, 1)
-        _check("WordPortsToLine", "latency", latency, 1)
-        if words & (words - 1):
-            raise ValueError(f"WordPortsToLine.words must be a power of two, not {words!r}")
-        if latency > 2:
-            raise ValueError(f"WordPortsToLine.latency must be 1 or 2, not {latency!r}")
+        with used_if_rejected(self):
+            _check("WordPortsToLine", "ports", ports, 1)
+            _check("WordPortsToLine", "words", words, 1)
+            _check("WordPortsToLine", "latency", latency, 1)
+            if words & (words - 1):
+                raise ValueError(f"WordPortsToLine.words must be a power of two, not {words!r}")
+            if latency > 2:
+                raise ValueError(f"WordPortsToLine.latency must be 1 or 2, not {latency!r}")
         self.ports, self.words, self.latency = ports, words, latency
         self.skew = ports + latency - 1
         super().__init__({

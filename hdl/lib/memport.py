@@ -20,6 +20,12 @@ Timing of both (the contract every client may rely on):
   bank while an instruction runs).
 * write: ``w_en`` (one bit per word of a line; one bit for a word port) writes ``w_data`` to
   ``w_addr`` at the clock edge.
+
+A *registered* client of the scratchpad (:class:`hdl.core.scratchpad.Scratchpad`
+``registered``, the FPGA build's ``CoreConfig.spad_reg``) sees everything one cycle later:
+read data two cycles after ``r_en``, a write landing at the following edge; its engine is
+built for that latency (``ArrayConfig.mem_latency``, the vector readers' ``latency``,
+:class:`WordPortsToLine` ``latency``).
 """
 from __future__ import annotations
 

@@ -200,3 +200,97 @@ def test_group_residual_sum_of_four_per_element():
     w = bfp.pack_fp32_group(x, TINY, 2, bfp.ROUND_TRUNCATE)
     stats = check(TINY, [[w]])
     assert stats[-1].num != 0
+
+
+def test_winning_and_renormalising_back_to_back():
+    """Named edge case, 12-bit sums, groups back to back: each group's exponent is the
+    accumulator's (the sums grow and renormalise every few groups) or, every fifth group, one
+    above it (the group's exponent wins), so the exponent compare made a cycle ahead must take
+    the accumulator's exponent, its plus one and the group's. A winning group itself never
+    renormalises (its terms are below half the range, ``check_stat_bits``): checked on the
+    model's updates."""
+    rng = np.random.default_rng(21)
+    bits = TINY.max_mantissa + 4
+    q = QuantStatModel(TINY, stat_bits=bits)
+    words, wins, renorms = [], 0, 0
+    for k in range(120):
+        before = q.state
+        e = before.exp + (k % 5 == 4) if before.seen else 0
+        v = (rng.uniform(1.5, 1.99, TINY.group_size).astype(np.float32)
+             * np.float32(2.0) ** e)
+        words.append(bfp.pack_fp32_group(v, TINY, 2, bfp.ROUND_NEAREST))
+        assert bfp.unpack_bfp_group(q.accept(words[-1]), TINY)["exp"] == e
+        after = q.state
+        if before.seen and e > before.exp:
+            wins += 1
+            assert after.exp == e
+        elif before.seen and after.exp == before.exp + 1:
+            renorms += 1
+    assert wins > 20 and renorms > 20
+    for seed in range(3):
+        check(TINY, [words], stat_bits=bits, seed=seed)
+
+
+@pytest.mark.parametrize("seed", [31, 32])
+def test_load_while_streaming(seed):
+    """``stat_load`` at random cycles while groups stream (random idle and backpressure),
+    with random saved statistics: every cycle the statistic equals the model's, where a load
+    drops the group staged in its cycle and the groups delivered from that cycle on are added
+    to the loaded value (the core loads a layer's statistic as it issues a pass)."""
+    rng = np.random.default_rng(seed)
+    prng = random.Random(seed)
+    words = words_for(rng, TINY, 150, [2, 4, 6], [bfp.ROUND_NEAREST, bfp.ROUND_STOCHASTIC],
+                      gaussian=True)
+    dut = QuantStat(config=TINY, stat_bits=16)
+    model = QuantStatModel(TINY, stat_bits=16)
+    top = Module()
+    top.domains.sync = ClockDomain("sync")
+    top.submodules.dut = dut
+    ipay, opay = dut.i.payload.as_value(), dut.o.payload.as_value()
+    counts = {"loads": 0, "dropped": 0, "checked": 0}
+
+    async def tb(ctx):
+        sent = got = 0
+        pending = None                   # output index delivered in the previous cycle
+        for cycle in range(5_000):
+            if got == len(words) and pending is None:
+                break
+            v = sent < len(words) and prng.random() >= 0.2
+            ctx.set(dut.i.valid, v)
+            if v:
+                ctx.set(ipay, words[sent])
+            ctx.set(dut.o.ready, prng.random() >= 0.2)
+            load = prng.random() < 0.06
+            if load:
+                ld = StatState(exp=int(rng.integers(-8, 8)), num=int(rng.integers(0, 1 << 14)),
+                               den=int(rng.integers(1, 1 << 16)), seen=bool(rng.integers(2)))
+                ctx.set(dut.stat_in, dut.stat_in.shape().const(
+                    {"exp": ld.exp, "num": ld.num, "den": ld.den, "seen": int(ld.seen)}))
+            ctx.set(dut.stat_load, load)
+            _, _, i_ready, o_valid, o_ready, o_payload = await ctx.tick().sample(
+                dut.i.ready, dut.o.valid, dut.o.ready, opay)
+            if pending is not None:
+                before = model.state
+                assert model.accept(words[pending]) == int(pending_payload)
+                if load:                 # the staged group is dropped
+                    model.load(before)
+                    counts["dropped"] += 1
+            if load:
+                model.load(ld)
+                counts["loads"] += 1
+            pending = None
+            if v and i_ready:
+                sent += 1
+            if o_valid and o_ready:
+                pending, pending_payload = got, o_payload
+                got += 1
+            assert StatState.of(ctx.get(dut.stat)) == model.state, f"cycle {cycle}"
+            counts["checked"] += 1
+        else:
+            raise AssertionError("deadline: outputs missing")
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6)
+    sim.add_testbench(tb)
+    sim.run()
+    assert counts["loads"] > 10 and counts["dropped"] > 2

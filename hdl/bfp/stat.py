@@ -133,20 +133,49 @@ class QuantStat(wiring.Component):
         # ---- accumulator -------------------------------------------------------------------------
         st = self.stat
         e_bits = cfg.exp_bits + 1
-        # The side with the smaller exponent is shifted right by the difference (by B or
-        # more: to zero). Both differences are formed at once (no negation after the
-        # subtraction) and one shifter per sum serves both sides (the winner is not shifted).
-        diff_e = Signal(signed(e_bits + 1), name="exp_diff")        # s_exp - st.exp
-        diff_n = Signal(signed(e_bits + 1), name="exp_diff_neg")    # st.exp - s_exp
-        m.d.comb += [diff_e.eq(s_exp - st.exp), diff_n.eq(st.exp - s_exp)]
-        up = Signal(name="exp_up")                                  # the group's exponent wins
-        m.d.comb += up.eq(st.seen & (diff_e > 0))
         sb = (B - 1).bit_length()                                   # B = 2**sb bits or fewer
-        mag = Signal(e_bits + 1, name="align_mag")
-        m.d.comb += mag.eq(Mux(up, diff_e, diff_n))
+        # The side with the smaller exponent is shifted right by the difference (by B or
+        # more: to zero); one shifter per sum serves both sides (the winner is not shifted).
+        # The exponent compare is not in the accumulator's loop: it is made a cycle ahead,
+        # between the group entering the stage register and every exponent the accumulator
+        # can have next (loaded, kept, its own plus the renormalising one, the staged
+        # group's), and the loop only selects among the four and registers ``up`` (the
+        # group's exponent wins; don't-care while nothing is seen), the shift and the flush.
+        # A group that sets the exponent never renormalises: its N (and D) is below
+        # 2**(B - 1) (``check_stat_bits``: B > mm + bit_length(G)) and so is the other
+        # side, shifted at least once, or zero.
+        up = Signal(name="exp_up")
         k = Signal(sb, name="align_shift")
         flush = Signal(name="align_flush")                          # shifted by B or more
-        m.d.comb += [k.eq(mag[:sb]), flush.eq(mag >= B)]
+
+        def compare(a, b, tag):
+            """(a > b, |a - b| mod 2**sb, |a - b| >= B) of a group exponent ``a`` against an
+            accumulator exponent ``b``."""
+            dp = Signal(signed(e_bits + 2), name=f"cmp_{tag}_diff")
+            dn = Signal(signed(e_bits + 2), name=f"cmp_{tag}_diff_neg")
+            pos = Signal(name=f"cmp_{tag}_up")
+            mag = Signal(e_bits + 2, name=f"cmp_{tag}_mag")
+            m.d.comb += [dp.eq(a - b), dn.eq(b - a), pos.eq(dp > 0), mag.eq(Mux(pos, dp, dn))]
+            return pos, mag[:sb], mag >= B
+
+        g_exp = out.group.exp                                       # s_exp of the next cycle
+        st_exp_up = Signal(signed(e_bits), name="acc_exp_plus1")
+        m.d.comb += st_exp_up.eq(st.exp + 1)
+        cands = {"load": compare(g_exp, self.stat_in.exp, "load"),
+                 "keep": compare(g_exp, st.exp, "keep"),
+                 "keep1": compare(g_exp, st_exp_up, "keep1"),
+                 "grp": compare(g_exp, s_exp, "grp")}
+        take_grp = Signal(name="acc_takes_group_exp")               # new_exp is s_exp
+        m.d.comb += take_grp.eq(~st.seen | up)
+        ovf = Signal(name="acc_renorm")
+
+        def pick(i):
+            return Mux(self.stat_load, cands["load"][i],
+                       Mux(~s_valid, cands["keep"][i],
+                           Mux(take_grp, cands["grp"][i],
+                               Mux(ovf, cands["keep1"][i], cands["keep"][i]))))
+
+        m.d.sync += [up.eq(pick(0)), k.eq(pick(1)), flush.eq(pick(2))]
         sh_num = Signal(B, name="align_num")
         sh_den = Signal(B, name="align_den")
         m.d.comb += [
@@ -168,7 +197,6 @@ class QuantStat(wiring.Component):
         s_num = Signal(B + 1, name="acc_num_sum")
         s_den = Signal(B + 1, name="acc_den_sum")
         m.d.comb += [s_num.eq(a_num + g_num), s_den.eq(a_den + g_den)]
-        ovf = Signal(name="acc_renorm")
         m.d.comb += ovf.eq(s_num[B] | s_den[B])
         with m.If(self.stat_load):
             m.d.sync += st.eq(self.stat_in)

@@ -17,7 +17,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import PresetMixin, check_int
-from .fp32.round import (MIN_NORM_WIDTH, count_leading_zeros, jam_sticky, round_finish,
+from .fp32.round import (MIN_NORM_WIDTH, count_leading_zeros, shift_left, jam_sticky, round_finish,
                          round_plan_lz, round_plan_pre, round_prepare)
 from .registry import Block
 
@@ -171,7 +171,7 @@ class EdgeConverter(wiring.Component):
 
         # ---- stage 3: normalise; result exponent, subnormal shift, overflow ------------------
         norm = Signal(width, name="s3_norm_comb")
-        m.d.comb += norm.eq(mag << lz)
+        m.d.comb += norm.eq(shift_left(mag, lz, width))
         plan = round_plan_lz(m, pre=pre, lz=lz, width=keep, name="s3_rnd")
         sign = reg(3, "sign", sign)
         zero = reg(3, "zero", lz == width)

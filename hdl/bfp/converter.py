@@ -11,6 +11,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import BFPConfig
 from ..formats import BFPFlags, bfp_group_layout, fp32_group_layout
+from ..fp32.round import count_leading_zeros
 from ..lib.rotate import rotate_lanes
 from ..registry import Block
 from .lfsr import LFSR_TAPS, LFSR_WIDTH, BFPNoise
@@ -340,10 +341,8 @@ class BFPConverter(wiring.Component):
             m.d.comb += h.eq(Cat(exps[j][0] | ~sigs[j][23], exps[j][1:]) - h_off)
             hs.append(h)
         bitlen = Signal(range(24), name="frac_or_bitlen")   # 0 for 0, else msb + 1
-        m.d.comb += bitlen.eq(0)
-        for b in range(23):                       # later statements win: the highest one
-            with m.If(fracor[b]):
-                m.d.comb += bitlen.eq(b + 1)
+        # (a leading-zero tree, not a priority chain over the 23 bits)
+        m.d.comb += bitlen.eq(23 - count_leading_zeros(m, fracor, name="frac_or"))
         p = "s1"
         v = st.valid(v, name=f"{p}_valid")
         tree = [st.reg(t, name=f"{p}_max_{i}") for i, t in enumerate(tree)]

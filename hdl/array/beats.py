@@ -174,9 +174,9 @@ class BeatAssembler(wiring.Component):
                     with m.Else():
                         m.d.sync += cnt_.eq(cnt_ + 1)
             cur_xexp = Signal(signed(cfg.exp_bits), name="cur_xexp")
-            for j in range(S):
-                with m.If(emit == j):
-                    m.d.comb += cur_xexp.eq(Mux(ebank, xexp[1][j], xexp[0][j]))
+            ew = len(cur_xexp)
+            m.d.comb += cur_xexp.eq(Mux(ebank, Cat(*xexp[1]).word_select(emit, ew),
+                                        Cat(*xexp[0]).word_select(emit, ew)))
             es = Signal(side0, name="emit_side")
             m.d.comb += es.eq(Mux(ebank, xside[1], xside[0]))
             m.d.comb += [

@@ -78,20 +78,13 @@ class TileAligner(wiring.Component):
                 m.d.sync += [inv.eq(inv | self.i.payload.invalid),
                              ovf.eq(ovf | self.i.payload.overflow)]
 
-        # tile exponent: maximum of the row exponents (a comparator tree)
-        level = list(exps)
-        stage = 0
-        while len(level) > 1:
-            nxt = []
-            for j in range(0, len(level), 2):
-                if j + 1 == len(level):
-                    nxt.append(level[j])
-                    continue
-                mx = Signal(signed(eb), name=f"max_{stage}_{j // 2}")
-                m.d.comb += mx.eq(Mux(level[j] > level[j + 1], level[j], level[j + 1]))
-                nxt.append(mx)
-            level, stage = nxt, stage + 1
-        e_t = level[0]
+        # tile exponent: the maximum of the row exponents, kept as a running maximum while
+        # the rows arrive (a register when the tile is emitted, not a comparator tree in
+        # front of the alignment: that tree was on the path into the array's weight load)
+        e_t = Signal(signed(eb), name="tile_exp")
+        with m.If(self.i.valid & self.i.ready):
+            x = self.i.payload.group.exp
+            m.d.sync += e_t.eq(Mux((count == 0) | (x > e_t), x, e_t))
 
         # the row being emitted, aligned with round-to-nearest-even
         cur_exp = Signal(signed(eb), name="cur_exp")

@@ -169,11 +169,15 @@ class QuantStat(wiring.Component):
         m.d.comb += take_grp.eq(~st.seen | up)
         ovf = Signal(name="acc_renorm")
 
+        # ``ovf`` (the end of the loop's adders) is the last select; the rest are early
+        upd = Signal(name="acc_update")                 # the staged group is added
+        renorm_keep = Signal(name="acc_keeps_exp")      # ... keeping the accumulator's exponent
+        m.d.comb += [upd.eq(~self.stat_load & s_valid), renorm_keep.eq(upd & ~take_grp)]
+
         def pick(i):
-            return Mux(self.stat_load, cands["load"][i],
-                       Mux(~s_valid, cands["keep"][i],
-                           Mux(take_grp, cands["grp"][i],
-                               Mux(ovf, cands["keep1"][i], cands["keep"][i]))))
+            early = Mux(self.stat_load, cands["load"][i],
+                        Mux(s_valid & take_grp, cands["grp"][i], cands["keep"][i]))
+            return Mux(renorm_keep & ovf, cands["keep1"][i], early)
 
         m.d.sync += [up.eq(pick(0)), k.eq(pick(1)), flush.eq(pick(2))]
         sh_num = Signal(B, name="align_num")

@@ -471,12 +471,15 @@ def test_fast_statistics_saved_loaded_adapted_and_reset(seed, lat):
     async def matmul(ctx):
         ctx.set(dut.mm_cmd.ready, 1)
         while True:
-            _, _, valid, ready, load, p, s0, s1 = await ctx.tick().sample(
-                dut.mm_cmd.valid, dut.mm_cmd.ready, dut.mm_stat_load, dut.mm_cmd.payload,
-                dut.mm_stat_in[0], dut.mm_stat_in[1])
+            _, _, valid, ready, load, p = await ctx.tick().sample(
+                dut.mm_cmd.valid, dut.mm_cmd.ready, dut.mm_stat_load, dut.mm_cmd.payload)
+            assert not load, "a statistics load without a MATMUL issued the cycle before"
             if not (valid and ready):
                 continue
-            assert load, "a MATMUL issued without loading its statistics"
+            # the load leaves from registers: the cycle after the issue
+            _, _, load, s0, s1 = await ctx.tick().sample(
+                dut.mm_stat_load, dut.mm_stat_in[0], dut.mm_stat_in[1])
+            assert load, "a MATMUL issued without loading its statistics the cycle after"
             loads.append((int(p.width_a), int(p.width_b), _stat_dict(s0), _stat_dict(s1)))
             for _ in range(rng.randint(*lat) - 1):
                 await ctx.tick()

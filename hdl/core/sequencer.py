@@ -125,8 +125,11 @@ class Sequencer(wiring.Component):
         only while idle; the host rejects mode 3 and layers past ``config.layers``.
     mm_stat_load : Out(1), mm_stat_in : Out(stat_layout).array(2), mm_stat : In(stat_layout).array(2)
         The matmul engine's FAST statistics (docs/fast.md): when a ``MATMUL`` issues, the
-        engine's two accumulators are loaded with the statistics of its ``(layer, mode)``; when
-        its response arrives they are saved back. So each ``(layer, mode, operand)`` statistic
+        engine's two accumulators are loaded with the statistics of its ``(layer, mode)`` (from
+        registers: ``mm_stat_load`` pulses the cycle after the issue, with the statistics read
+        in the issue cycle; the pass's first group reaches a converter's output many cycles
+        later, and no group of an earlier pass is left: the engine was idle); when its
+        response arrives they are saved back. So each ``(layer, mode, operand)`` statistic
         covers every group its converter quantized since reset or the last ``ADAPT`` (runs do
         not clear them: an ``ADAPT`` at the top of a step's program decides from the previous
         step's statistics, and the host reads a step's statistics after its run).
@@ -423,8 +426,13 @@ class Sequencer(wiring.Component):
             mp.rounding.eq(pe.rounding), mp.accumulate.eq(d_acc),
             mp.base_a.eq(d_start[0]), mp.base_b.eq(d_start[1]), mp.base_c.eq(d_start[2]),
         ]
+        # the load leaves from registers: the issue logic and the statistic memories' read
+        # data stay off the path into the quantizers' accumulators (their exponent compare is
+        # made as the load arrives, hdl.bfp.stat)
+        stat_load_now = Signal(name="mm_stat_load_now")
+        m.d.sync += self.mm_stat_load.eq(stat_load_now)
         for op in range(2):
-            m.d.comb += self.mm_stat_in[op].eq(st_seq[op])
+            m.d.sync += self.mm_stat_in[op].eq(st_seq[op])
         # the statistic read port looks at the registered instruction's (layer, mode) by
         # default; DECODE addresses the instruction being decoded (without decoder stages: the
         # program memory's word; with them ir, loaded in LOAD), EXEC of ADAPT and the ADAPT
@@ -681,7 +689,7 @@ class Sequencer(wiring.Component):
                                     with m.Case(0):
                                         m.d.comb += self.mm_cmd.valid.eq(1)
                                         with m.If(self.mm_cmd.ready):
-                                            m.d.comb += self.mm_stat_load.eq(1)
+                                            m.d.comb += stat_load_now.eq(1)
                                             m.d.sync += [busy[0].eq(1), owned[0].eq(d_banks),
                                                          mm_layer.eq(mmi.layer),
                                                          mm_mode.eq(mmi.mode)]

@@ -17,8 +17,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import PresetMixin, check_int
-from .fp32.round import (MIN_NORM_WIDTH, count_leading_zeros, shift_left, jam_sticky, round_finish,
-                         round_plan_lz, round_plan_pre, round_prepare)
+from .fp32.round import (MIN_NORM_WIDTH, count_leading_zeros, jam_sticky, round_finish,
+                         round_plan_lz, round_plan_pre, round_prepare, shift_left)
 from .registry import Block
 
 __all__ = ["EdgeConfig", "EdgeConverter", "edge_input_layout"]

@@ -31,8 +31,8 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigne
 from ..registry import Block
 from .div import StallPipeline
 from .log_config import FP32LogConfig, log_constants
-from .round import (count_leading_zeros, shift_left, round_finish, round_plan_lz, round_plan_pre,
-                    round_prepare)
+from .round import (count_leading_zeros, round_finish, round_plan_lz, round_plan_pre,
+                    round_prepare, shift_left)
 from .unit import FP32StreamUnit
 from .unpack import QNAN, special_top, special_word, unpack_fp32
 

@@ -298,13 +298,16 @@ def run_sby(proof: Proof, mode: str, workdir: Path, *, il_text: str | None = Non
                   covers={"reached": reached, "unreached": unreached} if mode == "cover" else {})
 
 
-def internal_signals(module: Module, names) -> dict:
-    """``{name: Signal}`` of the named signals used in an elaborated ``module``'s statements.
+def internal_signals(module: Module, names, platform=None) -> dict:
+    """``{name: Signal}`` of the named signals used in an elaborated ``module``'s statements,
+    its own first, then its named submodules' (depth first, in order).
 
     Lets a wrapper observe state the DUT keeps inside its ``elaborate`` (read only; the DUT is
-    unchanged). Raises ``KeyError`` naming what is missing, so a rename cannot pass silently.
+    unchanged). A submodule that is not yet a :class:`Module` (a component) is elaborated with
+    ``platform`` and replaced in ``module`` by the result, so the signals found are the ones
+    the design uses. Raises ``KeyError`` naming what is missing, so a rename cannot pass
+    silently.
     """
-    module._flush()
     found = {}
 
     def walk(stmts):
@@ -317,8 +320,18 @@ def internal_signals(module: Module, names) -> dict:
                 for _patterns, body, _src_loc in stmt.cases:
                     walk(body)
 
-    for stmts in module._statements.values():
-        walk(stmts)
+    def visit(mod):
+        mod._flush()
+        for stmts in mod._statements.values():
+            walk(stmts)
+        for sub_name, (sub, src_loc) in list(mod._named_submodules.items()):
+            while hasattr(sub, "elaborate") and not isinstance(sub, Module):
+                sub = mark_used(sub).elaborate(platform)
+            if isinstance(sub, Module):
+                mod._named_submodules[sub_name] = (sub, src_loc)
+                visit(sub)
+
+    visit(module)
     missing = set(names) - set(found)
     if missing:
         raise KeyError(f"internal_signals: {sorted(missing)} not found in the module")

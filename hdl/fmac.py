@@ -5,8 +5,9 @@ shifted sum of the ``(m_a/2)*(m_b/2)`` chunk products ``a_i * b_j << 2*(i+j)``. 
 ``lanes`` 2b x 2b chunk multipliers, so one product takes
 ``ceil((m_a/2)*(m_b/2) / lanes)`` cycles: the *beat* of a product. Widths are run-time inputs.
 
-* :class:`FMACCore` - no streams; the building block of a systolic-array PE. One product per
-  beat, back to back.
+* :class:`FMACCore` - no streams; one product per beat, back to back: a
+  :class:`hdl.fmac_step.FMACSchedule` and a :class:`hdl.fmac_step.FMACDatapath` (a systolic
+  array's PEs use the datapath alone, one schedule per PE row) and an accumulator.
 * :class:`FMAC` - a stream block for standalone use: operand pairs in, exact dot products out.
 
 Both are bit-exact with :mod:`sim.model.fmac`. See ``docs/fmac.md``.
@@ -19,6 +20,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from .config import FMACConfig
+from .fmac_step import FMACDatapath, FMACSchedule, fmac_width_shape as _width_shape
 from .registry import Block
 
 __all__ = ["FMACCore", "FMAC", "product_cycles", "fmac_operand_layout", "fmac_result_layout"]
@@ -28,10 +30,6 @@ def product_cycles(m_a: int, m_b: int, lanes: int) -> int:
     """Cycles one ``m_a x m_b`` product takes on ``lanes`` chunk multipliers (its beat)."""
     pairs = (m_a // 2) * (m_b // 2)
     return -(-pairs // lanes)
-
-
-def _width_shape(config: FMACConfig):
-    return unsigned(range(config.max_mantissa + 1).stop.bit_length())
 
 
 def fmac_operand_layout(config: FMACConfig) -> data.StructLayout:
@@ -129,7 +127,7 @@ class FMACCore(wiring.Component):
     """
 
     #: cycles from the end of a product's beat (its last step) to ``done``/``product``
-    LATENCY = 1
+    LATENCY = FMACDatapath.LATENCY
     #: extra cycles from ``done`` to ``acc``/``overflow`` showing the product
     acc_latency = 1
 
@@ -167,160 +165,21 @@ class FMACCore(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
-        mm = cfg.max_mantissa
-        maxc = mm // 2
-        lanes = cfg.lanes
-        max_pairs = maxc * maxc
-        idx_w = max(1, (maxc - 1).bit_length())
-        prod_shape = signed(2 * mm + 1)
-
-        def chunks_of(width, name):
-            n = Signal(range(maxc + 1), name=name)
-            half = width >> 1
-            with m.If(half == 0):
-                m.d.comb += n.eq(1)
-            with m.Elif(half > maxc):
-                m.d.comb += n.eq(maxc)
-            with m.Else():
-                m.d.comb += n.eq(half)
-            return n
-
-        def advance(j, nb, name):
-            """Pair ``p = i*nb + j`` plus ``lanes``: ``(di, j')`` with ``p + lanes =
-            (i + di)*nb + j'``, as a table of ``(j, nb)`` (no adder on ``p``)."""
-            di = Signal(range(lanes + 1), name=f"{name}_di")
-            jn = Signal(idx_w, name=f"{name}_j")
-            with m.Switch(Cat(j, nb)):
-                for nbv in range(1, maxc + 1):
-                    for jv in range(nbv):
-                        with m.Case(jv | (nbv << idx_w)):
-                            m.d.comb += [di.eq((jv + lanes) // nbv), jn.eq((jv + lanes) % nbv)]
-                with m.Default():
-                    m.d.comb += [di.eq(0), jn.eq(0)]
-            return di, jn
-
-        def chunk(mag, k):
-            return mag.word_select(k, 2) if maxc > 1 else mag[:2]
-
-        # ---- state -------------------------------------------------------------------------
-        busy = Signal(name="busy_r")                  # a step runs this cycle
-        last = Signal(name="last_step")               # ... and it is the product's last
-        r_amag = Signal(mm, name="r_amag")
-        r_bmag = Signal(mm, name="r_bmag")
-        r_neg = Signal(name="r_neg")
-        r_nb = Signal(range(maxc + 1), name="r_nb", init=1)
-        r_npairs = Signal(range(max_pairs + 1), name="r_npairs", init=1)
-        r_accum = Signal(name="r_accum")
-        r_last = Signal(name="r_last")
-        left = Signal(range(max_pairs + 1), name="pairs_left")   # npairs - this step's 1st pair
-        psum = Signal(prod_shape, name="psum")
-        lane_ca = [Signal(2, name=f"lane_{k}_ca") for k in range(lanes)]
-        lane_cb = [Signal(2, name=f"lane_{k}_cb") for k in range(lanes)]
-        lane_sh = [Signal(range(2 * maxc - 1), name=f"lane_{k}_ij") for k in range(lanes)]
-        # each lane's current pair (i, j) = (p // nb, p % nb); a lane past the last pair is
-        # disabled and its (i, j) are don't-cares
-        lane_i = [Signal(idx_w, name=f"lane_{k}_i") for k in range(lanes)]
-        lane_j = [Signal(idx_w, name=f"lane_{k}_j") for k in range(lanes)]
-        lane_en = [Signal(name=f"lane_{k}_en") for k in range(lanes)]
-
-        go = Signal(name="go")
+        sched = m.submodules.schedule = FMACSchedule(config=cfg)
+        dp = m.submodules.datapath = FMACDatapath(config=cfg, tag_bits=2)
+        wiring.connect(m, sched.cmd, dp.cmd)
         m.d.comb += [
-            self.ready.eq(~busy | last),
-            self.busy.eq(busy),
-            go.eq(self.start & self.ready),
+            sched.start.eq(self.start),
+            sched.width_a.eq(self.width_a), sched.width_b.eq(self.width_b),
+            self.ready.eq(sched.ready), self.busy.eq(sched.busy),
+            dp.a_sign.eq(self.a_sign), dp.a_mag.eq(self.a_mag),
+            dp.b_sign.eq(self.b_sign), dp.b_mag.eq(self.b_mag),
+            dp.tag.eq(Cat(self.last, self.accumulate)),
+            self.done.eq(dp.done), self.product.eq(dp.product),
+            self.product_last.eq(dp.tag_out[0]),
         ]
-
-        # ---- this step: signed chunk products, shifted, summed -------------------------------
-        terms = []
-        for k in range(lanes):
-            sp = Signal(signed(5), name=f"lane_{k}_sprod")   # (-1)^neg * ca * cb, or 0
-            with m.Switch(Cat(lane_ca[k], lane_cb[k], r_neg, lane_en[k])):
-                for key in range(64):
-                    x, y, neg, en = key & 3, (key >> 2) & 3, (key >> 4) & 1, key >> 5
-                    v = (-(x * y) if neg else x * y) if en else 0
-                    if v:
-                        with m.Case(key):
-                            m.d.comb += sp.eq(v)
-                with m.Default():
-                    m.d.comb += sp.eq(0)
-            term = Signal(prod_shape, name=f"lane_{k}_term")
-            with m.Switch(lane_sh[k]):
-                for ij in range(2 * maxc - 1):
-                    with m.Case(ij):
-                        m.d.comb += term.eq(sp << (2 * ij))
-                with m.Default():
-                    m.d.comb += term.eq(0)
-            terms.append(term)
-        step_sum = Signal(prod_shape, name="step_sum")
-        m.d.comb += step_sum.eq(sum(terms, psum))
-
-        m.d.sync += self.done.eq(0)
-        with m.If(busy & last):
-            m.d.sync += [
-                self.product.eq(step_sum), self.product_last.eq(r_last),
-                self.done.eq(1), busy.eq(0),
-            ]
-        # done_accum: the finishing product's accumulate flag, for the accumulator stage
-        done_accum = Signal(name="done_accum")
-        with m.If(busy & last):
-            m.d.sync += done_accum.eq(r_accum)
-
-        # ---- next step's lane selection (registered) -----------------------------------------
-        # Every lane steps its own (i, j) by ``lanes`` pairs through a small table and counts
-        # the pairs left, so the path to the lane registers has no adder on a pair index.
-        with m.If(busy & ~last):
-            left_next = Signal(range(max_pairs + 1), name="pairs_left_next")
-            m.d.comb += left_next.eq(left - lanes)       # > 0: this step was not the last
-            m.d.sync += [psum.eq(step_sum), left.eq(left_next), last.eq(left_next <= lanes)]
-            for k in range(lanes):
-                di, jn = advance(lane_j[k], r_nb, f"lane_{k}_next")
-                i_n = Signal(idx_w, name=f"lane_{k}_next_i")
-                m.d.comb += i_n.eq(lane_i[k] + di)   # wraps only in a disabled lane
-                m.d.sync += [lane_i[k].eq(i_n), lane_j[k].eq(jn),
-                             lane_ca[k].eq(chunk(r_amag, i_n)), lane_cb[k].eq(chunk(r_bmag, jn)),
-                             lane_sh[k].eq(i_n + jn), lane_en[k].eq(left_next > k)]
-
-        # ---- start: capture operands and the first step's lanes -----------------------------
-        in_na = chunks_of(self.width_a, "in_na")
-        in_nb = chunks_of(self.width_b, "in_nb")
-        # pair count, "one step only" and the first step's lane enables: a table of the two
-        # chunk counts (no multiplier or comparator on the start path)
-        in_npairs = Signal(range(max_pairs + 1), name="in_npairs")
-        in_last = Signal(name="in_last")
-        in_en = Signal(lanes, name="in_lane_en")
-        with m.Switch(Cat(in_na, in_nb)):
-            for na in range(1, maxc + 1):
-                for nbv in range(1, maxc + 1):
-                    with m.Case(na | (nbv << len(in_na))):
-                        npr = na * nbv
-                        m.d.comb += [in_npairs.eq(npr), in_last.eq(npr <= lanes),
-                                     in_en.eq(sum(1 << k for k in range(min(lanes, npr))))]
-            with m.Default():
-                m.d.comb += [in_npairs.eq(1), in_last.eq(1), in_en.eq(1)]
-        with m.If(go):
-            m.d.sync += [
-                busy.eq(1), last.eq(in_last), left.eq(in_npairs), psum.eq(0),
-                r_amag.eq(self.a_mag), r_bmag.eq(self.b_mag),
-                r_neg.eq(self.a_sign ^ self.b_sign),
-                r_nb.eq(in_nb), r_npairs.eq(in_npairs),
-                r_accum.eq(self.accumulate), r_last.eq(self.last),
-            ]
-            for k in range(lanes):
-                if k >= max_pairs:
-                    m.d.sync += lane_en[k].eq(0)
-                    continue
-                i = Signal(idx_w, name=f"lane_{k}_first_i")
-                j = Signal(idx_w, name=f"lane_{k}_first_j")
-                with m.Switch(in_nb):
-                    for nbv in range(1, maxc + 1):
-                        with m.Case(nbv):
-                            m.d.comb += [i.eq(min(k // nbv, maxc - 1)), j.eq(k % nbv)]
-                    with m.Default():
-                        m.d.comb += [i.eq(0), j.eq(0)]
-                m.d.sync += [lane_i[k].eq(i), lane_j[k].eq(j),
-                             lane_ca[k].eq(chunk(self.a_mag, i)),
-                             lane_cb[k].eq(chunk(self.b_mag, j)),
-                             lane_sh[k].eq(i + j), lane_en[k].eq(in_en[k])]
+        # done_accum: the finished product's accumulate flag, for the accumulator stage
+        done_accum = dp.tag_out[1]
 
         # ---- saturating accumulator (the cycle after `done`) ----------------------------------
         ab = cfg.acc_bits

@@ -126,14 +126,16 @@ def run_array(cfg, mode, width_a, width_b, tiles, *, seed=0, idle=0.0, stall=0.0
         ctx.set(dut.out.ready, 0)
 
     async def lockstep(ctx):
-        """The array's beat timer must mirror every PE core's ``ready`` and ``done``."""
+        """The array's beat timer must mirror every row schedule's ``ready`` and every PE's
+        ``done``."""
         ready, done = dut.beat_timer
         while True:
             await ctx.tick()
             r, d = ctx.get(ready), ctx.get(done)
-            for row in dut.pes:
+            for sched, row in zip(dut.schedules, dut.pes):
+                assert ctx.get(sched.ready) == r, state["cycle"]
                 for pe in row:
-                    assert (ctx.get(pe.ready), ctx.get(pe.done)) == (r, d), state["cycle"]
+                    assert ctx.get(pe.done) == d, state["cycle"]
 
     sim = Simulator(dut)
     sim.add_clock(1e-6)

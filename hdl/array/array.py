@@ -1,12 +1,13 @@
 """The in-place transposed systolic array: ``S x S`` PEs, three dataflows on the same PEs."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..fmac import FMACCore
+from ..fmac_step import FMACSchedule
 from ..registry import Block
 from .config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
 from .pe import PE, elem_layout, op_layout, psum_layout, width_shape
@@ -153,12 +154,11 @@ class SystolicArray(wiring.Component):
         psl = psum_layout(cfg)
 
         # Pass settings reach the PEs through a register chain down the rows (``row_k_settings``
-        # holds them k + 1 cycles after a change) and one more register per PE, a copy of its
-        # row's (PE row k sees them k + 2 cycles after a change), so no input fans out to all
-        # S*S PEs in one cycle and the width decode inside every core is local instead of one
-        # decode shared by the whole row. After a change no beat starts for S + 1 cycles, so
-        # every PE holds the new settings by the first beat's start (they change only while the
-        # array is idle). Every one of these registers loads only when its input differs from
+        # holds them k + 1 cycles after a change: the widths of the row's chunk schedule) and
+        # one more register per PE for its mode, a copy of its row's (PE row k sees it k + 2
+        # cycles after a change), so no input fans out to all S*S PEs in one cycle. After a
+        # change no beat starts for S + 1 cycles, so every PE and schedule holds the new
+        # settings by the first beat's start (they change only while the array is idle). Every one of these registers loads only when its input differs from
         # its contents: the same values as a free-running register, but each register's enable
         # depends on its own output, so synthesis merges neither the copies of a row nor the
         # chain with a source's own shift register (the synthesis harness feeds the inputs from
@@ -171,20 +171,19 @@ class SystolicArray(wiring.Component):
 
         def follow(reg, src, name):           # reg <= src, loading only when they differ
             load = Signal(name=f"{name}_load")
-            m.d.comb += load.eq(src.as_value() != reg.as_value())
+            m.d.comb += load.eq(Value.cast(src) != Value.cast(reg))
             with m.If(load):
                 m.d.sync += reg.eq(src)
             return load
 
         row_set = [Signal(setl, name=f"row_{k}_settings") for k in range(S)]
-        pe_set = [[Signal(setl, name=f"pe_{k}_{n}_settings") for n in range(S)]
-                  for k in range(S)]
+        pe_mode = [[Signal(2, name=f"pe_{k}_{n}_mode") for n in range(S)] for k in range(S)]
         changed = follow(row_set[0], settings, "row_0_settings")
         for k in range(S):
             if k:
                 follow(row_set[k], row_set[k - 1], f"row_{k}_settings")
             for n in range(S):
-                follow(pe_set[k][n], row_set[k], f"pe_{k}_{n}_settings")
+                follow(pe_mode[k][n], row_set[k].mode, f"pe_{k}_{n}_mode")
         settle = Signal(range(S + 1), name="settings_settle")
         # quiet: 1 when the settings have not changed for S + 1 cycles (a register; ``quiet_d``
         # is its next value). ``inp.ready`` uses the register, and ``start`` (a register too)
@@ -199,16 +198,23 @@ class SystolicArray(wiring.Component):
             m.d.sync += settle.eq(settle - 1)
         m.d.sync += quiet.eq(quiet_d)
 
+        # one chunk schedule per PE row (its PEs run in lockstep), from the row's settings
         pes = [[None] * S for _ in range(S)]
+        scheds = []
         for k in range(S):
+            sched = FMACSchedule(config=cfg.fmac)
+            m.submodules[f"row_{k}_schedule"] = sched
+            scheds.append(sched)
+            m.d.comb += [sched.width_a.eq(row_set[k].width_a),
+                         sched.width_b.eq(row_set[k].width_b)]
             for n in range(S):
                 pe = PE(config=cfg, name=f"pe_{k}_{n}")
                 m.submodules[f"pe_{k}_{n}"] = pe
                 pes[k][n] = pe
-                m.d.comb += [pe.mode.eq(pe_set[k][n].mode),
-                             pe.width_a.eq(pe_set[k][n].width_a),
-                             pe.width_b.eq(pe_set[k][n].width_b)]
+                m.d.comb += pe.mode.eq(pe_mode[k][n])
+                wiring.connect(m, sched.cmd, pe.cmd)
         self.pes = pes           # for simulation-time introspection in tests
+        self.schedules = scheds
 
         depth = self.out_depth
         fifo = m.submodules.out_fifo = SyncFIFO(width=array_out_layout(cfg).size, depth=depth)
@@ -302,8 +308,7 @@ class SystolicArray(wiring.Component):
             same = Signal(name=f"row_{k}_settings_same")
             m.d.comb += same.eq(row_set[k].as_value() == row_set[(k + 1) % S].as_value())
             m.d.sync += start_row[k].eq(start_d & same)
-            for pe in pes[k]:
-                m.d.comb += pe.start.eq(start_row[k])
+            m.d.comb += scheds[k].start.eq(start_row[k])
 
         # ---- input edges with skew: row k delayed k beats, column n delayed n beats ---------
         p = self.inp.payload

@@ -5,7 +5,7 @@ from amaranth.hdl import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..fmac import FMACCore
+from ..fmac_step import FMACDatapath, FMACStep
 from .config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
 
 __all__ = ["elem_layout", "op_layout", "psum_layout", "width_shape", "PE"]
@@ -39,13 +39,15 @@ def psum_layout(config: ArrayConfig) -> data.StructLayout:
 class PE(wiring.Component):
     """Processing element ``PE(k, n)``: holds ``W[k, n]`` (two banks) in every mode.
 
-    All PEs of an array run in lockstep: the array pulses ``start`` for every PE in the same
-    cycle (a *beat* begins), the chunked :class:`hdl.fmac.FMACCore` multiplies for
-    ``B = ceil((m_a/2)(m_b/2)/lanes)`` cycles (the next beat may start then) and raises ``done``
-    ``FMACCore.LATENCY`` cycles later; the partial sum is updated at the end of the ``done``
-    cycle. The tags of the products in flight wait in a small queue.
+    All PEs of an array run in lockstep, so the chunk schedule is not the PE's: a
+    :class:`hdl.fmac_step.FMACSchedule` per PE row drives the ``cmd`` of every PE in the row.
+    ``cmd.go`` begins a beat in every PE in the same cycle; the PE's
+    :class:`hdl.fmac_step.FMACDatapath` multiplies for ``B = ceil((m_a/2)(m_b/2)/lanes)``
+    cycles (the next beat may start then) and raises ``done`` ``FMACDatapath.LATENCY`` cycles
+    later; the partial sum is updated at the end of the ``done`` cycle. The flags of a product
+    (``valid``, ``first``, ``last``) travel with it as the datapath's tag.
 
-    * On ``start`` the operand registers shift (``h_reg <= h_in``, ``v_reg <= v_in``) and the
+    * On ``cmd.go`` the operand registers shift (``h_reg <= h_in``, ``v_reg <= v_in``) and the
       core captures this PE's current operands:
       ``FWD``: ``h_reg`` (X) x ``W[h_reg.bank]``; ``BWD_DATA``: ``v_reg`` (dY) x
       ``W[v_reg.bank]``; ``BWD_WEIGHT``: ``h_reg`` (X) x ``v_reg`` (dY).
@@ -66,13 +68,11 @@ class PE(wiring.Component):
 
     Members
     -------
-    start : In(1)
-        Begin a beat (honoured only when ``ready``; the array guarantees it).
+    cmd : In(FMACStep(config.fmac))
+        The row schedule's step commands. Its widths are the core's ``a`` (streamed) and ``b``
+        (weight, or dY in ``BWD_WEIGHT``) operands'.
     mode : In(2)
         ``FWD``, ``BWD_DATA`` or ``BWD_WEIGHT``; constant during a pass.
-    width_a, width_b : In(width_shape)
-        Run-time mantissa widths of the core's ``a`` (streamed) and ``b`` (weight, or dY in
-        ``BWD_WEIGHT``) operands.
     h_in, v_in : In(op_layout)
         Operands from the left and upper neighbours (or the array's skew registers).
     h_out, v_out : Out(op_layout)
@@ -87,8 +87,8 @@ class PE(wiring.Component):
         Stationary-weight write strobe and bank.
     wl_sign : In(1), wl_mag : In(max_mantissa)
         The weight written.
-    ready, done : Out(1)
-        The core's ``ready`` (a beat may start) and ``done`` (the product is complete).
+    done : Out(1)
+        The product is complete (``FMACDatapath.LATENCY`` cycles after the beat's last step).
     """
 
     def __init__(self, *, config: ArrayConfig, name: str = "pe"):
@@ -99,16 +99,15 @@ class PE(wiring.Component):
         self._name = name
         mm = config.max_mantissa
         super().__init__({
-            "start": In(1),
+            "cmd": In(FMACStep(config.fmac)),
             "mode": In(2),
-            "width_a": In(width_shape(config)), "width_b": In(width_shape(config)),
             "h_in": In(op_layout(config)), "v_in": In(op_layout(config)),
             "h_out": Out(op_layout(config)), "v_out": Out(op_layout(config)),
             "ps_up": In(psum_layout(config)), "ps_left": In(psum_layout(config)),
             "ps_out": Out(psum_layout(config)),
             "drain": Out(psum_layout(config)),
             "wl_en": In(1), "wl_bank": In(1), "wl_sign": In(1), "wl_mag": In(mm),
-            "ready": Out(1), "done": Out(1),
+            "done": Out(1),
         })
 
     def elaborate(self, platform):
@@ -116,7 +115,8 @@ class PE(wiring.Component):
         cfg = self.config
         mm = cfg.max_mantissa
         nm = self._name
-        core = m.submodules.fmac = FMACCore(config=cfg.fmac)
+        core = m.submodules.fmac = FMACDatapath(config=cfg.fmac, tag_bits=3)
+        wiring.connect(m, wiring.flipped(self.cmd), core.cmd)
 
         w_mag = [Signal(mm, name=f"{nm}_w{b}_mag") for b in range(2)]
         w_sign = [Signal(name=f"{nm}_w{b}_sign") for b in range(2)]
@@ -135,45 +135,23 @@ class PE(wiring.Component):
         m.d.comb += a.eq(Mux(is_bwd_data, v, h))
         wb_mag = Signal(mm, name=f"{nm}_wsel_mag")
         wb_sign = Signal(name=f"{nm}_wsel_sign")
+        # the flags of a product travel with it through the datapath as its tag
+        fl = data.StructLayout({"valid": 1, "first": 1, "last": 1})
+        new = Signal(fl, name=f"{nm}_flags_new")
+        cur = Signal(fl, name=f"{nm}_flags_done")
         m.d.comb += [
             wb_mag.eq(Mux(a.bank, w_mag[1], w_mag[0])),
             wb_sign.eq(Mux(a.bank, w_sign[1], w_sign[0])),
-            core.start.eq(self.start),
             core.a_sign.eq(a.sign), core.a_mag.eq(a.mag),
             core.b_sign.eq(Mux(is_bww, v.sign, wb_sign)),
             core.b_mag.eq(Mux(is_bww, v.mag, wb_mag)),
-            core.width_a.eq(self.width_a), core.width_b.eq(self.width_b),
-            core.accumulate.eq(0), core.clear.eq(0), core.last.eq(0),
-            self.ready.eq(core.ready), self.done.eq(core.done),
+            new.valid.eq(a.valid), new.first.eq(a.first), new.last.eq(a.last),
+            core.tag.eq(new), cur.eq(core.tag_out),
+            self.done.eq(core.done),
         ]
-
-        # Flags of the products in flight, oldest first: the core's ``done`` for beat j can come
-        # after the start of beat j+1 (FMACCore.LATENCY), so they queue (depth latency + 2).
-        depth = 2 + getattr(FMACCore, "LATENCY", 0)
-        fl = data.StructLayout({"valid": 1, "first": 1, "last": 1})
-        q = [Signal(fl, name=f"{nm}_flags_{j}") for j in range(depth)]
-        cnt = Signal(range(depth + 1), name=f"{nm}_flags_count")
-        push = Signal(name=f"{nm}_push")
-        pop = Signal(name=f"{nm}_pop")
-        new = Signal(fl, name=f"{nm}_flags_new")
-        m.d.comb += [push.eq(self.start & core.ready), pop.eq(core.done),
-                     new.valid.eq(a.valid), new.first.eq(a.first), new.last.eq(a.last)]
-        with m.If(push):
+        with m.If(self.cmd.go):
             m.d.sync += [h.eq(self.h_in), v.eq(self.v_in)]
-        for j in range(depth):
-            nxt = q[j + 1] if j + 1 < depth else q[j]
-            with m.If(pop):
-                with m.If(push & (cnt == j + 1)):
-                    m.d.sync += q[j].eq(new)
-                with m.Else():
-                    m.d.sync += q[j].eq(nxt)
-            with m.Elif(push & (cnt == j)):
-                m.d.sync += q[j].eq(new)
-        with m.If(push & ~pop):
-            m.d.sync += cnt.eq(cnt + 1)
-        with m.Elif(pop & ~push):
-            m.d.sync += cnt.eq(cnt - 1)
-        cur_valid, cur_first, cur_last = q[0].valid, q[0].first, q[0].last
+        cur_valid, cur_first, cur_last = cur.valid, cur.first, cur.last
 
         addend = Signal(signed(cfg.acc_bits), name=f"{nm}_addend")
         total = Signal(signed(cfg.acc_bits), name=f"{nm}_sum")

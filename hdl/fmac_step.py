@@ -1,0 +1,349 @@
+"""The chunked fMAC split in two: the chunk schedule and the multiply datapath (docs/fmac.md).
+
+A product's chunk schedule (which chunk pairs each step multiplies, when the product is done)
+depends only on ``start`` and the run-time widths, not on the operands. Every PE of a systolic
+array starts together with the same widths, so one :class:`FMACSchedule` can drive a whole row
+of :class:`FMACDatapath` through an :class:`FMACStep` bus; :class:`hdl.fmac.FMACCore` is one of
+each.
+
+* :class:`FMACStep` - the schedule's commands for one step.
+* :class:`FMACSchedule` - the chunk-pair sequencer (``ready``, ``busy``, the pair tables).
+* :class:`FMACDatapath` - operand registers, chunk multipliers, the shifted partial sum.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .config import FMACConfig
+from .lib.mustuse import used_if_rejected
+
+__all__ = ["FMACStep", "FMACSchedule", "FMACDatapath", "fmac_width_shape"]
+
+
+def fmac_width_shape(config: FMACConfig):
+    """A run-time mantissa width field (holds ``m`` itself)."""
+    return unsigned(range(config.max_mantissa + 1).stop.bit_length())
+
+
+def _idx_bits(config: FMACConfig) -> int:
+    return max(1, (config.max_mantissa // 2 - 1).bit_length())
+
+
+def _check_config(owner: str, config) -> None:
+    if not isinstance(config, FMACConfig):
+        raise TypeError(f"{owner}.config must be an FMACConfig, not {config!r}")
+
+
+class FMACStep(wiring.Signature):
+    """One step's commands from a :class:`FMACSchedule` (its side: ``Out``) to datapaths.
+
+    Members
+    -------
+    go : Out(1)
+        A product starts: capture the operands (and tag) of this cycle, clear the partial sum.
+    step : Out(1)
+        A step that is not its product's last runs: add its chunk products to the partial sum.
+    finish : Out(1)
+        The product's last step runs: its sum is the product (``done`` next cycle).
+    sel_i, sel_j : Out(unsigned(idx_bits)).array(lanes)
+        In a ``go`` or ``step`` cycle: the chunk indices of ``a`` and ``b`` each lane multiplies
+        in the next step.
+    sel_sh : Out(unsigned).array(lanes)
+        ``sel_i + sel_j``: the lane's product is shifted left by ``2 * sel_sh``.
+    sel_en : Out(1).array(lanes)
+        The lane has a pair in the next step (0: it adds nothing).
+    """
+
+    def __init__(self, config: FMACConfig):
+        _check_config("FMACStep", config)
+        self.config = config
+        lanes, maxc = config.lanes, config.max_mantissa // 2
+        idx = _idx_bits(config)
+        super().__init__({
+            "go": Out(1), "step": Out(1), "finish": Out(1),
+            "sel_i": Out(unsigned(idx)).array(lanes),
+            "sel_j": Out(unsigned(idx)).array(lanes),
+            "sel_sh": Out(range(2 * maxc - 1)).array(lanes),
+            "sel_en": Out(1).array(lanes),
+        })
+
+    def __eq__(self, other):
+        return type(other) is FMACStep and other.config == self.config
+
+    def __repr__(self):
+        return f"FMACStep({self.config!r})"
+
+
+class FMACSchedule(wiring.Component):
+    """The chunk-pair schedule of back-to-back products (:class:`hdl.fmac.FMACCore`'s timing).
+
+    A product started in cycle ``t`` (``start`` while ``ready``) runs its
+    ``B = product_cycles(width_a, width_b, lanes)`` steps in cycles ``t+1 .. t+B``; ``cmd``
+    says in each cycle what the datapaths do (``go`` in cycle ``t``, ``step`` in
+    ``t+1 .. t+B-1``, ``finish`` in ``t+B``). ``ready`` is 1 when idle and in a product's last
+    step, so products run back to back, one per beat of ``B`` cycles.
+
+    Every lane steps its own pair ``(i, j)`` by ``lanes`` pairs through a small table of
+    ``(j, chunks_b)`` and the schedule counts the pairs left, so no adder on a pair index is on
+    the path to the datapaths' lane registers.
+
+    Parameters
+    ----------
+    config : FMACConfig
+
+    Members
+    -------
+    start : In(1)
+        Begin a product (honoured when ``ready``).
+    width_a, width_b : In(fmac_width_shape(config))
+        Run-time mantissa widths ``m``, read in the ``start`` cycle; the hardware uses
+        ``clamp(m // 2, 1, max_mantissa // 2)`` chunks.
+    ready : Out(1)
+        ``start`` is accepted this cycle.
+    busy : Out(1)
+        A step runs this cycle.
+    cmd : Out(FMACStep(config))
+        The step commands for the datapaths.
+    """
+
+    def __init__(self, *, config: FMACConfig):
+        with used_if_rejected(self):
+            _check_config("FMACSchedule", config)
+        self.config = config
+        w = fmac_width_shape(config)
+        super().__init__({
+            "start": In(1), "width_a": In(w), "width_b": In(w),
+            "ready": Out(1), "busy": Out(1),
+            "cmd": Out(FMACStep(config)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        maxc = cfg.max_mantissa // 2
+        lanes = cfg.lanes
+        max_pairs = maxc * maxc
+        idx_w = _idx_bits(cfg)
+        cmd = self.cmd
+
+        def chunks_of(width, name):
+            n = Signal(range(maxc + 1), name=name)
+            half = width >> 1
+            m.d.comb += n.eq(Mux(half == 0, 1, Mux(half > maxc, maxc, half)))
+            return n
+
+        def advance(j, nb, name):
+            """Pair ``p = i*nb + j`` plus ``lanes``: ``(di, j')`` with ``p + lanes =
+            (i + di)*nb + j'``, as a table of ``(j, nb)`` (no adder on ``p``)."""
+            di = Signal(range(lanes + 1), name=f"{name}_di")
+            jn = Signal(idx_w, name=f"{name}_j")
+            with m.Switch(Cat(j, nb)):
+                for nbv in range(1, maxc + 1):
+                    for jv in range(nbv):
+                        with m.Case(jv | (nbv << idx_w)):
+                            m.d.comb += [di.eq((jv + lanes) // nbv), jn.eq((jv + lanes) % nbv)]
+                with m.Default():
+                    m.d.comb += [di.eq(0), jn.eq(0)]
+            return di, jn
+
+        busy = Signal(name="busy_r")                  # a step runs this cycle
+        last = Signal(name="last_step")               # ... and it is the product's last
+        r_nb = Signal(range(maxc + 1), name="r_nb", init=1)
+        left = Signal(range(max_pairs + 1), name="pairs_left")   # npairs - this step's 1st pair
+        # each lane's current pair (i, j) = (p // nb, p % nb); a lane past the last pair is
+        # disabled and its (i, j) are don't-cares
+        lane_i = [Signal(idx_w, name=f"lane_{k}_i") for k in range(lanes)]
+        lane_j = [Signal(idx_w, name=f"lane_{k}_j") for k in range(lanes)]
+
+        m.d.comb += [
+            self.ready.eq(~busy | last),
+            self.busy.eq(busy),
+            cmd.go.eq(self.start & self.ready),
+            cmd.step.eq(busy & ~last),
+            cmd.finish.eq(busy & last),
+        ]
+        with m.If(cmd.finish):
+            m.d.sync += busy.eq(0)
+
+        # ---- the next step's pairs (a step that is not the last) ------------------------------
+        left_next = Signal(range(max_pairs + 1), name="pairs_left_next")
+        m.d.comb += left_next.eq(left - lanes)           # > 0: this step was not the last
+        step_i, step_j, step_en = [], [], []
+        for k in range(lanes):
+            di, jn = advance(lane_j[k], r_nb, f"lane_{k}_next")
+            i_n = Signal(idx_w, name=f"lane_{k}_next_i")
+            m.d.comb += i_n.eq(lane_i[k] + di)           # wraps only in a disabled lane
+            step_i.append(i_n)
+            step_j.append(jn)
+            step_en.append(left_next > k)
+        with m.If(cmd.step):
+            m.d.sync += [left.eq(left_next), last.eq(left_next <= lanes)]
+            for k in range(lanes):
+                m.d.sync += [lane_i[k].eq(step_i[k]), lane_j[k].eq(step_j[k])]
+
+        # ---- start: the first step's pairs: tables of the two chunk counts ------------------
+        in_na = chunks_of(self.width_a, "in_na")
+        in_nb = chunks_of(self.width_b, "in_nb")
+        in_npairs = Signal(range(max_pairs + 1), name="in_npairs")
+        in_last = Signal(name="in_last")
+        in_en = Signal(lanes, name="in_lane_en")
+        with m.Switch(Cat(in_na, in_nb)):
+            for na in range(1, maxc + 1):
+                for nbv in range(1, maxc + 1):
+                    with m.Case(na | (nbv << len(in_na))):
+                        npr = na * nbv
+                        m.d.comb += [in_npairs.eq(npr), in_last.eq(npr <= lanes),
+                                     in_en.eq(sum(1 << k for k in range(min(lanes, npr))))]
+            with m.Default():
+                m.d.comb += [in_npairs.eq(1), in_last.eq(1), in_en.eq(1)]
+        first_i, first_j = [], []
+        for k in range(lanes):
+            i = Signal(idx_w, name=f"lane_{k}_first_i")
+            j = Signal(idx_w, name=f"lane_{k}_first_j")
+            with m.Switch(in_nb):
+                for nbv in range(1, maxc + 1):
+                    with m.Case(nbv):
+                        m.d.comb += [i.eq(min(k // nbv, maxc - 1)), j.eq(k % nbv)]
+                with m.Default():
+                    m.d.comb += [i.eq(0), j.eq(0)]
+            first_i.append(i)
+            first_j.append(j)
+        with m.If(cmd.go):
+            m.d.sync += [busy.eq(1), last.eq(in_last), left.eq(in_npairs), r_nb.eq(in_nb)]
+            for k in range(lanes):
+                m.d.sync += [lane_i[k].eq(first_i[k]), lane_j[k].eq(first_j[k])]
+
+        # ---- the commands: the first pairs on ``go``, the stepped ones otherwise --------------
+        for k in range(lanes):
+            si = Mux(cmd.go, first_i[k], step_i[k])
+            sj = Mux(cmd.go, first_j[k], step_j[k])
+            m.d.comb += [cmd.sel_i[k].eq(si), cmd.sel_j[k].eq(sj),
+                         cmd.sel_sh[k].eq(si + sj),
+                         cmd.sel_en[k].eq(Mux(cmd.go, in_en[k], step_en[k]))]
+        return m
+
+
+class FMACDatapath(wiring.Component):
+    """The multiply side of a chunked fMAC, run by a :class:`FMACSchedule`'s ``cmd``.
+
+    On ``cmd.go`` the operands and ``tag`` are captured and each lane's chunk registers load
+    the first step's chunks; every ``cmd.step`` adds the lanes' signed ``2b x 2b`` chunk
+    products, shifted by ``2 * (i + j)``, into the partial sum; on ``cmd.finish`` the sum and
+    the product's tag go to ``product`` / ``tag_out`` with ``done`` high in the next cycle
+    (``latency = 1`` after the last step). Back-to-back products overlap as in
+    :class:`hdl.fmac.FMACCore`: the next ``go`` may come in the ``finish`` cycle.
+
+    Each lane's signed product is a 6-input table of sign, enable and the two chunks (no
+    negation carry chain). Number format: operands sign/magnitude integers, ``product`` an
+    exact two's complement integer.
+
+    Parameters
+    ----------
+    config : FMACConfig
+    tag_bits : int
+        Width of a user tag carried with each product from ``go`` to ``done`` (0: none).
+
+    Members
+    -------
+    cmd : In(FMACStep(config))
+    a_sign, b_sign : In(1)
+    a_mag, b_mag : In(max_mantissa)
+        The operands, read in the ``go`` cycle.
+    tag : In(tag_bits)
+        Read in the ``go`` cycle.
+    done : Out(1)
+        ``product`` holds a new product (one-cycle pulse).
+    product : Out(signed(2*max_mantissa + 1))
+    tag_out : Out(tag_bits)
+        The tag given with that product.
+    """
+
+    #: cycles from a product's last step to ``done``
+    LATENCY = 1
+
+    def __init__(self, *, config: FMACConfig, tag_bits: int = 0):
+        with used_if_rejected(self):
+            _check_config("FMACDatapath", config)
+            if isinstance(tag_bits, bool) or not isinstance(tag_bits, int) or tag_bits < 0:
+                raise ValueError(f"FMACDatapath.tag_bits must be a non-negative int, not "
+                                 f"{tag_bits!r}")
+        self.config, self.tag_bits = config, tag_bits
+        self.latency = self.LATENCY
+        mm = config.max_mantissa
+        super().__init__({
+            "cmd": In(FMACStep(config)),
+            "a_sign": In(1), "a_mag": In(mm),
+            "b_sign": In(1), "b_mag": In(mm),
+            "tag": In(tag_bits),
+            "done": Out(1),
+            "product": Out(signed(2 * mm + 1)),
+            "tag_out": Out(tag_bits),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        mm = cfg.max_mantissa
+        maxc = mm // 2
+        lanes = cfg.lanes
+        prod_shape = signed(2 * mm + 1)
+        cmd = self.cmd
+
+        def chunk(mag, k):
+            return mag.word_select(k, 2) if maxc > 1 else mag[:2]
+
+        r_amag = Signal(mm, name="r_amag")
+        r_bmag = Signal(mm, name="r_bmag")
+        r_neg = Signal(name="r_neg")
+        r_tag = Signal(self.tag_bits, name="r_tag")
+        psum = Signal(prod_shape, name="psum")
+        lane_ca = [Signal(2, name=f"lane_{k}_ca") for k in range(lanes)]
+        lane_cb = [Signal(2, name=f"lane_{k}_cb") for k in range(lanes)]
+        lane_sh = [Signal(range(2 * maxc - 1), name=f"lane_{k}_ij") for k in range(lanes)]
+        lane_en = [Signal(name=f"lane_{k}_en") for k in range(lanes)]
+
+        # ---- this step: signed chunk products, shifted, summed -------------------------------
+        terms = []
+        for k in range(lanes):
+            sp = Signal(signed(5), name=f"lane_{k}_sprod")   # (-1)^neg * ca * cb, or 0
+            with m.Switch(Cat(lane_ca[k], lane_cb[k], r_neg, lane_en[k])):
+                for key in range(64):
+                    x, y, neg, en = key & 3, (key >> 2) & 3, (key >> 4) & 1, key >> 5
+                    v = (-(x * y) if neg else x * y) if en else 0
+                    if v:
+                        with m.Case(key):
+                            m.d.comb += sp.eq(v)
+                with m.Default():
+                    m.d.comb += sp.eq(0)
+            term = Signal(prod_shape, name=f"lane_{k}_term")
+            with m.Switch(lane_sh[k]):
+                for ij in range(2 * maxc - 1):
+                    with m.Case(ij):
+                        m.d.comb += term.eq(sp << (2 * ij))
+                with m.Default():
+                    m.d.comb += term.eq(0)
+            terms.append(term)
+        step_sum = Signal(prod_shape, name="step_sum")
+        m.d.comb += step_sum.eq(sum(terms, psum))
+
+        m.d.sync += self.done.eq(0)
+        with m.If(cmd.finish):
+            m.d.sync += [self.product.eq(step_sum), self.tag_out.eq(r_tag), self.done.eq(1)]
+        with m.If(cmd.step):
+            m.d.sync += psum.eq(step_sum)
+
+        # ---- the next step's lanes (registered): from the captured operands, or on ``go``
+        # from the inputs ----------------------------------------------------------------------
+        src_a = Mux(cmd.go, self.a_mag, r_amag)
+        src_b = Mux(cmd.go, self.b_mag, r_bmag)
+        with m.If(cmd.go | cmd.step):
+            for k in range(lanes):
+                m.d.sync += [lane_ca[k].eq(chunk(src_a, cmd.sel_i[k])),
+                             lane_cb[k].eq(chunk(src_b, cmd.sel_j[k])),
+                             lane_sh[k].eq(cmd.sel_sh[k]), lane_en[k].eq(cmd.sel_en[k])]
+        with m.If(cmd.go):
+            m.d.sync += [psum.eq(0), r_amag.eq(self.a_mag), r_bmag.eq(self.b_mag),
+                         r_neg.eq(self.a_sign ^ self.b_sign), r_tag.eq(self.tag)]
+        return m

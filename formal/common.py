@@ -325,10 +325,14 @@ def internal_signals(module: Module, names, platform=None) -> dict:
         for stmts in mod._statements.values():
             walk(stmts)
         for sub_name, (sub, src_loc) in list(mod._named_submodules.items()):
-            while hasattr(sub, "elaborate") and not isinstance(sub, Module):
+            if set(names) <= set(found):
+                return                          # elaborate no more than needed
+            if isinstance(sub, wiring.Component):
                 sub = mark_used(sub).elaborate(platform)
-            if isinstance(sub, Module):
+                if not isinstance(sub, Module):
+                    continue
                 mod._named_submodules[sub_name] = (sub, src_loc)
+            if isinstance(sub, Module):
                 visit(sub)
 
     visit(module)

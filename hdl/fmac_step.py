@@ -92,11 +92,16 @@ class FMACSchedule(wiring.Component):
     Parameters
     ----------
     config : FMACConfig
+    start_when_ready : bool
+        The caller raises ``start`` only while ``ready`` (a systolic array, whose beat timer
+        mirrors ``ready``): ``cmd.go`` is ``start`` itself, so the net that reaches every
+        datapath of a row comes from the caller's register instead of a gate of ``start`` and
+        this schedule's state. Default ``False``: ``cmd.go = start & ready``.
 
     Members
     -------
     start : In(1)
-        Begin a product (honoured when ``ready``).
+        Begin a product (honoured when ``ready``; with ``start_when_ready`` it must be).
     width_a, width_b : In(fmac_width_shape(config))
         Run-time mantissa widths ``m``, read in the ``start`` cycle; the hardware uses
         ``clamp(m // 2, 1, max_mantissa // 2)`` chunks.
@@ -108,10 +113,13 @@ class FMACSchedule(wiring.Component):
         The step commands for the datapaths.
     """
 
-    def __init__(self, *, config: FMACConfig):
+    def __init__(self, *, config: FMACConfig, start_when_ready: bool = False):
         with used_if_rejected(self):
             _check_config("FMACSchedule", config)
-        self.config = config
+            if not isinstance(start_when_ready, bool):
+                raise TypeError(f"FMACSchedule.start_when_ready must be a bool, not "
+                                f"{start_when_ready!r}")
+        self.config, self.start_when_ready = config, start_when_ready
         w = fmac_width_shape(config)
         super().__init__({
             "start": In(1), "width_a": In(w), "width_b": In(w),
@@ -152,76 +160,85 @@ class FMACSchedule(wiring.Component):
         last = Signal(name="last_step")               # ... and it is the product's last
         r_nb = Signal(range(maxc + 1), name="r_nb", init=1)
         left = Signal(range(max_pairs + 1), name="pairs_left")   # npairs - this step's 1st pair
-        # each lane's current pair (i, j) = (p // nb, p % nb); a lane past the last pair is
-        # disabled and its (i, j) are don't-cares
+        # each lane's current pair (i, j) = (p // nb, p % nb) and the one it has in the next
+        # step, a step ahead in registers (so ``cmd`` comes from registers or, on ``go``, from
+        # the widths); a lane past the last pair is disabled and its (i, j) are don't-cares
         lane_i = [Signal(idx_w, name=f"lane_{k}_i") for k in range(lanes)]
         lane_j = [Signal(idx_w, name=f"lane_{k}_j") for k in range(lanes)]
+        nx_i = [Signal(idx_w, name=f"lane_{k}_next_i") for k in range(lanes)]
+        nx_j = [Signal(idx_w, name=f"lane_{k}_next_j") for k in range(lanes)]
+        nx_sh = [Signal(range(2 * maxc - 1), name=f"lane_{k}_next_ij") for k in range(lanes)]
+        nx_en = [Signal(name=f"lane_{k}_next_en") for k in range(lanes)]
 
         m.d.comb += [
             self.ready.eq(~busy | last),
             self.busy.eq(busy),
-            cmd.go.eq(self.start & self.ready),
+            cmd.go.eq(self.start if self.start_when_ready else self.start & self.ready),
             cmd.step.eq(busy & ~last),
             cmd.finish.eq(busy & last),
         ]
         with m.If(cmd.finish):
             m.d.sync += busy.eq(0)
 
-        # ---- the next step's pairs (a step that is not the last) ------------------------------
-        left_next = Signal(range(max_pairs + 1), name="pairs_left_next")
-        m.d.comb += left_next.eq(left - lanes)           # > 0: this step was not the last
-        step_i, step_j, step_en = [], [], []
-        for k in range(lanes):
-            di, jn = advance(lane_j[k], r_nb, f"lane_{k}_next")
-            i_n = Signal(idx_w, name=f"lane_{k}_next_i")
-            m.d.comb += i_n.eq(lane_i[k] + di)           # wraps only in a disabled lane
-            step_i.append(i_n)
-            step_j.append(jn)
-            step_en.append(left_next > k)
+        # ---- a step that is not the last: the pairs two steps on -----------------------------
         with m.If(cmd.step):
-            m.d.sync += [left.eq(left_next), last.eq(left_next <= lanes)]
+            m.d.sync += [left.eq(left - lanes), last.eq(left <= 2 * lanes)]
             for k in range(lanes):
-                m.d.sync += [lane_i[k].eq(step_i[k]), lane_j[k].eq(step_j[k])]
+                di, jn = advance(nx_j[k], r_nb, f"lane_{k}_ahead")
+                i2 = Signal(idx_w, name=f"lane_{k}_ahead_i")
+                m.d.comb += i2.eq(nx_i[k] + di)          # wraps only in a disabled lane
+                m.d.sync += [lane_i[k].eq(nx_i[k]), lane_j[k].eq(nx_j[k]),
+                             nx_i[k].eq(i2), nx_j[k].eq(jn), nx_sh[k].eq(i2 + jn),
+                             nx_en[k].eq(left > 2 * lanes + k)]
 
-        # ---- start: the first step's pairs: tables of the two chunk counts ------------------
+        # ---- start: the first two steps' pairs: tables of the two chunk counts --------------
         in_na = chunks_of(self.width_a, "in_na")
         in_nb = chunks_of(self.width_b, "in_nb")
         in_npairs = Signal(range(max_pairs + 1), name="in_npairs")
         in_last = Signal(name="in_last")
         in_en = Signal(lanes, name="in_lane_en")
+        in_en2 = Signal(lanes, name="in_lane_en2")
         with m.Switch(Cat(in_na, in_nb)):
             for na in range(1, maxc + 1):
                 for nbv in range(1, maxc + 1):
                     with m.Case(na | (nbv << len(in_na))):
                         npr = na * nbv
-                        m.d.comb += [in_npairs.eq(npr), in_last.eq(npr <= lanes),
-                                     in_en.eq(sum(1 << k for k in range(min(lanes, npr))))]
+                        m.d.comb += [
+                            in_npairs.eq(npr), in_last.eq(npr <= lanes),
+                            in_en.eq(sum(1 << k for k in range(min(lanes, npr)))),
+                            in_en2.eq(sum(1 << k for k in range(lanes) if lanes + k < npr))]
             with m.Default():
-                m.d.comb += [in_npairs.eq(1), in_last.eq(1), in_en.eq(1)]
-        first_i, first_j = [], []
+                m.d.comb += [in_npairs.eq(1), in_last.eq(1), in_en.eq(1), in_en2.eq(0)]
+        first_i, first_j, first_sh = [], [], []
         for k in range(lanes):
-            i = Signal(idx_w, name=f"lane_{k}_first_i")
-            j = Signal(idx_w, name=f"lane_{k}_first_j")
-            with m.Switch(in_nb):
-                for nbv in range(1, maxc + 1):
-                    with m.Case(nbv):
-                        m.d.comb += [i.eq(min(k // nbv, maxc - 1)), j.eq(k % nbv)]
-                with m.Default():
-                    m.d.comb += [i.eq(0), j.eq(0)]
-            first_i.append(i)
-            first_j.append(j)
+            ij = []
+            for step in range(2):                        # pair step * lanes + k
+                i = Signal(idx_w, name=f"lane_{k}_first{step}_i")
+                j = Signal(idx_w, name=f"lane_{k}_first{step}_j")
+                with m.Switch(in_nb):
+                    for nbv in range(1, maxc + 1):
+                        p = step * lanes + k
+                        with m.Case(nbv):
+                            m.d.comb += [i.eq(min(p // nbv, maxc - 1)), j.eq(p % nbv)]
+                    with m.Default():
+                        m.d.comb += [i.eq(0), j.eq(0)]
+                ij.append((i, j))
+            (i0, j0), (i1, j1) = ij
+            first_i.append(i0)
+            first_j.append(j0)
+            first_sh.append(i0 + j0)
+            with m.If(cmd.go):
+                m.d.sync += [lane_i[k].eq(i0), lane_j[k].eq(j0), nx_i[k].eq(i1), nx_j[k].eq(j1),
+                             nx_sh[k].eq(i1 + j1), nx_en[k].eq(in_en2[k])]
         with m.If(cmd.go):
             m.d.sync += [busy.eq(1), last.eq(in_last), left.eq(in_npairs), r_nb.eq(in_nb)]
-            for k in range(lanes):
-                m.d.sync += [lane_i[k].eq(first_i[k]), lane_j[k].eq(first_j[k])]
 
-        # ---- the commands: the first pairs on ``go``, the stepped ones otherwise --------------
+        # ---- the commands: the first pairs on ``go`` (from the widths), else the registers ---
         for k in range(lanes):
-            si = Mux(cmd.go, first_i[k], step_i[k])
-            sj = Mux(cmd.go, first_j[k], step_j[k])
-            m.d.comb += [cmd.sel_i[k].eq(si), cmd.sel_j[k].eq(sj),
-                         cmd.sel_sh[k].eq(si + sj),
-                         cmd.sel_en[k].eq(Mux(cmd.go, in_en[k], step_en[k]))]
+            m.d.comb += [cmd.sel_i[k].eq(Mux(cmd.go, first_i[k], nx_i[k])),
+                         cmd.sel_j[k].eq(Mux(cmd.go, first_j[k], nx_j[k])),
+                         cmd.sel_sh[k].eq(Mux(cmd.go, first_sh[k], nx_sh[k])),
+                         cmd.sel_en[k].eq(Mux(cmd.go, in_en[k], nx_en[k]))]
         return m
 
 

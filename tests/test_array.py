@@ -134,6 +134,8 @@ def run_array(cfg, mode, width_a, width_b, tiles, *, seed=0, idle=0.0, stall=0.0
             r, d = ctx.get(ready), ctx.get(done)
             for sched, row in zip(dut.schedules, dut.pes):
                 assert ctx.get(sched.ready) == r, state["cycle"]
+                # the schedules trust the array to start only while ready
+                assert not ctx.get(sched.start) or ctx.get(sched.ready), state["cycle"]
                 for pe in row:
                     assert ctx.get(pe.done) == d, state["cycle"]
 

@@ -21,9 +21,9 @@ from sim.tb.amaranth_tb import run_sim
 class Row(wiring.Component):
     """A schedule and ``n`` datapaths on its ``cmd`` (the test's harness)."""
 
-    def __init__(self, cfg, n, tag_bits):
+    def __init__(self, cfg, n, tag_bits, start_when_ready=False):
         self.cfg, self.n, self.tag_bits = cfg, n, tag_bits
-        self.sched = FMACSchedule(config=cfg)
+        self.sched = FMACSchedule(config=cfg, start_when_ready=start_when_ready)
         self.dps = [FMACDatapath(config=cfg, tag_bits=tag_bits) for _ in range(n)]
         super().__init__({})
 
@@ -36,11 +36,13 @@ class Row(wiring.Component):
         return m
 
 
+@pytest.mark.parametrize("start_when_ready", [False, True])
 @pytest.mark.parametrize("lanes", [1, 2, 4])
-def test_one_schedule_many_datapaths(lanes):
+def test_one_schedule_many_datapaths(lanes, start_when_ready):
+    """The harness starts only while ``ready``, as an array does (``start_when_ready``)."""
     cfg = FMACConfig(lanes=lanes)
     n, tag_bits = 3, 3
-    row = Row(cfg, n, tag_bits)
+    row = Row(cfg, n, tag_bits, start_when_ready)
     sched, dps = row.sched, row.dps
     rng = random.Random(40 + lanes)
     widths = cfg.widths
@@ -105,6 +107,8 @@ def test_invalid_arguments():
         FMACDatapath(config=FMACConfig(), tag_bits=-1)
     with pytest.raises(ValueError, match="FMACDatapath.tag_bits"):
         FMACDatapath(config=FMACConfig(), tag_bits=True)
+    with pytest.raises(TypeError, match="FMACSchedule.start_when_ready must be a bool"):
+        FMACSchedule(config=FMACConfig(), start_when_ready=1)
     with pytest.raises(TypeError, match="FMACStep.config must be an FMACConfig"):
         FMACStep(None)
     assert FMACStep(FMACConfig()) == FMACStep(FMACConfig())

@@ -202,7 +202,8 @@ class SystolicArray(wiring.Component):
         pes = [[None] * S for _ in range(S)]
         scheds = []
         for k in range(S):
-            sched = FMACSchedule(config=cfg.fmac)
+            # the array starts a beat only when the cores are ready (its beat timer)
+            sched = FMACSchedule(config=cfg.fmac, start_when_ready=True)
             m.submodules[f"row_{k}_schedule"] = sched
             scheds.append(sched)
             m.d.comb += [sched.width_a.eq(row_set[k].width_a),

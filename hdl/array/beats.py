@@ -173,10 +173,12 @@ class BeatAssembler(wiring.Component):
                         m.d.sync += [cnt_.eq(0), bank_.eq(~bank_)]
                     with m.Else():
                         m.d.sync += cnt_.eq(cnt_ + 1)
+            # beat ``emit`` of bank ``ebank``: element ``emit`` of every block row, each one
+            # select over both banks' elements (not a bank select of whole rows first)
+            esel = Cat(emit, ebank)
             cur_xexp = Signal(signed(cfg.exp_bits), name="cur_xexp")
             ew = len(cur_xexp)
-            m.d.comb += cur_xexp.eq(Mux(ebank, Cat(*xexp[1]).word_select(emit, ew),
-                                        Cat(*xexp[0]).word_select(emit, ew)))
+            m.d.comb += cur_xexp.eq(Cat(*xexp[0], *xexp[1]).word_select(esel, ew))
             es = Signal(side0, name="emit_side")
             m.d.comb += es.eq(Mux(ebank, xside[1], xside[0]))
             m.d.comb += [
@@ -193,14 +195,13 @@ class BeatAssembler(wiring.Component):
                 bflag.eq(Mux(ebank, xflag[1] | dflag[1], xflag[0] | dflag[0])),
                 beat_inv.eq(bflag[0]), beat_ovf.eq(bflag[1]),
             ]
+            el = mm + 1
             for j in range(S):
-                xs = Signal(elem_l, name=f"emit_x_{j}")
-                ds = Signal(elem_l, name=f"emit_d_{j}")
                 m.d.comb += [
-                    xs.eq(Mux(ebank, xblk[1][j], xblk[0][j])),
-                    ds.eq(Mux(ebank, dblk[1][j], dblk[0][j])),
-                    inp.h[j].eq(xs[emit].as_value()),
-                    inp.v[j].eq(ds[emit].as_value()),
+                    inp.h[j].eq(Cat(xblk[0][j].as_value(), xblk[1][j].as_value())
+                                .word_select(esel, el)),
+                    inp.v[j].eq(Cat(dblk[0][j].as_value(), dblk[1][j].as_value())
+                                .word_select(esel, el)),
                     dsc.exp[j].eq(cur_xexp + Mux(ebank, dexp[1][j], dexp[0][j]) - shift),
                 ]
             with m.If(issue):

@@ -160,9 +160,11 @@ class FMACSchedule(wiring.Component):
         last = Signal(name="last_step")               # ... and it is the product's last
         r_nb = Signal(range(maxc + 1), name="r_nb", init=1)
         left = Signal(range(max_pairs + 1), name="pairs_left")   # npairs - this step's 1st pair
-        # each lane's current pair (i, j) = (p // nb, p % nb) and the one it has in the next
-        # step, a step ahead in registers (so ``cmd`` comes from registers or, on ``go``, from
-        # the widths); a lane past the last pair is disabled and its (i, j) are don't-cares
+        # each lane's pair (i, j) = (p // nb, p % nb) in the next step, a step ahead in
+        # registers (so ``cmd`` comes from registers or, on ``go``, from the widths); a lane
+        # past the last pair is disabled and its (i, j) are don't-cares. ``lane_i``/``lane_j``
+        # (the current step's pair) drive nothing: synthesis drops them; the formal proof
+        # (formal/fmac.py, FMACSteps) reads them.
         lane_i = [Signal(idx_w, name=f"lane_{k}_i") for k in range(lanes)]
         lane_j = [Signal(idx_w, name=f"lane_{k}_j") for k in range(lanes)]
         nx_i = [Signal(idx_w, name=f"lane_{k}_next_i") for k in range(lanes)]

@@ -5,15 +5,15 @@ from amaranth.hdl import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..fmac_step import FMACDatapath, FMACStep
+from ..fmac_step import FMACDatapath, FMACStep, fmac_width_shape
 from .config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
 
 __all__ = ["elem_layout", "op_layout", "psum_layout", "width_shape", "PE"]
 
 
 def width_shape(config: ArrayConfig):
-    """A run-time mantissa width field (holds ``m`` itself)."""
-    return unsigned(config.max_mantissa.bit_length())
+    """A run-time mantissa width field (holds ``m`` itself): the fMAC's."""
+    return fmac_width_shape(config.fmac)
 
 
 def elem_layout(config: ArrayConfig) -> data.StructLayout:

@@ -1,5 +1,5 @@
 """Fast tier of the shared helpers in :mod:`hdl.lib`: ``LaneSum`` (lanes as an int or from a
-config), the FP32 bit-pattern tests, ``StreamRegister``, and that ``hdl.lib`` imports no block
+config), the FP32 bit-pattern tests, ``StreamRegister`` and ``StreamSkid``, and that ``hdl.lib`` imports no block
 package."""
 import subprocess
 import sys
@@ -12,7 +12,7 @@ from hdl.fp32.config import FP32Config
 from hdl.grad.config import GradConfig
 from hdl.lib.fp32bits import gt_zero, is_inf_or_nan, is_nan, order_key
 from hdl.lib.lanesum import LaneSum
-from hdl.lib.streamreg import StreamRegister
+from hdl.lib.streamreg import StreamRegister, StreamSkid
 from sim.model.optim import f32_bits, lane_sum
 from sim.tb.amaranth_tb import run_sim, stream_get, stream_put
 
@@ -151,6 +151,82 @@ def test_stream_register_order_rules_and_rate(idle, stall):
 def test_stream_register_rejects_non_shape():
     with pytest.raises(TypeError):
         StreamRegister("sixteen")
+
+
+@pytest.mark.parametrize("idle, stall", [(0.0, 0.0), (0.3, 0.5), (0.6, 0.2), (0.0, 0.7)])
+def test_stream_skid_order_rules_rate_and_registered_ready(idle, stall):
+    """300 words through the skid buffer with random idle cycles and backpressure: every word
+    once, in order; the stream rules hold on ``o``; ``i.ready`` is a register (it never changes
+    inside a cycle when ``o.ready`` does: the point of the buffer); without idle or
+    backpressure one word per cycle with no added latency."""
+    import random
+    dut = StreamSkid(16)
+    words = list(np.random.default_rng(4).integers(0, 1 << 16, 300))
+    got, offered, ended, sent = [], [], [], []
+    prng = random.Random(6)
+
+    async def producer(ctx):
+        for t, w in enumerate(words):
+            await stream_put(ctx, dut.i, int(w), rng=prng, idle_prob=idle)
+
+    async def consumer(ctx):
+        for _ in words:
+            got.append(await stream_get(ctx, dut.o, rng=prng, stall_prob=stall, raw=True))
+        ended.append(ctx.get(dut.o.valid))
+
+    async def rules(ctx):
+        held = None
+        async for _, _, valid, ready, payload, iv, ir in ctx.tick().sample(
+                dut.o.valid, dut.o.ready, dut.o.payload, dut.i.valid, dut.i.ready):
+            if held is not None:
+                assert valid and payload == held, "o dropped or changed an offered word"
+            held = payload if valid and not ready else None
+            offered.append(bool(valid and ready))
+            sent.append(bool(iv and ir))
+
+    run_sim(dut, producer, consumer, processes=[rules])
+    assert got == [int(w) for w in words]
+    assert ended == [0]
+    taken = [t for t, x in enumerate(offered) if x]
+    assert len(taken) == len(words) == sum(sent)
+    if not idle and not stall:      # one word per cycle, in the cycle it is offered
+        assert taken == list(range(taken[0], taken[0] + len(words)))
+        assert taken == [t for t, x in enumerate(sent) if x]
+
+
+def test_stream_skid_ready_is_a_register():
+    """Toggling ``o.ready`` inside a cycle never moves ``i.ready`` (a direct connection, or a
+    buffer whose ``ready`` were ``~full | o.ready``, would); a refused word is kept and offered
+    first, before the next one is taken."""
+    dut = StreamSkid(8)
+    log = {}
+
+    async def tb(ctx):
+        ctx.set(dut.i.valid, 1)
+        ctx.set(dut.i.payload, 0x11)
+        for r in (0, 1, 0):
+            ctx.set(dut.o.ready, r)
+            assert ctx.get(dut.i.ready) == 1
+        await ctx.tick()                    # 0x11 refused: into the buffer
+        ctx.set(dut.i.payload, 0x22)
+        readies = []
+        for r in (1, 0, 1):
+            ctx.set(dut.o.ready, r)
+            readies.append(ctx.get(dut.i.ready))
+            assert ctx.get(dut.o.payload) == 0x11 and ctx.get(dut.o.valid) == 1
+        log["held"] = readies
+        await ctx.tick()                    # 0x11 leaves; 0x22 was not taken
+        ctx.set(dut.o.ready, 1)
+        log["next"] = (ctx.get(dut.o.payload), ctx.get(dut.i.ready))
+
+    run_sim(dut, tb)
+    assert log["held"] == [0, 0, 0]
+    assert log["next"] == (0x22, 1)
+
+
+def test_stream_skid_rejects_non_shape():
+    with pytest.raises(TypeError):
+        StreamSkid("sixteen")
 
 
 def test_units_outside_a_datapath_are_checked():

@@ -51,6 +51,12 @@ class ArrayConfig(PresetMixin):
         instead of driving the pass start and everything it loads in the same cycle. Results
         and pass ``cycles`` are the same; each command is answered one cycle later
         (docs/array.md, *Host protocol*).
+    out_skid : bool
+        A skid buffer (:class:`hdl.lib.streamreg.StreamSkid`) on each quantizer's output (the
+        FPGA build): the beat assembler's ``ready`` (the array's, the tile's, the descriptor
+        FIFO's) ends at the buffer's register instead of running on into the converter's
+        pipeline enable, which reaches every stage of the converter. Results are the same
+        (docs/array.md, *Measured*).
     role_ports : bool
         The engine's scratchpad ports by role instead of by scratchpad (the training core,
         whose A, B and C are one address space behind a crossbar that routes by address):
@@ -83,6 +89,7 @@ class ArrayConfig(PresetMixin):
     dim_bits: int = 10
     req_reg: bool = False
     cmd_reg: bool = False
+    out_skid: bool = False
     role_ports: bool = False
     acc_lanes: int = 0
     mem_latency: int = 1
@@ -107,7 +114,7 @@ class ArrayConfig(PresetMixin):
             raise ValueError(f"ArrayConfig.mem_depth must be a power of two, "
                              f"not {self.mem_depth!r}")
         check_int("ArrayConfig", "dim_bits", self.dim_bits, lo=2, hi=16)
-        for name in ("req_reg", "cmd_reg", "role_ports"):
+        for name in ("req_reg", "cmd_reg", "out_skid", "role_ports"):
             check_bool("ArrayConfig", name, getattr(self, name))
         check_lanes("ArrayConfig", "acc_lanes", self.acc_lanes, self.size)
         check_int("ArrayConfig", "mem_latency", self.mem_latency, choices=(1, 2))

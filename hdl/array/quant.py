@@ -11,6 +11,7 @@ from amaranth.lib.wiring import In, Out
 from ..bfp.stat import QuantStat, stat_layout
 from ..formats import bfp_group_layout
 from ..lib.rotate import rotate_lanes
+from ..lib.streamreg import StreamSkid
 from .config import ArrayConfig
 from .pe import width_shape
 
@@ -226,16 +227,24 @@ class LineQuantizer(wiring.Component):
                     m.d.sync += col.eq(col + 1)
 
         # ---- converter output + sideband ----------------------------------------------------
+        # (``out_skid``: through a skid buffer, so the consumer's ``ready`` ends at its register
+        # instead of running on into the converter's pipeline enable and the side FIFO)
+        if cfg.out_skid:
+            skid = m.submodules.out_skid = StreamSkid(self.o.payload.shape())
+            wiring.connect(m, skid.o, wiring.flipped(self.o))
+            out, skid_busy = skid.i, skid.o.valid
+        else:
+            out, skid_busy = self.o, 0
         m.d.comb += [
-            self.o.valid.eq(conv.o.valid),
-            conv.o.ready.eq(self.o.ready),
-            self.o.payload.group.eq(conv.o.payload.group),
-            self.o.payload.invalid.eq(conv.o.payload.flags.invalid),
-            self.o.payload.overflow.eq(conv.o.payload.flags.overflow),
-            self.o.payload.side.eq(side_fifo.r_data[:sb]),
-            self.o.payload.col.eq(side_fifo.r_data[sb:]),
-            side_fifo.r_en.eq(self.o.valid & self.o.ready),
+            out.valid.eq(conv.o.valid),
+            conv.o.ready.eq(out.ready),
+            out.payload.group.eq(conv.o.payload.group),
+            out.payload.invalid.eq(conv.o.payload.flags.invalid),
+            out.payload.overflow.eq(conv.o.payload.flags.overflow),
+            out.payload.side.eq(side_fifo.r_data[:sb]),
+            out.payload.col.eq(side_fifo.r_data[sb:]),
+            side_fifo.r_en.eq(out.valid & out.ready),
         ]
         m.d.comb += self.busy.eq(in_flight | lf.r_rdy | (fill != 0) | blk_full[0] | blk_full[1]
-                                 | side_fifo.r_rdy)
+                                 | side_fifo.r_rdy | skid_busy)
         return m

@@ -252,7 +252,7 @@ class CoreConfig(PresetMixin):
                            exp_bits=self.exp_bits, noise_bits=self.noise_bits,
                            lfsr_seed=self.lfsr_seed, mem_depth=self.lines,
                            dim_bits=self.dim_bits, req_reg=self.matmul_regs,
-                           cmd_reg=self.matmul_regs, role_ports=True,
+                           cmd_reg=self.matmul_regs, out_skid=self.matmul_regs, role_ports=True,
                            acc_lanes=self.acc_lanes, mem_latency=2 if self.spad_reg else 1)
 
     @property

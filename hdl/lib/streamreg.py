@@ -1,11 +1,13 @@
 """A register slice on an ``amaranth.lib.stream`` connection (a pipeline register for timing)."""
 from __future__ import annotations
 
-from amaranth.hdl import Module, Shape, Signal
+from amaranth.hdl import Module, Mux, Shape, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["StreamRegister"]
+from .mustuse import used_if_rejected
+
+__all__ = ["StreamRegister", "StreamSkid"]
 
 
 class StreamRegister(wiring.Component):
@@ -35,7 +37,8 @@ class StreamRegister(wiring.Component):
     latency = 1
 
     def __init__(self, shape):
-        Shape.cast(shape)          # raises TypeError for a non-shape
+        with used_if_rejected(self):
+            Shape.cast(shape)      # raises TypeError for a non-shape
         self.shape = shape
         super().__init__({"i": In(stream.Signature(shape)),
                           "o": Out(stream.Signature(shape))})
@@ -48,4 +51,57 @@ class StreamRegister(wiring.Component):
             m.d.sync += valid.eq(self.i.valid)
             with m.If(self.i.valid):
                 m.d.sync += self.o.payload.eq(self.i.payload)
+        return m
+
+
+class StreamSkid(wiring.Component):
+    """A skid buffer on a stream: ``i.ready`` comes from a flip-flop, so whatever logic
+    computes the consumer's ``o.ready`` ends at this buffer instead of continuing into the
+    producer (a pipeline's stall enable, say). The forward path stays combinational.
+
+    ``i.ready`` is high while the one-word buffer is empty. A word offered on ``i`` and
+    refused by ``o`` is taken into the buffer; while the buffer holds a word, ``o`` offers it
+    and ``i`` waits. Full throughput while ``o.ready`` stays high. Every word leaves once, in
+    order; ``o`` obeys the stream rules when ``i`` does (a word offered and refused is offered
+    again, unchanged, from the buffer).
+
+    Latency: 0 cycles (a word offered on ``i`` while the buffer is empty is offered on ``o`` in
+    the same cycle). After ``o`` refused a word, ``i.ready`` is low for one cycle after
+    the buffer's word leaves: a producer that offers a new word exactly in that cycle waits a
+    cycle longer than on a direct connection (the price of the registered ``ready``).
+
+    Parameters
+    ----------
+    shape : shape-like
+        The payload's shape (a ``data`` layout is kept).
+
+    Members
+    -------
+    i : In(stream.Signature(shape))
+    o : Out(stream.Signature(shape))
+    """
+
+    latency = 0
+
+    def __init__(self, shape):
+        with used_if_rejected(self):
+            Shape.cast(shape)      # raises TypeError for a non-shape
+        self.shape = shape
+        super().__init__({"i": In(stream.Signature(shape)),
+                          "o": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        full = Signal(name="skid_full")
+        word = Signal(self.shape, name="skid_word")
+        m.d.comb += [
+            self.i.ready.eq(~full),
+            self.o.valid.eq(full | self.i.valid),
+            self.o.payload.eq(Mux(full, word, self.i.payload)),
+        ]
+        with m.If(full):
+            with m.If(self.o.ready):
+                m.d.sync += full.eq(0)
+        with m.Elif(self.i.valid & ~self.o.ready):
+            m.d.sync += [full.eq(1), word.eq(self.i.payload)]
         return m

@@ -86,15 +86,41 @@ class TileAligner(wiring.Component):
             x = self.i.payload.group.exp
             m.d.sync += e_t.eq(Mux((count == 0) | (x > e_t), x, e_t))
 
-        # the row being emitted, aligned with round-to-nearest-even
-        cur_exp = Signal(signed(eb), name="cur_exp")
+        # the row being emitted, aligned with round-to-nearest-even. Its elements and its
+        # alignment shift ``min(E_t - E_r, mm + 1)`` are registers, loaded a cycle ahead: row 0's
+        # as the tile's last row arrives (with the tile exponent that row makes), row r + 1's
+        # as row r leaves. So the row select and the exponent subtract are not on the path
+        # into the array's weight load; the rows leave in the same cycles.
+        assert S >= 2
         cur = Signal.like(rows[0], name="cur_elems")
-        for r in range(S):
-            with m.If(emit == r):
-                m.d.comb += [cur_exp.eq(exps[r]), cur.eq(rows[r])]
-        diff = Signal(signed(eb + 1), name="exp_diff")
         d = Signal(range(mm + 2), name="align_shift")
-        m.d.comb += [diff.eq(e_t - cur_exp), d.eq(Mux(diff > mm + 1, mm + 1, diff))]
+
+        def shift_of(tile_exp, row_exp, tag):
+            diff = Signal(signed(eb + 1), name=f"exp_diff_{tag}")
+            m.d.comb += diff.eq(tile_exp - row_exp)
+            return Mux(diff > mm + 1, mm + 1, diff)
+
+        nxt = Signal(range(S), name="next_row")
+        nxt_exp = Signal(signed(eb), name="next_row_exp")
+        nxt_elems = Signal.like(rows[0], name="next_row_elems")
+        m.d.comb += nxt.eq(emit + 1)
+        for r in range(1, S):
+            with m.If(nxt == r):
+                m.d.comb += [nxt_exp.eq(exps[r]), nxt_elems.eq(rows[r])]
+        last_in = Signal(name="last_row_in")
+        m.d.comb += last_in.eq(self.i.valid & self.i.ready & (count == S - 1))
+        x = self.i.payload.group.exp
+        # row 0's shift with the tile exponent max(E_t, x) that the last row x makes:
+        # max(clamp(E_t - E_0), clamp(x - E_0)) (both differences at once, no compare of x
+        # against E_t before the subtract)
+        d_kept = Signal.like(d, name="align_shift_kept")
+        d_last = Signal.like(d, name="align_shift_last")
+        m.d.comb += [d_kept.eq(shift_of(e_t, exps[0], "kept")),
+                     d_last.eq(Mux(x > exps[0], shift_of(x, exps[0], "last"), 0))]
+        with m.If(last_in):
+            m.d.sync += [cur.eq(rows[0]), d.eq(Mux(d_last > d_kept, d_last, d_kept))]
+        with m.Elif(self.o.valid & self.o.ready & (emit != S - 1)):
+            m.d.sync += [cur.eq(nxt_elems), d.eq(shift_of(e_t, nxt_exp, "next"))]
         out = self.o.payload
         for n in range(S):
             ext = Signal(2 * mm + 1, name=f"ext_{n}")

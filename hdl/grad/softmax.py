@@ -219,7 +219,7 @@ class SoftmaxXent(wiring.Component):
         # ---------------------------------------------------------------- row banks (z)
         m.submodules.zbuf = zmem = Memory(shape=32, depth=2 << col_bits, init=[])
         zw = zmem.write_port()
-        zr = zmem.read_port()
+        zr = zmem.read_port(transparent_for=(zw,))    # read a cycle ahead (EXP, below)
         full = Array(Signal(name=f"bank{b}_full") for b in range(2))
         b_n = Array(Signal(range(C + 1), name=f"bank{b}_n") for b in range(2))
         b_label = Array(Signal(16, name=f"bank{b}_label") for b in range(2))
@@ -279,7 +279,6 @@ class SoftmaxXent(wiring.Component):
             n_r.eq(b_n[rb]),
             last_slot.eq(Mux(n_r > lanes, n_r, lanes) - 1),
             can_exp.eq(full[rb] & (eres < D) & ((ei != 0) | (rows < K))),
-            zr.addr.eq(Cat(ei, rb)),
             row_start.eq(can_exp & (ei == 0)),
             e_take.eq(can_exp & (ei < n_r)),
         ]
@@ -310,7 +309,24 @@ class SoftmaxXent(wiring.Component):
         ]
         m.d.sync += [rows.eq(rows + row_start - row_done), eres.eq(eres + e_take - o_take)]
 
-        edf, d, e = self._exp_dataflow(m, ev, zr.data, e_mx)
+        # z is read a cycle ahead: the port's address is the slot EXP issues next (the one
+        # after ``ei`` when it issues now, else ``ei`` again), so the word is on the read data
+        # when that slot issues and is registered then (``exp_z``). The block RAM's read data
+        # then ends at a register, not in the subtraction's unpack stage; the same cycles.
+        # The port is transparent to the LOAD's write: a word written in the cycle of its
+        # read is read new (EXP issues from a bank only after it is full, so every word of
+        # it is written by the cycle before the slot's read).
+        nx_ei = Signal.like(ei, name="exp_next_slot")
+        nx_rb = Signal(name="exp_next_bank")
+        m.d.comb += [
+            nx_ei.eq(Mux(can_exp, Mux(ei == last_slot, 0, ei + 1), ei)),
+            nx_rb.eq(Mux(can_exp & (ei == last_slot), ~rb, rb)),
+            zr.addr.eq(Cat(nx_ei, nx_rb)),
+        ]
+        z_reg = Signal(32, name="exp_z")
+        with m.If(can_exp):
+            m.d.sync += z_reg.eq(zr.data)
+        edf, d, e = self._exp_dataflow(m, ev, z_reg, e_mx)
         # zt: the row's label element's z - max as it leaves the subtraction (rows follow each
         # other through it in order, so a running register and a FIFO write at the row's last
         # slot keep one zt per row)

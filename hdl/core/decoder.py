@@ -199,12 +199,13 @@ class Decoder(wiring.Component):
             ]
             oor.append(present[i] & (end[i] > cfg.lines))
             first = Signal(WIDE, name=f"first_bank{i}")
-            last = Signal(WIDE, name=f"last_bank{i}")
-            m.d.comb += [first.eq(start[i] >> bank_bits), last.eq((end[i] - 1) >> bank_bits)]
-            # bank b is touched when first <= b <= last (for b = 0: first == 0)
+            m.d.comb += first.eq(start[i] >> bank_bits)
+            # bank b is touched when first <= b <= last, the last line's bank: last >= b is
+            # end - 1 >= b * bank_depth, i.e. end > b * bank_depth, a compare of ``end``
+            # with a constant (no decrement after the two adders; for b = 0: first == 0)
             m.d.comb += banks[i].eq(Cat(*[
                 present[i] & (lines[i] != 0)
-                & ((first == 0) if b == 0 else ((first <= b) & (last >= b)))
+                & ((first == 0) if b == 0 else ((first <= b) & (end[i] > (b << bank_bits))))
                 for b in range(cfg.banks)]))
 
         # ---- stage 1 -> 2 ------------------------------------------------------------------------

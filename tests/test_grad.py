@@ -279,7 +279,7 @@ def test_softmax_rows_on_an_idle_unit(units):
     """Rows of 1, 2 and 3 classes, each sent to an idle unit (the next one after the last
     result): EXP reads a row's first word a cycle ahead, in the cycle the row's last word is
     written when the unit is idle -- the same word for a 1-class row. Every result bit-exact
-    (a read port not transparent to that write gives the word that was there before)."""
+    (without the bypass of that write the port gives the word that was there before)."""
     sim = _softmax_sim(units, False)
     dut = sim.dut
     rng = np.random.default_rng(31)

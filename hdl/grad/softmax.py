@@ -219,11 +219,14 @@ class SoftmaxXent(wiring.Component):
         # ---------------------------------------------------------------- row banks (z)
         m.submodules.zbuf = zmem = Memory(shape=32, depth=2 << col_bits, init=[])
         zw = zmem.write_port()
-        zr = zmem.read_port(transparent_for=(zw,))    # read a cycle ahead (EXP, below)
+        zr = zmem.read_port()       # read a cycle ahead (EXP, below)
         full = Array(Signal(name=f"bank{b}_full") for b in range(2))
         b_n = Array(Signal(range(C + 1), name=f"bank{b}_n") for b in range(2))
         b_label = Array(Signal(16, name=f"bank{b}_label") for b in range(2))
         b_mx = Array(Signal(32, name=f"bank{b}_max") for b in range(2))
+        # the bank's last EXP slot, max(n, lanes) - 1, registered with n (EXP's next read
+        # address depends on it)
+        b_last = Array(Signal(range(max(C, lanes)), name=f"bank{b}_last_slot") for b in range(2))
 
         # ---------------------------------------------------------------- LOAD
         wb = Signal(name="load_bank")
@@ -250,6 +253,7 @@ class SoftmaxXent(wiring.Component):
                 m.d.sync += [
                     lj.eq(0), wb.eq(~wb), full[wb].eq(1),
                     b_n[wb].eq(lj + 1), b_label[wb].eq(lab),
+                    b_last[wb].eq(Mux(lj + 1 > lanes, lj + 1, lanes) - 1),
                     b_mx[wb].eq(Mux(nan_next, QNAN, mx_next)),
                 ]
 
@@ -277,7 +281,7 @@ class SoftmaxXent(wiring.Component):
         can_exp = Signal(name="exp_issue")
         m.d.comb += [
             n_r.eq(b_n[rb]),
-            last_slot.eq(Mux(n_r > lanes, n_r, lanes) - 1),
+            last_slot.eq(b_last[rb]),
             can_exp.eq(full[rb] & (eres < D) & ((ei != 0) | (rows < K))),
             row_start.eq(can_exp & (ei == 0)),
             e_take.eq(can_exp & (ei < n_r)),
@@ -311,11 +315,14 @@ class SoftmaxXent(wiring.Component):
 
         # z is read a cycle ahead: the port's address is the slot EXP issues next (the one
         # after ``ei`` when it issues now, else ``ei`` again), so the word is on the read data
-        # when that slot issues and is registered then (``exp_z``). The block RAM's read data
-        # then ends at a register, not in the subtraction's unpack stage; the same cycles.
-        # The port is transparent to the LOAD's write: a word written in the cycle of its
-        # read is read new (EXP issues from a bank only after it is full, so every word of
-        # it is written by the cycle before the slot's read).
+        # when that slot issues and is registered then (``exp_z``, a fabric register after
+        # the block RAM's own read register). The block RAM's read data then ends at that
+        # register, not in the subtraction's unpack stage; the same cycles. A word LOAD
+        # writes in the cycle of its read (EXP issues from a bank only after it is full, so
+        # only the last word, of a one-word row) is taken from LOAD's registered write instead
+        # of the port's old word (a read port transparent to the write would let synthesis
+        # fold ``exp_z`` into the block RAM as its read register, the slow read data again in
+        # front of the subtraction).
         nx_ei = Signal.like(ei, name="exp_next_slot")
         nx_rb = Signal(name="exp_next_bank")
         m.d.comb += [
@@ -323,9 +330,15 @@ class SoftmaxXent(wiring.Component):
             nx_rb.eq(Mux(can_exp & (ei == last_slot), ~rb, rb)),
             zr.addr.eq(Cat(nx_ei, nx_rb)),
         ]
+        zr_addr_q = Signal.like(zr.addr, name="exp_read_addr")
+        zw_q = Signal(name="load_wrote")
+        zw_addr_q = Signal.like(zw.addr, name="load_write_addr")
+        zw_data_q = Signal(32, name="load_write_data")
+        m.d.sync += [zr_addr_q.eq(zr.addr), zw_q.eq(zw.en), zw_addr_q.eq(zw.addr),
+                     zw_data_q.eq(zw.data)]
         z_reg = Signal(32, name="exp_z")
         with m.If(can_exp):
-            m.d.sync += z_reg.eq(zr.data)
+            m.d.sync += z_reg.eq(Mux(zw_q & (zw_addr_q == zr_addr_q), zw_data_q, zr.data))
         edf, d, e = self._exp_dataflow(m, ev, z_reg, e_mx)
         # zt: the row's label element's z - max as it leaves the subtraction (rows follow each
         # other through it in order, so a running register and a FIFO write at the row's last

@@ -108,65 +108,22 @@ def test_fp32bits(bits, nan, nonfinite, pos):
     assert res["keys"] == sorted(res["keys"]) and len(set(res["keys"])) == len(res["keys"])
 
 
-@pytest.mark.parametrize("idle, stall", [(0.0, 0.0), (0.3, 0.5), (0.6, 0.2)])
-def test_stream_register_order_rules_and_rate(idle, stall):
-    """300 words through the slice with random idle cycles and backpressure: every word once,
-    in order; the stream rules hold on ``o`` every cycle (a word offered and not taken is
-    offered again, unchanged); without idle or backpressure one word per cycle after the
-    published latency (a slice that halved the rate, or added a cycle, fails)."""
+@pytest.mark.parametrize("stage", [StreamRegister, StreamSkid])
+@pytest.mark.parametrize("idle, stall", [(0.0, 0.0), (0.3, 0.5), (0.6, 0.2), (0.0, 0.7)])
+def test_stream_stage_order_rules_and_rate(stage, idle, stall):
+    """300 words through the register slice or the skid buffer with random idle cycles and
+    backpressure: every word once, in order; the stream rules hold on ``o`` every cycle (a
+    word offered and not taken is offered again, unchanged); without idle or backpressure one
+    word per cycle, each leaving the published ``latency`` cycles after it entered (a stage
+    that halved the rate, or added a cycle, fails)."""
     import random
-    dut = StreamRegister(16)
+    dut = stage(16)
     words = list(np.random.default_rng(3).integers(0, 1 << 16, 300))
-    got, offered, ended = [], [], []    # offered: a transfer on o, per cycle
+    got, offered, ended, sent = [], [], [], []    # offered / sent: a transfer on o / i
     prng = random.Random(5)
 
     async def producer(ctx):
         for w in words:
-            await stream_put(ctx, dut.i, int(w), rng=prng, idle_prob=idle)
-
-    async def consumer(ctx):
-        for _ in words:
-            got.append(await stream_get(ctx, dut.o, rng=prng, stall_prob=stall, raw=True))
-        ended.append(ctx.get(dut.o.valid))
-
-    async def rules(ctx):
-        held = None
-        async for _, _, valid, ready, payload in ctx.tick().sample(dut.o.valid, dut.o.ready,
-                                                                    dut.o.payload):
-            if held is not None:
-                assert valid and payload == held, "o dropped or changed an offered word"
-            held = payload if valid and not ready else None
-            offered.append(bool(valid and ready))
-
-    run_sim(dut, producer, consumer, processes=[rules])
-    assert got == [int(w) for w in words]
-    assert ended == [0]
-    taken = [t for t, x in enumerate(offered) if x]
-    assert len(taken) == len(words)
-    if not idle and not stall:      # one word per cycle, the first one latency cycles late
-        assert taken == list(range(taken[0], taken[0] + len(words)))
-        assert taken[0] == StreamRegister.latency
-
-
-def test_stream_register_rejects_non_shape():
-    with pytest.raises(TypeError):
-        StreamRegister("sixteen")
-
-
-@pytest.mark.parametrize("idle, stall", [(0.0, 0.0), (0.3, 0.5), (0.6, 0.2), (0.0, 0.7)])
-def test_stream_skid_order_rules_rate_and_registered_ready(idle, stall):
-    """300 words through the skid buffer with random idle cycles and backpressure: every word
-    once, in order; the stream rules hold on ``o``; ``i.ready`` is a register (it never changes
-    inside a cycle when ``o.ready`` does: the point of the buffer); without idle or
-    backpressure one word per cycle with no added latency."""
-    import random
-    dut = StreamSkid(16)
-    words = list(np.random.default_rng(4).integers(0, 1 << 16, 300))
-    got, offered, ended, sent = [], [], [], []
-    prng = random.Random(6)
-
-    async def producer(ctx):
-        for t, w in enumerate(words):
             await stream_put(ctx, dut.i, int(w), rng=prng, idle_prob=idle)
 
     async def consumer(ctx):
@@ -188,10 +145,17 @@ def test_stream_skid_order_rules_rate_and_registered_ready(idle, stall):
     assert got == [int(w) for w in words]
     assert ended == [0]
     taken = [t for t, x in enumerate(offered) if x]
-    assert len(taken) == len(words) == sum(sent)
-    if not idle and not stall:      # one word per cycle, in the cycle it is offered
+    entered = [t for t, x in enumerate(sent) if x]
+    assert len(taken) == len(entered) == len(words)
+    if not idle and not stall:      # one word per cycle, each latency cycles after it entered
         assert taken == list(range(taken[0], taken[0] + len(words)))
-        assert taken == [t for t, x in enumerate(sent) if x]
+        assert taken == [t + stage.latency for t in entered]
+
+
+@pytest.mark.parametrize("stage", [StreamRegister, StreamSkid])
+def test_stream_stage_rejects_non_shape(stage):
+    with pytest.raises(TypeError):
+        stage("sixteen")
 
 
 def test_stream_skid_ready_is_a_register():
@@ -222,11 +186,6 @@ def test_stream_skid_ready_is_a_register():
     run_sim(dut, tb)
     assert log["held"] == [0, 0, 0]
     assert log["next"] == (0x22, 1)
-
-
-def test_stream_skid_rejects_non_shape():
-    with pytest.raises(TypeError):
-        StreamSkid("sixteen")
 
 
 def test_units_outside_a_datapath_are_checked():

@@ -10,7 +10,18 @@ from .mustuse import used_if_rejected
 __all__ = ["StreamRegister", "StreamSkid"]
 
 
-class StreamRegister(wiring.Component):
+class _StreamStage(wiring.Component):
+    """A stage between two streams of the same payload ``shape``: ``i`` in, ``o`` out."""
+
+    def __init__(self, shape):
+        with used_if_rejected(self):
+            Shape.cast(shape)      # raises TypeError for a non-shape
+        self.shape = shape
+        super().__init__({"i": In(stream.Signature(shape)),
+                          "o": Out(stream.Signature(shape))})
+
+
+class StreamRegister(_StreamStage):
     """One register stage on a stream: ``o.payload`` and ``o.valid`` come from flip-flops, so
     whatever logic computes ``i.payload`` ends at this register instead of continuing into the
     consumer's logic.
@@ -36,13 +47,6 @@ class StreamRegister(wiring.Component):
 
     latency = 1
 
-    def __init__(self, shape):
-        with used_if_rejected(self):
-            Shape.cast(shape)      # raises TypeError for a non-shape
-        self.shape = shape
-        super().__init__({"i": In(stream.Signature(shape)),
-                          "o": Out(stream.Signature(shape))})
-
     def elaborate(self, platform):
         m = Module()
         valid = Signal(name="full")
@@ -54,7 +58,7 @@ class StreamRegister(wiring.Component):
         return m
 
 
-class StreamSkid(wiring.Component):
+class StreamSkid(_StreamStage):
     """A skid buffer on a stream: ``i.ready`` comes from a flip-flop, so whatever logic
     computes the consumer's ``o.ready`` ends at this buffer instead of continuing into the
     producer (a pipeline's stall enable, say). The forward path stays combinational.
@@ -82,13 +86,6 @@ class StreamSkid(wiring.Component):
     """
 
     latency = 0
-
-    def __init__(self, shape):
-        with used_if_rejected(self):
-            Shape.cast(shape)      # raises TypeError for a non-shape
-        self.shape = shape
-        super().__init__({"i": In(stream.Signature(shape)),
-                          "o": Out(stream.Signature(shape))})
 
     def elaborate(self, platform):
         m = Module()

@@ -1,4 +1,5 @@
-"""A register slice on an ``amaranth.lib.stream`` connection (a pipeline register for timing)."""
+"""Timing stages on an ``amaranth.lib.stream`` connection: a register slice (the data registered)
+and a skid buffer (the ``ready`` registered)."""
 from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Shape, Signal
@@ -70,9 +71,10 @@ class StreamSkid(_StreamStage):
     again, unchanged, from the buffer).
 
     Latency: 0 cycles (a word offered on ``i`` while the buffer is empty is offered on ``o`` in
-    the same cycle). After ``o`` refused a word, ``i.ready`` is low for one cycle after
-    the buffer's word leaves: a producer that offers a new word exactly in that cycle waits a
-    cycle longer than on a direct connection (the price of the registered ``ready``).
+    the same cycle). After ``o`` refused a word, ``i.ready`` stays low until the cycle after
+    the buffered word leaves: a producer whose next word is first offered in the cycle the
+    buffered word leaves waits a cycle longer than on a direct connection (the price of the
+    registered ``ready``).
 
     Parameters
     ----------

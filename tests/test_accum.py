@@ -47,33 +47,36 @@ def _model(lines, S: int, depth: int, mem0: np.ndarray) -> np.ndarray:
     return mem
 
 
-@pytest.mark.parametrize("acc_lanes, mem_latency, idle", [
-    (0, 1, 0.0), (0, 1, 0.4), (2, 1, 0.0), (2, 2, 0.3), (1, 2, 0.0)])
-def test_accumulator_repeated_lines_in_order(acc_lanes, mem_latency, idle):
-    """300 lines over 5 addresses (most lines find their address still in flight, many the
-    line just before), with ``acc_lanes`` edge converters (one line per cycle, or per
-    ``S / acc_lanes`` cycles) and a read latency of 1 or 2: the scratchpad ends equal to
-    adding the lines one by one in arrival order; one ``retire`` per line; ``hazard`` is
-    raised (the check waits). A check that missed the line started in the cycle before would
-    read its old value before that line's sum is written."""
+def _run(acc_lanes: int, mem_latency: int, idle: float, ahead: str, n: int = 300):
+    """``n`` random lines over 5 addresses through an accumulator with ``S = 4``; ``ahead``:
+    ``"off"`` (left unconnected), ``"on"`` (the next line, always), ``"some"`` (the next
+    line, its ``valid`` low at random). Returns the lines, the scratchpad, the model's and
+    the monitor's record: retire and hazard counts, and the cycles at which each line started
+    (its read issued a cycle later) and retired."""
     S = 4
     cfg = ArrayConfig(size=S, mem_depth=16, acc_lanes=acc_lanes, mem_latency=mem_latency,
                       role_ports=mem_latency == 2)
     dut = OutputAccumulator(config=cfg)
     rng = random.Random(acc_lanes * 10 + mem_latency + int(idle * 10))
-    lines = _lines(rng, S, 300, 5)
+    lines = _lines(rng, S, n, 5)
     mem0 = (np.arange(16 * S, dtype=F32).reshape(16, S) / F32(8)).astype(F32)
     want = _model(lines, S, 16, mem0)
     mem = mem0.copy()
-    seen = {"retire": 0, "hazard": 0, "done": False}
+    seen = {"retire": 0, "hazard": 0, "done": False, "starts": [], "retires": []}
 
     async def memory(ctx):
         reads = []                       # (cycles until the data is due, line address)
+        cycle = 0
         async for _, _, rd_en, rd_addr, wr_en, wr_addr, wr_data, retire, hazard in \
                 ctx.tick().sample(dut.rd_en, dut.rd_addr, dut.wr_en, dut.wr_addr,
                                   dut.wr_data, dut.retire, dut.hazard):
             seen["retire"] += retire
             seen["hazard"] += hazard
+            if rd_en:
+                seen["starts"].append(cycle - 1)
+            if retire:
+                seen["retires"].append(cycle)
+            cycle += 1
             if rd_en:                    # read before the write of the same edge
                 reads.append([mem_latency, mem[rd_addr].copy()])
             for lane in range(S):
@@ -87,18 +90,75 @@ def test_accumulator_repeated_lines_in_order(acc_lanes, mem_latency, idle):
             if due:
                 ctx.set(dut.rd_data, int.from_bytes(due[0][1].astype(F32).tobytes(), "little"))
 
+    def tell(ctx, ln, prng):
+        """Drive ``ahead`` with ``ln`` (None: no next line known)."""
+        known = ln is not None and (ahead == "on" or (ahead == "some" and prng.random() < 0.7))
+        ctx.set(dut.ahead.valid, known)
+        if ln is not None:
+            ctx.set(dut.ahead.addr, ln["addr"])
+            ctx.set(dut.ahead.write, ln["write"])
+
     async def driver(ctx):
         prng = random.Random(7)
-        for ln in lines:
-            await stream_put(ctx, dut.i, ln, rng=prng, idle_prob=idle)
+        for k, ln in enumerate(lines):
+            while idle and prng.random() < idle:
+                if ahead != "off":
+                    tell(ctx, ln, prng)          # valid low: the line it presents next
+                await ctx.tick()
+            if ahead != "off":                   # valid high: the line after it
+                tell(ctx, lines[k + 1] if k + 1 < len(lines) else None, prng)
+            ctx.set(dut.i.valid, 1)
+            ctx.set(dut.i.payload, ln)
+            await ctx.tick().until(dut.i.ready)
+            ctx.set(dut.i.valid, 0)
         for _ in range(2000):
             await ctx.tick()
             if not ctx.get(dut.busy):
                 break
         seen["done"] = not ctx.get(dut.busy)
 
-    run_sim(dut, driver, processes=[memory], max_cycles=20_000)
+    run_sim(dut, driver, processes=[memory], max_cycles=40_000)
     assert seen["done"], "lines still in flight 2,000 cycles after the last one"
+    return cfg, lines, mem, want, seen
+
+
+@pytest.mark.parametrize("acc_lanes, mem_latency, idle, ahead", [
+    (0, 1, 0.0, "on"), (0, 1, 0.4, "on"), (2, 1, 0.0, "on"), (2, 2, 0.3, "some"),
+    (1, 2, 0.0, "on"), (0, 1, 0.0, "off"), (0, 2, 0.3, "some"), (2, 1, 0.2, "off")])
+def test_accumulator_repeated_lines_in_order(acc_lanes, mem_latency, idle, ahead):
+    """300 lines over 5 addresses (most lines find their address still in flight, many the
+    line just before), with ``acc_lanes`` edge converters (one line per cycle, or per
+    ``S / acc_lanes`` cycles), a read latency of 1 or 2, and the next line told ahead or not:
+    the scratchpad ends equal to adding the lines one by one in arrival order; one ``retire``
+    per line; ``hazard`` is raised (the check waits). A check that missed the line started
+    in the cycle before would read its old value before that line's sum is written."""
+    _, lines, mem, want, seen = _run(acc_lanes, mem_latency, idle, ahead)
     assert seen["retire"] == len(lines)
     assert seen["hazard"] > 0
     assert np.array_equal(mem.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("acc_lanes, ahead", [(0, "on"), (2, "on"), (1, "on"), (0, "off"),
+                                              (2, "off")])
+def test_accumulator_starts_each_line_as_early_as_allowed(acc_lanes, ahead):
+    """Lines offered back to back: each starts in the first cycle the rules allow, no later:
+    its line before it has taken its ``F`` cycles, every earlier line to the same address
+    (that writes) has retired (in an earlier cycle) and fewer than ``DEPTH`` lines are in
+    flight; without ``ahead``, one cycle later than that after the line before (its check).
+    A check that kept a retiring line in flight, or lost the next line's check, starts
+    later; one that started a line too early gives a wrong sum (the test above)."""
+    cfg, lines, mem, want, seen = _run(acc_lanes, 1, 0.0, ahead, n=200)
+    assert np.array_equal(mem.view(np.uint32), want.view(np.uint32))
+    F = cfg.size // (acc_lanes or cfg.size)
+    starts, retires = seen["starts"], seen["retires"]
+    assert len(starts) == len(retires) == len(lines)
+    D = OutputAccumulator.DEPTH
+    for k in range(1, len(lines)):
+        bound = starts[k - 1] + F + (ahead == "off")
+        if lines[k]["write"]:
+            for j in range(k):
+                if lines[j]["write"] and lines[j]["addr"] == lines[k]["addr"]:
+                    bound = max(bound, retires[j] + 1)
+        if k >= D:
+            bound = max(bound, retires[k - D] + 1)
+        assert starts[k] == bound, (k, starts[k], bound)

@@ -1,7 +1,8 @@
-"""hdl.lib.blockfifo: BlockFIFO and RegBlockFIFO against a Python queue under random writes
-and reads (Amaranth simulator): the same entries in order, capacity ``depth``, an entry
-readable exactly ``VISIBLE`` cycles after its write, and reads back to back at full rate;
-both memories marked for block RAM."""
+"""hdl.lib.blockfifo: BlockFIFO and RegBlockFIFO (also with ``ahead``) against a Python queue
+under random writes and reads (Amaranth simulator): the same entries in order, capacity
+``depth``, an entry readable exactly ``VISIBLE`` cycles after its write, the entry after the
+head on ``n_data`` exactly when it is readable too, and reads back to back at full rate; every
+memory marked for block RAM."""
 import random
 from collections import deque
 
@@ -11,13 +12,26 @@ from amaranth.back import rtlil
 from hdl.lib.blockfifo import BlockFIFO, RegBlockFIFO
 from sim.tb.amaranth_tb import run_sim
 
-KINDS = [BlockFIFO, RegBlockFIFO]
+
+
+class AheadFIFO(RegBlockFIFO):
+    """RegBlockFIFO with ``ahead`` (its own class so that the tables below can name it)."""
+
+    def __init__(self, *, width, depth):
+        super().__init__(width=width, depth=depth, ahead=True)
+
+
+KINDS = [BlockFIFO, RegBlockFIFO, AheadFIFO]
+#: entries below ``depth`` under which each kind always takes a write
+SLACK = {BlockFIFO: 0, RegBlockFIFO: 2, AheadFIFO: 3}
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.__name__)
-@pytest.mark.parametrize("depth", [3, 5, 16])
+@pytest.mark.parametrize("depth", [3, 4, 5, 16])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_random_traffic_matches_a_queue(kind, depth, seed):
+    if kind is AheadFIFO and depth < 4:
+        pytest.skip("ahead needs depth >= 4 (its own test below)")
     rng = random.Random(seed * 100 + depth)
     dut = kind(width=12, depth=depth)
     written, read = [], []
@@ -36,16 +50,22 @@ def test_random_traffic_matches_a_queue(kind, depth, seed):
             # capacity and visibility as the class promises
             visible = sum(1 for _ in _prefix(queue, cycle))
             # room before this cycle's read: BlockFIFO takes an entry whenever it holds fewer
-            # than depth; RegBlockFIFO at least when fewer than depth - 2 (entries moving
-            # towards the empty head stage still count against the block RAM part)
+            # than depth; RegBlockFIFO at least when fewer than depth - 2 (depth - 3 with
+            # ahead: entries moving towards the empty stages still count against the block RAM
+            # part)
             room = bool(ctx.get(dut.w_rdy))
             assert not room or len(queue) < depth
-            if kind is BlockFIFO or len(queue) < depth - 2:
+            if len(queue) < depth - SLACK[kind]:
                 assert room == (len(queue) < depth)
             assert ctx.get(dut.r_rdy) == (visible > 0), (cycle, queue)
             assert ctx.get(dut.level) == len(queue)
             if visible:
                 assert ctx.get(dut.r_data) == queue[0][0]
+            if kind is AheadFIFO:
+                # the entry after the head, as soon as it is readable
+                assert ctx.get(dut.n_rdy) == (visible > 1), (cycle, queue)
+                if visible > 1:
+                    assert ctx.get(dut.n_data) == queue[1][0]
             if r_en and visible:
                 read.append(queue.popleft()[0])
             if w_en and room:
@@ -100,5 +120,12 @@ def test_memory_is_marked_for_block_ram(kind):
 
 @pytest.mark.parametrize("depth", [0, 2, 2.5, True])
 def test_reg_block_fifo_depth_is_checked(depth):
-    with pytest.raises(ValueError, match="RegBlockFIFO depth"):
+    with pytest.raises(ValueError, match="RegBlockFIFO depth must be an integer >= 3"):
         RegBlockFIFO(width=8, depth=depth)
+
+
+def test_reg_block_fifo_ahead_is_checked():
+    with pytest.raises(ValueError, match="RegBlockFIFO depth must be an integer >= 4 with ahead"):
+        RegBlockFIFO(width=8, depth=3, ahead=True)
+    with pytest.raises(TypeError, match="RegBlockFIFO ahead must be a bool"):
+        RegBlockFIFO(width=8, depth=8, ahead=1)

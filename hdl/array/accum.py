@@ -11,7 +11,7 @@ from ..fp32.add import FP32Add
 from ..lib.blockfifo import RegBlockFIFO
 from .config import ArrayConfig
 
-__all__ = ["acc_in_layout", "OutputAccumulator"]
+__all__ = ["acc_in_layout", "line_ahead_signature", "OutputAccumulator"]
 
 
 def acc_in_layout(config: ArrayConfig) -> data.StructLayout:
@@ -26,6 +26,14 @@ def acc_in_layout(config: ArrayConfig) -> data.StructLayout:
     })
 
 
+def line_ahead_signature(config: ArrayConfig) -> wiring.Signature:
+    """The producer's view of the line it presents next on the accumulator's ``i``: while
+    ``i.valid`` is low, the line it will present; while ``i.valid`` is high, the one after
+    it. ``valid`` says the producer knows that line (its ``addr`` and ``write`` flag)."""
+    return wiring.Signature({"valid": Out(1), "addr": Out(range(config.mem_depth)),
+                             "write": Out(1)})
+
+
 class OutputAccumulator(wiring.Component):
     """``mem[addr][l] = fp32(mem[addr][l] or +0.0) + fp32(value[l] * 2**exp[l])`` per line.
 
@@ -38,6 +46,13 @@ class OutputAccumulator(wiring.Component):
     ``addr`` is still in flight (read but not yet written back) waits, so repeated updates of
     one line are applied in arrival order (the golden model's accumulation order). At most
     ``DEPTH`` lines are in flight.
+
+    The in-flight check is a register: each cycle it is computed for the line on ``i`` in
+    the next cycle (the same line while it waits, else the line ``ahead`` names) against the
+    in-flight set of the next cycle (the line starting now added, the line retiring now
+    removed), so no address compare lies between ``i`` and the edge converters, the
+    scratchpad read or the ring. A line whose check was not computed ahead (``ahead.valid``
+    was low, e.g. ``ahead`` left unconnected) waits one cycle at its first part while it is.
 
     Members
     -------
@@ -55,6 +70,9 @@ class OutputAccumulator(wiring.Component):
         flag is clear): one strobe per accepted line, in order.
     hazard : Out(1)
         A valid input waits for an in-flight line (for the stall counter).
+    ahead : In(line_ahead_signature(config))
+        The line after the current one (:func:`line_ahead_signature`); with ``valid`` low
+        (unconnected), each line waits one cycle for its check.
     """
 
     DEPTH = 16
@@ -69,6 +87,7 @@ class OutputAccumulator(wiring.Component):
             "wr_addr": Out(range(config.mem_depth)), "wr_en": Out(config.size),
             "wr_data": Out(config.size * 32),
             "busy": Out(1), "retire": Out(1), "hazard": Out(1),
+            "ahead": In(line_ahead_signature(config)),
         })
 
     @property
@@ -115,9 +134,6 @@ class OutputAccumulator(wiring.Component):
         head = Signal(range(D), name="ring_head")
         count = Signal(range(D + 1), name="inflight")
         p = self.i.payload
-        hit = Signal(name="addr_hit")
-        m.d.comb += hit.eq(Cat(*[ring_valid[j] & (ring_addr[j] == p.addr)
-                                 for j in range(D)]).any())
         # a line enters the edge converters one part per cycle (part 0 .. F - 1) while it
         # stays on ``i``; it is checked (in-flight, room) at part 0 and taken at part F - 1
         part = Signal(range(F), name="in_part")
@@ -128,9 +144,13 @@ class OutputAccumulator(wiring.Component):
         feed = Signal(name="feed")              # a part enters the edge converters
         start = Signal(name="line_start")       # ... the line's first
         accept = Signal(name="accept")          # ... its last: the line leaves ``i``
+        # the check of the line on ``i``, computed in the cycle before (below): ``known``
+        # (computed for this line), ``wait`` (it writes a line still in flight)
+        known = Signal(name="check_known")
+        wait = Signal(name="check_wait")
         m.d.comb += [
-            in_ok.eq(~first_part | ((count < D) & ~(hit & p.write))),
-            self.hazard.eq(self.i.valid & first_part & hit & p.write),
+            in_ok.eq(~first_part | ((count < D) & known & ~wait)),
+            self.hazard.eq(self.i.valid & first_part & known & wait),
             # the edge converters and adders are never stalled (below), so always ready
             feed.eq(self.i.valid & in_ok),
             start.eq(feed & first_part),
@@ -229,6 +249,30 @@ class OutputAccumulator(wiring.Component):
                 with m.If(head == j):
                     m.d.sync += ring_valid[j].eq(0)
             m.d.sync += head.eq(Mux(head == D - 1, 0, head + 1))
+
+        # ---- the check for the next cycle's line ----------------------------------------------
+        # The in-flight set of the next cycle: each entry still valid and not retiring now,
+        # plus the line starting now. A line that stays on ``i`` keeps its address (stream
+        # rule); if it started now (F > 1), its later parts are not checked. Else the next
+        # line is the one ``ahead`` names.
+        live = [Signal(name=f"inflight_{j}_live") for j in range(D)]
+        for j in range(D):
+            m.d.comb += live[j].eq(ring_valid[j] & ~(retire & (head == j)))
+
+        def in_flight(addr):
+            return Cat(*[live[j] & (ring_addr[j] == addr) for j in range(D)]).any()
+
+        stay = Signal(name="check_stay")
+        wait_stay = Signal(name="check_wait_stay")
+        wait_ahead = Signal(name="check_wait_ahead")
+        m.d.comb += [
+            stay.eq(self.i.valid & ~accept),
+            wait_stay.eq(p.write & in_flight(p.addr)),
+            wait_ahead.eq(self.ahead.write & (in_flight(self.ahead.addr)
+                                              | (start & p.write & (p.addr == self.ahead.addr)))),
+        ]
+        m.d.sync += [known.eq(stay | self.ahead.valid),
+                     wait.eq(Mux(stay, wait_stay, wait_ahead))]
         with m.If(start & ~retire):
             m.d.sync += count.eq(count + 1)
         with m.Elif(retire & ~start):

@@ -210,6 +210,7 @@ class MatmulEngine(wiring.Component):
         connect(m, beats.desc, res.desc)
         connect(m, arr.out, res.out)
         connect(m, res.acc, acc.i)
+        connect(m, res.ahead, acc.ahead)
 
         # ---- scratchpad ports ---------------------------------------------------------------
         if pm is None:          # by role: the quantizers read, the accumulator (or the host)

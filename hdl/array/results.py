@@ -2,12 +2,12 @@
 lanes, exponents, flags) and go to the output accumulator."""
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..lib.blockfifo import RegBlockFIFO
-from .accum import acc_in_layout
+from .accum import acc_in_layout, line_ahead_signature
 from .array import array_out_layout
 from .config import ArrayConfig
 
@@ -44,6 +44,9 @@ class ResultJoin(wiring.Component):
         The array's output vectors.
     acc : Out(stream.Signature(acc_in_layout(config)))
         To the output accumulator.
+    ahead : Out(line_ahead_signature(config))
+        The accumulator's next line: the head descriptor's ``addr`` and ``write`` while
+        ``acc.valid`` is low, else the next descriptor's (both from registers).
     """
 
     def __init__(self, *, config: ArrayConfig, depth: int):
@@ -52,6 +55,7 @@ class ResultJoin(wiring.Component):
             "desc": In(stream.Signature(desc_layout(config))),
             "out": In(stream.Signature(array_out_layout(config))),
             "acc": Out(stream.Signature(acc_in_layout(config))),
+            "ahead": Out(line_ahead_signature(config)),
         })
 
     def elaborate(self, platform):
@@ -64,12 +68,16 @@ class ResultJoin(wiring.Component):
         # descriptor is written when its beat enters the array, its output vector comes out
         # at least 2S + 1 cycles later), and two entries more than ``depth`` keep ``ready``
         # high whenever it holds fewer than ``depth``, as a plain FIFO of ``depth`` would.
-        assert 2 * self.config.size + 1 >= RegBlockFIFO.VISIBLE
-        fifo = m.submodules.desc = RegBlockFIFO(width=dl.size, depth=self.depth + 2)
+        # The entry after the head is in a register too (``ahead``): the accumulator checks
+        # the next line's address a cycle early. A descriptor is in the head or after it a
+        # cycle after it is readable, so its check is ready before its output vector arrives.
+        assert 2 * self.config.size + 1 >= RegBlockFIFO.VISIBLE + 2
+        fifo = m.submodules.desc = RegBlockFIFO(width=dl.size, depth=self.depth + 3, ahead=True)
         m.d.comb += [fifo.w_data.eq(self.desc.payload), fifo.w_en.eq(self.desc.valid),
                      self.desc.ready.eq(fifo.w_rdy)]
         dh = Signal(dl, name="desc_head")
-        m.d.comb += dh.eq(fifo.r_data)
+        dn = Signal(dl, name="desc_next")
+        m.d.comb += [dh.eq(fifo.r_data), dn.eq(fifo.n_data)]
         ai = self.acc.payload
         m.d.comb += [
             self.acc.valid.eq(self.out.valid & fifo.r_rdy),
@@ -77,5 +85,8 @@ class ResultJoin(wiring.Component):
             fifo.r_en.eq(self.out.valid & self.acc.ready & fifo.r_rdy),
             ai.value.eq(self.out.payload.value), ai.exp.eq(dh.exp), ai.addr.eq(dh.addr),
             ai.mask.eq(dh.mask), ai.first.eq(dh.first), ai.write.eq(dh.write),
+            self.ahead.valid.eq(Mux(self.acc.valid, fifo.n_rdy, fifo.r_rdy)),
+            self.ahead.addr.eq(Mux(self.acc.valid, dn.addr, dh.addr)),
+            self.ahead.write.eq(Mux(self.acc.valid, dn.write, dh.write)),
         ]
         return m

@@ -28,45 +28,96 @@ class BlockFIFO(SyncFIFOBuffered):
 
 
 class RegBlockFIFO(Elaboratable, FIFOInterface):
-    """A :class:`BlockFIFO` of ``depth - 1`` entries followed by a one-entry stage in
-    flip-flops, the head: ``r_data`` is a fabric register, not the block RAM's read data
-    (an ECP5 ``DP16KD`` without its output register answers about 5.8 ns after the clock,
-    which the logic reading the head then adds to).
+    """A :class:`BlockFIFO` followed by a one-entry stage in flip-flops, the head: ``r_data``
+    is a fabric register, not the block RAM's read data (an ECP5 ``DP16KD`` without its output
+    register answers about 5.8 ns after the clock, which the logic reading the head then adds
+    to). With ``ahead``, a second stage in flip-flops holds the entry after the head,
+    ``n_data`` (valid with ``n_rdy``), so a reader can work on the next entry a cycle before
+    it reaches the head.
 
-    Same ports and rules as ``amaranth.lib.fifo.SyncFIFO`` (``fwft``), ``depth >= 3``; full
-    throughput (the stage refills in the cycle its entry is read). An entry written in cycle
-    ``t`` can be read from cycle ``t + 3`` (:attr:`VISIBLE`), one later than
-    :class:`BlockFIFO`'s. It holds up to ``depth`` entries and always takes one while it
-    holds fewer than ``depth - 2`` (``w_rdy`` is the block RAM part's: while the head stage
-    and the ``BlockFIFO``'s own head register are empty, entries on their way there fill its
-    memory's ``depth - 2``). Size it with that slack.
+    Same ports and rules as ``amaranth.lib.fifo.SyncFIFO`` (``fwft``), ``depth >= 3``
+    (``>= 4`` with ``ahead``); full throughput (the stages refill in the cycle an entry is
+    read). An entry written in cycle ``t`` can be read from cycle ``t + 3`` (:attr:`VISIBLE`),
+    one later than :class:`BlockFIFO`'s (with ``ahead`` too: an entry enters the empty head
+    straight from the block RAM part). It holds up to ``depth`` entries and always takes one
+    while it holds fewer than ``depth - 2`` (``depth - 3`` with ``ahead``; ``w_rdy`` is the
+    block RAM part's: while the stages and the ``BlockFIFO``'s own head register are empty,
+    entries on their way there fill its memory). Size it with that slack.
+
+    Parameters
+    ----------
+    width, depth : int
+    ahead : bool
+        Add the second stage and ``n_data``/``n_rdy``.
+
+    Members
+    -------
+    n_data : Signal(width), n_rdy : Signal(1)
+        With ``ahead``: the entry after the head, from a register (``n_rdy`` implies
+        ``r_rdy``).
     """
 
     VISIBLE = BlockFIFO.VISIBLE + 1
 
-    def __init__(self, *, width: int, depth: int):
-        if not isinstance(depth, int) or isinstance(depth, bool) or depth < 3:
+    def __init__(self, *, width: int, depth: int, ahead: bool = False):
+        if not isinstance(ahead, bool):
+            self._MustUse__silence = True
+            raise TypeError(f"RegBlockFIFO ahead must be a bool, not {ahead!r}")
+        low = 4 if ahead else 3
+        if not isinstance(depth, int) or isinstance(depth, bool) or depth < low:
             self._MustUse__silence = True        # no "never used" warning when rejected
-            raise ValueError(f"RegBlockFIFO depth must be an integer >= 3, not {depth!r}")
+            raise ValueError(f"RegBlockFIFO depth must be an integer >= {low}"
+                             f"{' with ahead' if ahead else ''}, not {depth!r}")
         super().__init__(width=width, depth=depth)
+        self.ahead = ahead
         self.level = Signal(range(depth + 1))
+        if ahead:
+            self.n_data = Signal(width)
+            self.n_rdy = Signal()
 
     def elaborate(self, platform):
         m = Module()
-        inner = m.submodules.inner = BlockFIFO(width=self.width, depth=self.depth - 1)
+        inner = m.submodules.inner = BlockFIFO(width=self.width,
+                                               depth=self.depth - 1 - self.ahead)
         full = Signal(name="head_valid")
-        take = Signal(name="head_load")               # the stage takes the inner head
+        free = Signal(name="head_free")               # the head is empty or read now
         m.d.comb += [
+            free.eq(~full | self.r_en),
             inner.w_data.eq(self.w_data), inner.w_en.eq(self.w_en),
             self.w_rdy.eq(inner.w_rdy),
-            take.eq(inner.r_rdy & (~full | self.r_en)),
-            inner.r_en.eq(take),
             self.r_rdy.eq(full),
-            self.level.eq(inner.level + full),
-            self.w_level.eq(self.level), self.r_level.eq(self.level),
         ]
-        with m.If(take):
-            m.d.sync += [self.r_data.eq(inner.r_data), full.eq(1)]
-        with m.Elif(self.r_en):
-            m.d.sync += full.eq(0)
+        if not self.ahead:
+            take = Signal(name="head_load")           # the head takes the inner head
+            m.d.comb += [take.eq(inner.r_rdy & free), inner.r_en.eq(take),
+                         self.level.eq(inner.level + full)]
+            with m.If(take):
+                m.d.sync += [self.r_data.eq(inner.r_data), full.eq(1)]
+            with m.Elif(self.r_en):
+                m.d.sync += full.eq(0)
+        else:
+            # the head refills from the second stage when that holds an entry, else straight
+            # from the block RAM part; the second stage refills from the block RAM part
+            # (the second stage is full only while the head is: n_rdy implies r_rdy)
+            nfull = self.n_rdy
+            take_n = Signal(name="head_load_next")
+            take_i = Signal(name="head_load_inner")
+            next_i = Signal(name="next_load_inner")
+            m.d.comb += [
+                take_n.eq(nfull & free),
+                take_i.eq(~nfull & inner.r_rdy & free),
+                next_i.eq(inner.r_rdy & ~take_i & (~nfull | take_n)),
+                inner.r_en.eq(take_i | next_i),
+                self.level.eq(inner.level + full + nfull),
+            ]
+            with m.If(take_n):
+                m.d.sync += [self.r_data.eq(self.n_data), full.eq(1)]
+            with m.Elif(take_i):
+                m.d.sync += [self.r_data.eq(inner.r_data), full.eq(1)]
+            with m.Elif(self.r_en):
+                m.d.sync += full.eq(0)
+            with m.If(next_i):
+                m.d.sync += [self.n_data.eq(inner.r_data), nfull.eq(1)]
+            with m.Elif(take_n):
+                m.d.sync += nfull.eq(0)
         return m

@@ -316,3 +316,37 @@ def test_decoder_named_cases(stages):
     for (name, (word, want)), (status, *_rest) in zip(cases.items(), got):
         assert expected(word, 0, 0)[1] == want, name
         assert status == want, f"{name}: {status} != {want}"
+
+
+@pytest.mark.parametrize("cfg", [dataclasses.replace(CFG, decode_stages=2), CFG.fpga()],
+                         ids=["tiny-staged", "tiny-fpga"])
+def test_decoder_ranges_and_banks_of_every_word(cfg):
+    """Every present range (start, lines) and its bank mask, and their union, against
+    :func:`operand_ranges` for every word, whatever its status: ranges past the scratchpad's
+    end (an end, start, product or loop span of ``lines`` or more), zero lines, large loop
+    offsets and spans (the decoder sums a range's end from its parts in two stages)."""
+    rng = random.Random(99)
+    L, D = cfg.lines, cfg.bank_depth
+    cases = []
+    for _ in range(500):
+        word = random_instruction(rng, cfg)
+        offset = rng.choice([0, 0, 1, D - 1, L - 1, L, L + 1, 1 << 20, (1 << 32) - 1])
+        span = rng.choice([0, 0, 1, D, L - 1, L, (1 << 31) + 5])
+        cases.append((word, offset, span, 1))
+    got = run_decoder(cases, cfg)
+    checked = 0
+    for (word, offset, span, _), (_, banks, hw_ranges, _) in zip(cases, got):
+        op, f = decode(word)
+        if op not in ARG_LAYOUTS:
+            continue
+        want = []
+        union = 0
+        for r in operand_ranges(op, f, cfg.size, offset=offset, span=span):
+            mask = sum(1 << b for b in r.banks(D) if b < cfg.banks)
+            union |= mask
+            want.append((r.start, r.lines, mask))
+        hw = [(r["start"], r["lines"], r["banks"]) for r in hw_ranges if r["read"] or r["write"]]
+        assert sorted(hw) == sorted(want), f"{disassemble(word)} +{offset} ~{span}: {hw} != {want}"
+        assert banks == union, f"{disassemble(word)}: banks {banks:#x} != {union:#x}"
+        checked += bool(want)
+    assert checked > 200

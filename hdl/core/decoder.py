@@ -13,7 +13,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..multi.topk import message_words
 from .config import CoreConfig
-from .isa import ADDR_BITS, INSTR, OPT_MAX_COUNT, Acc, Op, Rop, Status, Vop
+from .isa import ADDR_BITS, DIM_BITS, INSTR, OPT_MAX_COUNT, Acc, Op, Rop, Status, Vop
 
 __all__ = ["Decoder", "PORTS", "range_layout"]
 
@@ -99,19 +99,53 @@ class Decoder(wiring.Component):
 
         # ---- per-slot field, base lines, kind, loop flag ------------------------------------
         field = [Signal(ADDR_BITS, name=f"field{i}") for i in range(PORTS)]
-        base = [Signal(WIDE, name=f"base_lines{i}") for i in range(PORTS)]
         rd = [Signal(name=f"rd{i}") for i in range(PORTS)]
         wr = [Signal(name=f"wr{i}") for i in range(PORTS)]
         flag = [Signal(name=f"flag{i}") for i in range(PORTS)]
+        # the slots' line counts that are not products (0 where a product is taken, below)
+        other = [Signal(WIDE, name=f"other_lines{i}") for i in range(PORTS)]
 
         def slot(i, f, lines, r, w, fl=0):
-            return [field[i].eq(f), base[i].eq(lines), rd[i].eq(r), wr[i].eq(w), flag[i].eq(fl)]
+            return [field[i].eq(f), other[i].eq(lines), rd[i].eq(r), wr[i].eq(w),
+                    flag[i].eq(fl)]
 
-        n_vec = Signal(WIDE, name="vec_lines")
-        n_red = Signal(WIDE, name="red_lines")
-        n_sx = Signal(WIDE, name="sx_lines")
-        m.d.comb += [n_vec.eq(vec.rows * cdiv(vec.cols)), n_red.eq(red.rows * cdiv(red.cols)),
-                     n_sx.eq(sx.rows * cdiv(sx.cols))]
+        # The line-count products, one multiplier per slot 0..2, their operands picked by the
+        # opcode's two low bits alone (MATMUL 1, VEC 2, REDUCE 3, SOFTMAX_XENT 4), the first
+        # one forced to 0 for a slot that takes no product: no select after the multipliers
+        # (their results go straight into stage-0 registers; stage 1 adds them).
+        assert {Op.SOFTMAX_XENT & 3, Op.MATMUL & 3, Op.VEC & 3, Op.REDUCE & 3} == {0, 1, 2, 3}
+
+        def pick(by_op):
+            v = [None] * 4
+            for o, x in by_op.items():
+                v[o & 3] = x
+            v = [x if x is not None else by_op[Op.MATMUL] for x in v]
+            return Mux(op[1], Mux(op[0], v[3], v[2]), Mux(op[0], v[1], v[0]))
+
+        is_mm, is_vec, is_red, is_sx = (op == o for o in (Op.MATMUL, Op.VEC, Op.REDUCE,
+                                                          Op.SOFTMAX_XENT))
+        take = [Signal(name=f"take_prod{i}") for i in range(3)]
+        m.d.comb += [take[0].eq(is_mm | is_vec | is_red | is_sx),
+                     take[1].eq(is_mm | (is_vec & ~vec.bcast)),
+                     take[2].eq(is_mm | is_vec | is_sx)]
+        # a product not taken is 0 (its first factor is), and so is ``other`` of a slot that
+        # takes one: a slot's lines (before the loop span) are their sum
+        prod = [Signal(WIDE, name=f"prod_lines{i}") for i in range(3)]
+        m.d.comb += [
+            # slot 0: MATMUL a (M x K); VEC a, REDUCE a, SOFTMAX_XENT a (rows x cols)
+            prod[0].eq((pick({Op.MATMUL: mm.M, Op.VEC: vec.rows, Op.REDUCE: red.rows,
+                              Op.SOFTMAX_XENT: sx.rows}) & take[0].replicate(DIM_BITS))
+                       * cdiv(pick({Op.MATMUL: mm.K, Op.VEC: vec.cols, Op.REDUCE: red.cols,
+                                    Op.SOFTMAX_XENT: sx.cols}))),
+            # slot 1: MATMUL b (K x N); VEC b without broadcast
+            prod[1].eq((Mux(op[0], mm.K, vec.rows) & take[1].replicate(DIM_BITS))
+                       * cdiv(Mux(op[0], mm.N, vec.cols))),
+            # slot 2: MATMUL c (M x N); VEC d, SOFTMAX_XENT d
+            prod[2].eq((pick({Op.MATMUL: mm.M, Op.VEC: vec.rows, Op.SOFTMAX_XENT: sx.rows})
+                        & take[2].replicate(DIM_BITS))
+                       * cdiv(pick({Op.MATMUL: mm.N, Op.VEC: vec.cols,
+                                    Op.SOFTMAX_XENT: sx.cols}))),
+        ]
         reads_a = Signal(name="vec_reads_a")
         reads_b = Signal(name="vec_reads_b")
         m.d.comb += [
@@ -120,34 +154,31 @@ class Decoder(wiring.Component):
         ]
         with m.Switch(op):
             with m.Case(Op.MATMUL):
-                la = mm.M * cdiv(mm.K)
-                lb = mm.K * cdiv(mm.N)
-                lc = mm.M * cdiv(mm.N)
                 valid_mode = mm.mode <= 2
                 m.d.comb += [
-                    *slot(0, mm.a, la, valid_mode, mm.mode == 1, mm.loop[0]),
-                    *slot(1, mm.b, lb, valid_mode, mm.mode == 2, mm.loop[1]),
-                    *slot(2, mm.c, lc, valid_mode, mm.mode == 0, mm.loop[2]),
+                    *slot(0, mm.a, 0, valid_mode, mm.mode == 1, mm.loop[0]),
+                    *slot(1, mm.b, 0, valid_mode, mm.mode == 2, mm.loop[1]),
+                    *slot(2, mm.c, 0, valid_mode, mm.mode == 0, mm.loop[2]),
                 ]
             with m.Case(Op.VEC):
                 m.d.comb += [
-                    *slot(0, vec.a, n_vec, reads_a, 0, vec.loop[0]),
-                    *slot(1, vec.b, Mux(vec.bcast, cdiv(vec.cols), n_vec), reads_b, 0,
+                    *slot(0, vec.a, 0, reads_a, 0, vec.loop[0]),
+                    *slot(1, vec.b, Mux(vec.bcast, cdiv(vec.cols), 0), reads_b, 0,
                           vec.loop[1]),
-                    *slot(2, vec.d, n_vec, 0, 1, vec.loop[2]),
+                    *slot(2, vec.d, 0, 0, 1, vec.loop[2]),
                 ]
             with m.Case(Op.REDUCE):
                 sumsq = red.rop == Rop.SUMSQ
                 m.d.comb += [
-                    *slot(0, red.a, n_red, 1, 0, red.loop[0]),
+                    *slot(0, red.a, 0, 1, 0, red.loop[0]),
                     *slot(2, red.d, Mux(sumsq, 1, cdiv(red.cols)), ~sumsq & (red.acc != Acc.OFF),
                           1, red.loop[1]),
                 ]
             with m.Case(Op.SOFTMAX_XENT):
                 m.d.comb += [
-                    *slot(0, sx.a, n_sx, 1, 0, sx.loop[0]),
+                    *slot(0, sx.a, 0, 1, 0, sx.loop[0]),
                     *slot(1, sx.b, cdiv(sx.rows), 1, 0, sx.loop[1]),
-                    *slot(2, sx.d, n_sx, 0, 1, sx.loop[2]),
+                    *slot(2, sx.d, 0, 0, 1, sx.loop[2]),
                     *slot(3, sx.e, cdiv(sx.rows), 0, 1, sx.loop[3]),
                 ]
             with m.Case(Op.OPT):
@@ -175,37 +206,71 @@ class Decoder(wiring.Component):
             m.d.sync += r.eq(sig)
             return r
 
-        # ---- stage 0 -> 1: slot fields, line counts, kinds, loop flags ------------------------
-        field = [stage(f, 0, f"field{i}") for i, f in enumerate(field)]
-        base0 = [stage(b, 0, f"base_lines{i}") for i, b in enumerate(base)]
+        # A range's end (one past its last line) is start + lines = field + offset + other +
+        # span + prod: all but the product summed in stage 0 (from the held word, offset and
+        # span), so that the multipliers feed their stage-0 registers without logic, and a
+        # single adder, of that sum and the registered product, lies ahead of the bank masks
+        # and the address check in stage 1 (lines: other + span, then + prod).
+        start = [Signal(WIDE, name=f"start{i}") for i in range(PORTS)]
+        other_span = [Signal(WIDE, name=f"other_span{i}") for i in range(PORTS)]
+        end_np = [Signal(WIDE, name=f"end_noprod{i}") for i in range(PORTS)]
+        for i in range(PORTS):
+            m.d.comb += [start[i].eq(field[i] + Mux(flag[i], self.offset, 0)),
+                         other_span[i].eq(other[i] + Mux(flag[i], self.span, 0)),
+                         end_np[i].eq(start[i] + other_span[i])]
+
+        # ---- stage 0 -> 1: starts, line counts, kinds, loop flags -----------------------------
+        # The start outputs (registers with stages) take the start from the held inputs at
+        # every cycle, so after one cycle they hold it: stage 1 reads them (no stage-0 copy).
+        out = m.d.sync if piped else m.d.comb
+        out += [self.ranges[i].start.eq(start[i]) for i in range(PORTS)]
+        start = [self.ranges[i].start for i in range(PORTS)]
+        end_np = [stage(x, 0, f"end_noprod{i}") for i, x in enumerate(end_np)]
+        prod = [stage(x, 0, f"prod_lines{i}") for i, x in enumerate(prod)]
+        other_span = [stage(x, 0, f"other_span{i}") for i, x in enumerate(other_span)]
         rd0 = [stage(r, 0, f"rd{i}") for i, r in enumerate(rd)]
         wr0 = [stage(w, 0, f"wr{i}") for i, w in enumerate(wr)]
         flag0 = [stage(f, 0, f"flag{i}") for i, f in enumerate(flag)]
+        span_nz0 = stage(self.span != 0, 0, "span_nonzero")
 
         # ---- ranges and bank masks (stage 1) ---------------------------------------------------
         present = [Signal(name=f"present{i}") for i in range(PORTS)]
-        start = [Signal(WIDE, name=f"start{i}") for i in range(PORTS)]
         lines = [Signal(WIDE, name=f"lines{i}") for i in range(PORTS)]
         end = [Signal(WIDE, name=f"end{i}") for i in range(PORTS)]
         banks = [Signal(cfg.banks, name=f"banks{i}") for i in range(PORTS)]
         oor = []
         bank_bits = cfg.bank_bits
+        # The compares of ``end`` with constants up to the scratchpad's end L = 2**k (a power
+        # of two) on k + 1 bits: with both summands x (end_noprod) and n (the product) at most
+        # L (each tested on its own, from its register), end = x + n is their (k+2)-bit sum.
+        k = cfg.line_bits
+        assert cfg.lines == 1 << k
+        L = cfg.lines
         for i in range(PORTS):
+            x, n = end_np[i], (prod[i] if i < len(prod) else 0)
             m.d.comb += [
                 present[i].eq(rd0[i] | wr0[i]),
-                start[i].eq(field[i] + Mux(flag0[i], self.offset, 0)),
-                lines[i].eq(base0[i] + Mux(flag0[i], self.span, 0)),
-                end[i].eq(start[i] + lines[i]),          # one past the last line
+                lines[i].eq(n + other_span[i]),
+                end[i].eq(x + n),                        # one past the last line
             ]
-            oor.append(present[i] & (end[i] > cfg.lines))
+            end_lo = Signal(k + 2, name=f"end_low{i}")
+            m.d.comb += end_lo.eq(x[:k + 1] + (n[:k + 1] if i < len(prod) else 0))
+            n_gt = (n > L) if i < len(prod) else 0
+            n_ge = (n[k:] != 0) if i < len(prod) else 0
+            # end > L: one summand above L, else their narrow sum above it
+            oor.append(present[i] & ((x > L) | n_gt | (end_lo > L)))
             first = Signal(WIDE, name=f"first_bank{i}")
             m.d.comb += first.eq(start[i] >> bank_bits)
+            # lines != 0 without the adder (both summands >= 0)
+            nonempty = ((n != 0) if i < len(prod) else 0) | (other_span[i] != 0)
             # bank b is touched when first <= b <= last, the last line's bank: last >= b is
-            # end - 1 >= b * bank_depth, i.e. end > b * bank_depth, a compare of ``end``
-            # with a constant (no decrement after the two adders; for b = 0: first == 0)
+            # end - 1 >= b * bank_depth, i.e. end > b * bank_depth (< L): true when a summand
+            # is L or more, else the narrow sum's compare with the constant
+            x_ge = x[k:] != 0
             m.d.comb += banks[i].eq(Cat(*[
-                present[i] & (lines[i] != 0)
-                & ((first == 0) if b == 0 else ((first <= b) & (end[i] > (b << bank_bits))))
+                present[i] & nonempty
+                & ((first == 0) if b == 0 else
+                   ((first <= b) & (x_ge | n_ge | (end_lo > (b << bank_bits)))))
                 for b in range(cfg.banks)]))
 
         # ---- stage 1 -> 2 ------------------------------------------------------------------------
@@ -215,22 +280,21 @@ class Decoder(wiring.Component):
         # already, and takes precedence over ERR_BANK), and then every start and end is
         # < 2**nb_lines.
         nb_lines = cfg.lines.bit_length()
-        end = [stage(e[:nb_lines], 1, f"end{i}") for i, e in enumerate(end)]
         # one past the first iteration's lines (a loop's ranges are checked per iteration)
-        first_end = [stage((start[i] + base0[i])[:nb_lines], 1, f"first_end{i}")
-                     for i in range(PORTS)]
+        first_end = [stage((end[i][:nb_lines] - Mux(flag0[i], self.span, 0)[:nb_lines])
+                           [:nb_lines], 1, f"first_end{i}") for i in range(PORTS)]
+        end = [stage(e[:nb_lines], 1, f"end{i}") for i, e in enumerate(end)]
         rd = [stage(r, 1, f"rd{i}") for i, r in enumerate(rd0)]
         wr = [stage(w, 1, f"wr{i}") for i, w in enumerate(wr0)]
         flag = [stage(f, 1, f"flag{i}") for i, f in enumerate(flag0)]
-        out = m.d.sync if piped else m.d.comb
         for i in range(PORTS):
             r = self.ranges[i]
-            out += [r.start.eq(start[i]), r.lines.eq(lines[i]), r.read.eq(rd0[i]),
+            out += [r.lines.eq(lines[i]), r.read.eq(rd0[i]),
                     r.write.eq(wr0[i]), r.banks.eq(banks[i])]
         out += self.banks.eq(banks[0] | banks[1] | banks[2] | banks[3])
 
         # ---- bank conflicts and overlaps (stage 2) ---------------------------------------------
-        span_nz = stage(stage(self.span != 0, 0, "span_nonzero"), 1, "span_nonzero")
+        span_nz = stage(span_nz0, 1, "span_nonzero")
         sendrecv = stage(stage(op == Op.SENDRECV, 0, "sendrecv"), 1, "sendrecv")
 
         # two ranges that both read (or both write) may not share a bank

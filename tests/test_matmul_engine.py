@@ -377,6 +377,24 @@ def test_invalid_commands_rejected_memory_untouched(regs):
 
 
 @pytest.mark.parametrize("regs", [False, True], ids=["plain", "fpga_regs"])
+def test_address_check_at_the_boundary(regs):
+    """A pass whose operand ends exactly at ``mem_depth`` runs; one line further, or a base
+    past the end (up to the field's largest value, where ``depth - base`` is negative), is
+    ``ERR_ADDR``; for each of A, B and C. (The check compares the lines with the room above
+    the base, registered with the products under ``cmd_reg``.)"""
+    cfg = ArrayConfig(size=2, mem_depth=16, dim_bits=5, **_regs(regs))
+    top = (1 << (cfg.mem_depth - 1).bit_length() + 1) - 1      # largest base field value
+    cmds, want = [], []
+    # 2 x 2 x 2 at S = 2: each operand spans 2 lines
+    for base in ("base_a", "base_b", "base_c"):
+        for b, st in ((14, G.OK), (15, G.ERR_ADDR), (16, G.ERR_ADDR), (top, G.ERR_ADDR)):
+            cmds.append(G.MatmulCommand(FWD, 2, 2, 2, **{base: b}))
+            want.append(st)
+    got = passes_scenario(cfg, cmds, seed=6)
+    assert [g[0] for g in got] == want
+
+
+@pytest.mark.parametrize("regs", [False, True], ids=["plain", "fpga_regs"])
 def test_host_response_latency_published(regs):
     """A WRITE (and a STATUS) is answered ``latency`` cycles after its transfer on ``cmd``, a
     READ one cycle later (the registry's ``latency``: 1, and 2 with ``cmd_reg``, whose

@@ -2,7 +2,7 @@
 host scratchpad accesses), pass start and overlap, the two pass slots and the counters."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -64,11 +64,13 @@ def counters_layout() -> data.StructLayout:
 def pass_shape_layout(config: ArrayConfig) -> data.StructLayout:
     """Shape and addresses of a pass, as the line generators load them: ``dM``, ``dK``, ``dN``
     (dimensions), ``MT``, ``KT``, ``NT`` (tiles of ``S``), ``lda`` (lines per row of A),
-    ``ldb`` (lines per row of B and C), ``base_a``, ``base_b``, ``base_c``, ``accum``."""
+    ``ldb`` (lines per row of B and C), ``base_a``, ``base_b``, ``base_c``, ``accum``, and the
+    pass's ``mode`` (the generators keep their own copy: the loop limits they load with it
+    are right from the launch on)."""
     ab, db = _addr_bits(config), config.dim_bits
     return data.StructLayout({
         "dM": db, "dK": db, "dN": db, "MT": db, "KT": db, "NT": db, "lda": db, "ldb": db,
-        "base_a": ab, "base_b": ab, "base_c": ab, "accum": 1,
+        "base_a": ab, "base_b": ab, "base_c": ab, "accum": 1, "mode": 2,
     })
 
 
@@ -191,7 +193,9 @@ class PassControl(wiring.Component):
         # cycle it is computed.
         def validate_products(v):
             """The status of every check but the address one (``STATUS_OK`` if they pass),
-            the lines each operand spans, ``cdiv(K) * cdiv(N)`` and ``M * K``."""
+            the lines each operand spans, ``cdiv(K) * cdiv(N)``, ``M * K`` and the room
+            above each operand's base, ``depth - base`` (signed: negative past the end; no
+            adder then lies between a product and the address check)."""
             pre = Signal(3, name="cmd_status_pre")
             with m.If(v.mode > 2):
                 m.d.comb += pre.eq(STATUS_ERR_MODE)
@@ -209,15 +213,16 @@ class PassControl(wiring.Component):
             tiles_kn = Signal(2 * db, name="cmd_tiles_kn")
             mk = Signal(2 * db, name="cmd_mk")
             m.d.comb += [tiles_kn.eq(cdiv(v.K) * cdiv(v.N)), mk.eq(v.M * v.K)]
-            return [pre, *lines, tiles_kn, mk]
+            rooms = [Signal(signed(ab + 2), name=f"cmd_room_{x}") for x in "abc"]
+            m.d.comb += [r.eq(depth - b) for r, b in zip(rooms, (v.base_a, v.base_b, v.base_c))]
+            return [pre, *lines, tiles_kn, mk, *rooms]
 
-        def validate_rest(v, pre, la, lb, lc, tiles_kn, mk):
+        def validate_rest(v, pre, la, lb, lc, tiles_kn, mk, room_a, room_b, room_c):
             """Status, total beats and MACs of the command ``v`` from its products."""
             st = Signal(3, name="cmd_status_now")
             with m.If(pre != STATUS_OK):
                 m.d.comb += st.eq(pre)
-            with m.Elif((v.base_a + la > depth) | (v.base_b + lb > depth)
-                        | (v.base_c + lc > depth)):
+            with m.Elif((la > room_a) | (lb > room_b) | (lc > room_c)):
                 m.d.comb += st.eq(STATUS_ERR_ADDR)
             with m.Else():
                 m.d.comb += st.eq(STATUS_OK)
@@ -350,7 +355,7 @@ class PassControl(wiring.Component):
         shape_next = {"dM": c.M, "dK": c.K, "dN": c.N, "MT": cdiv(c.M), "KT": cdiv(c.K),
                       "NT": cdiv(c.N), "lda": cdiv(c.K), "ldb": cdiv(c.N),
                       "base_a": c.base_a, "base_b": c.base_b, "base_c": c.base_c,
-                      "accum": c.accumulate}
+                      "accum": c.accumulate, "mode": c.mode}
         m.d.comb += [self.shape[k].eq(v) for k, v in shape_next.items()]
         with m.If(start):       # idle engine: the datapath settings, counters and slot a
             m.d.sync += [

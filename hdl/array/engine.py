@@ -180,7 +180,7 @@ class MatmulEngine(wiring.Component):
             m.d.comb += [pm.mode.eq(mode), pm.running.eq(running)]
         for gen, launch, done in ((g0, ctl.launch, ctl.gen0_done),
                                   (g1, ctl.launch_rows, ctl.gen1_done)):
-            m.d.comb += [gen.mode.eq(mode), gen.running.eq(running), gen.launch.eq(launch),
+            m.d.comb += [gen.running.eq(running), gen.launch.eq(launch),
                          gen.shape.eq(ctl.shape), done.eq(gen.done)]
         m.d.comb += [ctl.issue.eq(beats.issue), ctl.beat_invalid.eq(beats.beat_invalid),
                      ctl.beat_overflow.eq(beats.beat_overflow), ctl.retire.eq(acc.retire)]

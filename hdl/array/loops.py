@@ -11,6 +11,12 @@ class NestedLoops:
 
     Not a component: it adds its logic to the module of the component using it.
 
+    ``last[j]`` (``c[j] == limits[j] - 1``) is a register, kept with the counters: a step
+    that moves ``c[j]`` to ``c[j] + 1`` sets it to ``c[j] + 2 == limits[j]``, one that wraps
+    ``c[j]`` to 0 to ``limits[j] == 1``, and :meth:`restart` to the latter for the limits the
+    nest will have. So no compare with a limit lies between the counters and a step's
+    enables (or a request's ``last`` flag). The limits must hold still between restarts.
+
     Parameters
     ----------
     m : Module
@@ -26,7 +32,7 @@ class NestedLoops:
     c : list of 4 Signals
         The counters.
     last : list of 4 Signals
-        ``c[j] == limits[j] - 1``.
+        ``c[j] == limits[j] - 1`` (registers).
     done : Signal, reset 1
         The nest has run out (set by the last :meth:`step`, cleared by :meth:`restart`).
     """
@@ -36,30 +42,38 @@ class NestedLoops:
         self.limits = limits
         self.last = [Signal(name=f"{name}_last{j}") for j in range(4)]
         self.done = Signal(name=f"{name}_done", init=1)
-        for j in range(4):
-            m.d.comb += self.last[j].eq(self.c[j] == self.limits[j] - 1)
         self.m = m
 
-    def restart(self):
-        """Sync statements: all counters to 0, ``done`` to 0."""
-        return [c.eq(0) for c in self.c] + [self.done.eq(0)]
+    def restart(self, limits):
+        """Sync statements: all counters to 0, ``done`` to 0, ``last`` for ``limits`` (the
+        values :attr:`limits` will have from the next cycle on)."""
+        return ([c.eq(0) for c in self.c] + [self.done.eq(0)]
+                + [last.eq(lim == 1) for last, lim in zip(self.last, limits)])
 
     def step(self):
         """Add the statements of one step (innermost first) to the current control block."""
         m = self.m
-        with m.If(self.last[3]):
-            m.d.sync += self.c[3].eq(0)
-            with m.If(self.last[2]):
-                m.d.sync += self.c[2].eq(0)
-                with m.If(self.last[1]):
-                    m.d.sync += self.c[1].eq(0)
-                    with m.If(self.last[0]):
-                        m.d.sync += [self.c[0].eq(0), self.done.eq(1)]
+        c, last, lim = self.c, self.last, self.limits
+
+        def wrap(j):
+            return [c[j].eq(0), last[j].eq(lim[j] == 1)]
+
+        def inc(j):
+            return [c[j].eq(c[j] + 1), last[j].eq(c[j] + 2 == lim[j])]
+
+        with m.If(last[3]):
+            m.d.sync += wrap(3)
+            with m.If(last[2]):
+                m.d.sync += wrap(2)
+                with m.If(last[1]):
+                    m.d.sync += wrap(1)
+                    with m.If(last[0]):
+                        m.d.sync += [*wrap(0), self.done.eq(1)]
                     with m.Else():
-                        m.d.sync += self.c[0].eq(self.c[0] + 1)
+                        m.d.sync += inc(0)
                 with m.Else():
-                    m.d.sync += self.c[1].eq(self.c[1] + 1)
+                    m.d.sync += inc(1)
             with m.Else():
-                m.d.sync += self.c[2].eq(self.c[2] + 1)
+                m.d.sync += inc(2)
         with m.Else():
-            m.d.sync += self.c[3].eq(self.c[3] + 1)
+            m.d.sync += inc(3)

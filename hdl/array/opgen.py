@@ -41,8 +41,8 @@ class OperandLineGen(wiring.Component):
     * BWD_WEIGHT: ``for mt: for kt: for nt: for j < S``: line ``(mt*S + j, kt)`` of X (A,
       zeros past ``M``), one block of ``S`` lines per dW tile ``(kt, nt)`` of B.
 
-    The shape is loaded from ``shape`` on ``launch``; requests are offered while ``running``
-    until the loop nest is done.
+    The shape and mode are loaded from ``shape`` on ``launch``; requests are offered while
+    ``running`` until the loop nest is done.
 
     Parameters
     ----------
@@ -52,7 +52,6 @@ class OperandLineGen(wiring.Component):
     -------
     req : Out(stream.Signature(line_req_layout(config, operand_side_layout(config).size)))
         To quantizer 0; ``side`` is an :func:`operand_side_layout`.
-    mode : In(2)
     running : In(1)
     launch : In(1)
     shape : In(pass_shape_layout(config))
@@ -65,7 +64,7 @@ class OperandLineGen(wiring.Component):
         super().__init__({
             "req": Out(stream.Signature(
                 line_req_layout(config, operand_side_layout(config).size))),
-            "mode": In(2), "running": In(1), "launch": In(1),
+            "running": In(1), "launch": In(1),
             "shape": In(pass_shape_layout(config)),
             "done": Out(1),
         })
@@ -75,9 +74,9 @@ class OperandLineGen(wiring.Component):
         cfg = self.config
         S, db = cfg.size, cfg.dim_bits
         lg = (S - 1).bit_length()
-        mode = self.mode
+        # the pass's mode, loaded with the shape (registers of this generator)
+        mode = Signal(2, name="g0_mode")
         is_bwd, is_bww = Signal(name="is_bwd_data"), Signal(name="is_bww")
-        m.d.comb += [is_bwd.eq(mode == BWD_DATA), is_bww.eq(mode == BWD_WEIGHT)]
         side0 = operand_side_layout(cfg)
 
         shp = pass_shape_layout(cfg)
@@ -90,12 +89,11 @@ class OperandLineGen(wiring.Component):
         lda, ldb, accum = regs["lda"], regs["ldb"], regs["accum"]
         base_a, base_b, base_c = regs["base_a"], regs["base_b"], regs["base_c"]
 
-        g0 = NestedLoops(m, "g0", db + 1, [
-            Mux(is_bww, MT, 1),
-            Mux(is_bwd, NT, KT),
-            Mux(is_bwd, KT, NT),
-            Mux(is_bww, S, dM),
-        ])
+        def limits(bwd, bww, s):
+            return [Mux(bww, s["MT"], 1), Mux(bwd, s["NT"], s["KT"]), Mux(bwd, s["KT"], s["NT"]),
+                    Mux(bww, S, s["dM"])]
+
+        g0 = NestedLoops(m, "g0", db + 1, limits(is_bwd, is_bww, regs))
         m.d.comb += self.done.eq(g0.done)
         g0_kt = Signal(db + 1, name="g0_kt")
         g0_nt = Signal(db + 1, name="g0_nt")
@@ -139,6 +137,9 @@ class OperandLineGen(wiring.Component):
         with m.If(self.req.valid & self.req.ready):
             g0.step()
         with m.If(self.launch):
-            m.d.sync += g0.restart()
-            m.d.sync += [r.eq(self.shape[k]) for k, r in regs.items()]
+            new = self.shape
+            new_bwd, new_bww = new.mode == BWD_DATA, new.mode == BWD_WEIGHT
+            m.d.sync += g0.restart(limits(new_bwd, new_bww, {k: new[k] for k in regs}))
+            m.d.sync += [r.eq(new[k]) for k, r in regs.items()]
+            m.d.sync += [mode.eq(new.mode), is_bwd.eq(new_bwd), is_bww.eq(new_bww)]
         return m

@@ -35,7 +35,6 @@ class TileRowGen(wiring.Component):
     -------
     req : Out(stream.Signature(line_req_layout(config, 1)))
         To quantizer 1 (``side`` unused, 0).
-    mode : In(2)
     running : In(1)
     launch : In(1)
     shape : In(pass_shape_layout(config))
@@ -47,7 +46,7 @@ class TileRowGen(wiring.Component):
         self.config = config
         super().__init__({
             "req": Out(stream.Signature(line_req_layout(config, 1))),
-            "mode": In(2), "running": In(1), "launch": In(1),
+            "running": In(1), "launch": In(1),
             "shape": In(pass_shape_layout(config)),
             "done": Out(1),
         })
@@ -57,19 +56,17 @@ class TileRowGen(wiring.Component):
         cfg = self.config
         S, db = cfg.size, cfg.dim_bits
         lg = (S - 1).bit_length()
-        mode = self.mode
-        is_bwd, is_bww = Signal(name="is_bwd_data"), Signal(name="is_bww")
-        m.d.comb += [is_bwd.eq(mode == BWD_DATA), is_bww.eq(mode == BWD_WEIGHT)]
+        # the pass's mode, loaded with the shape (registers of this generator)
+        is_bwd, is_bww = Signal(name="g1_is_bwd_data"), Signal(name="g1_is_bww")
         shp = pass_shape_layout(cfg)
         g1r = {k: Signal(shp[k].shape, name=f"g1_{k}")
                for k in ("MT", "KT", "NT", "dM", "dK", "dN", "base_b", "base_c", "ldb")}
 
-        g1 = NestedLoops(m, "g1", db + 1, [
-            Mux(is_bww, g1r["MT"], 1),
-            Mux(is_bwd, g1r["NT"], g1r["KT"]),
-            Mux(is_bwd, g1r["KT"], g1r["NT"]),
-            S,
-        ])
+        def limits(bwd, bww, s):
+            return [Mux(bww, s["MT"], 1), Mux(bwd, s["NT"], s["KT"]), Mux(bwd, s["KT"], s["NT"]),
+                    S]
+
+        g1 = NestedLoops(m, "g1", db + 1, limits(is_bwd, is_bww, g1r))
         m.d.comb += self.done.eq(g1.done)
         g1_kt = Signal(db + 1, name="g1_kt")
         g1_nt = Signal(db + 1, name="g1_nt")
@@ -94,6 +91,9 @@ class TileRowGen(wiring.Component):
         with m.If(self.req.valid & self.req.ready):
             g1.step()
         with m.If(self.launch):
-            m.d.sync += g1.restart()
-            m.d.sync += [r.eq(self.shape[k]) for k, r in g1r.items()]
+            new = self.shape
+            new_bwd, new_bww = new.mode == BWD_DATA, new.mode == BWD_WEIGHT
+            m.d.sync += g1.restart(limits(new_bwd, new_bww, {k: new[k] for k in g1r}))
+            m.d.sync += [r.eq(new[k]) for k, r in g1r.items()]
+            m.d.sync += [is_bwd.eq(new_bwd), is_bww.eq(new_bww)]
         return m

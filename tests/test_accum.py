@@ -49,8 +49,8 @@ def _model(lines, S: int, depth: int, mem0: np.ndarray) -> np.ndarray:
 
 def _run(acc_lanes: int, mem_latency: int, idle: float, ahead: str, n: int = 300):
     """``n`` random lines over 5 addresses through an accumulator with ``S = 4``; ``ahead``:
-    ``"off"`` (left unconnected), ``"on"`` (the next line, always), ``"some"`` (the next
-    line, its ``valid`` low at random). Returns the lines, the scratchpad, the model's and
+    ``"off"`` (``head`` from ``i`` alone, ``next`` unknown), ``"on"`` (both, always),
+    ``"some"`` (both, each ``valid`` low at random). Returns the lines, the scratchpad, the model's and
     the monitor's record: retire and hazard counts, and the cycles at which each line started
     (its read issued a cycle later) and retired."""
     S = 4
@@ -90,27 +90,32 @@ def _run(acc_lanes: int, mem_latency: int, idle: float, ahead: str, n: int = 300
             if due:
                 ctx.set(dut.rd_data, int.from_bytes(due[0][1].astype(F32).tobytes(), "little"))
 
-    def tell(ctx, ln, prng):
-        """Drive ``ahead`` with ``ln`` (None: no next line known)."""
-        known = ln is not None and (ahead == "on" or (ahead == "some" and prng.random() < 0.7))
-        ctx.set(dut.ahead.valid, known)
+    def tell(ctx, port, ln, known):
+        """Drive ``ahead.head`` or ``ahead.next`` with ``ln`` (None: unknown)."""
+        port = getattr(dut.ahead, port)
+        ctx.set(port.valid, ln is not None and known)
         if ln is not None:
-            ctx.set(dut.ahead.addr, ln["addr"])
-            ctx.set(dut.ahead.write, ln["write"])
+            ctx.set(port.addr, ln["addr"])
+            ctx.set(port.write, ln["write"])
 
     async def driver(ctx):
         prng = random.Random(7)
         for k, ln in enumerate(lines):
+            nxt = lines[k + 1] if k + 1 < len(lines) else None
             while idle and prng.random() < idle:
-                if ahead != "off":
-                    tell(ctx, ln, prng)          # valid low: the line it presents next
+                # valid low: ``head`` names the line to come when the producer knows it
+                tell(ctx, "head", ln, ahead == "on" or (ahead == "some" and prng.random() < .7))
+                tell(ctx, "next", nxt, ahead == "on")
                 await ctx.tick()
-            if ahead != "off":                   # valid high: the line after it
-                tell(ctx, lines[k + 1] if k + 1 < len(lines) else None, prng)
+            # valid high: ``head`` is the line on ``i``; "off" knows nothing after it
+            tell(ctx, "head", ln, True)
+            tell(ctx, "next", nxt, ahead == "on" or (ahead == "some" and prng.random() < .7))
             ctx.set(dut.i.valid, 1)
             ctx.set(dut.i.payload, ln)
             await ctx.tick().until(dut.i.ready)
             ctx.set(dut.i.valid, 0)
+        tell(ctx, "head", None, False)
+        tell(ctx, "next", None, False)
         for _ in range(2000):
             await ctx.tick()
             if not ctx.get(dut.busy):
@@ -144,7 +149,7 @@ def test_accumulator_starts_each_line_as_early_as_allowed(acc_lanes, ahead):
     """Lines offered back to back: each starts in the first cycle the rules allow, no later:
     its line before it has taken its ``F`` cycles, every earlier line to the same address
     (that writes) has retired (in an earlier cycle) and fewer than ``DEPTH`` lines are in
-    flight; without ``ahead``, one cycle later than that after the line before (its check).
+    flight; with ``head`` alone, one cycle later than that after the line before (its check).
     A check that kept a retiring line in flight, or lost the next line's check, starts
     later; one that started a line too early gives a wrong sum (the test above)."""
     cfg, lines, mem, want, seen = _run(acc_lanes, 1, 0.0, ahead, n=200)

@@ -27,11 +27,14 @@ def acc_in_layout(config: ArrayConfig) -> data.StructLayout:
 
 
 def line_ahead_signature(config: ArrayConfig) -> wiring.Signature:
-    """The producer's view of the line it presents next on the accumulator's ``i``: while
-    ``i.valid`` is low, the line it will present; while ``i.valid`` is high, the one after
-    it. ``valid`` says the producer knows that line (its ``addr`` and ``write`` flag)."""
-    return wiring.Signature({"valid": Out(1), "addr": Out(range(config.mem_depth)),
+    """The producer's next two lines for the accumulator's ``i``, each its ``valid`` (the
+    producer knows the line), ``addr`` and ``write`` flag: ``head``, the line on ``i`` (while
+    ``i.valid`` is low: the line it will present next), and ``next``, the line after it. A
+    producer that knows no line ahead drives ``head`` from ``i`` (valid with ``i.valid``)
+    and leaves ``next.valid`` low."""
+    line = wiring.Signature({"valid": Out(1), "addr": Out(range(config.mem_depth)),
                              "write": Out(1)})
+    return wiring.Signature({"head": Out(line), "next": Out(line)})
 
 
 class OutputAccumulator(wiring.Component):
@@ -48,11 +51,12 @@ class OutputAccumulator(wiring.Component):
     ``DEPTH`` lines are in flight.
 
     The in-flight check is a register: each cycle it is computed for the line on ``i`` in
-    the next cycle (the same line while it waits, else the line ``ahead`` names) against the
-    in-flight set of the next cycle (the line starting now added, the line retiring now
-    removed), so no address compare lies between ``i`` and the edge converters, the
-    scratchpad read or the ring. A line whose check was not computed ahead (``ahead.valid``
-    was low, e.g. ``ahead`` left unconnected) waits one cycle at its first part while it is.
+    the next cycle (``ahead.next`` if the line on ``i`` is taken now, else ``ahead.head``)
+    against the in-flight set of the next cycle (the line starting now added, the line
+    retiring now removed), so no address compare lies between ``i`` and the edge converters,
+    the scratchpad read or the ring, and ``i.valid`` only selects between two finished
+    checks. A line whose check was not computed ahead (that line's ``valid`` was low) waits
+    one cycle at its first part while it is.
 
     Members
     -------
@@ -71,8 +75,8 @@ class OutputAccumulator(wiring.Component):
     hazard : Out(1)
         A valid input waits for an in-flight line (for the stall counter).
     ahead : In(line_ahead_signature(config))
-        The line after the current one (:func:`line_ahead_signature`); with ``valid`` low
-        (unconnected), each line waits one cycle for its check.
+        The producer's next two lines (:func:`line_ahead_signature`). With only ``head``
+        (driven from ``i``), each line waits one cycle for its check.
     """
 
     DEPTH = 16
@@ -252,9 +256,10 @@ class OutputAccumulator(wiring.Component):
 
         # ---- the check for the next cycle's line ----------------------------------------------
         # The in-flight set of the next cycle: each entry still valid and not retiring now,
-        # plus the line starting now. A line that stays on ``i`` keeps its address (stream
-        # rule); if it started now (F > 1), its later parts are not checked. Else the next
-        # line is the one ``ahead`` names.
+        # plus the line starting now. The next cycle's line is ``ahead.next`` if the line on
+        # ``i`` is taken now; else ``ahead.head``: the line on ``i`` (it keeps its address, a
+        # stream rule; if it started now, F > 1, its later parts are not checked), or the
+        # line to come while ``i`` is idle (nothing starts then).
         live = [Signal(name=f"inflight_{j}_live") for j in range(D)]
         for j in range(D):
             m.d.comb += live[j].eq(ring_valid[j] & ~(retire & (head == j)))
@@ -262,17 +267,16 @@ class OutputAccumulator(wiring.Component):
         def in_flight(addr):
             return Cat(*[live[j] & (ring_addr[j] == addr) for j in range(D)]).any()
 
-        stay = Signal(name="check_stay")
-        wait_stay = Signal(name="check_wait_stay")
-        wait_ahead = Signal(name="check_wait_ahead")
+        hd, nx = self.ahead.head, self.ahead.next
+        wait_head = Signal(name="check_wait_head")
+        wait_next = Signal(name="check_wait_next")
         m.d.comb += [
-            stay.eq(self.i.valid & ~accept),
-            wait_stay.eq(p.write & in_flight(p.addr)),
-            wait_ahead.eq(self.ahead.write & (in_flight(self.ahead.addr)
-                                              | (start & p.write & (p.addr == self.ahead.addr)))),
+            wait_head.eq(hd.write & in_flight(hd.addr)),
+            wait_next.eq(nx.write & (in_flight(nx.addr)
+                                     | (start & p.write & (p.addr == nx.addr)))),
         ]
-        m.d.sync += [known.eq(stay | self.ahead.valid),
-                     wait.eq(Mux(stay, wait_stay, wait_ahead))]
+        m.d.sync += [known.eq(Mux(accept, nx.valid, hd.valid)),
+                     wait.eq(Mux(accept, wait_next, wait_head))]
         with m.If(start & ~retire):
             m.d.sync += count.eq(count + 1)
         with m.Elif(retire & ~start):

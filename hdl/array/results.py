@@ -2,7 +2,7 @@
 lanes, exponents, flags) and go to the output accumulator."""
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -45,8 +45,8 @@ class ResultJoin(wiring.Component):
     acc : Out(stream.Signature(acc_in_layout(config)))
         To the output accumulator.
     ahead : Out(line_ahead_signature(config))
-        The accumulator's next line: the head descriptor's ``addr`` and ``write`` while
-        ``acc.valid`` is low, else the next descriptor's (both from registers).
+        The accumulator's next two lines: the head descriptor's and the next one's ``addr``
+        and ``write`` (both from registers).
     """
 
     def __init__(self, *, config: ArrayConfig, depth: int):
@@ -85,8 +85,9 @@ class ResultJoin(wiring.Component):
             fifo.r_en.eq(self.out.valid & self.acc.ready & fifo.r_rdy),
             ai.value.eq(self.out.payload.value), ai.exp.eq(dh.exp), ai.addr.eq(dh.addr),
             ai.mask.eq(dh.mask), ai.first.eq(dh.first), ai.write.eq(dh.write),
-            self.ahead.valid.eq(Mux(self.acc.valid, fifo.n_rdy, fifo.r_rdy)),
-            self.ahead.addr.eq(Mux(self.acc.valid, dn.addr, dh.addr)),
-            self.ahead.write.eq(Mux(self.acc.valid, dn.write, dh.write)),
+            self.ahead.head.valid.eq(fifo.r_rdy), self.ahead.head.addr.eq(dh.addr),
+            self.ahead.head.write.eq(dh.write),
+            self.ahead.next.valid.eq(fifo.n_rdy), self.ahead.next.addr.eq(dn.addr),
+            self.ahead.next.write.eq(dn.write),
         ]
         return m

@@ -294,3 +294,35 @@ def test_load_while_streaming(seed):
     sim.add_testbench(tb)
     sim.run()
     assert counts["loads"] > 10 and counts["dropped"] > 2
+
+
+@pytest.mark.parametrize("seed", [41, 42])
+def test_exponent_offsets_around_renormalisation(seed):
+    """Named edge case, 12-bit sums, groups back to back: each group's exponent is the
+    accumulator's plus a random offset in -16..16 (beyond the 12-bit range both ways: the
+    accumulator or the group shifted out entirely), so group and accumulator win, lose and
+    tie right after renormalisations (the accumulator is held before its renormalisation and
+    the shifts are registered a cycle ahead as one-hot selects, for either ``ovf``). Checked
+    on the model's updates that every case occurs."""
+    rng = np.random.default_rng(seed)
+    bits = TINY.max_mantissa + 4
+    q = QuantStatModel(TINY, stat_bits=bits)
+    words, cases = [], set()
+    for k in range(160):
+        before = q.state
+        off = int(rng.integers(-16, 17)) if k % 3 else int(rng.integers(-1, 2))
+        e = int(np.clip(before.exp + off, -100, 100)) if before.seen else 0
+        v = (rng.uniform(1.0, 1.99, TINY.group_size).astype(np.float32)
+             * np.float32(2.0) ** e)
+        words.append(bfp.pack_fp32_group(v, TINY, int(rng.choice([2, 4])),
+                                         bfp.ROUND_NEAREST))
+        q.accept(words[-1])
+        after = q.state
+        if before.seen:
+            d = e - before.exp
+            cases.add("flush_acc" if d >= bits else "flush_grp" if -d >= bits
+                      else "win" if d > 0 else "tie" if d == 0 else "lose")
+            if after.exp == max(e, before.exp) + 1:
+                cases.add("renorm")
+    assert cases >= {"flush_acc", "flush_grp", "win", "tie", "lose", "renorm"}
+    check(TINY, [words], stat_bits=bits, seed=seed)

@@ -101,26 +101,38 @@ def converter_latency(config: BFPConfig) -> int:
     return max(2, tree_levels(config.group_size)) + 3
 
 
-def _max4(m: Module, values: list, *, name: str) -> list:
-    """One level of the maximum tree: the maximum of each run of up to 4 ``values``.
+def _max4_compare(m: Module, values: list, *, name: str) -> list:
+    """The pairwise comparisons of one level of the maximum tree: for each run of up to 4
+    ``values``, ``{(a, b): run[a] >= run[b]}`` (a < b), made in parallel."""
+    out = []
+    for c in range(0, len(values), 4):
+        run = values[c:c + 4]
+        ge = {}
+        for a in range(len(run)):
+            for b in range(a + 1, len(run)):
+                g = Signal(name=f"{name}_{c // 4}_ge_{a}_{b}")
+                m.d.comb += g.eq(run[a] >= run[b])
+                ge[a, b] = g
+        out.append(ge)
+    return out
 
-    All pairwise comparisons of a run are made in parallel; the winner (the value no other
-    beats, ties going to the lower index) is selected with an AND-OR mux, so a level costs one
-    comparator plus about three LUTs instead of two dependent comparator + mux levels.
+
+def _max4_select(m: Module, values: list, ges: list, *, name: str) -> list:
+    """The rest of one level of the maximum tree: the maximum of each run of up to 4 ``values``
+    from its comparisons ``ges`` (:func:`_max4_compare`, possibly registered).
+
+    The winner (the value no other beats, ties going to the lower index) is selected with an
+    AND-OR mux, so a level costs one comparator plus about three LUTs instead of two dependent
+    comparator + mux levels.
     """
     out = []
     for c in range(0, len(values), 4):
         run = values[c:c + 4]
+        ge = ges[c // 4]
         mx = Signal(len(run[0]), name=f"{name}_{c // 4}")
         if len(run) == 1:
             m.d.comb += mx.eq(run[0])
         else:
-            ge = {}
-            for a in range(len(run)):
-                for b in range(a + 1, len(run)):
-                    g = Signal(name=f"{name}_{c // 4}_ge_{a}_{b}")
-                    m.d.comb += g.eq(run[a] >= run[b])
-                    ge[a, b] = g
             terms = []
             for a in range(len(run)):
                 win = Const(1, 1)
@@ -136,6 +148,36 @@ def _max4(m: Module, values: list, *, name: str) -> list:
             m.d.comb += mx.eq(acc)
         out.append(mx)
     return out
+
+
+def _max4(m: Module, values: list, *, name: str) -> list:
+    """One level of the maximum tree: the maximum of each run of up to 4 ``values``
+    (:func:`_max4_compare` then :func:`_max4_select`)."""
+    return _max4_select(m, values, _max4_compare(m, values, name=name), name=name)
+
+
+def _max_tree_step(m: Module, tree: list, ges, level: int, *, last: bool):
+    """One front stage's part of the maximum tree: the selection whose comparisons the previous
+    stage registered (``ges``, or None), then, if values are left, either the comparisons of
+    the next level (registered for the next stage) or, in the ``last`` front stage, every
+    remaining level. Returns ``(tree, ges, level)``."""
+    if ges is not None:
+        tree, ges, level = _max4_select(m, tree, ges, name=f"max_{level}"), None, level + 1
+    if len(tree) > 1:
+        if last:
+            while len(tree) > 1:
+                tree, level = _max4(m, tree, name=f"max_{level}"), level + 1
+        else:
+            ges = _max4_compare(m, tree, name=f"max_{level}")
+    return tree, ges, level
+
+
+def _reg_ges(st, ges, *, name: str):
+    """Stage registers of the comparisons ``ges`` (None: none)."""
+    if ges is None:
+        return None
+    return [{k: st.reg(g, name=f"{name}_{c}_ge_{k[0]}_{k[1]}") for k, g in ge.items()}
+            for c, ge in enumerate(ges)]
 
 
 def converter_members(config: BFPConfig) -> dict:
@@ -166,7 +208,10 @@ class BFPConverter(wiring.Component):
 
     Pipeline (``docs/bfp.md``): ``latency = max(2, ceil(log4 G)) + 3`` cycles from input
     transfer to output valid (5 for G <= 16, 6 for G <= 64). Front stages, one 4-way level
-    of the maximum tree of the 8-bit exponent fields each (stage 0 also: per-element NaN/Inf,
+    of the maximum tree of the 8-bit exponent fields each, its pairwise comparisons registered
+    a stage ahead of its selection (stage 0: the first level's comparisons only, so the input
+    ends at comparators; stage ``s``: level ``s - 1``'s selection and level ``s``'s
+    comparisons, the last front stage every level left; stage 0 also: per-element NaN/Inf,
     OR of all fractions; stage 1: group NaN/Inf, bit length of that OR, per-element exponent
     term) | shared exponent and per-element shift amount | alignment (variable shift of the
     significand into an ``m + r``-bit window) and sticky bit | round-up decision, increment,
@@ -277,7 +322,7 @@ class BFPConverter(wiring.Component):
         st = StallAll(m, i=self.i, o=self.o, name="pipe")
         en = st.en
 
-        # ---- front stage 0: decode every element; first tree level ---------------------------
+        # ---- front stage 0: decode every element; first tree level's comparisons -------------
         inp = self.i.payload
         width = decode_width(m, inp.width, cfg, name="in_width")
         rounding = decode_rounding(m, inp.rounding, name="in_rounding")
@@ -309,15 +354,17 @@ class BFPConverter(wiring.Component):
 
         # maximum of the exponent fields (a NaN/Inf's 255 takes part: such a group's output is
         # overridden at the end anyway)
-        tree = exps
-        if len(tree) > 1:
-            tree = _max4(m, tree, name="max_0")
+        # (only the first level's comparisons here: stage 1 selects; the input path ends at the
+        # comparators)
+        ges = _max4_compare(m, exps, name="max_0") if len(exps) > 1 else None
+        level = 0
         p = "s0"
         v = st.valid(self.i.valid, name=f"{p}_valid")
-        tree = [st.reg(t, name=f"{p}_max_{i}") for i, t in enumerate(tree)]
+        ges = _reg_ges(st, ges, name=f"{p}_max")
         sigs = [st.reg(s, name=f"{p}_e{j}_sig") for j, s in enumerate(sigs)]
         signs = [st.reg(s, name=f"{p}_e{j}_sign") for j, s in enumerate(signs)]
         exps = [st.reg(x, name=f"{p}_e{j}_exp") for j, x in enumerate(exps)]
+        tree = exps
         nans = [st.reg(x, name=f"{p}_e{j}_nan") for j, x in enumerate(nans)]
         infs = [st.reg(x, name=f"{p}_e{j}_inf") for j, x in enumerate(infs)]
         fracor = st.reg(fracor, name=f"{p}_frac_or")
@@ -330,9 +377,10 @@ class BFPConverter(wiring.Component):
         if noise is None:
             carried = st.reg(carried, name=f"{p}_noise")
 
-        # ---- front stage 1: next tree level; NaN/Inf of the group; bit length of the OR ------
-        if len(tree) > 1:
-            tree = _max4(m, tree, name="max_1")
+        # ---- front stage 1: the first tree level's selection (and the next level's compares,
+        # or every remaining level in the last front stage); NaN/Inf of the group; bit length
+        # of the OR ---------------------------------------------------------------------------
+        tree, ges, level = _max_tree_step(m, tree, ges, level, last=front == 2)
         hs = []
         for j in range(G):
             # h = max(exp, 1) - 23 - (mm - m): the shift amount will be (group max exp) - h
@@ -346,6 +394,7 @@ class BFPConverter(wiring.Component):
         p = "s1"
         v = st.valid(v, name=f"{p}_valid")
         tree = [st.reg(t, name=f"{p}_max_{i}") for i, t in enumerate(tree)]
+        ges = _reg_ges(st, ges, name=f"{p}_max")
         sigs = [st.reg(s, name=f"{p}_e{j}_sig") for j, s in enumerate(sigs)]
         signs = [st.reg(s, name=f"{p}_e{j}_sign") for j, s in enumerate(signs)]
         hs = [st.reg(h, name=f"{p}_e{j}_h") for j, h in enumerate(hs)]
@@ -360,13 +409,14 @@ class BFPConverter(wiring.Component):
         if noise is None:
             carried = st.reg(carried, name=f"{p}_noise")
 
-        # ---- further front stages (G > 16): one tree level each ------------------------------
-        for level in range(2, front):
-            if len(tree) > 1:
-                tree = _max4(m, tree, name=f"max_{level}")
-            p = f"s{level}"
+        # ---- further front stages (G > 16): one tree level each (selection, then the next
+        # level's comparisons, or every level left in the last one) ----------------------------
+        for fs in range(2, front):
+            tree, ges, level = _max_tree_step(m, tree, ges, level, last=fs == front - 1)
+            p = f"s{fs}"
             v = st.valid(v, name=f"{p}_valid")
             tree = [st.reg(t, name=f"{p}_max_{i}") for i, t in enumerate(tree)]
+            ges = _reg_ges(st, ges, name=f"{p}_max")
             sigs = [st.reg(x, name=f"{p}_e{j}_sig") for j, x in enumerate(sigs)]
             signs = [st.reg(x, name=f"{p}_e{j}_sign") for j, x in enumerate(signs)]
             hs = [st.reg(x, name=f"{p}_e{j}_h") for j, x in enumerate(hs)]
@@ -379,7 +429,7 @@ class BFPConverter(wiring.Component):
             d = st.reg(d, name=f"{p}_width_short")
             if noise is None:
                 carried = st.reg(carried, name=f"{p}_noise")
-        assert len(tree) == 1
+        assert len(tree) == 1 and ges is None
 
         # ---- shift stage: shared exponent, per-element shift amount --------------------------
         # P = maxexp + 23 if any normal, else the bit length of the OR of the (all subnormal)

@@ -6,7 +6,7 @@ the last ``stat_load``, accumulated as ``(exp, num, den)`` (``r = num / den``).
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -131,86 +131,149 @@ class QuantStat(wiring.Component):
                      s_d.eq((d_grp << short) >> 2), s_n.eq(n_grp << short)]
 
         # ---- accumulator -------------------------------------------------------------------------
-        st = self.stat
-        e_bits = cfg.exp_bits + 1
-        sb = (B - 1).bit_length()                                   # B = 2**sb bits or fewer
-        # The side with the smaller exponent is shifted right by the difference (by B or
-        # more: to zero); one shifter per sum serves both sides (the winner is not shifted).
-        # The exponent compare is not in the accumulator's loop: it is made a cycle ahead,
-        # between the group entering the stage register and every exponent the accumulator
-        # can have next (loaded, kept, its own plus the renormalising one, the staged
-        # group's), and the loop only selects among the four and registers ``up`` (the
-        # group's exponent wins; don't-care while nothing is seen), the shift and the flush.
+        # The accumulator is held *before* its renormalisation: ``acc_*_raw`` is the last sum
+        # (B + 1 bits) at the exponent ``acc_exp_raw`` it was made at, and ``stat`` is that
+        # sum renormalised (``ovf``: either sum's bit B set; ``num``/``den`` one bit down,
+        # ``exp`` one up), every cycle the value a renormalised register would hold. Aligning
+        # it to a group exponent ``g`` is the raw sum shifted right by ``D = g - acc_exp_raw``
+        # when ``g`` wins (``D > ovf``: the renormalising bit and the exponent's increment
+        # cancel), else by ``ovf``; the group is shifted right by ``ovf - D`` when the
+        # accumulator wins. So the loop (raw sum -> shift -> add -> raw sum) has no
+        # renormalising select, and ``D``, compared a cycle ahead against each raw exponent
+        # the accumulator can have next (loaded, held, its renormalised one, the staged
+        # group's), does not depend on this cycle's sums.
+        # Each side's shift (``max(D, ovf)``, ``ovf - D`` or 0) is registered as one-hot
+        # selects of ``7 h + l``: ``h`` (none set: flushed) and ``l`` (0..6), plus ``ovf`` on
+        # the side whose amount has it (``l`` registered for ``ovf = 0`` and ``ovf = 1``;
+        # ``ovf``, a register, picks beside the first level). Each shifter in the loop is two
+        # AND-OR levels, no wide mux tree. A load zeroes both sides' second-level selects and
+        # enters ``stat_in`` as one more term of the group's, so the loop ends at the adders.
         # A group that sets the exponent never renormalises: its N (and D) is below
         # 2**(B - 1) (``check_stat_bits``: B > mm + bit_length(G)) and so is the other
         # side, shifted at least once, or zero.
-        up = Signal(name="exp_up")
-        k = Signal(sb, name="align_shift")
-        flush = Signal(name="align_flush")                          # shifted by B or more
+        st = self.stat
+        load = self.stat_load
+        e_bits = cfg.exp_bits + 1
+        raw_num = Signal(B + 1, name="acc_num_raw")
+        raw_den = Signal(B + 1, name="acc_den_raw")
+        raw_exp = Signal(signed(e_bits), name="acc_exp_raw")
+        # acc_exp_raw + 1 (st.exp when ovf), a register beside it: one subtract per compare
+        raw_exp_up = Signal(signed(e_bits), name="acc_exp_raw_plus1", init=1)
+        seen = Signal(name="acc_seen")
+        ovf = Signal(name="acc_renorm")         # the held sums are renormalised: bit B of one
+        d_pos = Signal(name="cmp_pos")          # D > 0 or nothing seen (for the staged group)
+        d_one = Signal(name="cmp_one")          # D == 1 and seen
+        up = Signal(name="exp_up")              # the staged group's exponent wins: D > ovf
+        m.d.comb += up.eq(d_pos & ~(d_one & ovf))
+        m.d.comb += [
+            st.num.eq(Mux(ovf, raw_num[1:], raw_num[:B])),
+            st.den.eq(Mux(ovf, raw_den[1:], raw_den[:B])),
+            st.exp.eq(raw_exp + ovf),
+            st.seen.eq(seen),
+        ]
+
+        rdx = 7
+        hi_n = B // rdx + 1                          # 7 * hi_n > B: every amount up to B
+        lo_n = rdx + 1                               # l + ovf
+        u_bits = (rdx * hi_n).bit_length()
+
+        def onehot(u, ok, tag):
+            """One-hot ``u div 7`` (none unless ``ok``) and ``u mod 7``."""
+            hi = Signal(hi_n, name=f"{tag}_hi")
+            lo = Signal(rdx, name=f"{tag}_lo")
+            m.d.comb += [
+                hi.eq(Cat(*[ok & (u >= rdx * h) & (u < rdx * h + rdx) for h in range(hi_n)])),
+                lo.eq(Cat(*[Cat(*[u == x for x in range(2 ** u_bits) if x % rdx == l]).any()
+                            for l in range(rdx)])),
+            ]
+            return hi, lo
 
         def compare(a, b, tag):
-            """(a > b, |a - b| mod 2**sb, |a - b| >= B) of a group exponent ``a`` against an
-            accumulator exponent ``b``."""
-            dp = Signal(signed(e_bits + 2), name=f"cmp_{tag}_diff")
-            dn = Signal(signed(e_bits + 2), name=f"cmp_{tag}_diff_neg")
-            pos = Signal(name=f"cmp_{tag}_up")
-            mag = Signal(e_bits + 2, name=f"cmp_{tag}_mag")
-            m.d.comb += [dp.eq(a - b), dn.eq(b - a), pos.eq(dp > 0), mag.eq(Mux(pos, dp, dn))]
-            return pos, mag[:sb], mag >= B
+            """(D > 0, D == 1, D mod 2**u_bits, 0 <= D < 2**u_bits, the same two of -D) of a
+            group exponent ``a`` against a raw accumulator exponent ``b`` (D = a - b)."""
+            dp = Signal(signed(e_bits + 2), name=f"cmp_{tag}_diff")        # D
+            dn = Signal(signed(e_bits + 2), name=f"cmp_{tag}_diff_neg")    # -D
+            m.d.comb += [dp.eq(a - b), dn.eq(b - a)]
+            return (dn < 0, dp == 1, dp[:u_bits], dp[u_bits:] == 0, dn[:u_bits],
+                    dn[u_bits:] == 0)
 
         g_exp = out.group.exp                                       # s_exp of the next cycle
-        st_exp_up = Signal(signed(e_bits), name="acc_exp_plus1")
-        m.d.comb += st_exp_up.eq(st.exp + 1)
         cands = {"load": compare(g_exp, self.stat_in.exp, "load"),
-                 "keep": compare(g_exp, st.exp, "keep"),
-                 "keep1": compare(g_exp, st_exp_up, "keep1"),
+                 "hold": compare(g_exp, raw_exp, "hold"),
+                 "hold1": compare(g_exp, raw_exp_up, "hold1"),
                  "grp": compare(g_exp, s_exp, "grp")}
-        take_grp = Signal(name="acc_takes_group_exp")               # new_exp is s_exp
-        m.d.comb += take_grp.eq(~st.seen | up)
-        ovf = Signal(name="acc_renorm")
-
-        # ``ovf`` (the end of the loop's adders) is the last select; the rest are early
-        upd = Signal(name="acc_update")                 # the staged group is added
-        renorm_keep = Signal(name="acc_keeps_exp")      # ... keeping the accumulator's exponent
-        m.d.comb += [upd.eq(~self.stat_load & s_valid), renorm_keep.eq(upd & ~take_grp)]
+        # s_valid & up (the staged group sets the exponent) from registers: ``grp_pos`` is
+        # s_valid & d_pos (d_pos is 1 while nothing is seen), so only ``ovf`` comes in late
+        grp_pos = Signal(name="stage_valid_cmp_pos")
+        take_grp = Signal(name="acc_takes_group_exp")               # the new raw exp is s_exp
+        m.d.comb += take_grp.eq(grp_pos & ~(d_one & ovf))
+        seen_next = Signal(name="acc_seen_next")
+        m.d.comb += seen_next.eq(Mux(load, self.stat_in.seen, seen | s_valid))
 
         def pick(i):
-            early = Mux(self.stat_load, cands["load"][i],
-                        Mux(s_valid & take_grp, cands["grp"][i], cands["keep"][i]))
-            return Mux(renorm_keep & ovf, cands["keep1"][i], early)
+            # the raw exponent of the next cycle: loaded; s_exp (the staged group wins); st.exp
+            # (added, the accumulator's exponent kept); acc_exp_raw (nothing added)
+            return Mux(load, cands["load"][i],
+                       Mux(take_grp, cands["grp"][i],
+                           Mux(s_valid & ovf, cands["hold1"][i], cands["hold"][i])))
 
-        m.d.sync += [up.eq(pick(0)), k.eq(pick(1)), flush.eq(pick(2))]
-        sh_num = Signal(B, name="align_num")
-        sh_den = Signal(B, name="align_den")
-        m.d.comb += [
-            sh_num.eq(Mux(flush, 0, Mux(up, st.num, s_d) >> k)),
-            sh_den.eq(Mux(flush, 0, Mux(up, st.den, s_n) >> k)),
+        pos_next = Signal(name="cmp_pos_next")                      # D > 0 or nothing seen
+        one_next = Signal(name="cmp_one_next")                      # D == 1 and seen
+        m.d.comb += [pos_next.eq(~seen_next | pick(0)), one_next.eq(seen_next & pick(1))]
+        # (decoded after the pick: two decoders, not one per candidate)
+        d_hi, d_lo = onehot(pick(2), pick(3), "cmp_pos")
+        n_hi, n_lo = onehot(pick(4), pick(5), "cmp_neg")
+        a_hi = Signal(hi_n, name="acc_shift_hi")
+        a_lo0 = Signal(lo_n, name="acc_shift_lo")        # ovf = 0
+        a_lo1 = Signal(lo_n, name="acc_shift_lo_ovf")    # ovf = 1
+        g_hi = Signal(hi_n, name="grp_shift_hi")
+        g_lo0 = Signal(lo_n, name="grp_shift_lo")
+        g_lo1 = Signal(lo_n, name="grp_shift_lo_ovf")
+        one_hi = Const(1, hi_n)
+        m.d.sync += [
+            a_hi.eq(Mux(~seen_next, 0, Mux(pos_next, d_hi, one_hi))),
+            a_lo0.eq(Mux(pos_next, d_lo, 0b01)),
+            a_lo1.eq(Mux(pos_next, d_lo, 0b10)),
+            g_hi.eq(Mux(pos_next, one_hi, n_hi)),
+            g_lo0.eq(Mux(pos_next, 0b01, n_lo)),
+            g_lo1.eq(Mux(pos_next, 0b01, n_lo << 1)),
         ]
-        a_num = Signal(B, name="acc_num_aligned")
-        a_den = Signal(B, name="acc_den_aligned")
-        g_num = Signal(B, name="grp_num_aligned")
-        g_den = Signal(B, name="grp_den_aligned")
-        m.d.comb += [
-            a_num.eq(Mux(~st.seen, 0, Mux(up, sh_num, st.num))),
-            a_den.eq(Mux(~st.seen, 0, Mux(up, sh_den, st.den))),
-            g_num.eq(Mux(~st.seen | up, s_d, sh_num)),
-            g_den.eq(Mux(~st.seen | up, s_n, sh_den)),
-        ]
-        new_exp = Signal(signed(e_bits), name="acc_exp_next")
-        m.d.comb += new_exp.eq(Mux(~st.seen | up, s_exp, st.exp))
-        s_num = Signal(B + 1, name="acc_num_sum")
+
+        def shift(x, hi, lo0, lo1, tag, extra=None):
+            """``x >> (7 h + l + ovf)`` (B bits) for the one-hot selects (0 on a load, or
+            ``extra`` then)."""
+            y = Signal(len(x), name=f"{tag}_shift_hi")
+            lo = Signal(lo_n, name=f"{tag}_shift_lo_sel")
+            z = Signal(B, name=f"{tag}_aligned")
+            m.d.comb += lo.eq(Mux(load, 0, Mux(ovf, lo1, lo0)))
+            for i in range(len(x)):
+                terms = [x[i + rdx * h] & hi[h] for h in range(hi_n) if i + rdx * h < len(x)]
+                m.d.comb += y[i].eq(Cat(*terms).any())
+            for i in range(B):
+                terms = [y[i + v] & lo[v] for v in range(lo_n) if i + v < len(x)]
+                if extra is not None:
+                    terms.append(extra[i] & load)
+                m.d.comb += z[i].eq(Cat(*terms).any())
+            return z
+
+        a_num = shift(raw_num, a_hi, a_lo0, a_lo1, "acc_num")
+        a_den = shift(raw_den, a_hi, a_lo0, a_lo1, "acc_den")
+        g_num = shift(s_d, g_hi, g_lo0, g_lo1, "grp_num", extra=self.stat_in.num)
+        g_den = shift(s_n, g_hi, g_lo0, g_lo1, "grp_den", extra=self.stat_in.den)
+        s_num = Signal(B + 1, name="acc_num_sum")       # stat_in on a load
         s_den = Signal(B + 1, name="acc_den_sum")
         m.d.comb += [s_num.eq(a_num + g_num), s_den.eq(a_den + g_den)]
-        m.d.comb += ovf.eq(s_num[B] | s_den[B])
-        with m.If(self.stat_load):
-            m.d.sync += st.eq(self.stat_in)
+        m.d.sync += [d_pos.eq(pos_next), d_one.eq(one_next), grp_pos.eq(take & pos_next)]
+        with m.If(load | s_valid):
+            # (a loaded stat_in has B bits: ovf = 0)
+            m.d.sync += [raw_num.eq(s_num), raw_den.eq(s_den), ovf.eq(s_num[B] | s_den[B])]
+        with m.If(load):
+            m.d.sync += [raw_exp.eq(self.stat_in.exp), raw_exp_up.eq(self.stat_in.exp + 1),
+                         seen.eq(self.stat_in.seen)]
         with m.Elif(s_valid):
-            m.d.sync += [
-                st.num.eq(Mux(ovf, s_num[1:], s_num[:B])),
-                st.den.eq(Mux(ovf, s_den[1:], s_den[:B])),
-                st.exp.eq(new_exp + ovf),
-                st.seen.eq(1),
-            ]
+            new_exp = Signal(signed(e_bits), name="acc_exp_raw_next")
+            m.d.comb += new_exp.eq(Mux(up, s_exp, st.exp))
+            m.d.sync += [raw_exp.eq(new_exp), raw_exp_up.eq(new_exp + 1), seen.eq(1)]
         return m
 
 

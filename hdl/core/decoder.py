@@ -36,12 +36,15 @@ class Decoder(wiring.Component):
 
     With ``config.decode_stages = 0`` the decoder is combinational. With 2 (the FPGA build),
     two register stages cut the check into three steps of about equal depth (the whole check
-    in one cycle was the slowest path of the FPGA build, docs/bench/paths.md): (0) the slot
-    fields and line counts (the multiplies) and the field and shape checks, (1) the ranges
-    with the loop offset and span, their ends, bank masks and the address check, (2) bank
-    conflicts, overlaps and the status. The inputs must then be held for :attr:`latency`
-    cycles; the outputs are those of the held word from then until the inputs change (the
-    sequencer decodes its registered instruction, docs/core.md).
+    in one cycle was the slowest path of the FPGA build, docs/bench/paths.md): (0) the
+    line-count products (one multiplier per slot, operands picked by the opcode's low bits,
+    straight into registers), the starts with the loop offset, each range's end but the
+    product, and the field and shape checks, (1) the ends (one adder), bank masks and the
+    address check (compares on the scratchpad's address bits, with flags for a summand past
+    it), (2) bank conflicts, overlaps and the status. The inputs must then be held for
+    :attr:`latency` cycles; the outputs are those of the held word from then until the inputs
+    change (the sequencer decodes its registered instruction, docs/core.md; ``ranges[i].start``
+    follows the inputs one cycle after they change, the others two).
 
     Members
     -------

@@ -71,20 +71,25 @@ class WeightLoader(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
-        tiles_loaded = Signal(32, name="tiles_loaded")
-        tiles_issued = Signal(32, name="tiles_issued")
+        # tiles loaded minus tiles issued (0, 1 or 2: a tile is loaded only while at most one
+        # is ahead) and the bank of the next tile to issue, instead of two 32-bit counts and
+        # their compares
+        ahead = Signal(range(3), name="tiles_ahead")
+        bank = Signal(name="issue_bank")
+        room = Signal(name="tile_room")
+        m.d.comb += room.eq(ahead != 2)
         tile_exp = [Signal(signed(cfg.exp_bits), name=f"tile_exp_{b}") for b in range(2)]
         tile_inv = [Signal(name=f"tile_invalid_{b}") for b in range(2)]
         tile_ovf = [Signal(name=f"tile_overflow_{b}") for b in range(2)]
         ao = self.i.payload
         m.d.comb += [
             self.wload.payload.eq(ao.wl),
-            self.wload.valid.eq(self.i.valid & (tiles_loaded <= tiles_issued + 1)),
-            self.i.ready.eq(self.wload.ready & (tiles_loaded <= tiles_issued + 1)),
+            self.wload.valid.eq(self.i.valid & room),
+            self.i.ready.eq(self.wload.ready & room),
         ]
+        loaded = Signal(name="tile_loaded")              # a tile's last row is loaded now
+        m.d.comb += loaded.eq(self.wload.valid & self.wload.ready & ao.last)
         with m.If(self.wload.valid & self.wload.ready):
-            with m.If(ao.last):
-                m.d.sync += tiles_loaded.eq(tiles_loaded + 1)
             # the tile's flags travel with its bank and reach the pass with its beats
             for b in range(2):
                 with m.If(ao.wl.bank == b):
@@ -96,17 +101,19 @@ class WeightLoader(wiring.Component):
                                      tile_ovf[b].eq(tile_ovf[b] | ao.overflow)]
 
         t = self.tile
-        bank = Signal(name="issue_bank")
         m.d.comb += [
-            bank.eq(tiles_issued[0]),
-            t.ready.eq(tiles_issued < tiles_loaded),
+            t.ready.eq(ahead != 0),
             t.bank.eq(bank),
             t.exp.eq(Mux(bank, tile_exp[1], tile_exp[0])),
             t.invalid.eq(Mux(bank, tile_inv[1], tile_inv[0])),
             t.overflow.eq(Mux(bank, tile_ovf[1], tile_ovf[0])),
         ]
+        with m.If(loaded & ~t.used):
+            m.d.sync += ahead.eq(ahead + 1)
+        with m.Elif(t.used & ~loaded):
+            m.d.sync += ahead.eq(ahead - 1)
         with m.If(t.used):
-            m.d.sync += tiles_issued.eq(tiles_issued + 1)
+            m.d.sync += bank.eq(~bank)
         with m.If(self.clear):
-            m.d.sync += [tiles_loaded.eq(0), tiles_issued.eq(0)]
+            m.d.sync += [ahead.eq(0), bank.eq(0)]
         return m

@@ -436,3 +436,77 @@ def test_golden_row_sum_order():
     assert row_sum(np.array([[1.5, 2.5]], F32), 8)[0] == F32(4.0)
     with pytest.raises(ValueError, match="power-of-two"):
         row_sum(np.zeros((2, 3), F32), 3)
+
+
+@pytest.mark.parametrize("lanes, idle, seed", [(8, 0.0, 1), (8, 0.4, 2), (16, 0.3, 3)])
+def test_row_sum_block_idle_cycles_and_junk(lanes, idle, seed):
+    """``hdl.grad.rowsum.row_sum`` alone, bit-exact with the golden ``row_sum``: rows of 1 to
+    3 * lanes values (short ones padded by the feeder with +0 slots), back to back or with
+    random idle cycles between slots, and random ``lane``/``x``/``first``/``final`` while
+    ``valid`` is low (the contract leaves them free). Catches a lane part selected ahead from
+    the idle cycle's ``lane`` instead of the last slot's, or without the result written in
+    the same cycle (``lanes`` = adder latency + 1)."""
+    from amaranth.hdl import Module, Signal
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import In, Out
+
+    from hdl.fp32.config import FP32Config
+    from hdl.grad.rowsum import row_sum as hw_row_sum, row_sum_latency
+
+    fc = FP32Config()
+    lb = (lanes - 1).bit_length()
+
+    class Harness(wiring.Component):
+        valid: In(1)
+        x: In(32)
+        first: In(1)
+        final: In(1)
+        lane: In(lb)
+        s_valid: Out(1)
+        s: Out(32)
+
+        def elaborate(self, platform):
+            m = Module()
+            v, s = hw_row_sum(m, valid=self.valid, x=self.x, first=self.first,
+                              final=self.final, lane=self.lane, lanes=lanes, fp32_config=fc)
+            m.d.comb += [self.s_valid.eq(v), self.s.eq(s)]
+            return m
+
+    dut = Harness()
+    rng = np.random.default_rng(seed)
+    prng = random.Random(seed)
+    rows = [rng.standard_normal(int(rng.integers(1, 3 * lanes + 1))).astype(F32) * F32(3)
+            for _ in range(40)]
+    want = [row_sum(r[None, :], lanes)[0] for r in rows]
+    got = []
+
+    async def feed(ctx):
+        for r in rows:
+            slots = max(len(r), lanes)
+            for i in range(slots):
+                while idle and prng.random() < idle:
+                    ctx.set(dut.valid, 0)
+                    ctx.set(dut.lane, prng.randrange(lanes))
+                    ctx.set(dut.x, prng.getrandbits(32))
+                    ctx.set(dut.first, prng.getrandbits(1))
+                    ctx.set(dut.final, prng.getrandbits(1))
+                    await ctx.tick()
+                ctx.set(dut.valid, 1)
+                ctx.set(dut.x, int(r[i].view(np.uint32)) if i < len(r) else 0)
+                ctx.set(dut.first, i < lanes)
+                ctx.set(dut.final, i >= slots - lanes)
+                ctx.set(dut.lane, i % lanes)
+                await ctx.tick()
+        ctx.set(dut.valid, 0)
+        for _ in range(row_sum_latency(lanes, fc) + 4):
+            await ctx.tick()
+
+    async def watch(ctx):
+        async for _, _, v, s in ctx.tick().sample(dut.s_valid, dut.s):
+            if v:
+                got.append(np.uint32(s).view(F32))
+
+    run_sim(dut, feed, processes=[watch], max_cycles=20_000)
+    assert len(got) == len(rows)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.view(np.uint32) == w.view(np.uint32), (k, g, w)

@@ -68,13 +68,25 @@ def row_sum(m, *, valid, x, first, final, lane, lanes: int, fp32_config: FP32Con
     levels = lanes.bit_length() - 1
 
     # --- accumulation: interleaved lanes ---------------------------------------------------
+    # A slot's lane part is selected a cycle ahead into ``{prefix}_next_part``, so the adder's
+    # input is a register (or +0), not an 8-way select: within a row the next slot's lane is
+    # the lane after the last slot's (i mod lanes), and a row's first slots take +0 whatever
+    # the register holds. The register follows every cycle, idle ones included, and takes the
+    # adder's result for that lane when it is written in the same cycle.
     m.submodules[f"{prefix}_acc_add"] = acc = FP32Add(config=fp32_config)
     part = Array(Signal(32, name=f"{prefix}_lane_{j}") for j in range(lanes))
+    lb = (lanes - 1).bit_length()
+    last_lane = Signal(lb, name=f"{prefix}_last_lane")
+    next_lane = Signal(lb, name=f"{prefix}_next_lane")    # the lane after this cycle's slot
+    next_part = Signal(32, name=f"{prefix}_next_part")
     m.d.comb += [
+        next_lane.eq(Mux(valid, lane, last_lane) + 1),
         acc.o.ready.eq(1),
         acc.i.valid.eq(valid),
-        operands(acc.i.payload).eq(Cat(Mux(first, Const(0, 32), part[lane]), x, Const(0, 1))),
+        operands(acc.i.payload).eq(Cat(Mux(first, Const(0, 32), next_part), x, Const(0, 1))),
     ]
+    with m.If(valid):
+        m.d.sync += last_lane.eq(lane)
     lane_tag, final_tag = lane, final
     for d in range(la):
         t = Signal(len(lane), name=f"{prefix}_lane_tag_{d + 1}", reset_less=True)
@@ -85,6 +97,8 @@ def row_sum(m, *, valid, x, first, final, lane, lanes: int, fp32_config: FP32Con
     m.d.comb += acc_r.eq(result(acc.o.payload))
     with m.If(acc.o.valid):
         m.d.sync += part[lane_tag].eq(acc_r)
+    m.d.sync += next_part.eq(Mux(acc.o.valid & (lane_tag == next_lane), acc_r,
+                                 part[next_lane]))
 
     # --- pipelined pairwise tree over the lanes' finals, in arrival order ---------------------
     v, val = Signal(name=f"{prefix}_final_valid"), Signal(32, name=f"{prefix}_final")

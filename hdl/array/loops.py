@@ -1,9 +1,24 @@
 """Four nested run-time counters: the loop nest of the matmul engine's line generators."""
 from __future__ import annotations
 
-from amaranth.hdl import Signal
+from amaranth.hdl import Mux, Signal
 
-__all__ = ["NestedLoops"]
+from .config import BWD_DATA, BWD_WEIGHT
+
+__all__ = ["NestedLoops", "mode_flags", "tile_loop_limits"]
+
+
+def mode_flags(mode):
+    """``(BWD_DATA, BWD_WEIGHT)`` tests of a pass mode."""
+    return mode == BWD_DATA, mode == BWD_WEIGHT
+
+
+def tile_loop_limits(bwd, bww, shape):
+    """The three outer loop limits both line generators share, from the mode flags and a
+    shape (``MT``, ``KT``, ``NT``): BWD_WEIGHT ``MT`` else 1, then ``(NT, KT)`` in
+    BWD_DATA, else ``(KT, NT)``."""
+    return [Mux(bww, shape["MT"], 1), Mux(bwd, shape["NT"], shape["KT"]),
+            Mux(bwd, shape["KT"], shape["NT"])]
 
 
 class NestedLoops:

@@ -6,9 +6,9 @@ from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
+from .config import BWD_DATA, FWD, ArrayConfig
 from .control import pass_shape_layout
-from .loops import NestedLoops
+from .loops import NestedLoops, mode_flags, tile_loop_limits
 from .quant import line_req_layout
 
 __all__ = ["operand_side_layout", "OperandLineGen"]
@@ -90,8 +90,7 @@ class OperandLineGen(wiring.Component):
         base_a, base_b, base_c = regs["base_a"], regs["base_b"], regs["base_c"]
 
         def limits(bwd, bww, s):
-            return [Mux(bww, s["MT"], 1), Mux(bwd, s["NT"], s["KT"]), Mux(bwd, s["KT"], s["NT"]),
-                    Mux(bww, S, s["dM"])]
+            return [*tile_loop_limits(bwd, bww, s), Mux(bww, S, s["dM"])]
 
         g0 = NestedLoops(m, "g0", db + 1, limits(is_bwd, is_bww, regs))
         m.d.comb += self.done.eq(g0.done)
@@ -138,7 +137,7 @@ class OperandLineGen(wiring.Component):
             g0.step()
         with m.If(self.launch):
             new = self.shape
-            new_bwd, new_bww = new.mode == BWD_DATA, new.mode == BWD_WEIGHT
+            new_bwd, new_bww = mode_flags(new.mode)
             m.d.sync += g0.restart(limits(new_bwd, new_bww, {k: new[k] for k in regs}))
             m.d.sync += [r.eq(new[k]) for k, r in regs.items()]
             m.d.sync += [mode.eq(new.mode), is_bwd.eq(new_bwd), is_bww.eq(new_bww)]

@@ -6,9 +6,9 @@ from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import BWD_DATA, BWD_WEIGHT, ArrayConfig
+from .config import ArrayConfig
 from .control import pass_shape_layout
-from .loops import NestedLoops
+from .loops import NestedLoops, mode_flags, tile_loop_limits
 from .opgen import lanes_below
 from .quant import line_req_layout
 
@@ -63,8 +63,7 @@ class TileRowGen(wiring.Component):
                for k in ("MT", "KT", "NT", "dM", "dK", "dN", "base_b", "base_c", "ldb")}
 
         def limits(bwd, bww, s):
-            return [Mux(bww, s["MT"], 1), Mux(bwd, s["NT"], s["KT"]), Mux(bwd, s["KT"], s["NT"]),
-                    S]
+            return [*tile_loop_limits(bwd, bww, s), S]
 
         g1 = NestedLoops(m, "g1", db + 1, limits(is_bwd, is_bww, g1r))
         m.d.comb += self.done.eq(g1.done)
@@ -92,7 +91,7 @@ class TileRowGen(wiring.Component):
             g1.step()
         with m.If(self.launch):
             new = self.shape
-            new_bwd, new_bww = new.mode == BWD_DATA, new.mode == BWD_WEIGHT
+            new_bwd, new_bww = mode_flags(new.mode)
             m.d.sync += g1.restart(limits(new_bwd, new_bww, {k: new[k] for k in g1r}))
             m.d.sync += [r.eq(new[k]) for k, r in g1r.items()]
             m.d.sync += [is_bwd.eq(new_bwd), is_bww.eq(new_bww)]

@@ -66,8 +66,10 @@ class ResultJoin(wiring.Component):
         # (RegBlockFIFO): that path starts at a register, not at the block RAM's slow read
         # data. Its RegBlockFIFO.VISIBLE cycles from write to read are hidden (a
         # descriptor is written when its beat enters the array, its output vector comes out
-        # at least 2S + 1 cycles later), and two entries more than ``depth`` keep ``ready``
-        # high whenever it holds fewer than ``depth``, as a plain FIFO of ``depth`` would.
+        # at least 2S + 1 cycles later), and three entries more than ``depth`` (a RegBlockFIFO
+        # with ``ahead`` always takes one while it holds fewer than its depth - 3) keep
+        # ``ready`` high whenever it holds fewer than ``depth``, as a plain FIFO of ``depth``
+        # would.
         # The entry after the head is in a register too (``ahead``): the accumulator checks
         # the next line's address a cycle early. A descriptor is in the head or after it a
         # cycle after it is readable, so its check is ready before its output vector arrives.

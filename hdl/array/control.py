@@ -213,11 +213,15 @@ class PassControl(wiring.Component):
             tiles_kn = Signal(2 * db, name="cmd_tiles_kn")
             mk = Signal(2 * db, name="cmd_mk")
             m.d.comb += [tiles_kn.eq(cdiv(v.K) * cdiv(v.N)), mk.eq(v.M * v.K)]
+            # the third factor of the total beats: M tiles for BWD_WEIGHT (times S, below),
+            # else M rows; chosen here so the total is one multiplier on registers
+            rows = Signal(db + 1, name="cmd_beat_rows")
+            m.d.comb += rows.eq(Mux(v.mode == BWD_WEIGHT, cdiv(v.M), v.M))
             rooms = [Signal(signed(ab + 2), name=f"cmd_room_{x}") for x in "abc"]
             m.d.comb += [r.eq(depth - b) for r, b in zip(rooms, (v.base_a, v.base_b, v.base_c))]
-            return [pre, *lines, tiles_kn, mk, *rooms]
+            return [pre, *lines, tiles_kn, mk, rows, *rooms]
 
-        def validate_rest(v, pre, la, lb, lc, tiles_kn, mk, room_a, room_b, room_c):
+        def validate_rest(v, pre, la, lb, lc, tiles_kn, mk, rows, room_a, room_b, room_c):
             """Status, total beats and MACs of the command ``v`` from its products."""
             st = Signal(3, name="cmd_status_now")
             with m.If(pre != STATUS_OK):
@@ -227,8 +231,8 @@ class PassControl(wiring.Component):
             with m.Else():
                 m.d.comb += st.eq(STATUS_OK)
             total = Signal(32, name="cmd_total_beats")
-            m.d.comb += total.eq(Mux(v.mode == BWD_WEIGHT, (cdiv(v.M) * tiles_kn) << lg,
-                                     tiles_kn * v.M))
+            beats = tiles_kn * rows
+            m.d.comb += total.eq(Mux(v.mode == BWD_WEIGHT, beats << lg, beats))
             macs = Signal(48, name="cmd_macs")
             m.d.comb += macs.eq(mk * v.N)
             return st, total, macs
@@ -292,11 +296,13 @@ class PassControl(wiring.Component):
 
         # Pass slots: ``a`` = the oldest pass (the next response), ``b`` = a pass started under
         # a's tail. Beats and retired lines are counted from the idle start on; a pass ends at
-        # a cumulative beat count (``end``): issued beats below a's end belong to a, the rest
-        # to b, and a is complete when that many lines have left the accumulator.
+        # a cumulative beat count (``end``, slot a only): issued beats below a's end belong to
+        # a, the rest to b, and a is complete when that many lines have left the accumulator.
+        # When b becomes the oldest pass its end is a's plus its beats (an adder on registers,
+        # not behind the total-beats multiplier as b starts).
         slot_f = {"end": 32, "beats": 32, "macs": 48, "cycles": 32, "inv": 1, "ovf": 1}
         sa = {k: Signal(w, name=f"pass_a_{k}") for k, w in slot_f.items()}
-        sb = {k: Signal(w, name=f"pass_b_{k}") for k, w in slot_f.items()}
+        sb = {k: Signal(w, name=f"pass_b_{k}") for k, w in slot_f.items() if k != "end"}
         b_valid = Signal(name="pass_b_valid")
         interval = Signal(32, name="interval")
         beats_iss = Signal(32, name="beats_issued")
@@ -315,8 +321,8 @@ class PassControl(wiring.Component):
                 m.d.sync += [sa["inv"].eq(sa["inv"] | beat_inv),
                              sa["ovf"].eq(sa["ovf"] | beat_ovf)]
 
-        def new_pass(slot, end):      # slot := the pass of command ``c``, ending at ``end``
-            return [slot["end"].eq(end), slot["beats"].eq(cmd_total),
+        def new_pass(slot):      # slot := the pass of command ``c``
+            return [slot["beats"].eq(cmd_total),
                     slot["macs"].eq(cmd_macs), slot["cycles"].eq(0),
                     slot["inv"].eq(0), slot["ovf"].eq(0)]
 
@@ -364,7 +370,7 @@ class PassControl(wiring.Component):
                 beat_cyc.eq(((c.width_a >> 1) * (c.width_b >> 1) + (cfg.lanes - 1))
                             >> (cfg.lanes - 1).bit_length()),
                 shift.eq(c.width_a + c.width_b - 2),
-                *new_pass(sa, cmd_total),
+                *new_pass(sa), sa["end"].eq(cmd_total),
                 interval.eq(0), beats_iss.eq(0), lines_ret.eq(0), b_valid.eq(0),
             ]
         with m.If(ov_pre):
@@ -372,7 +378,7 @@ class PassControl(wiring.Component):
         with m.If(ov_start):    # same settings: only slot b
             m.d.sync += [
                 g1_ahead.eq(0),
-                b_valid.eq(1), *new_pass(sb, sa["end"] + cmd_total),
+                b_valid.eq(1), *new_pass(sb),
             ]
         with m.If(self.retire):
             m.d.sync += lines_ret.eq(lines_ret + 1)
@@ -391,7 +397,7 @@ class PassControl(wiring.Component):
                          self.counters.stalls.eq(sa["cycles"] + 1 - sa["beats"] * beat_cyc)]
             with m.If(b_valid):     # b becomes the oldest pass
                 m.d.sync += [b_valid.eq(0), interval.eq(0),
-                             sa["end"].eq(sb["end"]), sa["beats"].eq(sb["beats"]),
+                             sa["end"].eq(sa["end"] + sb["beats"]), sa["beats"].eq(sb["beats"]),
                              sa["macs"].eq(sb["macs"]), sa["cycles"].eq(sb["cycles"] + 1),
                              sa["inv"].eq(b_inv), sa["ovf"].eq(b_ovf)]
             with m.Else():

@@ -146,23 +146,53 @@ class FP32Log(FP32StreamUnit):
         return m
 
 
+def _log_specials(m, p, u):
+    """Stage-0 registers of ``p`` for the special operands of the unpacked ``u``: whether
+    the result is special and its word (compressed by ``special_top``)."""
+    special_val = Signal(32, name="s0_special_val_now")
+    m.d.comb += special_val.eq(Mux(u.nan, QNAN, Mux(u.zero, NEG_INF,
+                                                    Mux(u.sign, QNAN, POS_INF))))
+    special = p.reg(u.nan | u.inf | u.zero | u.sign, "s0_special")
+    spec_val = p.reg(special_top(special_val), "s0_special_val")
+    return special, spec_val
+
+
 def log_unpack(m, p, a, w):
     """Stage 0 of the log datapath: unpack and normalise ``a`` into the registers of ``p``
     (a :class:`~hdl.fp32.div.StallPipeline`): ``(mant, e, special, spec_val)``."""
     u = unpack_fp32(m, a, name="in", normalize=True)
-    special_val = Signal(32, name="s0_special_val_now")
-    m.d.comb += special_val.eq(Mux(u.nan, QNAN, Mux(u.zero, NEG_INF,
-                                                    Mux(u.sign, QNAN, POS_INF))))
     mant = p.reg(u.sig, "s0_m", unsigned(24))
     e = p.reg(u.exp + 23, "s0_e", signed(w["e"][0]))
-    special = p.reg(u.nan | u.inf | u.zero | u.sign, "s0_special")
-    spec_val = p.reg(special_top(special_val), "s0_special_val")
-    return mant, e, special, spec_val
+    return (mant, e, *_log_specials(m, p, u))
+
+
+def _index_of(mant, t):
+    """The table index ``j`` of the normalised significand ``mant`` (24 bits)."""
+    return (mant[:23] + (1 << (22 - t))) >> (23 - t)
 
 
 def log_index(p, mant, t, w):
     """Stage 1: the table index ``j`` of ``mant`` (a register of ``p``)."""
-    return p.reg((mant[:23] + (1 << (22 - t))) >> (23 - t), "s1_j", unsigned(w["j"][0]))
+    return p.reg(_index_of(mant, t), "s1_j", unsigned(w["j"][0]))
+
+
+def log_front_split(m, p0, p1, a, t, w):
+    """Stages 0 and 1 of the log datapath with the normalising shift cut in two: stage 0
+    (registers of ``p0``) holds the raw significand and its leading-zero count, stage 1
+    (``p1``) shifts it and takes the table index from the shifted value, so no stage has the
+    count, the shift and the index's adder in a row. The same registers' values as
+    :func:`log_unpack` then :func:`log_index`: ``(mant, e, special, spec_val, j)`` of stage 1.
+    """
+    u = unpack_fp32(m, a, name="in")
+    raw = p0.reg(u.sig, "s0_raw", unsigned(24))
+    lz = p0.reg(count_leading_zeros(m, u.sig, name="in_sig"), "s0_lz")
+    e_raw = p0.reg(u.exp_raw + 23, "s0_e_raw", signed(w["e"][0]))
+    special0, spec_val0 = _log_specials(m, p0, u)
+    mant_now = Signal(24, name="s1_m_now")
+    m.d.comb += mant_now.eq(shift_left(raw, lz))
+    return (p1.reg(mant_now, "s1_m"), p1.reg(e_raw - lz, "s1_e", signed(w["e"][0])),
+            p1.reg(special0, "s1_special"), p1.reg(spec_val0, "s1_special_val"),
+            p1.reg(_index_of(mant_now, t), "s1_j", unsigned(w["j"][0])))
 
 
 def log_lookups(m, c, w, j, *, name: str):

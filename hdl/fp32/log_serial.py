@@ -7,7 +7,8 @@ multiplier and one ``29 x 34``-bit signed multiplier does the other six in seven
 (``E * LN2`` takes two); the rest is the same datapath (the stage helpers of
 :mod:`hdl.fp32.log`)::
 
-    front   stage 0 unpack (log_unpack), stage 1 table index j (log_index)
+    front   stage 0 unpack and leading-zero count, stage 1 normalising shift and table
+            index j (log_front_split)
     k = 0   R = M * INV[j] - 2**RF                    (the take; LOGT[j] taken beside it)
     k = 1..4  h = H[k] + (R * h >> RF)                 (h = H[0] at k = 1; w after k = 4)
     k = 5   P = R * w
@@ -26,7 +27,7 @@ from amaranth.hdl import Array, Const, Module, Mux, Signal, signed
 
 from ..registry import Block
 from .div import StallPipeline
-from .log import log_finish, log_index, log_lookups, log_register_widths, log_unpack
+from .log import log_finish, log_front_split, log_lookups, log_register_widths
 from .log_config import FP32LogConfig, log_constants
 from .unit import FP32StreamUnit
 
@@ -102,12 +103,8 @@ class FP32LogSerial(FP32StreamUnit):
             move0.eq(en & (~v0 | move1)),
             self.i.ready.eq(move0),
         ]
-        mant0, e0, special0, spec_val0 = log_unpack(m, StallPipeline(m, move0),
-                                                    self.i.payload.as_value(), w)
-        p1 = StallPipeline(m, move1)
-        j1 = log_index(p1, mant0, t, w)
-        mant1, e1, special1, spec_val1 = [p1.reg(r, f"s1_{r.name.split('_', 1)[1]}")
-                                          for r in (mant0, e0, special0, spec_val0)]
+        mant1, e1, special1, spec_val1, j1 = log_front_split(
+            m, StallPipeline(m, move0), StallPipeline(m, move1), self.i.payload.as_value(), t, w)
         with m.If(move0):
             m.d.sync += v0.eq(self.i.valid)
         with m.If(move1):
@@ -119,8 +116,6 @@ class FP32LogSerial(FP32StreamUnit):
         busy = Signal(name="mul_busy")
         k = Signal(range(LOG_SERIAL_II + 1), name="mul_step")
         last = Signal(name="mul_last")           # k = 7: the next operation may be taken
-        red = Signal(signed(w["red"][0]), name="mul_red")
-        h = Signal(signed(w["h"][0]), name="mul_h")
         prod = Signal(signed(w["prod"][0]), name="mul_prod")
         big = Signal(signed(w["big"][0]), name="mul_big")
         e = Signal(signed(w["e"][0]), name="mul_e")
@@ -128,22 +123,23 @@ class FP32LogSerial(FP32StreamUnit):
         special = Signal(name="mul_special")
         spec_val = Signal.like(spec_val1, name="mul_special_val")
         inv, logt_now = log_lookups(m, c, w, j1, name="mul")
-        a_port = Signal(signed(w["red"][0]), name="mul_a")
-        b_port = Signal(signed(w["h"][0]), name="mul_b")
+        # The multiplier's operands are registers loaded with the next step's pair (no select
+        # in front of it): R and h for k = 1..5 (h, the Horner value, lives in ``b``), then
+        # E and LN2_lo, E and LN2_hi.
+        a_op = Signal(signed(w["red"][0]), name="mul_a")
+        b_op = Signal(signed(w["h"][0]), name="mul_b")
         product = Signal(signed(w["red"][0] + w["h"][0]), name="mul_p")
         lo, hi = c.LN2 & ((1 << LN2_CUT) - 1), c.LN2 >> LN2_CUT
         m.d.comb += [
             last.eq(busy & (k == LOG_SERIAL_II)),
             take.eq(en & v1 & (~busy | last)),
-            a_port.eq(Mux(k < 6, red, e)),
-            b_port.eq(Mux(k < 6, h, Mux(k == 6, lo, hi))),
-            product.eq(a_port * b_port),
+            product.eq(a_op * b_op),
         ]
         coef = Array(Const(v, signed(w["h"][0])) for v in (0, *c.H[1:], 0, 0, 0))
         with m.If(en):
             with m.If(take):                                       # k = 0
                 m.d.sync += [busy.eq(1), k.eq(1),
-                             red.eq(mant1 * inv - (1 << c.RF)), h.eq(c.H[0]),
+                             a_op.eq(mant1 * inv - (1 << c.RF)), b_op.eq(c.H[0]),
                              e.eq(e1), logt.eq(logt_now), special.eq(special1),
                              spec_val.eq(spec_val1)]
             with m.Elif(busy):
@@ -151,11 +147,11 @@ class FP32LogSerial(FP32StreamUnit):
                 with m.If(last):
                     m.d.sync += busy.eq(0)
                 with m.If((k >= 1) & (k <= 4)):
-                    m.d.sync += h.eq(coef[k] + (product >> c.RF))
+                    m.d.sync += b_op.eq(coef[k] + (product >> c.RF))
                 with m.If(k == 5):
-                    m.d.sync += prod.eq(product)
+                    m.d.sync += [prod.eq(product), a_op.eq(e), b_op.eq(lo)]
                 with m.If(k == 6):
-                    m.d.sync += big.eq(product + logt)
+                    m.d.sync += [big.eq(product + logt), b_op.eq(hi)]
 
         # --- hand-off registers, then the back stages -----------------------------------------
         p = StallPipeline(m, en)

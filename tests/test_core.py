@@ -11,7 +11,8 @@ import pytest
 
 from hdl.core.config import CoreConfig
 from hdl.core.core import TrainingCore
-from hdl.core.core import STATE_LAYOUT
+from hdl.core.core import CLIENTS, SNOOP_LATENCY, SNOOPED, STATE_LAYOUT
+from hdl.optim.config import Op as OptOp
 from hdl.core.isa import Op, Rop, Status, Vop, decode, encode
 from sim.host.compiler import MLP, compile_mlp
 from sim.host.driver import CoreDriver
@@ -226,3 +227,68 @@ def test_one_pass_skip_for_gradient_no_converter_saw(where):
                                 "conflict": 0}).as_value().value
     assert got["after"]["counters"]["state"] == state
     assert got["after"]["counters"]["instructions"] == 0
+
+
+@pytest.mark.parametrize("where", ["matmul", "vector"])
+def test_snoop_reaches_skip_in_before_one_pass_step(where):
+    """The gradient-write snoop's timing: every write of a non-finite word into the gradient
+    window by a snooped client (the scratchpad ports, watched each cycle) comes at least
+    ``SNOOP_LATENCY`` cycles before the optimizer accepts the one-pass ``STEP1``, and
+    ``skip_in`` is 1 as it does (the golden model's ``flags`` is 4); ``skip_in`` rises exactly
+    ``SNOOP_LATENCY`` cycles after the first such write (no converter flag is set). For
+    ``"vector"`` the last such write is the bias-gradient ``REDUCE``'s last line, and the
+    ``OPT`` waits only for its ``done``: the margin there is what a longer snoop pipeline
+    could still take (1 cycle at SNOOP_LATENCY = 3; printed, asserted ``>= 0``)."""
+    desc, Ws, bs, x, y = non_finite_gradient_case(where)
+    comp = compile_mlp(desc.replace(one_pass=True), CFG)
+    actions = comp.init_actions(Ws, bs) + comp.step_actions(x, y, 1) + [("counters",)]
+    want = CoreModel(CFG).apply(actions)
+    assert want["counters"]["flags"] == 4
+    sim = _core_sim()
+    dut = sim.dut
+    got = {}
+    # the elaborated design's blocks exist after the first build; the ports are the
+    # TrainingCore's, so reach them through a first (empty) run if needed
+    if "scratchpad" not in getattr(dut, "blocks", {}):
+        _run_core([("counters",)])
+    seq, opt, spad = (dut.blocks[k] for k in ("sequencer", "optim", "scratchpad"))
+    ports = [spad.ports[CLIENTS.index(n)] for n in SNOOPED]
+    sigs = [seq.gwin_lo, seq.gwin_hi, opt.cmd.valid, opt.cmd.ready, opt.cmd.payload.op,
+            opt.skip_in]
+    for p in ports:
+        sigs += [p.w_en, p.w_addr, p.w_data]
+    bad_writes, steps = [], []
+
+    async def tb(ctx):
+        tr = StreamTransport(ctx, dut.cmd, dut.rsp)
+        got.update(await CoreDriver(CFG, tr, run_deadline=60_000).apply(actions))
+
+    async def watch(ctx):
+        cycle = 0
+        async for _clk, _rst, lo, hi, valid, ready, op, skip, *pv in ctx.tick().sample(*sigs):
+            for k in range(len(ports)):
+                en, addr, data = pv[3 * k:3 * k + 3]
+                words = [(data >> (32 * j)) & 0xFFFFFFFF for j in range(CFG.size)]
+                if lo <= addr < hi and any((en >> j) & 1 and (w >> 23) & 0xFF == 0xFF
+                                           for j, w in enumerate(words)):
+                    bad_writes.append((cycle, SNOOPED[k]))
+            if valid and ready and op == OptOp.STEP1:
+                steps.append((cycle, skip))
+            if skip and "skip_from" not in got:
+                got["skip_from"] = cycle
+            cycle += 1
+
+    sim.run(tb, processes=[watch])
+    assert got["counters"]["flags"] == 4 and got["status"] == want["status"]
+    assert len(steps) == 1 and bad_writes, (steps, bad_writes)
+    (accept, skip), = steps
+    last, client = max(w for w in bad_writes if w[0] < accept)
+    assert skip == 1
+    margin = accept - last - SNOOP_LATENCY
+    print(f"{where}: last non-finite write at {last} ({client}), STEP1 at {accept}, "
+          f"margin {margin}")
+    assert client == {"matmul": "mm_acc", "vector": "vec_bd"}[where]
+    # the published latency is the RTL's: no converter flag is set, so skip_in rises exactly
+    # SNOOP_LATENCY cycles after the first non-finite write
+    assert got["skip_from"] - bad_writes[0][0] == SNOOP_LATENCY, (got["skip_from"], bad_writes)
+    assert margin >= 0, (last, accept, SNOOP_LATENCY)

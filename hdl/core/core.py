@@ -26,7 +26,7 @@ from .sequencer import COUNTERS, Sequencer
 from .vector import VectorUnit
 
 __all__ = ["TrainingCore", "REGS", "CLIENTS", "STATE_LAYOUT", "STAT_REG_BASE", "stat_reg",
-           "clients_of", "POISON_BITS"]
+           "clients_of", "POISON_BITS", "SNOOPED", "SNOOP_LATENCY"]
 
 #: Registers the host reads with ``REG`` (index = position): ``(name, meaning)``.
 REGS = (
@@ -68,6 +68,13 @@ STATE_LAYOUT = data.StructLayout({"status": 4, "err_pc": 16, "running": 1, "conf
 #: ``REDUCE BIAS_GRAD`` with ``acc``, and the unit runs one instruction at a time).
 CLIENTS = ("host", "mm_q0", "mm_q1", "mm_acc", "vec_ae", "vec_bd",
            "opt_m", "opt_v", "opt_g")
+
+#: The clients whose writes the gradient-write snoop tests (docs/core.md, "One-pass OPT").
+SNOOPED = ("mm_acc", "vec_ae", "vec_bd")
+#: Cycles from a snooped write of a non-finite word into the gradient window to the first
+#: cycle `flags` bit 2 (and the optimizer's ``skip_in``) shows it: the words' tests and the
+#: window compare, the hit, `flags`.
+SNOOP_LATENCY = 3
 #: The optimizer's one client with ``CoreConfig.optim_one_port`` (instead of opt_w .. opt_g).
 OPT_CLIENT = "opt"
 #: The optimizer's ports with ``optim_one_port``, and their extra read latency
@@ -365,16 +372,24 @@ class TrainingCore(wiring.Component):
         # Every word the matmul engine (its accumulator: the engine's only writer) or the
         # vector unit writes into the gradient window (the
         # lines of the one-pass OPTs' g ranges, collected by the program check) is tested for
-        # NaN / Inf (exponent field 255); a hit, one register later, sets `flags` bit 2. Only
-        # the ports are looked at (line address, word enables, data), so this holds whatever the
-        # units do inside, e.g. how many elements per cycle the vector unit handles.
-        snooped = [client_ports[n] for n in ("mm_acc", "vec_ae", "vec_bd")]
+        # NaN / Inf (exponent field 255); a hit sets `flags` bit 2 two registers later: the
+        # written words' tests (one bit per word: enabled and exponent 255) and the window
+        # compare are registered apart, so a unit's write data (e.g. straight from a block RAM)
+        # meets only its own word test before a register. Only the ports are looked at (line
+        # address, word enables, data), so this holds whatever the units do inside, e.g. how
+        # many elements per cycle the vector unit handles. The two cycles are in time for
+        # every reader of `flags` (docs/core.md, "One-pass OPT").
+        snooped = {n: client_ports[n] for n in SNOOPED}
         hits = []
-        for port in snooped:
-            in_win = (port.w_addr >= seq.gwin_lo) & (port.w_addr < seq.gwin_hi)
-            bad = Cat(*[port.w_en[j] & (port.w_data[32 * j + 23:32 * j + 31] == 0xFF)
-                        for j in range(S)]).any()
-            hits.append(in_win & bad)
+        for n, port in snooped.items():
+            in_win = Signal(name=f"gwin_{n}_in")
+            bad = Signal(S, name=f"gwin_{n}_words")
+            m.d.sync += [
+                in_win.eq((port.w_addr >= seq.gwin_lo) & (port.w_addr < seq.gwin_hi)),
+                bad.eq(Cat(*[port.w_en[j] & (port.w_data[32 * j + 23:32 * j + 31] == 0xFF)
+                             for j in range(S)])),
+            ]
+            hits.append(in_win & bad.any())
         gwin_nf = Signal(name="gwin_nonfinite")
         m.d.sync += gwin_nf.eq(Cat(*hits).any())
         m.d.comb += seq.gwin_nonfinite.eq(gwin_nf)

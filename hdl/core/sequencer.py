@@ -138,7 +138,8 @@ class Sequencer(wiring.Component):
         ``ALLREDUCE`` command (``base`` 0, ``length = lines * S``, ``seg = seg * S`` words:
         word addresses relative to ``coll_base``, the first line, for the engine's
         word-to-line adapter), its response, ``coll_poison`` (held for the command: the
-        ``ALLREDUCE`` has ``poison`` and this run's ``flags`` were set when it issued) and the
+        ``ALLREDUCE`` has ``poison`` and this run's ``flags`` were set when it issued or the
+        cycle after, which covers every write of the earlier instructions) and the
         last response (``coll_last``). A ``SENDRECV`` is the engine's ``SENDRECV`` command
         with ``coll_base`` the first line of its two ranges' hull and ``base`` / ``rbase``
         the ranges' word offsets from it. A response other than ``OK`` (a ``TIMEOUT``) stops
@@ -397,8 +398,16 @@ class Sequencer(wiring.Component):
         coll_fin = self.coll_rsp.valid if coll is not None else 0
         coll_err = Signal(name="coll_err")       # an ALLREDUCE answered TIMEOUT: stop the run
         coll_pc = Signal(range(cfg.prog_depth), name="coll_pc")
+        # A poisoning ALLREDUCE samples `flags` as it is issued and again the cycle after (they
+        # only grow: the same as the later sample). The snoop's last hit reaches `flags` two
+        # cycles after its write, the unit's `busy` falls after one or two; the engine's first
+        # read of word 0 comes three or more cycles after it took the command.
+        poison_arm = Signal(name="coll_poison_arm")
         if coll is not None:
             m.d.comb += self.coll_rsp.ready.eq(1)
+            with m.If(poison_arm):
+                m.d.sync += [poison_arm.eq(0),
+                             self.coll_poison.eq(self.coll_poison | (ctr.flags != 0))]
             with m.If(coll_fin):
                 m.d.sync += self.coll_last.eq(self.coll_rsp.payload)
                 with m.If(self.coll_rsp.payload.status != CollStatus.OK):
@@ -716,7 +725,10 @@ class Sequencer(wiring.Component):
                                                     self.coll_poison.eq(
                                                         (ir.op == Op.ALLREDUCE)
                                                         & ir.args.allreduce.poison
-                                                        & (ctr.flags != 0))]
+                                                        & (ctr.flags != 0)),
+                                                    poison_arm.eq(
+                                                        (ir.op == Op.ALLREDUCE)
+                                                        & ir.args.allreduce.poison)]
                                                 m.next = "ISSUED"
             with m.State("ADAPT"):    # one slot per cycle (r > threshold raises its width,
                 # decided ADAPT_STEPS cycles later, above), then ADAPT_STEPS cycles to finish

@@ -443,12 +443,15 @@ def credit_fifo(m, name: str, *, latency: int, accept, done_valid, done_data, o)
     depth = latency + 4
     fifo = SyncFIFOBuffered(width=len(Value.cast(done_data)), depth=depth)
     m.submodules[name] = fifo
-    inflight = Signal(range(depth + 2), name=f"{name}_inflight")
-    m.d.sync += inflight.eq(inflight + accept - done_valid)
+    # FIFO level + elements in flight, counted in one register: +1 as an element is accepted,
+    # -1 as one leaves the FIFO on ``o`` (a result moving from the pipeline into the FIFO
+    # leaves the sum as it is), so ``can_accept`` is a compare of a register with a constant
+    occupancy = Signal(range(depth + 1), name=f"{name}_occupancy")
+    m.d.sync += occupancy.eq(occupancy + accept - (fifo.r_rdy & o.ready))
     can = Signal(name=f"{name}_can_accept")
     m.d.comb += [
         fifo.w_en.eq(done_valid), fifo.w_data.eq(done_data),
         o.valid.eq(fifo.r_rdy), Value.cast(o.payload).eq(fifo.r_data), fifo.r_en.eq(o.ready),
-        can.eq(fifo.level + inflight < depth),
+        can.eq(occupancy < depth),
     ]
     return can

@@ -86,25 +86,35 @@ class Scratchpad(wiring.Component):
         def bank_of(addr):
             return addr[bb:] if cfg.line_bits > bb else 0
 
+        def hits_of(p):     # per bank: the client reads / writes it
+            return (Cat(*[p.r_en & (bank_of(p.r_addr) == b) for b in range(nb)]),
+                    Cat(*[(p.w_en != 0) & (bank_of(p.w_addr) == b) for b in range(nb)]))
+
         # each client's requests as the crossbar sees them: the port itself, or a register of
-        # it (``registered``); the read data goes back on the port
-        reqs = []
+        # it (``registered``; its bank decode is registered beside it, so the crossbar's
+        # selects start at registers); the read data goes back on the port
+        reqs, req_hits = [], []
         for i, p in enumerate(self.ports):
             if i in self.registered:
                 q = p.signature.create(path=(f"client{i}_req",))
+                rh = Signal(nb, name=f"client{i}_req_r_banks")
+                wh = Signal(nb, name=f"client{i}_req_w_banks")
                 m.d.sync += [q.r_en.eq(p.r_en), q.r_addr.eq(p.r_addr), q.w_en.eq(p.w_en),
-                             q.w_addr.eq(p.w_addr), q.w_data.eq(p.w_data)]
+                             q.w_addr.eq(p.w_addr), q.w_data.eq(p.w_data),
+                             Cat(rh, wh).eq(Cat(*hits_of(p)))]
                 m.d.comb += p.r_data.eq(q.r_data)
                 reqs.append(q)
+                req_hits.append((rh, wh))
             else:
                 reqs.append(p)
+                req_hits.append(hits_of(p))
 
         conflicts = []
         for b in range(nb):
             rp, wp = rports[b], wports[b]
             m.d.comb += rp.en.eq(0)         # a read port's enable defaults to 1
-            r_hits = [p.r_en & (bank_of(p.r_addr) == b) for p in reqs]
-            w_hits = [(p.w_en != 0) & (bank_of(p.w_addr) == b) for p in reqs]
+            r_hits = [rh[b] for rh, _ in req_hits]
+            w_hits = [wh[b] for _, wh in req_hits]
             # priority mux, client 0 highest: the last assignment wins in Amaranth, so walk
             # the clients from the lowest priority up (yosys maps this chain to a smaller and
             # shallower netlist than one-hot grants with an AND-OR: measured, S = 4, 12

@@ -72,7 +72,13 @@ def test_fpga_rows_are_synth_targets_and_not_registered_blocks():
     assert not set(VARIANTS) & set(blocks())
 
 
-def _step_actions(comp, desc, seed):
+#: a precision table with a different entry for every (layer, pass) of a 2-layer MLP (the
+#: second step of the FPGA-shaped RTL test runs it: the piped sequencer's registered lookup)
+MIXED = {(0, 0): (4, 6), (0, 1): (6, 2), (0, 2): (2, 8, 2), (1, 0): (8, 4), (1, 1): (2, 6),
+         (1, 2): (6, 4)}
+
+
+def _step_actions(comp, desc, seed, precision2=None):
     rng = np.random.default_rng(seed)
     Ws = [(rng.standard_normal((a, b)) * 0.3).astype(np.float32)
           for a, b in zip(desc.layers[:-1], desc.layers[1:])]
@@ -81,7 +87,7 @@ def _step_actions(comp, desc, seed):
     for t in (1, 2):
         x = rng.standard_normal((desc.batch, desc.layers[0])).astype(np.float32)
         y = rng.integers(0, desc.layers[-1], desc.batch)
-        acts += comp.step_actions(x, y, t)
+        acts += comp.step_actions(x, y, t, precision=precision2 if t == 2 else None)
     return acts + comp.read_actions()
 
 
@@ -107,7 +113,8 @@ def test_fpga_shaped_core_step_bit_exact_in_rtl():
     """The FPGA build's shape (four banks, one vector lane, no REDUCE SUMSQ, the optimizer's
     FP32 units shared: ``OptimConfig.ii = CoreConfig.FPGA_OPTIM_II``) in the Amaranth
     simulator: two training steps of a small MLP bit-exact with the golden model (parameters,
-    gradients, optimizer state, loss, the executed instructions and array beats), then a
+    gradients, optimizer state, loss, the executed instructions and array beats), the second
+    with a different precision entry for every layer and pass (``MIXED``), then a
     program with a REDUCE SUMSQ rejected with ERR_FIELD by both, and the whole scratchpad
     equal to the model's at the end."""
     cfg = CoreConfig(size=4, banks=8, bank_depth=64, prog_depth=64, layers=4).fpga()
@@ -119,7 +126,7 @@ def test_fpga_shaped_core_step_bit_exact_in_rtl():
     sumsq = [encode(Op.VEC, vop=Vop.ZERO, rows=1, cols=4, d=5),
              encode(Op.REDUCE, rop=Rop.SUMSQ, rows=2, cols=4, a=0, d=cfg.bank_depth),
              encode(Op.HALT)]
-    actions = (_step_actions(comp, desc, 1) + [("counters",)]
+    actions = (_step_actions(comp, desc, 1, precision2=MIXED) + [("counters",)]
                + [("program", sumsq), ("run",), ("status",)])
     model = CoreModel(cfg)
     want = model.apply(actions)

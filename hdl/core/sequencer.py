@@ -428,6 +428,15 @@ class Sequencer(wiring.Component):
         # unit commands (payloads from the registered instruction + decoded starts)
         mmi = ir.args.matmul
         pe = prec[Cat(mmi.mode, mmi.layer)]
+        if piped:
+            # the precision entry from a register: the instruction is loaded (LOAD) at least
+            # one DECODE cycle before it can issue, and the table changes only while no
+            # program runs (host) or in ADAPT, which ends before the next fetch; so the lookup
+            # of the cycle before is the entry, and the table's mux stays off the path into
+            # the matmul engine's command checks
+            pe_q = Signal(PREC_ENTRY, name="mm_prec_entry")
+            m.d.sync += pe_q.eq(pe)
+            pe = pe_q
         mp = self.mm_cmd.payload
         m.d.comb += [
             mp.op.eq(OP_START), mp.mode.eq(mmi.mode), mp.M.eq(mmi.M), mp.K.eq(mmi.K),

@@ -399,9 +399,10 @@ class Sequencer(wiring.Component):
         coll_err = Signal(name="coll_err")       # an ALLREDUCE answered TIMEOUT: stop the run
         coll_pc = Signal(range(cfg.prog_depth), name="coll_pc")
         # A poisoning ALLREDUCE samples `flags` as it is issued and again the cycle after (they
-        # only grow: the same as the later sample). The snoop's last hit reaches `flags` two
-        # cycles after its write, the unit's `busy` falls after one or two; the engine's first
-        # read of word 0 comes three or more cycles after it took the command.
+        # only grow: the same as the later sample). A snooped write shows in `flags`
+        # SNOOP_LATENCY = 3 cycles after it (hdl.core.core), and the ALLREDUCE can issue 2
+        # cycles after the vector unit's last write (its `busy` down); the engine's first read
+        # of word 0 comes three or more cycles after it took the command.
         poison_arm = Signal(name="coll_poison_arm")
         if coll is not None:
             m.d.comb += self.coll_rsp.ready.eq(1)

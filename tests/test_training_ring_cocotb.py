@@ -7,8 +7,9 @@ build): the data-parallel steps with FP32 (one step), BFP-4 rounding stochastica
 and top-k links (two: the second, one top-k all-reduce per layer, adds the first's
 residual), and two pipeline steps of the MLP 8-8-8-4 in three stages
 (GPipe, then 1F1B), whose gradients go back over the reverse links; on the same build, the
-ERR_LINK cases (a lone receive, a stopped link) and a rotation on the reverse ring (the
-reverse link closing the ring carries a block). ``make test-long`` runs
+ERR_LINK cases (a lone receive, a stopped link), a rotation on the reverse ring (the
+reverse link closing the ring carries a block) and a poisoning ALLREDUCE right after a
+vector write of a NaN into the gradient window. ``make test-long`` runs
 the same on two cores without reverse links (preset ``tiny``: the two-stage pipeline sends
 its gradients on the forward ring, whose next core is also the previous one) and the
 data-parallel steps on four cores."""
@@ -63,6 +64,14 @@ def test_training_ring_softmax_every_log_entry():
     table, then on random eight-class rows (the same build)."""
     run_cocotb("training_ring", "tiny-n3-rev", "sim.tb.training_ring",
                name="training_ring_softmax", testcase="softmax_every_log_entry")
+
+
+def test_training_ring_poison_right_after_a_vector_write():
+    """A poisoning ALLREDUCE issued right after a vector write of a NaN into the gradient
+    window: the snoop's flag reaches it (its second sample of ``flags``), bit-exact with the
+    golden model on every core (the same build)."""
+    run_cocotb("training_ring", "tiny-n3-rev", "sim.tb.training_ring",
+               name="training_ring_poison", testcase="poison_right_after_a_vector_write")
 
 
 @pytest.mark.long

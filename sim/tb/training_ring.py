@@ -342,6 +342,64 @@ async def stopped_links_give_err_link(dut):
 
 
 @cocotb.test()
+async def poison_right_after_a_vector_write(dut):
+    """A poisoning ``ALLREDUCE`` that issues right after a vector write of a NaN into the
+    gradient window (the one-pass ``OPT``'s ``g`` line): the write reaches ``flags`` through
+    the gradient-write snoop ``SNOOP_LATENCY`` = 3 cycles after it, and the ``ALLREDUCE`` can
+    issue 2 cycles after the vector unit's last write, so the sequencer's second sample of
+    ``flags`` (the cycle after the issue, ``coll_poison_arm``) is what poisons it. Core 0's
+    ``COPY`` writes a NaN, the other cores' a finite line: every core's region equals the
+    golden model's (core 0's word 0 the canonical NaN, so word 0 is NaN on every core), core
+    0's ``flags`` has the snoop's bit and the others' none, and core 0's one-pass ``OPT``
+    skips (its parameters unchanged) while the others' step (random stalls on every link and
+    host port)."""
+    cfg, tb = await _started_ring(dut, seed=9)
+    N, S, D = cfg.ranks, cfg.core.size, cfg.core.bank_depth
+    rng = np.random.default_rng(23)
+    region, lines = D, 4 * N              # bank 1; the COPY's and the OPT's lines elsewhere
+    src, grad, w, m, v = 2 * D, 3 * D, 4 * D, 5 * D, 6 * D       # an OPT port per bank
+    program = [encode(Op.VEC, vop=5, rows=1, cols=S, a=src, d=grad),
+               encode(Op.ALLREDUCE, a=region, lines=lines, seg=4, timeout=2000, poison=1),
+               encode(Op.OPT, count=S, w=w, m=m, v=v, g=grad, one_pass=1),
+               encode(Op.HALT)]
+    images = []
+    for r in range(N):
+        im = np.zeros((cfg.core.lines, S), np.uint32)
+        im[region:region + lines] = f32_to_bits(
+            rng.standard_normal((lines, S)).astype(np.float32))
+        im[src] = f32_to_bits(rng.standard_normal(S).astype(np.float32))
+        if r == 0:
+            im[src, S - 1] = 0x7FC00000 | 5          # a NaN in the COPY's last word
+        im[w] = f32_to_bits(rng.standard_normal(S).astype(np.float32))
+        images.append(im)
+    model, want = _ring_model(cfg, images, program)
+    assert want == [(Status.OK, 0)] * N, want
+    assert model.poisoned == [True] + [False] * (N - 1), model.poisoned
+    assert model.cores[0].mem[region, 0] == 0x7FC00000
+    assert np.array_equal(model.cores[0].mem[w], images[0][w])     # core 0 skipped
+    assert not np.array_equal(model.cores[1].mem[w], images[1][w])  # the others stepped
+    used = [(region, lines), (src, 1), (grad, 1), (w, 1), (m, 1), (v, 1)]
+
+    async def run(r, d):
+        for a, n in used:
+            await d.write_lines(a, images[r][a:a + n])
+        await d.load_program(program)
+        res = await d.run()
+        return res, [await d.read_lines(a, n) for a, n in used], await d.read_regs()
+
+    got = await tb.each(run)
+    for r, (res, mem, regs) in enumerate(got):
+        assert res == want[r], (r, res, want[r])
+        assert regs["flags"] == model.cores[r].run_flags, (r, regs["flags"])
+        for (a, n), lines_got in zip(used, mem):
+            bad = np.flatnonzero((lines_got != model.cores[r].mem[a:a + n]).any(1))
+            assert not bad.size, f"core {r}: lines {a + bad} differ from the model"
+        assert _state(regs)["coll_status"] == CollStatus.OK, (r, _state(regs))
+    assert got[0][2]["flags"] == 4 and all(g[2]["flags"] == 0 for g in got[1:])
+    tb.check_links()
+
+
+@cocotb.test()
 async def reverse_ring_rotation(dut):
     """Every core sends a block of lines backward while it receives one from the core after
     it, on the reverse ring (``SENDRECV`` with ``sdir = rdir = 1``), twice with other lengths

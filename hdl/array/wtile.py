@@ -1,7 +1,7 @@
 """Weight-tile aligner: ``S`` row groups -> one shared tile exponent -> stationary rows."""
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.hdl import Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -19,6 +19,17 @@ def tile_row_layout(config: ArrayConfig) -> data.StructLayout:
         "wl": wload_layout(config), "exp": signed(config.exp_bits), "last": 1,
         "invalid": 1, "overflow": 1,
     })
+
+
+def gt_const(v, c: int):
+    """``v > c`` for an unsigned ``v`` and a constant ``c``, as AND/OR logic over ``v``'s bits
+    from the LSB up (yosys maps a ``>`` to a carry chain)."""
+    res = Const(0, 1)
+    for i in range(len(v)):
+        res = (v[i] & res) if (c >> i) & 1 else (v[i] | res)
+    if c >> len(v):
+        return Const(0, 1)
+    return res
 
 
 class TileAligner(wiring.Component):
@@ -95,10 +106,16 @@ class TileAligner(wiring.Component):
         cur = Signal.like(rows[0], name="cur_elems")
         d = Signal(range(mm + 2), name="align_shift")
 
+        lo = (mm + 1).bit_length()
+
         def shift_of(tile_exp, row_exp, tag):
+            # min(diff, mm + 1) for diff >= 0 (0 for diff < 0): the clamp tests the bits of
+            # the difference (no second carry chain after the subtract's)
             diff = Signal(signed(eb + 1), name=f"exp_diff_{tag}")
             m.d.comb += diff.eq(tile_exp - row_exp)
-            return Mux(diff > mm + 1, mm + 1, diff)
+            over = Signal(name=f"exp_diff_{tag}_over")
+            m.d.comb += over.eq(diff[lo:-1].any() | gt_const(diff[:lo], mm + 1))
+            return Mux(diff[-1], 0, Mux(over, mm + 1, diff[:lo]))
 
         nxt = Signal(range(S), name="next_row")
         nxt_exp = Signal(signed(eb), name="next_row_exp")
@@ -116,7 +133,7 @@ class TileAligner(wiring.Component):
         d_kept = Signal.like(d, name="align_shift_kept")
         d_last = Signal.like(d, name="align_shift_last")
         m.d.comb += [d_kept.eq(shift_of(e_t, exps[0], "kept")),
-                     d_last.eq(Mux(x > exps[0], shift_of(x, exps[0], "last"), 0))]
+                     d_last.eq(shift_of(x, exps[0], "last"))]      # 0 when x <= E_0
         with m.If(last_in):
             m.d.sync += [cur.eq(rows[0]), d.eq(Mux(d_last > d_kept, d_last, d_kept))]
         with m.Elif(self.o.valid & self.o.ready & (emit != S - 1)):

@@ -35,9 +35,10 @@ class FP32Mul(FP32CutUnit):
     ``0x7FC00000``; ``Inf * finite non-zero`` gives ±Inf.
 
     Datapath steps (each boundary a register or a wire, :class:`~hdl.fp32.config.FP32Config`):
-    ``unpack`` (classify; normalise subnormal significands so both have bit 23 set; exponent
-    sum) | ``partial`` (four 12 x 12-bit partial products: one ECP5 DSP each; in parallel the
-    result exponent for both positions of the product's leading one,
+    ``unpack`` (classify; normalise subnormal significands so both have bit 23 set; the
+    exponent fields' sum and the normalising shifts' sum apart) | ``partial`` (four 12 x 12-bit
+    partial products: one ECP5 DSP each; in parallel the exponent, one sum minus the other,
+    and from it the result exponent for both positions of the product's leading one,
     :func:`~hdl.fp32.round.round_plan_top2`) | ``product``
     (48-bit sum, leading one in bit 47 or 46) | one-bit normalize, sticky compression to 27 bits,
     exponent and subnormal shift (:func:`~hdl.fp32.round.round_prepare`) | ``round``:
@@ -72,13 +73,19 @@ class FP32Mul(FP32CutUnit):
         pay = self.i.payload
         a = unpack_fp32(m, pay.a.as_value(), name="mul_a", normalize=True)
         b = unpack_fp32(m, pay.b.as_value(), name="mul_b", normalize=True)
-        exp = Signal(signed(12), name="mul_exp")      # weight of the product's LSB
-        m.d.comb += exp.eq(a.exp + b.exp)
+        # the weight of the product's LSB is exp_raw - lz: the two normalising shifts are
+        # subtracted in the next stage, so the leading-zero counts reach this stage's register
+        # through one small adder instead of two subtractions and the exponent sum
+        exp_raw = Signal(signed(12), name="mul_exp_raw")
+        lz = Signal(range(2 * 24 + 1), name="mul_lz")
+        m.d.comb += [exp_raw.eq(a.exp_raw + b.exp_raw), lz.eq(a.lz + b.lz)]
         nan = Signal(name="mul_nan")
         m.d.comb += nan.eq(a.nan | b.nan | (a.inf & b.zero) | (a.zero & b.inf))
         s = p.boundary(
-            "unpack", a_sig=a.sig, b_sig=b.sig, exp=exp, sign=a.sign ^ b.sign, nan=nan,
-            inf=a.inf | b.inf, zero=a.zero | b.zero)
+            "unpack", a_sig=a.sig, b_sig=b.sig, exp_raw=exp_raw, lz=lz, sign=a.sign ^ b.sign,
+            nan=nan, inf=a.inf | b.inf, zero=a.zero | b.zero)
+        exp = Signal(signed(12), name="mul_exp")      # weight of the product's LSB
+        m.d.comb += exp.eq(s.exp_raw - s.lz)
 
         # --- partial products -------------------------------------------------------------------
         parts = {}
@@ -90,7 +97,7 @@ class FP32Mul(FP32CutUnit):
         # Exponent part of the rounding, for both positions of the product's leading one (bit
         # 47: LSB weight exp; bit 46: the product is shifted left by one, exp - 1), computed
         # here in parallel with the multipliers. `_JAM_DROP` low bits are jammed into one.
-        plans = round_plan_top2(m, exp=s.exp + _JAM_DROP, width=_JAM_KEEP, name="mul_rnd")
+        plans = round_plan_top2(m, exp=exp + _JAM_DROP, width=_JAM_KEEP, name="mul_rnd")
         plan1, plan0 = plans.top, plans.low
         s = p.boundary("partial", **parts, sign=s.sign, nan=s.nan, inf=s.inf, zero=s.zero,
                        shift1=plan1.shift, base1=plan1.base, ovf1=plan1.ovf,

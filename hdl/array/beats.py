@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+
+from ..lib.rotate import rotate_lanes
 
 from .array import beat_layout
 from .config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
@@ -25,7 +28,7 @@ class BeatAssembler(wiring.Component):
       aligner through ``rows``. The descriptor: the group's output line, lane mask and
       ``first`` from its sideband, exponent ``E_group + E_tile - shift`` per lane.
     * BWD_WEIGHT: path 0's groups (X columns) and path 1's (dY columns) fill two
-      double-buffered ``S x S`` block registers; when both blocks of a bank are full, ``S``
+      double-buffered ``S x S`` blocks (LUT RAM; below); when both blocks of a bank are full, ``S``
       beats are emitted (beat ``j``: row ``j`` of both blocks, ``first``/``last`` tags of the
       batch tile), beat ``j``'s descriptor is row ``j`` of the dW tile (line
       ``addr + j * stride``, written only for ``j < rows``), exponents
@@ -99,10 +102,23 @@ class BeatAssembler(wiring.Component):
         o0 = x.payload
         s0o = Signal(side0, name="q0_side")
         m.d.comb += s0o.eq(o0.side)
-        # BWD_WEIGHT block registers: S X groups (columns k) and S dY groups (columns n)
-        elem_l = data.ArrayLayout(data.StructLayout({"mag": mm, "sign": 1}), S)
-        xblk = [[Signal(elem_l, name=f"xblk_{b}_{j}") for j in range(S)] for b in range(2)]
-        dblk = [[Signal(elem_l, name=f"dblk_{b}_{j}") for j in range(S)] for b in range(2)]
+        # BWD_WEIGHT blocks: S X groups (columns k) and S dY groups (columns n), double
+        # buffered. The elements are held in S lane memories per operand, 2S words each
+        # (bank, row), asynchronous read (LUT RAM on the FPGA), as the quantizer's block
+        # buffers (hdl.array.quant): row r is stored rotated by r (lane memory k holds its
+        # element (k - r) mod S), so element e of every row is one read per lane memory, lane
+        # k at row (k - e) mod S, rotated back by e. A beat leaves in the same cycle as from
+        # registers, without a 2S-way select per element.
+        el = mm + 1
+        row_bits = max(1, (S - 1).bit_length())
+        blk_mem = {}
+        for tag in ("x", "d"):
+            ports = []
+            for k in range(S):
+                mem = Memory(shape=el, depth=2 << row_bits, init=[])
+                m.submodules[f"{tag}blk_lane{k}"] = mem
+                ports.append((mem.write_port(), mem.read_port(domain="comb")))
+            blk_mem[tag] = ports
         xexp = [[Signal(signed(cfg.exp_bits), name=f"xexp_{b}_{j}") for j in range(S)]
                 for b in range(2)]
         dexp = [[Signal(signed(cfg.exp_bits), name=f"dexp_{b}_{j}") for j in range(S)]
@@ -150,17 +166,22 @@ class BeatAssembler(wiring.Component):
             m.d.comb += [x_room.eq(~Mux(xbank, xfull[1], xfull[0])),
                          d_room.eq(~Mux(dbank, dfull[1], dfull[0])),
                          x.ready.eq(x_room), y.ready.eq(d_room)]
-            for blk_, exp_, full_, cnt_, bank_, src, room, side_, flag_ in (
-                    (xblk, xexp, xfull, xcnt, xbank, x, x_room, xside, xflag),
-                    (dblk, dexp, dfull, dcnt, dbank, y, d_room, None, dflag)):
+            for tag, exp_, full_, cnt_, bank_, src, room, side_, flag_ in (
+                    ("x", xexp, xfull, xcnt, xbank, x, x_room, xside, xflag),
+                    ("d", dexp, dfull, dcnt, dbank, y, d_room, None, dflag)):
+                wrot = rotate_lanes([src.payload.group.elems[e].as_value() for e in range(S)],
+                                    cnt_, left=True)       # lane k: element (k - row) mod S
+                for k, (wp, _) in enumerate(blk_mem[tag]):
+                    m.d.comb += [wp.addr.eq(Cat(cnt_[:row_bits], bank_)),
+                                 wp.data.eq(wrot.word_select(k, el)),
+                                 wp.en.eq(src.valid & room)]
                 with m.If(src.valid & room):
                     fl = Cat(src.payload.invalid, src.payload.overflow)
                     for b in range(2):
                         with m.If(bank_ == b):
                             for j in range(S):
                                 with m.If(cnt_ == j):
-                                    m.d.sync += [blk_[b][j].eq(src.payload.group.elems),
-                                                 exp_[b][j].eq(src.payload.group.exp)]
+                                    m.d.sync += exp_[b][j].eq(src.payload.group.exp)
                             if side_ is not None:
                                 m.d.sync += side_[b].eq(src.payload.side)
                             with m.If(cnt_ == 0):
@@ -195,14 +216,19 @@ class BeatAssembler(wiring.Component):
                 bflag.eq(Mux(ebank, xflag[1] | dflag[1], xflag[0] | dflag[0])),
                 beat_inv.eq(bflag[0]), beat_ovf.eq(bflag[1]),
             ]
-            el = mm + 1
+            xexp_sh = Signal(signed(cfg.exp_bits + 1), name="cur_xexp_shifted")
+            m.d.comb += xexp_sh.eq(cur_xexp - shift)        # once, not per lane
+            rd = {}
+            for tag, ports in blk_mem.items():
+                for k, (_, rp) in enumerate(ports):
+                    m.d.comb += rp.addr.eq(Cat((k - emit)[:row_bits], ebank))
+                # lane k holds element ``emit`` of row (k - emit) mod S: row j is lane j + emit
+                rd[tag] = rotate_lanes([rp.data for _, rp in ports], emit, left=False)
             for j in range(S):
                 m.d.comb += [
-                    inp.h[j].eq(Cat(xblk[0][j].as_value(), xblk[1][j].as_value())
-                                .word_select(esel, el)),
-                    inp.v[j].eq(Cat(dblk[0][j].as_value(), dblk[1][j].as_value())
-                                .word_select(esel, el)),
-                    dsc.exp[j].eq(cur_xexp + Mux(ebank, dexp[1][j], dexp[0][j]) - shift),
+                    inp.h[j].eq(rd["x"].word_select(j, el)),
+                    inp.v[j].eq(rd["d"].word_select(j, el)),
+                    dsc.exp[j].eq(xexp_sh + Mux(ebank, dexp[1][j], dexp[0][j])),
                 ]
             with m.If(issue):
                 with m.If(emit == S - 1):

@@ -8,7 +8,6 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..lib.rotate import rotate_lanes
-
 from .array import beat_layout
 from .config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
 from .opgen import operand_side_layout

@@ -3,7 +3,8 @@ Amaranth simulator: every aligned row against :func:`sim.model.array.align_rne` 
 tile's largest row exponent, bit for bit.
 
 The engine's tests see the aligner through whole matmul passes, whose weight tiles rarely have
-rows far below the tile's exponent; here every tile has row exponents spread from 0 to
+rows far below the tile's exponent (they pass with the shift clamped at ``max_mantissa``
+instead of ``max_mantissa + 1``); here every tile has row exponents spread from 0 to
 ``max_mantissa + 4`` below the largest (the shift clamp at ``max_mantissa + 1`` and the
 shifts just under it, with magnitudes that round up there), the largest in every row
 position (the first and the last row take different paths into the shift register), random

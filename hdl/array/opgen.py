@@ -102,8 +102,6 @@ class OperandLineGen(wiring.Component):
             g0_nt.eq(Mux(is_bwd, g0.c[1], g0.c[2])),
             g0_m.eq(Mux(is_bww, (g0.c[0] << lg) | g0.c[3], g0.c[3])),
         ]
-        # every line address is (base + column tile) + row * leading dimension: the sum of
-        # the registers and counters is formed beside the multiplier (one adder after it)
         r0 = self.req.payload
         s0 = Signal(side0, name="g0_side")
         krem0 = Signal(signed(db + 2), name="g0_krem")
@@ -114,23 +112,23 @@ class OperandLineGen(wiring.Component):
         with m.Switch(mode):
             with m.Case(FWD):
                 m.d.comb += [
-                    r0.addr.eq((base_a + g0_kt) + g0_m * lda), r0.zero.eq(0), r0.mask.eq(kmask0),
-                    s0.addr.eq((base_c + g0_nt) + g0_m * ldb), s0.mask.eq(nmask0),
+                    r0.addr.eq(base_a + g0_m * lda + g0_kt), r0.zero.eq(0), r0.mask.eq(kmask0),
+                    s0.addr.eq(base_c + g0_m * ldb + g0_nt), s0.mask.eq(nmask0),
                     s0.first.eq((g0_kt == 0) & ~accum), s0.last.eq(g0.last[3]),
                 ]
             with m.Case(BWD_DATA):
                 m.d.comb += [
-                    r0.addr.eq((base_c + g0_nt) + g0_m * ldb), r0.zero.eq(0), r0.mask.eq(nmask0),
-                    s0.addr.eq((base_a + g0_kt) + g0_m * lda), s0.mask.eq(kmask0),
+                    r0.addr.eq(base_c + g0_m * ldb + g0_nt), r0.zero.eq(0), r0.mask.eq(nmask0),
+                    s0.addr.eq(base_a + g0_m * lda + g0_kt), s0.mask.eq(kmask0),
                     s0.first.eq((g0_nt == 0) & ~accum), s0.last.eq(g0.last[3]),
                 ]
             with m.Default():
                 # rows past M are zeros: their read stays inside the matrix (line base_a),
                 # so an engine on a shared scratchpad never touches another matrix's lines
                 m.d.comb += [
-                    r0.addr.eq(Mux(g0_m >= dM, base_a, (base_a + g0_kt) + g0_m * lda)),
+                    r0.addr.eq(Mux(g0_m >= dM, base_a, base_a + g0_m * lda + g0_kt)),
                     r0.zero.eq(g0_m >= dM), r0.mask.eq(kmask0),
-                    s0.addr.eq((base_b + g0_nt) + (g0_kt << lg) * ldb), s0.mask.eq(nmask0),
+                    s0.addr.eq(base_b + ((g0_kt << lg) * ldb) + g0_nt), s0.mask.eq(nmask0),
                     s0.first.eq((g0.c[0] == 0) & ~accum), s0.last.eq(1),
                     s0.rows.eq(Mux(krem0 > S, S, krem0)), s0.stride.eq(ldb),
                 ]

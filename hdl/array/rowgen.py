@@ -80,12 +80,11 @@ class TileRowGen(wiring.Component):
         m.d.comb += nrem1.eq(g1r["dN"] - (g1_nt << lg))
         nmask1 = lanes_below(m, nrem1, S, "g1_nmask")
         # rows past the matrix are zeros; their read stays inside the matrix (its base line),
-        # so an engine on a shared scratchpad never touches another matrix's lines; the base
-        # and the column tile are added beside the multiplier (one adder after it)
+        # so an engine on a shared scratchpad never touches another matrix's lines
         base1 = Signal.like(g1r["base_b"], name="g1_base")
         m.d.comb += [base1.eq(Mux(is_bww, g1r["base_c"], g1r["base_b"])),
                      r1.zero.eq(g1_row >= Mux(is_bww, g1r["dM"], g1r["dK"]))]
-        m.d.comb += r1.addr.eq(Mux(r1.zero, base1, (base1 + g1_nt) + g1_row * g1r["ldb"]))
+        m.d.comb += r1.addr.eq(Mux(r1.zero, base1, base1 + g1_row * g1r["ldb"] + g1_nt))
         m.d.comb += [r1.mask.eq(nmask1), r1.side.eq(0),
                      self.req.valid.eq(self.running & ~g1.done)]
         with m.If(self.req.valid & self.req.ready):

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..lib.rotate import rotate_lanes
+from ..lib.rotate import rotate_lanes, rotated_block_memories
 from .array import beat_layout
 from .config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
 from .opgen import operand_side_layout
@@ -104,20 +103,11 @@ class BeatAssembler(wiring.Component):
         # BWD_WEIGHT blocks: S X groups (columns k) and S dY groups (columns n), double
         # buffered. The elements are held in S lane memories per operand, 2S words each
         # (bank, row), asynchronous read (LUT RAM on the FPGA), as the quantizer's block
-        # buffers (hdl.array.quant): row r is stored rotated by r (lane memory k holds its
-        # element (k - r) mod S), so element e of every row is one read per lane memory, lane
-        # k at row (k - e) mod S, rotated back by e. A beat leaves in the same cycle as from
-        # registers, without a 2S-way select per element.
+        # buffers (hdl.lib.rotate.rotated_block_memories): row r is stored rotated by r (lane
+        # memory k holds its element (k - r) mod S), so element e of every row is one read per
+        # lane memory, lane k at row (k - e) mod S, rotated back by e. A beat leaves in the
+        # same cycle as from registers, without a 2S-way select per element.
         el = mm + 1
-        row_bits = max(1, (S - 1).bit_length())
-        blk_mem = {}
-        for tag in ("x", "d"):
-            ports = []
-            for k in range(S):
-                mem = Memory(shape=el, depth=2 << row_bits, init=[])
-                m.submodules[f"{tag}blk_lane{k}"] = mem
-                ports.append((mem.write_port(), mem.read_port(domain="comb")))
-            blk_mem[tag] = ports
         xexp = [[Signal(signed(cfg.exp_bits), name=f"xexp_{b}_{j}") for j in range(S)]
                 for b in range(2)]
         dexp = [[Signal(signed(cfg.exp_bits), name=f"dexp_{b}_{j}") for j in range(S)]
@@ -162,18 +152,20 @@ class BeatAssembler(wiring.Component):
             # double-buffered X and dY blocks: bank `xbank`/`dbank` fills, bank `ebank` is emitted
             x_room = Signal(name="x_room")
             d_room = Signal(name="d_room")
+            blk_mem = {}    # per operand: (write ports, read data), beat ``emit`` of ``ebank``
+            for tag, src, cnt_, bank_ in (("x", x, xcnt, xbank), ("d", y, dcnt, dbank)):
+                blk_mem[tag] = rotated_block_memories(
+                    m, name=f"{tag}blk_lane", width=el,
+                    w_lanes=[src.payload.group.elems[e].as_value() for e in range(S)],
+                    w_row=cnt_, w_bank=bank_, r_col=emit, r_bank=ebank)
             m.d.comb += [x_room.eq(~Mux(xbank, xfull[1], xfull[0])),
                          d_room.eq(~Mux(dbank, dfull[1], dfull[0])),
                          x.ready.eq(x_room), y.ready.eq(d_room)]
             for tag, exp_, full_, cnt_, bank_, src, room, side_, flag_ in (
                     ("x", xexp, xfull, xcnt, xbank, x, x_room, xside, xflag),
                     ("d", dexp, dfull, dcnt, dbank, y, d_room, None, dflag)):
-                wrot = rotate_lanes([src.payload.group.elems[e].as_value() for e in range(S)],
-                                    cnt_, left=True)       # lane k: element (k - row) mod S
-                for k, (wp, _) in enumerate(blk_mem[tag]):
-                    m.d.comb += [wp.addr.eq(Cat(cnt_[:row_bits], bank_)),
-                                 wp.data.eq(wrot.word_select(k, el)),
-                                 wp.en.eq(src.valid & room)]
+                for wp in blk_mem[tag][0]:
+                    m.d.comb += wp.en.eq(src.valid & room)
                 with m.If(src.valid & room):
                     fl = Cat(src.payload.invalid, src.payload.overflow)
                     for b in range(2):
@@ -217,12 +209,10 @@ class BeatAssembler(wiring.Component):
             ]
             xexp_sh = Signal(signed(cfg.exp_bits + 1), name="cur_xexp_shifted")
             m.d.comb += xexp_sh.eq(cur_xexp - shift)        # once, not per lane
-            rd = {}
-            for tag, ports in blk_mem.items():
-                for k, (_, rp) in enumerate(ports):
-                    m.d.comb += rp.addr.eq(Cat((k - emit)[:row_bits], ebank))
-                # lane k holds element ``emit`` of row (k - emit) mod S: row j is lane j + emit
-                rd[tag] = rotate_lanes([rp.data for _, rp in ports], emit, left=False)
+            # lane k holds element ``emit`` of row (k - emit) mod S: row j is lane j + emit
+            rd = {tag: rotate_lanes([read.word_select(k, el) for k in range(S)], emit,
+                                    left=False)
+                  for tag, (_, read) in blk_mem.items()}
             for j in range(S):
                 m.d.comb += [
                     inp.h[j].eq(rd["x"].word_select(j, el)),

@@ -5,12 +5,11 @@ from __future__ import annotations
 from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..bfp.stat import QuantStat, stat_layout
 from ..formats import bfp_group_layout
-from ..lib.rotate import rotate_lanes
+from ..lib.rotate import rotated_block_memories
 from ..lib.streamreg import StreamSkid
 from .config import ArrayConfig
 from .pe import width_shape
@@ -151,12 +150,6 @@ class LineQuantizer(wiring.Component):
         # = (k - c) mod S of lane k, a different address per lane, read in one cycle and
         # rotated back by c (in the converter, after rounding). The same groups leave in the
         # same cycles as from registers, with S x 32 x 2S fewer flip-flops.
-        row_bits = max(1, (S - 1).bit_length())
-        lanes_mem = []
-        for k in range(S):
-            mem = Memory(shape=32, depth=2 << row_bits, init=[])
-            m.submodules[f"block_lane{k}"] = mem
-            lanes_mem.append((mem.write_port(), mem.read_port(domain="comb")))
         blk_side = [Signal(sb, name=f"block_{b}_side") for b in range(2)]
         blk_full = [Signal(name=f"block_{b}_full") for b in range(2)]
         fill_bank = Signal(name="fill_bank")
@@ -167,17 +160,12 @@ class LineQuantizer(wiring.Component):
         send_full = Signal(name="send_full")
         m.d.comb += [fill_ok.eq(~Mux(fill_bank, blk_full[1], blk_full[0])),
                      send_full.eq(Mux(send_bank, blk_full[1], blk_full[0]))]
-        wrot = Signal(S * 32, name="block_write_rotated")     # lane k: word (k - fill) mod S
         lanes_rd = Signal(S * 32, name="block_lanes_read")    # lane k: row (k - col) mod S
-        m.d.comb += wrot.eq(rotate_lanes([head.data.word_select(k, 32) for k in range(S)], fill,
-                                          left=True))
-        for k, (wp, rp) in enumerate(lanes_mem):
-            m.d.comb += [
-                wp.addr.eq(Cat(fill, fill_bank)),
-                wp.data.eq(wrot.word_select(k, 32)),
-                rp.addr.eq(Cat((k - col)[:row_bits], send_bank)),
-                lanes_rd.word_select(k, 32).eq(rp.data),
-            ]
+        lane_wps, rd = rotated_block_memories(
+            m, name="block_lane", width=32,
+            w_lanes=[head.data.word_select(k, 32) for k in range(S)], w_row=fill,
+            w_bank=fill_bank, r_col=col, r_bank=send_bank)
+        m.d.comb += lanes_rd.eq(rd)
         col_bits = max(1, (S - 1).bit_length())
         side_fifo = m.submodules.side_fifo = SyncFIFO(width=sb + col_bits, depth=self.SIDE_FIFO)
 
@@ -206,7 +194,7 @@ class LineQuantizer(wiring.Component):
                          cin_side.eq(Mux(send_bank, blk_side[1], blk_side[0])),
                          cin_col.eq(col), lf.r_en.eq(fill_ok & lf.r_rdy)]
             with m.If(fill_ok & lf.r_rdy):
-                for wp, _ in lanes_mem:
+                for wp in lane_wps:
                     m.d.comb += wp.en.eq(1)
                 for b in range(2):
                     with m.If(fill_bank == b):

@@ -1,9 +1,11 @@
-"""Barrel rotation of equal-width lanes by a run-time amount."""
+"""Barrel rotation of equal-width lanes by a run-time amount, and the rotated lane memories
+that transpose a block with it."""
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Mux, Value
+from amaranth.lib.memory import Memory
 
-__all__ = ["rotate_lanes"]
+__all__ = ["rotate_lanes", "rotated_block_memories"]
 
 
 def rotate_lanes(lanes, amount, *, left: bool) -> Value:
@@ -23,3 +25,46 @@ def rotate_lanes(lanes, amount, *, left: bool) -> Value:
         if step:
             x = Mux(amount[i], x.rotate_left(step) if left else x.rotate_right(step), x)
     return x
+
+
+def rotated_block_memories(m, *, name: str, width: int, w_lanes, w_row, w_bank, r_col, r_bank):
+    """Two ``n x n`` blocks (banks) of ``width``-bit elements in ``n = len(w_lanes)`` lane
+    memories of ``2n`` words (bank, row) with asynchronous reads (LUT RAM on the ECP5), so that
+    a row is written and a column read in one cycle each.
+
+    Row ``r`` is stored rotated by ``r``: lane memory ``k`` holds its element ``(k - r) mod n``.
+    Column ``c`` is then in row ``(k - c) mod n`` of lane memory ``k``, a different address per
+    lane. ``n`` is a power of two.
+
+    Parameters
+    ----------
+    m : Module
+    name : str
+        Prefix of the memories' submodule names (``{name}{k}``).
+    w_lanes : list of Value
+        The row written (element ``j`` first), at row ``w_row`` of bank ``w_bank``; the write
+        enables are the caller's (``ports[k].en``, every lane's on a row write).
+    r_col, r_bank : Value
+        The column read, of bank ``r_bank``.
+
+    Returns
+    -------
+    (ports, read)
+        The lane memories' write ports, and their read data concatenated (lane ``k``:
+        element ``r_col`` of row ``(k - r_col) mod n``, lane 0 in the low bits): rotated right
+        by ``r_col`` lanes (:func:`rotate_lanes`, ``left=False``) it is the column in row order.
+    """
+    n = len(w_lanes)
+    row_bits = max(1, (n - 1).bit_length())
+    wrot = rotate_lanes(w_lanes, w_row, left=True)        # lane k: element (k - row) mod n
+    ports, reads = [], []
+    for k in range(n):
+        mem = Memory(shape=width, depth=2 << row_bits, init=[])
+        m.submodules[f"{name}{k}"] = mem
+        wp, rp = mem.write_port(), mem.read_port(domain="comb")
+        m.d.comb += [wp.addr.eq(Cat(w_row[:row_bits], w_bank)),
+                     wp.data.eq(wrot.word_select(k, width)),
+                     rp.addr.eq(Cat((k - r_col)[:row_bits], r_bank))]
+        ports.append(wp)
+        reads.append(rp.data)
+    return ports, Cat(*reads)

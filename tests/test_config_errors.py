@@ -63,8 +63,9 @@ ROWS = [
     (ArrayConfig, "role_ports", 0, T, "ArrayConfig.role_ports"),
     (ArrayConfig, "acc_lanes", 3, V, "ArrayConfig.acc_lanes"),
     (ArrayConfig, "acc_lanes", 1.0, T, "ArrayConfig.acc_lanes"),
-    (ArrayConfig, "mem_latency", 3, V, "ArrayConfig.mem_latency"),
+    (ArrayConfig, "mem_latency", 4, V, "ArrayConfig.mem_latency"),
     (ArrayConfig, "mem_latency", 2, V, "ArrayConfig.mem_latency"),   # role_ports = False
+    (ArrayConfig, "mem_latency", 3, V, "ArrayConfig.mem_latency"),   # role_ports = False
     (ArrayConfig, "mem_latency", 2.0, T, "ArrayConfig.mem_latency"),
     (FP32Config, "add_stages", 0, V, "FP32Config.add_stages"),
     (FP32Config, "add_stages", 8, V, "FP32Config.add_stages"),
@@ -155,6 +156,8 @@ ROWS = [
     (CoreConfig, "vector_read_reg", 1, T, "CoreConfig.vector_read_reg"),
     (CoreConfig, "spad_reg", 1, T, "CoreConfig.spad_reg"),
     (CoreConfig, "spad_reg", True, V, "CoreConfig.spad_reg"),  # no read_reg
+    (CoreConfig, "spad_out_reg", 1, T, "CoreConfig.spad_out_reg"),
+    (CoreConfig, "spad_out_reg", True, V, "CoreConfig.spad_out_reg"),  # no spad_reg
     (CoreConfig, "vector_shared_units", 1, T, "CoreConfig.vector_shared_units"),
     (CoreConfig, "optim_shared_units", 1, T, "CoreConfig.optim_shared_units"),
     (CoreConfig, "optim_shared_units", True, V, "CoreConfig.optim_shared_units"),  # no vector_

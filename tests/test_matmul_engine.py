@@ -198,14 +198,14 @@ def test_engine_modes_s4(mode, regs):
     passes_scenario(cfg, cmds, seed=10 + mode, idle=0.2, stall=0.3)
 
 
-@pytest.mark.parametrize("regs, latency", [(False, 1), (True, 1), (True, 2)],
-                         ids=["plain", "fpga_regs", "fpga_regs_latency2"])
+@pytest.mark.parametrize("regs, latency", [(False, 1), (True, 1), (True, 2), (True, 3)],
+                         ids=["plain", "fpga_regs", "fpga_regs_latency2", "fpga_regs_latency3"])
 def test_role_ports_one_address_space(regs, latency):
     """The training core's port arrangement (``role_ports``: the two quantizers' reads and
     the accumulator's read-modify-write on one scratchpad, the host's WRITE/READ through the
     accumulator's port) with and without the FPGA build's registers, and with ports of read
     latency 2 (``mem_latency``: the requests registered before the memory, as the core's
-    crossbar does): every mode, accumulate, stochastic rounding, random idle cycles and
+    crossbar does) and 3 (the read data registered too, ``spad_out_reg``): every mode, accumulate, stochastic rounding, random idle cycles and
     backpressure, bit-exact with the model on one memory seen as A, B and C (matrices at
     disjoint lines)."""
     cfg = ArrayConfig(size=4, mem_depth=64, dim_bits=6, role_ports=True, mem_latency=latency,
@@ -218,8 +218,8 @@ def test_role_ports_one_address_space(regs, latency):
     passes_scenario(cfg, cmds, seed=41, idle=0.2, stall=0.3)
 
 
-@pytest.mark.parametrize("regs", [False, True, "latency2"],
-                         ids=["plain", "fpga_regs", "fpga_regs_latency2"])
+@pytest.mark.parametrize("regs", [False, True, "latency2", "latency3"],
+                         ids=["plain", "fpga_regs", "fpga_regs_latency2", "fpga_regs_latency3"])
 @pytest.mark.parametrize("mode", [FWD, BWD_DATA, BWD_WEIGHT])
 def test_pass_cycles_documented_s2(mode, regs):
     """The fast tier's twin of the cocotb tier's ``pass_cycles_documented``: square passes of
@@ -229,14 +229,15 @@ def test_pass_cycles_documented_s2(mode, regs):
     tile that cannot load ahead, fails. With the FPGA build's registers one cycle more (the
     request registers; the command register comes before the pass starts), no bubble: a slice
     that halved the request rate would add a cycle per line. With ports of read latency 2
-    (``mem_latency``, on the core's port arrangement) one more, no bubble either."""
+    (``mem_latency``, on the core's port arrangement) one more, and at 3 one more again, no
+    bubble either."""
     S = 2
-    lat = 2 if regs == "latency2" else 1
+    lat = {"latency2": 2, "latency3": 3}.get(regs, 1)
     # (the core's arrangement is one memory: A, B and C then at disjoint lines)
-    cfg = ArrayConfig(size=S, mem_depth=32 * (4 if lat == 2 else 1), dim_bits=5,
-                      role_ports=lat == 2, mem_latency=lat, **_regs(bool(regs)))
+    cfg = ArrayConfig(size=S, mem_depth=32 * (4 if lat >= 2 else 1), dim_bits=5,
+                      role_ports=lat >= 2, mem_latency=lat, **_regs(bool(regs)))
     D = 4 * S
-    bases = (0, 32, 64) if lat == 2 else (0, 0, 0)
+    bases = (0, 32, 64) if lat >= 2 else (0, 0, 0)
     cmds = [G.MatmulCommand(mode, D, D, D, w, w, ROUND_NEAREST, False, *bases) for w in (2, 4)]
     got = passes_scenario(cfg, cmds, seed=30 + mode)
     for (status, _, _, counters, _), cmd in zip(got, cmds):

@@ -18,7 +18,7 @@ from amaranth.lib.wiring import connect
 
 from hdl.fp32.config import FP32Config
 from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
-from hdl.lib.memport import WordPortsToLine
+from hdl.lib.memport import WordPortsToLine, serve_read, serve_write
 from hdl.optim.config import Mem, Op, OptimConfig, Reg
 from hdl.optim.engine import OptimEngine
 from sim.host.optim import Adam, Clip, LossScale, optimizer_registers, reg_word
@@ -30,10 +30,10 @@ FC, DC = FP32Config.preset("tiny"), FP32DivSqrtConfig.preset("tiny")
 
 
 class _OnePort(Elaboratable):
-    """The engine (``ii = 4``, ``port_skew = 4``, or 5 with ``latency = 2``), the adapter and
-    one line memory; region ``k`` (W, M, V, G) at line ``16 k``. With ``latency = 2`` the
-    line port's requests pass a register before the memory (as the core's crossbar does for
-    a registered client)."""
+    """The engine (``ii = 4``, ``port_skew = 3 + latency``), the adapter and one line memory;
+    region ``k`` (W, M, V, G) at line ``16 k``. With ``latency >= 2`` the line port's
+    requests pass a register before the memory, with 3 its read data too (as the core's
+    crossbar does for a registered and out_registered client)."""
 
     def __init__(self, init_lines, latency=1):
         self.latency = latency
@@ -50,14 +50,8 @@ class _OnePort(Elaboratable):
         for k, name in enumerate("wmvg"):
             connect(m, getattr(self.eng, name), self.ad.word[k])
             m.d.comb += self.ad.base[k].eq(16 * k)
-        rp, wp = self.mem.read_port(), self.mem.write_port(granularity=32)
-        ln = self.ad.line
-        req = ln.signature.create(path=("req",))
-        dom = m.d.sync if self.latency == 2 else m.d.comb
-        dom += [req.r_addr.eq(ln.r_addr), req.r_en.eq(ln.r_en), req.w_addr.eq(ln.w_addr),
-                req.w_en.eq(ln.w_en), req.w_data.eq(ln.w_data)]
-        m.d.comb += [rp.addr.eq(req.r_addr), rp.en.eq(req.r_en), ln.r_data.eq(rp.data),
-                     wp.addr.eq(req.w_addr), wp.en.eq(req.w_en), wp.data.eq(req.w_data)]
+        serve_read(m, self.ad.line, self.mem.read_port(), self.latency, "line")
+        serve_write(m, self.ad.line, self.mem.write_port(granularity=32), self.latency, "line")
         return m
 
 
@@ -67,14 +61,15 @@ def _lines(mems):
     return [sum(int(words[i * S + j]) << (32 * j) for j in range(S)) for i in range(LINES)]
 
 
-@pytest.mark.parametrize("n, latency", [(13, 1), (64, 1), (13, 2), (64, 2)])
+@pytest.mark.parametrize("n, latency", [(13, 1), (64, 1), (13, 2), (64, 2), (13, 3), (64, 3)])
 def test_one_port_engine_steps_bit_exact(n, latency):
     """Four Adam steps over ``n`` words (one-pass, two-pass with clipping, one-pass again,
     then one skipped by an outside flag): W, M, V equal the golden model's after each, the
     one-pass steps take exactly ``step1_cycles(n)`` busy cycles, and no line is written
     outside a step's busy window (the line port's writes: with ``latency = 2`` each lands an
-    edge after it, as every registered client's). With ``latency = 2`` (a registered crossbar client) the adapter's skew and
-    the engine's ``port_skew`` are 5."""
+    edge after it, as every registered client's). With ``latency = 2`` (a registered crossbar
+    client) the adapter's skew and the engine's ``port_skew`` are 5, with 3 (the FPGA
+    build's ``spad_out_reg`` too) 6."""
     rng = np.random.default_rng(n)
     model = OptimEngineModel(OptimConfig(depth=DEPTH, ii=4))
     mems = [rng.standard_normal(DEPTH).astype(np.float32),
@@ -141,7 +136,7 @@ def test_one_port_parameters_are_checked():
     with pytest.raises(ValueError, match=r"WordPortsToLine\.words"):
         WordPortsToLine(ports=4, word_bits=8, line_bits=6, words=3)
     with pytest.raises(ValueError, match=r"WordPortsToLine\.latency"):
-        WordPortsToLine(ports=4, word_bits=8, line_bits=6, words=4, latency=3)
+        WordPortsToLine(ports=4, word_bits=8, line_bits=6, words=4, latency=4)
     eng = OptimEngine(config=OptimConfig(ii=4), data_cmds=False, port_skew=4)
     eng._MustUse__silence = True
     plain = OptimEngine(config=OptimConfig(ii=4), data_cmds=False)

@@ -92,7 +92,7 @@ def _run(dut, img, cmds, *, deadline=20000, top=None, mid=None):
     cfg = dut.config
     S = cfg.size
     mem = LineMemory(img, {"a": dut.a, "b": dut.b, "d": dut.d, "e": dut.e},
-                     latency=2 if cfg.spad_reg else 1)
+                     latency=cfg.spad_latency)
     cycles, failures = [], []
 
     async def tb(ctx):
@@ -322,26 +322,30 @@ def _random_program(dut, img, seed):
             for (op, fields, acc, _), c in zip(cmds, got)]
 
 
-@pytest.mark.parametrize("spad_reg", [False, True], ids=["latency1", "spad_reg"])
-def test_read_register_fpga_shape(spad_reg):
+@pytest.mark.parametrize("lat", [1, 2, 3], ids=["latency1", "spad_reg", "spad_out_reg"])
+def test_read_register_fpga_shape(lat):
     """``CoreConfig.vector_read_reg`` (the FPGA build's readers, one lane): random commands
     (bias gradients in chunks, in-place operands), then softmax rows, against the golden model,
     every command's cycles exactly ``cycles()``, each one more than without the register (the
     softmax two: its e FIFO's read register). With ``spad_reg`` the ports' read data
     comes two cycles after a read (the scratchpad's registered clients, served so by
-    ``LineMemory(latency=2)``): one cycle more again per command (per bias-gradient chunk)."""
+    ``LineMemory(latency=2)``): one cycle more again per command (per bias-gradient chunk);
+    with ``spad_out_reg`` too three cycles after (``latency=3``), one more again."""
+    extra = lat - 1
     dut = _unit("tiny", lanes=1, cfg=dataclasses.replace(CFG, vector_read_reg=True,
-                                                         spad_reg=spad_reg,
-                                                         optim_one_port=spad_reg))
+                                                         spad_reg=lat >= 2,
+                                                         spad_out_reg=lat == 3,
+                                                         optim_one_port=lat >= 2))
+    assert dut.config.spad_latency == lat
     plain = _unit("tiny", lanes=1)
     plain._MustUse__used = True              # its formulas only (elaborated by other tests)
-    assert (dut.read_reg, plain.read_reg) == (1 + spad_reg, 0)
+    assert (dut.read_reg, plain.read_reg) == (1 + extra, 0)
     img = _image(41)
     for op, f, acc, c in _random_program(dut, img, 41):
         chunks = (-(-f["cols"] // dut.bg_chunk) if op == Op.REDUCE and f["rop"] != Rop.SUMSQ
                   else 1)
         assert c == plain.cycles(op, f["rows"], f["cols"], vop=f.get("vop", 0),
-                                 rop=f.get("rop", 0), acc=acc) + chunks * (1 + spad_reg)
+                                 rop=f.get("rop", 0), acc=acc) + chunks * (1 + extra)
     z = (np.random.default_rng(41).standard_normal((4, 10)) * 3).astype(F32)
     set_matrix(img, 0, z)
     set_vector(img, 100, np.array([1, 9, 0, 4], np.uint32))
@@ -349,7 +353,7 @@ def test_read_register_fpga_shape(spad_reg):
                           ONE)])
     # the softmax's e FIFO read is registered too: one more cycle of latency
     assert dut.softmax_latency == plain.softmax_latency + 1
-    assert sx == [plain.cycles(Op.SOFTMAX_XENT, 4, 10) + 2 + spad_reg]
+    assert sx == [plain.cycles(Op.SOFTMAX_XENT, 4, 10) + 2 + extra]
 
 
 @pytest.mark.parametrize("opt_shared", [False, True])

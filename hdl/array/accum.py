@@ -63,8 +63,9 @@ class OutputAccumulator(wiring.Component):
     i : In(stream.Signature(acc_in_layout(config)))
         Result lines.
     rd_addr : Out(range(mem_depth)), rd_en : Out(1), rd_data : In(S * 32)
-        Read port of the output scratchpad (synchronous, one cycle), driven from registers:
-        a line's old value is read in the cycle after the line is accepted.
+        Read port of the output scratchpad (``mem_latency``), driven from registers: a
+        line's old value is read in the cycle after the line is accepted (with
+        ``mem_latency = 3`` in the cycle it starts, into the port's request register).
     wr_addr : Out(range(mem_depth)), wr_en : Out(S), wr_data : Out(S * 32)
         Write port (one enable per 32-bit lane).
     busy : Out(1)
@@ -126,7 +127,13 @@ class OutputAccumulator(wiring.Component):
         # leaves the adder. So no cycle changes. Each holds at most the few entries of those
         # windows, far below its depth - 2 (the depth a RegBlockFIFO always takes one below).
         V = RegBlockFIFO.VISIBLE
-        assert EdgeConverter.LATENCY >= 1 + cfg.mem_latency + V and adds[0].latency >= V
+        # the old line's read: one cycle after the line starts, from registers (below), or
+        # with a port of read latency 3 in the start cycle itself, so that its data still
+        # reaches the old-line FIFO's head by the join (the port registers the request
+        # before the crossbar then: the in-flight check stays off a bank's address)
+        early = 1 + cfg.mem_latency + V > EdgeConverter.LATENCY
+        assert EdgeConverter.LATENCY >= (not early) + cfg.mem_latency + V
+        assert adds[0].latency >= V
         meta1 = m.submodules.meta1 = RegBlockFIFO(width=meta.size, depth=D * F)
         meta2 = m.submodules.meta2 = RegBlockFIFO(width=meta.size, depth=D * F)
         old = m.submodules.old = RegBlockFIFO(width=S * 32, depth=D)
@@ -177,7 +184,7 @@ class OutputAccumulator(wiring.Component):
         # (asserted above), so no line waits for it.
         rd_en = Signal(name="read_issue")
         rd_addr = Signal.like(self.rd_addr, name="read_addr")
-        m.d.sync += [rd_en.eq(start), rd_addr.eq(p.addr)]
+        m.d["comb" if early else "sync"] += [rd_en.eq(start), rd_addr.eq(p.addr)]
         m.d.comb += [self.rd_addr.eq(rd_addr), self.rd_en.eq(rd_en)]
         for lane in range(P):
             value = of_part((p.value[k * P + lane] for k in range(F)), part)

@@ -71,12 +71,14 @@ class ArrayConfig(PresetMixin):
         (``beat_cycles``: 16 at 8-bit, 4 at 4-bit widths), a slower result drain at 2-bit
         widths (docs/array.md).
     mem_latency : int
-        Read latency of the engine's scratchpad ports, 1 or 2 (2 needs ``role_ports``: the
-        training core's FPGA build, whose crossbar registers the engine's requests,
-        :class:`hdl.core.scratchpad.Scratchpad` ``registered``). With 2 the quantizers and
-        the accumulator take a line's data a cycle later (their line FIFOs have the room, the
-        old line still arrives before its sums), every pass takes one cycle more and the
-        engine's own ``READ`` answers a cycle later (docs/array.md).
+        Read latency of the engine's scratchpad ports, 1, 2 or 3 (2 and 3 need
+        ``role_ports``: the training core's FPGA build, whose crossbar registers the engine's
+        requests, :class:`hdl.core.scratchpad.Scratchpad` ``registered``, and with 3 the
+        banks' read data, ``out_registered``). Each cycle of it over 1 makes the quantizers
+        and the accumulator take a line's data a cycle later (their line FIFOs have the room;
+        at 3 the accumulator reads the old line a cycle earlier, from the line's start, so it
+        still arrives before its sums), every pass one cycle longer and the engine's own
+        ``READ`` answer a cycle later (docs/array.md).
     """
 
     size: int = 8
@@ -117,9 +119,10 @@ class ArrayConfig(PresetMixin):
         for name in ("req_reg", "cmd_reg", "out_skid", "role_ports"):
             check_bool("ArrayConfig", name, getattr(self, name))
         check_lanes("ArrayConfig", "acc_lanes", self.acc_lanes, self.size)
-        check_int("ArrayConfig", "mem_latency", self.mem_latency, choices=(1, 2))
-        if self.mem_latency == 2 and not self.role_ports:
-            raise ValueError("ArrayConfig.mem_latency = 2 needs role_ports = True")
+        check_int("ArrayConfig", "mem_latency", self.mem_latency, choices=(1, 2, 3))
+        if self.mem_latency >= 2 and not self.role_ports:
+            raise ValueError(f"ArrayConfig.mem_latency = {self.mem_latency} needs "
+                             f"role_ports = True")
 
     # ---- derived -----------------------------------------------------------------------------
     @property

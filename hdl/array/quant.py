@@ -71,6 +71,9 @@ class LineQuantizer(wiring.Component):
         The converter's statistic (:class:`hdl.bfp.stat.QuantStat`).
     """
 
+    #: Line FIFO entries: a line holds its claim (``room``) from its read to the cycle it
+    #: leaves, ``mem_latency + 1`` cycles, so ``mem_latency + 2`` (at least 4) keep a read
+    #: every cycle.
     LINE_FIFO = 4
     SIDE_FIFO = 8
 
@@ -81,6 +84,7 @@ class LineQuantizer(wiring.Component):
         self.config = config
         self.index = index
         self.side_bits = side_bits
+        self.line_fifo = max(self.LINE_FIFO, config.mem_latency + 2)
         super().__init__({
             "req": In(stream.Signature(line_req_layout(config, side_bits))),
             "o": Out(stream.Signature(group_out_layout(config, index, side_bits))),
@@ -103,16 +107,16 @@ class LineQuantizer(wiring.Component):
 
         # ---- read with credits into the line FIFO -------------------------------------------
         line = data.StructLayout({"data": S * 32, "side": unsigned(sb)})
-        lf = m.submodules.line_fifo = SyncFIFO(width=line.size, depth=self.LINE_FIFO)
+        lf = m.submodules.line_fifo = SyncFIFO(width=line.size, depth=self.line_fifo)
         pending = Signal(name="read_pending")
         p_zero = Signal(name="read_zero")
         p_mask = Signal(S, name="read_mask")
         p_side = Signal(sb, name="read_side")
         issue = Signal(name="issue")
-        # free line-FIFO entries not claimed by a read in flight (LINE_FIFO - level - pending),
+        # free line-FIFO entries not claimed by a read in flight (line_fifo - level - pending),
         # kept in a register: the read enable is the request's valid and one compare of a
         # register, not an adder, on its way into the crossbar and a bank's address
-        room = Signal(range(self.LINE_FIFO + 1), init=self.LINE_FIFO, name="line_room")
+        room = Signal(range(self.line_fifo + 1), init=self.line_fifo, name="line_room")
         m.d.sync += room.eq(room - issue + (lf.r_en & lf.r_rdy))
         m.d.comb += [
             self.req.ready.eq(room != 0),
@@ -122,7 +126,7 @@ class LineQuantizer(wiring.Component):
         ]
         # the read's lane mask and side travel with it: ``mem_latency`` stages (its data is on
         # rd_data in the last one); ``room`` counts a line from its read to its leaving the
-        # FIFO, so four entries keep a read per cycle at either latency
+        # FIFO, so line_fifo entries keep a read per cycle
         req = self.req.payload
         stages = [(issue, req.zero, req.mask, req.side)]
         for k in range(cfg.mem_latency):

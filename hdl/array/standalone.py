@@ -9,12 +9,13 @@ tests, the benchmark and ``tessera generate`` use.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from ..bfp.stat import stat_layout
+from ..lib.memport import serve_read, serve_write
 from ..lib.mustuse import used_if_rejected
 from ..registry import Block
 from .config import ArrayConfig
@@ -73,17 +74,10 @@ class MatmulEngineWithMemories(wiring.Component):
             m.submodules.mem = mem
             self.memories = {"a": mem, "b": mem, "c": mem}
             # with mem_latency = 2 every request passes a register first (as the training
-            # core's crossbar registers the engine's requests)
-            dom = m.d.sync if cfg.mem_latency == 2 else m.d.comb
+            # core's crossbar registers the engine's requests), with 3 the read data too
             for name in ("q0", "q1", "acc"):
-                port, rp = getattr(eng, name), mem.read_port()
-                addr, en = Signal.like(rp.addr), Signal()
-                dom += [addr.eq(port.r_addr), en.eq(port.r_en)]
-                m.d.comb += [rp.addr.eq(addr), rp.en.eq(en), port.r_data.eq(rp.data)]
-            wp = mem.write_port(granularity=32)
-            w_addr, w_en, w_data = Signal.like(wp.addr), Signal.like(wp.en), Signal.like(wp.data)
-            dom += [w_addr.eq(eng.acc.w_addr), w_en.eq(eng.acc.w_en), w_data.eq(eng.acc.w_data)]
-            m.d.comb += [wp.addr.eq(w_addr), wp.en.eq(w_en), wp.data.eq(w_data)]
+                serve_read(m, getattr(eng, name), mem.read_port(), cfg.mem_latency, name)
+            serve_write(m, eng.acc, mem.write_port(granularity=32), cfg.mem_latency, "acc")
         for name in () if cfg.role_ports else ("a", "b", "c"):
             port = getattr(eng, name)
             mem = Memory(shape=cfg.size * 32, depth=cfg.mem_depth, init=[])

@@ -78,6 +78,16 @@ class CoreConfig(PresetMixin):
         more (:attr:`hdl.array.config.ArrayConfig.mem_latency`), the optimizer's ports one
         more (``port_skew`` 5: a one-pass ``OPT`` two cycles more), and a host ``READ``
         answers a cycle later (one every two cycles).
+    spad_out_reg : bool
+        The scratchpad banks' read data passes a register before the crossbar's read
+        selects (:class:`hdl.core.scratchpad.Scratchpad` ``out_registered``; the FPGA build;
+        needs :attr:`spad_reg`): a block RAM's slow output (5.8 ns from the clock on the
+        ECP5's DP16KD without its output register) ends at a flip-flop, not at a client
+        across the chip. Every registered client's read data then comes three cycles after
+        its read (:attr:`spad_latency`): every vector instruction one cycle more again, every
+        matmul pass one more, the optimizer's ports one more (``port_skew`` 6), a host
+        ``READ`` one more. The collective engine's client reads the banks directly (read
+        latency 1, as before).
     matmul_regs : bool
         The matmul engine's timing registers (the FPGA build):
         :attr:`hdl.array.config.ArrayConfig.req_reg` (a line address registered between the
@@ -134,6 +144,7 @@ class CoreConfig(PresetMixin):
     decode_stages: int = 0
     vector_read_reg: bool = False
     spad_reg: bool = False
+    spad_out_reg: bool = False
     matmul_regs: bool = False
     acc_lanes: int = 0
     vector_shared_units: bool = False
@@ -155,7 +166,8 @@ class CoreConfig(PresetMixin):
     #: (docs/vector.md's table). The decoder gets two register stages
     #: (:attr:`decode_stages`; three more cycles per instruction), the vector unit's line
     #: readers a register (:attr:`vector_read_reg`; one more cycle per vector instruction)
-    #: and its scratchpad clients registered requests (:attr:`spad_reg`; one more),
+    #: and its scratchpad clients registered requests (:attr:`spad_reg`; one more) and
+    #: the banks registered read data (:attr:`spad_out_reg`; one more),
     #: the matmul engine its request and command registers (:attr:`matmul_regs`; two more
     #: cycles per ``MATMUL``), two accumulator lanes (:attr:`acc_lanes`), and the vector
     #: unit's lanes share the softmax's FP32 units (:attr:`vector_shared_units`), and the
@@ -165,6 +177,7 @@ class CoreConfig(PresetMixin):
     #: the softmax's log is the serial one (:attr:`serial_log`: 20 DSPs fewer).
     FPGA: ClassVar[dict] = {"vector_lanes": 1, "vector_sumsq": False, "decode_stages": 2,
                             "vector_read_reg": True, "spad_reg": True,
+                            "spad_out_reg": True,
                             "matmul_regs": True, "acc_lanes": 2,
                             "vector_shared_units": True, "optim_shared_units": True,
                             "optim_one_port": True, "serial_log": True}
@@ -208,13 +221,16 @@ class CoreConfig(PresetMixin):
                              f"for size), not {self.vector_lanes!r}")
         check_int("CoreConfig", "ranks", self.ranks, lo=1, hi=16)
         check_int("CoreConfig", "link_width", self.link_width, lo=1, hi=32)
-        for name in ("vector_sumsq", "vector_read_reg", "spad_reg", "reverse_links",
+        for name in ("vector_sumsq", "vector_read_reg", "spad_reg", "spad_out_reg",
+                     "reverse_links",
                      "vector_shared_units", "optim_shared_units", "optim_one_port",
                      "serial_log"):
             check_bool("CoreConfig", name, getattr(self, name))
         if self.spad_reg and not (self.vector_read_reg and self.optim_one_port):
             raise ValueError("CoreConfig.spad_reg needs vector_read_reg = True and "
                              "optim_one_port = True")
+        if self.spad_out_reg and not self.spad_reg:
+            raise ValueError("CoreConfig.spad_out_reg needs spad_reg = True")
         if self.vector_shared_units and self.vec_lanes != 1:
             raise ValueError("CoreConfig.vector_shared_units needs one vector lane "
                              f"(vector_lanes = 1), not {self.vec_lanes}")
@@ -245,6 +261,13 @@ class CoreConfig(PresetMixin):
         return 3 if self.decode_stages == 0 else 4 + self.decode_stages
 
     @property
+    def spad_latency(self) -> int:
+        """Read latency of the scratchpad's registered clients (every engine's and the
+        host's, not the collective engine's): 1, 2 with :attr:`spad_reg`, 3 with
+        :attr:`spad_out_reg` too."""
+        return 1 + int(self.spad_reg) + int(self.spad_out_reg)
+
+    @property
     def array(self) -> ArrayConfig:
         """The matmul engine's config: one address space of ``banks * bank_depth`` lines,
         reached through ports by role (``role_ports``: two readers and the accumulator)."""
@@ -253,7 +276,7 @@ class CoreConfig(PresetMixin):
                            lfsr_seed=self.lfsr_seed, mem_depth=self.lines,
                            dim_bits=self.dim_bits, req_reg=self.matmul_regs,
                            cmd_reg=self.matmul_regs, out_skid=self.matmul_regs, role_ports=True,
-                           acc_lanes=self.acc_lanes, mem_latency=2 if self.spad_reg else 1)
+                           acc_lanes=self.acc_lanes, mem_latency=self.spad_latency)
 
     @property
     def collective(self):

@@ -79,7 +79,7 @@ SNOOP_LATENCY = 3
 OPT_CLIENT = "opt"
 #: The optimizer's ports with ``optim_one_port``, and their extra read latency
 #: (:class:`~hdl.lib.memport.WordPortsToLine`'s ``skew``; one more with ``spad_reg``, whose
-#: crossbar registers the client's requests).
+#: crossbar registers the client's requests, and one more with ``spad_out_reg``).
 OPT_PORTS = 4
 OPT_PORT_SKEW = 4
 COLL_CLIENT = "coll"
@@ -201,19 +201,21 @@ class TrainingCore(wiring.Component):
                                                fp32_config=self.fp32_config,
                                                divsqrt_config=self.divsqrt_config,
                                                data_cmds=False, units=units,
-                                               port_skew=OPT_PORT_SKEW + cfg.spad_reg
-                                               if cfg.optim_one_port
+                                               port_skew=OPT_PORT_SKEW + cfg.spad_latency
+                                               - 1 if cfg.optim_one_port
                                                else 0)
         for k in units:
             connect(m, getattr(opt, f"unit_{k}0"), getattr(vec, f"opt_{k}0"))
         clients = clients_of(cfg)
-        # the clients with registered requests (config.spad_reg): all but the collective
-        # engine's (their ports then have a read latency of 2)
-        registered = (tuple(clients.index(c) for c in ("host", "mm_q0", "mm_q1", "mm_acc",
-                                                         "vec_ae", "vec_bd"))
-                      if cfg.spad_reg else ())
-        spad = m.submodules.scratchpad = Scratchpad(config=cfg, clients=len(clients),
-                                                    registered=registered)
+        # the clients with registered requests (config.spad_reg) and registered bank read
+        # data (config.spad_out_reg): all but the collective engine's (their ports then have
+        # a read latency of config.spad_latency)
+        engines = tuple(clients.index(c) for c in ("host", "mm_q0", "mm_q1", "mm_acc",
+                                                    "vec_ae", "vec_bd"))
+        spad = m.submodules.scratchpad = Scratchpad(
+            config=cfg, clients=len(clients), registered=engines if cfg.spad_reg else (),
+            out_registered=engines if cfg.spad_out_reg else ())
+        assert all(spad.read_latency(i) == cfg.spad_latency for i in engines)
         #: sub-blocks of the last elaboration (tests reach memories and state through them)
         self.blocks = {"host": host, "sequencer": seq, "matmul": mm, "vector": vec,
                        "optim": opt, "scratchpad": spad}
@@ -281,7 +283,7 @@ class TrainingCore(wiring.Component):
             # one client, the four ports one cycle each (the engine's port_skew)
             ad = m.submodules.opt_adapter = WordPortsToLine(
                 ports=OPT_PORTS, word_bits=self.optim_config.addr_bits, line_bits=lb, words=S,
-                latency=2 if cfg.spad_reg else 1)
+                latency=cfg.spad_latency)
             assert ad.skew == opt.port_skew
             for i, name in enumerate("wmvg"):
                 connect(m, getattr(opt, name), ad.word[i])

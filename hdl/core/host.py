@@ -80,7 +80,8 @@ class HostPort(wiring.Component):
     mem : Out(LinePort)
         The host's scratchpad port. With ``config.spad_reg`` (a registered crossbar client:
         read data two cycles after ``r_en``) a ``READ``'s response comes a cycle later and
-        holds the next command for that cycle; every other answer is unchanged.
+        holds the next command for that cycle, with ``config.spad_out_reg`` too (three
+        cycles) two cycles later; every other answer is unchanged.
     prog_we, prog_waddr, prog_wdata; prec_we, prec_waddr, prec_wdata; prec_bad (In) :
         to the sequencer.
     start : Out(1), running : In(1), done : In(1), status : In(4), err_pc : In(16)
@@ -137,9 +138,12 @@ class HostPort(wiring.Component):
         rsp_stat = Signal(name="rsp_is_stat")      # data comes from the statistic memory
         rsp_word = Signal(name="rsp_stat_word")
         waiting = Signal(name="waiting_run")
-        # config.spad_reg: the memory port's read data comes two cycles after its r_en, so a
-        # READ's response waits a cycle in read_wait first (and holds the next command)
+        # config.spad_reg (spad_out_reg): the memory port's read data comes two (three)
+        # cycles after its r_en, so a READ's response waits one cycle (two) in read_wait
+        # first (and holds the next command)
+        extra = cfg.spad_latency - 1
         read_wait = Signal(name="read_wait")
+        wait_left = Signal(range(extra + 1), name="read_wait_left")
         m.d.comb += [self.rsp.valid.eq(rsp_valid),
                      r.data.eq(Mux(rsp_read, self.mem.r_data,
                                    Mux(rsp_stat,
@@ -192,8 +196,9 @@ class HostPort(wiring.Component):
                 with m.Case(HostOp.READ):
                     with m.If(line_ok):
                         m.d.sync += rsp_read.eq(1)
-                        if cfg.spad_reg:
-                            m.d.sync += [rsp_valid.eq(0), read_wait.eq(1)]
+                        if extra:
+                            m.d.sync += [rsp_valid.eq(0), read_wait.eq(1),
+                                         wait_left.eq(extra - 1)]
                     with m.Else():
                         m.d.sync += r.status.eq(HostStatus.BAD_ADDR)
                 with m.Case(HostOp.PROG):
@@ -239,7 +244,10 @@ class HostPort(wiring.Component):
                 with m.Default():
                     m.d.sync += r.status.eq(HostStatus.BAD_OP)
         with m.If(read_wait):
-            m.d.sync += [read_wait.eq(0), rsp_valid.eq(1)]
+            with m.If(wait_left == 0):
+                m.d.sync += [read_wait.eq(0), rsp_valid.eq(1)]
+            with m.Else():
+                m.d.sync += wait_left.eq(wait_left - 1)
         with m.If(waiting & self.done):
             m.d.sync += [waiting.eq(0), rsp_valid.eq(1), r.op.eq(HostOp.START),
                          r.status.eq(self.status), rsp_read.eq(0), rsp_stat.eq(0),

@@ -36,39 +36,55 @@ class Scratchpad(wiring.Component):
         read latency is 2 (a write lands one edge later too; the order of one client's accesses
         is kept). A client's path to a bank then starts at that register, not in the client's
         logic. Default: none.
+    out_registered : tuple of int
+        Clients that read the banks' read data through a register (one per bank, after the
+        block RAM, before the crossbar's read selects): each of their reads answers one cycle
+        later (read latency 2, or 3 if ``registered`` too), and a block RAM's output ends at
+        a flip-flop instead of crossing the chip into a client. Writes are unchanged.
+        Default: none (then no such registers).
 
     Members
     -------
     ports : In(LinePort(addr_bits=config.line_bits, words=S)).array(clients)
-        Client ports (the memory side of each), global line addresses. Read latency 1 cycle
-        (2 for a ``registered`` client): the bank's registered read data passes a mux selected
-        by the bank registered with the read.
+        Client ports (the memory side of each), global line addresses. Read latency 1 cycle,
+        one more for a ``registered`` client and one more for an ``out_registered`` one
+        (:meth:`read_latency`): the bank's read data passes a mux selected by the bank
+        registered with the read.
     conflict : Out(1)
         Sticky: two clients addressed the same bank port in one cycle (up from the second
         cycle after it).
     """
 
-    def __init__(self, *, config: CoreConfig, clients: int, registered: tuple = ()):
+    def __init__(self, *, config: CoreConfig, clients: int, registered: tuple = (),
+                 out_registered: tuple = ()):
         with used_if_rejected(self):
             if not isinstance(config, CoreConfig):
                 raise TypeError(f"Scratchpad.config must be a CoreConfig, not {config!r}")
             if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
                 raise ValueError(f"Scratchpad.clients must be a positive int, not {clients!r}")
-            if not isinstance(registered, tuple):
-                raise TypeError(f"Scratchpad.registered must be a tuple of client indices, not "
-                                f"{registered!r}")
-            for i in registered:
-                if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < clients:
-                    raise ValueError(f"Scratchpad.registered: {i!r} is not a client index "
-                                     f"(0 .. {clients - 1})")
+            for name, value in (("registered", registered),
+                                ("out_registered", out_registered)):
+                if not isinstance(value, tuple):
+                    raise TypeError(f"Scratchpad.{name} must be a tuple of client indices, "
+                                    f"not {value!r}")
+                for i in value:
+                    if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < clients:
+                        raise ValueError(f"Scratchpad.{name}: {i!r} is not a client index "
+                                         f"(0 .. {clients - 1})")
         self.config, self.clients = config, clients
         self.registered = tuple(sorted(set(registered)))
+        self.out_registered = tuple(sorted(set(out_registered)))
         super().__init__({
             "ports": In(LinePort(addr_bits=config.line_bits, words=config.size)).array(clients),
             "conflict": Out(1),
         })
         #: the bank memories of the last elaboration (tests read them)
         self.memories = []
+
+    def read_latency(self, client: int) -> int:
+        """Cycles from a read on ``client``'s port to its data: 1, plus 1 if it is
+        ``registered``, plus 1 if it is ``out_registered``."""
+        return 1 + (client in self.registered) + (client in self.out_registered)
 
     def elaborate(self, platform):
         m = Module()
@@ -130,15 +146,28 @@ class Scratchpad(wiring.Component):
                 cnt = sum(h.as_unsigned() for h in hits) if len(hits) > 1 else 0
                 if len(hits) > 1:
                     conflicts.append(cnt > 1)
-        # read data: each client selects the bank registered with its last read
+        # out_registered: every bank's read data registered once, for those clients
+        rdata_q = []
+        if self.out_registered:
+            for b in range(nb):
+                q = Signal(S * 32, name=f"bank{b}_rdata_q")
+                m.d.sync += q.eq(rports[b].data)
+                rdata_q.append(q)
+        # read data: each client selects the bank registered with its last read (one cycle
+        # later again for an out_registered client, with the registered data)
         for i, p in enumerate(reqs):
             sel = Signal(range(nb), name=f"rsel{i}")
             with m.If(p.r_en):
                 m.d.sync += sel.eq(bank_of(p.r_addr))
+            data = [rp.data for rp in rports]
+            if i in self.out_registered:
+                sel_q = Signal(range(nb), name=f"rsel{i}_q")
+                m.d.sync += sel_q.eq(sel)
+                sel, data = sel_q, rdata_q
             with m.Switch(sel):
                 for b in range(nb):
                     with m.Case(b):
-                        m.d.comb += p.r_data.eq(rports[b].data)
+                        m.d.comb += p.r_data.eq(data[b])
         if conflicts:
             # registered before the OR: the clash check is off the path from a client's
             # enable to the bank ports (the flag rises one cycle after the clash)

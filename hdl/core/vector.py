@@ -83,23 +83,25 @@ class _LineReader(wiring.Component):
     flip-flops instead of from the block RAM's output through the crossbar, and the reader's
     read enable depends on the FIFO's count, not on the consumer's ``ready``.
 
-    With ``latency = 2`` (a port whose read data comes two cycles after ``r_en``: the
-    scratchpad's ``registered`` clients; needs ``out_reg``) a read is issued while a register
-    of the FIFO's unclaimed entries (``room``, four entries) is not zero; the beat's lane and
-    flags follow the read through two stages and its words enter the FIFO when the data is
-    there. Every walk's first beat leaves one cycle later than with ``latency = 1``, and a
-    beat per cycle after it, stalls included.
+    With ``latency = 2`` or 3 (a port whose read data comes that many cycles after ``r_en``:
+    the scratchpad's ``registered`` and ``out_registered`` clients; needs ``out_reg``) a read
+    is issued while a register of the FIFO's unclaimed entries (``room``, :attr:`room`
+    entries) is not zero; the beat's lane and flags follow the read through ``latency``
+    stages and its words enter the FIFO when the data is there. Every walk's first beat
+    leaves ``latency - 1`` cycles later than with ``latency = 1``, and a beat per cycle after
+    it, stalls included.
     """
-
-    #: FIFO entries with ``latency = 2``: a beat holds its claim from the cycle after its read
-    #: to the cycle it leaves (three cycles), so four let a read go every cycle.
-    ROOM = 4
 
     def __init__(self, *, line_bits: int, S: int, L: int, out_reg: bool = False,
                  latency: int = 1):
-        if latency not in (1, 2) or (latency == 2 and not out_reg):
-            raise ValueError(f"_LineReader.latency must be 1, or 2 with out_reg, not {latency!r}")
+        if latency not in (1, 2, 3) or (latency > 1 and not out_reg):
+            raise ValueError(f"_LineReader.latency must be 1, or 2 or 3 with out_reg, not "
+                             f"{latency!r}")
         self.S, self.L, self.out_reg, self.latency = S, L, out_reg, latency
+        #: FIFO entries with ``latency >= 2``: a beat holds its claim from the cycle after its
+        #: read to the cycle it leaves (``latency + 1`` cycles), so ``latency + 2`` let a
+        #: read go every cycle.
+        self.room = latency + 2
         super().__init__({
             "r_addr": Out(line_bits), "r_en": Out(1), "r_data": In(32 * S),
             "start": In(1), "base": In(line_bits), "rows": In(DIM_BITS), "cols": In(DIM_BITS),
@@ -135,10 +137,11 @@ class _LineReader(wiring.Component):
         line_end = Signal(name="line_end")
         # the reader's own output stream (the register stage's input with out_reg)
         o = stream.Signature(rd_layout(L)).create() if self.out_reg else self.o
-        if self.latency == 2:
-            # a beat is issued while room is left; its read's data is there two cycles later
-            fifo = m.submodules.out_reg = SyncFIFO(width=rd_layout(L).size, depth=self.ROOM)
-            room = Signal(range(self.ROOM + 1), init=self.ROOM, name="room")
+        if self.latency >= 2:
+            # a beat is issued while room is left; its read's data is there latency cycles
+            # later
+            fifo = m.submodules.out_reg = SyncFIFO(width=rd_layout(L).size, depth=self.room)
+            room = Signal(range(self.room + 1), init=self.room, name="room")
             issue = Signal(name="issue")
             m.d.comb += issue.eq(adv & active)
             m.d.sync += room.eq(room - issue + (fifo.r_en & fifo.r_rdy))
@@ -167,19 +170,22 @@ class _LineReader(wiring.Component):
                                  row_line.eq(row_line + stride), line.eq(row_line + stride)]
                     with m.If(r == rows - 1):
                         m.d.sync += active.eq(0)
-        if self.latency == 2:
+        if self.latency >= 2:
             # the first stage holds a beat for one cycle only (its data comes anyway)
             with m.If(~self.start & ~adv):
                 m.d.sync += ov.eq(0)
-            # the second stage: the beat whose read's data is on r_data now
-            s_v, s_lane = Signal(name="s2_valid"), Signal(range(S), name="s2_lane")
-            s_eol, s_last = Signal(name="s2_eol"), Signal(name="s2_last")
-            with m.If(self.start):
-                m.d.sync += s_v.eq(0)
-            with m.Else():
-                m.d.sync += [s_v.eq(ov), s_lane.eq(o_lane), s_eol.eq(o_eol),
-                             s_last.eq(o_last)]
-            sel_lane, sel_valid, sel_eol, sel_last = s_lane, s_v, s_eol, s_last
+            # the later stages: in the last, the beat whose read's data is on r_data now
+            stage = (ov, o_lane, o_eol, o_last)
+            for k in range(2, self.latency + 1):
+                s_v, s_lane = Signal(name=f"s{k}_valid"), Signal(range(S), name=f"s{k}_lane")
+                s_eol, s_last = Signal(name=f"s{k}_eol"), Signal(name=f"s{k}_last")
+                with m.If(self.start):
+                    m.d.sync += s_v.eq(0)
+                with m.Else():
+                    m.d.sync += [s_v.eq(stage[0]), s_lane.eq(stage[1]), s_eol.eq(stage[2]),
+                                 s_last.eq(stage[3])]
+                stage = (s_v, s_lane, s_eol, s_last)
+            sel_valid, sel_lane, sel_eol, sel_last = stage
         else:
             sel_lane, sel_valid, sel_eol, sel_last = o_lane, ov, o_eol, o_last
         # the group's L words (a constant slice when L == S), or one word in narrow mode
@@ -194,7 +200,7 @@ class _LineReader(wiring.Component):
         ]
         for j in range(L):
             m.d.comb += o.payload.x[j].eq(Mux(zero, 0, words[j]))
-        if self.latency == 2:
+        if self.latency >= 2:
             m.d.comb += [fifo.w_en.eq(o.valid), fifo.w_data.eq(o.payload),
                          self.o.valid.eq(fifo.r_rdy), self.o.payload.eq(fifo.r_data),
                          fifo.r_en.eq(self.o.ready)]
@@ -328,7 +334,8 @@ class VectorUnit(wiring.Component):
 
     With ``config.vector_read_reg`` (:attr:`read_reg` = 1) every overhead above, and the
     softmax's count, is one cycle more; with ``config.spad_reg`` too (ports of read
-    latency 2, :attr:`read_reg` = 2) two cycles more.
+    latency 2, :attr:`read_reg` = 2) two cycles more, and with ``config.spad_out_reg``
+    (latency 3, :attr:`read_reg` = 3) three.
 
     Members
     -------
@@ -429,8 +436,8 @@ class VectorUnit(wiring.Component):
         # output FIFO (2) -> one beat per cycle -> done the cycle after the last write.
         # Every formula of cycles() is asserted exactly by tests/test_vector_unit.py.
         # config.vector_read_reg: the readers' register stage adds one cycle to each;
-        # config.spad_reg: the ports' read latency of 2 one more
-        self.read_reg = r = int(config.vector_read_reg) + int(config.spad_reg)
+        # the ports' read latency over 1 (config.spad_reg, spad_out_reg) one more per cycle
+        self.read_reg = r = int(config.vector_read_reg) + config.spad_latency - 1
         self.vec_overhead = self.ew_latency + 5 + r
         self.copy_overhead = 3 + r
         self.sumsq_overhead = self.sumsq_latency + 3 + r if self._ls is not None else None
@@ -509,7 +516,7 @@ class VectorUnit(wiring.Component):
                 pool_unit(m, "shared_div0", FP32Div(config=self.divsqrt_config),
                           [sx.unit_div0] + opt["div"])
         reg = cfg.vector_read_reg
-        lat = 2 if cfg.spad_reg else 1      # the ports' read latency
+        lat = cfg.spad_latency              # the ports' read latency
         m.submodules.rd_a = ra = _LineReader(line_bits=lb, S=S, L=L, out_reg=reg, latency=lat)
         m.submodules.rd_b = rb = _LineReader(line_bits=lb, S=S, L=L, out_reg=reg, latency=lat)
         m.submodules.rd_d = rd = _LineReader(line_bits=lb, S=S, L=L, out_reg=reg, latency=lat)

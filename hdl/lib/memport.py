@@ -23,9 +23,11 @@ Timing of both (the contract every client may rely on):
 
 A *registered* client of the scratchpad (:class:`hdl.core.scratchpad.Scratchpad`
 ``registered``, the FPGA build's ``CoreConfig.spad_reg``) sees everything one cycle later:
-read data two cycles after ``r_en``, a write landing at the following edge; its engine is
-built for that latency (``ArrayConfig.mem_latency``, the vector readers' ``latency``,
-:class:`WordPortsToLine` ``latency``).
+read data two cycles after ``r_en``, a write landing at the following edge. An
+*out_registered* one (``CoreConfig.spad_out_reg``) gets its read data one cycle later again
+(three cycles after ``r_en`` in the FPGA build). Its engine is built for that latency
+(``ArrayConfig.mem_latency``, the vector readers' ``latency``, :class:`WordPortsToLine`
+``latency``; ``CoreConfig.spad_latency``).
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from .delay import delay
 from .mustuse import mark_used, used_if_rejected
 
 __all__ = ["BLOCK_RAM", "LinePort", "WordPort", "WordToLine", "WordPortsToLine",
+           "serve_read", "serve_write",
            "SharedLinePort"]
 
 #: ``attrs=`` for a :class:`amaranth.lib.memory.Memory` that should become block RAM.
@@ -62,6 +65,39 @@ def _line_of(base, addr, lg):
 def _lane_of(addr, lg):
     """The word of its line that word ``addr`` is (0 with one word a line)."""
     return addr[:lg] if lg else 0
+
+
+def serve_read(m, port, rp, latency: int, name: str):
+    """Connect a client's read members (``port.r_en``, ``r_addr``, ``r_data``) to the read
+    port ``rp`` of a :class:`~amaranth.lib.memory.Memory` with the scratchpad's timing at
+    ``latency`` (for standalone tops and test harnesses without the crossbar): 1, the
+    memory itself; 2, the request registered first (a ``registered`` client); 3, the read
+    data registered too (``registered`` and ``out_registered``)."""
+    if latency not in (1, 2, 3):
+        raise ValueError(f"serve_read: latency must be 1, 2 or 3, not {latency!r}")
+    addr = Signal.like(rp.addr, name=f"{name}_raddr")
+    en = Signal(name=f"{name}_ren")
+    m.d["sync" if latency >= 2 else "comb"] += [addr.eq(port.r_addr), en.eq(port.r_en)]
+    m.d.comb += [rp.addr.eq(addr), rp.en.eq(en)]
+    if latency == 3:
+        q = Signal.like(rp.data, name=f"{name}_rdata_q")
+        m.d.sync += q.eq(rp.data)
+        m.d.comb += port.r_data.eq(q)
+    else:
+        m.d.comb += port.r_data.eq(rp.data)
+
+
+def serve_write(m, port, wp, latency: int, name: str):
+    """Connect a client's write members to the write port ``wp``: registered first with
+    ``latency >= 2`` (as :func:`serve_read`)."""
+    if latency not in (1, 2, 3):
+        raise ValueError(f"serve_write: latency must be 1, 2 or 3, not {latency!r}")
+    addr = Signal.like(wp.addr, name=f"{name}_waddr")
+    en = Signal.like(wp.en, name=f"{name}_wen")
+    data = Signal.like(wp.data, name=f"{name}_wdata")
+    m.d["sync" if latency >= 2 else "comb"] += [addr.eq(port.w_addr), en.eq(port.w_en),
+                                                data.eq(port.w_data)]
+    m.d.comb += [wp.addr.eq(addr), wp.en.eq(en), wp.data.eq(data)]
 
 
 class LinePort(wiring.Signature):
@@ -200,9 +236,9 @@ class WordPortsToLine(wiring.Component):
     ``r_data`` is meaningful in the cycle ``t + n + 1`` (ports ``k < n - 1`` hold it until
     their next read; port ``n - 1`` shows the line port's word of that cycle).
 
-    With ``latency = 2`` (a line port whose read data comes two cycles after its ``r_en``: the
-    scratchpad's ``registered`` clients) every read's word comes a cycle later: read latency
-    ``n + 2``.
+    With ``latency = 2`` or 3 (a line port whose read data comes that many cycles after its
+    ``r_en``: the scratchpad's ``registered`` and ``out_registered`` clients) every read's
+    word comes ``latency - 1`` cycles later: read latency ``n + latency``.
 
     Parameters
     ----------
@@ -210,7 +246,7 @@ class WordPortsToLine(wiring.Component):
         ``n`` (>= 1).
     word_bits, line_bits, words : as :class:`WordToLine`.
     latency : int
-        The line port's read latency, 1 (default) or 2.
+        The line port's read latency, 1 (default), 2 or 3.
 
     Attributes
     ----------
@@ -234,8 +270,8 @@ class WordPortsToLine(wiring.Component):
             _check("WordPortsToLine", "latency", latency, 1)
             if words & (words - 1):
                 raise ValueError(f"WordPortsToLine.words must be a power of two, not {words!r}")
-            if latency > 2:
-                raise ValueError(f"WordPortsToLine.latency must be 1 or 2, not {latency!r}")
+            if latency > 3:
+                raise ValueError(f"WordPortsToLine.latency must be 1, 2 or 3, not {latency!r}")
         self.ports, self.words, self.latency = ports, words, latency
         self.skew = ports + latency - 1
         super().__init__({

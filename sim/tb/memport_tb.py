@@ -12,7 +12,9 @@ shared by every attached port and updated in place. Timing is the LinePort contr
 
 With ``latency=2`` every access is performed one edge later (read data two cycles after
 ``r_en``, a write one edge late): the scratchpad's ``registered`` clients
-(:class:`hdl.core.scratchpad.Scratchpad`).
+(:class:`hdl.core.scratchpad.Scratchpad`). With ``latency=3`` the read data comes one cycle
+later again (the memory is read at the same edge as with 2): clients both ``registered``
+and ``out_registered`` (``CoreConfig.spad_latency``).
 
 A port may also be any object with only the read members (``r_en, r_addr, r_data``) or only
 the write members (``w_en, w_addr, w_data``) of a LinePort, e.g. an engine's internal reader.
@@ -53,8 +55,8 @@ class LineMemory:
     def __init__(self, image: np.ndarray, ports: dict, *, latency: int = 1):
         if not isinstance(image, np.ndarray) or image.dtype != np.uint32 or image.ndim != 2:
             raise TypeError("image must be a 2-D numpy uint32 array (lines, S)")
-        if latency not in (1, 2):
-            raise ValueError(f"LineMemory.latency must be 1 or 2, not {latency!r}")
+        if latency not in (1, 2, 3):
+            raise ValueError(f"LineMemory.latency must be 1, 2 or 3, not {latency!r}")
         self.latency = latency
         self.image = image
         self.S = image.shape[1]
@@ -82,10 +84,14 @@ class LineMemory:
         for p in self.ports.values():
             sigs += [getattr(p, n, Const(0)) for n in ("r_en", "r_addr", "w_en", "w_addr",
                                                        "w_data")]
-        late = None                   # latency 2: the requests sampled at the edge before
+        late = None                   # latency >= 2: the requests sampled at the edge before
+        out = []                      # latency 3: the read data of the edge before
         async for _, _, *vals in ctx.tick().sample(*sigs):
             self.cycles += 1
-            if self.latency == 2:
+            for p, line in out:
+                ctx.set(p.r_data, line)
+            out = []
+            if self.latency >= 2:
                 vals, late = late, vals
                 if vals is None:
                     continue
@@ -94,7 +100,11 @@ class LineMemory:
             for (name, p), (r_en, r_addr, *_rest) in zip(self.ports.items(), per):
                 if r_en and self._ok(name, "read", r_addr):
                     self.reads[name].add(int(r_addr))
-                    ctx.set(p.r_data, pack_line(self.image[r_addr]))
+                    line = pack_line(self.image[r_addr])
+                    if self.latency == 3:
+                        out.append((p, line))
+                    else:
+                        ctx.set(p.r_data, line)
             for (name, p), (_re, _ra, w_en, w_addr, w_data) in zip(self.ports.items(), per):
                 if w_en and self._ok(name, "write", w_addr):
                     self.writes[name].add(int(w_addr))

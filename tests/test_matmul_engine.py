@@ -205,9 +205,9 @@ def test_role_ports_one_address_space(regs, latency):
     the accumulator's read-modify-write on one scratchpad, the host's WRITE/READ through the
     accumulator's port) with and without the FPGA build's registers, and with ports of read
     latency 2 (``mem_latency``: the requests registered before the memory, as the core's
-    crossbar does) and 3 (the read data registered too, ``spad_out_reg``): every mode, accumulate, stochastic rounding, random idle cycles and
-    backpressure, bit-exact with the model on one memory seen as A, B and C (matrices at
-    disjoint lines)."""
+    crossbar does) and 3 (the read data registered too, ``spad_out_reg``): every mode,
+    accumulate, stochastic rounding, random idle cycles and backpressure, bit-exact with the
+    model on one memory seen as A, B and C (matrices at disjoint lines)."""
     cfg = ArrayConfig(size=4, mem_depth=64, dim_bits=6, role_ports=True, mem_latency=latency,
                       **_regs(regs))
     C = G.MatmulCommand

@@ -119,10 +119,10 @@ class RingTB:
 async def dataparallel_steps(dut):
     """TB_STEPS data-parallel steps (FP32 links, then TB_BFP_STEPS with BFP-4 links rounding
     stochastically, then TB_TOPK_STEPS with top-k links and error feedback, the last
-    TB_TOPK_LAYER_STEPS of them with one top-k ALLREDUCE per layer block) of the MLP 6-4-4 (global batch 4 x
-    ranks, Adam) under random link and host backpressure: every core's runs, losses,
-    parameters, gradients, state, whole scratchpad (the top-k residual and message buffer
-    included) and the links' flit counts equal the golden model's."""
+    TB_TOPK_LAYER_STEPS of them with one top-k ALLREDUCE per layer block) of the MLP 6-4-4
+    (global batch 4 x ranks, Adam) under random link and host backpressure: every core's
+    runs, losses, parameters, gradients, state, whole scratchpad (the top-k residual and
+    message buffer included) and the links' flit counts equal the golden model's."""
     cfg = TrainingRingConfig.preset(os.environ.get("TESSERA_PRESET", "tiny"),
                                     ranks=int(os.environ.get("TB_RANKS", "0")) or None)
     N = cfg.ranks

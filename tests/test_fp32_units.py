@@ -424,6 +424,64 @@ def test_add_results_at_the_subnormal_boundary(preset):
     check(model, ins, r.out, f"subnormal boundary, preset {preset}")
 
 
+def _same_sign_cases(rng, n):
+    """Operand triples ``(a, b, sub)`` whose non-NaN operands share their effective sign
+    (``b``'s sign flipped when ``sub``): the general random pairs with ``b``'s sign forced,
+    pairs of exponent fields 0..40 (subnormal sums that carry into the normal range, the
+    ``base_pre = 1`` limit), equal operands (the sum's carry), sums near the largest finite
+    value (overflow to Inf) and every pair of the special-value set that qualifies."""
+    a, b = gold.random_pairs(rng, n, "add")
+    ea = np.where(rng.random(n) < 0.5, rng.integers(0, 2, n), rng.integers(0, 41, n))
+    eb = np.clip(ea + rng.integers(-3, 4, n), 0, 40)
+    a2 = (ea << 23) | rng.integers(0, 1 << 23, n)
+    b2 = (eb << 23) | rng.integers(0, 1 << 23, n)
+    a3 = rng.integers(0, 0x7F800000, n // 4)
+    a4 = (rng.integers(250, 255, n // 4) << 23) | rng.integers(0, 1 << 23, n // 4)
+    b4 = (rng.integers(250, 255, n // 4) << 23) | rng.integers(0, 1 << 23, n // 4)
+    pairs = np.array(list(itertools.product(gold.SPECIALS_SMALL, repeat=2)), dtype=np.int64)
+    A = np.concatenate([a, a2, a3, a4, pairs[:, 0]]).astype(np.int64)
+    B = np.concatenate([b, b2, a3, b4, pairs[:, 1]]).astype(np.int64) & 0x7FFFFFFF
+    sub = rng.integers(0, 2, len(A))
+    sign = np.where(np.arange(len(A)) < len(A) - len(pairs), rng.integers(0, 2, len(A)),
+                    A >> 31 & 1)
+    A = (A & 0x7FFFFFFF) | (sign << 31)
+    B = B | ((sign ^ sub) << 31)
+    nan = lambda x: (x & 0x7FFFFFFF) > 0x7F800000     # noqa: E731
+    # the special set's pairs keep their own b sign, so drop those of opposite signs
+    keep = nan(A) | nan(B) | ((A >> 31) == ((B >> 31) ^ sub))
+    return A[keep], B[keep], sub[keep]
+
+
+@pytest.mark.parametrize("preset", ["tiny", "default"])
+def test_add_same_sign_is_the_ieee_sum(preset):
+    """``FP32Add(same_sign=True)`` (the row sums' and sums of squares' adder: a one-bit
+    leading-zero count and a 2:1 normalising select, exponent-only ordering) gives the same
+    words as numpy on effective additions, under random idle cycles and backpressure, with the
+    general adder's latency."""
+    cfg = FP32Config.preset(preset)
+    model = gold.model_for("fp32_add", cfg)
+    rng = np.random.default_rng(78)
+    A, B, sub = _same_sign_cases(rng, 1200)
+    ins = model.pack_in(a=A, b=B, sub=sub)
+    exp = np.array(model.expected_payloads(ins), dtype=np.int64)
+    efield = (exp >> 23) & 0xFF
+    # the cases reach every region the one-bit normalisation must get right
+    assert np.sum((efield == 0) & ((exp & 0x7FFFFF) != 0)) > 100      # subnormal sums
+    assert np.sum(efield == 1) > 30                                    # carried into normal
+    assert np.sum((exp & 0x7FFFFFFF) == 0x7F800000) > 50               # overflow to Inf
+    assert np.sum(exp >> 31) > len(exp) // 3                           # negative sums
+    dut = FP32Add(config=cfg, same_sign=True)
+    assert dut.latency == FP32Add(config=cfg).latency
+    r = simulate(dut, ins, seed=3, idle_prob=0.2, stall_prob=0.3)
+    check(model, ins, r.out, f"same_sign, preset {preset}")
+    assert all(o - i >= dut.latency for i, o in zip(r.in_cycles, r.out_cycles))
+
+
+def test_add_same_sign_must_be_a_bool():
+    with pytest.raises(TypeError, match="same_sign"):
+        FP32Add(same_sign=1)
+
+
 @pytest.mark.parametrize("order", ["numpy", "ieee"])
 def test_compare_zero_order(order):
     cfg = FP32Config(cmp_zero_order=order)

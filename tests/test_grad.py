@@ -441,7 +441,7 @@ def test_golden_row_sum_order():
 @pytest.mark.parametrize("lanes, idle, seed", [(8, 0.0, 1), (8, 0.4, 2), (16, 0.3, 3)])
 def test_row_sum_block_idle_cycles_and_junk(lanes, idle, seed):
     """``hdl.grad.rowsum.row_sum`` alone, bit-exact with the golden ``row_sum``: rows of 1 to
-    3 * lanes values (short ones padded by the feeder with +0 slots), back to back or with
+    3 * lanes non-negative values, some subnormal (short ones padded by the feeder with +0 slots), back to back or with
     random idle cycles between slots, and random ``lane``/``x``/``first``/``final`` while
     ``valid`` is low (the contract leaves them free). Catches a lane part selected ahead from
     the idle cycle's ``lane`` instead of the last slot's, or without the result written in
@@ -475,8 +475,10 @@ def test_row_sum_block_idle_cycles_and_junk(lanes, idle, seed):
     dut = Harness()
     rng = np.random.default_rng(seed)
     prng = random.Random(seed)
-    rows = [rng.standard_normal(int(rng.integers(1, 3 * lanes + 1))).astype(F32) * F32(3)
-            for _ in range(40)]
+    # non-negative values, as the softmax's e = exp(z - mx) (the adders are ``same_sign``):
+    # normal ones, and every fourth row subnormal ones whose sums carry into the normal range
+    rows = [np.abs(rng.standard_normal(int(rng.integers(1, 3 * lanes + 1)))).astype(F32)
+            * (F32(3) if k % 4 else F32(2.0 ** -128)) for k in range(40)]
     want = [row_sum(r[None, :], lanes)[0] for r in rows]
     got = []
 

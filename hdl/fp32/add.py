@@ -6,6 +6,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data
 
 from ..formats import FP32
+from ..lib.mustuse import used_if_rejected
 from ..registry import Block
 from .config import FP32Config
 from .round import count_leading_zeros, round_finish, round_plan_pre, round_prepare
@@ -52,6 +53,16 @@ class FP32Add(FP32CutUnit):
     ----------
     config : FP32Config
         ``add_stages`` sets the latency.
+    same_sign : bool
+        Effective additions only (keyword-only, default ``False``): the caller guarantees that
+        for every operation with no NaN operand, ``a`` and ``b`` (its sign flipped when
+        ``sub``) have the same sign, as in a sum of non-negative values (the softmax
+        denominator, sums of squares). The magnitudes are then always added, so the sum's
+        leading one is at bit 27 or 26 of the frame (or the shift limit stops at 26 below the
+        normal range): the leading-zero count and the normalising barrel shift become one
+        bit and a 2:1 select, and the subtract path goes. Same latency, and for such inputs
+        the same words as the general adder (IEEE 754 RNE). Operands of opposite signs give
+        ``+-(|a| + |b|)`` rounded (the sign of the larger magnitude), not their difference.
 
     Attributes
     ----------
@@ -70,6 +81,13 @@ class FP32Add(FP32CutUnit):
     UNIT = "fp32_add"
     IN = FP32AddIn
 
+    def __init__(self, *, config=None, same_sign: bool = False):
+        with used_if_rejected(self):
+            if not isinstance(same_sign, bool):
+                raise TypeError(f"same_sign must be a bool, not {type(same_sign).__name__}")
+        self.same_sign = same_sign
+        super().__init__(config=config)
+
     def elaborate(self, platform):
         m = Module()
         p = self.cut_pipeline(m, "add")
@@ -81,7 +99,6 @@ class FP32Add(FP32CutUnit):
         b_sign = Signal(name="add_b_sign_eff")          # sign of the subtrahend after `sub`
         m.d.comb += b_sign.eq(b.sign ^ pay.sub)
         swap = Signal(name="add_swap")                  # |b| > |a|: b becomes the big operand
-        m.d.comb += swap.eq(a.mag < b.mag)
         big_sig = Signal(24, name="add_big_sig")
         small_sig = Signal(24, name="add_small_sig")
         big_exp = Signal(signed(10), name="add_big_exp")
@@ -102,6 +119,9 @@ class FP32Add(FP32CutUnit):
         d_ab = Signal(signed(11), name="add_exp_diff_ab")
         d_ba = Signal(signed(11), name="add_exp_diff_ba")
         m.d.comb += [d_ab.eq(a.exp - b.exp), d_ba.eq(b.exp - a.exp)]
+        # same_sign: a sum needs only the larger exponent first (equal exponents: shift 0, either
+        # order gives the same sum and the same base_pre), so the 31-bit magnitude compare goes.
+        m.d.comb += swap.eq(d_ab[-1] if self.same_sign else a.mag < b.mag)
 
         def clamp(d):               # d >= 0
             return Mux(d > _ALIGN_W, _ALIGN_W, d[:len(shift)])
@@ -124,14 +144,17 @@ class FP32Add(FP32CutUnit):
             inf=s.inf, inf_sign=s.inf_sign)
 
         # --- add: magnitudes (|big| >= |small|, so the difference is >= 0) --------------------
-        # One carry chain for both: with c = sub_mag, (2 big + c) + (2 (small ^ c..c) + c),
-        # bit 0 dropped, is big + small (c = 0) or big + ~small + 1 = big - small + 2**27
-        # (c = 1: the carry out is dropped).
         total = Signal(_ALIGN_W + 1, name="add_sum")
-        flip = s.small ^ s.sub_mag.replicate(_ALIGN_W)
-        both = Signal(_ALIGN_W + 2, name="add_sum_carry")
-        m.d.comb += [both.eq(Cat(s.sub_mag, s.big) + Cat(s.sub_mag, flip)),
-                     total.eq(Cat(both[1:_ALIGN_W + 1], both[_ALIGN_W + 1] & ~s.sub_mag))]
+        if self.same_sign:
+            m.d.comb += total.eq(s.big + s.small)
+        else:
+            # One carry chain for both: with c = sub_mag, (2 big + c) + (2 (small ^ c..c) + c),
+            # bit 0 dropped, is big + small (c = 0) or big + ~small + 1 = big - small + 2**27
+            # (c = 1: the carry out is dropped).
+            flip = s.small ^ s.sub_mag.replicate(_ALIGN_W)
+            both = Signal(_ALIGN_W + 2, name="add_sum_carry")
+            m.d.comb += [both.eq(Cat(s.sub_mag, s.big) + Cat(s.sub_mag, flip)),
+                         total.eq(Cat(both[1:_ALIGN_W + 1], both[_ALIGN_W + 1] & ~s.sub_mag))]
         sum_exp = Signal(signed(12), name="add_sum_exp")   # weight of total's LSB
         m.d.comb += sum_exp.eq(s.big_exp - 3)
         pre = round_plan_pre(m, exp=sum_exp, width=_ALIGN_W + 1, name="add_rnd")
@@ -141,15 +164,24 @@ class FP32Add(FP32CutUnit):
         # lz = min(leading zeros, base_pre), where base_pre = max(big exponent field, 1) >= 1
         # is the biased exponent the leading one would have at bit 27. A one in ``limit`` at
         # bit 27 - base_pre (when base_pre <= 27) makes the leading-zero count stop there.
-        limit = Signal(_ALIGN_W + 1, name="add_lz_limit")
-        for k in range(_ALIGN_W + 1):
-            m.d.comb += limit[k].eq(pre.base_pre == _ALIGN_W - k)
+        # same_sign: a normal big operand has its leading one at bit 26, and the sum's is at
+        # 27 or 26; a subnormal one has base_pre = 1, so the limit is at bit 26. Either way
+        # lz = 1 - total[27], and no limit is needed.
+        extra = {}
+        if not self.same_sign:
+            limit = extra["limit"] = Signal(_ALIGN_W + 1, name="add_lz_limit")
+            for k in range(_ALIGN_W + 1):
+                m.d.comb += limit[k].eq(pre.base_pre == _ALIGN_W - k)
         s = p.boundary(
-            "add", total=total, limit=limit, base_pre=pre.base_pre, ovf_lim=pre.ovf_lim,
-            sign=s.big_sign, zero_sign=s.zero_sign, nan=s.nan, inf=s.inf, inf_sign=s.inf_sign)
+            "add", total=total, base_pre=pre.base_pre, ovf_lim=pre.ovf_lim, sign=s.big_sign,
+            zero_sign=s.zero_sign, nan=s.nan, inf=s.inf, inf_sign=s.inf_sign, **extra)
 
         # --- leading-zero count, clamped at the smallest normal exponent ----------------------
-        lz = count_leading_zeros(m, s.total | s.limit, name="add")
+        if self.same_sign:
+            lz = Signal(1, name="add_lz")
+            m.d.comb += lz.eq(~s.total[_ALIGN_W])
+        else:
+            lz = count_leading_zeros(m, s.total | s.limit, name="add")
         zero = Signal(name="add_is_zero")
         m.d.comb += zero.eq(s.total == 0)
         s = p.boundary(
@@ -160,8 +192,11 @@ class FP32Add(FP32CutUnit):
         norm = Signal(_ALIGN_W + 1, name="add_norm")
         base = Signal(8, name="add_rnd_base")
         ovf = Signal(name="add_rnd_ovf")
-        m.d.comb += [norm.eq(s.total << s.lz), base.eq(s.base_pre - s.lz),
-                     ovf.eq(s.lz <= s.ovf_lim)]
+        if self.same_sign:       # lz is 0 or 1: a 2:1 select instead of the barrel shifter
+            m.d.comb += norm.eq(Mux(s.lz[0], s.total << 1, s.total))
+        else:
+            m.d.comb += norm.eq(s.total << s.lz)
+        m.d.comb += [base.eq(s.base_pre - s.lz), ovf.eq(s.lz <= s.ovf_lim)]
         s = p.boundary(
             "normalize", norm=norm, base=base, ovf=ovf, zero=s.zero, sign=s.sign,
             zero_sign=s.zero_sign, nan=s.nan, inf=s.inf, inf_sign=s.inf_sign)

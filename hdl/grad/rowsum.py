@@ -13,6 +13,10 @@ Slot ``i`` goes to lane ``i mod lanes``: the lane's first slot (``i < lanes``) c
 ``f_k = part[(M + k) mod lanes]`` for ``k = 0..lanes-1``. A tree of ``log2(lanes)`` adders
 combines consecutive pairs: ``((f0 + f1) + (f2 + f3)) + ((f4 + f5) + (f6 + f7))`` for 8 lanes.
 
+Every value is non-negative (``e = exp(z - mx) >= +0``, padding ``+0``) or NaN, so the adders
+are :class:`~hdl.fp32.add.FP32Add` with ``same_sign`` (no leading-zero count or normalising
+shift; the same words).
+
 Hardware: one accumulation adder (``lanes > La``: a lane's next add is issued after its
 previous result is back) and one adder per tree level. Nothing stalls: a row's sum appears a
 fixed :func:`row_sum_latency` cycles after its last slot, and rows may follow each other
@@ -45,7 +49,8 @@ def row_sum(m, *, valid, x, first, final, lane, lanes: int, fp32_config: FP32Con
     valid : Value
         A slot enters this cycle (any number of idle cycles between slots is allowed).
     x : Value, 32 bits
-        The slot's FP32 value (``+0`` for padding slots).
+        The slot's FP32 value (``+0`` for padding slots): non-negative or NaN (the adders
+        assume effective additions, ``same_sign``).
     first, final : Value, 1 bit
         The slot is its lane's first (``i < lanes``) / last (``i >= M - lanes``) in the row.
     lane : Value
@@ -73,7 +78,7 @@ def row_sum(m, *, valid, x, first, final, lane, lanes: int, fp32_config: FP32Con
     # the lane after the last slot's (i mod lanes), and a row's first slots take +0 whatever
     # the register holds. The register follows every cycle, idle ones included, and takes the
     # adder's result for that lane when it is written in the same cycle.
-    m.submodules[f"{prefix}_acc_add"] = acc = FP32Add(config=fp32_config)
+    m.submodules[f"{prefix}_acc_add"] = acc = FP32Add(config=fp32_config, same_sign=True)
     part = Array(Signal(32, name=f"{prefix}_lane_{j}") for j in range(lanes))
     lb = (lanes - 1).bit_length()
     last_lane = Signal(lb, name=f"{prefix}_last_lane")
@@ -104,7 +109,7 @@ def row_sum(m, *, valid, x, first, final, lane, lanes: int, fp32_config: FP32Con
     v, val = Signal(name=f"{prefix}_final_valid"), Signal(32, name=f"{prefix}_final")
     m.d.comb += [v.eq(acc.o.valid & final_tag), val.eq(acc_r)]
     for lvl in range(levels):
-        m.submodules[f"{prefix}_tree_add_{lvl}"] = add = FP32Add(config=fp32_config)
+        m.submodules[f"{prefix}_tree_add_{lvl}"] = add = FP32Add(config=fp32_config, same_sign=True)
         hold = Signal(32, name=f"{prefix}_tree_{lvl}_hold", reset_less=True)
         half = Signal(name=f"{prefix}_tree_{lvl}_half")
         m.d.comb += [

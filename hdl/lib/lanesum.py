@@ -37,6 +37,10 @@ class LaneSum(wiring.Component):
         ``GradConfig``). Without either, 8 lanes.
     square : bool
         Sum ``x*x`` (one FP32 multiply per element, before the lanes) instead of ``x``.
+    nonnegative : bool
+        The caller guarantees every ``x`` is ``>= +0`` or NaN (e.g. squares formed upstream);
+        implied by ``square``. The adder is then :class:`~hdl.fp32.add.FP32Add` with
+        ``same_sign`` (about a third smaller, the same words).
     fp32_config : FP32Config
         Adder/multiplier pipelines; the adder latency must be below ``lanes``.
 
@@ -56,7 +60,7 @@ class LaneSum(wiring.Component):
     """
 
     def __init__(self, *, lanes: int | None = None, config=None, square: bool = False,
-                 fp32_config: FP32Config | None = None):
+                 nonnegative: bool = False, fp32_config: FP32Config | None = None):
         with used_if_rejected(self):
             if lanes is not None and config is not None:
                 raise TypeError("LaneSum takes lanes or config, not both")
@@ -76,6 +80,7 @@ class LaneSum(wiring.Component):
                                  f"latency ({la})")
         self.lanes = lanes
         self.square = bool(square)
+        self.nonnegative = self.square or bool(nonnegative)
         self.lm = self.fp32_config.latency("fp32_mul") if self.square else 0
         self.la = la
         # last accepted at c: WAIT until c+lm+la+1, then (lanes-1) adds of la+1 cycles, OUT.
@@ -91,7 +96,7 @@ class LaneSum(wiring.Component):
 
         m = Module()
         lanes, la, lm = self.lanes, self.la, self.lm
-        m.submodules.add = add = FP32Add(config=self.fp32_config)
+        m.submodules.add = add = FP32Add(config=self.fp32_config, same_sign=self.nonnegative)
         m.d.comb += add.o.ready.eq(1)
 
         part = Array(Signal(32, name=f"lane_{j}") for j in range(lanes))

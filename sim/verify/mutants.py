@@ -109,6 +109,15 @@ class Mutant:
     def describe(self) -> str:
         return f"{self.path}:{self.line} {self.operator} {self.original} -> {self.mutated}"
 
+    def code(self, source: bytes) -> str:
+        """The source lines the mutated expression spans (``line`` .. ``end_line`` of
+        ``source``, the file's original source), whitespace runs collapsed to one space: the
+        ``code`` an entry of the equivalence table records, so that an entry whose id has come
+        to name another site (ids count identical sites in order: a new one earlier in the
+        function shifts them) is noticed."""
+        lines = source.decode().splitlines()[self.line - 1:self.end_line]
+        return " ".join(" ".join(lines).split())
+
 
 def _is_raise_guard(node: ast.If) -> bool:
     return all(isinstance(s, ast.Raise) for s in node.body) and not node.orelse

@@ -28,8 +28,13 @@
    tests runs again on the whole files those tests are in (a test may depend on a design
    another test elaborated). A mutant no fast test executes survives without a run (``covered: false``).
 4. **Equivalents.** ``sim/verify/mutation_equivalent.toml`` names, by mutant id, the
-   survivors that cannot change behaviour, each with its reason; they are reported as
-   ``equivalent`` and left out of the score's denominator.
+   survivors that cannot change behaviour, each with its reason and the ``code`` of its site
+   (:meth:`Mutant.code <sim.verify.mutants.Mutant.code>`); they are reported as
+   ``equivalent`` and left out of the score's denominator. An entry whose id no longer
+   exists, or now names a site with other code (ids count identical sites in order, so a new
+   one earlier in the same function shifts them), is *drifted*: it is not applied (such a
+   survivor stays ``survived``), the report lists it (``drifted_equivalents``) and
+   ``tests/test_mutation_tool.py`` fails until the table is corrected.
 
 ``--sample N --seed S`` draws N mutants deterministically (from the id-sorted list); the report
 states the sampled and the full totals. ``--budget`` stops starting mutants after that many
@@ -286,14 +291,44 @@ class Worker:
 
 # --- the run -------------------------------------------------------------------------------
 def load_equivalents(path: Path = EQUIVALENT_TABLE) -> dict[str, dict]:
-    """The equivalent-mutant table: ``{id: {"reason": ..., "site": ...}}``."""
+    """The equivalent-mutant table: ``{id: {"reason": ..., "code": ..., "site": ...}}``."""
     if not path.exists():
         return {}
     table = tomllib.loads(path.read_text())
     for mid, entry in table.items():
-        if not entry.get("reason"):
-            raise ValueError(f"{path.name}: mutant {mid} has no 'reason'")
+        for key in ("reason", "code"):
+            if not entry.get(key):
+                raise ValueError(f"{path.name}: mutant {mid} has no {key!r}")
     return table
+
+
+def drifted_equivalents(table: dict[str, dict], everything: list[Mutant],
+                        root: Path = ROOT) -> dict[str, str]:
+    """The entries of ``table`` that no longer name the site they were written for,
+    ``{id: why}``: the id is gone, or its mutant's :meth:`~sim.verify.mutants.Mutant.code`
+    differs from the entry's ``code``."""
+    by_id = {m.id: m for m in everything}
+    sources: dict[str, bytes] = {}
+    out = {}
+    for mid, entry in table.items():
+        m = by_id.get(mid)
+        if m is None:
+            out[mid] = "no such mutant in hdl/ now"
+            continue
+        src = sources.setdefault(m.path, (root / m.path).read_bytes())
+        now = m.code(src)
+        if now != " ".join(entry["code"].split()):
+            out[mid] = f"now {m.describe()}: {now!r}, not {entry['code']!r}"
+    return out
+
+
+def applicable_equivalents(everything: list[Mutant]) -> tuple[dict[str, dict], list[str]]:
+    """The equivalence table without its drifted entries, and the drifted ids (printed)."""
+    table = load_equivalents()
+    drifted = drifted_equivalents(table, everything)
+    for mid, why in drifted.items():
+        print(f"equivalent-table entry {mid} drifted, not applied: {why}", flush=True)
+    return {k: v for k, v in table.items() if k not in drifted}, sorted(drifted)
 
 
 def select(mutants: list[Mutant], sample: int | None, seed: int) -> list[Mutant]:
@@ -323,7 +358,7 @@ def run(args) -> dict:
             # in the order given (e.g. the sample's order): a --budget leaves the tail unrun
             by_id = {m.id: m for m in everything}
             chosen = [by_id[i] for i in dict.fromkeys(args.only.split(",")) if i in by_id]
-    equivalents = load_equivalents()
+    equivalents, drifted = applicable_equivalents(everything)
     print(f"{len(everything)} mutants in hdl/, {len(chosen)} selected", flush=True)
     data = build_map(args.jobs)
     tmap = LineMap(data)
@@ -360,13 +395,14 @@ def run(args) -> dict:
     stale = [mid for mid in equivalents if mid in results
              and results[mid]["result"] in ("killed", "timeout")]
     return summarize(list(results.values()), everything, args, time.perf_counter() - t_start,
-                     map_seconds, stale)
+                     map_seconds, stale, drifted)
 
 
 def render(args) -> dict:
     """The existing report with the equivalent table applied again (no mutant runs)."""
     report = json.loads((DOCS_BENCH / f"{args.out}.json").read_text())
-    equivalents = load_equivalents()
+    everything = all_mutants(ROOT)
+    equivalents, drifted = applicable_equivalents(everything)
     for r in report["mutants"]:
         if r["result"] in ("survived", "equivalent"):
             if r["id"] in equivalents:
@@ -378,11 +414,11 @@ def render(args) -> dict:
     args.jobs, args.budget = report["jobs"], report["budget_s"]
     stale = [r["id"] for r in report["mutants"]
              if r["id"] in equivalents and r["result"] in ("killed", "timeout")]
-    return summarize(report["mutants"], all_mutants(ROOT), args, report["seconds"],
-                     report["map_seconds"], stale)
+    return summarize(report["mutants"], everything, args, report["seconds"],
+                     report["map_seconds"], stale, drifted)
 
 
-def summarize(results, everything, args, seconds, map_seconds, stale) -> dict:
+def summarize(results, everything, args, seconds, map_seconds, stale, drifted=()) -> dict:
     counts = Counter(r["result"] for r in results)
     ran = [r for r in results if r["result"] != "not_run"]
     killed = counts["killed"] + counts["timeout"]
@@ -413,6 +449,7 @@ def summarize(results, everything, args, seconds, map_seconds, stale) -> dict:
         "seconds_per_mutant_mean": round(sum(timed) / len(timed), 2) if timed else None,
         "seconds_per_mutant_median": round(sorted(timed)[len(timed) // 2], 2) if timed else None,
         "stale_equivalents": stale,
+        "drifted_equivalents": list(drifted),
         "mutants": sorted(results, key=lambda r: (r["file"], r["line"], r["id"])),
     }
 
@@ -438,6 +475,8 @@ def markdown(rep: dict) -> str:
         f"| survived | {rep['survived']} (of which not executed by any fast test: "
         f"{rep['not_covered']}) |",
         f"| equivalent (sim/verify/mutation_equivalent.toml) | {rep['equivalent']} |",
+        f"| equivalent-table entries drifted (not applied) | "
+        f"{', '.join(rep.get('drifted_equivalents') or []) or 'none'} |",
         f"| not run | {rep['not_run']} (budget: "
         f"{rep['not_run'] - rep.get('not_run_site_gone', 0)}; site no longer in hdl/: "
         f"{rep.get('not_run_site_gone', 0)}) |",
@@ -525,6 +564,9 @@ def main(argv=None) -> int:
           f"({rep['sites']} sites)")
     if rep["stale_equivalents"]:
         print(f"equivalent-table entries killed (remove them): {rep['stale_equivalents']}")
+    if rep["drifted_equivalents"]:
+        print(f"equivalent-table entries that name other code now (not applied; correct "
+              f"them): {rep['drifted_equivalents']}")
     return 0
 
 

@@ -70,10 +70,16 @@ class TopKSelect(wiring.Component):
         m.d.comb += self.i.ready.eq(1)
         # ge[j]: slot j holds a candidate at least as large as the new word (it stays ahead);
         # the slots are sorted, so ge is a run of ones followed by zeros
+        # The compare is the sign of a 32-bit difference, not ``>=``: yosys maps both to a
+        # carry chain, but for ``>=`` ABC then folds the top bit's compare into each of the 40
+        # next-state functions of the slot after (LUT6s: 2,377 LUT4 and 1,742 PFUMX / L6MUX
+        # for k = 16), while the difference's sign is a carry-chain output it cannot reach
+        # into (640 LUT4).
         ge = Signal(k, name="ge")
         for j in range(k):
-            m.d.comb += ge[j].eq((j < self.count)
-                                 & (self.slots[j].word[:31] >= new.word[:31]))
+            diff = Signal(32, name=f"mag_diff_{j}")
+            m.d.comb += [diff.eq(self.slots[j].word[:31] - new.word[:31]),
+                         ge[j].eq((j < self.count) & ~diff[31])]
         with m.If(self.clear):
             m.d.sync += self.count.eq(0)
         with m.Elif(self.i.valid):

@@ -71,10 +71,10 @@ class TopKSelect(wiring.Component):
         # ge[j]: slot j holds a candidate at least as large as the new word (it stays ahead);
         # the slots are sorted, so ge is a run of ones followed by zeros
         # The compare is the sign of a 32-bit difference, not ``>=``: yosys maps both to a
-        # carry chain, but for ``>=`` ABC then folds the top bit's compare into each of the 40
-        # next-state functions of the slot after (LUT6s: 2,377 LUT4 and 1,742 PFUMX / L6MUX
-        # for k = 16), while the difference's sign is a carry-chain output it cannot reach
-        # into (640 LUT4).
+        # carry chain, but for ``>=`` ABC can fold the top bit's compare into each of the 40
+        # next-state functions of the slot after (LUT6s: synthesized alone, k = 16, 2,420
+        # LUT4 against 641), while the difference's sign is a carry-chain output it cannot
+        # reach into. (Flattened in the 2-core ring the two forms differ by 460 logic cells.)
         ge = Signal(k, name="ge")
         for j in range(k):
             diff = Signal(32, name=f"mag_diff_{j}")

@@ -22,7 +22,8 @@ those files plus the committed rows not re-measured, so a partial run merges its
 blocks with ``python -m boards.synth --only training_core:tiny,training_core:default``.
 Besides the registered blocks, :data:`VARIANTS` names builds made only here: the training core
 with :meth:`hdl.core.config.CoreConfig.fpga` (``training_core_fpga``), and the multi-core top
-of two such cores (``training_ring_fpga``, :class:`hdl.multi.cores.TrainingRing`).
+of two such cores (``training_ring_fpga``, :class:`hdl.multi.cores.TrainingRing`), and one
+core of that top alone (``training_ring_node_fpga``: one FPGA of a ring of FPGAs).
 """
 from __future__ import annotations
 
@@ -90,13 +91,17 @@ TARGETS = [
     ("training_core_fpga", "default"),
     # The multi-core top (issue 12): two S = 4 cores of the FPGA build joined by a link.
     ("training_ring_fpga", "tiny"),
+    # One core of that top (its collective engine and link codecs; the link streams reach the
+    # harness): what each FPGA of a ring of FPGAs holds, one core per part.
+    ("training_ring_node_fpga", "tiny"),
 ]
 
 #: nextpnr options of a target when ``--pnr-opts`` gives none (recorded per row). The training
 #: core's FPGA build routes only from nextpnr's static placer: from its default (HeAP)
 #: placement neither router finishes (docs/core.md, "FPGA").
 PNR_OPTS = {("training_core_fpga", "tiny"): "--placer static",
-            ("training_core_fpga", "default"): "--placer static"}
+            ("training_core_fpga", "default"): "--placer static",
+            ("training_ring_node_fpga", "tiny"): "--placer static"}
 
 
 def fpga_optim_config():
@@ -126,19 +131,28 @@ def _fpga_core(preset: str):
                         optim_config=fpga_optim_config())
 
 
-def _fpga_ring(preset: str):
-    import dataclasses
+def _fpga_ring_config(preset: str):
+    """The ring preset with every core as the FPGA build (:meth:`CoreConfig.fpga`; the
+    ``-fpga`` presets of ``training_ring``)."""
+    from hdl.multi.cores import TrainingRingConfig
+    return TrainingRingConfig.preset(f"{preset}-fpga")
 
-    from hdl.multi.cores import TrainingRing, TrainingRingConfig
-    cfg = TrainingRingConfig.preset(preset)
-    return TrainingRing(config=dataclasses.replace(cfg, core=cfg.core.fpga()),
+
+def _fpga_ring(preset: str):
+    from hdl.multi.cores import TrainingRing
+    return TrainingRing(config=_fpga_ring_config(preset), optim_config=fpga_optim_config())
+
+
+def _fpga_ring_node(preset: str):
+    from hdl.core.core import TrainingCore
+    return TrainingCore(config=_fpga_ring_config(preset).core,
                         optim_config=fpga_optim_config())
 
 
 #: Targets that are builds of a registered block with other parameters, not blocks of their own
 #: (``tessera generate`` does not know them): ``name -> build(preset)``.
 VARIANTS = {"optim_engine_fpga": _fpga_optim, "training_core_fpga": _fpga_core,
-            "training_ring_fpga": _fpga_ring}
+            "training_ring_fpga": _fpga_ring, "training_ring_node_fpga": _fpga_ring_node}
 
 
 def build_block(block: str, preset: str):

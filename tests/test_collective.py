@@ -12,6 +12,7 @@ from hdl.fp32.config import FP32Config
 from hdl.multi.collective import CollectiveEngine
 from hdl.multi.config import (CollComp, CollectiveConfig, CollOp, CollStatus, LinkConfig,
                               RingConfig)
+from hdl.lib.memport import WordToLine
 from hdl.multi.ring import CollectiveRing, WordMemory
 from sim.model.collective import CollectiveModel, bfp_allreduce_bound
 from sim.model.fp32 import f32_to_bits
@@ -24,10 +25,13 @@ FP32 = FP32Config.preset("tiny")
 BFP = BFPConfig.preset("tiny")
 
 
-def _ring(N, width=32, latency=2, fifo_depth=4, fp32=FP32, reverse=False) -> ReusableSim:
+def _ring(N, width=32, latency=2, fifo_depth=4, fp32=FP32, reverse=False,
+          mem_latency=1) -> ReusableSim:
     """The simulation of the ring of this configuration, for :func:`run_ring` and
-    :func:`check_ring` (its ring: ``.dut``): one per configuration (:func:`_ring_sim`)."""
-    cfg = RingConfig(collective=CollectiveConfig(ranks=N, depth=DEPTH, bfp=BFP, reverse=reverse),
+    :func:`check_ring` (its ring: ``.dut``): one per configuration (:func:`_ring_sim`).
+    ``latency`` is the links', ``mem_latency`` the engines' memory ports'."""
+    cfg = RingConfig(collective=CollectiveConfig(ranks=N, depth=DEPTH, bfp=BFP, reverse=reverse,
+                                                 mem_latency=mem_latency),
                      link=LinkConfig(width=width, latency=latency, fifo_depth=fifo_depth))
     return _ring_sim(cfg, fp32)
 
@@ -120,14 +124,49 @@ def test_bad_commands_change_nothing():
     assert all(g[0]["cycles"] == 0 for g in run.responses[:-1])
 
 
-@pytest.mark.parametrize("N,stop", [(2, ("rx", 1)), (4, ("tx", 2))])
-def test_stopped_link_reports_timeout(N, stop):
+@pytest.mark.parametrize("mem_latency", [2, 3])
+def test_registered_memory_port(mem_latency):
+    """The engines' memory ports as registered scratchpad clients (``mem_latency`` 2 and 3,
+    the training core's FPGA build): plain, BFP and SENDRECV commands, and the top-k-free
+    engine's BAD_COMP, under random stalls on every link; every memory bit-exact with the
+    model, and every word reaching each step's add and each transmit FIFO at the latency's
+    cycle (a word taken a cycle early or late breaks the sums)."""
+    N = 3
+    rng = np.random.default_rng(90 + mem_latency)
+    cmds = [command(base=1, length=3 * N + 2, seg=4, timeout=300),
+            command(base=0, length=2 * BFP.group_size * N, seg=2 * BFP.group_size,
+                    timeout=300, comp=CollComp.BFP, width=4),
+            _sendrecv(N, _random_regions(rng, [5, 7, 3])),
+            command(base=0, length=DEPTH, seg=-(-DEPTH // N), timeout=300)]
+    run = _check(_ring(N, width=16, latency=2, fifo_depth=3, mem_latency=mem_latency),
+                 _images(90 + mem_latency, N), cmds, stall_prob=0.3, seed=mem_latency)
+    assert all(g["status"] == CollStatus.OK for resp in run.responses for g in resp)
+
+
+def test_registered_memory_port_is_slower_by_its_latency():
+    """The same all-reduce with the memory port's latency 1 and 3, links never stalled: the
+    words are the same, and the registered port adds cycles (each step waits for its reads)
+    without changing the status."""
+    N = 2
+    cmd = command(base=0, length=4 * N, seg=4, timeout=200)
+    runs = [run_ring(_ring(N, mem_latency=ml), _images(95, N), [cmd]) for ml in (1, 3)]
+    for r in range(N):
+        np.testing.assert_array_equal(runs[0].memories[r], runs[1].memories[r])
+    c1, c3 = (run.responses[0][0]["cycles"] for run in runs)
+    assert c1 < c3 <= c1 + 4 * (2 * N - 1), (c1, c3)
+
+
+@pytest.mark.parametrize("N,stop,mem_latency", [(2, ("rx", 1), 1), (4, ("tx", 2), 1),
+                                                (3, ("rx", 2), 3)])
+def test_stopped_link_reports_timeout(N, stop, mem_latency):
     """A link that stops delivering: every engine answers TIMEOUT (none hangs), after at
-    least ``timeout`` cycles, and then accepts the next command."""
+    least ``timeout`` cycles, and then accepts the next command (also with the memory port's
+    reads in flight when the run is aborted: ``mem_latency`` 3)."""
     timeout = 40
     cmds = [command(base=0, length=4 * N, seg=4, timeout=timeout),
             command(base=0, length=0, seg=1, timeout=timeout)]
-    run = run_ring(_ring(N), _images(4, N), cmds, stop=[stop], deadline=2000)
+    run = run_ring(_ring(N, mem_latency=mem_latency), _images(4, N), cmds, stop=[stop],
+                   deadline=2000)
     first, second = run.responses
     assert [g["status"] for g in first] == [CollStatus.TIMEOUT] * N, first
     assert all(g["cycles"] >= timeout for g in first)
@@ -312,6 +351,12 @@ def test_engine_rejects_wrong_configs():
         CollectiveRing(config=CollectiveConfig())
     with pytest.raises(ValueError, match="WordMemory.depth"):
         WordMemory(depth=1)
+    with pytest.raises(ValueError, match="WordMemory.latency"):
+        WordMemory(depth=4, latency=4)
+    with pytest.raises(ValueError, match="WordToLine.latency"):
+        WordToLine(word_bits=8, line_bits=4, words=4, latency=0)
+    with pytest.raises(ValueError, match="WordToLine.latency"):
+        WordToLine(word_bits=8, line_bits=4, words=4, latency=4)
     assert CollOp.ALL == (CollOp.ALLREDUCE, CollOp.SENDRECV)
 
 

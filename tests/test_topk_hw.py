@@ -74,26 +74,32 @@ def test_select_keeps_the_k_largest_in_model_order(topk):
 
 
 @functools.cache
-def _topk_pass(fp32) -> ReusableSim:
-    """The simulation of a :class:`TopKPass` of :data:`CFG` and ``fp32`` (its pass: ``.dut``):
-    one per configuration, shared by the tests and started from the initial state by every
-    run."""
-    return ReusableSim(TopKPass(config=CFG, fp32_config=fp32), testbenches=1, processes=1)
+def _topk_pass(fp32, mem_latency=1) -> ReusableSim:
+    """The simulation of a :class:`TopKPass` of :data:`CFG` (with ``mem_latency``) and
+    ``fp32`` (its pass: ``.dut``): one per configuration, shared by the tests and started from
+    the initial state by every run."""
+    cfg = dataclasses.replace(CFG, mem_latency=mem_latency)
+    return ReusableSim(TopKPass(config=cfg, fp32_config=fp32), testbenches=1, processes=1)
 
 
 def _mem_sim(sim, mem, commands, *, max_cycles=50_000):
     """Run ``commands`` (dicts of pass_layout fields) on ``sim`` (a :func:`_topk_pass`) with
-    ``mem`` (uint32, updated in place) behind its port; returns the busy cycles of each
+    ``mem`` (uint32, updated in place) behind its port, answering reads after the config's
+    ``mem_latency`` cycles (a read sees the memory before the write of its own cycle, as a
+    block RAM does; a registered client delays both alike); returns the busy cycles of each
     command."""
     dut = sim.dut
+    ML = dut.config.mem_latency
     cycles = []
 
     async def memory(ctx):
-        rdata = 0
+        due = [None] * ML         # read data by edges to go; None: no read
         async for clk_edge, rst, r_en, r_addr, w_en, w_addr, w_data in ctx.tick().sample(
                 dut.mem.r_en, dut.mem.r_addr, dut.mem.w_en, dut.mem.w_addr, dut.mem.w_data):
-            if r_en:
-                ctx.set(dut.mem.r_data, int(mem[r_addr]))
+            due.append(int(mem[r_addr]) if r_en else None)
+            if due[1] is not None:
+                ctx.set(dut.mem.r_data, due[1])
+            due.pop(0)
             if w_en:
                 mem[w_addr] = w_data
 
@@ -113,13 +119,15 @@ def _mem_sim(sim, mem, commands, *, max_cycles=50_000):
 CFG = CollectiveConfig(ranks=3, depth=256, topk=TopK(seg=16, k=5))
 
 
-@pytest.mark.parametrize("length,stages", [(48, 1), (37, 1), (3, 1), (48, 2), (37, 2)])
-def test_compress_then_sum_equal_the_model(length, stages):
+@pytest.mark.parametrize("length,stages,mem_latency", [
+    (48, 1, 1), (37, 1, 1), (3, 1, 1), (48, 2, 1), (37, 2, 1), (37, 1, 2), (48, 2, 3)])
+def test_compress_then_sum_equal_the_model(length, stages, mem_latency):
     """COMPRESS on each of three memories (residual from an earlier round), then SUM of the
     three messages: residual, zeroed gradient, message and sum equal the model bit for bit;
     nothing outside the regions is written; the busy cycles equal the documented formulas.
     An adder of odd (1) and even (2) latency: COMPRESS puts the gradient's +0 writes in the
-    cycles the adder's results leave free, which depend on the latency's parity."""
+    cycles the adder's results leave free, which depend on the latency's parity. A memory
+    port of read latency 2 and 3 (a registered scratchpad client)."""
     fp32 = dataclasses.replace(FP32, add_stages=stages)
     topk = CFG.topk
     base, rbase, gbase = 5, 60, 120
@@ -140,7 +148,7 @@ def test_compress_then_sum_equal_the_model(length, stages):
         exp[base:base + length] = 0
         exp[gbase + r * M:gbase + (r + 1) * M] = topk_message(acc, topk)
         want.append(exp)
-    sim = _topk_pass(fp32)
+    sim = _topk_pass(fp32, mem_latency)
     for r, mem in enumerate(mems):
         cyc = _mem_sim(sim, mem, [dict(op=TopKOp.COMPRESS, base=base, length=length,
                                        rbase=rbase, gbase=gbase + r * M, mlen=0)])
@@ -164,22 +172,24 @@ def test_compress_then_sum_equal_the_model(length, stages):
 
 def _cycles(dut, length):
     """Busy cycles of COMPRESS and SUM from the formulas of docs/multicore.md (*Top-k
-    compression*): per segment of ``n`` words ``2n + L + 4 + iw + 2 n_sel``; per message
-    ``L + 1`` and per segment ``iw + 2 n_sel + 4``."""
+    compression*), ``M = mem_latency - 1``: per segment of ``n`` words ``2n + L + 4 + iw +
+    2 n_sel + M``; per message ``L + 1 + M`` and per segment ``iw + 2 n_sel + 4 + M``."""
     tk, L = dut.config.topk, dut.fp32_config.latency("fp32_add")
+    M = dut.config.mem_latency - 1
     segs = [min(tk.seg, length - s0) for s0 in range(0, length, tk.seg)]
     sel = [min(tk.k, n) for n in segs]
     iw = [-(-k // tk.per_word) for k in sel]
-    compress = sum(2 * n + L + 4 + w + 2 * k for n, k, w in zip(segs, sel, iw))
-    per_msg = L + 1 + sum(w + 2 * k + 4 for k, w in zip(sel, iw))
+    compress = sum(2 * n + L + 4 + w + 2 * k + M for n, k, w in zip(segs, sel, iw))
+    per_msg = L + 1 + M + sum(w + 2 * k + 4 + M for k, w in zip(sel, iw))
     return compress, dut.config.ranks * per_msg
 
 
 def _topk_ring(N, *, depth=160, topk=TopK(seg=8, k=3), width=32, latency=2,
-               fifo_depth=4) -> ReusableSim:
+               fifo_depth=4, mem_latency=1) -> ReusableSim:
     """The simulation of the ring of this configuration, for ``run_ring`` and ``check_ring``
     (its ring: ``.dut``): one per configuration (:func:`_ring_sim`)."""
-    cfg = RingConfig(collective=CollectiveConfig(ranks=N, depth=depth, bfp=BFP, topk=topk),
+    cfg = RingConfig(collective=CollectiveConfig(ranks=N, depth=depth, bfp=BFP, topk=topk,
+                                                 mem_latency=mem_latency),
                      link=LinkConfig(width=width, latency=latency, fifo_depth=fifo_depth))
     return _ring_sim(cfg)
 
@@ -203,18 +213,20 @@ def _ring_images(seed, N, depth, *, base, length, rbase):
     return images
 
 
-@pytest.mark.parametrize("N,width,stall", [(2, 32, 0.0), (3, 16, 0.4), (4, 8, 0.3)])
-def test_topk_allreduce_rounds_equal_the_model(N, width, stall):
+@pytest.mark.parametrize("N,width,stall,mem_latency", [(2, 32, 0.0, 1), (3, 16, 0.4, 1),
+                                                      (4, 8, 0.3, 1), (3, 16, 0.3, 3)])
+def test_topk_allreduce_rounds_equal_the_model(N, width, stall, mem_latency):
     """Three top-k all-reduces in a row on the ring (the residual of each round feeds the
     next, fresh gradients written between rounds by the model's own run): every memory, every
     status and the flits per link equal CollectiveModel, under random stalls on every link
-    gate; the first round's result equals the abstract topk_allreduce."""
+    gate; the first round's result equals the abstract topk_allreduce. Also with the engines'
+    memory ports registered (``mem_latency`` 3)."""
     depth, topk = 160, TopK(seg=8, k=3)
     base, length, rbase, gbase = 3, 21, 30, 60
     images = _ring_images(N, N, depth, base=base, length=length, rbase=rbase)
     cmd = command(base=base, length=length, rbase=rbase, gbase=gbase, timeout=400,
                   comp=CollComp.TOPK)
-    sim = _topk_ring(N, depth=depth, topk=topk, width=width)
+    sim = _topk_ring(N, depth=depth, topk=topk, width=width, mem_latency=mem_latency)
     run = check_ring(sim, images, [cmd, cmd, cmd], stall_prob=stall, seed=N)
     assert [g["status"] for g in run.responses[0]] == [CollStatus.OK] * N
     # the abstract model: top-k with error feedback, summed in rank order from +0

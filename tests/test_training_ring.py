@@ -63,6 +63,14 @@ def test_fpga_ring_is_a_synth_target_of_two_fpga_cores():
     assert top.config.ranks == 2
     assert top.config.core == dataclasses.replace(CoreConfig.preset("tiny"), ranks=2,
                                                   link_width=16).fpga()
+    assert top.config == TrainingRingConfig.preset("tiny-fpga")
+    # one of its cores alone: what each FPGA of a ring of FPGAs holds
+    assert ("training_ring_node_fpga", "tiny") in TARGETS
+    node = build_block("training_ring_node_fpga", "tiny")
+    node._MustUse__silence = True
+    assert node.config == top.config.core
+    # its collective engine reads the scratchpad as the other registered clients do
+    assert node.config.collective.mem_latency == node.config.spad_latency == 3
 
 
 def test_core_module_instances_take_the_core_ports_by_their_verilog_names():

@@ -69,11 +69,12 @@ class CoreConfig(PresetMixin):
         crossbar in the cycle it leaves the block RAM. Every vector instruction takes one
         cycle more (per chunk of a bias gradient; docs/vector.md).
     spad_reg : bool
-        Every scratchpad client but the collective engine's is one of the crossbar's
-        ``registered`` clients (:class:`hdl.core.scratchpad.Scratchpad`; the FPGA build; needs
+        Every scratchpad client is one of the crossbar's ``registered`` clients
+        (:class:`hdl.core.scratchpad.Scratchpad`; the FPGA build; needs
         :attr:`vector_read_reg` and :attr:`optim_one_port`): the requests pass a register
         before the crossbar, so a bank's address is no longer reached from an engine's logic
-        in one cycle. Read data comes two cycles after a read: every vector instruction takes
+        in one cycle (nor from the collective engine's link handshakes). Read data comes two
+        cycles after a read: every vector instruction takes
         one cycle more (per chunk of a bias gradient; docs/vector.md), every matmul pass one
         more (:attr:`hdl.array.config.ArrayConfig.mem_latency`), the optimizer's ports one
         more (``port_skew`` 5: a one-pass ``OPT`` two cycles more), and a host ``READ``
@@ -86,8 +87,8 @@ class CoreConfig(PresetMixin):
         across the chip. Every registered client's read data then comes three cycles after
         its read (:attr:`spad_latency`): every vector instruction one cycle more again, every
         matmul pass one more, the optimizer's ports one more (``port_skew`` 6), a host
-        ``READ`` one more. The collective engine's client reads the banks directly (read
-        latency 1, as before).
+        ``READ`` one more. The collective engine's client too (its ``mem_latency``): each
+        all-reduce step and each top-k segment takes a few cycles more.
     matmul_regs : bool
         The matmul engine's timing registers (the FPGA build):
         :attr:`hdl.array.config.ArrayConfig.req_reg` (a line address registered between the
@@ -262,9 +263,8 @@ class CoreConfig(PresetMixin):
 
     @property
     def spad_latency(self) -> int:
-        """Read latency of the scratchpad's registered clients (every engine's and the
-        host's, not the collective engine's): 1, 2 with :attr:`spad_reg`, 3 with
-        :attr:`spad_out_reg` too."""
+        """Read latency of the scratchpad's clients (every engine's, the host's and the
+        collective engine's): 1, 2 with :attr:`spad_reg`, 3 with :attr:`spad_out_reg` too."""
         return 1 + int(self.spad_reg) + int(self.spad_out_reg)
 
     @property
@@ -285,12 +285,15 @@ class CoreConfig(PresetMixin):
         timeouts (a pipeline stage's ``SENDRECV`` may wait for the other stage's whole pass),
         the default BFP link format, top-k compression with the default
         :class:`~hdl.multi.config.TopK`, 16 of every 256 words, reverse links as
-        :attr:`reverse_links`), or ``None`` when ``ranks == 1``."""
+        :attr:`reverse_links`, the scratchpad's read latency :attr:`spad_latency` and a
+        transmit read-ahead of ``3 + spad_latency`` words, enough for a word per cycle), or
+        ``None`` when ``ranks == 1``."""
         if self.ranks == 1:
             return None
         from ..multi.config import CollectiveConfig, TopK
         return CollectiveConfig(ranks=self.ranks, depth=1 << 16, timeout_bits=24, topk=TopK(),
-                                reverse=self.reverse_links)
+                                reverse=self.reverse_links, mem_latency=self.spad_latency,
+                                tx_fifo_depth=3 + self.spad_latency)
 
     @property
     def vec_lanes(self) -> int:

@@ -11,6 +11,7 @@ from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
 from ..fp32.log_config import FP32LogConfig
 from ..grad.config import GradConfig
+from ..lib.delay import delay
 from ..lib.memport import LinePort, SharedLinePort, WordPortsToLine, WordToLine
 from ..lib.mustuse import mark_used
 from ..multi.endpoint import LinkEndpoint
@@ -208,10 +209,9 @@ class TrainingCore(wiring.Component):
             connect(m, getattr(opt, f"unit_{k}0"), getattr(vec, f"opt_{k}0"))
         clients = clients_of(cfg)
         # the clients with registered requests (config.spad_reg) and registered bank read
-        # data (config.spad_out_reg): all but the collective engine's (their ports then have
-        # a read latency of config.spad_latency)
-        engines = tuple(clients.index(c) for c in ("host", "mm_q0", "mm_q1", "mm_acc",
-                                                    "vec_ae", "vec_bd"))
+        # data (config.spad_out_reg): all of them (their ports then have a read latency of
+        # config.spad_latency; the collective engine's is its config's mem_latency)
+        engines = tuple(range(len(clients)))
         spad = m.submodules.scratchpad = Scratchpad(
             config=cfg, clients=len(clients), registered=engines if cfg.spad_reg else (),
             out_registered=engines if cfg.spad_out_reg else ())
@@ -348,7 +348,7 @@ class TrainingCore(wiring.Component):
             # the engine's word port reaches lines coll_base.. through a word-to-line adapter;
             # a poisoned ALLREDUCE reads the canonical NaN as word 0 (the memory keeps its word)
             ad = m.submodules.coll_adapter = WordToLine(word_bits=coll.addr_bits, line_bits=lb,
-                                                        words=S)
+                                                        words=S, latency=coll.mem_latency)
             m.d.comb += ad.base.eq(seq.coll_base)
             w, e = ad.word, eng.mem
             m.d.comb += [w.r_addr.eq(e.r_addr), w.r_en.eq(e.r_en), w.w_addr.eq(e.w_addr),
@@ -359,6 +359,7 @@ class TrainingCore(wiring.Component):
             wrote0 = Signal(name="coll_wrote_word0")
             with m.If(e.r_en):
                 m.d.sync += read0.eq((e.r_addr == 0) & ~wrote0)
+            read0 = delay(m, read0, coll.mem_latency - 1, "coll_read_word0")
             with m.If(seq.coll_cmd.valid & seq.coll_cmd.ready):
                 m.d.sync += wrote0.eq(0)
             with m.Elif(e.w_en & (e.w_addr == 0)):

@@ -166,7 +166,8 @@ class WordToLine(wiring.Component):
     """Word port onto a line port at a run-time base line.
 
     Word ``i`` lives in line ``base + i // words``, lane ``i % words``. Reads select the lane
-    registered with the read (latency 1, like the line port); writes enable one lane.
+    registered with the read and held ``latency`` cycles (the line port's read latency);
+    writes enable one lane.
 
     Parameters
     ----------
@@ -176,6 +177,9 @@ class WordToLine(wiring.Component):
         Line address width of the memory side.
     words : int
         Words per line, a power of two.
+    latency : int
+        Read latency of the line port, 1..3 (a registered scratchpad client: 2 or 3); the word
+        port's is the same.
 
     Members
     -------
@@ -186,11 +190,15 @@ class WordToLine(wiring.Component):
         Line of word 0; hold it while the client runs.
     """
 
-    def __init__(self, *, word_bits: int, line_bits: int, words: int):
-        _check("WordToLine", "words", words, 1)
-        if words & (words - 1):
-            raise ValueError(f"WordToLine.words must be a power of two, not {words!r}")
-        self.words = words
+    def __init__(self, *, word_bits: int, line_bits: int, words: int, latency: int = 1):
+        with used_if_rejected(self):
+            _check("WordToLine", "words", words, 1)
+            if words & (words - 1):
+                raise ValueError(f"WordToLine.words must be a power of two, not {words!r}")
+            _check("WordToLine", "latency", latency, 1)
+            if latency > 3:
+                raise ValueError(f"WordToLine.latency must be 1, 2 or 3, not {latency!r}")
+        self.words, self.latency = words, latency
         super().__init__({
             "word": In(WordPort(addr_bits=word_bits)),
             "line": Out(LinePort(addr_bits=line_bits, words=words)),
@@ -205,6 +213,7 @@ class WordToLine(wiring.Component):
         lane = Signal(range(S), name="rd_lane")
         with m.If(w.r_en):
             m.d.sync += lane.eq(_lane_of(w.r_addr, lg))
+        lane = delay(m, lane, self.latency - 1, "rd_lane")
         m.d.comb += [
             ln.r_addr.eq(_line_of(self.base, w.r_addr, lg)),
             ln.r_en.eq(w.r_en),

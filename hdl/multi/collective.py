@@ -329,10 +329,15 @@ class CollectiveEngine(wiring.Component):
             port.r_addr.eq(Mux(rx_read, recv_base + rx_got, send_base + tx_issued)),
         ]
 
-        # tx: read data one cycle later into the FIFO
-        tx_rd_pending = Signal(name="tx_rd_pending")
-        tx_pad_pending = Signal(name="tx_pad_pending")
-        m.d.sync += [tx_rd_pending.eq(tx_read), tx_pad_pending.eq(tx_pad)]
+        # tx: read data mem_latency cycles later into the FIFO (an abort clears the reads in
+        # flight, so a command started right after it takes none of them)
+        tx_rd_pending, tx_pad_pending = tx_read, tx_pad
+        tx_in_flight = []                           # the reads in flight, one per cycle
+        for k in range(cfg.mem_latency):
+            nr, np_ = Signal(name=f"tx_rd_pending{k}"), Signal(name=f"tx_pad_pending{k}")
+            m.d.sync += [nr.eq(tx_rd_pending & (running if k else 1)), np_.eq(tx_pad_pending)]
+            tx_rd_pending, tx_pad_pending = nr, np_
+            tx_in_flight.append(nr)
         m.d.comb += [txq.w_en.eq(tx_rd_pending & running),
                      txq.w_data.eq(Mux(tx_pad_pending, 0, port.r_data)),
                      tx_valid.eq(txq.r_rdy & running), self.tx.payload.eq(txq.r_data),
@@ -343,11 +348,13 @@ class CollectiveEngine(wiring.Component):
         m.d.sync += tx_occ.eq(tx_occ + tx_read - tx_fire)
 
         # rx (reduce-scatter): received word and local word -> adder -> write back
-        add_v = Signal(name="add_v")
-        add_rx = Signal(32, name="add_rx")
-        add_addr = Signal(ab, name="add_addr")
-        m.d.sync += [add_v.eq(rx_read), add_rx.eq(rx_payload),
-                     add_addr.eq(recv_base + rx_got)]
+        # (the received word and its address wait beside the read for mem_latency cycles)
+        add_v, add_rx, add_addr = rx_read, rx_payload, recv_base + rx_got
+        for k in range(cfg.mem_latency):
+            nv, nx, na = (Signal(name=f"add_v{k}"), Signal(32, name=f"add_rx{k}"),
+                          Signal(ab, name=f"add_addr{k}"))
+            m.d.sync += [nv.eq(add_v & (running if k else 1)), nx.eq(add_rx), na.eq(add_addr)]
+            add_v, add_rx, add_addr = nv, nx, na
         m.d.comb += [add.i.valid.eq(add_v), add.i.payload.a.eq(add_rx),
                      add.i.payload.b.eq(port.r_data), add.i.payload.sub.eq(0),
                      add.o.ready.eq(1)]
@@ -436,7 +443,7 @@ class CollectiveEngine(wiring.Component):
                                 | (is_p2p & (cmd.comp != CollComp.NONE))
                                 | (is_topk if TK is None else 0))
         drained = Signal(name="drained")
-        m.d.comb += drained.eq(~txq.r_rdy & (tx_occ == 0) & ~tx_rd_pending)
+        m.d.comb += drained.eq(~txq.r_rdy & (tx_occ == 0) & ~Cat(*tx_in_flight).any())
 
         with m.FSM(name="ctrl"):
             with m.State("IDLE"):

@@ -218,6 +218,12 @@ class CollectiveConfig(PresetMixin):
         (words from rank ``r + 1``), which a ``SENDRECV`` chooses with ``sdir`` / ``rdir``
         (pipeline parallelism with more than two stages: activations go forward, gradients
         back). ``False``: such a ``SENDRECV`` answers ``BAD_DIR``.
+    mem_latency : int
+        Read latency of the memory port (``mem``), 1..3 cycles: 1, a block RAM's; 2 and 3, a
+        registered client of the training core's scratchpad (``CoreConfig.spad_reg``, and
+        ``spad_out_reg`` too: :attr:`hdl.core.config.CoreConfig.spad_latency`), whose requests
+        pass a register before the bank crossbar. Each transfer step and each top-k segment
+        then takes ``mem_latency - 1`` cycles more; the words are the same.
     """
 
     ranks: int = 4
@@ -227,6 +233,7 @@ class CollectiveConfig(PresetMixin):
     bfp: BFPConfig = BFPConfig()
     topk: TopK | None = None
     reverse: bool = False
+    mem_latency: int = 1
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"ranks": 2, "depth": 64, "bfp": BFPConfig.preset("tiny"),
@@ -238,6 +245,7 @@ class CollectiveConfig(PresetMixin):
         check_int("CollectiveConfig", "depth", self.depth, lo=2, hi=65536)
         check_int("CollectiveConfig", "timeout_bits", self.timeout_bits, lo=4, hi=32)
         check_int("CollectiveConfig", "tx_fifo_depth", self.tx_fifo_depth, lo=2, hi=64)
+        check_int("CollectiveConfig", "mem_latency", self.mem_latency, lo=1, hi=3)
         if not isinstance(self.reverse, bool):
             raise TypeError(f"CollectiveConfig.reverse must be a bool, not {self.reverse!r}")
         if not isinstance(self.bfp, BFPConfig):

@@ -54,9 +54,14 @@ class TrainingRingConfig(PresetMixin):
     @classmethod
     def preset(cls, name: str, ranks: int | None = None):
         """``tiny``: two S = 4 cores, 16-bit links; ``default``: four S = 8 cores, 32-bit
-        links; a suffix ``-n<N>`` (``tiny-n4``) or ``ranks`` sets the number of cores, and a
-        last suffix ``-rev`` (``tiny-n3-rev``) adds the reverse links
-        (``CoreConfig.reverse_links``: pipelines of more than two stages)."""
+        links; a suffix ``-n<N>`` (``tiny-n4``) or ``ranks`` sets the number of cores, a
+        suffix ``-rev`` (``tiny-n3-rev``) adds the reverse links (``CoreConfig.reverse_links``:
+        pipelines of more than two stages), and a last suffix ``-fpga`` (``tiny-fpga``) makes
+        every core the FPGA build (:meth:`CoreConfig.fpga`; ``make synth``'s
+        ``training_ring_fpga``)."""
+        fpga = isinstance(name, str) and name.endswith("-fpga")
+        if fpga:
+            name = name[:-5]
         reverse = isinstance(name, str) and name.endswith("-rev")
         name, suffix_ranks = split_ranks_suffix(cls, name[:-4] if reverse else name)
         if ranks is None:
@@ -65,7 +70,7 @@ class TrainingRingConfig(PresetMixin):
         n = ranks if ranks is not None else (2 if name == "tiny" else 4)
         core = dataclasses.replace(CoreConfig.preset(name), ranks=n, link_width=link.width,
                                    reverse_links=reverse)
-        return cls(core=core, link=link)
+        return cls(core=core.fpga() if fpga else core, link=link)
 
     def __post_init__(self):
         if not isinstance(self.core, CoreConfig):
@@ -228,10 +233,17 @@ def _params(preset: str) -> dict:
                             "the core's program stops"}
 
 
+def _build(preset: str) -> TrainingRing:
+    # the cores as one module instantiated N times (converted and compiled once); FPGA-build
+    # cores (``-fpga``) with the FPGA build's optimizer, whose units are shared
+    cfg = TrainingRingConfig.preset(preset)
+    kwargs = {}
+    if cfg.core.optim_shared_units:
+        from ..optim.config import OptimConfig
+        kwargs["optim_config"] = OptimConfig(ii=CoreConfig.FPGA_OPTIM_II)
+    return TrainingRing(config=cfg, core_module="tessera_training_ring_core", **kwargs)
+
+
 TESSERA_BLOCKS = [
-    Block(name="training_ring",
-          # the cores as one module instantiated N times (converted and compiled once)
-          build=lambda preset: TrainingRing(config=TrainingRingConfig.preset(preset),
-                                            core_module="tessera_training_ring_core"),
-          params=_params),
+    Block(name="training_ring", build=_build, params=_params),
 ]

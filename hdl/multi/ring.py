@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from amaranth.hdl import Module, Mux
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..fp32.config import FP32Config
+from ..lib.delay import delay
 from ..lib.memport import WordPort
 from ..registry import Block
 from .endpoint import LinkEndpoint
@@ -42,18 +43,26 @@ class WordMemory(wiring.Component):
     ----------
     depth : int
         Words, >= 2.
+    latency : int
+        Read latency of port ``a``, 1..3: 1, the memory's; 2 and 3, as a registered client of
+        the training core's scratchpad (:func:`hdl.lib.memport.serve_read`): ``a``'s requests
+        pass a register (its writes land a cycle later too), and with 3 its read data too.
 
     Members
     -------
     a, b : In(WordPort(addr_bits=(depth - 1).bit_length()))
-        One-cycle read latency (:mod:`hdl.lib.memport`); both see the same ``r_data``.
+        ``b`` has a one-cycle read latency (:mod:`hdl.lib.memport`), ``a`` ``latency``.
     sel : In(1)
+        ``a`` is served while 1. With ``latency >= 2`` a request of ``a`` made while ``sel`` is
+        1 is served one cycle later whatever ``sel`` is then, and ``b``'s requests wait for
+        that cycle to pass (``b`` must not access the memory in the cycle after ``sel`` falls).
     """
 
-    def __init__(self, *, depth: int):
+    def __init__(self, *, depth: int, latency: int = 1):
         with used_if_rejected(self):
             check_int("WordMemory", "depth", depth, lo=2)
-        self.depth = depth
+            check_int("WordMemory", "latency", latency, lo=1, hi=3)
+        self.depth, self.latency = depth, latency
         port = WordPort(addr_bits=(depth - 1).bit_length())
         super().__init__({"a": In(port), "b": In(port), "sel": In(1)})
 
@@ -63,12 +72,28 @@ class WordMemory(wiring.Component):
         rp = mem.read_port()
         wp = mem.write_port()
         a, b, sel = self.a, self.b, self.sel
+        if self.latency == 1:
+            m.d.comb += [
+                rp.en.eq(Mux(sel, a.r_en, b.r_en)), rp.addr.eq(Mux(sel, a.r_addr, b.r_addr)),
+                a.r_data.eq(rp.data), b.r_data.eq(rp.data),
+                wp.en.eq(Mux(sel, a.w_en, b.w_en)), wp.addr.eq(Mux(sel, a.w_addr, b.w_addr)),
+                wp.data.eq(Mux(sel, a.w_data, b.w_data)),
+            ]
+            return m
+        # a's requests registered (taken while sel is 1): they own the memory in the next
+        # cycle; b's reach it when sel was 0 in the last cycle too
+        q = a.signature.create(path=("a_req",))
+        sel_q = Signal(name="sel_q")
+        m.d.sync += [q.r_en.eq(a.r_en & sel), q.r_addr.eq(a.r_addr), q.w_en.eq(a.w_en & sel),
+                     q.w_addr.eq(a.w_addr), q.w_data.eq(a.w_data), sel_q.eq(sel)]
+        a_owns = sel | sel_q
         m.d.comb += [
-            rp.en.eq(Mux(sel, a.r_en, b.r_en)), rp.addr.eq(Mux(sel, a.r_addr, b.r_addr)),
-            a.r_data.eq(rp.data), b.r_data.eq(rp.data),
-            wp.en.eq(Mux(sel, a.w_en, b.w_en)), wp.addr.eq(Mux(sel, a.w_addr, b.w_addr)),
-            wp.data.eq(Mux(sel, a.w_data, b.w_data)),
+            rp.en.eq(Mux(a_owns, q.r_en, b.r_en)), rp.addr.eq(Mux(a_owns, q.r_addr, b.r_addr)),
+            b.r_data.eq(rp.data),
+            wp.en.eq(Mux(a_owns, q.w_en, b.w_en)), wp.addr.eq(Mux(a_owns, q.w_addr, b.w_addr)),
+            wp.data.eq(Mux(a_owns, q.w_data, b.w_data)),
         ]
+        m.d.comb += a.r_data.eq(delay(m, rp.data, self.latency - 2, "a_rdata"))
         return m
 
 
@@ -133,7 +158,7 @@ class CollectiveRing(wiring.Component):
         engines, gtx, grx = [], [], []
         for r in range(N):
             eng = CollectiveEngine(config=c, fp32_config=self.fp32_config)
-            mem = WordMemory(depth=c.depth)
+            mem = WordMemory(depth=c.depth, latency=c.mem_latency)
             m.submodules[f"engine{r}"] = eng
             m.submodules[f"mem{r}"] = mem
             m.submodules[f"ends{r}"] = ends = LinkEndpoint(flit_bits=W, bfp_config=c.bfp)

@@ -43,6 +43,7 @@ from ..fp32.add import FP32Add
 from ..fp32.config import FP32Config
 from ..lib.memport import WordPort
 from ..lib.dataflow import check_units, unit_members
+from ..lib.delay import delay
 from ..lib.mustuse import mark_used, used_if_rejected
 from .config import CollectiveConfig
 from .topk_select import TopKSelect
@@ -192,14 +193,22 @@ class TopKPass(wiring.Component):
         rd1 = Signal(name="rd1")        # the second read was issued last cycle
         first = Signal(32, name="first")   # grad word (COMPRESS) / value word (SUM)
         addr1 = Signal(ab, name="addr1")   # SUM: the result word's address, beside the read
-        with m.If(rd0):
+        # the read data comes ML cycles after the read: the flags (and the address) wait
+        # ML - 1 cycles more beside it
+        ML = cfg.mem_latency
+        rd0_data = delay(m, rd0, ML - 1, "rd0")
+        rd1_chain = [rd1] + [Signal(name=f"rd1_d{k}") for k in range(ML - 1)]
+        for a, b in zip(rd1_chain, rd1_chain[1:]):
+            m.d.sync += b.eq(a)
+        rd1_data = rd1_chain[-1]
+        with m.If(rd0_data):
             m.d.sync += first.eq(port.r_data)
         is_sum = Signal(name="is_sum")
         m.d.comb += is_sum.eq(c.op == 1)
-        m.d.comb += [add_iv.eq(rd1),
+        m.d.comb += [add_iv.eq(rd1_data),
                      add_a.eq(Mux(is_sum, port.r_data, first)),
                      add_b.eq(Mux(is_sum, first, port.r_data))]
-        wa = addr1
+        wa = delay(m, addr1, ML - 1, "addr1")
         for s in range(L):
             na = Signal(ab, name=f"wb_addr{s}")
             m.d.sync += na.eq(wa)
@@ -215,6 +224,13 @@ class TopKPass(wiring.Component):
         cmd = self.cmd.payload
         idx_rd = Signal(name="idx_rd")                   # SUM: an index word was read
         idx_e = Signal(range(IW_MAX + 1), name="idx_e")
+        idx_chain = [idx_rd] + [Signal(name=f"idx_rd_d{k}") for k in range(ML - 1)]
+        for a, b in zip(idx_chain, idx_chain[1:]):
+            m.d.sync += b.eq(a)
+        idx_data, idx_e_data = idx_chain[-1], delay(m, idx_e, ML - 1, "idx_e")
+        # PAIR's second cycle reads at idx[0]: IDX ends only when the index words still in
+        # flight are at most the one written at this edge (ML = 1: always)
+        idx_waiting = Cat(*idx_chain[:-1]).any() if ML > 1 else Const(0)
         m.d.sync += [rd0.eq(0), rd1.eq(0), idx_rd.eq(0)]
         with m.FSM(name="topk"):
             with m.State("IDLE"):
@@ -294,7 +310,7 @@ class TopKPass(wiring.Component):
                 with m.If(e != iw):
                     m.d.comb += [port.r_en.eq(1), port.r_addr.eq(gptr + e)]
                     m.d.sync += [e.eq(e + 1), idx_rd.eq(1), idx_e.eq(e)]
-                with m.Else():
+                with m.Elif(~idx_waiting):
                     m.d.sync += [gptr.eq(gptr + iw), jr.eq(0), ph.eq(0)]
                     m.next = "PAIR"
             with m.State("PAIR"):
@@ -317,16 +333,16 @@ class TopKPass(wiring.Component):
             with m.State("DRAIN"):
                 # the next message may add into a word this one's adds still write
                 m.d.comb += self.busy.eq(1)
-                with m.If((inflight == 0) & ~rd1):
+                with m.If((inflight == 0) & ~Cat(*rd1_chain).any()):
                     m.d.sync += [q.eq(q + 1), s0.eq(0)]
                     with m.If(q + 1 == cfg.ranks):
                         m.next = "IDLE"
                     with m.Else():
                         m.next = "SEG"
 
-        # SUM: index words arrive a cycle after their read; sums are written as they come
-        with m.If(idx_rd):
-            with m.Switch(idx_e):
+        # SUM: index words arrive ML cycles after their read; sums are written as they come
+        with m.If(idx_data):
+            with m.Switch(idx_e_data):
                 for w in range(IW_MAX):
                     with m.Case(w):
                         for p in range(PW):

@@ -26,12 +26,12 @@ BFP = BFPConfig.preset("tiny")
 
 
 def _ring(N, width=32, latency=2, fifo_depth=4, fp32=FP32, reverse=False,
-          mem_latency=1) -> ReusableSim:
+          mem_latency=1, cmd_reg=False) -> ReusableSim:
     """The simulation of the ring of this configuration, for :func:`run_ring` and
     :func:`check_ring` (its ring: ``.dut``): one per configuration (:func:`_ring_sim`).
     ``latency`` is the links', ``mem_latency`` the engines' memory ports'."""
     cfg = RingConfig(collective=CollectiveConfig(ranks=N, depth=DEPTH, bfp=BFP, reverse=reverse,
-                                                 mem_latency=mem_latency),
+                                                 mem_latency=mem_latency, cmd_reg=cmd_reg),
                      link=LinkConfig(width=width, latency=latency, fifo_depth=fifo_depth))
     return _ring_sim(cfg, fp32)
 
@@ -124,13 +124,13 @@ def test_bad_commands_change_nothing():
     assert all(g[0]["cycles"] == 0 for g in run.responses[:-1])
 
 
-@pytest.mark.parametrize("mem_latency", [2, 3])
-def test_registered_memory_port(mem_latency):
+@pytest.mark.parametrize("mem_latency,cmd_reg", [(2, False), (3, True)])
+def test_registered_memory_port(mem_latency, cmd_reg):
     """The engines' memory ports as registered scratchpad clients (``mem_latency`` 2 and 3,
-    the training core's FPGA build): plain, BFP and SENDRECV commands, and the top-k-free
-    engine's BAD_COMP, under random stalls on every link; every memory bit-exact with the
-    model, and every word reaching each step's add and each transmit FIFO at the latency's
-    cycle (a word taken a cycle early or late breaks the sums)."""
+    the training core's FPGA build, with its command register): plain, BFP and SENDRECV
+    commands under random stalls on every link; every memory bit-exact with the model, and
+    every word reaching each step's add and each transmit FIFO at the latency's cycle (a word
+    taken a cycle early or late breaks the sums)."""
     N = 3
     rng = np.random.default_rng(90 + mem_latency)
     cmds = [command(base=1, length=3 * N + 2, seg=4, timeout=300),
@@ -138,9 +138,25 @@ def test_registered_memory_port(mem_latency):
                     timeout=300, comp=CollComp.BFP, width=4),
             _sendrecv(N, _random_regions(rng, [5, 7, 3])),
             command(base=0, length=DEPTH, seg=-(-DEPTH // N), timeout=300)]
-    run = _check(_ring(N, width=16, latency=2, fifo_depth=3, mem_latency=mem_latency),
+    run = _check(_ring(N, width=16, latency=2, fifo_depth=3, mem_latency=mem_latency,
+                       cmd_reg=cmd_reg),
                  _images(90 + mem_latency, N), cmds, stall_prob=0.3, seed=mem_latency)
     assert all(g["status"] == CollStatus.OK for resp in run.responses for g in resp)
+
+
+def test_command_register_takes_a_cycle():
+    """``cmd_reg``: the same commands (a valid one, and an invalid one answered at once),
+    the same words and statuses, and each command's response exactly one cycle later (the
+    engine's ``cycles`` count from its start, so they are the same)."""
+    N = 2
+    cmds = [command(base=0, length=4 * N, seg=4, timeout=200),
+            command(base=0, length=0, seg=1, timeout=200)]
+    runs = [run_ring(_ring(N, cmd_reg=reg), _images(96, N), cmds) for reg in (False, True)]
+    for r in range(N):
+        np.testing.assert_array_equal(runs[0].memories[r], runs[1].memories[r])
+    assert runs[0].responses == runs[1].responses
+    t0, t1 = (run.latency for run in runs)
+    assert [[b - a for a, b in zip(x, y)] for x, y in zip(t0, t1)] == [[1] * N] * 2, (t0, t1)
 
 
 def test_registered_memory_port_is_slower_by_its_latency():

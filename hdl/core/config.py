@@ -95,6 +95,10 @@ class CoreConfig(PresetMixin):
         engine's line generators, a multiply, and the bank crossbar; every pass one cycle more)
         and :attr:`~hdl.array.config.ArrayConfig.cmd_reg` (a command validated into a register
         before its pass starts; every ``MATMUL`` one cycle more).
+    coll_regs : bool
+        The collective engine's timing registers (the FPGA build; with ``ranks >= 2``):
+        :attr:`hdl.multi.config.CollectiveConfig.cmd_reg` (its command through a register
+        stage: every ``ALLREDUCE`` and ``SENDRECV`` one cycle more).
     acc_lanes : int
         The matmul engine's output accumulator lanes (:attr:`hdl.array.config.ArrayConfig.
         acc_lanes`; 0: ``size``). The FPGA build has 2: a result line takes ``size / 2``
@@ -147,6 +151,7 @@ class CoreConfig(PresetMixin):
     spad_reg: bool = False
     spad_out_reg: bool = False
     matmul_regs: bool = False
+    coll_regs: bool = False
     acc_lanes: int = 0
     vector_shared_units: bool = False
     optim_shared_units: bool = False
@@ -170,7 +175,8 @@ class CoreConfig(PresetMixin):
     #: and its scratchpad clients registered requests (:attr:`spad_reg`; one more) and
     #: the banks registered read data (:attr:`spad_out_reg`; one more),
     #: the matmul engine its request and command registers (:attr:`matmul_regs`; two more
-    #: cycles per ``MATMUL``), two accumulator lanes (:attr:`acc_lanes`), and the vector
+    #: cycles per ``MATMUL``), the collective engine its command register (:attr:`coll_regs`;
+    #: one more cycle per collective), two accumulator lanes (:attr:`acc_lanes`), and the vector
     #: unit's lanes share the softmax's FP32 units (:attr:`vector_shared_units`), and the
     #: optimizer a multiplier, an adder and the divider with the vector unit
     #: (:attr:`optim_shared_units`: ``OPT`` and vector instructions take turns), and the
@@ -179,7 +185,7 @@ class CoreConfig(PresetMixin):
     FPGA: ClassVar[dict] = {"vector_lanes": 1, "vector_sumsq": False, "decode_stages": 2,
                             "vector_read_reg": True, "spad_reg": True,
                             "spad_out_reg": True,
-                            "matmul_regs": True, "acc_lanes": 2,
+                            "matmul_regs": True, "coll_regs": True, "acc_lanes": 2,
                             "vector_shared_units": True, "optim_shared_units": True,
                             "optim_one_port": True, "serial_log": True}
     #: Banks of the FPGA build (when the config has more).
@@ -214,6 +220,7 @@ class CoreConfig(PresetMixin):
         check_int("CoreConfig", "layers", self.layers, lo=1, hi=16)
         check_int("CoreConfig", "max_classes", self.max_classes, lo=2, hi=4095)
         check_bool("CoreConfig", "matmul_regs", self.matmul_regs)
+        check_bool("CoreConfig", "coll_regs", self.coll_regs)
         check_lanes("CoreConfig", "acc_lanes", self.acc_lanes, self.size)
         self.array        # validates the array fields (their messages name ArrayConfig)
         check_int("CoreConfig", "vector_lanes", self.vector_lanes, lo=0)
@@ -293,7 +300,7 @@ class CoreConfig(PresetMixin):
         from ..multi.config import CollectiveConfig, TopK
         return CollectiveConfig(ranks=self.ranks, depth=1 << 16, timeout_bits=24, topk=TopK(),
                                 reverse=self.reverse_links, mem_latency=self.spad_latency,
-                                tx_fifo_depth=3 + self.spad_latency)
+                                tx_fifo_depth=3 + self.spad_latency, cmd_reg=self.coll_regs)
 
     @property
     def vec_lanes(self) -> int:

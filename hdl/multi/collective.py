@@ -90,6 +90,7 @@ from ..fp32.config import FP32Config
 from ..lib.dataflow import operands
 from ..lib.memport import WordPort
 from ..lib.mustuse import mark_used
+from ..lib.streamreg import StreamRegister
 from .codec import mode_layout
 from .config import CollComp, CollectiveConfig, CollOp, CollStatus
 from .topk import TopKOp, TopKPass, message_words
@@ -213,6 +214,13 @@ class CollectiveEngine(wiring.Component):
         N, ab, lb = cfg.ranks, cfg.addr_bits, cfg.len_bits
         port = self.mem
 
+        # the command stream: ``cmd`` itself, or behind a register stage (``cmd_reg``)
+        if cfg.cmd_reg:
+            m.submodules.cmd_reg = creg = StreamRegister(cmd_layout(cfg))
+            wiring.connect(m, wiring.flipped(self.cmd), creg.i)
+            cmd_s = creg.o
+        else:
+            cmd_s = self.cmd
         m.submodules.add = add = FP32Add(config=self.fp32_config)
         m.submodules.txq = txq = SyncFIFOBuffered(width=32, depth=cfg.tx_fifo_depth)
         TK = cfg.topk
@@ -385,7 +393,7 @@ class CollectiveEngine(wiring.Component):
                      rx_done.eq(rx_done + (add_write | ag_write))]
 
         # ---- control -----------------------------------------------------------------------
-        cmd = self.cmd.payload
+        cmd = cmd_s.payload
         rsp = self.rsp.payload
         progress = Signal(name="progress")
         m.d.comb += progress.eq(tx_fire | rx_fire | port.w_en)
@@ -447,8 +455,8 @@ class CollectiveEngine(wiring.Component):
 
         with m.FSM(name="ctrl"):
             with m.State("IDLE"):
-                m.d.comb += self.cmd.ready.eq(drained)
-                with m.If(self.cmd.valid & drained):
+                m.d.comb += cmd_s.ready.eq(drained)
+                with m.If(cmd_s.valid & drained):
                     m.d.sync += [base.eq(cmd.base), length.eq(cmd.length), seg.eq(cmd.seg),
                                  rbase.eq(cmd.rbase), rlength.eq(cmd.rlength), p2p.eq(is_p2p),
                                  sdir.eq(is_p2p & cmd.sdir), rdir.eq(is_p2p & cmd.rdir),

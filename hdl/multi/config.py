@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..config import BFPConfig, PresetMixin, check_int
+from ..config import BFPConfig, PresetMixin, check_bool, check_int
 
 __all__ = ["LinkConfig", "CollectiveConfig", "RingConfig", "CollOp", "CollComp", "CollStatus",
            "TopK", "bfp_packet_bits", "flits_per_group", "nan_group_exp",
@@ -224,6 +224,10 @@ class CollectiveConfig(PresetMixin):
         ``spad_out_reg`` too: :attr:`hdl.core.config.CoreConfig.spad_latency`), whose requests
         pass a register before the bank crossbar. Each transfer step and each top-k segment
         then takes ``mem_latency - 1`` cycles more; the words are the same.
+    cmd_reg : bool
+        A register stage on ``cmd`` (:class:`hdl.lib.streamreg.StreamRegister`; the training
+        core's FPGA build): the command's checks start from a register instead of the
+        sequencer's decode, and every command starts a cycle later.
     """
 
     ranks: int = 4
@@ -234,6 +238,7 @@ class CollectiveConfig(PresetMixin):
     topk: TopK | None = None
     reverse: bool = False
     mem_latency: int = 1
+    cmd_reg: bool = False
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"ranks": 2, "depth": 64, "bfp": BFPConfig.preset("tiny"),
@@ -248,6 +253,7 @@ class CollectiveConfig(PresetMixin):
         check_int("CollectiveConfig", "mem_latency", self.mem_latency, lo=1, hi=3)
         if not isinstance(self.reverse, bool):
             raise TypeError(f"CollectiveConfig.reverse must be a bool, not {self.reverse!r}")
+        check_bool("CollectiveConfig", "cmd_reg", self.cmd_reg)
         if not isinstance(self.bfp, BFPConfig):
             raise TypeError(f"CollectiveConfig.bfp must be a BFPConfig, not "
                             f"{type(self.bfp).__name__}")

@@ -167,13 +167,20 @@ class TopKPass(wiring.Component):
         c = Signal(pass_layout(cfg), name="c")          # the running command
         s0 = Signal(lb + 1, name="s0")                   # segment start (offset)
         n = Signal(range(SEG + 1), name="n")             # words of this segment
-        nsel = Signal(range(K + 1), name="nsel")
-        iw = Signal(range(IW_MAX + 1), name="iw")        # index words of this segment
-        m.d.comb += nsel.eq(Mux(n < K, n, K))
-        with m.Switch(nsel):
+        # the segment's values below are registers, loaded in SEG2 from ``n`` (set in SEG)
+        # and ``s0``: the passes' addresses and conditions then start at registers
+        nsel_n = Signal(range(K + 1), name="nsel_next")
+        iw_n = Signal(range(IW_MAX + 1), name="iw_next")
+        m.d.comb += nsel_n.eq(Mux(n < K, n, K))
+        with m.Switch(nsel_n):
             for v in range(K + 1):
                 with m.Case(v):
-                    m.d.comb += iw.eq(-(-v // PW))
+                    m.d.comb += iw_n.eq(-(-v // PW))
+        nsel = Signal(range(K + 1), name="nsel")         # words selected in this segment
+        iw = Signal(range(IW_MAX + 1), name="iw")        # index words of this segment
+        emit_last = Signal(range(IW_MAX + 2 * K + 1), name="emit_last")   # iw + 2 nsel - 1
+        v = Signal(range(2 * K + 1), name="v")           # EMIT: e - iw (once e >= iw)
+        vz = Signal(range(K), name="vz")                 # EMIT: e - iw - nsel (once >= 0)
         gptr = Signal(ab, name="gptr")                   # next message word
         jr = Signal(range(SEG + 1), name="jr")           # reads issued (words or pairs)
         ja = Signal(range(SEG + 1), name="ja")           # accs written (COMPRESS)
@@ -183,8 +190,8 @@ class TopKPass(wiring.Component):
         inflight = Signal(range(SEG + 2), name="inflight")
         idx = Signal(data.ArrayLayout(IB, K), name="idx")   # SUM: the segment's indices
 
-        seg_start = Signal(ab + 1, name="seg_start")
-        m.d.comb += seg_start.eq(c.base + s0)
+        seg_start = Signal(ab + 1, name="seg_start")     # c.base + s0
+        rseg = Signal(ab + 1, name="rseg_start")         # c.rbase + s0
         rest = Signal(lb + 1, name="rest")
         m.d.comb += rest.eq(c.length - s0)
 
@@ -241,10 +248,12 @@ class TopKPass(wiring.Component):
             with m.State("SEG"):
                 m.d.comb += [self.busy.eq(1), sel.clear.eq(1)]
                 m.d.sync += [n.eq(Mux(rest < SEG, rest, SEG)), jr.eq(0), ja.eq(0), ph.eq(0),
-                             e.eq(0)]
+                             e.eq(0), v.eq(0), vz.eq(0)]
                 m.next = "SEG2"
             with m.State("SEG2"):
                 m.d.comb += self.busy.eq(1)
+                m.d.sync += [nsel.eq(nsel_n), iw.eq(iw_n), emit_last.eq(iw_n + 2 * nsel_n - 1),
+                             seg_start.eq(c.base + s0), rseg.eq(c.rbase + s0)]
                 with m.If(is_sum):
                     m.next = "IDX"
                 with m.Else():
@@ -261,10 +270,10 @@ class TopKPass(wiring.Component):
                         m.d.comb += port.r_addr.eq(seg_start + jr)
                         m.d.sync += [rd0.eq(1), zpend.eq(1), zaddr.eq(seg_start + jr), ph.eq(1)]
                     with m.Else():
-                        m.d.comb += port.r_addr.eq(c.rbase + s0 + jr)
+                        m.d.comb += port.r_addr.eq(rseg + jr)
                         m.d.sync += [rd1.eq(1), ph.eq(0), jr.eq(jr + 1)]
                 with m.If(add_ov):
-                    m.d.comb += [port.w_en.eq(1), port.w_addr.eq(c.rbase + s0 + ja),
+                    m.d.comb += [port.w_en.eq(1), port.w_addr.eq(rseg + ja),
                                  port.w_data.eq(add_out), sel.i.valid.eq(1)]
                     m.d.sync += ja.eq(ja + 1)
                 with m.Elif(zpend):
@@ -275,9 +284,12 @@ class TopKPass(wiring.Component):
                     m.next = "EMIT"
             with m.State("EMIT"):
                 m.d.comb += [self.busy.eq(1), port.w_en.eq(1)]
-                v = Signal(range(2 * K + 1), name="v")       # e - iw
-                vz = Signal(range(K), name="vz")             # e - iw - nsel
-                m.d.comb += [v.eq(e - iw), vz.eq(v - nsel)]
+                # counters beside e (all from 0 at SEG): v = e - iw once e >= iw, vz = v - nsel
+                # once v >= nsel
+                with m.If(e >= iw):
+                    m.d.sync += v.eq(v + 1)
+                    with m.If(v >= nsel):
+                        m.d.sync += vz.eq(vz + 1)
                 packed = Signal(32, name="packed")
                 with m.Switch(e):
                     for w in range(IW_MAX):
@@ -294,10 +306,10 @@ class TopKPass(wiring.Component):
                 with m.Elif(v < nsel):
                     m.d.comb += [port.w_addr.eq(gptr + e), port.w_data.eq(sel.slots[v].word)]
                 with m.Else():
-                    m.d.comb += [port.w_addr.eq(c.rbase + s0 + sel.slots[vz].index),
+                    m.d.comb += [port.w_addr.eq(rseg + sel.slots[vz].index),
                                  port.w_data.eq(0)]
                 m.d.sync += e.eq(e + 1)
-                with m.If(e + 1 == iw + 2 * nsel):
+                with m.If(e == emit_last):
                     m.d.sync += [gptr.eq(gptr + iw + nsel), s0.eq(s0 + SEG)]
                     with m.If(s0 + SEG >= c.length):
                         m.next = "IDLE"

@@ -69,8 +69,10 @@ def disjoint_regions(rng, depth: int, send, recv) -> list[tuple[int, int, int, i
 class RingRun:
     """What :func:`run_ring` saw: ``responses[c][r]`` (fields of the response of rank ``r`` to
     command ``c``), the memories afterwards, the flits per link (``flits_rev``: per reverse
-    link, empty without reverse links) and the overflow flags (reverse links' ORed in)."""
+    link, empty without reverse links) and the overflow flags (reverse links' ORed in);
+    ``latency[c][r]``: cycles from rank ``r`` taking command ``c`` to its response."""
     responses: list = field(default_factory=list)
+    latency: list = field(default_factory=list)
     memories: list = field(default_factory=list)
     flits: list = field(default_factory=list)
     flits_rev: list = field(default_factory=list)
@@ -149,6 +151,8 @@ def run_ring(dut, images, commands, *, stall_prob: float = 0.0, seed: int = 0,
         # rank has answered before it takes the next command
         words = [[pack(cmd_l, cr) for cr in c] for c in per_rank]
         got = [[None] * N for _ in commands]
+        took = [[None] * N for _ in commands]
+        lat = [[None] * N for _ in commands]
         nxt = [0] * N                      # the command rank r is on
         sent = [False] * N
         for r in range(N):
@@ -170,15 +174,17 @@ def run_ring(dut, images, commands, *, stall_prob: float = 0.0, seed: int = 0,
                 k = nxt[r]
                 if offer[r] and vals[r]:
                     sent[r] = True
+                    took[k][r] = run.cycles
                 if vals[N + r] and k < len(commands):
                     got[k][r] = unpack(rsp_l, vals[2 * N + r])
+                    lat[k][r] = run.cycles - took[k][r]
                     nxt[r], sent[r], waited = k + 1, False, 0
             if waited > deadline:
                 raise TimeoutError(f"no response for {deadline} cycles: ranks at commands "
                                    f"{nxt}, responses {got}")
         for r in range(N):
             ctx.set(cmd_ports[r].valid, 0)
-        run.responses = got
+        run.responses, run.latency = got, lat
         # read back
         mems = [np.zeros(cfg.depth, dtype=np.uint32) for _ in range(N)]
         for a in range(cfg.depth):

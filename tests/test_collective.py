@@ -26,12 +26,13 @@ BFP = BFPConfig.preset("tiny")
 
 
 def _ring(N, width=32, latency=2, fifo_depth=4, fp32=FP32, reverse=False,
-          mem_latency=1, cmd_reg=False) -> ReusableSim:
+          mem_latency=1, cmd_reg=False, rx_reg=False) -> ReusableSim:
     """The simulation of the ring of this configuration, for :func:`run_ring` and
     :func:`check_ring` (its ring: ``.dut``): one per configuration (:func:`_ring_sim`).
     ``latency`` is the links', ``mem_latency`` the engines' memory ports'."""
     cfg = RingConfig(collective=CollectiveConfig(ranks=N, depth=DEPTH, bfp=BFP, reverse=reverse,
-                                                 mem_latency=mem_latency, cmd_reg=cmd_reg),
+                                                 mem_latency=mem_latency, cmd_reg=cmd_reg,
+                                                 rx_reg=rx_reg),
                      link=LinkConfig(width=width, latency=latency, fifo_depth=fifo_depth))
     return _ring_sim(cfg, fp32)
 
@@ -108,7 +109,10 @@ def test_allreduce_special_values():
     _check(_ring(N), images, [command(base=0, length=DEPTH, seg=6, timeout=200)])
 
 
-def test_bad_commands_change_nothing():
+@pytest.mark.parametrize("cmd_reg", [False, True])
+def test_bad_commands_change_nothing(cmd_reg):
+    """Each invalid command answered at once with its status, nothing written (also with the
+    checks in register stages, ``cmd_reg``); then a valid one runs."""
     N = 2
     cmds = [command(base=0, length=4, seg=2, timeout=50, op=2),
             command(base=0, length=0, seg=2, timeout=50),
@@ -117,20 +121,20 @@ def test_bad_commands_change_nothing():
             command(base=0, length=4, seg=0, timeout=50),
             command(base=0, length=4, seg=2, timeout=0),
             command(base=0, length=5, seg=3, timeout=50)]          # valid: runs after all
-    run = _check(_ring(N), _images(3, N), cmds)
+    run = _check(_ring(N, cmd_reg=cmd_reg), _images(3, N), cmds)
     assert [g[0]["status"] for g in run.responses] == [
         CollStatus.BAD_OP, CollStatus.BAD_LEN, CollStatus.BAD_LEN, CollStatus.BAD_SEG,
         CollStatus.BAD_SEG, CollStatus.BAD_TIMEOUT, CollStatus.OK]
     assert all(g[0]["cycles"] == 0 for g in run.responses[:-1])
 
 
-@pytest.mark.parametrize("mem_latency,cmd_reg", [(2, False), (3, True)])
-def test_registered_memory_port(mem_latency, cmd_reg):
+@pytest.mark.parametrize("mem_latency,regs", [(2, False), (3, True)])
+def test_registered_memory_port(mem_latency, regs):
     """The engines' memory ports as registered scratchpad clients (``mem_latency`` 2 and 3,
-    the training core's FPGA build, with its command register): plain, BFP and SENDRECV
-    commands under random stalls on every link; every memory bit-exact with the model, and
-    every word reaching each step's add and each transmit FIFO at the latency's cycle (a word
-    taken a cycle early or late breaks the sums)."""
+    the training core's FPGA build, with its command and receive registers): plain, BFP and
+    SENDRECV commands under random stalls on every link; every memory bit-exact with the
+    model, and every word reaching each step's add and each transmit FIFO at the latency's
+    cycle (a word taken a cycle early or late breaks the sums)."""
     N = 3
     rng = np.random.default_rng(90 + mem_latency)
     cmds = [command(base=1, length=3 * N + 2, seg=4, timeout=300),
@@ -139,15 +143,16 @@ def test_registered_memory_port(mem_latency, cmd_reg):
             _sendrecv(N, _random_regions(rng, [5, 7, 3])),
             command(base=0, length=DEPTH, seg=-(-DEPTH // N), timeout=300)]
     run = _check(_ring(N, width=16, latency=2, fifo_depth=3, mem_latency=mem_latency,
-                       cmd_reg=cmd_reg),
+                       cmd_reg=regs, rx_reg=regs),
                  _images(90 + mem_latency, N), cmds, stall_prob=0.3, seed=mem_latency)
     assert all(g["status"] == CollStatus.OK for resp in run.responses for g in resp)
 
 
-def test_command_register_takes_a_cycle():
+def test_command_registers_take_three_cycles():
     """``cmd_reg``: the same commands (a valid one, and an invalid one answered at once),
-    the same words and statuses, and each command's response exactly one cycle later (the
-    engine's ``cycles`` count from its start, so they are the same)."""
+    the same words and statuses, and each command's response exactly three cycles later (the
+    register, then the checks' two stages; the engine's ``cycles`` count from its start, so
+    they are the same)."""
     N = 2
     cmds = [command(base=0, length=4 * N, seg=4, timeout=200),
             command(base=0, length=0, seg=1, timeout=200)]
@@ -156,7 +161,7 @@ def test_command_register_takes_a_cycle():
         np.testing.assert_array_equal(runs[0].memories[r], runs[1].memories[r])
     assert runs[0].responses == runs[1].responses
     t0, t1 = (run.latency for run in runs)
-    assert [[b - a for a, b in zip(x, y)] for x, y in zip(t0, t1)] == [[1] * N] * 2, (t0, t1)
+    assert [[b - a for a, b in zip(x, y)] for x, y in zip(t0, t1)] == [[3] * N] * 2, (t0, t1)
 
 
 def test_registered_memory_port_is_slower_by_its_latency():
@@ -181,8 +186,9 @@ def test_stopped_link_reports_timeout(N, stop, mem_latency):
     timeout = 40
     cmds = [command(base=0, length=4 * N, seg=4, timeout=timeout),
             command(base=0, length=0, seg=1, timeout=timeout)]
-    run = run_ring(_ring(N, mem_latency=mem_latency), _images(4, N), cmds, stop=[stop],
-                   deadline=2000)
+    regs = mem_latency > 1              # the FPGA build's engine: its timing registers too
+    run = run_ring(_ring(N, mem_latency=mem_latency, cmd_reg=regs, rx_reg=regs), _images(4, N),
+                   cmds, stop=[stop], deadline=2000)
     first, second = run.responses
     assert [g["status"] for g in first] == [CollStatus.TIMEOUT] * N, first
     assert all(g["cycles"] >= timeout for g in first)
@@ -482,12 +488,14 @@ def test_sendrecv_one_way_and_allreduce_around_it():
     assert _region_equal(run, 0, 2 * G)
 
 
-def test_sendrecv_bad_commands():
+@pytest.mark.parametrize("cmd_reg", [False, True])
+def test_sendrecv_bad_commands(cmd_reg):
     """Every rank gets the same command. BAD_COMP (BFP at a valid and an invalid width),
     BAD_LEN (both lengths 0; either region past the memory; overlapping regions, either
     order and one inside the other), BAD_TIMEOUT, BAD_OP for ops 2 and 3: each answered at
     once (cycles 0), nothing written; then regions that touch without overlapping (either
-    order), one ending exactly at the memory's end and ``seg = 0`` (never BAD_SEG) run."""
+    order), one ending exactly at the memory's end and ``seg = 0`` (never BAD_SEG) run. Also
+    with the checks in register stages (``cmd_reg``)."""
     N = 2
     sr = dict(op=CollOp.SENDRECV, timeout=100)
     bad = [(command(base=0, length=4, rbase=8, rlength=4, comp=CollComp.BFP, width=4, **sr),
@@ -517,11 +525,11 @@ def test_sendrecv_bad_commands():
             command(base=8, length=3, rbase=5, rlength=3, **sr),             # [8,11) [5,8)
             command(base=DEPTH - 4, length=4, rbase=0, rlength=4, width=3, **sr)]
     images = _bit_images(100, N)
-    run = _check(_ring(N), images, [c for c, _ in bad] + good)
+    run = _check(_ring(N, cmd_reg=cmd_reg), images, [c for c, _ in bad] + good)
     statuses = [g[0]["status"] for g in run.responses]
     assert statuses == [s for _, s in bad] + [CollStatus.OK] * len(good), statuses
     assert all(g["cycles"] == 0 for resp in run.responses[:len(bad)] for g in resp)
-    only_bad = run_ring(_ring(N), images, [c for c, _ in bad])
+    only_bad = run_ring(_ring(N, cmd_reg=cmd_reg), images, [c for c, _ in bad])
     for r in range(N):
         np.testing.assert_array_equal(only_bad.memories[r], images[r])
 

@@ -118,6 +118,7 @@ ROWS = [
     (CollectiveConfig, "mem_latency", 4, V, "CollectiveConfig.mem_latency"),
     (CollectiveConfig, "mem_latency", 2.0, T, "CollectiveConfig.mem_latency"),
     (CollectiveConfig, "cmd_reg", 1, T, "CollectiveConfig.cmd_reg"),
+    (CollectiveConfig, "rx_reg", "no", T, "CollectiveConfig.rx_reg"),
     (CollectiveConfig, "bfp", FMACConfig(), T, "CollectiveConfig.bfp"),
     (CollectiveConfig, "bfp", BFPConfig(group_size=12), V, "CollectiveConfig.bfp.group_size"),
     (CollectiveConfig, "topk", (8, 2), T, "CollectiveConfig.topk"),

@@ -185,11 +185,12 @@ def _cycles(dut, length):
 
 
 def _topk_ring(N, *, depth=160, topk=TopK(seg=8, k=3), width=32, latency=2,
-               fifo_depth=4, mem_latency=1) -> ReusableSim:
+               fifo_depth=4, mem_latency=1, cmd_reg=False, rx_reg=False) -> ReusableSim:
     """The simulation of the ring of this configuration, for ``run_ring`` and ``check_ring``
     (its ring: ``.dut``): one per configuration (:func:`_ring_sim`)."""
     cfg = RingConfig(collective=CollectiveConfig(ranks=N, depth=depth, bfp=BFP, topk=topk,
-                                                 mem_latency=mem_latency),
+                                                 mem_latency=mem_latency, cmd_reg=cmd_reg,
+                                                 rx_reg=rx_reg),
                      link=LinkConfig(width=width, latency=latency, fifo_depth=fifo_depth))
     return _ring_sim(cfg)
 
@@ -226,7 +227,8 @@ def test_topk_allreduce_rounds_equal_the_model(N, width, stall, mem_latency):
     images = _ring_images(N, N, depth, base=base, length=length, rbase=rbase)
     cmd = command(base=base, length=length, rbase=rbase, gbase=gbase, timeout=400,
                   comp=CollComp.TOPK)
-    sim = _topk_ring(N, depth=depth, topk=topk, width=width, mem_latency=mem_latency)
+    sim = _topk_ring(N, depth=depth, topk=topk, width=width, mem_latency=mem_latency,
+                     cmd_reg=mem_latency > 1, rx_reg=mem_latency > 1)
     run = check_ring(sim, images, [cmd, cmd, cmd], stall_prob=stall, seed=N)
     assert [g["status"] for g in run.responses[0]] == [CollStatus.OK] * N
     # the abstract model: top-k with error feedback, summed in rank order from +0
@@ -243,9 +245,11 @@ def test_topk_allreduce_rounds_equal_the_model(N, width, stall, mem_latency):
     assert run.flits[0] > 0
 
 
-def test_topk_bad_commands_change_nothing():
+@pytest.mark.parametrize("cmd_reg", [False, True])
+def test_topk_bad_commands_change_nothing(cmd_reg):
     """BAD_COMP without top-k hardware or with comp = 3, BAD_LEN for each pair of overlapping
-    regions and for each region past the memory, BAD_TIMEOUT; then a valid one runs."""
+    regions and for each region past the memory, BAD_TIMEOUT; then a valid one runs. Also
+    with the checks in register stages (``cmd_reg``)."""
     N, depth = 2, 96
     base, length, rbase, gbase = 0, 16, 20, 40
     topk = TopK(seg=8, k=3)
@@ -260,7 +264,7 @@ def test_topk_bad_commands_change_nothing():
             c(rbase=base + length - 1), c(gbase=rbase + length - 1), c(gbase=base + 1),
             c(rbase=depth - length + 1), c(gbase=depth - glen + 1), c(timeout=0),
             c(gbase=rbase + length)]                     # touching regions: valid
-    run = check_ring(_topk_ring(N, depth=depth, topk=topk), images, cmds)
+    run = check_ring(_topk_ring(N, depth=depth, topk=topk, cmd_reg=cmd_reg), images, cmds)
     assert [g[0]["status"] for g in run.responses] == [
         CollStatus.BAD_COMP, CollStatus.BAD_COMP] + [CollStatus.BAD_LEN] * 6 + [
         CollStatus.BAD_TIMEOUT, CollStatus.OK]

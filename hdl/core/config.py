@@ -98,7 +98,9 @@ class CoreConfig(PresetMixin):
     coll_regs : bool
         The collective engine's timing registers (the FPGA build; with ``ranks >= 2``):
         :attr:`hdl.multi.config.CollectiveConfig.cmd_reg` (its command through a register
-        stage: every ``ALLREDUCE`` and ``SENDRECV`` one cycle more).
+        stage and its checks in two more: every ``ALLREDUCE`` and ``SENDRECV`` three cycles
+        more) and :attr:`~hdl.multi.config.CollectiveConfig.rx_reg` (a received word reaches
+        the memory port a cycle later, from registers).
     acc_lanes : int
         The matmul engine's output accumulator lanes (:attr:`hdl.array.config.ArrayConfig.
         acc_lanes`; 0: ``size``). The FPGA build has 2: a result line takes ``size / 2``
@@ -175,8 +177,8 @@ class CoreConfig(PresetMixin):
     #: and its scratchpad clients registered requests (:attr:`spad_reg`; one more) and
     #: the banks registered read data (:attr:`spad_out_reg`; one more),
     #: the matmul engine its request and command registers (:attr:`matmul_regs`; two more
-    #: cycles per ``MATMUL``), the collective engine its command register (:attr:`coll_regs`;
-    #: one more cycle per collective), two accumulator lanes (:attr:`acc_lanes`), and the vector
+    #: cycles per ``MATMUL``), the collective engine its command registers (:attr:`coll_regs`;
+    #: three more cycles per collective), two accumulator lanes (:attr:`acc_lanes`), and the vector
     #: unit's lanes share the softmax's FP32 units (:attr:`vector_shared_units`), and the
     #: optimizer a multiplier, an adder and the divider with the vector unit
     #: (:attr:`optim_shared_units`: ``OPT`` and vector instructions take turns), and the
@@ -300,7 +302,8 @@ class CoreConfig(PresetMixin):
         from ..multi.config import CollectiveConfig, TopK
         return CollectiveConfig(ranks=self.ranks, depth=1 << 16, timeout_bits=24, topk=TopK(),
                                 reverse=self.reverse_links, mem_latency=self.spad_latency,
-                                tx_fifo_depth=3 + self.spad_latency, cmd_reg=self.coll_regs)
+                                tx_fifo_depth=3 + self.spad_latency, cmd_reg=self.coll_regs,
+                                rx_reg=self.coll_regs)
 
     @property
     def vec_lanes(self) -> int:

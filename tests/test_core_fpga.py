@@ -27,15 +27,16 @@ from sim.tb.amaranth_tb import StreamTransport, add_deadline, fp32_unit_counts
 def test_fpga_config_is_the_preset_with_one_vector_lane_and_four_banks(preset):
     """One vector lane, no REDUCE SUMSQ, four banks of half the preset's lines (32,768 words:
     ``CoreConfig.FPGA_WORDS``), the decoder's two register stages, the vector unit's read
-    registers, registered scratchpad requests and bank read data, and shared units (and the optimizer's shared
-    with it), the matmul engine's registers, the softmax's serial log. A config already within the cap keeps its lines."""
+    registers, registered scratchpad requests and bank read data, and shared units (and the
+    optimizer's shared with it), the matmul engine's and the collective engine's registers,
+    the softmax's serial log. A config already within the cap keeps its lines."""
     cfg = CoreConfig.preset(preset)
     fpga = cfg.fpga()
     assert fpga == dataclasses.replace(cfg, vector_lanes=1, vector_sumsq=False, banks=4,
                                        bank_depth=CoreConfig.FPGA_WORDS // cfg.size // 4,
                                        decode_stages=2, vector_read_reg=True,
                                        spad_reg=True, spad_out_reg=True,
-                                       matmul_regs=True, acc_lanes=2,
+                                       matmul_regs=True, coll_regs=True, acc_lanes=2,
                                        vector_shared_units=True, optim_shared_units=True,
                                        optim_one_port=True, serial_log=True)
     assert (cfg.instr_cycles, fpga.instr_cycles) == (3, 6)

@@ -27,8 +27,8 @@ MODES = (bfp.ROUND_NEAREST, bfp.ROUND_STOCHASTIC, bfp.ROUND_TRUNCATE)
 class _Loop(wiring.Component):
     """A LinkEndpoint looped back on itself, its mode fixed."""
 
-    def __init__(self, flit_bits, cfg, comp, width, rounding):
-        self.ends = LinkEndpoint(flit_bits=flit_bits, bfp_config=cfg)
+    def __init__(self, flit_bits, cfg, comp, width, rounding, conv_skid=False):
+        self.ends = LinkEndpoint(flit_bits=flit_bits, bfp_config=cfg, conv_skid=conv_skid)
         self.mode = (comp, width, rounding)
         super().__init__({"i": In(stream.Signature(32)), "o": Out(stream.Signature(32))})
 
@@ -66,12 +66,17 @@ def _words(cfg, groups, seed):
     return [int(w) for w in vals.view(np.uint32).reshape(-1)]
 
 
-@pytest.mark.parametrize("flit_bits,cfg", [(16, CFG16), (8, CFG4), (32, CFG4)])
+@pytest.mark.parametrize("flit_bits,cfg,conv_skid", [(16, CFG16, False), (8, CFG4, False),
+                                                     (32, CFG4, False), (16, CFG4, True),
+                                                     (32, CFG4, True)])
 @pytest.mark.parametrize("width", [2, 4, 8])
-def test_bfp_groups_round_trip_every_mode_with_backpressure(flit_bits, cfg, width):
+def test_bfp_groups_round_trip_every_mode_with_backpressure(flit_bits, cfg, conv_skid, width):
+    """Every width and rounding mode through the looped endpoint under random stalls on both
+    sides; also with the skid buffer after the transmit codec's converter (``conv_skid``, the
+    FPGA build's)."""
     for rounding in MODES:
         words = _words(cfg, 12, seed=width * 10 + rounding)
-        got = stream_through(_Loop(flit_bits, cfg, 1, width, rounding), words,
+        got = stream_through(_Loop(flit_bits, cfg, 1, width, rounding, conv_skid), words,
                              idle_prob=0.3, stall_prob=0.3, seed=rounding)
         want = _expected(words, cfg, width, rounding)
         bad = [k for k, (g, w) in enumerate(zip(got, want)) if g != w]
@@ -120,13 +125,16 @@ def _cycles_for(dut, words):
     return span["cycles"], got
 
 
-@pytest.mark.parametrize("comp,flit_bits", [(1, 16), (1, 32), (0, 32)])
-def test_one_word_per_cycle(comp, flit_bits):
+@pytest.mark.parametrize("comp,flit_bits,conv_skid", [(1, 16, False), (1, 32, False),
+                                                      (0, 32, False), (1, 32, True)])
+def test_one_word_per_cycle(comp, flit_bits, conv_skid):
     """48 groups of 16 words at 4 bits (a packet is 6 flits of 16 bits, 3 of 32), or plain
     words on a 32-bit link: the pair keeps up with one word per cycle; only the pipeline's
-    fill (a group gathered, converted, sent and decoded) comes on top."""
+    fill (a group gathered, converted, sent and decoded) comes on top. The converter's skid
+    buffer (``conv_skid``) keeps the rate."""
     words = _words(CFG16, 48, seed=5)
-    cycles, got = _cycles_for(_Loop(flit_bits, CFG16, comp, 4, bfp.ROUND_NEAREST), words)
+    cycles, got = _cycles_for(_Loop(flit_bits, CFG16, comp, 4, bfp.ROUND_NEAREST, conv_skid),
+                              words)
     want = _expected(words, CFG16, 4, bfp.ROUND_NEAREST) if comp else words
     assert got == want
     assert cycles <= len(words) + 2 * CFG16.group_size + 20, cycles
@@ -137,3 +145,7 @@ def test_codecs_take_the_same_parameter_checks():
         LinkTxCodec(flit_bits=12, bfp_config=CFG16)
     with pytest.raises(TypeError, match="bfp_config"):
         LinkRxCodec(flit_bits=16, bfp_config=None)
+    with pytest.raises(TypeError, match="LinkTxCodec.conv_skid"):
+        LinkTxCodec(flit_bits=16, bfp_config=CFG16, conv_skid=1)
+    with pytest.raises(TypeError, match="LinkEndpoint.conv_skid"):
+        LinkEndpoint(flit_bits=16, bfp_config=CFG16, conv_skid="yes")

@@ -100,7 +100,8 @@ class CoreConfig(PresetMixin):
         :attr:`hdl.multi.config.CollectiveConfig.cmd_reg` (its command through a register
         stage and its checks in two more: every ``ALLREDUCE`` and ``SENDRECV`` three cycles
         more) and :attr:`~hdl.multi.config.CollectiveConfig.rx_reg` (a received word reaches
-        the memory port a cycle later, from registers).
+        the memory port a cycle later, from registers), and a skid buffer after the transmit
+        codec's converter (:class:`hdl.multi.codec.LinkTxCodec` ``conv_skid``).
     acc_lanes : int
         The matmul engine's output accumulator lanes (:attr:`hdl.array.config.ArrayConfig.
         acc_lanes`; 0: ``size``). The FPGA build has 2: a result line takes ``size / 2``

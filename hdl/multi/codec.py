@@ -32,10 +32,11 @@ from amaranth.lib.wiring import In, Out
 from ..bfp.converter import BFPConverter, Rounding, width_shape
 from ..bfp.lfsr import BFPNoise
 from ..bfp.to_fp32 import BFPToFP32
-from ..config import BFPConfig, check_int
+from ..config import BFPConfig, check_bool, check_int
 from ..formats import BFPFlags
 from ..fp32.unpack import QNAN
 from ..lib.mustuse import used_if_rejected
+from ..lib.streamreg import StreamSkid
 from .config import bfp_packet_bits, flits_per_group, nan_group_exp
 
 __all__ = ["mode_layout", "LinkTxCodec", "LinkRxCodec"]
@@ -124,6 +125,11 @@ class LinkTxCodec(wiring.Component):
     flit_bits : int
         Flit width, a divisor of 32.
     bfp_config : BFPConfig
+    conv_skid : bool
+        A skid buffer (:class:`hdl.lib.streamreg.StreamSkid`) on the converter's output (the
+        training core's FPGA build): the bit queue's room check ends at its register instead
+        of running on into the converter's pipeline enable and the element counter. The
+        flits are the same; a packet may leave a cycle later after the link held it.
 
     Members
     -------
@@ -141,9 +147,12 @@ class LinkTxCodec(wiring.Component):
         may change.
     """
 
-    def __init__(self, *, flit_bits: int, bfp_config: BFPConfig):
+    def __init__(self, *, flit_bits: int, bfp_config: BFPConfig, conv_skid: bool = False):
         check_flit_args(self, flit_bits, bfp_config)
+        with used_if_rejected(self):
+            check_bool(type(self).__name__, "conv_skid", conv_skid)
         self.geometry = _Geometry(flit_bits, bfp_config)
+        self.conv_skid = conv_skid
         super().__init__({
             "i": In(stream.Signature(32)), "o": Out(stream.Signature(flit_bits)),
             "mode": In(mode_layout(bfp_config)), "flags": Out(BFPFlags), "clear_flags": In(1),
@@ -245,8 +254,16 @@ class LinkTxCodec(wiring.Component):
             with m.If(cj == G - 1):
                 m.d.sync += [cj.eq(0), cb.eq(~cb), full[cb].eq(0)]
                 m.d.comb += noise.advance.eq(1)
-        in_conv = Signal(range(conv.latency + 2), name="elems_in_converter")
-        m.d.sync += in_conv.eq(in_conv + cgo - (conv.o.valid & conv.o.ready))
+        # the converter's output as the queue sees it: the converter's own, or behind a skid
+        # buffer (``conv_skid``); ``in_conv`` counts the elements in either
+        if self.conv_skid:
+            m.submodules.conv_skid = skid = StreamSkid(conv.o.payload.shape())
+            wiring.connect(m, conv.o, skid.i)
+            conv_out = skid.o
+        else:
+            conv_out = conv.o
+        in_conv = Signal(range(conv.latency + 3), name="elems_in_converter")
+        m.d.sync += in_conv.eq(in_conv + cgo - (conv_out.valid & conv_out.ready))
 
         # ---- the converter's elements as items; plain words as items ------------------------
         pj = Signal(range(G), name="pack_elem")
@@ -254,15 +271,15 @@ class LinkTxCodec(wiring.Component):
         m.d.comb += pj_next.eq(pj)
         m.d.sync += [pj.eq(pj_next),
                      item_len.eq(g.item_bits(m, self.mode, pj_next, name="item_bits"))]
-        out = conv.o.payload
+        out = conv_out.payload
         exp = Signal(cfg.exp_bits, name="packet_exp")
         m.d.comb += exp.eq(Mux(out.flags.as_value().any(), nan_group_exp(cfg), out.group.exp))
         elem = Cat(out.group.elems[0].sign, out.group.elems[0].mag)
         with m.If(comp):
             m.d.comb += [
                 item.eq(Mux(pj == 0, Cat(exp, elem), elem)),
-                conv.o.ready.eq(can_append),
-                append.eq(conv.o.valid & can_append),
+                conv_out.ready.eq(can_append),
+                append.eq(conv_out.valid & can_append),
                 self.i.ready.eq(~full[wb]),
                 take.eq(self.i.valid & ~full[wb]),
             ]

@@ -15,8 +15,9 @@ from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..config import BFPConfig
+from ..config import BFPConfig, check_bool
 from ..formats import BFPFlags
+from ..lib.mustuse import used_if_rejected
 from .codec import LinkRxCodec, LinkTxCodec, check_flit_args, mode_layout
 
 __all__ = ["LinkEndpoint"]
@@ -30,6 +31,9 @@ class LinkEndpoint(wiring.Component):
     flit_bits : int
         Flit width, a divisor of 32.
     bfp_config : BFPConfig
+    conv_skid : bool
+        The transmit codec's skid buffer after its converter (:class:`~hdl.multi.codec.
+        LinkTxCodec`; the training core's FPGA build).
 
     Members
     -------
@@ -57,9 +61,11 @@ class LinkEndpoint(wiring.Component):
         The transmit codec holds no word (``mode`` and ``loop`` may change).
     """
 
-    def __init__(self, *, flit_bits: int, bfp_config: BFPConfig):
+    def __init__(self, *, flit_bits: int, bfp_config: BFPConfig, conv_skid: bool = False):
         check_flit_args(self, flit_bits, bfp_config)
-        self.flit_bits, self.bfp_config = flit_bits, bfp_config
+        with used_if_rejected(self):
+            check_bool("LinkEndpoint", "conv_skid", conv_skid)
+        self.flit_bits, self.bfp_config, self.conv_skid = flit_bits, bfp_config, conv_skid
         super().__init__({
             "i": In(stream.Signature(32)), "o": Out(stream.Signature(32)),
             "link_tx": Out(stream.Signature(flit_bits)),
@@ -71,7 +77,8 @@ class LinkEndpoint(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         txc = m.submodules.tx_codec = LinkTxCodec(flit_bits=self.flit_bits,
-                                                  bfp_config=self.bfp_config)
+                                                  bfp_config=self.bfp_config,
+                                                  conv_skid=self.conv_skid)
         rxc = m.submodules.rx_codec = LinkRxCodec(flit_bits=self.flit_bits,
                                                   bfp_config=self.bfp_config)
         m.d.comb += [txc.mode.eq(self.mode), rxc.mode.eq(self.mode), rxc.enable.eq(self.enable),

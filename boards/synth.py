@@ -105,11 +105,10 @@ PNR_OPTS = {("training_core_fpga", "tiny"): "--placer static",
 
 
 def fpga_optim_config():
-    """The optimizer config of the FPGA builds: shared FP32 units
-    (``CoreConfig.FPGA_OPTIM_II``)."""
-    from hdl.core.config import CoreConfig
-    from hdl.optim.config import OptimConfig
-    return OptimConfig(ii=CoreConfig.FPGA_OPTIM_II)
+    """The optimizer config of the FPGA builds (:func:`hdl.core.config.fpga_optim_config`;
+    imported when called, as this module imports ``hdl`` only inside its builds)."""
+    from hdl.core.config import fpga_optim_config as config
+    return config()
 
 
 def _fpga_optim(preset: str):

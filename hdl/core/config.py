@@ -337,3 +337,10 @@ class CoreConfig(PresetMixin):
 
     def bank_of(self, line: int) -> int:
         return line // self.bank_depth
+
+
+def fpga_optim_config():
+    """The optimizer config of the FPGA builds (:meth:`CoreConfig.fpga` cores, whose
+    ``optim_shared_units`` need ``ii > 1``): ``OptimConfig(ii=CoreConfig.FPGA_OPTIM_II)``."""
+    from ..optim.config import OptimConfig
+    return OptimConfig(ii=CoreConfig.FPGA_OPTIM_II)

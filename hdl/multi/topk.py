@@ -43,7 +43,7 @@ from ..fp32.add import FP32Add
 from ..fp32.config import FP32Config
 from ..lib.memport import WordPort
 from ..lib.dataflow import check_units, unit_members
-from ..lib.delay import delay
+from ..lib.delay import delay, delay_stages
 from ..lib.mustuse import mark_used, used_if_rejected
 from .config import CollectiveConfig
 from .topk_select import TopKSelect
@@ -204,9 +204,7 @@ class TopKPass(wiring.Component):
         # ML - 1 cycles more beside it
         ML = cfg.mem_latency
         rd0_data = delay(m, rd0, ML - 1, "rd0")
-        rd1_chain = [rd1] + [Signal(name=f"rd1_d{k}") for k in range(ML - 1)]
-        for a, b in zip(rd1_chain, rd1_chain[1:]):
-            m.d.sync += b.eq(a)
+        rd1_chain = delay_stages(m, rd1, ML - 1, "rd1")
         rd1_data = rd1_chain[-1]
         with m.If(rd0_data):
             m.d.sync += first.eq(port.r_data)
@@ -231,9 +229,7 @@ class TopKPass(wiring.Component):
         cmd = self.cmd.payload
         idx_rd = Signal(name="idx_rd")                   # SUM: an index word was read
         idx_e = Signal(range(IW_MAX + 1), name="idx_e")
-        idx_chain = [idx_rd] + [Signal(name=f"idx_rd_d{k}") for k in range(ML - 1)]
-        for a, b in zip(idx_chain, idx_chain[1:]):
-            m.d.sync += b.eq(a)
+        idx_chain = delay_stages(m, idx_rd, ML - 1, "idx_rd")
         idx_data, idx_e_data = idx_chain[-1], delay(m, idx_e, ML - 1, "idx_e")
         # PAIR's second cycle reads at idx[0]: IDX ends only when the index words still in
         # flight are at most the one written at this edge (ML = 1: always)

@@ -240,8 +240,9 @@ def synth_resources(block: str, preset: str, work: Path) -> dict:
     return out
 
 
-def pnr_platform():
-    """The ULX3S-85F platform of the P&R runs: the clock constrained at :data:`TARGET_MHZ`,
+def pnr_platform(target_mhz: float = TARGET_MHZ):
+    """The ULX3S-85F platform of the P&R runs: the clock constrained at ``target_mhz``
+    (default :data:`TARGET_MHZ`),
     yosys reading the design as Verilog, and :data:`CARRYFIX_COMMAND` in the build script
     between yosys and nextpnr."""
     from amaranth.build import Clock, Pins, Resource, Attrs
@@ -251,7 +252,7 @@ def pnr_platform():
         # The board's 25 MHz oscillator pin, constrained at the P&R target so nextpnr optimises
         # for speed; the reported Fmax is what routing achieved, not the constraint.
         resources = [r for r in ULX3S_85F_Platform.resources if r.name != "clk25"] + [
-            Resource("clk25", 0, Pins("G2", dir="i"), Clock(TARGET_MHZ * 1e6),
+            Resource("clk25", 0, Pins("G2", dir="i"), Clock(target_mhz * 1e6),
                      Attrs(IO_TYPE="LVCMOS33")),
         ]
 
@@ -280,10 +281,11 @@ def pnr_platform():
 
 
 def place_and_route(block: str, preset: str, work: Path, seed: int | None = None,
-                    router: str = "router1", opts: str = "") -> dict:
+                    router: str = "router1", opts: str = "",
+                    target_mhz: float = TARGET_MHZ) -> dict:
     from .harness import SynthHarness
 
-    platform = pnr_platform()
+    platform = pnr_platform(target_mhz)
     if platform.device != DEVICE:
         raise RuntimeError(f"P&R platform is {platform.device}, not the {DEVICE}")
     harness = SynthHarness(build_block(block, preset))
@@ -307,7 +309,7 @@ def place_and_route(block: str, preset: str, work: Path, seed: int | None = None
             rpt = work / "pnr" / "top.rpt"
             errors = re.findall(r"^ERROR: (.*)$", rpt.read_text() if rpt.exists() else "",
                                 re.M)
-            return {"fmax_mhz": None, "target_mhz": TARGET_MHZ,
+            return {"fmax_mhz": None, "target_mhz": target_mhz,
                     "pnr_comb_capacity": COMB_CELLS,
                     "pnr_error": "yosys stopped in the place-and-route build: "
                                  + (f"`{errors[-1]}`" if errors
@@ -327,7 +329,7 @@ def place_and_route(block: str, preset: str, work: Path, seed: int | None = None
     return {
         **extra,
         "fmax_mhz": float(fmax[-1]) if fmax else None,
-        "target_mhz": TARGET_MHZ,
+        "target_mhz": target_mhz,
         "pnr_comb": comb,
         "pnr_ff": int(util.get("TRELLIS_FF", 0)),
         "pnr_dsp": int(util.get("MULT18X18D", 0)),
@@ -381,8 +383,12 @@ def write_reports(results: list[dict]) -> None:
     notes = []
     for r in results:
         fmax = f"{r['fmax_mhz']:.1f}" if r.get("fmax_mhz") else "n/a"
-        if "pnr_error" in r or "note" in r or "synth_error" in r:
+        retargeted = r.get("target_mhz", TARGET_MHZ) != TARGET_MHZ and r.get("fmax_mhz")
+        if "pnr_error" in r or "note" in r or "synth_error" in r or retargeted:
             text = []
+            if retargeted:
+                text.append(f"placed and routed with a {r['target_mhz']:g} MHz constraint "
+                            f"(--target-mhz), not {TARGET_MHZ}.")
             if "synth_error" in r:
                 text.append(f"no resources: {r['synth_error']}.")
             if "pnr_error" in r:
@@ -444,7 +450,14 @@ def main(argv=None) -> int:
     parser.add_argument("--pnr-opts", default="",
                         help="more nextpnr options, e.g. '--placer static' (recorded per row; "
                              "default: the target's PNR_OPTS entry, if any)")
+    parser.add_argument("--target-mhz", type=float, default=TARGET_MHZ,
+                        help=f"the clock constraint of place and route (default {TARGET_MHZ}; "
+                             "recorded per row). A target near what the block reaches leaves "
+                             "the placer and router free to spread a full part instead of "
+                             "packing every path tight")
     args = parser.parse_args(argv)
+    if not args.target_mhz > 0:
+        parser.error(f"--target-mhz must be a positive frequency in MHz, not {args.target_mhz}")
     targets = [] if args.report_only else TARGETS
     if args.only:
         targets = [tuple(t.split(":")) for t in args.only.split(",")]
@@ -478,7 +491,7 @@ def main(argv=None) -> int:
                        pnr_error="resources only: no place and route run (--no-pnr)")
         else:
             res.update(place_and_route(block, preset, work, seed=args.seed,
-                                       router=args.router,
+                                       router=args.router, target_mhz=args.target_mhz,
                                        opts=args.pnr_opts or PNR_OPTS.get((block, preset), "")))
         # P&R includes the harness's own yosys run (amaranth-boards' flow) and nextpnr
         res["pnr_seconds"] = round(time.monotonic() - t1, 1)

@@ -5,6 +5,8 @@ stops."""
 import json
 import subprocess
 
+import pytest
+
 from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -51,16 +53,19 @@ def test_router_seed_and_nextpnr_options_reach_place_and_route(tmp_path, monkeyp
         "LUTRAM (TRELLIS_DPR16X4)": 0, "cells": 16, "synth_seconds": 0.1})
     seen = {}
 
-    def fake_pnr(block, preset, work, seed=None, router="router1", opts=""):
-        seen.update(seed=seed, router=router, opts=opts)
+    def fake_pnr(block, preset, work, seed=None, router="router1", opts="",
+                 target_mhz=synth.TARGET_MHZ):
+        seen.update(seed=seed, router=router, opts=opts, target_mhz=target_mhz)
         work.mkdir(parents=True, exist_ok=True)
-        return {"fmax_mhz": 50.0, "target_mhz": 125, "pnr_comb": 12, "pnr_ff": 5, "pnr_dsp": 0,
+        return {"fmax_mhz": 50.0, "target_mhz": target_mhz, "pnr_comb": 12, "pnr_ff": 5,
+                "pnr_dsp": 0,
                 "pnr_bram": 0, "pnr_router": router, "pnr_seed": seed, "pnr_opts": opts}
 
     monkeypatch.setattr(synth, "place_and_route", fake_pnr)
     assert synth.main(["--only", "good:tiny", "--router", "router2", "--seed", "3",
                        "--pnr-opts", "--placer-heap-beta 0.7"]) == 0
-    assert seen == {"seed": 3, "router": "router2", "opts": "--placer-heap-beta 0.7"}
+    assert seen == {"seed": 3, "router": "router2", "opts": "--placer-heap-beta 0.7",
+                    "target_mhz": synth.TARGET_MHZ}
     row = json.loads((tmp_path / "build/synth/good-tiny/result.json").read_text())
     assert row["pnr_opts"] == "--placer-heap-beta 0.7" and row["fmax_mhz"] == 50.0
     # without --pnr-opts a target gets its PNR_OPTS entry (the core's FPGA build: the static
@@ -71,6 +76,17 @@ def test_router_seed_and_nextpnr_options_reach_place_and_route(tmp_path, monkeyp
     row = json.loads((tmp_path / "build/synth/good-tiny/result.json").read_text())
     assert row["pnr_opts"] == "--placer static" and row["pnr_router"] == "router1"
     assert synth.PNR_OPTS[("training_core_fpga", "tiny")] == "--placer static"
+    # --target-mhz reaches place and route, is recorded, and the report names the constraint
+    assert synth.main(["--only", "good:tiny", "--target-mhz", "55"]) == 0
+    assert seen["target_mhz"] == 55.0
+    row = json.loads((tmp_path / "build/synth/good-tiny/result.json").read_text())
+    assert row["target_mhz"] == 55.0
+    synth.write_reports([row])
+    md = (tmp_path / "docs/bench/synth.md").read_text()
+    assert "with a 55 MHz constraint (--target-mhz), not 125" in md
+    for bad in ("0", "-5", "nan"):
+        with pytest.raises(SystemExit):
+            synth.main(["--only", "good:tiny", "--target-mhz", bad])
 
 
 class _Tiny(wiring.Component):
@@ -97,7 +113,7 @@ def test_a_pnr_build_whose_yosys_stops_is_a_row(tmp_path, monkeypatch):
                 "...\nERROR: Assert `GetSize(conn.first) == GetSize(conn.second)' failed\n")
             raise subprocess.CalledProcessError(1, ["sh", "build_top.sh"])
 
-    monkeypatch.setattr(synth, "pnr_platform", FakePlatform)
+    monkeypatch.setattr(synth, "pnr_platform", lambda target_mhz: FakePlatform())
     row = synth.place_and_route("x", "tiny", tmp_path)
     assert row["fmax_mhz"] is None
     assert row["pnr_error"] == ("yosys stopped in the place-and-route build: `Assert "

@@ -5,7 +5,7 @@ Golden model: :mod:`sim.model.bfp` (bit-exact, including the LFSR). Format, layo
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -493,15 +493,21 @@ class BFPConverter(wiring.Component):
             windows.append(wdw)
             stickies.append(sticky)
         p = f"s{front + 1}"
-        v = st.valid(v, name=f"{p}_valid")
-        # the round stage reads the LFSR for the group in front of it; it steps as that group
-        # moves on, so the n-th group after reset gets the n-th draw
+        # A group takes its LFSR draw as it enters the round stage and the LFSR steps then, so
+        # the n-th group after reset gets the n-th draw. The draw is put in the group's lane
+        # order (rotated with ``rot``) here and registered with the group: the round stage's
+        # noise sum starts at a register, not behind the LFSR and the lane rotation.
         if noise is None:
-            carried = st.reg(carried, name=f"{p}_noise")
-            noise_of = data.View(data.ArrayLayout(unsigned(r), G), carried)
+            drawn = data.View(data.ArrayLayout(unsigned(r), G), carried)
         else:
             m.d.comb += noise.advance.eq(en & v)
-            noise_of = noise.noise
+            drawn = noise.noise
+        if rot is not None:
+            # lane j holds element (j - rot) mod G: it takes that element's noise
+            drawn = rotate_lanes([drawn[e] for e in range(G)], rot, left=True)
+        noise_of = data.View(data.ArrayLayout(unsigned(r), G),
+                             st.reg(Value.cast(drawn), name=f"{p}_noise"))
+        v = st.valid(v, name=f"{p}_valid")
         windows = [st.reg(x, name=f"{p}_e{j}_window") for j, x in enumerate(windows)]
         stickies = [st.reg(x, name=f"{p}_e{j}_sticky") for j, x in enumerate(stickies)]
         signs = [st.reg(x, name=f"{p}_e{j}_sign") for j, x in enumerate(signs)]
@@ -518,10 +524,6 @@ class BFPConverter(wiring.Component):
         # integer < 2**m, so integer + up > 2**m - 1 only when integer == 2**m - 1; the
         # increment is computed beside the decision and selected by it
         out = self.o.payload
-        if rot is not None:
-            # lane j holds element (j - rot) mod G: it takes that element's noise
-            noise_of = data.View(data.ArrayLayout(unsigned(r), G),
-                                 rotate_lanes([noise_of[e] for e in range(G)], rot, left=True))
         lane_mag = [Signal(mm, name=f"e{j}_mag_next") for j in range(G)]
         lane_sign = [Signal(name=f"e{j}_sign_next") for j in range(G)]
         lane_res = [Signal(3, name=f"e{j}_residual_next") for j in range(G)]

@@ -128,9 +128,9 @@ def test_bad_commands_change_nothing(cmd_reg):
     assert all(g[0]["cycles"] == 0 for g in run.responses[:-1])
 
 
-@pytest.mark.parametrize("mem_latency,regs", [(2, False), (3, True)])
+@pytest.mark.parametrize("mem_latency,regs", [(2, False), (3, True), (4, True)])
 def test_registered_memory_port(mem_latency, regs):
-    """The engines' memory ports as registered scratchpad clients (``mem_latency`` 2 and 3,
+    """The engines' memory ports as registered scratchpad clients (``mem_latency`` 2, 3 and 4,
     the training core's FPGA build, with its command and receive registers): plain, BFP and
     SENDRECV commands under random stalls on every link; every memory bit-exact with the
     model, and every word reaching each step's add and each transmit FIFO at the latency's
@@ -178,7 +178,7 @@ def test_registered_memory_port_is_slower_by_its_latency():
 
 
 @pytest.mark.parametrize("N,stop,mem_latency", [(2, ("rx", 1), 1), (4, ("tx", 2), 1),
-                                                (3, ("rx", 2), 3)])
+                                                (3, ("rx", 2), 3), (2, ("tx", 1), 4)])
 def test_stopped_link_reports_timeout(N, stop, mem_latency):
     """A link that stops delivering: every engine answers TIMEOUT (none hangs), after at
     least ``timeout`` cycles, and then accepts the next command (also with the memory port's
@@ -374,7 +374,7 @@ def test_engine_rejects_wrong_configs():
     with pytest.raises(ValueError, match="WordMemory.depth"):
         WordMemory(depth=1)
     with pytest.raises(ValueError, match="WordMemory.latency"):
-        WordMemory(depth=4, latency=4)
+        WordMemory(depth=4, latency=5)
     with pytest.raises(ValueError, match="WordToLine.latency"):
         WordToLine(word_bits=8, line_bits=4, words=4, latency=0)
     with pytest.raises(ValueError, match="WordToLine.latency"):

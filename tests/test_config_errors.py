@@ -115,7 +115,7 @@ ROWS = [
     (CollectiveConfig, "timeout_bits", 3, V, "CollectiveConfig.timeout_bits"),
     (CollectiveConfig, "tx_fifo_depth", 1, V, "CollectiveConfig.tx_fifo_depth"),
     (CollectiveConfig, "mem_latency", 0, V, "CollectiveConfig.mem_latency"),
-    (CollectiveConfig, "mem_latency", 4, V, "CollectiveConfig.mem_latency"),
+    (CollectiveConfig, "mem_latency", 5, V, "CollectiveConfig.mem_latency"),
     (CollectiveConfig, "mem_latency", 2.0, T, "CollectiveConfig.mem_latency"),
     (CollectiveConfig, "cmd_reg", 1, T, "CollectiveConfig.cmd_reg"),
     (CollectiveConfig, "rx_reg", "no", T, "CollectiveConfig.rx_reg"),

@@ -120,7 +120,8 @@ CFG = CollectiveConfig(ranks=3, depth=256, topk=TopK(seg=16, k=5))
 
 
 @pytest.mark.parametrize("length,stages,mem_latency", [
-    (48, 1, 1), (37, 1, 1), (3, 1, 1), (48, 2, 1), (37, 2, 1), (37, 1, 2), (48, 2, 3)])
+    (48, 1, 1), (37, 1, 1), (3, 1, 1), (48, 2, 1), (37, 2, 1), (37, 1, 2), (48, 2, 3),
+    (37, 2, 4)])
 def test_compress_then_sum_equal_the_model(length, stages, mem_latency):
     """COMPRESS on each of three memories (residual from an earlier round), then SUM of the
     three messages: residual, zeroed gradient, message and sum equal the model bit for bit;
@@ -215,7 +216,8 @@ def _ring_images(seed, N, depth, *, base, length, rbase):
 
 
 @pytest.mark.parametrize("N,width,stall,mem_latency", [(2, 32, 0.0, 1), (3, 16, 0.4, 1),
-                                                      (4, 8, 0.3, 1), (3, 16, 0.3, 3)])
+                                                      (4, 8, 0.3, 1), (3, 16, 0.3, 3),
+                                                      (2, 16, 0.3, 4)])
 def test_topk_allreduce_rounds_equal_the_model(N, width, stall, mem_latency):
     """Three top-k all-reduces in a row on the ring (the residual of each round feeds the
     next, fresh gradients written between rounds by the model's own run): every memory, every

@@ -69,8 +69,10 @@ def test_fpga_ring_is_a_synth_target_of_two_fpga_cores():
     node = build_block("training_ring_node_fpga", "tiny")
     node._MustUse__silence = True
     assert node.config == top.config.core
-    # its collective engine reads the scratchpad as the other registered clients do
-    assert node.config.collective.mem_latency == node.config.spad_latency == 3
+    # its collective engine reads the scratchpad as the other registered clients do, its read
+    # data registered once more (coll_regs)
+    assert node.config.spad_latency == 3 and node.config.coll_regs
+    assert node.config.collective.mem_latency == 4
 
 
 def test_core_module_instances_take_the_core_ports_by_their_verilog_names():

@@ -77,7 +77,7 @@ def test_training_ring_poison_right_after_a_vector_write():
 def test_training_ring_fpga_build_dataparallel():
     """The ring as ``make synth`` builds it for the FPGA (preset ``tiny-fpga``: two S = 4
     cores of the FPGA build, whose collective engines read the scratchpad as registered
-    clients, three cycles after a read): data-parallel steps with FP32, BFP-4 and top-k
+    clients, their read word registered once more: four cycles after a read): data-parallel steps with FP32, BFP-4 and top-k
     links under random link backpressure, bit-exact with the golden model."""
     run_cocotb("training_ring", "tiny-fpga", "sim.tb.training_ring",
                name="training_ring_fpga_dataparallel", testcase="dataparallel_steps",

@@ -100,8 +100,11 @@ class CoreConfig(PresetMixin):
         :attr:`hdl.multi.config.CollectiveConfig.cmd_reg` (its command through a register
         stage and its checks in two more: every ``ALLREDUCE`` and ``SENDRECV`` three cycles
         more) and :attr:`~hdl.multi.config.CollectiveConfig.rx_reg` (a received word reaches
-        the memory port a cycle later, from registers), and a skid buffer after the transmit
-        codec's converter (:class:`hdl.multi.codec.LinkTxCodec` ``conv_skid``).
+        the memory port a cycle later, from registers), a skid buffer after the transmit
+        codec's converter (:class:`hdl.multi.codec.LinkTxCodec` ``conv_skid``), and the
+        engine's read data registered after the word select and the poison mux (its
+        ``mem_latency`` one more than :attr:`spad_latency`: the scratchpad's read select no
+        longer reaches the engine's adder in the same cycle).
     acc_lanes : int
         The matmul engine's output accumulator lanes (:attr:`hdl.array.config.ArrayConfig.
         acc_lanes`; 0: ``size``). The FPGA build has 2: a result line takes ``size / 2``
@@ -296,14 +299,16 @@ class CoreConfig(PresetMixin):
         the default BFP link format, top-k compression with the default
         :class:`~hdl.multi.config.TopK`, 16 of every 256 words, reverse links as
         :attr:`reverse_links`, the scratchpad's read latency :attr:`spad_latency` and a
-        transmit read-ahead of ``3 + spad_latency`` words, enough for a word per cycle), or
-        ``None`` when ``ranks == 1``."""
+        transmit read-ahead of ``3 + mem_latency`` words, enough for a word per cycle), or
+        ``None`` when ``ranks == 1``. Its memory port's read latency is :attr:`spad_latency`,
+        one more with :attr:`coll_regs` (the read data registered in front of the engine)."""
         if self.ranks == 1:
             return None
         from ..multi.config import CollectiveConfig, TopK
+        lat = self.spad_latency + int(self.coll_regs)
         return CollectiveConfig(ranks=self.ranks, depth=1 << 16, timeout_bits=24, topk=TopK(),
-                                reverse=self.reverse_links, mem_latency=self.spad_latency,
-                                tx_fifo_depth=3 + self.spad_latency, cmd_reg=self.coll_regs,
+                                reverse=self.reverse_links, mem_latency=lat,
+                                tx_fifo_depth=3 + lat, cmd_reg=self.coll_regs,
                                 rx_reg=self.coll_regs)
 
     @property

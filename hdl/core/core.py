@@ -347,9 +347,14 @@ class TrainingCore(wiring.Component):
                 connect(m, eng.tx_rev, wiring.flipped(self.link_tx_rev))
                 connect(m, wiring.flipped(self.link_rx_rev), eng.rx_rev)
             # the engine's word port reaches lines coll_base.. through a word-to-line adapter;
-            # a poisoned ALLREDUCE reads the canonical NaN as word 0 (the memory keeps its word)
+            # a poisoned ALLREDUCE reads the canonical NaN as word 0 (the memory keeps its word).
+            # With coll_regs the word read passes one more register (after the word select and
+            # the poison mux) before the engine: the engine's mem_latency is the client's + 1.
+            port_lat = cfg.spad_latency
+            extra = coll.mem_latency - port_lat
+            assert extra in (0, 1), (coll.mem_latency, port_lat)
             ad = m.submodules.coll_adapter = WordToLine(word_bits=coll.addr_bits, line_bits=lb,
-                                                        words=S, latency=coll.mem_latency)
+                                                        words=S, latency=port_lat)
             m.d.comb += ad.base.eq(seq.coll_base)
             w, e = ad.word, eng.mem
             m.d.comb += [w.r_addr.eq(e.r_addr), w.r_en.eq(e.r_en), w.w_addr.eq(e.w_addr),
@@ -360,12 +365,13 @@ class TrainingCore(wiring.Component):
             wrote0 = Signal(name="coll_wrote_word0")
             with m.If(e.r_en):
                 m.d.sync += read0.eq((e.r_addr == 0) & ~wrote0)
-            read0 = delay(m, read0, coll.mem_latency - 1, "coll_read_word0")
+            read0 = delay(m, read0, port_lat - 1, "coll_read_word0")
             with m.If(seq.coll_cmd.valid & seq.coll_cmd.ready):
                 m.d.sync += wrote0.eq(0)
             with m.Elif(e.w_en & (e.w_addr == 0)):
                 m.d.sync += wrote0.eq(1)
-            m.d.comb += e.r_data.eq(Mux(seq.coll_poison & read0, POISON_BITS, w.r_data))
+            word = Mux(seq.coll_poison & read0, POISON_BITS, w.r_data)
+            m.d.comb += e.r_data.eq(delay(m, word, extra, "coll_read_data", reset_less=True))
             client_ports[COLL_CLIENT] = ad.line
 
         # ---- scratchpad clients -------------------------------------------------------------

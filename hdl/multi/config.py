@@ -219,11 +219,13 @@ class CollectiveConfig(PresetMixin):
         (pipeline parallelism with more than two stages: activations go forward, gradients
         back). ``False``: such a ``SENDRECV`` answers ``BAD_DIR``.
     mem_latency : int
-        Read latency of the memory port (``mem``), 1..3 cycles: 1, a block RAM's; 2 and 3, a
+        Read latency of the memory port (``mem``), 1..4 cycles: 1, a block RAM's; 2 and 3, a
         registered client of the training core's scratchpad (``CoreConfig.spad_reg``, and
         ``spad_out_reg`` too: :attr:`hdl.core.config.CoreConfig.spad_latency`), whose requests
-        pass a register before the bank crossbar. Each transfer step and each top-k segment
-        then takes ``mem_latency - 1`` cycles more; the words are the same.
+        pass a register before the bank crossbar; 4, that client with its read data registered
+        once more in front of the engine (``CoreConfig.coll_regs``). Each transfer step and
+        each top-k segment then takes ``mem_latency - 1`` cycles more; the words are the
+        same.
     cmd_reg : bool
         A register stage on ``cmd`` (:class:`hdl.lib.streamreg.StreamRegister`; the training
         core's FPGA build), and the command's checks in two register stages after it (the
@@ -259,7 +261,7 @@ class CollectiveConfig(PresetMixin):
         check_int("CollectiveConfig", "depth", self.depth, lo=2, hi=65536)
         check_int("CollectiveConfig", "timeout_bits", self.timeout_bits, lo=4, hi=32)
         check_int("CollectiveConfig", "tx_fifo_depth", self.tx_fifo_depth, lo=2, hi=64)
-        check_int("CollectiveConfig", "mem_latency", self.mem_latency, lo=1, hi=3)
+        check_int("CollectiveConfig", "mem_latency", self.mem_latency, lo=1, hi=4)
         if not isinstance(self.reverse, bool):
             raise TypeError(f"CollectiveConfig.reverse must be a bool, not {self.reverse!r}")
         check_bool("CollectiveConfig", "cmd_reg", self.cmd_reg)

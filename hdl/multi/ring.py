@@ -44,9 +44,10 @@ class WordMemory(wiring.Component):
     depth : int
         Words, >= 2.
     latency : int
-        Read latency of port ``a``, 1..3: 1, the memory's; 2 and 3, as a registered client of
+        Read latency of port ``a``, 1..4: 1, the memory's; 2..4, as a registered client of
         the training core's scratchpad (:func:`hdl.lib.memport.serve_read`): ``a``'s requests
-        pass a register (its writes land a cycle later too), and with 3 its read data too.
+        pass a register (its writes land a cycle later too), and with 3 its read data too,
+        with 4 twice (the FPGA build's collective engine, ``CoreConfig.coll_regs``).
 
     Members
     -------
@@ -61,7 +62,7 @@ class WordMemory(wiring.Component):
     def __init__(self, *, depth: int, latency: int = 1):
         with used_if_rejected(self):
             check_int("WordMemory", "depth", depth, lo=2)
-            check_int("WordMemory", "latency", latency, lo=1, hi=3)
+            check_int("WordMemory", "latency", latency, lo=1, hi=4)
         self.depth, self.latency = depth, latency
         port = WordPort(addr_bits=(depth - 1).bit_length())
         super().__init__({"a": In(port), "b": In(port), "sel": In(1)})

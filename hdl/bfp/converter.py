@@ -13,6 +13,7 @@ from ..config import BFPConfig
 from ..formats import BFPFlags, bfp_group_layout, fp32_group_layout
 from ..fp32.round import count_leading_zeros
 from ..lib.rotate import rotate_lanes
+from ..lib.mustuse import mark_used
 from ..registry import Block
 from .lfsr import LFSR_TAPS, LFSR_WIDTH, BFPNoise
 from .pipeline import StallAll
@@ -284,6 +285,7 @@ class BFPConverter(wiring.Component):
     def __init__(self, *, config: BFPConfig, residual: bool = False, noise_in: bool = False,
                  rotate: bool = False):
         if not isinstance(config, BFPConfig):
+            mark_used(self)
             raise TypeError(f"BFPConverter.config must be a BFPConfig, not {config!r}")
         self.config = config
         self.latency = converter_latency(config)

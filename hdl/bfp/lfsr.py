@@ -12,6 +12,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import BFPConfig
+from ..lib.mustuse import mark_used
 
 __all__ = ["LFSR_WIDTH", "LFSR_TAPS", "lfsr_lane_seed", "BFPNoise"]
 
@@ -62,6 +63,7 @@ class BFPNoise(wiring.Component):
 
     def __init__(self, *, config: BFPConfig):
         if not isinstance(config, BFPConfig):
+            mark_used(self)
             raise TypeError(f"BFPNoise.config must be a BFPConfig, not {config!r}")
         self.config = config
         super().__init__({

@@ -219,8 +219,10 @@ class BFPConverter(wiring.Component):
     saturation, NaN/Inf override (output register). Stall-all: every register loads when
     ``~o.valid | o.ready`` (``i.ready`` is that enable), so one group per cycle without
     backpressure and nothing dropped with it. The LFSR (:class:`BFPNoise`) advances once per
-    group as the group leaves the alignment stage for the round stage, which reads it: the
-    n-th group after reset gets the n-th draw, as when it is accepted. Golden model:
+    group as the group leaves the alignment stage for the round stage, and the group takes
+    that draw with it, registered (in its lane order with ``rotate``): the n-th group after
+    reset gets the n-th draw, as when it is accepted, and the round stage's noise sum starts
+    at a register. Golden model:
     :mod:`sim.model.bfp`.
 
     With ``residual=True`` the round stage also gives, per element, ``|H_j - 4 M_j|`` where

@@ -100,10 +100,8 @@ class CoreConfig(PresetMixin):
         :attr:`hdl.multi.config.CollectiveConfig.cmd_reg` (its command through a register
         stage and its checks in two more: every ``ALLREDUCE`` and ``SENDRECV`` three cycles
         more) and :attr:`~hdl.multi.config.CollectiveConfig.rx_reg` (a received word reaches
-        the memory port a cycle later, from registers), skid buffers after the transmit
-        codec's converter (:class:`hdl.multi.codec.LinkTxCodec` ``conv_skid``) and between
-        the receive codec and the engine (:class:`hdl.multi.endpoint.LinkEndpoint`
-        ``rx_skid``), and the
+        the memory port a cycle later, from registers), a skid buffer after the transmit
+        codec's converter (:class:`hdl.multi.codec.LinkTxCodec` ``conv_skid``), and the
         engine's read data registered after the word select and the poison mux (its
         ``mem_latency`` one more than :attr:`spad_latency`: the scratchpad's read select no
         longer reaches the engine's adder in the same cycle).

@@ -332,8 +332,7 @@ class TrainingCore(wiring.Component):
                                                              fp32_config=self.fp32_config)
             ends = m.submodules.link_endpoint = LinkEndpoint(flit_bits=cfg.link_width,
                                                              bfp_config=coll.bfp,
-                                                             conv_skid=cfg.coll_regs,
-                                                             rx_skid=cfg.coll_regs)
+                                                             conv_skid=cfg.coll_regs)
             self.blocks["collective"] = eng
             connect(m, seq.coll_cmd, eng.cmd)
             connect(m, eng.rsp, seq.coll_rsp)

@@ -18,7 +18,6 @@ from amaranth.lib.wiring import In, Out
 from ..config import BFPConfig, check_bool
 from ..formats import BFPFlags
 from ..lib.mustuse import used_if_rejected
-from ..lib.streamreg import StreamSkid
 from .codec import LinkRxCodec, LinkTxCodec, check_flit_args, mode_layout
 
 __all__ = ["LinkEndpoint"]
@@ -35,12 +34,6 @@ class LinkEndpoint(wiring.Component):
     conv_skid : bool
         The transmit codec's skid buffer after its converter (:class:`~hdl.multi.codec.
         LinkTxCodec`; the training core's FPGA build).
-    rx_skid : bool
-        A skid buffer (:class:`hdl.lib.streamreg.StreamSkid`) between the receive codec and
-        ``o`` (the training core's FPGA build): the engine's ``rx.ready`` ends at its register
-        instead of running on into the receive codec's queue. Latency 0; full rate while ``o``
-        stays ready; after ``o`` refuses a word the codec waits until the cycle after it
-        leaves.
 
     Members
     -------
@@ -68,14 +61,11 @@ class LinkEndpoint(wiring.Component):
         The transmit codec holds no word (``mode`` and ``loop`` may change).
     """
 
-    def __init__(self, *, flit_bits: int, bfp_config: BFPConfig, conv_skid: bool = False,
-                 rx_skid: bool = False):
+    def __init__(self, *, flit_bits: int, bfp_config: BFPConfig, conv_skid: bool = False):
         check_flit_args(self, flit_bits, bfp_config)
         with used_if_rejected(self):
             check_bool("LinkEndpoint", "conv_skid", conv_skid)
-            check_bool("LinkEndpoint", "rx_skid", rx_skid)
         self.flit_bits, self.bfp_config, self.conv_skid = flit_bits, bfp_config, conv_skid
-        self.rx_skid = rx_skid
         super().__init__({
             "i": In(stream.Signature(32)), "o": Out(stream.Signature(32)),
             "link_tx": Out(stream.Signature(flit_bits)),
@@ -95,12 +85,7 @@ class LinkEndpoint(wiring.Component):
                      self.flags.eq(txc.flags), txc.clear_flags.eq(self.clear_flags),
                      self.idle.eq(txc.idle)]
         wiring.connect(m, wiring.flipped(self.i), txc.i)
-        if self.rx_skid:
-            m.submodules.rx_skid = skid = StreamSkid(32)
-            wiring.connect(m, rxc.o, skid.i)
-            wiring.connect(m, skid.o, wiring.flipped(self.o))
-        else:
-            wiring.connect(m, rxc.o, wiring.flipped(self.o))
+        wiring.connect(m, rxc.o, wiring.flipped(self.o))
         # the loopback: a payload mux and valid/ready gated by ``loop``
         m.d.comb += self.link_tx.payload.eq(txc.o.payload)
         with m.If(self.loop):

@@ -93,9 +93,12 @@ def test_a_nan_or_inf_group_arrives_as_nans_and_sets_the_flags():
     assert got[4:8] == _expected(words[4:8], cfg, 4, bfp.ROUND_NEAREST, groups_before=1)
 
 
-def test_plain_words_unchanged():
+@pytest.mark.parametrize("conv_skid", [False, True])
+def test_plain_words_unchanged(conv_skid):
+    """Plain words under random stalls on both sides, also with the FPGA build's converter
+    skid: none lost, none duplicated, in order."""
     words = [0, 0xFFFFFFFF, QNAN, 0x80000000] + list(range(1, 60, 3))
-    assert stream_through(_Loop(8, CFG16, 0, 4, 0), words, idle_prob=0.4,
+    assert stream_through(_Loop(8, CFG16, 0, 4, 0, conv_skid), words, idle_prob=0.4,
                           stall_prob=0.4, seed=3) == words
 
 

@@ -13,7 +13,7 @@ from ..config import BFPConfig
 from ..formats import BFPFlags, bfp_group_layout, fp32_group_layout
 from ..fp32.round import count_leading_zeros
 from ..lib.rotate import rotate_lanes
-from ..lib.mustuse import mark_used
+from ..lib.mustuse import check_config_type
 from ..registry import Block
 from .lfsr import LFSR_TAPS, LFSR_WIDTH, BFPNoise
 from .pipeline import StallAll
@@ -286,9 +286,7 @@ class BFPConverter(wiring.Component):
 
     def __init__(self, *, config: BFPConfig, residual: bool = False, noise_in: bool = False,
                  rotate: bool = False):
-        if not isinstance(config, BFPConfig):
-            mark_used(self)
-            raise TypeError(f"BFPConverter.config must be a BFPConfig, not {config!r}")
+        check_config_type(self, config, BFPConfig)
         self.config = config
         self.latency = converter_latency(config)
         self.with_residual = bool(residual)

@@ -12,7 +12,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import BFPConfig
-from ..lib.mustuse import mark_used
+from ..lib.mustuse import check_config_type
 
 __all__ = ["LFSR_WIDTH", "LFSR_TAPS", "lfsr_lane_seed", "BFPNoise"]
 
@@ -62,9 +62,7 @@ class BFPNoise(wiring.Component):
     """
 
     def __init__(self, *, config: BFPConfig):
-        if not isinstance(config, BFPConfig):
-            mark_used(self)
-            raise TypeError(f"BFPNoise.config must be a BFPConfig, not {config!r}")
+        check_config_type(self, config, BFPConfig)
         self.config = config
         super().__init__({
             "advance": In(1),

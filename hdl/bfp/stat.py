@@ -11,7 +11,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import STAT_BITS, BFPConfig, check_stat_bits
-from ..lib.mustuse import used_if_rejected
+from ..lib.mustuse import check_config_type, used_if_rejected
 from ..registry import Block
 from .converter import (BFPConverter, bfp_stream_layout, converter_latency,
                         converter_members, fp32_stream_layout, layout_fields)
@@ -75,9 +75,7 @@ class QuantStat(wiring.Component):
     stat_latency = 2
 
     def __init__(self, *, config: BFPConfig, stat_bits: int = STAT_BITS, rotate: bool = False):
-        if not isinstance(config, BFPConfig):
-            self._MustUse__silence = True        # no "never used" warning when rejected
-            raise TypeError(f"QuantStat.config must be a BFPConfig, not {config!r}")
+        check_config_type(self, config, BFPConfig)
         with used_if_rejected(self):
             check_stat_bits("QuantStat", stat_bits, config)
         self.config = config

@@ -15,7 +15,7 @@ from ..config import BFPConfig
 from ..formats import BFPFlags, fp32_group_layout
 from ..fp32.round import (MIN_NORM_WIDTH, count_leading_zeros, round_finish, round_plan_lz,
                           round_prepare, shift_left)
-from ..lib.mustuse import mark_used
+from ..lib.mustuse import check_config_type
 from ..registry import Block
 from .converter import bfp_stream_layout, layout_fields, width_shape
 from .pipeline import StallAll
@@ -65,9 +65,7 @@ class BFPToFP32(wiring.Component):
     latency = 4
 
     def __init__(self, *, config: BFPConfig):
-        if not isinstance(config, BFPConfig):
-            mark_used(self)
-            raise TypeError(f"BFPToFP32.config must be a BFPConfig, not {config!r}")
+        check_config_type(self, config, BFPConfig)
         self.config = config
         super().__init__({
             "i": In(stream.Signature(bfp_stream_layout(config))),

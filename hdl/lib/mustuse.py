@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-__all__ = ["mark_used", "used_if_rejected"]
+__all__ = ["mark_used", "used_if_rejected", "check_config_type"]
 
 
 def mark_used(elaboratable):
@@ -27,3 +27,13 @@ def used_if_rejected(elaboratable):
     except (TypeError, ValueError):
         mark_used(elaboratable)
         raise
+
+
+def check_config_type(elaboratable, config, cls, name: str = "config") -> None:
+    """A constructor's type check of its config: ``TypeError`` naming
+    ``<Component>.<name>`` unless ``config`` is a ``cls``; the refused component is marked used
+    first (:func:`mark_used`)."""
+    if not isinstance(config, cls):
+        mark_used(elaboratable)
+        raise TypeError(f"{type(elaboratable).__name__}.{name} must be a {cls.__name__}, "
+                        f"not {config!r}")

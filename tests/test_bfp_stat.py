@@ -235,8 +235,9 @@ def test_winning_and_renormalising_back_to_back():
 def test_load_while_streaming(seed):
     """``stat_load`` at random cycles while groups stream (random idle and backpressure),
     with random saved statistics: every cycle the statistic equals the model's, where a load
-    drops the group staged in its cycle and the groups delivered from that cycle on are added
-    to the loaded value (the core loads a layer's statistic as it issues a pass)."""
+    drops the groups still staged in its cycle (delivered in the ``stat_latency - 1`` cycles
+    before it) and the groups delivered from that cycle on are added to the loaded value (the
+    core loads a layer's statistic as it issues a pass)."""
     rng = np.random.default_rng(seed)
     prng = random.Random(seed)
     words = words_for(rng, TINY, 150, [2, 4, 6], [bfp.ROUND_NEAREST, bfp.ROUND_STOCHASTIC],
@@ -249,11 +250,13 @@ def test_load_while_streaming(seed):
     ipay, opay = dut.i.payload.as_value(), dut.o.payload.as_value()
     counts = {"loads": 0, "dropped": 0, "checked": 0}
 
+    lag = dut.stat_latency - 1           # a group delivered at edge t counts at edge t + lag
+
     async def tb(ctx):
         sent = got = 0
-        pending = None                   # output index delivered in the previous cycle
+        staged = []                      # [edge it counts at, output index, payload, dropped]
         for cycle in range(5_000):
-            if got == len(words) and pending is None:
+            if got == len(words) and not staged:
                 break
             v = sent < len(words) and prng.random() >= 0.2
             ctx.set(dut.i.valid, v)
@@ -269,20 +272,22 @@ def test_load_while_streaming(seed):
             ctx.set(dut.stat_load, load)
             _, _, i_ready, o_valid, o_ready, o_payload = await ctx.tick().sample(
                 dut.i.ready, dut.o.valid, dut.o.ready, opay)
-            if pending is not None:
+            if staged and staged[0][0] == cycle:
+                _, idx, payload, dropped = staged.pop(0)
                 before = model.state
-                assert model.accept(words[pending]) == int(pending_payload)
-                if load:                 # the staged group is dropped
+                assert model.accept(words[idx]) == int(payload)    # the LFSR's order
+                if dropped or load:      # a load while it was staged drops it
                     model.load(before)
                     counts["dropped"] += 1
             if load:
+                for entry in staged:
+                    entry[3] = True
                 model.load(ld)
                 counts["loads"] += 1
-            pending = None
             if v and i_ready:
                 sent += 1
             if o_valid and o_ready:
-                pending, pending_payload = got, o_payload
+                staged.append([cycle + lag, got, o_payload, False])
                 got += 1
             assert StatState.of(ctx.get(dut.stat)) == model.state, f"cycle {cycle}"
             counts["checked"] += 1

@@ -35,12 +35,13 @@ class QuantStat(wiring.Component):
     element's ``|H_j - 4 M_j|``, ``H_j`` the magnitude the group would have at ``m + 2`` with
     round-to-nearest-even, from the same pipeline (shared exponent, flags, alignment; the same
     result as a second converter fed the group at ``m + 2`` in lock step, which is what this
-    unit used to be). Each group delivered on ``o`` gives, one cycle later (stage
-    register), ``D = sum |H_j - 4 M_j| << (mm - m - 2)`` and ``N = sum M_j << (mm - m)`` in
-    units of ``2**(E - mm + 1)``; the next cycle adds them into the accumulator (the smaller
+    unit used to be). Each group delivered on ``o`` gives, one cycle later, the sums
+    ``sum |H_j - 4 M_j|`` and ``sum M_j`` (sum registers), the cycle after that
+    ``D = sum |H_j - 4 M_j| << (mm - m - 2)`` and ``N = sum M_j << (mm - m)`` in units of
+    ``2**(E - mm + 1)`` (stage registers); the next cycle adds them into the accumulator (the smaller
     exponent's side truncated to the larger, renormalised by one bit when a sum overflows).
     Groups at ``m = max_mantissa`` and groups with ``N = 0`` add nothing. ``stat_load`` sets the
-    accumulator to ``stat_in`` at the next edge (all zeros: a clear) and drops the staged group:
+    accumulator to ``stat_in`` at the next edge (all zeros: a clear) and drops both staged groups:
     groups delivered from the load cycle on are added to the loaded value, earlier ones are not.
     (The training core loads a layer's saved statistic when it issues a pass and saves the
     result when the pass completes.) Reset clears it.
@@ -60,7 +61,7 @@ class QuantStat(wiring.Component):
     latency : int
         The converter's latency (``o`` as for :class:`BFPConverter`).
     stat_latency : int
-        Cycles from a group's delivery on ``o`` to its effect on ``stat`` (2).
+        Cycles from a group's delivery on ``o`` to its effect on ``stat`` (3).
 
     Members
     -------
@@ -72,7 +73,7 @@ class QuantStat(wiring.Component):
         The accumulator.
     """
 
-    stat_latency = 2
+    stat_latency = 3
 
     def __init__(self, *, config: BFPConfig, stat_bits: int = STAT_BITS, rotate: bool = False):
         check_config_type(self, config, BFPConfig)
@@ -120,13 +121,28 @@ class QuantStat(wiring.Component):
         short = Signal(range(mm + 1), name="width_short")    # mm - m
         m.d.comb += short.eq(mm - width)
 
+        # two stages: the sums (``sum_*``), then the shift by mm - m (``stage_*``), so the
+        # sum of G magnitudes and the shift are not one path. A load drops the group in the
+        # first stage (it was delivered before the load cycle).
+        load = self.stat_load
+        p_valid = Signal(name="sum_valid")
+        p_exp = Signal(signed(cfg.exp_bits), name="sum_exp")
+        p_d = Signal.like(d_grp, name="sum_d")
+        p_n = Signal.like(n_grp, name="sum_n")
+        p_short = Signal.like(short, name="sum_short")
+        # N != 0 as any magnitude bit set (the same test, not through the sum)
+        nonzero = Cat(*[out.group.elems[j].mag for j in range(G)]).any()
+        take = (lo.o.valid & self.o.ready & (width != mm) & nonzero)
+        m.d.sync += [p_valid.eq(take), p_exp.eq(out.group.exp), p_d.eq(d_grp), p_n.eq(n_grp),
+                     p_short.eq(short)]
         s_valid = Signal(name="stage_valid")
         s_exp = Signal(signed(cfg.exp_bits), name="stage_exp")
         s_d = Signal(B, name="stage_d")
         s_n = Signal(B, name="stage_n")
-        take = (lo.o.valid & self.o.ready & (width != mm) & (n_grp != 0))
-        m.d.sync += [s_valid.eq(take), s_exp.eq(out.group.exp),
-                     s_d.eq((d_grp << short) >> 2), s_n.eq(n_grp << short)]
+        s_take = Signal(name="stage_take")          # stage_valid of the next cycle
+        m.d.comb += s_take.eq(p_valid & ~load)
+        m.d.sync += [s_valid.eq(s_take), s_exp.eq(p_exp),
+                     s_d.eq((p_d << p_short) >> 2), s_n.eq(p_n << p_short)]
 
         # ---- accumulator -------------------------------------------------------------------------
         # The accumulator is held *before* its renormalisation: ``acc_*_raw`` is the last sum
@@ -150,7 +166,6 @@ class QuantStat(wiring.Component):
         # 2**(B - 1) (``check_stat_bits``: B > mm + bit_length(G)) and so is the other
         # side, shifted at least once, or zero.
         st = self.stat
-        load = self.stat_load
         e_bits = cfg.exp_bits + 1
         raw_num = Signal(B + 1, name="acc_num_raw")
         raw_den = Signal(B + 1, name="acc_den_raw")
@@ -195,7 +210,7 @@ class QuantStat(wiring.Component):
             return (dn < 0, dp == 1, dp[:u_bits], dp[u_bits:] == 0, dn[:u_bits],
                     dn[u_bits:] == 0)
 
-        g_exp = out.group.exp                                       # s_exp of the next cycle
+        g_exp = p_exp                                               # s_exp of the next cycle
         cands = {"load": compare(g_exp, self.stat_in.exp, "load"),
                  "hold": compare(g_exp, raw_exp, "hold"),
                  "hold1": compare(g_exp, raw_exp_up, "hold1"),
@@ -261,7 +276,7 @@ class QuantStat(wiring.Component):
         s_num = Signal(B + 1, name="acc_num_sum")       # stat_in on a load
         s_den = Signal(B + 1, name="acc_den_sum")
         m.d.comb += [s_num.eq(a_num + g_num), s_den.eq(a_den + g_den)]
-        m.d.sync += [d_pos.eq(pos_next), d_one.eq(one_next), grp_pos.eq(take & pos_next)]
+        m.d.sync += [d_pos.eq(pos_next), d_one.eq(one_next), grp_pos.eq(s_take & pos_next)]
         with m.If(load | s_valid):
             # (a loaded stat_in has B bits: ovf = 0)
             m.d.sync += [raw_num.eq(s_num), raw_den.eq(s_den), ovf.eq(s_num[B] | s_den[B])]

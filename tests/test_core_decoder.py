@@ -178,11 +178,12 @@ def check_collective_words(words, cfg, ranks):
     assert want <= seen, seen
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 4])
-def test_decoder_allreduce_matches_isa(ranks):
+@pytest.mark.parametrize("ranks,stages", [(1, 0), (2, 0), (4, 0), (2, 2), (4, 2)])
+def test_decoder_allreduce_matches_isa(ranks, stages):
     """ALLREDUCE: every status of check_allreduce (ERR_OPCODE on a core without the engine),
-    the range (both ports of its banks) and the bank mask, against the ISA's Python check."""
-    cfg = dataclasses.replace(CFG, ranks=ranks)
+    the range (both ports of its banks) and the bank mask, against the ISA's Python check;
+    without and with the decoder's register stages."""
+    cfg = dataclasses.replace(CFG, ranks=ranks, decode_stages=stages)
     rng = random.Random(ranks)
     check_collective_words([random_allreduce(rng, cfg) for _ in range(400)], cfg, ranks)
 
@@ -205,12 +206,13 @@ def random_topk_allreduce(rng: random.Random, cfg: CoreConfig) -> int:
                   poison=rng.randrange(2))
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 4])
-def test_decoder_topk_allreduce_matches_isa(ranks):
+@pytest.mark.parametrize("ranks,stages", [(1, 0), (2, 0), (4, 0), (2, 2), (4, 2)])
+def test_decoder_topk_allreduce_matches_isa(ranks, stages):
     """Top-k ALLREDUCE: its three ranges (gradient, residual, buffer: each both ports of its
     banks), ERR_FIELD for a residual or buffer before the gradient, ERR_SHAPE for a short
-    buffer or a hull past the engine, ERR_BANK for ranges sharing a bank, against the ISA."""
-    cfg = dataclasses.replace(CFG, ranks=ranks, bank_depth=2048)
+    buffer or a hull past the engine, ERR_BANK for ranges sharing a bank, against the ISA;
+    without and with the decoder's register stages (the hull and message checks span both)."""
+    cfg = dataclasses.replace(CFG, ranks=ranks, bank_depth=2048, decode_stages=stages)
     rng = random.Random(20 + ranks)
     words = [random_topk_allreduce(rng, cfg) for _ in range(400)]
     check_collective_words(words, cfg, ranks)
@@ -231,13 +233,14 @@ def random_sendrecv(rng: random.Random, cfg: CoreConfig) -> int:
                   sdir=int(rng.random() < 0.2), rdir=int(rng.random() < 0.2))
 
 
-@pytest.mark.parametrize("ranks,reverse", [(1, False), (2, False), (3, True)])
-def test_decoder_sendrecv_matches_isa(ranks, reverse):
+@pytest.mark.parametrize("ranks,reverse,stages", [(1, False, 0), (2, False, 0), (3, True, 0),
+                                                  (2, False, 2), (3, True, 2)])
+def test_decoder_sendrecv_matches_isa(ranks, reverse, stages):
     """SENDRECV: every status (ERR_OPCODE without the engine; ERR_FIELD, ERR_SHAPE, ERR_ADDR
     for overlapping or out-of-range ranges, ERR_FIELD for a direction bit without reverse
     links), its two ranges (read-only, write-only; an empty one absent) and the bank mask,
-    against the ISA's Python check."""
-    cfg = dataclasses.replace(CFG, ranks=ranks, reverse_links=reverse)
+    against the ISA's Python check; without and with the decoder's register stages."""
+    cfg = dataclasses.replace(CFG, ranks=ranks, reverse_links=reverse, decode_stages=stages)
     rng = random.Random(10 + ranks)
     check_collective_words([random_sendrecv(rng, cfg) for _ in range(500)], cfg, ranks)
 

@@ -7,7 +7,7 @@ instruction word (tests compare them on random and hand-made words).
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -366,24 +366,14 @@ class Decoder(wiring.Component):
                     m.d.comb += words.eq(ar.lines * S)
                     bad_timeout = (ar.timeout == 0) | (ar.timeout >= (1 << coll.timeout_bits))
                     with m.If(ar.comp == 2):
-                        # top-k (hdl.core.isa.check_allreduce): seg and width unchecked
+                        # top-k (hdl.core.isa.check_allreduce): seg and width unchecked; the
+                        # span and message-size checks are `deep_shape` below
                         if coll.topk is None:
                             m.d.comb += bad_field.eq(1)
                         else:
-                            tk_m = message_words(m, words, coll.topk, name="ar_tk_m")
-                            hull = Signal(WIDE, name="ar_tk_hull")
-                            ends = [Signal(WIDE, name=f"ar_tk_end{i}") for i in range(3)]
-                            m.d.comb += [ends[0].eq(ar.a + ar.lines), ends[1].eq(ar.b + ar.lines),
-                                         ends[2].eq(ar.g + ar.glines)]
-                            hi01 = Mux(ends[1] > ends[0], ends[1], ends[0])
-                            m.d.comb += hull.eq(Mux(ends[2] > hi01, ends[2], hi01))
-                            gwords = Signal(16 + lg + 1, name="ar_tk_gwords")
-                            m.d.comb += gwords.eq(ar.glines * S)
                             m.d.comb += [
                                 bad_field.eq(bad_timeout | (ar.b < ar.a) | (ar.g < ar.a)),
-                                bad_shape.eq((ar.lines == 0)
-                                             | (((hull - ar.a) << lg) > coll.depth)
-                                             | (gwords < coll.ranks * tk_m)),
+                                bad_shape.eq(ar.lines == 0),
                             ]
                     with m.Else():
                         m.d.comb += [
@@ -393,31 +383,63 @@ class Decoder(wiring.Component):
                             bad_shape.eq((ar.lines == 0) | (ar.seg == 0)
                                          | (words > coll.depth)),
                         ]
-                with m.Case(Op.SENDRECV):    # hdl.core.isa.check_sendrecv
-                    a_end = Signal(WIDE, name="sr_a_end")
-                    b_end = Signal(WIDE, name="sr_b_end")
-                    lo = Signal(WIDE, name="sr_lo")
-                    hi = Signal(WIDE, name="sr_hi")
-                    m.d.comb += [a_end.eq(sr.a + sr.lines), b_end.eq(sr.b + sr.rlines)]
-                    with m.If(sr.lines == 0):
-                        m.d.comb += [lo.eq(sr.b), hi.eq(b_end)]
-                    with m.Elif(sr.rlines == 0):
-                        m.d.comb += [lo.eq(sr.a), hi.eq(a_end)]
-                    with m.Else():
-                        m.d.comb += [lo.eq(Mux(sr.a < sr.b, sr.a, sr.b)),
-                                     hi.eq(Mux(a_end > b_end, a_end, b_end))]
+                with m.Case(Op.SENDRECV):    # hdl.core.isa.check_sendrecv (span: deep_shape)
                     m.d.comb += [
                         bad_field.eq((sr.timeout == 0)
                                      | (sr.timeout >= (1 << coll.timeout_bits))
                                      | ((sr.sdir | sr.rdir) & (0 if coll.reverse else 1))),
-                        bad_shape.eq(((sr.lines == 0) & (sr.rlines == 0))
-                                     | (((hi - lo) << lg) > coll.depth)),
+                        bad_shape.eq((sr.lines == 0) & (sr.rlines == 0)),
                     ]
 
+        # The collective ops' deep shape checks (a hull of three ranges, the top-k message's
+        # size; two ranges' hull for a SENDRECV): their sums, hulls and spans in stage 0,
+        # registered, and only the compares against the memory's depth and the message size
+        # in stage 1, beside the range checks. (In one stage they were the ring core's slowest
+        # routed path: the held instruction through the hull into `s0_bad_shape`.)
+        deep_shape = Const(0, 1)
+        if coll is not None:
+            tk_kind = Const(0, 1)
+            if coll.topk is not None:
+                ar_words = Signal(16 + lg + 1, name="ar_tk_words")
+                m.d.comb += ar_words.eq(ar.lines * S)
+                tk_m = message_words(m, ar_words, coll.topk, name="ar_tk_m")
+                ends = [Signal(WIDE, name=f"ar_tk_end{i}") for i in range(3)]
+                m.d.comb += [ends[0].eq(ar.a + ar.lines), ends[1].eq(ar.b + ar.lines),
+                             ends[2].eq(ar.g + ar.glines)]
+                hi01 = Mux(ends[1] > ends[0], ends[1], ends[0])
+                hull_span = Signal(WIDE, name="ar_tk_span")       # hull - a
+                m.d.comb += hull_span.eq(Mux(ends[2] > hi01, ends[2], hi01) - ar.a)
+                gwords = Signal(16 + lg + 1, name="ar_tk_gwords")
+                m.d.comb += gwords.eq(ar.glines * S)
+                tk_kind = stage((op == Op.ALLREDUCE) & (ar.comp == 2), 0, "ar_topk")
+                hull_span = stage(hull_span, 0, "ar_tk_span")
+                gwords = stage(gwords, 0, "ar_tk_gwords")
+                tk_m = stage(tk_m, 0, "ar_tk_m")
+                tk_bad = ((hull_span << lg) > coll.depth) | (gwords < coll.ranks * tk_m)
+            else:
+                tk_bad = Const(0, 1)
+            a_end = Signal(WIDE, name="sr_a_end")
+            b_end = Signal(WIDE, name="sr_b_end")
+            lo = Signal(WIDE, name="sr_lo")
+            hi = Signal(WIDE, name="sr_hi")
+            m.d.comb += [a_end.eq(sr.a + sr.lines), b_end.eq(sr.b + sr.rlines)]
+            with m.If(sr.lines == 0):
+                m.d.comb += [lo.eq(sr.b), hi.eq(b_end)]
+            with m.Elif(sr.rlines == 0):
+                m.d.comb += [lo.eq(sr.a), hi.eq(a_end)]
+            with m.Else():
+                m.d.comb += [lo.eq(Mux(sr.a < sr.b, sr.a, sr.b)),
+                             hi.eq(Mux(a_end > b_end, a_end, b_end))]
+            sr_span = Signal(WIDE, name="sr_span")
+            m.d.comb += sr_span.eq(hi - lo)
+            sr_kind = stage(op == Op.SENDRECV, 0, "sr_kind")
+            sr_span = stage(sr_span, 0, "sr_span")
+            deep_shape = Mux(tk_kind, tk_bad, sr_kind & ((sr_span << lg) > coll.depth))
+
         # the field and shape checks (stage 0), registered twice to meet the range checks
-        known, bad_field, bad_shape = (stage(stage(v, 0, n), 1, n) for v, n in
-                                       ((known, "known_op"), (bad_field, "bad_field"),
-                                        (bad_shape, "bad_shape")))
+        known, bad_field = (stage(stage(v, 0, n), 1, n) for v, n in
+                            ((known, "known_op"), (bad_field, "bad_field")))
+        bad_shape = stage(stage(bad_shape, 0, "bad_shape") | deep_shape, 1, "bad_shape")
         with m.If(~known):
             m.d.comb += self.status.eq(Status.ERR_OPCODE)
         with m.Elif(bad_field):

@@ -298,7 +298,8 @@ class Decoder(wiring.Component):
 
         # ---- bank conflicts and overlaps (stage 2) ---------------------------------------------
         span_nz = stage(span_nz0, 1, "span_nonzero")
-        sendrecv = stage(stage(op == Op.SENDRECV, 0, "sendrecv"), 1, "sendrecv")
+        sendrecv0 = stage(op == Op.SENDRECV, 0, "sendrecv")     # also the deep shape check's
+        sendrecv = stage(sendrecv0, 1, "sendrecv")
 
         # two ranges that both read (or both write) may not share a bank
         bank_conflict = []
@@ -334,6 +335,9 @@ class Decoder(wiring.Component):
                                    if o not in Op.COLLECTIVE or coll is not None]).any())
         bad_field = Signal(name="bad_field")
         bad_shape = Signal(name="bad_shape")
+        if coll is not None:
+            words = Signal(16 + lg + 1, name="ar_words")        # an ALLREDUCE's words
+            m.d.comb += words.eq(ar.lines * S)
         with m.Switch(op):
             with m.Case(Op.MATMUL):
                 m.d.comb += [
@@ -362,8 +366,6 @@ class Decoder(wiring.Component):
                 with m.Case(Op.ALLREDUCE):
                     bfp = ar.comp == 1
                     width_ok = Cat(*[ar.width == w for w in coll.bfp.widths]).any()
-                    words = Signal(16 + lg + 1, name="ar_words")
-                    m.d.comb += words.eq(ar.lines * S)
                     bad_timeout = (ar.timeout == 0) | (ar.timeout >= (1 << coll.timeout_bits))
                     with m.If(ar.comp == 2):
                         # top-k (hdl.core.isa.check_allreduce): seg and width unchecked; the
@@ -400,9 +402,7 @@ class Decoder(wiring.Component):
         if coll is not None:
             tk_kind = Const(0, 1)
             if coll.topk is not None:
-                ar_words = Signal(16 + lg + 1, name="ar_tk_words")
-                m.d.comb += ar_words.eq(ar.lines * S)
-                tk_m = message_words(m, ar_words, coll.topk, name="ar_tk_m")
+                tk_m = message_words(m, words, coll.topk, name="ar_tk_m")
                 ends = [Signal(WIDE, name=f"ar_tk_end{i}") for i in range(3)]
                 m.d.comb += [ends[0].eq(ar.a + ar.lines), ends[1].eq(ar.b + ar.lines),
                              ends[2].eq(ar.g + ar.glines)]
@@ -432,9 +432,8 @@ class Decoder(wiring.Component):
                              hi.eq(Mux(a_end > b_end, a_end, b_end))]
             sr_span = Signal(WIDE, name="sr_span")
             m.d.comb += sr_span.eq(hi - lo)
-            sr_kind = stage(op == Op.SENDRECV, 0, "sr_kind")
             sr_span = stage(sr_span, 0, "sr_span")
-            deep_shape = Mux(tk_kind, tk_bad, sr_kind & ((sr_span << lg) > coll.depth))
+            deep_shape = Mux(tk_kind, tk_bad, sendrecv0 & ((sr_span << lg) > coll.depth))
 
         # the field and shape checks (stage 0), registered twice to meet the range checks
         known, bad_field = (stage(stage(v, 0, n), 1, n) for v, n in

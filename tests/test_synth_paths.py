@@ -1,7 +1,7 @@
 """boards/paths.py: the path estimate on hand-built netlists (no yosys needed)."""
 import pytest
 
-from boards.paths import CELL_DELAY_NS, NET_NS, longest_paths
+from boards.paths import CELL_DELAY_NS, NET_NS, longest_paths, over_budget
 
 FF, LUT, CCU = CELL_DELAY_NS["TRELLIS_FF"], CELL_DELAY_NS["LUT4"], CELL_DELAY_NS["CCU2C"]
 
@@ -74,3 +74,25 @@ def test_bad_arguments_are_named():
         longest_paths(_netlist({}), count=0)
     with pytest.raises(ValueError, match="top module 'nope'"):
         longest_paths(_netlist({}), top="nope")
+
+
+def test_over_budget_counts_late_end_points_and_their_slack():
+    """Two end points: r1 three LUTs after r0 (4 nets), r2 one LUT after it (2 nets). With the
+    period between their arrivals only r1 is late, by its arrival minus the period; with a
+    period under both, both are; the count is by top-level instance."""
+    cells = {"r0": _ff(d=2, q=10), "a_LUT4_Z": _lut(10, 11), "b_LUT4_Z": _lut(11, 12),
+             "c_LUT4_Z": _lut(12, 13), "blk.r1": _ff(d=13, q=14), "r2": _ff(d=11, q=15)}
+    long_ = FF["clk"] + 4 * NET_NS + 3 * LUT["comb"] + FF["setup"]
+    short = FF["clk"] + 2 * NET_NS + LUT["comb"] + FF["setup"]
+    mid = (long_ + short) / 2
+    r = over_budget(_netlist(cells), period_ns=mid)
+    assert r["failing"] == 1 and r["tns_ns"] == pytest.approx(long_ - mid, abs=0.1)
+    assert r["by_block"] == {"blk": 1}
+    # r0 and r2 are end points too; r0's D is an undriven constant, so not counted
+    assert r["endpoints"] == 2
+    r = over_budget(_netlist(cells), period_ns=short - 0.5)
+    assert r["failing"] == 2 and r["by_block"] == {"blk": 1, "top": 1}
+    assert over_budget(_netlist(cells), period_ns=long_ + 0.1)["failing"] == 0
+    for bad in (0, -1.0, True, "10"):
+        with pytest.raises(ValueError, match="period_ns"):
+            over_budget(_netlist(cells), period_ns=bad)

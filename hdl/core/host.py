@@ -154,19 +154,24 @@ class HostPort(wiring.Component):
 
         op = c.op
         is_setreg = op == HostOp.SETREG
+        # `go`: a command is taken unless it is a SETREG the optimizer is not ready for. Every
+        # effect of a command other than SETREG hangs on `go`, not on `take`: the optimizer's
+        # state (its command ready) stays off the paths into the scratchpad's ports, the program,
+        # precision and threshold writes, and START into the sequencer (its counters' clears
+        # and its state: the S = 8 FPGA build's largest group of end points over 10 ns)
+        go_terms = Signal(name="can_accept_but_setreg")
+        m.d.comb += go_terms.eq(~waiting & ~read_wait & ~self.running
+                                & (~rsp_valid | self.rsp.ready))
+        go = Signal(name="go")
+        m.d.comb += go.eq(self.cmd.valid & go_terms)
         can = Signal(name="can_accept")
-        m.d.comb += can.eq(~waiting & ~read_wait & ~self.running
-                           & (~rsp_valid | self.rsp.ready) & (~is_setreg | self.opt_cmd.ready))
+        m.d.comb += can.eq(go_terms & (~is_setreg | self.opt_cmd.ready))
         m.d.comb += self.cmd.ready.eq(can)
         take = Signal(name="take")
         m.d.comb += take.eq(self.cmd.valid & can)
 
         line_ok = c.addr < cfg.lines
-        # the read enable is take & READ & line_ok without the terms that cannot matter for a
-        # READ (the optimizer's ready for SETREG): the optimizer's state stays off the path
-        # into the scratchpad crossbar and a bank's address
-        can_read = ~waiting & ~read_wait & ~self.running & (~rsp_valid | self.rsp.ready)
-        m.d.comb += self.mem.r_en.eq(self.cmd.valid & (op == HostOp.READ) & line_ok & can_read)
+        m.d.comb += self.mem.r_en.eq(go & (op == HostOp.READ) & line_ok)
         m.d.comb += [
             self.mem.r_addr.eq(c.addr), self.mem.w_addr.eq(c.addr),
             self.mem.w_data.eq(c.data[:32 * S]),
@@ -185,7 +190,12 @@ class HostPort(wiring.Component):
         reg_ok = Signal(name="reg_ok")
         m.d.comb += reg_ok.eq((c.addr < self.reg_count) | is_stat)
         with m.If(take):
-            m.d.sync += [rsp_valid.eq(1), r.op.eq(op), rsp_read.eq(0), rsp_stat.eq(0),
+            m.d.sync += rsp_valid.eq(1)
+        with m.If(go):
+            # the response's payload registers: written on `go` (also for a SETREG that waits):
+            # `go` holds only while the response register is empty or handing over, so no
+            # response that is offered changes
+            m.d.sync += [r.op.eq(op), rsp_read.eq(0), rsp_stat.eq(0),
                          rsp_data.eq(0), r.status.eq(HostStatus.OK)]
             with m.Switch(op):
                 with m.Case(HostOp.WRITE):
@@ -224,6 +234,8 @@ class HostPort(wiring.Component):
                     with m.Elif(bad_value):
                         m.d.sync += r.status.eq(HostStatus.BAD_VALUE)
                     with m.Else():
+                        # valid does not wait for ready (the stream rule); the command is taken
+                        # (`take`) in the cycle the optimizer is ready
                         m.d.comb += self.opt_cmd.valid.eq(1)
                 with m.Case(HostOp.START):
                     m.d.comb += self.start.eq(1)

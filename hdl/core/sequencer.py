@@ -26,7 +26,7 @@ __all__ = ["Sequencer", "COUNTERS", "counters_layout_core", "UNITS", "ADAPT_STEP
 
 #: Register steps of ADAPT's rule: a slot's width is decided this many cycles after the walk
 #: reads its statistic and threshold; ``ADAPT`` takes ``stat_slots + ADAPT_STEPS`` cycles.
-ADAPT_STEPS = 2
+ADAPT_STEPS = 3
 
 #: Units the scoreboard tracks (index = bit of ``unit_busy``).
 UNITS = ("matmul", "vector", "optim", "coll")
@@ -317,7 +317,10 @@ class Sequencer(wiring.Component):
         m.d.comb += a_stat.eq(Mux(adapt_k[0], st_seq[1], st_seq[0]))
         # the rule in ADAPT_STEPS register steps (from the memories' read data through the
         # product to the compare was one of the FPGA build's slowest paths): the slot's
-        # statistic and threshold, then the two sides of the compare, then the decision
+        # statistic and threshold, then the two sides of the compare, then the decision as a
+        # one-hot over the slots, then each precision entry's own raise (the compare, the slot
+        # decode and a 32-entry read-modify-write in one cycle were 13.5 ns by the estimate
+        # at S = 8, into all of the table's registers)
         a_walk = Signal(name="adapt_walk")           # ADAPT reads slot adapt_k this cycle
         p1_v, p2_v = Signal(name="adapt_p1_valid"), Signal(name="adapt_p2_valid")
         p1_k = Signal(range(n_slots), name="adapt_p1_slot")
@@ -332,14 +335,13 @@ class Sequencer(wiring.Component):
                      p2_v.eq(p1_v), p2_k.eq(p1_k), a_seen.eq(p1_stat.seen),
                      a_num.eq(p1_stat.num << THRESH_FRAC_BITS), a_rhs.eq(p1_thr * p1_stat.den)]
         m.d.comb += a_raise.eq(p2_v & a_seen & (a_num > a_rhs))
-        pidx = p2_k[1:]
-        with m.If(a_raise):          # raise the slot's width (by 2, up to max_mantissa)
-            with m.If(p2_k[0]):
-                with m.If(prec[pidx].width_b < cfg.max_mantissa):
-                    m.d.sync += prec[pidx].width_b.eq(prec[pidx].width_b + 2)
-            with m.Else():
-                with m.If(prec[pidx].width_a < cfg.max_mantissa):
-                    m.d.sync += prec[pidx].width_a.eq(prec[pidx].width_a + 2)
+        raise_oh = Signal(n_slots, name="adapt_raise_slots")    # step 3: one bit per slot
+        m.d.sync += raise_oh.eq(Mux(a_raise, Cat(*[p2_k == j for j in range(n_slots)]), 0))
+        for i in range(n_prec):      # raise the slot's width (by 2, up to max_mantissa)
+            for op, field in ((0, "width_a"), (1, "width_b")):   # slot 2 * i + op
+                w = prec[i][field]
+                with m.If(raise_oh[2 * i + op] & (w < cfg.max_mantissa)):
+                    m.d.sync += w.eq(w + 2)
 
         # ---- decoder ----------------------------------------------------------------------------
         dec = m.submodules.decoder = Decoder(config=cfg)

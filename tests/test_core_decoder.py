@@ -49,6 +49,12 @@ def run_decoder(cases, cfg=CFG):
 
     async def tb(ctx):
         for word, offset, span, iter0 in cases:
+            if dut.latency:             # loaded as the sequencer loads it, then held
+                ctx.set(dut.instr_next.as_value(), word)
+                ctx.set(dut.load, 1)
+                await ctx.tick()
+                ctx.set(dut.load, 0)
+                ctx.set(dut.instr_next.as_value(), 0)
             ctx.set(dut.instr.as_value(), word)
             ctx.set(dut.offset, offset)
             ctx.set(dut.span, span)

@@ -49,8 +49,9 @@ class ArrayConfig(PresetMixin):
         Every command waits one cycle in the pending register and is validated on its way in
         (the FPGA build): the checks (line-count multiplies, range compares) end at registers
         instead of driving the pass start and everything it loads in the same cycle. Results
-        and pass ``cycles`` are the same; each command is answered one cycle later
-        (docs/array.md, *Host protocol*).
+        and pass ``cycles`` are the same; each command is answered one cycle later, and a
+        ``START`` starts (or is rejected) one cycle later again, after its checks' status and
+        its pass's counts are registered (docs/array.md, *Host protocol*).
     out_skid : bool
         A skid buffer (:class:`hdl.lib.streamreg.StreamSkid`) on each quantizer's output (the
         FPGA build): the beat assembler's ``ready`` (the array's, the tile's, the descriptor

@@ -85,7 +85,8 @@ class PassControl(wiring.Component):
     that many result lines have retired) and answers a ``START`` with its flags and counters.
     With ``config.cmd_reg`` every command is first taken into the pending register (the
     products its checks and counts need registered on the way in, the checks finished from
-    there) and executed from there one cycle later.
+    there) and executed from there one cycle later; a ``START`` one cycle later again, after
+    its checks' status and its pass's counts are registered.
 
     Parameters
     ----------
@@ -242,7 +243,15 @@ class PassControl(wiring.Component):
             held = [Signal.like(x, name=x.name + "_reg") for x in products]
             with m.If(self.cmd.valid & self.cmd.ready):
                 m.d.sync += [r.eq(x) for r, x in zip(held, products)]
-            status, cmd_total, cmd_macs = validate_rest(c, *held)
+            # and a third step: the checks' status and the pass's counts registered from
+            # ``pend`` (``checked``, a cycle later) before a START is executed (the compares
+            # and the counts' multipliers were ahead of the pass start and everything it loads
+            # in one cycle: of the S = 8 FPGA build's slowest paths by the estimate)
+            checks = validate_rest(c, *held)
+            status, cmd_total, cmd_macs = (Signal.like(x, name=x.name + "_reg") for x in checks)
+            m.d.sync += [r.eq(x) for r, x in zip((status, cmd_total, cmd_macs), checks)]
+            checked = Signal(name="pend_checked")
+            m.d.sync += checked.eq(pend_valid)      # pend holds its command while it is valid
         else:
             status, cmd_total, cmd_macs = validate_rest(c, *validate_products(c))
 
@@ -279,7 +288,9 @@ class PassControl(wiring.Component):
         m.d.comb += [pend_go.eq(pend_valid & ~running & ~rsp_valid & ~read_wait),
                      take.eq(self.cmd.valid & self.cmd.ready)]
         if cfg.cmd_reg:
-            m.d.comb += [self.cmd.ready.eq(~pend_valid), host_go.eq(pend_go)]
+            # a START waits for its registered checks; WRITE, READ and STATUS do not need them
+            m.d.comb += [self.cmd.ready.eq(~pend_valid),
+                         host_go.eq(pend_go & (checked | (c.op != OP_START)))]
             with m.If(take):
                 m.d.sync += [pend.eq(self.cmd.payload), pend_valid.eq(1)]
         else:
@@ -412,6 +423,7 @@ class PassControl(wiring.Component):
             same.eq((c.mode == mode) & (c.width_a == wa) & (c.width_b == wbw)
                     & (c.rounding == rnd)),
             ov_pre.eq(pend_valid & running & (c.op == OP_START) & (status == STATUS_OK)
+                      & (checked if cfg.cmd_reg else 1)
                       & same & self.gen1_done & ~b_valid & ~g1_ahead),
             ov_start.eq(pend_valid & running & g1_ahead & self.gen0_done & ~b_valid & ~finish),
         ]

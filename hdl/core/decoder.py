@@ -36,9 +36,11 @@ class Decoder(wiring.Component):
 
     With ``config.decode_stages = 0`` the decoder is combinational. With 2 (the FPGA build),
     two register stages cut the check into three steps of about equal depth (the whole check
-    in one cycle was the slowest path of the FPGA build, docs/bench/paths.md): (0) the
-    line-count products (one multiplier per slot, operands picked by the opcode's low bits,
-    straight into registers), the starts with the loop offset, each range's end but the
+    in one cycle was the slowest path of the FPGA build, docs/bench/paths.md), after the
+    word's picks are registered as it is loaded (``load``: each slot's field, loop flag,
+    kind, line count but the product and the product's two factors): (0) the
+    line-count products (one multiplier per slot, from those registers straight into
+    registers), the starts with the loop offset, each range's end but the
     product, and the field and shape checks, (1) the ends (one adder), bank masks and the
     address check (compares on the scratchpad's address bits, with flags for a summand past
     it), (2) bank conflicts, overlaps and the status. The inputs must then be held for
@@ -49,6 +51,12 @@ class Decoder(wiring.Component):
     Members
     -------
     instr : In(INSTR)
+        The word to decode, held for :attr:`latency` cycles.
+    instr_next : In(INSTR), load : In(1)
+        With stages: ``load`` high in the cycle before ``instr`` takes the word on
+        ``instr_next`` (the sequencer's LOAD): the decoder registers the word's operand picks
+        then, so a word must be loaded this way before it is held on ``instr``. Unused
+        without stages.
     offset : In(ADDR_BITS + 16)
         Loop offset added to the fields flagged in ``loop`` (0 outside a loop).
     span : In(ADDR_BITS + 16)
@@ -77,6 +85,8 @@ class Decoder(wiring.Component):
         self.latency = config.decode_stages
         super().__init__({
             "instr": In(INSTR),
+            "instr_next": In(INSTR),
+            "load": In(1),
             "offset": In(ADDR_BITS + 16),
             "span": In(ADDR_BITS + 16),
             "iter0": In(1),
@@ -100,106 +110,131 @@ class Decoder(wiring.Component):
         def cdiv(x):
             return (x + (S - 1)) >> lg
 
-        # ---- per-slot field, base lines, kind, loop flag ------------------------------------
-        field = [Signal(ADDR_BITS, name=f"field{i}") for i in range(PORTS)]
-        rd = [Signal(name=f"rd{i}") for i in range(PORTS)]
-        wr = [Signal(name=f"wr{i}") for i in range(PORTS)]
-        flag = [Signal(name=f"flag{i}") for i in range(PORTS)]
-        # the slots' line counts that are not products (0 where a product is taken, below)
-        other = [Signal(WIDE, name=f"other_lines{i}") for i in range(PORTS)]
+        def word_picks(ins):
+            """What stage 0 needs of a word that depends on the word alone: each slot's
+            field, line count but the product, read / write / loop flags, and the two factors
+            of each line-count product (the first 0 for a slot that takes none)."""
+            op = ins.op
+            mm, vec, red, sx, opt, ar, sr = (ins.args.matmul, ins.args.vec, ins.args.reduce,
+                                             ins.args.softmax, ins.args.opt,
+                                             ins.args.allreduce, ins.args.sendrecv)
+            # ---- per-slot field, base lines, kind, loop flag ------------------------------------
+            field = [Signal(ADDR_BITS, name=f"field{i}") for i in range(PORTS)]
+            rd = [Signal(name=f"rd{i}") for i in range(PORTS)]
+            wr = [Signal(name=f"wr{i}") for i in range(PORTS)]
+            flag = [Signal(name=f"flag{i}") for i in range(PORTS)]
+            # the slots' line counts that are not products (0 where a product is taken, below)
+            other = [Signal(WIDE, name=f"other_lines{i}") for i in range(PORTS)]
 
-        def slot(i, f, lines, r, w, fl=0):
-            return [field[i].eq(f), other[i].eq(lines), rd[i].eq(r), wr[i].eq(w),
-                    flag[i].eq(fl)]
+            def slot(i, f, lines, r, w, fl=0):
+                return [field[i].eq(f), other[i].eq(lines), rd[i].eq(r), wr[i].eq(w),
+                        flag[i].eq(fl)]
 
-        # The line-count products, one multiplier per slot 0..2, their operands picked by the
-        # opcode's two low bits alone (MATMUL 1, VEC 2, REDUCE 3, SOFTMAX_XENT 4), the first
-        # one forced to 0 for a slot that takes no product: no select after the multipliers
-        # (their results go straight into stage-0 registers; stage 1 adds them).
-        assert {Op.SOFTMAX_XENT & 3, Op.MATMUL & 3, Op.VEC & 3, Op.REDUCE & 3} == {0, 1, 2, 3}
+            # The line-count products, one multiplier per slot 0..2, their operands picked by the
+            # opcode's two low bits alone (MATMUL 1, VEC 2, REDUCE 3, SOFTMAX_XENT 4), the first
+            # one forced to 0 for a slot that takes no product: no select after the multipliers
+            # (their results go straight into stage-0 registers; stage 1 adds them).
+            assert {Op.SOFTMAX_XENT & 3, Op.MATMUL & 3, Op.VEC & 3, Op.REDUCE & 3} == {0, 1, 2, 3}
 
-        def pick(by_op):
-            v = [None] * 4
-            for o, x in by_op.items():
-                v[o & 3] = x
-            v = [x if x is not None else by_op[Op.MATMUL] for x in v]
-            return Mux(op[1], Mux(op[0], v[3], v[2]), Mux(op[0], v[1], v[0]))
+            def pick(by_op):
+                v = [None] * 4
+                for o, x in by_op.items():
+                    v[o & 3] = x
+                v = [x if x is not None else by_op[Op.MATMUL] for x in v]
+                return Mux(op[1], Mux(op[0], v[3], v[2]), Mux(op[0], v[1], v[0]))
 
-        is_mm, is_vec, is_red, is_sx = (op == o for o in (Op.MATMUL, Op.VEC, Op.REDUCE,
-                                                          Op.SOFTMAX_XENT))
-        take = [Signal(name=f"take_prod{i}") for i in range(3)]
-        m.d.comb += [take[0].eq(is_mm | is_vec | is_red | is_sx),
-                     take[1].eq(is_mm | (is_vec & ~vec.bcast)),
-                     take[2].eq(is_mm | is_vec | is_sx)]
-        # a product not taken is 0 (its first factor is), and so is ``other`` of a slot that
-        # takes one: a slot's lines (before the loop span) are their sum
-        prod = [Signal(WIDE, name=f"prod_lines{i}") for i in range(3)]
-        m.d.comb += [
-            # slot 0: MATMUL a (M x K); VEC a, REDUCE a, SOFTMAX_XENT a (rows x cols)
-            prod[0].eq((pick({Op.MATMUL: mm.M, Op.VEC: vec.rows, Op.REDUCE: red.rows,
-                              Op.SOFTMAX_XENT: sx.rows}) & take[0].replicate(DIM_BITS))
-                       * cdiv(pick({Op.MATMUL: mm.K, Op.VEC: vec.cols, Op.REDUCE: red.cols,
+            is_mm, is_vec, is_red, is_sx = (op == o for o in (Op.MATMUL, Op.VEC, Op.REDUCE,
+                                                              Op.SOFTMAX_XENT))
+            take = [Signal(name=f"take_prod{i}") for i in range(3)]
+            m.d.comb += [take[0].eq(is_mm | is_vec | is_red | is_sx),
+                         take[1].eq(is_mm | (is_vec & ~vec.bcast)),
+                         take[2].eq(is_mm | is_vec | is_sx)]
+            # a product not taken is 0 (its first factor is), and so is ``other`` of a slot that
+            # takes one: a slot's lines (before the loop span) are their sum
+            pa = [Signal(DIM_BITS, name=f"prod_a{i}") for i in range(3)]
+            pb = [Signal(DIM_BITS + 1, name=f"prod_b{i}") for i in range(3)]
+            m.d.comb += [
+                # slot 0: MATMUL a (M x K); VEC a, REDUCE a, SOFTMAX_XENT a (rows x cols)
+                pa[0].eq(pick({Op.MATMUL: mm.M, Op.VEC: vec.rows, Op.REDUCE: red.rows,
+                               Op.SOFTMAX_XENT: sx.rows}) & take[0].replicate(DIM_BITS)),
+                pb[0].eq(cdiv(pick({Op.MATMUL: mm.K, Op.VEC: vec.cols, Op.REDUCE: red.cols,
                                     Op.SOFTMAX_XENT: sx.cols}))),
-            # slot 1: MATMUL b (K x N); VEC b without broadcast
-            prod[1].eq((Mux(op[0], mm.K, vec.rows) & take[1].replicate(DIM_BITS))
-                       * cdiv(Mux(op[0], mm.N, vec.cols))),
-            # slot 2: MATMUL c (M x N); VEC d, SOFTMAX_XENT d
-            prod[2].eq((pick({Op.MATMUL: mm.M, Op.VEC: vec.rows, Op.SOFTMAX_XENT: sx.rows})
-                        & take[2].replicate(DIM_BITS))
-                       * cdiv(pick({Op.MATMUL: mm.N, Op.VEC: vec.cols,
+                # slot 1: MATMUL b (K x N); VEC b without broadcast
+                pa[1].eq(Mux(op[0], mm.K, vec.rows) & take[1].replicate(DIM_BITS)),
+                pb[1].eq(cdiv(Mux(op[0], mm.N, vec.cols))),
+                # slot 2: MATMUL c (M x N); VEC d, SOFTMAX_XENT d
+                pa[2].eq(pick({Op.MATMUL: mm.M, Op.VEC: vec.rows, Op.SOFTMAX_XENT: sx.rows})
+                         & take[2].replicate(DIM_BITS)),
+                pb[2].eq(cdiv(pick({Op.MATMUL: mm.N, Op.VEC: vec.cols,
                                     Op.SOFTMAX_XENT: sx.cols}))),
-        ]
-        reads_a = Signal(name="vec_reads_a")
-        reads_b = Signal(name="vec_reads_b")
-        m.d.comb += [
-            reads_a.eq(Cat(*[vec.vop == v for v in Vop.READS_A]).any()),
-            reads_b.eq(Cat(*[vec.vop == v for v in Vop.READS_B]).any()),
-        ]
-        with m.Switch(op):
-            with m.Case(Op.MATMUL):
-                valid_mode = mm.mode <= 2
-                m.d.comb += [
-                    *slot(0, mm.a, 0, valid_mode, mm.mode == 1, mm.loop[0]),
-                    *slot(1, mm.b, 0, valid_mode, mm.mode == 2, mm.loop[1]),
-                    *slot(2, mm.c, 0, valid_mode, mm.mode == 0, mm.loop[2]),
-                ]
-            with m.Case(Op.VEC):
-                m.d.comb += [
-                    *slot(0, vec.a, 0, reads_a, 0, vec.loop[0]),
-                    *slot(1, vec.b, Mux(vec.bcast, cdiv(vec.cols), 0), reads_b, 0,
-                          vec.loop[1]),
-                    *slot(2, vec.d, 0, 0, 1, vec.loop[2]),
-                ]
-            with m.Case(Op.REDUCE):
-                sumsq = red.rop == Rop.SUMSQ
-                m.d.comb += [
-                    *slot(0, red.a, 0, 1, 0, red.loop[0]),
-                    *slot(2, red.d, Mux(sumsq, 1, cdiv(red.cols)), ~sumsq & (red.acc != Acc.OFF),
-                          1, red.loop[1]),
-                ]
-            with m.Case(Op.SOFTMAX_XENT):
-                m.d.comb += [
-                    *slot(0, sx.a, 0, 1, 0, sx.loop[0]),
-                    *slot(1, sx.b, cdiv(sx.rows), 1, 0, sx.loop[1]),
-                    *slot(2, sx.d, 0, 0, 1, sx.loop[2]),
-                    *slot(3, sx.e, cdiv(sx.rows), 0, 1, sx.loop[3]),
-                ]
-            with m.Case(Op.OPT):
-                n = cdiv(opt.count)
-                m.d.comb += [
-                    *slot(0, opt.w, n, 1, 1), *slot(1, opt.m, n, 1, 1),
-                    *slot(2, opt.v, n, 1, 1), *slot(3, opt.g, n, 1, 0),
-                ]
-            with m.Case(Op.ALLREDUCE):      # top-k (comp 2): also the residual and buffer
-                topk_ranges = ar.comp == 2
-                m.d.comb += [*slot(0, ar.a, ar.lines, 1, 1),
-                             *slot(1, ar.b, ar.lines, topk_ranges, topk_ranges),
-                             *slot(2, ar.g, ar.glines, topk_ranges, topk_ranges)]
-            with m.Case(Op.SENDRECV):       # an empty range is absent (hdl.core.isa)
-                m.d.comb += [*slot(0, sr.a, sr.lines, sr.lines != 0, 0),
-                             *slot(1, sr.b, sr.rlines, 0, sr.rlines != 0)]
+            ]
+            reads_a = Signal(name="vec_reads_a")
+            reads_b = Signal(name="vec_reads_b")
+            m.d.comb += [
+                reads_a.eq(Cat(*[vec.vop == v for v in Vop.READS_A]).any()),
+                reads_b.eq(Cat(*[vec.vop == v for v in Vop.READS_B]).any()),
+            ]
+            with m.Switch(op):
+                with m.Case(Op.MATMUL):
+                    valid_mode = mm.mode <= 2
+                    m.d.comb += [
+                        *slot(0, mm.a, 0, valid_mode, mm.mode == 1, mm.loop[0]),
+                        *slot(1, mm.b, 0, valid_mode, mm.mode == 2, mm.loop[1]),
+                        *slot(2, mm.c, 0, valid_mode, mm.mode == 0, mm.loop[2]),
+                    ]
+                with m.Case(Op.VEC):
+                    m.d.comb += [
+                        *slot(0, vec.a, 0, reads_a, 0, vec.loop[0]),
+                        *slot(1, vec.b, Mux(vec.bcast, cdiv(vec.cols), 0), reads_b, 0,
+                              vec.loop[1]),
+                        *slot(2, vec.d, 0, 0, 1, vec.loop[2]),
+                    ]
+                with m.Case(Op.REDUCE):
+                    sumsq = red.rop == Rop.SUMSQ
+                    m.d.comb += [
+                        *slot(0, red.a, 0, 1, 0, red.loop[0]),
+                        *slot(2, red.d, Mux(sumsq, 1, cdiv(red.cols)), ~sumsq & (red.acc != Acc.OFF),
+                              1, red.loop[1]),
+                    ]
+                with m.Case(Op.SOFTMAX_XENT):
+                    m.d.comb += [
+                        *slot(0, sx.a, 0, 1, 0, sx.loop[0]),
+                        *slot(1, sx.b, cdiv(sx.rows), 1, 0, sx.loop[1]),
+                        *slot(2, sx.d, 0, 0, 1, sx.loop[2]),
+                        *slot(3, sx.e, cdiv(sx.rows), 0, 1, sx.loop[3]),
+                    ]
+                with m.Case(Op.OPT):
+                    n = cdiv(opt.count)
+                    m.d.comb += [
+                        *slot(0, opt.w, n, 1, 1), *slot(1, opt.m, n, 1, 1),
+                        *slot(2, opt.v, n, 1, 1), *slot(3, opt.g, n, 1, 0),
+                    ]
+                with m.Case(Op.ALLREDUCE):      # top-k (comp 2): also the residual and buffer
+                    topk_ranges = ar.comp == 2
+                    m.d.comb += [*slot(0, ar.a, ar.lines, 1, 1),
+                                 *slot(1, ar.b, ar.lines, topk_ranges, topk_ranges),
+                                 *slot(2, ar.g, ar.glines, topk_ranges, topk_ranges)]
+                with m.Case(Op.SENDRECV):       # an empty range is absent (hdl.core.isa)
+                    m.d.comb += [*slot(0, sr.a, sr.lines, sr.lines != 0, 0),
+                                 *slot(1, sr.b, sr.rlines, 0, sr.rlines != 0)]
+            return field, other, rd, wr, flag, pa, pb
 
         piped = self.latency > 0
+        if piped:
+            # From the next word as the sequencer loads it (``load``, ``instr_next``) into
+            # registers that hold the word's picks while ``instr`` holds the word: stage 0
+            # then starts at registers (the opcode's selects and the divisions' adders were
+            # ahead of its multipliers and adders, the slowest paths from the sequencer's
+            # instruction register in the FPGA builds)
+            picked = word_picks(self.instr_next)
+            held = [[Signal.like(x, name=f"w_{x.name}") for x in group] for group in picked]
+            with m.If(self.load):
+                m.d.sync += [h.eq(x) for hg, g in zip(held, picked) for h, x in zip(hg, g)]
+            field, other, rd, wr, flag, pa, pb = held
+        else:
+            field, other, rd, wr, flag, pa, pb = word_picks(ins)
+        prod = [Signal(WIDE, name=f"prod_lines{i}") for i in range(3)]
+        m.d.comb += [prod[i].eq(pa[i] * pb[i]) for i in range(3)]
 
         def stage(sig, n, name):
             """``sig`` registered in stage ``n`` (0 or 1); itself without stages."""

@@ -368,6 +368,7 @@ class Sequencer(wiring.Component):
 
         m.d.comb += [
             dec.instr.eq(ir if piped else pr.data),
+            dec.instr_next.eq(pr.data),         # LOAD: the decoder's picks of the next word
             dec.offset.eq(Mux(checking, 0, loop_offset)),
             dec.span.eq(Mux(checking & in_loop, check_span, 0)),
             dec.iter0.eq(loop_iter == 0),
@@ -592,6 +593,7 @@ class Sequencer(wiring.Component):
             if piped:
                 with m.State("LOAD"):     # the word into ir, the decoder's held input
                     m.d.sync += [ir.eq(pr.data), dec_wait.eq(0)]
+                    m.d.comb += dec.load.eq(1)
                     m.next = "DECODE"
             with m.State("DECODE"):   # dec.latency cycles with its input held, then its outputs
                 if piped:

@@ -96,6 +96,8 @@ class Sequencer(wiring.Component):
     Members
     -------
     start : In(1)
+        A pulse starts the program one cycle later (the pulse is registered first); the
+        precision and threshold writes below also land a cycle after their strobe.
     running : Out(1)
     done : Out(1)
         One-cycle pulse at the end of a run (or a rejected program).
@@ -235,8 +237,22 @@ class Sequencer(wiring.Component):
         m.d.comb += self.prec_bad.eq(~width_ok(pwd.width_a) | ~width_ok(pwd.width_b)
                                      | (pwd.rounding > 2) | (self.prec_waddr[:2] > 2)
                                      | (self.prec_waddr >= n_prec))
-        with m.If(self.prec_we & ~self.prec_bad & ~self.running):
-            m.d.sync += prec[self.prec_waddr].eq(pwd)
+        # The host's writes (precision and threshold tables) and its START reach the tables
+        # and the sequencer's state through registers, a cycle after the command is taken:
+        # the host's command decode ends there instead of continuing into the table entries'
+        # enables, the counters' clears and the state (of the S = 8 FPGA build's end points
+        # over 10 ns by the estimate). No command can see the difference: the host takes one
+        # command per cycle, a table is read only by a running program and a START's
+        # response comes when the program stops.
+        prec_w = Signal(name="prec_write")
+        prec_wa = Signal.like(self.prec_waddr, name="prec_write_addr")
+        prec_wd = Signal(PREC_ENTRY, name="prec_write_data")
+        m.d.sync += [prec_w.eq(self.prec_we & ~self.prec_bad & ~self.running),
+                     prec_wa.eq(self.prec_waddr), prec_wd.eq(pwd)]
+        with m.If(prec_w):
+            for i in range(n_prec):           # one compare per entry, not an Array write
+                with m.If(prec_wa == i):
+                    m.d.sync += prec[i].eq(prec_wd)
 
         # ---- FAST: threshold table and statistics (docs/fast.md) --------------------------------
         # Memories plus a written bit per slot (reset and ADAPT clear only the bits). The
@@ -302,12 +318,15 @@ class Sequencer(wiring.Component):
         thr_wp = thr_mem.write_port()
         thr_rp = thr_mem.read_port()
         thr_we = Signal(name="thr_write")
-        m.d.comb += thr_we.eq(self.thr_we & ~self.running)
-        m.d.comb += [thr_wp.addr.eq(self.thr_waddr), thr_wp.data.eq(self.thr_wdata),
+        thr_wa = Signal.like(self.thr_waddr, name="thr_write_addr")
+        thr_wd = Signal.like(self.thr_wdata, name="thr_write_data")
+        m.d.sync += [thr_we.eq(self.thr_we & ~self.running), thr_wa.eq(self.thr_waddr),
+                     thr_wd.eq(self.thr_wdata)]          # registered, as the PREC write above
+        m.d.comb += [thr_wp.addr.eq(thr_wa), thr_wp.data.eq(thr_wd),
                      thr_wp.en.eq(thr_we), thr_rp.addr.eq(t_slot), thr_rp.en.eq(1)]
         thr_written = Signal(n_slots, name="thr_written")
         with m.If(thr_we):
-            m.d.sync += thr_written.bit_select(self.thr_waddr, 1).eq(1)
+            m.d.sync += thr_written.bit_select(thr_wa, 1).eq(1)
         thr_wq = Signal(name="thr_rd_written")
         m.d.sync += thr_wq.eq(thr_written.bit_select(t_slot, 1))
         a_thr = Signal(32, name="adapt_thr")
@@ -342,6 +361,9 @@ class Sequencer(wiring.Component):
                 w = prec[i][field]
                 with m.If(raise_oh[2 * i + op] & (w < cfg.max_mantissa)):
                     m.d.sync += w.eq(w + 2)
+
+        start_q = Signal(name="start_q")           # the host's START, registered (above)
+        m.d.sync += start_q.eq(self.start)
 
         # ---- decoder ----------------------------------------------------------------------------
         dec = m.submodules.decoder = Decoder(config=cfg)
@@ -579,7 +601,7 @@ class Sequencer(wiring.Component):
 
         with m.FSM(name="seq"):
             with m.State("IDLE"):
-                with m.If(self.start):
+                with m.If(start_q):
                     m.d.sync += [self.running.eq(1), checking.eq(1), pc.eq(0), in_loop.eq(0),
                                  check_span.eq(0), loop_offset.eq(0), loop_iter.eq(0),
                                  self.status.eq(Status.OK), self.err_pc.eq(0),

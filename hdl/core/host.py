@@ -13,7 +13,8 @@ PREC       precision entry ``addr = layer * 4 + mode`` :=       -
 SETREG     optimizer register ``addr`` := ``data[:32]`` (a      -
            value the optimizer refuses -- update rule 3 in
            ``MODE``, ``N`` outside 1..depth -- answers
-           ``BAD_VALUE``)
+           ``BAD_VALUE``); passed on from a register,
+           answered when the optimizer takes it
 START      check and run the program; answers when it stops     ``err_pc`` (status: the
                                                                 program's :class:`Status`)
 REG        -                                                    register ``addr`` (``REGS``, or
@@ -153,22 +154,25 @@ class HostPort(wiring.Component):
             m.d.sync += rsp_valid.eq(0)
 
         op = c.op
-        is_setreg = op == HostOp.SETREG
-        # `go`: a command is taken unless it is a SETREG the optimizer is not ready for. Every
-        # effect of a command other than SETREG hangs on `go`, not on `take`: the optimizer's
-        # state (its command ready) stays off the paths into the scratchpad's ports, the program,
-        # precision and threshold writes, and START into the sequencer (its counters' clears
-        # and its state: the S = 8 FPGA build's largest group of end points over 10 ns)
-        go_terms = Signal(name="can_accept_but_setreg")
-        m.d.comb += go_terms.eq(~waiting & ~read_wait & ~self.running
-                                & (~rsp_valid | self.rsp.ready))
-        go = Signal(name="go")
-        m.d.comb += go.eq(self.cmd.valid & go_terms)
+        # A SETREG the host accepts waits in a register for the optimizer (`opt_pend`, its
+        # response when the optimizer takes it): the optimizer's ready stays off the host's
+        # command handshake, and the command's decode off the optimizer's register enables
+        # (of the S = 8 FPGA build's end points over 10 ns by the estimate); no command is
+        # taken while one waits there
+        opt_pend = Signal(name="setreg_pending")
         can = Signal(name="can_accept")
-        m.d.comb += can.eq(go_terms & (~is_setreg | self.opt_cmd.ready))
+        m.d.comb += can.eq(~waiting & ~read_wait & ~self.running & ~opt_pend
+                           & (~rsp_valid | self.rsp.ready))
         m.d.comb += self.cmd.ready.eq(can)
         take = Signal(name="take")
         m.d.comb += take.eq(self.cmd.valid & can)
+        go = take
+        opt_a = Signal.like(self.opt_cmd.payload.addr, name="setreg_addr")
+        opt_d = Signal.like(self.opt_cmd.payload.data, name="setreg_data")
+        m.d.comb += [self.opt_cmd.valid.eq(opt_pend), self.opt_cmd.payload.op.eq(0),
+                     self.opt_cmd.payload.addr.eq(opt_a), self.opt_cmd.payload.data.eq(opt_d)]
+        with m.If(opt_pend & self.opt_cmd.ready):
+            m.d.sync += [opt_pend.eq(0), rsp_valid.eq(1)]
 
         line_ok = c.addr < cfg.lines
         m.d.comb += self.mem.r_en.eq(go & (op == HostOp.READ) & line_ok)
@@ -177,8 +181,6 @@ class HostPort(wiring.Component):
             self.mem.w_data.eq(c.data[:32 * S]),
             self.prog_waddr.eq(c.addr), self.prog_wdata.eq(c.data[:INSTR_BITS]),
             self.prec_waddr.eq(c.addr), self.prec_wdata.eq(c.data[:PREC_ENTRY.size]),
-            self.opt_cmd.payload.op.eq(0), self.opt_cmd.payload.addr.eq(c.addr),
-            self.opt_cmd.payload.data.eq(c.data[:32]),
             self.reg_index.eq(c.addr),
             self.thr_waddr.eq(c.addr), self.thr_wdata.eq(c.data[:32]),
         ]
@@ -190,12 +192,7 @@ class HostPort(wiring.Component):
         reg_ok = Signal(name="reg_ok")
         m.d.comb += reg_ok.eq((c.addr < self.reg_count) | is_stat)
         with m.If(take):
-            m.d.sync += rsp_valid.eq(1)
-        with m.If(go):
-            # the response's payload registers: written on `go` (also for a SETREG that waits):
-            # `go` holds only while the response register is empty or handing over, so no
-            # response that is offered changes
-            m.d.sync += [r.op.eq(op), rsp_read.eq(0), rsp_stat.eq(0),
+            m.d.sync += [rsp_valid.eq(1), r.op.eq(op), rsp_read.eq(0), rsp_stat.eq(0),
                          rsp_data.eq(0), r.status.eq(HostStatus.OK)]
             with m.Switch(op):
                 with m.Case(HostOp.WRITE):
@@ -233,10 +230,9 @@ class HostPort(wiring.Component):
                         m.d.sync += r.status.eq(HostStatus.BAD_ADDR)
                     with m.Elif(bad_value):
                         m.d.sync += r.status.eq(HostStatus.BAD_VALUE)
-                    with m.Else():
-                        # valid does not wait for ready (the stream rule); the command is taken
-                        # (`take`) in the cycle the optimizer is ready
-                        m.d.comb += self.opt_cmd.valid.eq(1)
+                    with m.Else():      # to the optimizer; answered when it takes it
+                        m.d.sync += [opt_pend.eq(1), rsp_valid.eq(0), opt_a.eq(c.addr),
+                                     opt_d.eq(c.data[:32])]
                 with m.Case(HostOp.START):
                     m.d.comb += self.start.eq(1)
                     m.d.sync += [rsp_valid.eq(0), waiting.eq(1)]

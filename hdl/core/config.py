@@ -94,7 +94,8 @@ class CoreConfig(PresetMixin):
         :attr:`hdl.array.config.ArrayConfig.req_reg` (a line address registered between the
         engine's line generators, a multiply, and the bank crossbar; every pass one cycle more)
         and :attr:`~hdl.array.config.ArrayConfig.cmd_reg` (a command validated into a register
-        before its pass starts; every ``MATMUL`` one cycle more).
+        before its pass starts, its checks' status and counts registered in a second step;
+        every ``MATMUL`` one cycle more, two on an idle engine).
     coll_regs : bool
         The collective engine's timing registers (the FPGA build; with ``ranks >= 2``):
         :attr:`hdl.multi.config.CollectiveConfig.cmd_reg` (its command through a register
@@ -181,7 +182,7 @@ class CoreConfig(PresetMixin):
     #: and its scratchpad clients registered requests (:attr:`spad_reg`; one more) and
     #: the banks registered read data (:attr:`spad_out_reg`; one more),
     #: the matmul engine its request and command registers (:attr:`matmul_regs`; two more
-    #: cycles per ``MATMUL``), the collective engine its command registers (:attr:`coll_regs`;
+    #: cycles per ``MATMUL``, three on an idle engine), the collective engine its command registers (:attr:`coll_regs`;
     #: three more cycles per collective), two accumulator lanes (:attr:`acc_lanes`), and the vector
     #: unit's lanes share the softmax's FP32 units (:attr:`vector_shared_units`), and the
     #: optimizer a multiplier, an adder and the divider with the vector unit

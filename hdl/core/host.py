@@ -166,7 +166,6 @@ class HostPort(wiring.Component):
         m.d.comb += self.cmd.ready.eq(can)
         take = Signal(name="take")
         m.d.comb += take.eq(self.cmd.valid & can)
-        go = take
         opt_a = Signal.like(self.opt_cmd.payload.addr, name="setreg_addr")
         opt_d = Signal.like(self.opt_cmd.payload.data, name="setreg_data")
         m.d.comb += [self.opt_cmd.valid.eq(opt_pend), self.opt_cmd.payload.op.eq(0),
@@ -175,7 +174,7 @@ class HostPort(wiring.Component):
             m.d.sync += [opt_pend.eq(0), rsp_valid.eq(1)]
 
         line_ok = c.addr < cfg.lines
-        m.d.comb += self.mem.r_en.eq(go & (op == HostOp.READ) & line_ok)
+        m.d.comb += self.mem.r_en.eq(take & (op == HostOp.READ) & line_ok)
         m.d.comb += [
             self.mem.r_addr.eq(c.addr), self.mem.w_addr.eq(c.addr),
             self.mem.w_data.eq(c.data[:32 * S]),

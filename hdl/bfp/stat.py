@@ -195,7 +195,10 @@ class QuantStat(wiring.Component):
             hi = Signal(hi_n, name=f"{tag}_hi")
             lo = Signal(rdx, name=f"{tag}_lo")
             m.d.comb += [
-                hi.eq(Cat(*[ok & (u >= rdx * h) & (u < rdx * h + rdx) for h in range(hi_n)])),
+                # (no ``u >= 0`` for h = 0: an unsigned compare that is always true, which
+                # Verilator's lint refuses)
+                hi.eq(Cat(*[ok & (u < rdx * h + rdx) & ((u >= rdx * h) if h else 1)
+                            for h in range(hi_n)])),
                 lo.eq(Cat(*[Cat(*[u == x for x in range(2 ** u_bits) if x % rdx == l]).any()
                             for l in range(rdx)])),
             ]

@@ -217,10 +217,8 @@ def over_budget(netlist: dict, top: str = "top", period_ns: float = BUDGET_NS, *
 
     Parameters
     ----------
-    netlist : dict
-        Yosys JSON (``write_json``) after ``synth_ecp5``.
-    top : str
-        Name of the top module in it.
+    netlist, top
+        As for :func:`longest_paths`.
     period_ns : float
         The clock period (default :data:`BUDGET_NS`).
 

@@ -182,8 +182,9 @@ class CoreConfig(PresetMixin):
     #: and its scratchpad clients registered requests (:attr:`spad_reg`; one more) and
     #: the banks registered read data (:attr:`spad_out_reg`; one more),
     #: the matmul engine its request and command registers (:attr:`matmul_regs`; two more
-    #: cycles per ``MATMUL``, three on an idle engine), the collective engine its command registers (:attr:`coll_regs`;
-    #: three more cycles per collective), two accumulator lanes (:attr:`acc_lanes`), and the vector
+    #: cycles per ``MATMUL``, three on an idle engine), the collective engine its command
+    #: registers (:attr:`coll_regs`; three more cycles per collective), two accumulator lanes
+    #: (:attr:`acc_lanes`), and the vector
     #: unit's lanes share the softmax's FP32 units (:attr:`vector_shared_units`), and the
     #: optimizer a multiplier, an adder and the divider with the vector unit
     #: (:attr:`optim_shared_units`: ``OPT`` and vector instructions take turns), and the

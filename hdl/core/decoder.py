@@ -118,7 +118,7 @@ class Decoder(wiring.Component):
             mm, vec, red, sx, opt, ar, sr = (ins.args.matmul, ins.args.vec, ins.args.reduce,
                                              ins.args.softmax, ins.args.opt,
                                              ins.args.allreduce, ins.args.sendrecv)
-            # ---- per-slot field, base lines, kind, loop flag ------------------------------------
+            # ---- per-slot field, base lines, kind, loop flag --------------------------------
             field = [Signal(ADDR_BITS, name=f"field{i}") for i in range(PORTS)]
             rd = [Signal(name=f"rd{i}") for i in range(PORTS)]
             wr = [Signal(name=f"wr{i}") for i in range(PORTS)]
@@ -193,8 +193,8 @@ class Decoder(wiring.Component):
                     sumsq = red.rop == Rop.SUMSQ
                     m.d.comb += [
                         *slot(0, red.a, 0, 1, 0, red.loop[0]),
-                        *slot(2, red.d, Mux(sumsq, 1, cdiv(red.cols)), ~sumsq & (red.acc != Acc.OFF),
-                              1, red.loop[1]),
+                        *slot(2, red.d, Mux(sumsq, 1, cdiv(red.cols)),
+                              ~sumsq & (red.acc != Acc.OFF), 1, red.loop[1]),
                     ]
                 with m.Case(Op.SOFTMAX_XENT):
                     m.d.comb += [

@@ -415,11 +415,12 @@ def _stat_dict(v):
     return {"num": int(v.num), "den": int(v.den), "exp": int(v.exp), "seen": int(v.seen)}
 
 
-def _stats_reference(seq, outs, thr, widths):
+def _stats_reference(seq, outs, thr, widths, capped=None):
     """What the sequencer must load into each MATMUL and hold at the end: ``seq`` is the run's
     ``(layer, mode)`` pairs and ``"ADAPT"``; pass ``n`` saves ``outs[n]``; ``ADAPT`` raises
-    the width of each slot whose ``num * 2**16 > threshold * den`` (unwritten: never) and
-    clears every statistic. Returns (loads, saved)."""
+    the width of each slot whose ``num * 2**16 > threshold * den`` (unwritten: never), up to
+    ``max_mantissa`` (a raise at it goes on ``capped``), and clears every statistic. Returns
+    (loads, saved)."""
     from hdl.core.isa import stat_slot
     saved, loads, n = {}, [], 0
     for item in seq:
@@ -428,6 +429,8 @@ def _stats_reference(seq, outs, thr, widths):
                 t = thr.get(stat_slot(layer, mode, op), 0xFFFFFFFF)
                 if st["seen"] and (st["num"] << 16) > t * st["den"]:
                     w = list(widths.get((layer, mode), (W0, W0)))
+                    if capped is not None and w[op] == CFG.max_mantissa:
+                        capped.append((layer, mode, op))
                     w[op] = min(w[op] + 2, CFG.max_mantissa)
                     widths[(layer, mode)] = tuple(w)
             saved.clear()
@@ -458,10 +461,12 @@ def test_fast_statistics_saved_loaded_adapted_and_reset(seed, lat):
     seq1 = pairs + ["ADAPT"] + pairs[::-1]
     seq2 = [(0, 0), "ADAPT", (0, 0), (0, 0)]
     prec = {p: (2, 4) for p in set(pairs)}
+    prec[(0, 0)] = (CFG.max_mantissa, 4)            # its raise below stays at the cap
     # thresholds: about half of the slots get one, drawn so that some r are above, some below
     thr = {stat_slot(l, m, op): rng.choice([0, rng.randrange(1 << 17), rng.randrange(1 << 32)])
            for (l, m) in set(pairs) for op in range(2) if rng.random() < 0.7}
     thr[stat_slot(0, 0, 0)] = 0                     # a seen statistic there raises
+    thr[stat_slot(0, 1, 0)] = 0
     dut = Sequencer(config=CFG)
     top = Module()
     top.submodules.dut = dut
@@ -484,7 +489,9 @@ def test_fast_statistics_saved_loaded_adapted_and_reset(seed, lat):
             for _ in range(rng.randint(*lat) - 1):
                 await ctx.tick()
             out = (_stat_value(rng), _stat_value(rng))
-            out[0]["seen"] = 1 if len(outs) == 0 else out[0]["seen"]
+            # seen: the first pass, and the last (0, 0) and (0, 1) before ADAPT (their raises:
+            # one at the cap, one that shows)
+            out[0]["seen"] = 1 if len(outs) in (0, 2, 6) else out[0]["seen"]
             outs.append(out)
             ctx.set(dut.mm_stat[0], out[0])
             ctx.set(dut.mm_stat[1], out[1])
@@ -538,8 +545,10 @@ def test_fast_statistics_saved_loaded_adapted_and_reset(seed, lat):
     add_deadline(sim)
     sim.run()
     assert result["status"] == Status.OK and result["status2"] == Status.OK
-    want_loads, saved = _stats_reference(seq1, result["outs"], thr, dict(prec))
+    capped = []
+    want_loads, saved = _stats_reference(seq1, result["outs"], thr, dict(prec), capped)
     assert result["loads"] == want_loads
+    assert (0, 0, 0) in capped, "no raise at max_mantissa: the cap is not tested"
     raised = [l[:2] for l in want_loads[len(pairs):]] != [prec[p] for p in pairs[::-1]]
     assert raised, "the thresholds raised no width: the case tests nothing"
     assert result["after_run"] == {stat_slot(l, mo, op): saved.get((l, mo, op), ZERO_STAT)

@@ -39,7 +39,7 @@ def test_fpga_config_is_the_preset_with_one_vector_lane_and_four_banks(preset):
                                        matmul_regs=True, coll_regs=True, acc_lanes=2,
                                        vector_shared_units=True, optim_shared_units=True,
                                        optim_one_port=True, serial_log=True)
-    assert (cfg.instr_cycles, fpga.instr_cycles) == (3, 6)
+    assert (cfg.instr_cycles, fpga.instr_cycles) == (3, 7)
     assert fpga.vec_lanes == 1 and fpga.size == cfg.size and 2 * fpga.lines == cfg.lines
     assert fpga.fpga() == fpga
     small = CoreConfig(banks=4, bank_depth=64)
@@ -153,16 +153,16 @@ def test_fpga_shaped_core_step_bit_exact_in_rtl():
     # steps run the same program
     assert got["counters"]["instructions"] == len(model.trace)
     assert 2 * got["counters"]["array_beats"] == want["counters"]["beats"]
-    # the decoder's two stages: 6 cycles per instruction in the program check
+    # the decoder's two stages and the word register: 7 cycles per instruction in the check
     static = [decode(w)[0] for w in comp.program].index(Op.HALT) + 1
-    assert got["counters"]["check_cycles"] == doc.core_check_cycles(static, 2) == 6 * static
+    assert got["counters"]["check_cycles"] == doc.core_check_cycles(static, 2) == 7 * static
     assert np.array_equal(got["mem"], model.mem)
 
 
 def test_bench_core_fpga_point_and_table():
     """``make bench-core-fpga``'s measurement (``sim.bench.core_fpga.step_point``) on a small
     MLP at S = 4: both builds bit-exact with the golden model (checked inside), the FPGA build's
-    program check 6 cycles per instruction against 3, the same array beats, and the table's
+    program check 7 cycles per instruction against 3, the same array beats, and the table's
     ratio from the two counts."""
     from sim.bench.core_fpga import step_point, to_markdown
     desc = MLP(layers=(4, 6, 3), batch=4, optimizer=Adam(lr=1e-2))
@@ -170,7 +170,7 @@ def test_bench_core_fpga_point_and_table():
     rows = [step_point(cfg, 8, desc, fpga=False), step_point(cfg.fpga(), 8, desc, fpga=True)]
     pre, fpga = rows
     assert (pre["build"], fpga["build"]) == ("preset", "fpga")
-    assert fpga["check_cycles"] == 2 * pre["check_cycles"] == 6 * pre["check_cycles"] // 3
+    assert 3 * fpga["check_cycles"] == 7 * pre["check_cycles"] > 0
     assert fpga["array_beats"] == pre["array_beats"] > 0
     assert fpga["run_cycles"] > pre["run_cycles"]
     table = to_markdown(rows, desc)

@@ -272,9 +272,10 @@ class CoreConfig(PresetMixin):
     def instr_cycles(self) -> int:
         """Cycles of an instruction that waits for nothing, in the program check and in the
         run: 3 (FETCH, DECODE, then CHECK or the issue) with ``decode_stages = 0``; with
-        stages, FETCH, LOAD (the word into the instruction register), ``decode_stages + 1``
-        DECODE cycles, then CHECK or the issue: 6."""
-        return 3 if self.decode_stages == 0 else 4 + self.decode_stages
+        stages, FETCH, READ (the program memory's word into a fabric register), LOAD (the
+        word into the instruction register), ``decode_stages + 1`` DECODE cycles, then CHECK
+        or the issue: 7."""
+        return 3 if self.decode_stages == 0 else 5 + self.decode_stages
 
     @property
     def spad_latency(self) -> int:

@@ -70,7 +70,7 @@ class Sequencer(wiring.Component):
 
     ``start`` (one cycle, while idle) first checks the whole program (instructions from pc 0 to
     the first ``HALT`` outside a loop, :func:`hdl.core.isa.check_program`,
-    ``config.instr_cycles`` per instruction: 3, or 6 with the decoder's register stages). A program that fails runs nothing: ``done`` pulses with ``status`` and
+    ``config.instr_cycles`` per instruction: 3, or 7 with the decoder's register stages). A program that fails runs nothing: ``done`` pulses with ``status`` and
     ``err_pc``. Otherwise it runs from pc 0: each instruction is fetched, decoded (loop offset
     added) and issued to its unit when
 
@@ -388,9 +388,16 @@ class Sequencer(wiring.Component):
         piped = dec.latency > 0
         dec_wait = Signal(range(dec.latency + 1), name="decode_wait")
 
+        # With decoder stages the program memory's read data is registered in the fabric
+        # (READ) before LOAD: its block RAM's clock-to-out (4.3 ns in nextpnr's ECP5 model)
+        # was ahead of the decoder's picks, the S = 4 build's routed critical path (15.95 ns
+        # at d4e64b0, docs/core.md)
+        word = Signal(INSTR_BITS, name="prog_word")
+        if piped:
+            m.d.sync += word.eq(pr.data)
         m.d.comb += [
             dec.instr.eq(ir if piped else pr.data),
-            dec.instr_next.eq(pr.data),         # LOAD: the decoder's picks of the next word
+            dec.instr_next.eq(word),            # LOAD: the decoder's picks of the next word
             dec.offset.eq(Mux(checking, 0, loop_offset)),
             dec.span.eq(Mux(checking & in_loop, check_span, 0)),
             dec.iter0.eq(loop_iter == 0),
@@ -611,10 +618,12 @@ class Sequencer(wiring.Component):
                     m.next = "FETCH"
             with m.State("FETCH"):
                 m.d.comb += [pr.addr.eq(pc), pr.en.eq(1)]
-                m.next = "LOAD" if piped else "DECODE"
+                m.next = "READ" if piped else "DECODE"
             if piped:
+                with m.State("READ"):     # the memory's word into prog_word (fabric)
+                    m.next = "LOAD"
                 with m.State("LOAD"):     # the word into ir, the decoder's held input
-                    m.d.sync += [ir.eq(pr.data), dec_wait.eq(0)]
+                    m.d.sync += [ir.eq(word), dec_wait.eq(0)]
                     m.d.comb += dec.load.eq(1)
                     m.next = "DECODE"
             with m.State("DECODE"):   # dec.latency cycles with its input held, then its outputs

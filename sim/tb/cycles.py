@@ -134,9 +134,10 @@ def vector_cycles(kind: str, rows: int, cols: int, *, lanes: int, ladd: int, lmu
 
 def instr_cycles(decode_stages: int = 0) -> int:
     """docs/core.md, *Sequencer*: cycles of an instruction that waits for nothing. Without
-    decoder stages 3 (fetch, decode, check or issue); with them fetch, load into the
-    instruction register, ``decode_stages + 1`` of decode, check or issue."""
-    return 3 if decode_stages == 0 else 4 + decode_stages
+    decoder stages 3 (fetch, decode, check or issue); with them fetch, the memory's word
+    into a fabric register, load into the instruction register, ``decode_stages + 1`` of
+    decode, check or issue."""
+    return 3 if decode_stages == 0 else 5 + decode_stages
 
 
 def core_check_cycles(static_instructions: int, decode_stages: int = 0) -> int:
@@ -161,7 +162,7 @@ def core_step_cycle_bounds(static_instructions: int, executed: int, matmul: list
         lower = I*P + M + opt + I + 1
         upper = I*P + M + V + opt + I * executed + adapt_cycles
 
-    (``I`` = :func:`instr_cycles`: 3, or 6 with the decoder's register stages). ``cycles = I*P + M + V + opt - overlap + idle`` exactly (in
+    (``I`` = :func:`instr_cycles`: 3, or 7 with the decoder's register stages). ``cycles = I*P + M + V + opt - overlap + idle`` exactly (in
     a step program at most two units run at once);
     ``overlap <= V`` (the matmul engine and the optimizer never run together in a step
     program: OPT waits for the matmul engine and only HALT follows it), ``idle >= I + 1`` (the

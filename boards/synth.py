@@ -126,8 +126,8 @@ def _fpga_optim(preset: str):
 def _fpga_core(preset: str):
     from hdl.core.config import CoreConfig
     from hdl.core.core import TrainingCore
-    return TrainingCore(config=CoreConfig.preset(preset).fpga(),
-                        optim_config=fpga_optim_config())
+    from hdl.core.config import fpga_core_kwargs
+    return TrainingCore(config=CoreConfig.preset(preset).fpga(), **fpga_core_kwargs())
 
 
 def _fpga_ring_config(preset: str):
@@ -139,13 +139,14 @@ def _fpga_ring_config(preset: str):
 
 def _fpga_ring(preset: str):
     from hdl.multi.cores import TrainingRing
-    return TrainingRing(config=_fpga_ring_config(preset), optim_config=fpga_optim_config())
+    from hdl.core.config import fpga_core_kwargs
+    return TrainingRing(config=_fpga_ring_config(preset), **fpga_core_kwargs())
 
 
 def _fpga_ring_node(preset: str):
     from hdl.core.core import TrainingCore
-    return TrainingCore(config=_fpga_ring_config(preset).core,
-                        optim_config=fpga_optim_config())
+    from hdl.core.config import fpga_core_kwargs
+    return TrainingCore(config=_fpga_ring_config(preset).core, **fpga_core_kwargs())
 
 
 #: Targets that are builds of a registered block with other parameters, not blocks of their own

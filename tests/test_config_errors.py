@@ -69,7 +69,7 @@ ROWS = [
     (ArrayConfig, "mem_latency", 2.0, T, "ArrayConfig.mem_latency"),
     (FP32Config, "add_stages", 0, V, "FP32Config.add_stages"),
     (FP32Config, "add_stages", 8, V, "FP32Config.add_stages"),
-    (FP32Config, "mul_stages", 6, V, "FP32Config.mul_stages"),
+    (FP32Config, "mul_stages", 7, V, "FP32Config.mul_stages"),
     (FP32Config, "cmp_stages", 3, V, "FP32Config.cmp_stages"),
     (FP32Config, "itof_stages", 5, V, "FP32Config.itof_stages"),
     (FP32Config, "ftoi_stages", 0, V, "FP32Config.ftoi_stages"),

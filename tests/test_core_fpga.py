@@ -9,8 +9,8 @@ import pytest
 
 from amaranth.sim import Simulator
 
-from boards.synth import TARGETS, VARIANTS, build_block, fpga_optim_config
-from hdl.core.config import CoreConfig
+from boards.synth import TARGETS, VARIANTS, build_block
+from hdl.core.config import CoreConfig, fpga_core_kwargs
 from hdl.core.core import TrainingCore
 from hdl.core.isa import Op, Rop, Status, Vop, decode, encode
 from hdl.optim.config import OptimConfig
@@ -57,10 +57,9 @@ def test_optimizer_units_shared_with_the_vector_unit():
     divider fewer than with the optimizer's own (counted in the elaborated core), and a core
     that asks for it with an unshared optimizer (``ii = 1``) is refused naming the parameter."""
     cfg = CoreConfig(size=4, banks=8, bank_depth=64, prog_depth=64, layers=4).fpga()
-    shared = fp32_unit_counts(TrainingCore(config=cfg, optim_config=fpga_optim_config()))
+    shared = fp32_unit_counts(TrainingCore(config=cfg, **fpga_core_kwargs()))
     own = fp32_unit_counts(TrainingCore(
-        config=dataclasses.replace(cfg, optim_shared_units=False),
-        optim_config=fpga_optim_config()))
+        config=dataclasses.replace(cfg, optim_shared_units=False), **fpga_core_kwargs()))
     assert {k: own[k] - shared[k] for k in own} == {"FP32Add": 1, "FP32Mul": 1, "FP32Div": 1}
     with pytest.raises(ValueError, match=r"TrainingCore.optim_config.ii must be > 1"):
         TrainingCore(config=cfg)
@@ -132,7 +131,7 @@ def test_fpga_shaped_core_step_bit_exact_in_rtl():
                + [("program", sumsq), ("run",), ("status",)])
     model = CoreModel(cfg)
     want = model.apply(actions)
-    dut = TrainingCore(config=cfg, optim_config=fpga_optim_config())
+    dut = TrainingCore(config=cfg, **fpga_core_kwargs())
     got = {}
 
     async def tb(ctx):

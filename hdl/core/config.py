@@ -352,3 +352,19 @@ def fpga_optim_config():
     ``optim_shared_units`` need ``ii > 1``): ``OptimConfig(ii=CoreConfig.FPGA_OPTIM_II)``."""
     from ..optim.config import OptimConfig
     return OptimConfig(ii=CoreConfig.FPGA_OPTIM_II)
+
+
+def fpga_fp32_config():
+    """The FP32 units' config of the FPGA builds: ``FP32Config`` with ``mul_stages = 6``, the
+    multipliers' subnormal leading-zero counts registered before their shifts (one cycle more
+    per multiply; the optimizer's multipliers were the S = 8 build's slowest paths, 16.8 ns
+    estimated at 5070c42, docs/core.md)."""
+    from ..fp32.config import FP32Config
+    return FP32Config(mul_stages=6)
+
+
+def fpga_core_kwargs() -> dict:
+    """The keyword arguments of a :class:`~hdl.core.core.TrainingCore` of an FPGA build
+    (:meth:`CoreConfig.fpga` config) besides ``config``: :func:`fpga_optim_config` and
+    :func:`fpga_fp32_config`."""
+    return {"optim_config": fpga_optim_config(), "fp32_config": fpga_fp32_config()}

@@ -29,9 +29,9 @@ STEP_BOUNDARIES: dict[str, tuple[str, ...]] = {
     # leading-zero count | normalize (left shift, result exponent) | round: prepare
     # (subnormal shift) | round: finish (nearest-even increment and packing) + specials
     "fp32_add": ("unpack", "align", "add", "lzc", "normalize", "round"),
-    # unpack + normalize subnormal operands | 12x12 partial products | sum of partial products |
-    # one-bit normalize + round: prepare | round: finish
-    "fp32_mul": ("unpack", "partial", "product", "round"),
+    # unpack + leading-zero counts | normalize subnormal operands | 12x12 partial products |
+    # sum of partial products | one-bit normalize + round: prepare | round: finish
+    "fp32_mul": ("lzc", "unpack", "partial", "product", "round"),
     # magnitude compare | flags and max/min select
     "fp32_compare": ("magnitude",),
     # absolute value | normalize | round: prepare | round: finish
@@ -43,7 +43,7 @@ STEP_BOUNDARIES: dict[str, tuple[str, ...]] = {
 #: Which boundaries get a register first as a unit's stage count grows (longest logic first).
 CUT_PRIORITY: dict[str, tuple[str, ...]] = {
     "fp32_add": ("round", "lzc", "add", "normalize", "align", "unpack"),
-    "fp32_mul": ("round", "product", "partial", "unpack"),
+    "fp32_mul": ("round", "product", "partial", "unpack", "lzc"),
     "fp32_compare": ("magnitude",),
     "int_to_fp32": ("round", "normalize", "abs"),
     "fp32_to_int": ("shift", "unpack"),
@@ -62,7 +62,8 @@ class FP32Config(PresetMixin):
     add_stages : int
         Pipeline registers (= latency in cycles) of :class:`~hdl.fp32.add.FP32Add`, 1..7.
     mul_stages : int
-        Latency of :class:`~hdl.fp32.mul.FP32Mul`, 1..5.
+        Latency of :class:`~hdl.fp32.mul.FP32Mul`, 1..6 (6: the subnormal operands'
+        leading-zero counts registered before their shifts, for the FPGA builds' clock).
     cmp_stages : int
         Latency of :class:`~hdl.fp32.compare.FP32Compare`, 1..2.
     itof_stages : int
@@ -76,7 +77,8 @@ class FP32Config(PresetMixin):
         754-2019 ``maximum``/``minimum``, ``-0 < +0`` (``max(+0, -0) = +0``, ``min = -0``).
         The ``less``/``equal``/``less_equal`` flags are IEEE in both modes (``-0 == +0``).
 
-    The ``default`` preset (every boundary registered) reaches 100..136 MHz on ECP5 (see
+    The ``default`` preset (every boundary registered but the compare's ``magnitude`` and
+    the multiplier's ``lzc``) reaches 100..136 MHz on ECP5 (see
     ``docs/fp32.md``); ``tiny`` is the shortest pipeline (one register per unit), for fast
     tests and small builds.
     """

@@ -7,8 +7,8 @@ from amaranth.lib import data
 from ..formats import FP32
 from ..registry import Block
 from .config import FP32Config
-from .round import (jam_sticky, round_finish, round_plan_select, round_plan_top2,
-                    round_prepare)
+from .round import (count_leading_zeros, jam_sticky, round_finish, round_plan_select,
+                    round_plan_top2, round_prepare, shift_left)
 from .unit import FP32CutUnit
 from .unpack import special_or_rounded, unpack_fp32
 
@@ -35,8 +35,9 @@ class FP32Mul(FP32CutUnit):
     ``0x7FC00000``; ``Inf * finite non-zero`` gives ±Inf.
 
     Datapath steps (each boundary a register or a wire, :class:`~hdl.fp32.config.FP32Config`):
-    ``unpack`` (classify; normalise subnormal significands so both have bit 23 set; the
-    exponent fields' sum and the normalising shifts' sum apart) | ``partial`` (four 12 x 12-bit
+    ``lzc`` (classify; the significands' leading-zero counts; the exponent fields' sum) |
+    ``unpack`` (normalise subnormal significands so both have bit 23 set; the normalising
+    shifts' sum apart from the exponent) | ``partial`` (four 12 x 12-bit
     partial products: one ECP5 DSP each; in parallel the exponent, one sum minus the other,
     and from it the result exponent for both positions of the product's leading one,
     :func:`~hdl.fp32.round.round_plan_top2`) | ``product``
@@ -71,19 +72,27 @@ class FP32Mul(FP32CutUnit):
 
         # --- unpack: classify, normalise subnormals, exponent sum -----------------------------
         pay = self.i.payload
-        a = unpack_fp32(m, pay.a.as_value(), name="mul_a", normalize=True)
-        b = unpack_fp32(m, pay.b.as_value(), name="mul_b", normalize=True)
+        a = unpack_fp32(m, pay.a.as_value(), name="mul_a")
+        b = unpack_fp32(m, pay.b.as_value(), name="mul_b")
+        # subnormal significands are normalised: the leading-zero counts (``lzc``; a boundary
+        # that only deep pipelines cut), then the shifts and the counts' sum (``unpack``)
+        a_lz = count_leading_zeros(m, a.sig, name="mul_a_sig")
+        b_lz = count_leading_zeros(m, b.sig, name="mul_b_sig")
+        exp_raw = Signal(signed(12), name="mul_exp_raw")
+        nan = Signal(name="mul_nan")
+        m.d.comb += [exp_raw.eq(a.exp_raw + b.exp_raw),
+                     nan.eq(a.nan | b.nan | (a.inf & b.zero) | (a.zero & b.inf))]
+        s = p.boundary(
+            "lzc", a_raw=a.sig, b_raw=b.sig, a_lz=a_lz, b_lz=b_lz, exp_raw=exp_raw,
+            sign=a.sign ^ b.sign, nan=nan, inf=a.inf | b.inf, zero=a.zero | b.zero)
         # the weight of the product's LSB is exp_raw - lz: the two normalising shifts are
         # subtracted in the next stage, so the leading-zero counts reach this stage's register
         # through one small adder instead of two subtractions and the exponent sum
-        exp_raw = Signal(signed(12), name="mul_exp_raw")
         lz = Signal(range(2 * 24 + 1), name="mul_lz")
-        m.d.comb += [exp_raw.eq(a.exp_raw + b.exp_raw), lz.eq(a.lz + b.lz)]
-        nan = Signal(name="mul_nan")
-        m.d.comb += nan.eq(a.nan | b.nan | (a.inf & b.zero) | (a.zero & b.inf))
+        m.d.comb += lz.eq(s.a_lz + s.b_lz)
         s = p.boundary(
-            "unpack", a_sig=a.sig, b_sig=b.sig, exp_raw=exp_raw, lz=lz, sign=a.sign ^ b.sign,
-            nan=nan, inf=a.inf | b.inf, zero=a.zero | b.zero)
+            "unpack", a_sig=shift_left(s.a_raw, s.a_lz), b_sig=shift_left(s.b_raw, s.b_lz),
+            exp_raw=s.exp_raw, lz=lz, sign=s.sign, nan=s.nan, inf=s.inf, zero=s.zero)
         exp = Signal(signed(12), name="mul_exp")      # weight of the product's LSB
         m.d.comb += exp.eq(s.exp_raw - s.lz)
 

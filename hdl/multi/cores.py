@@ -20,7 +20,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import PresetMixin
-from ..core.config import CoreConfig, fpga_optim_config
+from ..core.config import CoreConfig, fpga_core_kwargs
 from ..core.core import TrainingCore
 from ..core.host import host_cmd_layout, host_rsp_layout
 from ..gen import port_members
@@ -235,9 +235,9 @@ def _params(preset: str) -> dict:
 
 def _build(preset: str) -> TrainingRing:
     # the cores as one module instantiated N times (converted and compiled once); FPGA-build
-    # cores (``-fpga``) with the FPGA build's optimizer, whose units are shared
+    # cores (``-fpga``) with the FPGA build's optimizer, whose units are shared, and FP32 units
     cfg = TrainingRingConfig.preset(preset)
-    kwargs = {"optim_config": fpga_optim_config()} if cfg.core.optim_shared_units else {}
+    kwargs = fpga_core_kwargs() if cfg.core.optim_shared_units else {}
     return TrainingRing(config=cfg, core_module="tessera_training_ring_core", **kwargs)
 
 

@@ -21,8 +21,7 @@ import time
 import numpy as np
 from amaranth.sim import Simulator
 
-from boards.synth import fpga_optim_config
-from hdl.core.config import CoreConfig
+from hdl.core.config import CoreConfig, fpga_core_kwargs
 from hdl.core.core import TrainingCore
 from sim.bench.common import publish
 from sim.host.compiler import MLP, compile_mlp
@@ -47,7 +46,7 @@ def step_point(cfg: CoreConfig, width: int, desc: MLP, *, fpga: bool) -> dict:
     acts = (comp.init_actions(Ws, bs) + comp.step_actions(x, y, 1, precision=width)
             + [("counters",)] + comp.read_actions())
     want = CoreModel(cfg).apply(acts)
-    dut = TrainingCore(config=cfg, optim_config=fpga_optim_config() if fpga else None)
+    dut = TrainingCore(config=cfg, **(fpga_core_kwargs() if fpga else {}))
     got = {}
 
     async def bench(ctx):

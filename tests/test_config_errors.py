@@ -81,6 +81,7 @@ ROWS = [
     (FP32DivSqrtConfig, "sqrt_bits_per_stage", 0, V, "FP32DivSqrtConfig.sqrt_bits_per_stage"),
     (FP32DivSqrtConfig, "exp_table_bits", 3, V, "FP32DivSqrtConfig.exp_table_bits"),
     (FP32DivSqrtConfig, "exp_table_bits", 9, V, "FP32DivSqrtConfig.exp_table_bits"),
+    (FP32DivSqrtConfig, "lzc_stage", 1, T, "FP32DivSqrtConfig.lzc_stage"),
     (FP32LogConfig, "table_bits", 3, V, "FP32LogConfig.table_bits"),
     (FP32LogConfig, "table_bits", 9, V, "FP32LogConfig.table_bits"),
     (FP32LogConfig, "table_bits", None, T, "FP32LogConfig.table_bits"),

@@ -62,6 +62,24 @@ def test_random_with_backpressure(block, preset):
     check(block, cfg, inputs[200:], outputs)
 
 
+@pytest.mark.parametrize("block", ["fp32_div", "fp32_sqrt"])
+def test_lzc_stage_specials_and_random(block):
+    """``lzc_stage`` (the FPGA builds' ``hdl.core.config.fpga_divsqrt_config``: the
+    operands' leading-zero counts registered before the normalising shifts): every special
+    pair and random operands, subnormals among them, bit-exact, under backpressure."""
+    from hdl.core.config import fpga_divsqrt_config
+    cfg = fpga_divsqrt_config()
+    assert cfg.lzc_stage and not FP32DivSqrtConfig.preset("default").lzc_stage
+    model = model_for(block, cfg)
+    rng = np.random.default_rng(SEEDS[block] + 17)
+    fields = special_operands(block, SPECIALS_SMALL)
+    rand = random_operands(block, rng, 200, base=random_fp32)
+    inputs = model.pack_in(**{k: np.concatenate([fields[k], rand[k]]) for k in fields})
+    outputs = simulate(UNITS[block](config=cfg), inputs, idle_prob=0.2, stall_prob=0.3,
+                       seed=SEEDS[block])
+    check(block, cfg, inputs, outputs)
+
+
 @pytest.mark.parametrize("bps", [1, 3])
 def test_sqrt_odd_bits_per_stage(bps):
     """The presets put 2 and 4 recurrence steps in a stage (steps in pairs); 1 and 3 use the
@@ -77,11 +95,16 @@ def test_sqrt_odd_bits_per_stage(bps):
     check("fp32_sqrt", cfg, inputs, outputs)
 
 
-@pytest.mark.parametrize("block", sorted(UNITS))
-def test_latency_and_throughput(block):
+@pytest.mark.parametrize("block, lzc", [(b, False) for b in sorted(UNITS)]
+                         + [("fp32_div", True), ("fp32_sqrt", True)])
+def test_latency_and_throughput(block, lzc):
     """A lone operation leaves exactly ``latency`` edges after its input transfer; ``n``
-    operations back to back take ``n + latency`` edges, with ``i.ready`` high throughout."""
-    cfg = FP32DivSqrtConfig.preset("default")
+    operations back to back take ``n + latency`` edges, with ``i.ready`` high throughout.
+    With ``lzc_stage`` (the FPGA builds') one edge later than without."""
+    cfg = dataclasses.replace(FP32DivSqrtConfig.preset("default"), lzc_stage=lzc)
+    base = FP32DivSqrtConfig.preset("default")
+    assert (getattr(cfg, UNITS[block].LATENCY_ATTR) - getattr(base, UNITS[block].LATENCY_ATTR)
+            == int(lzc and block != "fp32_exp"))
     dut = UNITS[block](config=cfg)
     model = model_for(block, cfg)
     inputs = model.pack_in(**random_operands(block, np.random.default_rng(5), 40,
@@ -139,7 +162,8 @@ def test_invalid_configs():
                               ("sqrt_bits_per_stage", 0, ValueError),
                               ("exp_table_bits", 3, ValueError),
                               ("exp_table_bits", 9, ValueError),
-                              ("exp_table_bits", "6", TypeError)]:
+                              ("exp_table_bits", "6", TypeError),
+                              ("lzc_stage", 1, TypeError)]:
         with pytest.raises(exc, match=rf"FP32DivSqrtConfig\.{field}.*{value!r}"):
             FP32DivSqrtConfig(**{field: value})
     with pytest.raises(ValueError, match="preset.*'huge'"):

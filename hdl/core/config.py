@@ -363,8 +363,18 @@ def fpga_fp32_config():
     return FP32Config(mul_stages=6)
 
 
+def fpga_divsqrt_config():
+    """The divide and square root units' config of the FPGA builds: ``FP32DivSqrtConfig``
+    with ``lzc_stage``, the operands' leading-zero counts registered before their shifts
+    (one cycle more per divide and square root; the optimizer's square roots and the
+    shared divider were among the FPGA builds' slowest paths, docs/core.md)."""
+    from ..fp32.divsqrt_config import FP32DivSqrtConfig
+    return FP32DivSqrtConfig(lzc_stage=True)
+
+
 def fpga_core_kwargs() -> dict:
     """The keyword arguments of a :class:`~hdl.core.core.TrainingCore` of an FPGA build
-    (:meth:`CoreConfig.fpga` config) besides ``config``: :func:`fpga_optim_config` and
-    :func:`fpga_fp32_config`."""
-    return {"optim_config": fpga_optim_config(), "fp32_config": fpga_fp32_config()}
+    (:meth:`CoreConfig.fpga` config) besides ``config``: :func:`fpga_optim_config`,
+    :func:`fpga_fp32_config` and :func:`fpga_divsqrt_config`."""
+    return {"optim_config": fpga_optim_config(), "fp32_config": fpga_fp32_config(),
+            "divsqrt_config": fpga_divsqrt_config()}

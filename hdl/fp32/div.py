@@ -37,7 +37,7 @@ from ..registry import Block
 from .divsqrt_config import FP32DivSqrtConfig
 from .round import round_finish, round_plan_select, round_plan_top2, round_prepare
 from .unit import FP32StreamUnit
-from .unpack import QNAN, special_top, special_word, unpack_fp32
+from .unpack import QNAN, special_top, special_word, unpack_fp32, unpack_fp32_staged
 
 __all__ = ["FP32DivIn", "FP32Div", "StallPipeline", "sum_products"]
 
@@ -212,8 +212,14 @@ class FP32Div(FP32StreamUnit):
         p = StallPipeline(m, en)
 
         # --- stage 0: unpack, normalize, classify ------------------------------------------
-        a = unpack_fp32(m, self.i.payload.a.as_value(), name="div_a", normalize=True)
-        b = unpack_fp32(m, self.i.payload.b.as_value(), name="div_b", normalize=True)
+        in_valid = self.i.valid
+        if cfg.lzc_stage:       # the leading-zero counts registered before the shifts
+            in_valid = p.valid(in_valid, "u_valid")
+            a = unpack_fp32_staged(m, self.i.payload.a.as_value(), name="div_a", reg=p.reg)
+            b = unpack_fp32_staged(m, self.i.payload.b.as_value(), name="div_b", reg=p.reg)
+        else:
+            a = unpack_fp32(m, self.i.payload.a.as_value(), name="div_a", normalize=True)
+            b = unpack_fp32(m, self.i.payload.b.as_value(), name="div_b", normalize=True)
         sign = a.sign ^ b.sign
         nan = a.nan | b.nan | (a.zero & b.zero) | (a.inf & b.inf)
         inf = (a.inf & ~b.inf) | (b.zero & ~a.zero)
@@ -222,7 +228,7 @@ class FP32Div(FP32StreamUnit):
         m.d.comb += special_val.eq(Mux(nan, QNAN,
                                        Cat(Const(0, 23), Mux(inf, 0xFF, 0), sign)))
 
-        valid = p.valid(self.i.valid, "s0_valid")
+        valid = p.valid(in_valid, "s0_valid")
         rem = p.reg(Cat(a.sig, Const(0, 1)), "s0_rem")               # 25 bits
         div = p.reg(b.sig, "s0_div")
         # exponent of Q's LSB without the normalising shifts (subtracted in stage st0)

@@ -40,11 +40,17 @@ class FP32DivSqrtConfig(PresetMixin):
     exp_table_bits : int
         ``t`` of :class:`~hdl.fp32.exp.FP32Exp`: the table holds ``2**(j/2**t)`` for
         ``j < 2**t``, and the reduced argument satisfies ``|r| <~ ln2 / 2**(t+1)``, 4..8.
+    lzc_stage : bool
+        A register stage ahead of the divider's and the square root's first: the operands'
+        significand leading-zero counts are registered before the shifts that normalise
+        subnormals (one cycle more each; the FPGA builds', ``hdl.core.config.
+        fpga_divsqrt_config``). ``False`` (the default): count and shift in one stage.
     """
 
     div_bits_per_stage: int = 2
     sqrt_bits_per_stage: int = 2
     exp_table_bits: int = 6
+    lzc_stage: bool = False
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "tiny": {"div_bits_per_stage": 4, "sqrt_bits_per_stage": 4, "exp_table_bits": 4},
@@ -56,6 +62,9 @@ class FP32DivSqrtConfig(PresetMixin):
                   lo=1, hi=8)
         check_int("FP32DivSqrtConfig", "sqrt_bits_per_stage", self.sqrt_bits_per_stage,
                   lo=1, hi=8)
+        if not isinstance(self.lzc_stage, bool):
+            raise TypeError(f"FP32DivSqrtConfig.lzc_stage must be a bool, not "
+                            f"{type(self.lzc_stage).__name__} {self.lzc_stage!r}")
         check_int("FP32DivSqrtConfig", "exp_table_bits", self.exp_table_bits, lo=4, hi=8)
 
     # Derived sizes (shared by the hardware, the docs and the tests).
@@ -72,8 +81,8 @@ class FP32DivSqrtConfig(PresetMixin):
     @property
     def div_latency(self) -> int:
         """Cycles of :class:`~hdl.fp32.div.FP32Div`: unpack/normalize + recurrence stages +
-        two rounding stages (prepare | finish and output)."""
-        return 1 + self.div_stages + 2
+        two rounding stages (prepare | finish and output), and the :attr:`lzc_stage`."""
+        return 1 + self.div_stages + 2 + self.lzc_stage
 
     @property
     def sqrt_stages(self) -> int:
@@ -86,8 +95,8 @@ class FP32DivSqrtConfig(PresetMixin):
     @property
     def sqrt_latency(self) -> int:
         """Cycles of :class:`~hdl.fp32.sqrt.FP32Sqrt`: unpack + recurrence stages + two
-        rounding stages (prepare | finish and output)."""
-        return 1 + self.sqrt_stages + 2
+        rounding stages (prepare | finish and output), and the :attr:`lzc_stage`."""
+        return 1 + self.sqrt_stages + 2 + self.lzc_stage
 
     @property
     def exp_latency(self) -> int:

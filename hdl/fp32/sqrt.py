@@ -36,7 +36,7 @@ from .div import StallPipeline, round_and_output
 from .divsqrt_config import FP32DivSqrtConfig
 from .round import round_plan_select, round_plan_top2
 from .unit import FP32StreamUnit
-from .unpack import QNAN, special_top, unpack_fp32
+from .unpack import QNAN, special_top, unpack_fp32, unpack_fp32_staged
 
 __all__ = ["FP32Sqrt"]
 
@@ -91,7 +91,12 @@ class FP32Sqrt(FP32StreamUnit):
         p = StallPipeline(m, en)
 
         # --- stage 0: unpack, normalize, even exponent, classify -----------------------------
-        a = unpack_fp32(m, self.i.payload.as_value(), name="sqrt_a", normalize=True)
+        in_valid = self.i.valid
+        if cfg.lzc_stage:       # the leading-zero count registered before the shift
+            in_valid = p.valid(in_valid, "u_valid")
+            a = unpack_fp32_staged(m, self.i.payload.as_value(), name="sqrt_a", reg=p.reg)
+        else:
+            a = unpack_fp32(m, self.i.payload.as_value(), name="sqrt_a", normalize=True)
         odd = Signal(name="odd_exp")
         m.d.comb += odd.eq(a.exp_raw[0] ^ a.lz[0])       # a.exp = a.exp_raw - a.lz
         nan = a.nan | (a.sign & ~a.zero)
@@ -100,7 +105,7 @@ class FP32Sqrt(FP32StreamUnit):
         m.d.comb += special_val.eq(Mux(nan, QNAN,
                                        Cat(Const(0, 23), Mux(inf, 0xFF, 0), a.sign)))
 
-        valid = p.valid(self.i.valid, "s0_valid")
+        valid = p.valid(in_valid, "s0_valid")
         sig = p.reg(a.sig, "s0_sig")        # M = sig << odd, formed in stage st0
         # (a.exp - odd) / 2 - (n - 13), completed in stage st0 (the shift lz is subtracted there)
         exp = p.reg(a.exp_raw - 2 * (n - 13), "s0_exp_raw", signed(11))

@@ -27,7 +27,7 @@ from amaranth.lib import data
 from .round import (count_leading_zeros, jam_sticky, normalize_left, round_finish,  # noqa: F401
                     round_plan, round_plan_lz, round_plan_pre, round_prepare, shift_left)
 
-__all__ = ["QNAN", "SPECIAL_LOW", "special_top", "special_word", "special_or_rounded", "count_leading_zeros", "unpack_fp32", "normalize_left", "jam_sticky",
+__all__ = ["QNAN", "SPECIAL_LOW", "special_top", "special_word", "special_or_rounded", "count_leading_zeros", "unpack_fp32", "unpack_fp32_staged", "normalize_left", "jam_sticky",
            "round_plan", "round_plan_pre", "round_plan_lz", "round_prepare", "round_finish",
            "CutPipeline"]
 
@@ -112,6 +112,25 @@ def unpack_fp32(m, bits, *, name: str, normalize: bool = False) -> SimpleNamespa
         zero=e_zero & f_zero, sub=e_zero & ~f_zero, inf=e_ones & f_zero, nan=e_ones & ~f_zero,
         finite=~e_ones, sig=sig, exp=exp, exp_raw=exp_raw, lz=lz,
     )
+
+
+def unpack_fp32_staged(m, bits, *, name: str, reg) -> SimpleNamespace:
+    """:func:`unpack_fp32` with ``normalize=True`` across a register stage: the significand's
+    leading-zero count from ``bits`` (combinational), then ``bits`` and the count through
+    ``reg(value, name)`` (a pipeline's register), then the classification and the normalising
+    shift from those registers. Returns the same namespace as :func:`unpack_fp32`, of the
+    registered operand (the count is off the shift's path: the FP32 units' leading-zero
+    count and shift in one stage were among the FPGA core's slowest paths)."""
+    bits = Value.cast(bits)
+    early = unpack_fp32(m, bits, name=f"{name}_in")
+    lz = count_leading_zeros(m, early.sig, name=f"{name}_sig")
+    bits_q = reg(bits, f"{name}_bits")
+    lz_q = reg(lz, f"{name}_lz")
+    a = unpack_fp32(m, bits_q, name=name)
+    sig = Signal(24, name=f"{name}_sig_norm")
+    exp = Signal(signed(10), name=f"{name}_exp_norm")
+    m.d.comb += [sig.eq(shift_left(a.sig, lz_q)), exp.eq(a.exp_raw - lz_q)]
+    return SimpleNamespace(**{**vars(a), "sig": sig, "exp": exp, "lz": lz_q})
 
 
 def special_or_rounded(m, *, nan, inf, inf_sign, zero, zero_sign, rounded, name: str) -> Signal:

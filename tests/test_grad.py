@@ -191,10 +191,11 @@ def test_golden_sum_squares_and_bias_grad_vs_float64():
 # Softmax cross-entropy: overlapped rows
 # ------------------------------------------------------------------------------------------------
 
-def _softmax(preset_units: str, max_classes=16, serial_log=False):
+def _softmax(preset_units: str, max_classes=16, serial_log=False, read_reg=False):
     return SoftmaxXent(config=GradConfig(max_cols=16, max_classes=max_classes),
                        fp32_config=FP32Config.preset(preset_units),
-                       divsqrt_config=FP32DivSqrtConfig.preset("tiny"), serial_log=serial_log)
+                       divsqrt_config=FP32DivSqrtConfig.preset("tiny"), serial_log=serial_log,
+                       read_reg=read_reg)
 
 
 def test_softmax_serial_log_errors():
@@ -210,12 +211,12 @@ def test_softmax_serial_log_errors():
 
 
 @functools.cache
-def _softmax_sim(preset_units: str, serial_log=False) -> ReusableSim:
+def _softmax_sim(preset_units: str, serial_log=False, read_reg=False) -> ReusableSim:
     """One elaborated :func:`_softmax` block per FP32 preset (and log: pipelined, or the FPGA
-    build's serial one), shared by the softmax tests (about 3 s to build; each run starts from
-    the initial state, :class:`ReusableSim`)."""
-    return ReusableSim(_softmax(preset_units, serial_log=serial_log), testbenches=2,
-                       processes=0)
+    build's serial one; and ``read_reg``, the FPGA build's registers), shared by the softmax
+    tests (about 3 s to build; each run starts from the initial state, :class:`ReusableSim`)."""
+    return ReusableSim(_softmax(preset_units, serial_log=serial_log, read_reg=read_reg),
+                       testbenches=2, processes=0)
 
 
 def _sx_payloads(rows):
@@ -238,16 +239,18 @@ def _check_rows(dut, rows, got, gscale):
         assert {int(g["loss"]) for g in out} == {int(canon(loss)[0])}
 
 
-@pytest.mark.parametrize("units, idle, stall, serial_log",
-                         [("default", 0.2, 0.3, False), ("tiny", 0.0, 0.7, False),
-                          ("default", 0.0, 0.0, True), ("tiny", 0.1, 0.5, True)])
-def test_softmax_rows_back_to_back(units, idle, stall, serial_log):
+@pytest.mark.parametrize("units, idle, stall, serial_log, read_reg",
+                         [("default", 0.2, 0.3, False, False), ("tiny", 0.0, 0.7, False, False),
+                          ("default", 0.0, 0.0, True, False), ("tiny", 0.1, 0.5, True, False),
+                          ("tiny", 0.2, 0.4, True, True)])
+def test_softmax_rows_back_to_back(units, idle, stall, serial_log, read_reg):
     """Rows of 1..16 classes (shorter and longer than the 8 lanes; a full 16-class bank) sent
     without waiting for results, with random idle cycles and backpressure, deep (default) and
     1-cycle (tiny) add/mul pipelines, the pipelined log and the serial one (rows of fewer than
     8 classes back to back at full rate reach it every 8 cycles): every gradient, sum, zt and
-    loss bit-exact with the golden model."""
-    sim = _softmax_sim(units, serial_log)
+    loss bit-exact with the golden model; also with ``read_reg`` (the FPGA build's input and
+    e FIFO registers)."""
+    sim = _softmax_sim(units, serial_log, read_reg)
     dut = sim.dut
     rng = np.random.default_rng(21)
     prng = random.Random(22)
@@ -395,17 +398,21 @@ def test_softmax_label_outside_the_row():
 
 
 
-@pytest.mark.parametrize("units, serial_log", [("tiny", False), ("default", False),
-                                               ("default", True)])
-def test_softmax_latency_and_throughput(units, serial_log):
+@pytest.mark.parametrize("units, serial_log, read_reg", [("tiny", False, False),
+                                                         ("default", False, False),
+                                                         ("default", True, False),
+                                                         ("default", True, True)])
+def test_softmax_latency_and_throughput(units, serial_log, read_reg):
     """An idle block delivers a row's first gradient exactly ``latency + max(C, lanes)``
     cycles after the row's last logit; 12 rows of 16 classes stream in and out at exactly
     one element per cycle (no bubble between rows after the first row's latency); the results
-    are bit-exact. The serial log's rows come ``LOG_SERIAL_LATENCY + 2`` cycles later."""
-    sim = _softmax_sim(units, serial_log)
+    are bit-exact. The serial log's rows come ``LOG_SERIAL_LATENCY + 2`` cycles later, and
+    with ``read_reg`` three cycles later again (the input's register stage, the e FIFO's
+    read register, the output FIFO's head register)."""
+    sim = _softmax_sim(units, serial_log, read_reg)
     dut = sim.dut
     plain = mark_used(_softmax(units))                    # its latency only
-    assert dut.latency == plain.latency + serial_log * (LOG_SERIAL_LATENCY + 2)
+    assert dut.latency == plain.latency + serial_log * (LOG_SERIAL_LATENCY + 2) + 3 * read_reg
     rng = np.random.default_rng(23)
     z = rng.standard_normal((1, 16)).astype(F32)
     t_in, t_out, got = _timed_run(sim, z)

@@ -351,9 +351,10 @@ def test_read_register_fpga_shape(lat):
     set_vector(img, 100, np.array([1, 9, 0, 4], np.uint32))
     sx = _run(dut, img, [(Op.SOFTMAX_XENT, dict(rows=4, cols=10, a=0, b=100, d=200, e=250), 0,
                           ONE)])
-    # the softmax's e FIFO read is registered too: one more cycle of latency
-    assert dut.softmax_latency == plain.softmax_latency + 1
-    assert sx == [plain.cycles(Op.SOFTMAX_XENT, 4, 10) + 2 + extra]
+    # the softmax's input, e FIFO read and output FIFO head are registered too: three more
+    # cycles of latency
+    assert dut.softmax_latency == plain.softmax_latency + 3
+    assert sx == [plain.cycles(Op.SOFTMAX_XENT, 4, 10) + 4 + extra]
 
 
 @pytest.mark.parametrize("opt_shared", [False, True])

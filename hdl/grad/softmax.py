@@ -47,6 +47,7 @@ from ..fp32.log_serial import LOG_SERIAL_II, LOG_SERIAL_LATENCY, FP32LogSerial
 from ..lib.dataflow import Dataflow, check_units, credit_fifo, unit_members, unit_ports
 from ..lib.fp32bits import is_nan, order_key
 from ..lib.mustuse import mark_used, used_if_rejected
+from ..lib.streamreg import StreamRegister
 from .config import GradConfig
 from .rowsum import row_sum, row_sum_latency
 
@@ -83,7 +84,11 @@ class SoftmaxXent(wiring.Component):
     fp32_config, divsqrt_config, log_config : unit configurations.
     read_reg : bool
         A register after the e FIFO's read (the FPGA build): ``e`` enters the divider from
-        flip-flops instead of from the block RAM's output; :attr:`latency` one cycle more.
+        flip-flops instead of from the block RAM's output; a register stage
+        (:class:`~hdl.lib.streamreg.StreamRegister`) on ``i``, so the row maximum's compare
+        starts at flip-flops; and the output FIFO's head in a register
+        (:func:`~hdl.lib.dataflow.credit_fifo`'s ``reg_head``): :attr:`latency` three cycles
+        more.
     serial_log : bool
         ``log(s)`` once per row on :class:`~hdl.fp32.log_serial.FP32LogSerial` (the FPGA build:
         6 DSPs instead of 26) between the row sum and OUT, instead of the pipelined
@@ -164,7 +169,7 @@ class SoftmaxXent(wiring.Component):
         # -> log -> OUT's log FIFO (+1 beside the s FIFO's): log_wait cycles more.
         self.read_reg = int(bool(read_reg))
         self.latency = (2 + self.exp_latency + self.sum_latency + 1 + self.out_latency + 2
-                        + self.read_reg + self.log_wait)
+                        + 3 * self.read_reg + self.log_wait)
         # last EXP slot -> first OUT read
         delay = 2 + self.exp_latency + self.sum_latency + 2 + self.log_wait
         self.efifo_depth = self.config.max_classes + delay + 4
@@ -229,27 +234,35 @@ class SoftmaxXent(wiring.Component):
         b_last = Array(Signal(range(max(C, lanes)), name=f"bank{b}_last_slot") for b in range(2))
 
         # ---------------------------------------------------------------- LOAD
+        # read_reg: the input passes a register stage first, so the row maximum's compare
+        # starts at flip-flops, not behind the producer's FIFO read and stream join (in the
+        # S = 4 FPGA core the slowest estimated path, 15.8 ns, at 953b3ff)
+        inp = self.i
+        if self.read_reg:
+            m.submodules.in_reg = in_reg = StreamRegister(SX_IN_LAYOUT)
+            wiring.connect(m, wiring.flipped(self.i), in_reg.i)
+            inp = in_reg.o
         wb = Signal(name="load_bank")
         lj = Signal(col_bits, name="load_col")
         l_label = Signal(16, name="load_label")
         l_mx = Signal(32, name="load_max")
         l_nan = Signal(name="load_any_nan")
-        x = self.i.payload.x
+        x = inp.payload.x
         first = lj == 0
         lab = Signal(16, name="load_label_now")
         mx_next = Signal(32, name="load_max_next")
         nan_next = Signal(name="load_nan_next")
         m.d.comb += [
-            lab.eq(Mux(first, self.i.payload.label, l_label)),
+            lab.eq(Mux(first, inp.payload.label, l_label)),
             mx_next.eq(Mux(first | (order_key(x) > order_key(l_mx)), x, l_mx)),
             nan_next.eq((l_nan & ~first) | is_nan(x)),
-            self.i.ready.eq(~full[wb]),
+            inp.ready.eq(~full[wb]),
             zw.addr.eq(Cat(lj, wb)), zw.data.eq(x),
         ]
-        with m.If(self.i.valid & self.i.ready):
+        with m.If(inp.valid & inp.ready):
             m.d.comb += zw.en.eq(1)
             m.d.sync += [l_label.eq(lab), l_mx.eq(mx_next), l_nan.eq(nan_next), lj.eq(lj + 1)]
-            with m.If(self.i.payload.last | (lj == C - 1)):
+            with m.If(inp.payload.last | (lj == C - 1)):
                 m.d.sync += [
                     lj.eq(0), wb.eq(~wb), full[wb].eq(1),
                     b_n[wb].eq(lj + 1), b_label[wb].eq(lab),
@@ -428,7 +441,10 @@ class SoftmaxXent(wiring.Component):
             e_rd = e_q
         odf, tr, r, zt, loss = self._out_dataflow(m, ov, e_rd, o_s, Mux(o_onehot, ONE, 0),
                                                   o_zt, o_log)
+        # read_reg: the output FIFO's head from a register (its block RAM's read data was
+        # ahead of the vector unit's write buffers and the scratchpad's registered request)
         can = credit_fifo(m, "ofifo", latency=tr + 1 + self.read_reg, accept=out_accept,
+                          reg_head=bool(self.read_reg),
                           done_valid=odf.valid_at(tr),
                           done_data=Cat(odf.at(r, tr), odf.at(odf.input(o_last, "last"), tr),
                                         odf.at(odf.input(o_s, "s_row"), tr), odf.at(zt, tr),

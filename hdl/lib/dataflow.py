@@ -428,20 +428,31 @@ class _Shared:
         self.sel = self.sel_valid = None     # the selected operands and their valid bit
 
 
-def credit_fifo(m, name: str, *, latency: int, accept, done_valid, done_data, o):
+def credit_fifo(m, name: str, *, latency: int, accept, done_valid, done_data, o,
+                reg_head: bool = False):
     """Output FIFO for a never-stalling fixed-latency pipeline feeding a stream ``o``.
 
-    The FIFO holds ``latency + 4`` entries; the pipeline may accept an element only while
-    ``FIFO level + elements in flight < depth`` (the returned ``can_accept``), so every result
-    has a slot when it leaves the pipeline and backpressure on ``o`` never drops data. The
-    margin of 4 over the latency covers the FIFO's own write-to-read delay, so an unstalled
-    stream runs at one element per cycle.
+    The pipeline may accept an element only while ``FIFO level + elements in flight <
+    depth`` (the returned ``can_accept``), ``depth = latency + 4``, so every result has a slot
+    when it leaves the pipeline and backpressure on ``o`` never drops data. The margin of 4
+    over the latency covers the FIFO's own write-to-read delay (``SyncFIFOBuffered``'s 2
+    cycles, 3 with ``reg_head``), so an unstalled stream runs at one element per cycle. With
+    ``reg_head`` the FIFO is a :class:`~hdl.lib.blockfifo.RegBlockFIFO` of ``depth + 2``
+    entries (so it always takes what the credit lets in): ``o``'s payload leaves from a
+    fabric register instead of the FIFO memory's read data (a block RAM's, about 4.3 ns after
+    the clock on the ECP5), one cycle later.
     ``accept``: an element enters the pipeline this cycle; ``done_valid``/``done_data``: the
     pipeline output. Returns ``can_accept``.
     """
     from amaranth.lib.fifo import SyncFIFOBuffered
+
+    from .blockfifo import RegBlockFIFO
+    width = len(Value.cast(done_data))
     depth = latency + 4
-    fifo = SyncFIFOBuffered(width=len(Value.cast(done_data)), depth=depth)
+    if reg_head:
+        fifo = RegBlockFIFO(width=width, depth=depth + 2)
+    else:
+        fifo = SyncFIFOBuffered(width=width, depth=depth)
     m.submodules[name] = fifo
     # FIFO level + elements in flight, counted in one register: +1 as an element is accepted,
     # -1 as one leaves the FIFO on ``o`` (a result moving from the pipeline into the FIFO

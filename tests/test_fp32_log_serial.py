@@ -57,18 +57,19 @@ def _accept_cycles(dut, payloads):
 
 def test_latency_and_initiation_interval():
     """A lone operation's result comes ``latency`` edges after its accept; operations back to
-    back are accepted at edges 0, 1, 2, then every ``ii`` (the front fills, then each waits for
-    the multiplier), and their results leave every ``ii`` edges."""
+    back are accepted at edges 0, 1, 3, then every ``ii`` (the front fills, the first waits a
+    cycle in stage 1 for its table lookups' registers, then each waits for the multiplier),
+    and their results leave every ``ii`` edges."""
     cfg = FP32LogConfig()
     inputs = [int(a) for a in random_operands(np.random.default_rng(9), 20,
                                               base=random_fp32)["a"]]
     lone = _accept_cycles(FP32LogSerial(config=cfg), inputs[:1])
-    assert lone["res"][0] - lone["acc"][0] == LOG_SERIAL_LATENCY == 14
+    assert lone["res"][0] - lone["acc"][0] == LOG_SERIAL_LATENCY == 15
     dut = FP32LogSerial(config=cfg)
     assert dut.latency == LOG_SERIAL_LATENCY and dut.ii == LOG_SERIAL_II == 7
     run = _accept_cycles(dut, inputs)
     acc, res = run["acc"], run["res"]
-    assert acc[:3] == [0, 1, 2]
+    assert acc[:3] == [0, 1, 3]
     assert np.diff(acc[2:]).tolist() == [LOG_SERIAL_II] * (len(acc) - 3)
     assert res[0] == LOG_SERIAL_LATENCY
     assert np.diff(res).tolist() == [LOG_SERIAL_II] * (len(res) - 1)

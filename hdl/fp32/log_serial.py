@@ -8,7 +8,8 @@ multiplier and one ``29 x 34``-bit signed multiplier does the other six in seven
 :mod:`hdl.fp32.log`)::
 
     front   stage 0 unpack and leading-zero count, stage 1 normalising shift and table
-            index j (log_front_split)
+            index j (log_front_split); INV[j] and LOGT[j] looked up from stage 1 into
+            registers, a cycle before the take may use them
     k = 0   R = M * INV[j] - 2**RF                    (the take; LOGT[j] taken beside it)
     k = 1..4  h = H[k] + (R * h >> RF)                 (h = H[0] at k = 1; w after k = 4)
     k = 5   P = R * w
@@ -36,8 +37,9 @@ __all__ = ["FP32LogSerial", "LOG_SERIAL_II", "LOG_SERIAL_LATENCY"]
 #: Steps of the shared multiplier per operation (``k = 1..7``): the initiation interval.
 LOG_SERIAL_II = 7
 #: Cycles from an accepted operand to its result (unit idle, no stall): two front stages,
-#: the take (``k = 0``), the seven shared steps, four back stages.
-LOG_SERIAL_LATENCY = 2 + 1 + LOG_SERIAL_II + 4
+#: the table lookups' register, the take (``k = 0``), the seven shared steps, four back
+#: stages.
+LOG_SERIAL_LATENCY = 2 + 1 + 1 + LOG_SERIAL_II + 4
 #: Where ``LN2`` is cut for the two ``E * LN2`` steps.
 LN2_CUT = 28
 
@@ -57,7 +59,7 @@ class FP32LogSerial(FP32StreamUnit):
     Attributes
     ----------
     latency : int
-        :data:`LOG_SERIAL_LATENCY` (14) cycles from an accepted operand to its result, with the
+        :data:`LOG_SERIAL_LATENCY` (15) cycles from an accepted operand to its result, with the
         unit idle and no stall.
     ii : int
         :data:`LOG_SERIAL_II` (7): operations back to back are accepted every ``ii`` cycles
@@ -96,6 +98,7 @@ class FP32LogSerial(FP32StreamUnit):
         v0 = Signal(name="s0_valid")
         v1 = Signal(name="s1_valid")
         take = Signal(name="mul_take")            # the multiplier takes stage 1's operation
+        looked = Signal(name="s1_looked_up")      # the lookup registers hold stage 1's j's
         move1 = Signal(name="s1_load")
         move0 = Signal(name="s0_load")
         m.d.comb += [
@@ -122,7 +125,14 @@ class FP32LogSerial(FP32StreamUnit):
         logt = Signal(w["logt"][0], name="mul_logt")
         special = Signal(name="mul_special")
         spec_val = Signal.like(spec_val1, name="mul_special_val")
-        inv, logt_now = log_lookups(m, c, w, j1, name="mul")
+        # the tables' words for stage 1's index, registered every cycle: the lookups are off
+        # the take's path into the multiplier (they were the S = 8 FPGA core's slowest
+        # estimated path, 16.15 ns at 73bcd20, the lookup ahead of the DSP); an operation
+        # that just entered stage 1 waits a cycle for them (``looked``)
+        inv_now, logt_look = log_lookups(m, c, w, j1, name="mul")
+        inv = Signal.like(inv_now, name="mul_inv")
+        logt_now = Signal.like(logt_look, name="mul_logt_looked_up")
+        m.d.sync += [inv.eq(inv_now), logt_now.eq(logt_look), looked.eq(~move1)]
         # The multiplier's operands are registers loaded with the next step's pair (no select
         # in front of it): R and h for k = 1..5 (h, the Horner value, lives in ``b``), then
         # E and LN2_lo, E and LN2_hi.
@@ -132,7 +142,7 @@ class FP32LogSerial(FP32StreamUnit):
         lo, hi = c.LN2 & ((1 << LN2_CUT) - 1), c.LN2 >> LN2_CUT
         m.d.comb += [
             last.eq(busy & (k == LOG_SERIAL_II)),
-            take.eq(en & v1 & (~busy | last)),
+            take.eq(en & v1 & looked & (~busy | last)),
             product.eq(a_op * b_op),
         ]
         coef = Array(Const(v, signed(w["h"][0])) for v in (0, *c.H[1:], 0, 0, 0))

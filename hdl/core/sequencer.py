@@ -2,7 +2,7 @@
 counted loop, the precision table and the core's counters (docs/core.md)."""
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -266,6 +266,9 @@ class Sequencer(wiring.Component):
         mm_layer = Signal(4, name="mm_layer")       # (layer, mode) of the running MATMUL
         mm_mode = Signal(2, name="mm_mode")
         s_pair = Signal(range(n_pairs), name="stat_rd_pair")   # sequencer read address (comb)
+        # which of s_pair's sources addresses the read (RdSrc): the written bits are looked up
+        # for each source beside the state's decode, not behind the address's select
+        s_src = Signal(2, name="stat_rd_source")
         t_slot = Signal(range(n_slots), name="thr_rd_slot")
         save_pair = Signal(range(n_pairs), name="stat_save_pair")
         m.d.comb += save_pair.eq(Cat(mm_mode, mm_layer))
@@ -280,6 +283,7 @@ class Sequencer(wiring.Component):
         with m.If(self.stat_ren):
             m.d.sync += host_op.eq(self.stat_raddr[0])
         st_seq = []       # per operand: the sequencer's view of slot (s_pair of last cycle, op)
+        ws_regs = []      # per operand: (its written bit as read, the written bits, cleared)
         st_host = []
         for op in range(2):
             mem = Memory(shape=st_shape, depth=n_pairs, init=[], attrs=BLOCK_RAM)
@@ -298,10 +302,9 @@ class Sequencer(wiring.Component):
             with m.If(cleared):
                 m.d.sync += written.bit_select(adapt_k[1:], 1).eq(0)
             # the written bit as the read port sees it: this cycle's save or clear included
+            # (registered below, once s_pair's sources are known)
             ws_q = Signal(name=f"stat_rd_written{op}")
-            m.d.sync += ws_q.eq(Mux(save & (save_pair == s_pair), 1,
-                                    Mux(cleared & (adapt_k[1:] == s_pair), 0,
-                                        written.bit_select(s_pair, 1))))
+            ws_regs.append((ws_q, written, cleared))
             wh_q = Signal(name=f"stat_host_written{op}")
             with m.If(self.stat_ren):
                 m.d.sync += wh_q.eq(written.bit_select(host_pair, 1))
@@ -488,7 +491,23 @@ class Sequencer(wiring.Component):
         # default; DECODE addresses the instruction being decoded (without decoder stages: the
         # program memory's word; with them ir, loaded in LOAD), EXEC of ADAPT and the ADAPT
         # walk the next slot (below)
-        m.d.comb += s_pair.eq(Cat(mmi.mode, mmi.layer))
+        m.d.comb += [s_pair.eq(Cat(mmi.mode, mmi.layer)), s_src.eq(0)]
+        # s_pair's sources, in s_src's order: the registered instruction's (layer, mode), the
+        # program memory's word's (DECODE without decoder stages), slot 0 (EXEC of ADAPT),
+        # ADAPT's next slot. Each source's written bit is looked up on its own and s_src picks
+        # one (the select of s_pair by the state, then a lookup by it, was the S = 4 FPGA
+        # core's slowest estimated path, 16.6 ns at f46b7d2)
+        dmm = INSTR(pr.data).args.matmul
+        sources = [Value.cast(v)[:len(s_pair)] for v in (
+            Cat(mmi.mode, mmi.layer), Cat(dmm.mode, dmm.layer), (adapt_k + 1)[1:])]
+        sources.insert(2, Const(0, len(s_pair)))
+
+        def written_at(written, cleared, pair):
+            return Mux(save & (save_pair == pair), 1,
+                       Mux(cleared & (adapt_k[1:] == pair), 0, written.bit_select(pair, 1)))
+        for ws_q, written, cleared in ws_regs:
+            m.d.sync += ws_q.eq(Array(written_at(written, cleared, src)
+                                      for src in sources)[s_src])
         vp = self.vec_cmd.payload
         m.d.comb += [vp.op.eq(ir.op), vp.acc.eq(d_acc),
                      vp.gscale.eq(ir.args.softmax.imm + (self.scale_exp << 23))]
@@ -630,8 +649,7 @@ class Sequencer(wiring.Component):
                 if piped:
                     m.d.sync += dec_wait.eq(dec_wait + 1)
                 else:
-                    dmm = INSTR(pr.data).args.matmul
-                    m.d.comb += s_pair.eq(Cat(dmm.mode, dmm.layer))
+                    m.d.comb += [s_pair.eq(Cat(dmm.mode, dmm.layer)), s_src.eq(1)]
                     m.d.sync += ir.eq(pr.data)
                 with m.If(dec_wait == dec.latency):
                     m.d.sync += [d_status.eq(dec.status), d_banks.eq(dec.banks),
@@ -710,7 +728,7 @@ class Sequencer(wiring.Component):
                             with m.Else():
                                 m.d.sync += ctr.stall_fence.eq(ctr.stall_fence + 1)
                         with m.Case(Op.ADAPT):
-                            m.d.comb += [s_pair.eq(0), t_slot.eq(0)]
+                            m.d.comb += [s_pair.eq(0), s_src.eq(2), t_slot.eq(0)]
                             with m.If(all_idle):
                                 m.d.sync += adapt_k.eq(0)
                                 m.next = "ADAPT"
@@ -779,7 +797,8 @@ class Sequencer(wiring.Component):
                 # decided ADAPT_STEPS cycles later, above), then ADAPT_STEPS cycles to finish
                 with m.If(adapt_k < n_slots):
                     m.d.comb += [a_walk.eq(1), adapt_clear.eq(1)]
-                m.d.comb += [s_pair.eq((adapt_k + 1)[1:]), t_slot.eq(adapt_k + 1)]
+                m.d.comb += [s_pair.eq((adapt_k + 1)[1:]), s_src.eq(3),
+                             t_slot.eq(adapt_k + 1)]
                 m.d.sync += adapt_k.eq(adapt_k + 1)
                 with m.If(adapt_k == n_slots - 1 + ADAPT_STEPS):
                     m.d.sync += [ctr.instructions.eq(ctr.instructions + 1), *next_pc()]

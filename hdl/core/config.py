@@ -177,7 +177,8 @@ class CoreConfig(PresetMixin):
     #: programs give the results of the same config without them; the compiler places the
     #: tensors in fewer banks, so units overlap less, and the vector unit takes more cycles
     #: (docs/vector.md's table). The decoder gets two register stages
-    #: (:attr:`decode_stages`; three more cycles per instruction), the vector unit's line
+    #: (:attr:`decode_stages`; with the program word's register four more cycles per
+    #: instruction), the vector unit's line
     #: readers a register (:attr:`vector_read_reg`; one more cycle per vector instruction)
     #: and its scratchpad clients registered requests (:attr:`spad_reg`; one more) and
     #: the banks registered read data (:attr:`spad_out_reg`; one more),

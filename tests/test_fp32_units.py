@@ -262,6 +262,45 @@ def test_split_rounding_matches_shared_round_golden():
             assert g == e, (width, sign, exp, hex(norm), hex(g), hex(e))
 
 
+def test_unpack_staged_is_unpack_a_cycle_later():
+    """``unpack_fp32_staged`` (the divider's and square root's ``lzc_stage``) gives every field
+    of ``unpack_fp32(normalize=True)`` of the operand one register stage earlier: the special
+    operands and random ones (subnormals among them). The units read only some fields (their
+    exponents come as ``exp_raw`` and ``lz``), so the rest is checked here."""
+    from amaranth.hdl import Signal
+    from hdl.fp32.unpack import unpack_fp32, unpack_fp32_staged
+    m = Module()
+    m.domains.sync = ClockDomain()
+    bits = Signal(32)
+
+    def reg(value, name):
+        r = Signal(Value.cast(value).shape(), name=name)
+        m.d.sync += r.eq(value)
+        return r
+    staged = unpack_fp32_staged(m, bits, name="st", reg=reg)
+    ref = unpack_fp32(m, reg(bits, "bits_q"), name="ref", normalize=True)
+    fields = ("sign", "efield", "frac", "zero", "sub", "inf", "nan", "finite", "mag", "sig",
+              "exp", "exp_raw", "lz")
+    ops = list(gold.SPECIALS) + [int(v) for v in gold.random_fp32(np.random.default_rng(77), 400)]
+    got = []
+
+    async def bench(ctx):
+        for x in ops:
+            ctx.set(bits, x)
+            await ctx.tick()
+            got.append({f: (ctx.get(getattr(staged, f)), ctx.get(getattr(ref, f)))
+                        for f in fields})
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    add_deadline(sim)
+    sim.run()
+    for x, row in zip(ops, got):
+        for f, (a, b) in row.items():
+            assert a == b, (hex(x), f, a, b)
+
+
 @pytest.mark.parametrize("width", [1, 2, 5, 24, 28, 32])
 def test_count_leading_zeros(width):
     from amaranth.hdl import Signal

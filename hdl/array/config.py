@@ -41,10 +41,12 @@ class ArrayConfig(PresetMixin):
         Width of the ``M``, ``K``, ``N`` command fields (largest dimension ``2**dim_bits - 1``).
     req_reg : bool
         A register slice (:class:`hdl.lib.streamreg.StreamRegister`) between each line
-        generator and its quantizer (the FPGA build): a line's address (``base + row*ld + t``,
-        a multiply) is registered before it reaches the scratchpad, instead of going through
-        the multiplier, the bank crossbar and into the block RAM in one cycle. Results are the
-        same; every pass takes one cycle more (docs/array.md, *Measured*).
+        generator and its quantizer (the FPGA build): a line request (its address, a
+        register of the generator's :class:`~hdl.array.loops.LineWalk`, behind the zero
+        row's mux; its lane mask from the remaining-count compares) is registered before it
+        reaches the scratchpad, instead of going on through the bank crossbar and into the
+        block RAM in the same cycle. Results are the same; every pass takes one cycle more
+        (docs/array.md, *Measured*).
     cmd_reg : bool
         Every command waits one cycle in the pending register and is validated on its way in
         (the FPGA build): the checks (line-count multiplies, range compares) end at registers

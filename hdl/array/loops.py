@@ -5,7 +5,7 @@ from amaranth.hdl import Mux, Signal
 
 from .config import BWD_DATA, BWD_WEIGHT
 
-__all__ = ["NestedLoops", "mode_flags", "tile_loop_limits"]
+__all__ = ["NestedLoops", "LineWalk", "mode_flags", "tile_loop_limits"]
 
 
 def mode_flags(mode):
@@ -58,6 +58,7 @@ class NestedLoops:
         self.last = [Signal(name=f"{name}_last{j}") for j in range(4)]
         self.done = Signal(name=f"{name}_done", init=1)
         self.m = m
+        self.walks = []
 
     def restart(self, limits):
         """Sync statements: all counters to 0, ``done`` to 0, ``last`` for ``limits`` (the
@@ -74,7 +75,8 @@ class NestedLoops:
             return [c[j].eq(0), last[j].eq(lim[j] == 1)]
 
         def inc(j):
-            return [c[j].eq(c[j] + 1), last[j].eq(c[j] + 2 == lim[j])]
+            return ([c[j].eq(c[j] + 1), last[j].eq(c[j] + 2 == lim[j])]
+                    + [s for w in self.walks for s in w.inc(j)])
 
         with m.If(last[3]):
             m.d.sync += wrap(3)
@@ -92,3 +94,48 @@ class NestedLoops:
                 m.d.sync += inc(2)
         with m.Else():
             m.d.sync += inc(3)
+
+
+class LineWalk:
+    """``base + sum(c[j] * weights[j])`` of a :class:`NestedLoops` nest, kept in registers
+    and stepped with it: a line address without a multiplier between the counters and the
+    request.
+
+    ``p[j]`` holds the sum over the levels ``0..j`` (``p[3]``, :attr:`addr`, the whole sum).
+    A step that increments level ``j`` wraps every level inside it, so every ``p[i]`` with
+    ``i >= j`` becomes ``p[j] + weights[j]`` and the outer ones hold: one adder per level
+    beside the counters, and the address is a register. Exact modulo ``2**width``, like the
+    product form it replaces. Not a component: its logic goes into the nest's module.
+
+    Parameters
+    ----------
+    loops : NestedLoops
+        The nest; its :meth:`~NestedLoops.step` steps this walk too.
+    name : str
+        Prefix of the signal names.
+    width : int
+        Address width.
+    weights : list of 4 Values
+        Each level's stride (0 for a level the address does not depend on). They must hold
+        still between restarts, like the nest's limits (registers loaded with them).
+
+    Attributes
+    ----------
+    addr : Signal(width)
+        The current sum: ``base + sum(c[j] * weights[j])``.
+    """
+
+    def __init__(self, loops: NestedLoops, name: str, width: int, weights):
+        self.p = [Signal(width, name=f"{name}_p{j}") for j in range(4)]
+        self.weights = weights
+        self.addr = self.p[3]
+        loops.walks.append(self)
+
+    def restart(self, base):
+        """Sync statements: every partial sum to ``base`` (with the nest's restart)."""
+        return [p.eq(base) for p in self.p]
+
+    def inc(self, j):
+        """Sync statements of a step that increments level ``j`` (used by the nest)."""
+        nxt = self.p[j] + self.weights[j]
+        return [self.p[i].eq(nxt) for i in range(j, 4)]

@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from .config import BWD_DATA, FWD, ArrayConfig
 from .control import pass_shape_layout
-from .loops import NestedLoops, mode_flags, tile_loop_limits
+from .loops import LineWalk, NestedLoops, mode_flags, tile_loop_limits
 from .quant import line_req_layout
 
 __all__ = ["operand_side_layout", "OperandLineGen"]
@@ -109,26 +109,36 @@ class OperandLineGen(wiring.Component):
         m.d.comb += [krem0.eq(dK - (g0_kt << lg)), nrem0.eq(dN - (g0_nt << lg))]
         kmask0 = lanes_below(m, krem0, S, "g0_kmask")
         nmask0 = lanes_below(m, nrem0, S, "g0_nmask")
+        # both lines as walks of the nest (registers, no multiplier on the way to the
+        # request): FWD r = (m, kt) of A: base_a + c3 * lda + c1, s = (m, nt) of C: base_c +
+        # c3 * ldb + c2; BWD_DATA the same with A and C swapped (nt = c1, kt = c2);
+        # BWD_WEIGHT r = (c0 * S + c3, kt) of A: base_a + c0 * S * lda + c3 * lda + c1, s =
+        # (kt * S, nt) of B: base_b + c1 * S * ldb + c2
+        aw = len(r0.addr)
+        r_wts = [Signal(aw, name=f"g0_r_stride{j}") for j in range(4)]
+        s_wts = [Signal(aw, name=f"g0_s_stride{j}") for j in range(4)]
+        r_walk = LineWalk(g0, "g0_r_line", aw, r_wts)
+        s_walk = LineWalk(g0, "g0_s_line", aw, s_wts)
         with m.Switch(mode):
             with m.Case(FWD):
                 m.d.comb += [
-                    r0.addr.eq(base_a + g0_m * lda + g0_kt), r0.zero.eq(0), r0.mask.eq(kmask0),
-                    s0.addr.eq(base_c + g0_m * ldb + g0_nt), s0.mask.eq(nmask0),
+                    r0.addr.eq(r_walk.addr), r0.zero.eq(0), r0.mask.eq(kmask0),
+                    s0.addr.eq(s_walk.addr), s0.mask.eq(nmask0),
                     s0.first.eq((g0_kt == 0) & ~accum), s0.last.eq(g0.last[3]),
                 ]
             with m.Case(BWD_DATA):
                 m.d.comb += [
-                    r0.addr.eq(base_c + g0_m * ldb + g0_nt), r0.zero.eq(0), r0.mask.eq(nmask0),
-                    s0.addr.eq(base_a + g0_m * lda + g0_kt), s0.mask.eq(kmask0),
+                    r0.addr.eq(r_walk.addr), r0.zero.eq(0), r0.mask.eq(nmask0),
+                    s0.addr.eq(s_walk.addr), s0.mask.eq(kmask0),
                     s0.first.eq((g0_nt == 0) & ~accum), s0.last.eq(g0.last[3]),
                 ]
             with m.Default():
                 # rows past M are zeros: their read stays inside the matrix (line base_a),
                 # so an engine on a shared scratchpad never touches another matrix's lines
                 m.d.comb += [
-                    r0.addr.eq(Mux(g0_m >= dM, base_a, base_a + g0_m * lda + g0_kt)),
+                    r0.addr.eq(Mux(g0_m >= dM, base_a, r_walk.addr)),
                     r0.zero.eq(g0_m >= dM), r0.mask.eq(kmask0),
-                    s0.addr.eq(base_b + ((g0_kt << lg) * ldb) + g0_nt), s0.mask.eq(nmask0),
+                    s0.addr.eq(s_walk.addr), s0.mask.eq(nmask0),
                     s0.first.eq((g0.c[0] == 0) & ~accum), s0.last.eq(1),
                     s0.rows.eq(Mux(krem0 > S, S, krem0)), s0.stride.eq(ldb),
                 ]
@@ -141,4 +151,16 @@ class OperandLineGen(wiring.Component):
             m.d.sync += g0.restart(limits(new_bwd, new_bww, {k: new[k] for k in regs}))
             m.d.sync += [r.eq(new[k]) for k, r in regs.items()]
             m.d.sync += [mode.eq(new.mode), is_bwd.eq(new_bwd), is_bww.eq(new_bww)]
+            # strides (see the walks above); c0 only moves in BWD_WEIGHT
+            a_s, b_s = new.lda << lg, new.ldb << lg
+            m.d.sync += [
+                r_wts[0].eq(a_s), r_wts[1].eq(1), r_wts[2].eq(0),
+                r_wts[3].eq(Mux(new_bwd, new.ldb, new.lda)),
+                s_wts[0].eq(0), s_wts[1].eq(Mux(new_bww, b_s, 0)),
+                s_wts[2].eq(1),
+                s_wts[3].eq(Mux(new_bww, 0, Mux(new_bwd, new.lda, new.ldb))),
+            ]
+            m.d.sync += r_walk.restart(Mux(new_bwd, new.base_c, new.base_a))
+            m.d.sync += s_walk.restart(Mux(new_bww, new.base_b, Mux(new_bwd, new.base_a,
+                                                                      new.base_c)))
         return m

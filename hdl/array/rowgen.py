@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from .config import ArrayConfig
 from .control import pass_shape_layout
-from .loops import NestedLoops, mode_flags, tile_loop_limits
+from .loops import LineWalk, NestedLoops, mode_flags, tile_loop_limits
 from .opgen import lanes_below
 from .quant import line_req_layout
 
@@ -84,7 +84,14 @@ class TileRowGen(wiring.Component):
         base1 = Signal.like(g1r["base_b"], name="g1_base")
         m.d.comb += [base1.eq(Mux(is_bww, g1r["base_c"], g1r["base_b"])),
                      r1.zero.eq(g1_row >= Mux(is_bww, g1r["dM"], g1r["dK"]))]
-        m.d.comb += r1.addr.eq(Mux(r1.zero, base1, base1 + g1_row * g1r["ldb"] + g1_nt))
+        # the line base1 + row * ldb + nt as a walk of the nest: row = kt * S + r (FWD:
+        # kt = c1, nt = c2; BWD_DATA: kt = c2, nt = c1) or mt * S + r (BWD_WEIGHT: mt = c0,
+        # nt = c2), so the strides are S * ldb for the tile row, ldb for r and 1 for nt (a
+        # register, no multiplier on the way to the request)
+        aw = len(r1.addr)
+        wts = [Signal(aw, name=f"g1_stride{j}") for j in range(4)]
+        walk = LineWalk(g1, "g1_line", aw, wts)
+        m.d.comb += r1.addr.eq(Mux(r1.zero, base1, walk.addr))
         m.d.comb += [r1.mask.eq(nmask1), r1.side.eq(0),
                      self.req.valid.eq(self.running & ~g1.done)]
         with m.If(self.req.valid & self.req.ready):
@@ -95,4 +102,8 @@ class TileRowGen(wiring.Component):
             m.d.sync += g1.restart(limits(new_bwd, new_bww, {k: new[k] for k in g1r}))
             m.d.sync += [r.eq(new[k]) for k, r in g1r.items()]
             m.d.sync += [is_bwd.eq(new_bwd), is_bww.eq(new_bww)]
+            ld_s = new.ldb << lg                      # one tile row of S lines
+            m.d.sync += [wts[0].eq(ld_s), wts[1].eq(Mux(new_bwd, 1, Mux(new_bww, 0, ld_s))),
+                         wts[2].eq(Mux(new_bwd, ld_s, 1)), wts[3].eq(new.ldb)]
+            m.d.sync += walk.restart(Mux(new_bww, new.base_c, new.base_b))
         return m

@@ -64,7 +64,7 @@ def test_latency_and_initiation_interval():
     inputs = [int(a) for a in random_operands(np.random.default_rng(9), 20,
                                               base=random_fp32)["a"]]
     lone = _accept_cycles(FP32LogSerial(config=cfg), inputs[:1])
-    assert lone["res"][0] - lone["acc"][0] == LOG_SERIAL_LATENCY == 15
+    assert lone["res"][0] - lone["acc"][0] == LOG_SERIAL_LATENCY == 18
     dut = FP32LogSerial(config=cfg)
     assert dut.latency == LOG_SERIAL_LATENCY and dut.ii == LOG_SERIAL_II == 7
     run = _accept_cycles(dut, inputs)
@@ -141,9 +141,12 @@ def _multipliers(dut) -> list:
 
 
 def test_one_shared_multiplier():
-    """The serial unit has two multipliers (the reduction's and the shared one) where the
-    pipelined one has seven."""
+    """The serial unit has three multipliers (the reduction's, the first Horner step's
+    ``R * H[0]`` and the shared one, the last two as four registered partial products of at
+    most 18 x 18 bits each: operands of at most 18 bits, so a product of at most 36) where
+    the pipelined one has seven."""
     serial = _multipliers(FP32LogSerial(config=FP32LogConfig()))
     piped = _multipliers(FP32Log(config=FP32LogConfig()))
     assert len(piped) == 7
-    assert len(serial) == 2, serial
+    assert len(serial) == 1 + 4 + 4, serial
+    assert all(width <= 36 for width, _ in serial), serial

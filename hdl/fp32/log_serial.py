@@ -3,28 +3,33 @@ one operation every :data:`LOG_SERIAL_II` cycles (for the softmax's loss, once p
 
 :class:`~hdl.fp32.log.FP32Log` spends a multiplier on each of its seven products (26
 ``MULT18X18D`` on the ECP5). Here the reduction's small ``24 x 12``-bit product has its own
-multiplier and one ``29 x 34``-bit signed multiplier does the other six in seven steps
-(``E * LN2`` takes two); the rest is the same datapath (the stage helpers of
-:mod:`hdl.fp32.log`)::
+multiplier, the first Horner step's ``R * H[0]`` (a constant) one of its own, and one
+``29 x 34``-bit signed multiplier does the other five in seven cycles (``E * LN2`` takes
+two); the rest is the same datapath (the stage helpers of :mod:`hdl.fp32.log`). Every
+product takes two cycles: its four partial products (one ``MULT18X18D`` each) into
+registers, then their sum with an addend (carry-save, one carry chain). Cycles after the
+take (``d0``)::
 
     front   stage 0 unpack and leading-zero count, stage 1 normalising shift and table
             index j (log_front_split); INV[j] and LOGT[j] looked up from stage 1 into
             registers, a cycle before the take may use them
-    k = 0   R = M * INV[j] - 2**RF                    (the take; LOGT[j] taken beside it)
-    k = 1..4  h = H[k] + (R * h >> RF)                 (h = H[0] at k = 1; w after k = 4)
-    k = 5   P = R * w
-    k = 6   A = E * LN2_lo + LOGT[j]                  (LN2 = LN2_hi * 2**28 + LN2_lo)
-    k = 7   A += (E * LN2_hi) << 28                   (into the hand-off registers)
-    back    stages 8..11 (log_finish): the sum, the rounding to FP32, the specials
+    d0      R = M * INV[j] - 2**RF                    (the take; LOGT[j], E beside it)
+    d1, d2  h1 = H[1] + (R * H[0] >> RF)              (its own multiplier)
+    d3..d9  operands of the shared multiplier: R, h1 | E, LN2_lo | R, h2 | E, LN2_hi |
+            R, h3 | - | R, w; each sum a cycle later: h2 (d4), A = E * LN2_lo + LOGT[j]
+            (d5), h3 (d6), E * LN2_hi (d7), w (d8), P = R * w (d10)
+    d10     P and A + (E * LN2_hi << 28) into the hand-off registers
+    back    four stages (log_finish): the sum, the rounding to FP32, the specials
 
-``E * LN2`` is cut in two because ``LN2`` (56 bits) is wider than the multiplier's port; the sum
-of the two products is the same integer. The front holds one operation while the multiplier
-works on the one before it; a new operation is taken in the cycle of the previous one's last
-step (``k = 7``), so one enters every seven cycles.
+with ``h(k+1) = H[k] + (R * h(k) >> RF)`` (``LN2 = LN2_hi * 2**28 + LN2_lo``). ``E * LN2`` is
+cut in two because ``LN2`` (56 bits) is wider than the multiplier's port; the sum of the two
+products is the same integer. The shared multiplier is busy in ``d3 .. d9`` and the next
+operation's ``d3`` is its ``d10``: a new operation is taken at ``d7`` of the one before it,
+so one enters every seven cycles (the front holds one operation meanwhile).
 """
 from __future__ import annotations
 
-from amaranth.hdl import Array, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 
 from ..registry import Block
 from .div import StallPipeline
@@ -34,14 +39,68 @@ from .unit import FP32StreamUnit
 
 __all__ = ["FP32LogSerial", "LOG_SERIAL_II", "LOG_SERIAL_LATENCY"]
 
-#: Steps of the shared multiplier per operation (``k = 1..7``): the initiation interval.
+#: Cycles the shared multiplier is busy per operation (``d1 .. d7`` after the take): the
+#: initiation interval.
 LOG_SERIAL_II = 7
+#: Cycles from the take (``d0``) to the hand-off registers (``d10``): ``R * H[0]`` (2), the
+#: four Horner products and ``R * w`` two cycles apart (operands in ``d3 .. d9``), the last
+#: sum (1).
+LOG_SERIAL_STEPS = 10
 #: Cycles from an accepted operand to its result (unit idle, no stall): two front stages,
-#: the table lookups' register, the take (``k = 0``), the seven shared steps, four back
-#: stages.
-LOG_SERIAL_LATENCY = 2 + 1 + 1 + LOG_SERIAL_II + 4
-#: Where ``LN2`` is cut for the two ``E * LN2`` steps.
+#: the table lookups' register, the take, :data:`LOG_SERIAL_STEPS`, four back stages.
+LOG_SERIAL_LATENCY = 2 + 1 + 1 + LOG_SERIAL_STEPS + 4
+#: Where ``LN2`` is cut for the two ``E * LN2`` products.
 LN2_CUT = 28
+#: Width of a product's sum with its addend (two's complement): every sum fits, and a
+#: Horner step's bits RF .. RF + 34 are in it.
+SUM_BITS = 70
+#: Where the multipliers' operands are split: each partial product fits a MULT18X18D.
+SPLIT = 17
+
+
+def _partial_products(m, en, a, b, *, name: str) -> list:
+    """The four partial products of ``a * b`` (signed; ``a`` and ``b`` at most 35 bits) split
+    at bit :data:`SPLIT`, registered (loaded while ``en``): ``[lo*lo, lo*hi, hi*lo,
+    hi*hi]`` with the low parts unsigned and the high parts signed, each one 18 x 18-bit
+    multiplier's product."""
+    a, b = a.as_signed(), b.as_signed()
+    a_lo, a_hi = a[:SPLIT], a[SPLIT:].as_signed()
+    b_lo, b_hi = b[:SPLIT], b[SPLIT:].as_signed()
+    out = []
+    for tag, x, y in (("ll", a_lo, b_lo), ("lh", a_lo, b_hi), ("hl", a_hi, b_lo),
+                      ("hh", a_hi, b_hi)):
+        prod = x * y
+        reg = Signal(prod.shape(), name=f"{name}_part_{tag}")
+        with m.If(en):
+            m.d.sync += reg.eq(prod)
+        out.append(reg)
+    return out
+
+
+def _product_sum(m, parts, addend, *, name: str) -> Signal:
+    """``a * b + addend`` from :func:`_partial_products`' registers: ``lo*lo`` and
+    ``hi*hi`` side by side (they do not overlap), the two middle products, the addend; one
+    carry-save 4:2 level (two 3:2 levels of XOR / majority) and one carry-propagate adder,
+    :data:`SUM_BITS` wide (modulo ``2**SUM_BITS``; every value here fits, signed)."""
+    ll, lh, hl, hh = parts
+    terms = [Cat(ll, hh).as_signed(), lh << SPLIT, hl << SPLIT, addend]
+    ext = []
+    for i, t in enumerate(terms):
+        x = Signal(signed(SUM_BITS), name=f"{name}_term{i}")
+        m.d.comb += x.eq(t)
+        ext.append(x.as_unsigned())
+
+    def csa(x, y, z, tag):
+        sm = Signal(SUM_BITS, name=f"{name}_{tag}_sum")
+        cy = Signal(SUM_BITS, name=f"{name}_{tag}_carry")
+        m.d.comb += [sm.eq(x ^ y ^ z), cy.eq(((x & y) | (x & z) | (y & z)) << 1)]
+        return sm, cy
+
+    s1, c1 = csa(ext[0], ext[1], ext[2], "csa0")
+    s2, c2 = csa(s1, c1, ext[3], "csa1")
+    total = Signal(signed(SUM_BITS), name=f"{name}_sum")
+    m.d.comb += total.eq((s2 + c2)[:SUM_BITS])
+    return total
 
 
 class FP32LogSerial(FP32StreamUnit):
@@ -59,7 +118,7 @@ class FP32LogSerial(FP32StreamUnit):
     Attributes
     ----------
     latency : int
-        :data:`LOG_SERIAL_LATENCY` (15) cycles from an accepted operand to its result, with the
+        :data:`LOG_SERIAL_LATENCY` (18) cycles from an accepted operand to its result, with the
         unit idle and no stall.
     ii : int
         :data:`LOG_SERIAL_II` (7): operations back to back are accepted every ``ii`` cycles
@@ -115,61 +174,107 @@ class FP32LogSerial(FP32StreamUnit):
         with m.Elif(take):
             m.d.sync += v1.eq(0)
 
-        # --- the multiplier and its eight steps --------------------------------------------
+        # --- the multiplier: partial products registered, then summed ---------------------------
+        # Every product is formed in two cycles: the four partial products of a 17-bit split
+        # (one MULT18X18D each) into registers, then their sum with an addend (a carry-save
+        # 4:2 level and one carry-propagate adder). A Horner step is then two cycles, not one
+        # (the step was the S = 4 FPGA core's routed critical path, 16.67 ns: the operand
+        # register through the product and its carry chains back into the operand), so the
+        # four steps take slots d3, d5, d7, d9 after the take (d0) and ``E * LN2`` the slots
+        # between them (d4, d6). ``R * H[0]`` (the first step, a constant) has a multiplier
+        # of its own in slots d1 and d2, so the shared one is busy 7 cycles an operation and
+        # the next may be taken at d7, as before. ``ph[i]`` is high in cycle d(i + 1) of the
+        # last operation taken; two operations overlap by at most three cycles, in different
+        # slots of each register.
         busy = Signal(name="mul_busy")
         k = Signal(range(LOG_SERIAL_II + 1), name="mul_step")
-        last = Signal(name="mul_last")           # k = 7: the next operation may be taken
-        prod = Signal(signed(w["prod"][0]), name="mul_prod")
-        big = Signal(signed(w["big"][0]), name="mul_big")
-        e = Signal(signed(w["e"][0]), name="mul_e")
-        logt = Signal(w["logt"][0], name="mul_logt")
-        special = Signal(name="mul_special")
-        spec_val = Signal.like(spec_val1, name="mul_special_val")
-        # the tables' words for stage 1's index, registered every cycle: the lookups are off
-        # the take's path into the multiplier (they were the S = 8 FPGA core's slowest
-        # estimated path, 16.15 ns at 73bcd20, the lookup ahead of the DSP); an operation
-        # that just entered stage 1 waits a cycle for them (``looked``)
-        inv_now, logt_look = log_lookups(m, c, w, j1, name="mul")
-        inv = Signal.like(inv_now, name="mul_inv")
-        logt_now = Signal.like(logt_look, name="mul_logt_looked_up")
-        m.d.sync += [inv.eq(inv_now), logt_now.eq(logt_look), looked.eq(~move1)]
-        # The multiplier's operands are registers loaded with the next step's pair (no select
-        # in front of it): R and h for k = 1..5 (h, the Horner value, lives in ``b``), then
-        # E and LN2_lo, E and LN2_hi.
-        a_op = Signal(signed(w["red"][0]), name="mul_a")
-        b_op = Signal(signed(w["h"][0]), name="mul_b")
-        product = Signal(signed(w["red"][0] + w["h"][0]), name="mul_p")
-        lo, hi = c.LN2 & ((1 << LN2_CUT) - 1), c.LN2 >> LN2_CUT
+        last = Signal(name="mul_last")           # d7: the next operation may be taken
+        ph = Signal(LOG_SERIAL_STEPS, name="mul_phase")
         m.d.comb += [
             last.eq(busy & (k == LOG_SERIAL_II)),
             take.eq(en & v1 & looked & (~busy | last)),
-            product.eq(a_op * b_op),
         ]
-        coef = Array(Const(v, signed(w["h"][0])) for v in (0, *c.H[1:], 0, 0, 0))
         with m.If(en):
-            with m.If(take):                                       # k = 0
-                m.d.sync += [busy.eq(1), k.eq(1),
-                             a_op.eq(mant1 * inv - (1 << c.RF)), b_op.eq(c.H[0]),
-                             e.eq(e1), logt.eq(logt_now), special.eq(special1),
-                             spec_val.eq(spec_val1)]
+            m.d.sync += ph.eq(Cat(take, ph[:-1]))
+            with m.If(take):
+                m.d.sync += [busy.eq(1), k.eq(1)]
             with m.Elif(busy):
                 m.d.sync += k.eq(k + 1)
                 with m.If(last):
                     m.d.sync += busy.eq(0)
-                with m.If((k >= 1) & (k <= 4)):
-                    m.d.sync += b_op.eq(coef[k] + (product >> c.RF))
-                with m.If(k == 5):
-                    m.d.sync += [prod.eq(product), a_op.eq(e), b_op.eq(lo)]
-                with m.If(k == 6):
-                    m.d.sync += [big.eq(product + logt), b_op.eq(hi)]
 
-        # --- hand-off registers, then the back stages -----------------------------------------
+        def d(i):
+            """High in cycle ``d(i)`` after the last take (``i >= 1``)."""
+            return ph[i - 1]
+
+        # the tables' words for stage 1's index, registered every cycle: the lookups are off
+        # the take's path (they were the S = 8 FPGA core's slowest estimated path, 16.15 ns at
+        # 73bcd20, the lookup ahead of the DSP); an operation that just entered stage 1 waits
+        # a cycle for them (``looked``)
+        inv_now, logt_look = log_lookups(m, c, w, j1, name="mul")
+        inv = Signal.like(inv_now, name="mul_inv")
+        logt_now = Signal.like(logt_look, name="mul_logt_looked_up")
+        m.d.sync += [inv.eq(inv_now), logt_now.eq(logt_look), looked.eq(~move1)]
+
+        # the take (d0): R, E, LOGT[j] and the specials of the operation
+        r_t = Signal(signed(w["red"][0]), name="take_r")
+        e_t = Signal(signed(w["e"][0]), name="take_e")
+        logt_t = Signal(w["logt"][0], name="take_logt")
+        special_t = Signal(name="take_special")
+        spec_val_t = Signal.like(spec_val1, name="take_special_val")
+        with m.If(take):
+            m.d.sync += [r_t.eq(mant1 * inv - (1 << c.RF)), e_t.eq(e1), logt_t.eq(logt_now),
+                         special_t.eq(special1), spec_val_t.eq(spec_val1)]
+
+        # R * H[0] (d1: partial products; d2: h1 = H[1] + (R * H[0] >> RF))
+        h0 = Const(c.H[0], signed(w["h"][0]))
+        h0_parts = _partial_products(m, en, r_t, h0, name="h0")
+        h1 = _product_sum(m, h0_parts, Const(c.H[1] << c.RF, signed(SUM_BITS)), name="h0")
+
+        # the shared multiplier: operand registers, partial products, sum
+        a_op = Signal(signed(w["red"][0]), name="mul_a")
+        b_op = Signal(signed(w["h"][0]), name="mul_b")
+        parts = _partial_products(m, en, a_op, b_op, name="mul")
+        addend = Signal(signed(SUM_BITS), name="mul_addend")
+        m.d.comb += addend.eq(Mux(d(4), c.H[2] << c.RF, 0) | Mux(d(6), c.H[3] << c.RF, 0)
+                              | Mux(d(8), c.H[4] << c.RF, 0) | Mux(d(5), logt_t, 0))
+        total = _product_sum(m, parts, addend, name="mul")
+        step = total[c.RF:c.RF + w["h"][0]].as_signed()       # the next Horner value
+
+        r_c = Signal(signed(w["red"][0]), name="chain_r")      # the chain's R (d2 .. d8)
+        special_c = Signal(name="chain_special")
+        spec_val_c = Signal.like(spec_val1, name="chain_special_val")
+        special_h = Signal(name="hand_special")                 # d8 .. the hand-off
+        spec_val_h = Signal.like(spec_val1, name="hand_special_val")
+        big = Signal(signed(w["big"][0]), name="mul_big")      # E * LN2_lo + LOGT[j]
+        ehi = Signal(signed(w["big"][0]), name="mul_e_hi")     # E * LN2_hi
+        lo, hi = c.LN2 & ((1 << LN2_CUT) - 1), c.LN2 >> LN2_CUT
+        with m.If(en):
+            with m.If(d(2)):
+                m.d.sync += [a_op.eq(r_t), b_op.eq(h1[c.RF:c.RF + w["h"][0]].as_signed()),
+                             r_c.eq(r_t), special_c.eq(special_t), spec_val_c.eq(spec_val_t)]
+            with m.If(d(3)):                                    # operands R, h1
+                m.d.sync += [a_op.eq(e_t), b_op.eq(lo)]
+            with m.If(d(4)):                                    # E, LN2_lo; h2
+                m.d.sync += [a_op.eq(r_c), b_op.eq(step)]
+            with m.If(d(5)):                                    # R, h2; big
+                m.d.sync += [a_op.eq(e_t), b_op.eq(hi), big.eq(total)]
+            with m.If(d(6)):                                    # E, LN2_hi; h3
+                m.d.sync += [a_op.eq(r_c), b_op.eq(step)]
+            with m.If(d(7)):                                    # R, h3; E * LN2_hi
+                m.d.sync += ehi.eq(total)
+            with m.If(d(8)):                                    # w
+                m.d.sync += [a_op.eq(r_c), b_op.eq(step),
+                             special_h.eq(special_c), spec_val_h.eq(spec_val_c)]
+            # d9: operands R, w; d10: P = R * w into the hand-off registers
+
+        # --- hand-off registers (d10), then the back stages -------------------------------------
         p = StallPipeline(m, en)
-        v7 = p.valid(last, "s7_valid")
-        prod7 = p.reg(prod, "s7_prod")
-        big7 = p.reg(big + (product << LN2_CUT), "s7_big", signed(w["big"][0]))
-        special7 = p.reg(special, "s7_special")
-        spec_val7 = p.reg(spec_val, "s7_special_val")
+        v7 = p.valid(d(10), "s7_valid")
+        prod7 = p.reg(total, "s7_prod", signed(w["prod"][0]))
+        big7 = p.reg(big + (ehi << LN2_CUT), "s7_big", signed(w["big"][0]))
+        special7 = p.reg(special_h, "s7_special")
+        spec_val7 = p.reg(spec_val_h, "s7_special_val")
         out_valid, out = log_finish(m, p, v7, prod7, big7, special7, spec_val7, c, w)
         m.d.comb += [self.o.valid.eq(out_valid), self.o.payload.eq(out)]
         return m

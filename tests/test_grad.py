@@ -219,6 +219,12 @@ def _softmax_sim(preset_units: str, serial_log=False, read_reg=False) -> Reusabl
                        testbenches=2, processes=0)
 
 
+#: Deadline of a softmax test's run (cycles): each passes with 2,000 (tried), so ten times
+#: that leaves room, and a unit that stops delivering fails in seconds instead of running to
+#: the simulator's default 1,000,000.
+SX_MAX_CYCLES = 20_000
+
+
 def _sx_payloads(rows):
     return [{"x": f32_bits(x), "label": int(lab), "last": int(j == len(z) - 1)}
             for z, lab in rows for j, x in enumerate(z)]
@@ -273,7 +279,7 @@ def test_softmax_rows_back_to_back(units, idle, stall, serial_log, read_reg):
         for _ in payloads:
             got.append(await stream_get(ctx, dut.o, rng=prng, stall_prob=stall))
 
-    sim.run(producer, consumer)
+    sim.run(producer, consumer, max_cycles=SX_MAX_CYCLES)
     _check_rows(dut, rows, got, gscale)
 
 
@@ -305,7 +311,7 @@ def test_softmax_rows_on_an_idle_unit(units):
             for _ in range(3):
                 await ctx.tick()
 
-    sim.run(tb)
+    sim.run(tb, max_cycles=SX_MAX_CYCLES)
     _check_rows(dut, rows, got, gscale)
 
 
@@ -339,7 +345,7 @@ def _timed_run(sim, z, label=0):
             cycle += 1
             assert cycle < 20 * z.size + 500, "softmax stalled"
 
-    sim.run(tb)
+    sim.run(tb, max_cycles=SX_MAX_CYCLES)
     return t_in, t_out, got
 
 
@@ -373,7 +379,7 @@ def test_softmax_label_outside_the_row():
         for _ in payloads:
             got.append(await stream_get(ctx, dut.o))
 
-    sim.run(producer, consumer)
+    sim.run(producer, consumer, max_cycles=SX_MAX_CYCLES)
     log = FP32Log(dut.log_config)
     k = 0
     for z, lab in rows:

@@ -295,6 +295,13 @@ class SoftmaxXent(wiring.Component):
         o_take = Signal(name="out_take")          # an e FIFO entry read by OUT
         n_r = Signal(range(C + 1), name="exp_n")
         last_slot = Signal(range(slots), name="exp_last_slot")
+        # ei == last_slot, a register kept with ei (the bank's last slot ahead of EXP's next
+        # read address was the S = 8 FPGA core's slowest estimated path, 16.05 ns at 210e109):
+        # a step to ei + 1 sets it to ei + 1 == last_slot (the bank EXP reads is full, so LOAD
+        # does not change its last slot), a wrap to 0 clears it (a bank has at least
+        # lanes >= 2 slots, so slot 0 is never its last)
+        assert lanes >= 2
+        at_last = Signal(name="exp_at_last_slot")
         can_exp = Signal(name="exp_issue")
         m.d.comb += [
             n_r.eq(b_n[rb]),
@@ -318,11 +325,11 @@ class SoftmaxXent(wiring.Component):
                 e_mx.eq(b_mx[rb]), e_pad.eq(ei >= n_r), e_first.eq(ei < lanes),
                 e_final.eq(ei + lanes > last_slot), e_lane.eq(ei[:lane_bits] if lane_bits else 0),
                 e_row_first.eq(ei == 0), e_label.eq((ei == b_label[rb]) & (ei < n_r)),
-                e_row_last.eq(ei == last_slot),
-                ei.eq(ei + 1),
+                e_row_last.eq(at_last),
+                ei.eq(ei + 1), at_last.eq(ei + 1 == last_slot),
             ]
-            with m.If(ei == last_slot):
-                m.d.sync += [ei.eq(0), rb.eq(~rb), full[rb].eq(0)]
+            with m.If(at_last):
+                m.d.sync += [ei.eq(0), at_last.eq(0), rb.eq(~rb), full[rb].eq(0)]
         desc_in = data.View(desc_layout, dfifo.w_data)
         m.d.comb += [
             dfifo.w_en.eq(row_start),
@@ -343,8 +350,8 @@ class SoftmaxXent(wiring.Component):
         nx_ei = Signal.like(ei, name="exp_next_slot")
         nx_rb = Signal(name="exp_next_bank")
         m.d.comb += [
-            nx_ei.eq(Mux(can_exp, Mux(ei == last_slot, 0, ei + 1), ei)),
-            nx_rb.eq(Mux(can_exp & (ei == last_slot), ~rb, rb)),
+            nx_ei.eq(Mux(can_exp, Mux(at_last, 0, ei + 1), ei)),
+            nx_rb.eq(Mux(can_exp & at_last, ~rb, rb)),
             zr.addr.eq(Cat(nx_ei, nx_rb)),
         ]
         zr_addr_q = Signal.like(zr.addr, name="exp_read_addr")

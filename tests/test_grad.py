@@ -315,6 +315,41 @@ def test_softmax_rows_on_an_idle_unit(units):
     _check_rows(dut, rows, got, gscale)
 
 
+@pytest.mark.parametrize("units, serial_log, read_reg", [("tiny", False, False),
+                                                         ("tiny", True, True)])
+def test_softmax_output_held_back(units, serial_log, read_reg):
+    """Rows sent at full rate while ``o.ready`` stays low for 600 cycles, then every result
+    taken: the unit fills up to its bounds (the e FIFO's reservations, the rows in flight, the
+    output FIFO's credits) and stops taking input, and loses nothing. Every result
+    bit-exact (with either bound one more, results are lost or wrong)."""
+    sim = _softmax_sim(units, serial_log, read_reg)
+    dut = sim.dut
+    rng = np.random.default_rng(41)
+    rows = []
+    # long rows fill the output FIFO; then short ones (one e FIFO entry each: the rows in
+    # flight bound), then long ones again (the e FIFO's bound)
+    for c in (16, 16, 16, 16) + (1, 2, 1, 1, 3) * 6 + (16, 3, 16, 9, 16, 16, 12, 16, 16):
+        z = (rng.standard_normal(c) * 4).astype(F32)
+        rows.append((z, int(rng.integers(0, c))))
+    gscale = F32(1 / 2)
+    payloads = _sx_payloads(rows)
+    got = []
+
+    async def producer(ctx):
+        ctx.set(dut.gscale, f32_bits(gscale))
+        for p in payloads:
+            await stream_put(ctx, dut.i, p)
+
+    async def consumer(ctx):
+        for _ in range(600):
+            await ctx.tick()
+        for _ in payloads:
+            got.append(await stream_get(ctx, dut.o))
+
+    sim.run(producer, consumer, max_cycles=SX_MAX_CYCLES)
+    _check_rows(dut, rows, got, gscale)
+
+
 def _timed_run(sim, z, label=0):
     """Rows of ``z`` at full rate, ``o.ready`` held high, on ``sim`` (a :func:`_softmax_sim`,
     from its initial state); returns (cycle of each accepted input, cycle of each output) and

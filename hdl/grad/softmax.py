@@ -303,10 +303,15 @@ class SoftmaxXent(wiring.Component):
         assert lanes >= 2
         at_last = Signal(name="exp_at_last_slot")
         can_exp = Signal(name="exp_issue")
+        # eres < D and rows < K, registers kept with the counts (their compares were ahead of
+        # EXP's issue, the descriptor FIFO's level and the read-ahead address: 14.5 ns
+        # estimated at 210e109)
+        eres_room = Signal(name="efifo_room", init=1)
+        rows_room = Signal(name="rows_room", init=1)
         m.d.comb += [
             n_r.eq(b_n[rb]),
             last_slot.eq(b_last[rb]),
-            can_exp.eq(full[rb] & (eres < D) & ((ei != 0) | (rows < K))),
+            can_exp.eq(full[rb] & eres_room & ((ei != 0) | rows_room)),
             row_start.eq(can_exp & (ei == 0)),
             e_take.eq(can_exp & (ei < n_r)),
         ]
@@ -335,7 +340,12 @@ class SoftmaxXent(wiring.Component):
             dfifo.w_en.eq(row_start),
             desc_in.last.eq(n_r - 1), desc_in.label.eq(b_label[rb]),
         ]
-        m.d.sync += [rows.eq(rows + row_start - row_done), eres.eq(eres + e_take - o_take)]
+        rows_next = Signal.like(rows, name="rows_in_flight_next")
+        eres_next = Signal.like(eres, name="efifo_reserved_next")
+        m.d.comb += [rows_next.eq(rows + row_start - row_done),
+                     eres_next.eq(eres + e_take - o_take)]
+        m.d.sync += [rows.eq(rows_next), eres.eq(eres_next),
+                     rows_room.eq(rows_next < K), eres_room.eq(eres_next < D)]
 
         # z is read a cycle ahead: the port's address is the slot EXP issues next (the one
         # after ``ei`` when it issues now, else ``ei`` again), so the word is on the read data

@@ -85,8 +85,13 @@ class BeatAssembler(wiring.Component):
         cfg = self.config
         S, mm = cfg.size, cfg.max_mantissa
         mode, shift = self.mode, self.shift
+        # The mode's decodes are registers: ``mode`` changes only when a pass starts on an idle
+        # engine (overlapping passes have the same mode), and that pass's first beat arrives
+        # here many cycles later (its reads and the converter), so they are never a cycle
+        # late; the decode of the control's register was the first LUT of the paths into the
+        # result descriptors and the array's accept (13.65 ns, about 100 end points).
         is_fwd, is_bwd, is_bww = (Signal(name=n) for n in ("is_fwd", "is_bwd_data", "is_bww"))
-        m.d.comb += [is_fwd.eq(mode == FWD), is_bwd.eq(mode == BWD_DATA),
+        m.d.sync += [is_fwd.eq(mode == FWD), is_bwd.eq(mode == BWD_DATA),
                      is_bww.eq(mode == BWD_WEIGHT)]
         side0 = operand_side_layout(cfg)
         x, y = self.x, self.y

@@ -104,9 +104,13 @@ class OperandLineGen(wiring.Component):
         ]
         r0 = self.req.payload
         s0 = Signal(side0, name="g0_side")
-        krem0 = Signal(signed(db + 2), name="g0_krem")
-        nrem0 = Signal(signed(db + 2), name="g0_nrem")
-        m.d.comb += [krem0.eq(dK - (g0_kt << lg)), nrem0.eq(dN - (g0_nt << lg))]
+        # the rows and columns left, dK - kt * S and dN - nt * S, walks too (registers: the
+        # lane masks' compares start at them, not behind the counter select and a subtract)
+        k_wts = [Signal(db + 2, name=f"g0_krem_stride{j}") for j in range(4)]
+        n_wts = [Signal(db + 2, name=f"g0_nrem_stride{j}") for j in range(4)]
+        krem_walk = LineWalk(g0, "g0_krem", db + 2, k_wts)
+        nrem_walk = LineWalk(g0, "g0_nrem", db + 2, n_wts)
+        krem0, nrem0 = krem_walk.addr.as_signed(), nrem_walk.addr.as_signed()
         kmask0 = lanes_below(m, krem0, S, "g0_kmask")
         nmask0 = lanes_below(m, nrem0, S, "g0_nmask")
         # both lines as walks of the nest (registers, no multiplier on the way to the
@@ -159,7 +163,13 @@ class OperandLineGen(wiring.Component):
                 s_wts[0].eq(0), s_wts[1].eq(Mux(new_bww, b_s, 0)),
                 s_wts[2].eq(1),
                 s_wts[3].eq(Mux(new_bww, 0, Mux(new_bwd, new.lda, new.ldb))),
+                # kt is c1 (c2 in BWD_DATA), nt c2 (c1 in BWD_DATA)
+                k_wts[0].eq(0), k_wts[1].eq(Mux(new_bwd, 0, -S)),
+                k_wts[2].eq(Mux(new_bwd, -S, 0)), k_wts[3].eq(0),
+                n_wts[0].eq(0), n_wts[1].eq(Mux(new_bwd, -S, 0)),
+                n_wts[2].eq(Mux(new_bwd, 0, -S)), n_wts[3].eq(0),
             ]
+            m.d.sync += [*krem_walk.restart(new.dK), *nrem_walk.restart(new.dN)]
             m.d.sync += r_walk.restart(Mux(new_bwd, new.base_c, new.base_a))
             m.d.sync += s_walk.restart(Mux(new_bww, new.base_b, Mux(new_bwd, new.base_a,
                                                                       new.base_c)))

@@ -230,6 +230,27 @@ def _sx_payloads(rows):
             for z, lab in rows for j, x in enumerate(z)]
 
 
+def _sx_producer(dut, payloads, gscale, rng=None, idle=0.0):
+    """A testbench sending ``payloads`` on the softmax's input (``gscale`` set first), with
+    random idle cycles."""
+    async def producer(ctx):
+        ctx.set(dut.gscale, f32_bits(gscale))
+        for p in payloads:
+            await stream_put(ctx, dut.i, p, rng=rng, idle_prob=idle)
+    return producer
+
+
+def _sx_consumer(dut, count, got, rng=None, stall=0.0, wait=0):
+    """A testbench taking ``count`` results into ``got`` after ``wait`` cycles, with random
+    backpressure."""
+    async def consumer(ctx):
+        for _ in range(wait):
+            await ctx.tick()
+        for _ in range(count):
+            got.append(await stream_get(ctx, dut.o, rng=rng, stall_prob=stall))
+    return consumer
+
+
 def _check_rows(dut, rows, got, gscale):
     k = 0
     for z, lab in rows:
@@ -270,16 +291,8 @@ def test_softmax_rows_back_to_back(units, idle, stall, serial_log, read_reg):
     payloads = _sx_payloads(rows)
     got = []
 
-    async def producer(ctx):
-        ctx.set(dut.gscale, f32_bits(gscale))
-        for p in payloads:
-            await stream_put(ctx, dut.i, p, rng=prng, idle_prob=idle)
-
-    async def consumer(ctx):
-        for _ in payloads:
-            got.append(await stream_get(ctx, dut.o, rng=prng, stall_prob=stall))
-
-    sim.run(producer, consumer, max_cycles=SX_MAX_CYCLES)
+    sim.run(_sx_producer(dut, payloads, gscale, prng, idle),
+            _sx_consumer(dut, len(payloads), got, prng, stall), max_cycles=SX_MAX_CYCLES)
     _check_rows(dut, rows, got, gscale)
 
 
@@ -335,18 +348,8 @@ def test_softmax_output_held_back(units, serial_log, read_reg):
     payloads = _sx_payloads(rows)
     got = []
 
-    async def producer(ctx):
-        ctx.set(dut.gscale, f32_bits(gscale))
-        for p in payloads:
-            await stream_put(ctx, dut.i, p)
-
-    async def consumer(ctx):
-        for _ in range(600):
-            await ctx.tick()
-        for _ in payloads:
-            got.append(await stream_get(ctx, dut.o))
-
-    sim.run(producer, consumer, max_cycles=SX_MAX_CYCLES)
+    sim.run(_sx_producer(dut, payloads, gscale),
+            _sx_consumer(dut, len(payloads), got, wait=600), max_cycles=SX_MAX_CYCLES)
     _check_rows(dut, rows, got, gscale)
 
 
@@ -405,16 +408,8 @@ def test_softmax_label_outside_the_row():
     payloads = _sx_payloads(rows)
     got = []
 
-    async def producer(ctx):
-        ctx.set(dut.gscale, f32_bits(gscale))
-        for p in payloads:
-            await stream_put(ctx, dut.i, p)
-
-    async def consumer(ctx):
-        for _ in payloads:
-            got.append(await stream_get(ctx, dut.o))
-
-    sim.run(producer, consumer, max_cycles=SX_MAX_CYCLES)
+    sim.run(_sx_producer(dut, payloads, gscale), _sx_consumer(dut, len(payloads), got),
+            max_cycles=SX_MAX_CYCLES)
     log = FP32Log(dut.log_config)
     k = 0
     for z, lab in rows:

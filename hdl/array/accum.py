@@ -184,7 +184,9 @@ class OutputAccumulator(wiring.Component):
         # (asserted above), so no line waits for it.
         rd_en = Signal(name="read_issue")
         rd_addr = Signal.like(self.rd_addr, name="read_addr")
-        m.d["comb" if early else "sync"] += [rd_en.eq(start), rd_addr.eq(p.addr)]
+        rd_first = Signal(name="read_first")    # the line's ``first``: its old value is +0
+        m.d["comb" if early else "sync"] += [rd_en.eq(start), rd_addr.eq(p.addr),
+                                             rd_first.eq(p.first)]
         m.d.comb += [self.rd_addr.eq(rd_addr), self.rd_en.eq(rd_en)]
         for lane in range(P):
             value = of_part((p.value[k * P + lane] for k in range(F)), part)
@@ -196,11 +198,18 @@ class OutputAccumulator(wiring.Component):
         m.d.comb += [meta1.w_en.eq(feed),
                      meta1.w_data.eq(Cat(p.addr, p.mask, p.first, p.write, part, last_part))]
         read_pending = rd_en                    # the old line's data is on rd_data now
+        read_first = rd_first
         for k in range(cfg.mem_latency):
             nxt = Signal(name=f"read_pending{k}")
-            m.d.sync += nxt.eq(read_pending)
-            read_pending = nxt
-        m.d.comb += [old.w_en.eq(read_pending), old.w_data.eq(self.rd_data)]
+            nxt_first = Signal(name=f"read_first{k}")
+            m.d.sync += [nxt.eq(read_pending), nxt_first.eq(read_first)]
+            read_pending, read_first = nxt, nxt_first
+        # a ``first`` line's old value enters the FIFO as +0, so the adders' input is the FIFO
+        # head's part, with no ``first`` select behind the part select (the S = 4 FPGA core's
+        # routed critical path at 125a66b, 13.77 ns: meta1's ``first`` through the select
+        # into the adder's unpack step)
+        m.d.comb += [old.w_en.eq(read_pending),
+                     old.w_data.eq(Mux(read_first, 0, self.rd_data))]
         with m.If(start):
             for j in range(D):
                 with m.If(tail == j):
@@ -228,7 +237,7 @@ class OutputAccumulator(wiring.Component):
             m.d.comb += [
                 edges[lane].o.ready.eq(1),
                 adds[lane].i.valid.eq(join),
-                adds[lane].i.payload.a.eq(Mux(m1.first, 0, old_word)),
+                adds[lane].i.payload.a.eq(old_word),
                 adds[lane].i.payload.b.eq(edges[lane].o.payload),
                 adds[lane].i.payload.sub.eq(0),
             ]

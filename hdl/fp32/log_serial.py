@@ -186,22 +186,15 @@ class FP32LogSerial(FP32StreamUnit):
         # the next may be taken at d7, as before. ``ph[i]`` is high in cycle d(i + 1) of the
         # last operation taken; two operations overlap by at most three cycles, in different
         # slots of each register.
-        busy = Signal(name="mul_busy")
-        k = Signal(range(LOG_SERIAL_II + 1), name="mul_step")
-        last = Signal(name="mul_last")           # d7: the next operation may be taken
         ph = Signal(LOG_SERIAL_STEPS, name="mul_phase")
+        # the next operation may be taken unless one is in d1 .. d(ii - 1) (at d(ii) it may)
+        busy = Signal(name="mul_busy")
         m.d.comb += [
-            last.eq(busy & (k == LOG_SERIAL_II)),
-            take.eq(en & v1 & looked & (~busy | last)),
+            busy.eq(ph[:LOG_SERIAL_II - 1].any()),
+            take.eq(en & v1 & looked & ~busy),
         ]
         with m.If(en):
             m.d.sync += ph.eq(Cat(take, ph[:-1]))
-            with m.If(take):
-                m.d.sync += [busy.eq(1), k.eq(1)]
-            with m.Elif(busy):
-                m.d.sync += k.eq(k + 1)
-                with m.If(last):
-                    m.d.sync += busy.eq(0)
 
         def d(i):
             """High in cycle ``d(i)`` after the last take (``i >= 1``)."""

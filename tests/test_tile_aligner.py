@@ -55,12 +55,11 @@ def _tiles(rng, S: int, mm: int, n: int):
     return tiles
 
 
-@pytest.mark.parametrize("S", [4, 8])
-def test_aligned_rows_equal_the_model(S):
-    cfg = ArrayConfig(size=S, mem_depth=32, dim_bits=5)
-    mm = cfg.max_mantissa
+@pytest.mark.parametrize("S, mm", [(4, 8), (8, 8), (4, 2), (4, 4), (8, 6)])
+def test_aligned_rows_equal_the_model(S, mm):
+    cfg = ArrayConfig(size=S, max_mantissa=mm, mem_depth=32, dim_bits=5)
     dut = TileAligner(config=cfg, side_bits=1)
-    rng = np.random.default_rng(S)
+    rng = np.random.default_rng(S + 16 * mm)
     tiles = _tiles(rng, S, mm, 3 * S)
     got = []
 

@@ -1,7 +1,7 @@
 """Weight-tile aligner: ``S`` row groups -> one shared tile exponent -> stationary rows."""
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -112,53 +112,91 @@ class TileAligner(wiring.Component):
         assert S >= 2
         cur = Signal.like(rows[0], name="cur_elems")
         d = Signal(range(mm + 2), name="align_shift")
+        # ``align_shift > j`` for j = 0 .. mm, registered beside the shift (its thermometer
+        # code): the rounding's half and sticky bits are AND-OR terms of it and the magnitude
+        # instead of a compare behind the shift (nine LUT levels from the shift register into
+        # the array's weight load register at 125a66b, 14.7 ns, the S = 8 FPGA core's 47 end
+        # points)
+        t = Signal(mm + 1, name="align_shift_gt")
 
         lo = (mm + 1).bit_length()
 
-        def shift_of(tile_exp, row_exp, tag):
-            # min(diff, mm + 1) for diff >= 0 (0 for diff < 0): the clamp tests the bits of
-            # the difference (no second carry chain after the subtract's)
+        def diff_of(tile_exp, row_exp, tag):
             diff = Signal(signed(eb + 1), name=f"exp_diff_{tag}")
             m.d.comb += diff.eq(tile_exp - row_exp)
-            over = Signal(name=f"exp_diff_{tag}_over")
-            m.d.comb += over.eq(diff[lo:-1].any() | gt_const(diff[:lo], mm + 1))
-            return Mux(diff[-1], 0, Mux(over, mm + 1, diff[:lo]))
+            return diff
 
-        nxt = Signal(range(S), name="next_row")
-        nxt_exp = Signal(signed(eb), name="next_row_exp")
+        def gt(diff, c):
+            # diff > c for a constant 0 <= c < 2**lo: tests the bits of the difference (no
+            # second carry chain after the subtract's)
+            return ~diff[-1] & (diff[lo:-1].any() | gt_const(diff[:lo], c))
+
+        def shift_of(diff):
+            # min(diff, mm + 1) for diff >= 0 (0 for diff < 0) and its thermometer code
+            return (Mux(diff[-1], 0, Mux(gt(diff, mm + 1), mm + 1, diff[:lo])),
+                    Cat(*(gt(diff, j) for j in range(mm + 1))))
+
         nxt_elems = Signal.like(rows[0], name="next_row_elems")
-        m.d.comb += nxt.eq(emit + 1)
-        for r in range(1, S):
-            with m.If(nxt == r):
-                m.d.comb += [nxt_exp.eq(exps[r]), nxt_elems.eq(rows[r])]
+        with m.Switch(emit):
+            for r in range(1, S):
+                with m.Case(r - 1):
+                    m.d.comb += nxt_elems.eq(rows[r])
+        # the next row's shift: row 1's from the tile exponent as row 0 leaves (the tile's
+        # first cycle out, the tile exponent a register since the cycle before), rows 2 ..
+        # S - 1's from registers that take every row's shift each cycle (valid from the
+        # tile's second cycle out: the exponents do not change while it is held). The row
+        # select is not in front of the subtract (emit_row -> next row's exponent -> subtract
+        # -> shift register, 16.2 ns in the aligner alone at S = 8)
+        d_next = Signal.like(d, name="next_row_shift")
+        t_next = Signal.like(t, name="next_row_shift_gt")
+        d_1, t_1 = shift_of(diff_of(e_t, exps[1], "row_1"))
+        d_rows, t_rows = [d_1], [t_1]
+        for r in range(2, S):
+            d_r = Signal.like(d, name=f"row_{r}_shift")
+            t_r = Signal.like(t, name=f"row_{r}_shift_gt")
+            d_c, t_c = shift_of(diff_of(e_t, exps[r], f"row_{r}"))
+            m.d.sync += [d_r.eq(d_c), t_r.eq(t_c)]
+            d_rows.append(d_r)
+            t_rows.append(t_r)
+        with m.Switch(emit):
+            for r in range(1, S):
+                with m.Case(r - 1):
+                    m.d.comb += [d_next.eq(d_rows[r - 1]), t_next.eq(t_rows[r - 1])]
         last_in = Signal(name="last_row_in")
         m.d.comb += last_in.eq(self.i.valid & self.i.ready & at_last)
         x = self.i.payload.group.exp
-        # row 0's shift with the tile exponent max(E_t, x) that the last row x makes:
-        # max(clamp(E_t - E_0), clamp(x - E_0)) (both differences at once, no compare of x
-        # against E_t before the subtract)
-        d_kept = Signal.like(d, name="align_shift_kept")
-        d_last = Signal.like(d, name="align_shift_last")
-        m.d.comb += [d_kept.eq(shift_of(e_t, exps[0], "kept")),
-                     d_last.eq(shift_of(x, exps[0], "last"))]      # 0 when x <= E_0
+        # row 0's shift with the tile exponent max(E_t, x) that the last row x makes: both
+        # differences at once, and x > E_t (a third carry chain beside them) selects one, so no
+        # compare of the clamped shifts comes after the subtracts (15.43 ns into the shift
+        # register at 125a66b)
+        x_gt = Signal(name="last_row_exp_gt")
+        m.d.comb += x_gt.eq(x > e_t)
+        d_kept, t_kept = shift_of(diff_of(e_t, exps[0], "kept"))
+        d_last, t_last = shift_of(diff_of(x, exps[0], "last"))
         with m.If(last_in):
-            m.d.sync += [cur.eq(rows[0]), d.eq(Mux(d_last > d_kept, d_last, d_kept))]
+            m.d.sync += [cur.eq(rows[0]), d.eq(Mux(x_gt, d_last, d_kept)),
+                         t.eq(Mux(x_gt, t_last, t_kept))]
         with m.Elif(self.o.valid & self.o.ready & (emit != S - 1)):
-            m.d.sync += [cur.eq(nxt_elems), d.eq(shift_of(e_t, nxt_exp, "next"))]
+            m.d.sync += [cur.eq(nxt_elems), d.eq(d_next), t.eq(t_next)]
         out = self.o.payload
+        # round to nearest even of mag / 2**d: q = mag >> d, half = mag[d - 1],
+        # sticky = any of mag[0 .. d - 2], up = half & (sticky | q[0]); with t[j] = d > j,
+        # d == j + 1 is t[j] & ~t[j + 1] and j < d - 1 is t[j + 1] (d = mm + 1: half is
+        # mag[mm] = 0, so the clamp gives 0)
+        def d_is(k):                                 # d == k, 0 <= k <= mm
+            return ~t[0] if k == 0 else t[k - 1] & ~t[k]
         for n in range(S):
-            ext = Signal(2 * mm + 1, name=f"ext_{n}")
-            sh = Signal(2 * mm + 1, name=f"shifted_{n}")
+            mag = cur[n].mag
             q = Signal(mm, name=f"q_{n}")
-            frac = Signal(mm + 1, name=f"frac_{n}")
-            up = Signal(name=f"up_{n}")
+            half = Signal(name=f"half_{n}")
+            sticky = Signal(name=f"sticky_{n}")
+            q0 = Signal(name=f"q0_{n}")
             m.d.comb += [
-                ext.eq(cur[n].mag << (mm + 1)),
-                sh.eq(ext >> d),
-                q.eq(sh[mm + 1:]),
-                frac.eq(sh[:mm + 1]),
-                up.eq((frac > (1 << mm)) | ((frac == (1 << mm)) & q[0])),
-                out.wl.w[n].mag.eq(q + up),
+                q.eq(mag >> d),
+                half.eq(Cat(*(mag[j] & d_is(j + 1) for j in range(mm))).any()),
+                sticky.eq(Cat(*(mag[j] & t[j + 1] for j in range(mm - 1))).any()),
+                q0.eq(Cat(*(mag[j] & d_is(j) for j in range(mm))).any()),
+                out.wl.w[n].mag.eq(q + (half & (sticky | q0))),
                 out.wl.w[n].sign.eq(cur[n].sign),
             ]
         m.d.comb += [

@@ -34,7 +34,7 @@ from .log_config import FP32LogConfig, log_constants
 from .round import (count_leading_zeros, round_finish, round_plan_lz, round_plan_pre,
                     round_prepare, shift_left)
 from .unit import FP32StreamUnit
-from .unpack import QNAN, special_top, special_word, unpack_fp32
+from .unpack import QNAN, sig_leading_zeros, special_top, special_word, unpack_fp32
 
 __all__ = ["FP32Log", "log_register_widths"]
 
@@ -185,7 +185,7 @@ def log_front_split(m, p0, p1, a, t, w):
     """
     u = unpack_fp32(m, a, name="in")
     raw = p0.reg(u.sig, "s0_raw", unsigned(24))
-    lz = p0.reg(count_leading_zeros(m, u.sig, name="in_sig"), "s0_lz")
+    lz = p0.reg(sig_leading_zeros(m, u, name="in_sig"), "s0_lz")
     e_raw = p0.reg(u.exp_raw + 23, "s0_e_raw", signed(w["e"][0]))
     special0, spec_val0 = _log_specials(m, p0, u)
     mant_now = Signal(24, name="s1_m_now")

@@ -7,10 +7,10 @@ from amaranth.lib import data
 from ..formats import FP32
 from ..registry import Block
 from .config import FP32Config
-from .round import (count_leading_zeros, jam_sticky, round_finish, round_plan_select,
+from .round import (jam_sticky, round_finish, round_plan_select,
                     round_plan_top2, round_prepare, shift_left)
 from .unit import FP32CutUnit
-from .unpack import special_or_rounded, unpack_fp32
+from .unpack import sig_leading_zeros, special_or_rounded, unpack_fp32
 
 __all__ = ["FP32MulIn", "FP32Mul"]
 
@@ -76,8 +76,8 @@ class FP32Mul(FP32CutUnit):
         b = unpack_fp32(m, pay.b.as_value(), name="mul_b")
         # subnormal significands are normalised: the leading-zero counts (``lzc``; a boundary
         # that only deep pipelines cut), then the shifts and the counts' sum (``unpack``)
-        a_lz = count_leading_zeros(m, a.sig, name="mul_a_sig")
-        b_lz = count_leading_zeros(m, b.sig, name="mul_b_sig")
+        a_lz = sig_leading_zeros(m, a, name="mul_a_sig")
+        b_lz = sig_leading_zeros(m, b, name="mul_b_sig")
         exp_raw = Signal(signed(12), name="mul_exp_raw")
         nan = Signal(name="mul_nan")
         m.d.comb += [exp_raw.eq(a.exp_raw + b.exp_raw),

@@ -71,14 +71,14 @@ def count_leading_zeros(m, value, *, name: str):
     """Leading zeros of ``value`` as a balanced tree (log2 depth; ``len(value)`` when zero).
 
     Returns ``Signal(range(len(value) + 1))`` named ``{name}_lz``. The tree pads ``value`` at
-    the LSB end to a power of two and combines (all-zero flag, count) pairs of halves; the
-    depth is ``ceil(log2(width))`` two-input muxes, which is what keeps the normalise stages
+    the LSB end to a power of two (a one just below it when there is room, so that zero
+    counts ``len(value)`` with no select after the tree) and combines (all-zero flag, count)
+    pairs of halves; the depth is ``ceil(log2(width))`` two-input muxes, which is what keeps the normalise stages
     of the FP32 units near 100 MHz on ECP5 (a priority chain is linear in the width).
     """
     value = Value.cast(value)
     width = len(value)
     levels = max(1, (width - 1).bit_length())        # tree over 2**levels >= 2 bits
-    padded = Cat(Const(0, (1 << levels) - width), value)     # zeros below the LSB
 
     def tree(bits, lo, n):
         # (all-zero flag, leading-zero count of bits[lo:lo+n] as a Value of log2(n) bits)
@@ -89,9 +89,16 @@ def count_leading_zeros(m, value, *, name: str):
         lz_, lc = tree(bits, lo, half)
         return hz & lz_, Cat(Mux(hz, lc, hc), hz)
 
-    zero, count = tree(padded, 0, 1 << levels)
     lz = Signal(range(width + 1), name=f"{name}_lz")
-    m.d.comb += lz.eq(Mux(zero, width, count))
+    if (1 << levels) > width:
+        # a one just below the value's LSB: an all-zero value counts ``width`` by itself, with
+        # no select after the tree
+        padded = Cat(Const(1 << ((1 << levels) - width - 1), (1 << levels) - width), value)
+        _, count = tree(padded, 0, 1 << levels)
+        m.d.comb += lz.eq(count)
+    else:
+        zero, count = tree(value, 0, width)
+        m.d.comb += lz.eq(Mux(zero, width, count))
     return lz
 
 

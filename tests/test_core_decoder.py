@@ -327,6 +327,33 @@ def test_decoder_named_cases(stages):
         assert status == want, f"{name}: {status} != {want}"
 
 
+@pytest.mark.parametrize("stages", [0, 2])
+def test_decoder_overlap_edges(stages):
+    """A read-only range against a write-only range at every offset around it, with equal and
+    unequal lengths (a broadcast bias b of one line against d of ``rows`` lines; a against d
+    of the same length): starts equal with ends apart, ends equal with starts apart, touching
+    and one line apart, each status as the ISA's check gives it (ERR_ADDR unless the ranges
+    coincide or are disjoint)."""
+    D = CFG.bank_depth
+    d0 = 40
+    words = []
+    for rows in (1, 2, 3, 5):
+        for k in range(-rows - 2, rows + 3):
+            # b (1 line) at d0 + k against d (rows lines); a in another bank
+            words.append(encode(Op.VEC, vop=0, bcast=1, rows=rows, cols=4, a=3 * D,
+                                b=d0 + k, d=d0))
+            # a (rows lines) at d0 + k against d (rows lines)
+            words.append(encode(Op.VEC, vop=1, rows=rows, cols=4, a=d0 + k, d=d0))
+    got = run_decoder([(w, 0, 0, 1) for w in words],
+                      dataclasses.replace(CFG, decode_stages=stages))
+    seen = set()
+    for word, (status, *_rest) in zip(words, got):
+        want = expected(word, 0, 0)[1]
+        seen.add(want)
+        assert status == want, f"{disassemble(word)}: {status} != {want}"
+    assert {Status.OK, Status.ERR_ADDR} <= seen
+
+
 @pytest.mark.parametrize("cfg", [dataclasses.replace(CFG, decode_stages=2), CFG.fpga()],
                          ids=["tiny-staged", "tiny-fpga"])
 def test_decoder_ranges_and_banks_of_every_word(cfg):

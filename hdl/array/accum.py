@@ -142,7 +142,6 @@ class OutputAccumulator(wiring.Component):
         ring_addr = [Signal(range(cfg.mem_depth), name=f"inflight_{j}_addr") for j in range(D)]
         ring_valid = [Signal(name=f"inflight_{j}_valid") for j in range(D)]
         tail = Signal(range(D), name="ring_tail")
-        head = Signal(range(D), name="ring_head")
         count = Signal(range(D + 1), name="inflight")
         p = self.i.payload
         # a line enters the edge converters one part per cycle (part 0 .. F - 1) while it
@@ -264,11 +263,14 @@ class OutputAccumulator(wiring.Component):
             retire.eq(done & m2.last),
             self.retire.eq(retire),
         ]
+        # the ring's head (oldest entry) as a one-hot register: the in-flight check below ORs
+        # the entries' compares with it, with no decode of a head index and no D:1 select
+        head_oh = Signal(D, name="ring_head_onehot", init=1)
         with m.If(retire):
             for j in range(D):
-                with m.If(head == j):
+                with m.If(head_oh[j]):
                     m.d.sync += ring_valid[j].eq(0)
-            m.d.sync += head.eq(Mux(head == D - 1, 0, head + 1))
+            m.d.sync += head_oh.eq(head_oh.rotate_left(1))
 
         # ---- the check for the next cycle's line ----------------------------------------------
         # The in-flight set of the next cycle: each entry still valid and not retiring now,
@@ -276,18 +278,14 @@ class OutputAccumulator(wiring.Component):
         # ``i`` is taken now; else ``ahead.head``: the line on ``i`` (it keeps its address, a
         # stream rule; if it started now, F > 1, its later parts are not checked), or the
         # line to come while ``i`` is idle (nothing starts then).
-        # The retiring line (the head entry) is taken out last: the entries' compares and the
-        # head select do not wait for the adders' output valid (add_1.o.valid -> retire -> the
-        # entries' live bits -> compares -> check_wait, 15.45 ns, the S = 4 FPGA core's
-        # slowest estimated path at 827b689)
-        at_head = [Signal(name=f"inflight_{j}_at_head") for j in range(D)]
-        for j in range(D):
-            m.d.comb += at_head[j].eq(head == j)
-
+        # The retiring line (the head entry) is taken out last: the entries' compares are
+        # ORed in two sets, the head entry's and the others' (AND-OR with the head's one-hot
+        # register), so the adders' output valid (add_1.o.valid -> retire, 15.45 ns est. into
+        # check_wait at 827b689's S = 4 FPGA core) enters at the last gate
         def in_flight(addr):
             match = [ring_valid[j] & (ring_addr[j] == addr) for j in range(D)]
-            others = Cat(*[match[j] & ~at_head[j] for j in range(D)]).any()
-            at = Cat(*[match[j] & at_head[j] for j in range(D)]).any()
+            others = Cat(*[match[j] & ~head_oh[j] for j in range(D)]).any()
+            at = Cat(*[match[j] & head_oh[j] for j in range(D)]).any()
             return others | (at & ~retire)
 
         hd, nx = self.ahead.head, self.ahead.next

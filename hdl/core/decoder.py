@@ -365,7 +365,10 @@ class Decoder(wiring.Component):
                 lt_ij = Signal(signed(nb_lines + 1), name=f"ov_lt_si_s1_{i}{j}")
                 lt_ji = Signal(signed(nb_lines + 1), name=f"ov_lt_sj_r1_{i}{j}")
                 m.d.comb += [lt_ij.eq(si - s1), lt_ji.eq(sj - r1)]
-                hit = lt_ij[-1] & lt_ji[-1] & ((si != sj) | (r1 != s1) | sendrecv)
+                # (si != sj from the starts' stage-0 registers, registered in stage 1: the
+                # 12-bit compare is not in series with the stage-2 logic)
+                ne = stage(si != sj, 1, f"ov_start_ne{i}{j}")
+                hit = lt_ij[-1] & lt_ji[-1] & (ne | (r1 != s1) | sendrecv)
                 overlap.append(ro & wo & hit)
 
         # ---- field and shape checks ----------------------------------------------------------

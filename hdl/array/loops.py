@@ -28,9 +28,10 @@ class NestedLoops:
 
     ``last[j]`` (``c[j] == limits[j] - 1``) is a register, kept with the counters: a step
     that moves ``c[j]`` to ``c[j] + 1`` sets it to ``c[j] + 2 == limits[j]``, one that wraps
-    ``c[j]`` to 0 to ``limits[j] == 1``, and :meth:`restart` to the latter for the limits the
+    ``c[j]`` to 0 to ``limits[j] == 1``, and :meth:`load` to the latter for the limits the
     nest will have. So no compare with a limit lies between the counters and a step's
-    enables (or a request's ``last`` flag). The limits must hold still between restarts.
+    enables (or a request's ``last`` flag). The limits must hold still while the nest runs
+    (``done`` low).
 
     Parameters
     ----------
@@ -49,7 +50,8 @@ class NestedLoops:
     last : list of 4 Signals
         ``c[j] == limits[j] - 1`` (registers).
     done : Signal, reset 1
-        The nest has run out (set by the last :meth:`step`, cleared by :meth:`restart`).
+        The nest has run out (set by the last :meth:`step`; its user clears it to start the
+        nest after a :meth:`load`).
     """
 
     def __init__(self, m, name, bits, limits):
@@ -60,10 +62,12 @@ class NestedLoops:
         self.m = m
         self.walks = []
 
-    def restart(self, limits):
-        """Sync statements: all counters to 0, ``done`` to 0, ``last`` for ``limits`` (the
-        values :attr:`limits` will have from the next cycle on)."""
-        return ([c.eq(0) for c in self.c] + [self.done.eq(0)]
+    def load(self, limits):
+        """Sync statements: all counters to 0, ``last`` for ``limits`` (the values
+        :attr:`limits` will have from the next cycle on); ``done`` unchanged. A generator
+        loads these every cycle while :attr:`done` and clears ``done`` on its launch, so the
+        launch reaches one register, not every counter's and walk's input select."""
+        return ([c.eq(0) for c in self.c]
                 + [last.eq(lim == 1) for last, lim in zip(self.last, limits)])
 
     def step(self):

@@ -216,8 +216,6 @@ class OutputAccumulator(wiring.Component):
             m.d.sync += tail.eq(Mux(tail == D - 1, 0, tail + 1))
 
         # ---- join edge outputs with the old line: FP32 adds ---------------------------------
-        m1 = Signal(meta, name="meta1_head")
-        m.d.comb += m1.eq(meta1.r_data)
         # No backpressure inside: a part leaves the edge converters into the adders, and the
         # adders into the write port, the cycle it is ready. What a join needs is there by
         # then: the old line (at the head of its FIFO 2 + RegBlockFIFO.VISIBLE cycles after the
@@ -230,9 +228,21 @@ class OutputAccumulator(wiring.Component):
         join = Signal(name="add_join")
         m.d.comb += join.eq(Cat(*[e.o.valid for e in edges]).all() & old.r_rdy & meta1.r_rdy
                             & meta2.w_rdy)
+        # the joins take the parts in order, 0 .. F - 1 for every line (meta1's entries are
+        # written in that order), so the part of the join is a counter of this block's own
+        # instead of meta1's head field: the old-word select's F:1 mux is driven by a register
+        # the placer can keep by the adders (meta1_head.part, beside the FIFO's block RAM,
+        # reached the select across the die: 5.35 ns of the S = 4 FPGA core's routed critical
+        # path at e56ba78, 15.40 ns)
+        join_part = Signal(range(F), name="join_part")
+        join_last = Signal(name="join_last")
+        m.d.comb += join_last.eq(join_part == F - 1)
+        if F > 1:
+            with m.If(join):
+                m.d.sync += join_part.eq(Mux(join_last, 0, join_part + 1))
         for lane in range(P):
             old_word = of_part((old.r_data.word_select(k * P + lane, 32) for k in range(F)),
-                               m1.part)
+                               join_part)
             m.d.comb += [
                 edges[lane].o.ready.eq(1),
                 adds[lane].i.valid.eq(join),
@@ -240,7 +250,7 @@ class OutputAccumulator(wiring.Component):
                 adds[lane].i.payload.b.eq(edges[lane].o.payload),
                 adds[lane].i.payload.sub.eq(0),
             ]
-        m.d.comb += [old.r_en.eq(join & m1.last), meta1.r_en.eq(join),
+        m.d.comb += [old.r_en.eq(join & join_last), meta1.r_en.eq(join),
                      meta2.w_en.eq(join), meta2.w_data.eq(meta1.r_data)]
 
         # ---- write back: each part's lanes (the P sums repeated across the line) ------------

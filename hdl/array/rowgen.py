@@ -100,12 +100,8 @@ class TileRowGen(wiring.Component):
                      self.req.valid.eq(self.running & ~g1.done)]
         with m.If(self.req.valid & self.req.ready):
             g1.step()
-        # the shape's registers follow ``shape`` while the nest is done (a launch comes only
-        # then: the engine is idle, or this generator finished the running pass), and the
-        # launch only clears ``done``: it reaches one register instead of the input select
-        # of every counter, walk and shape register (the control's launch -> generator 1's
-        # walk registers was the S = 4 FPGA core's routed critical path at 827b689, 14.99
-        # ns, 12.81 of them routing)
+        # the registers follow ``shape`` while the nest is done; the launch (only then)
+        # clears ``done`` (NestedLoops.load)
         with m.If(self.launch):
             m.d.sync += g1.done.eq(0)
         with m.If(g1.done):

@@ -411,14 +411,18 @@ def write_reports(results: list[dict]) -> None:
     (out_dir / "synth.md").write_text("\n".join(lines) + "\n")
 
 
-def collect() -> list[dict]:
-    """Every target's latest result (``build/synth/<block>-<preset>/result.json``), TARGETS order.
+def collect(measured: set | None = None) -> list[dict]:
+    """The report's rows in TARGETS order: the committed report's, each replaced by its
+    target's stored result (``build/synth/<block>-<preset>/result.json``) if that target is in
+    ``measured`` (every stored result if ``measured`` is None: ``--report-only``).
 
     Each run writes only its own target's file, so concurrent or partial runs never overwrite
-    each other's rows; the report is rebuilt from the files and the previous report.
+    each other's rows. A run merges only what it measured: a result left in ``build/synth`` by
+    an earlier run (of older HDL, or of another preset's experiment) does not replace a
+    committed row behind the user's back.
     """
     found = {}
-    # Rows of the committed report that this tree has not re-measured are kept (a fresh clone
+    # Rows of the committed report that this run has not re-measured are kept (a fresh clone
     # has no build/synth yet); a target measured here replaces its row.
     report = ROOT / "docs" / "bench" / "synth.json"
     if report.exists():
@@ -426,7 +430,8 @@ def collect() -> list[dict]:
             found[(r["block"], r["preset"])] = r
     for path in WORK.glob("*/result.json"):
         r = json.loads(path.read_text())
-        found[(r["block"], r["preset"])] = r
+        if measured is None or (r["block"], r["preset"]) in measured:
+            found[(r["block"], r["preset"])] = r
     order = {t: i for i, t in enumerate(TARGETS)}
     return [found[k] for k in sorted(found, key=lambda k: (order.get(k, len(order)), k))]
 
@@ -435,7 +440,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated block:preset pairs (default: all)")
     parser.add_argument("--report-only", action="store_true",
-                        help="rebuild docs/bench/synth.* from the stored results, run nothing")
+                        help="rebuild docs/bench/synth.* from every stored result in "
+                             "build/synth, run nothing (a run merges only its own targets)")
     parser.add_argument("--force-pnr", action="store_true",
                         help="run place and route even when synthesis shows the block cannot "
                              "fit the part")
@@ -513,7 +519,7 @@ def main(argv=None) -> int:
         res["seconds"] = round(res["synth_seconds"] + res["pnr_seconds"], 1)
         (work / "result.json").write_text(json.dumps(res, indent=2) + "\n")
         print(json.dumps(res), flush=True)
-    write_reports(collect())
+    write_reports(collect(None if args.report_only else set(targets)))
     print("wrote docs/bench/synth.json and docs/bench/synth.md")
     if failed:
         print(f"yosys failed on {', '.join(failed)} (their rows say why)", file=sys.stderr)

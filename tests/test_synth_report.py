@@ -118,3 +118,34 @@ def test_a_pnr_build_whose_yosys_stops_is_a_row(tmp_path, monkeypatch):
     assert row["fmax_mhz"] is None
     assert row["pnr_error"] == ("yosys stopped in the place-and-route build: `Assert "
                                 "`GetSize(conn.first) == GetSize(conn.second)' failed`")
+
+
+def test_a_run_merges_only_the_targets_it_measured(tmp_path, monkeypatch):
+    """A result left in build/synth by an earlier run does not replace the committed report's
+    row of a target this run did not measure; ``--report-only`` merges every stored result."""
+    monkeypatch.setattr(synth, "ROOT", tmp_path)
+    monkeypatch.setattr(synth, "WORK", tmp_path / "build" / "synth")
+    monkeypatch.setattr(synth, "_tool_versions", lambda: "test")
+
+    def fake_resources(block, preset, work):
+        work.mkdir(parents=True, exist_ok=True)
+        return {"LUT4": 10, "CARRY (CCU2C)": 1, "FF": 5, "DSP (MULT18X18D)": 0,
+                "BRAM (DP16KD)": 0, "LUTRAM (TRELLIS_DPR16X4)": 0, "cells": 16,
+                "synth_seconds": 0.1}
+
+    monkeypatch.setattr(synth, "synth_resources", fake_resources)
+    committed = {"block": "old", "preset": "tiny", "LUT4": 1, "fmax_mhz": 70.0}
+    synth.write_reports([committed])
+    stale = tmp_path / "build/synth/old-tiny"
+    stale.mkdir(parents=True)
+    (stale / "result.json").write_text(json.dumps({**committed, "LUT4": 2, "fmax_mhz": 40.0}))
+
+    def rows():
+        report = json.loads((tmp_path / "docs/bench/synth.json").read_text())
+        return {(r["block"], r["preset"]): r for r in report["results"]}
+
+    assert synth.main(["--only", "new:tiny", "--no-pnr"]) == 0
+    assert rows()[("old", "tiny")]["fmax_mhz"] == 70.0      # the committed row, kept
+    assert rows()[("new", "tiny")]["LUT4"] == 10             # the measured row, added
+    assert synth.main(["--report-only"]) == 0
+    assert rows()[("old", "tiny")]["fmax_mhz"] == 40.0      # every stored result merged

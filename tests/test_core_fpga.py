@@ -79,7 +79,7 @@ MIXED = {(0, 0): (4, 6), (0, 1): (6, 2), (0, 2): (2, 8, 2), (1, 0): (8, 4), (1, 
          (1, 2): (6, 4)}
 
 
-def _step_actions(comp, desc, seed, precision2=None):
+def _step_actions(comp, desc, seed, precision2=None, stats=False, precision1=None):
     rng = np.random.default_rng(seed)
     Ws = [(rng.standard_normal((a, b)) * 0.3).astype(np.float32)
           for a, b in zip(desc.layers[:-1], desc.layers[1:])]
@@ -88,7 +88,9 @@ def _step_actions(comp, desc, seed, precision2=None):
     for t in (1, 2):
         x = rng.standard_normal((desc.batch, desc.layers[0])).astype(np.float32)
         y = rng.integers(0, desc.layers[-1], desc.batch)
-        acts += comp.step_actions(x, y, t, precision=precision2 if t == 2 else None)
+        acts += comp.step_actions(x, y, t, precision=precision2 if t == 2 else precision1)
+        if stats:        # every FAST statistic after the step (``stats1``, ``stats2``)
+            acts.append(("stats", f"stats{t}"))
     return acts + comp.read_actions()
 
 
@@ -114,8 +116,10 @@ def test_fpga_shaped_core_step_bit_exact_in_rtl():
     """The FPGA build's shape (four banks, one vector lane, no REDUCE SUMSQ, the optimizer's
     FP32 units shared: ``OptimConfig.ii = CoreConfig.FPGA_OPTIM_II``) in the Amaranth
     simulator: two training steps of a small MLP bit-exact with the golden model (parameters,
-    gradients, optimizer state, loss, the executed instructions and array beats), the second
-    with a different precision entry for every layer and pass (``MIXED``), then a
+    gradients, optimizer state, loss, the FAST statistics after each step, the executed
+    instructions and array beats), the second
+    with a different precision entry for every layer and pass (``MIXED``; the first at 4
+    bits), then a
     program with a REDUCE SUMSQ rejected with ERR_FIELD by both, and the whole scratchpad
     equal to the model's at the end."""
     cfg = CoreConfig(size=4, banks=8, bank_depth=64, prog_depth=64, layers=4).fpga()
@@ -127,7 +131,11 @@ def test_fpga_shaped_core_step_bit_exact_in_rtl():
     sumsq = [encode(Op.VEC, vop=Vop.ZERO, rows=1, cols=4, d=5),
              encode(Op.REDUCE, rop=Rop.SUMSQ, rows=2, cols=4, a=0, d=cfg.bank_depth),
              encode(Op.HALT)]
-    actions = (_step_actions(comp, desc, 1, precision2=MIXED) + [("counters",)]
+    # step 1 at 4 bits everywhere: its statistics are counted, saved, and loaded into step 2's
+    # passes (then at MIXED widths)
+    four = {k: (4, 4) for k in MIXED}
+    actions = (_step_actions(comp, desc, 1, precision2=MIXED, stats=True, precision1=four)
+               + [("counters",)]
                + [("program", sumsq), ("run",), ("status",)])
     model = CoreModel(cfg)
     want = model.apply(actions)
@@ -148,6 +156,11 @@ def test_fpga_shaped_core_step_bit_exact_in_rtl():
     assert got["run"] == want["run"] == [(Status.OK, 0)] * 2 + [(Status.ERR_FIELD, 1)]
     for key in ("params", "grads", "m", "v", "loss0"):
         assert np.array_equal(got[key], want[key]), key
+    # the FAST statistics: each pass's converters loaded (from the quantizers' own registers
+    # in this build, ``cmd_reg``) with its (layer, mode)'s and saved back, as in the model
+    for key in ("stats1", "stats2"):
+        assert got[key] == want[key], key
+        assert sum(s.seen for s in got[key].values()) >= 8, key
     # the hardware's counters are the last run's, the model's count since reset: the two
     # steps run the same program
     assert got["counters"]["instructions"] == len(model.trace)

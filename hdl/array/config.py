@@ -53,7 +53,9 @@ class ArrayConfig(PresetMixin):
         instead of driving the pass start and everything it loads in the same cycle. Results
         and pass ``cycles`` are the same; each command is answered one cycle later, and a
         ``START`` starts (or is rejected) one cycle later again, after its checks' status and
-        its pass's counts are registered (docs/array.md, *Host protocol*).
+        its pass's counts are registered (docs/array.md, *Host protocol*). The FAST
+        statistics' ``stat_load`` / ``stat_in`` are registered in each quantizer too (the load
+        lands a cycle later, long before the pass's first group reaches a converter).
     out_skid : bool
         A skid buffer (:class:`hdl.lib.streamreg.StreamSkid`) on each quantizer's output (the
         FPGA build): the beat assembler's ``ready`` (the array's, the tile's, the descriptor

@@ -31,7 +31,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-__all__ = ["BUDGET_NS", "CELL_DELAY_NS", "NET_NS", "longest_paths", "over_budget", "report",
+__all__ = ["BUDGET_NS", "CELL_DELAY_NS", "NET_NS", "longest_paths", "over_budget",
+           "routed_over_budget", "report",
            "main"]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -244,6 +245,58 @@ def over_budget(netlist: dict, top: str = "top", period_ns: float = BUDGET_NS, *
             "by_block": dict(sorted(by_block.items(), key=lambda kv: (-kv[1], kv[0])))}
 
 
+def routed_over_budget(report: dict, period_ns: float = BUDGET_NS, groups: int = 40) -> dict:
+    """:func:`over_budget` after routing: the end points whose routed arrival exceeds
+    ``period_ns``, from nextpnr's JSON report written with ``--report FILE
+    --detailed-timing-report`` (``detailed_net_timings``: every net with its timing end points,
+    each with its ``[min, max]`` arrival in ns from the launching clock edge).
+
+    Parameters
+    ----------
+    report : dict
+        The parsed report.
+    period_ns : float
+        The clock period (default :data:`BUDGET_NS`).
+    groups : int
+        How many groups of failing end points to list.
+
+    Returns
+    -------
+    dict
+        ``{"period_ns", "endpoints", "failing", "tns_ns", "slowest_ns", "by_block", "groups"}``:
+        as :func:`over_budget` (blocks by the cell names' first component below the harness's
+        ``block.``, ``"top"`` for the block's own cells, ``"harness"`` for the harness's), the
+        slowest arrival, and the failing
+        end points grouped by cell name with the digits and the cell-type suffix removed,
+        slowest first: ``[name, count, slowest arrival]``.
+    """
+    if isinstance(period_ns, bool) or not isinstance(period_ns, (int, float)) \
+            or not period_ns > 0:
+        raise ValueError(f"period_ns must be a positive number, not {period_ns!r}")
+    if "detailed_net_timings" not in report:
+        raise ValueError("the report has no detailed_net_timings: run nextpnr with "
+                         "--detailed-timing-report")
+    arrival = {}
+    for net in report["detailed_net_timings"]:
+        for end in net["endpoints"]:
+            key = (end["cell"], end["port"])
+            arrival[key] = max(arrival.get(key, 0.0), float(end["delay"][1]))
+    late = [(a, cell) for (cell, _), a in arrival.items() if a > period_ns]
+    by_block, by_group = defaultdict(int), defaultdict(list)
+    for a, cell in late:
+        inner = cell[len("block."):] if cell.startswith("block.") else None
+        by_block["harness" if inner is None else
+                 inner.split(".")[0] if "." in inner else "top"] += 1
+        name = re.sub(r"(_TRELLIS_FF|_LUT4|_CCU2C|_PFUMX|_L6MUX|_MULT18X18D|\$).*", "", cell)
+        by_group[re.sub(r"\d+", "N", name)].append(a)
+    ranked = sorted(by_group.items(), key=lambda kv: (-max(kv[1]), kv[0]))[:groups]
+    return {"period_ns": period_ns, "endpoints": len(arrival), "failing": len(late),
+            "tns_ns": round(sum(a - period_ns for a, _ in late), 1),
+            "slowest_ns": round(max(arrival.values(), default=0.0), 2),
+            "by_block": dict(sorted(by_block.items(), key=lambda kv: (-kv[1], kv[0]))),
+            "groups": [[k, len(v), round(max(v), 2)] for k, v in ranked]}
+
+
 def _summary(path: dict) -> list[str]:
     """The signals a path crosses, each once, in order, ending with the end point's."""
     names = []
@@ -342,6 +395,19 @@ def report(count: int = 5) -> list[dict]:
             lines += ["", f"## {r['block']} {r['preset']}: end points over {ob['period_ns']:g} ns "
                       "by top-level instance", "",
                       ", ".join(f"`{b}` {n:,}" for b, n in ob["by_block"].items())]
+    for r in results:
+        # nextpnr's own count where the row was routed (boards.synth keeps it in synth.json)
+        ro = synth.get((r["block"], r["preset"]), {}).get("routed_over_budget")
+        if ro:
+            lines += ["", f"## {r['block']} {r['preset']}: routed end points over "
+                      f"{ro['period_ns']:g} ns", "",
+                      f"After place and route (nextpnr's detailed timing report): "
+                      f"{ro['failing']:,} of {ro['endpoints']:,} end points later than "
+                      f"{ro['period_ns']:g} ns, TNS {ro['tns_ns']:,.1f} ns, slowest "
+                      f"{ro['slowest_ns']:.2f} ns. By top-level instance: "
+                      + ", ".join(f"`{b}` {n:,}" for b, n in ro["by_block"].items())
+                      + ". Slowest groups (end-point cells, digits as N): "
+                      + "; ".join(f"`{g}` {n} at {a:.2f}" for g, n, a in ro["groups"]) + "."]
     for r in results:
         if len(r["paths"]) > 1:
             lines += ["", f"## {r['block']} {r['preset']}: the {len(r['paths'])} slowest "

@@ -295,12 +295,17 @@ def place_and_route(block: str, preset: str, work: Path, seed: int | None = None
     # does not fit the part (nextpnr stops, its utilisation lines say by how much).
     pnr_log = work / "pnr" / "top.tim"
     pnr_log.unlink(missing_ok=True)
+    # nextpnr's JSON report with every net's timing end points: the routed end points later
+    # than the 100 MHz target's period, beside the one critical path the log names
+    pnr_report = (work / "pnr" / "report.json").resolve()
+    pnr_report.unlink(missing_ok=True)
     error = None
     try:
         platform.build(harness, name="top", build_dir=str(work / "pnr"), do_program=False,
                        synth_opts=SYNTH_SPLIT,
                        script_after_synth=SYNTH_REST.format(top="top").replace("; ", "\n"),
                        nextpnr_opts=f"--timing-allow-fail --router {router}"
+                       + f" --report {pnr_report} --detailed-timing-report"
                        + ("" if seed is None else f" --seed {seed}")
                        + (f" {opts}" if opts else ""))
     except subprocess.CalledProcessError as exc:
@@ -327,6 +332,10 @@ def place_and_route(block: str, preset: str, work: Path, seed: int | None = None
     if error is not None:
         extra = {"pnr_error": error,
                  "pnr_comb_capacity": int(capacity.get("TRELLIS_COMB", 0))}
+    elif pnr_report.exists():
+        from .paths import routed_over_budget
+        extra["routed_over_budget"] = routed_over_budget(json.loads(pnr_report.read_text()),
+                                                         groups=12)
     return {
         **extra,
         "fmax_mhz": float(fmax[-1]) if fmax else None,

@@ -96,3 +96,28 @@ def test_over_budget_counts_late_end_points_and_their_slack():
     for bad in (0, -1.0, True, "10"):
         with pytest.raises(ValueError, match="period_ns"):
             over_budget(_netlist(cells), period_ns=bad)
+
+
+def test_routed_end_points_from_nextpnr_detailed_report():
+    """routed_over_budget counts the end points (cell, port) whose routed arrival (the
+    ``[min, max]`` pair's max, the worst over the nets reaching it) passes the period."""
+    from boards.paths import routed_over_budget
+    report = {"detailed_net_timings": [
+        {"net": "a", "driver": "block.x.r_TRELLIS_FF_Q", "port": "Q", "endpoints": [
+            {"cell": "block.x.s_TRELLIS_FF_Q_3", "port": "DI", "delay": [1.0, 12.5]},
+            {"cell": "block.y.t_TRELLIS_FF_Q", "port": "CE", "delay": [0.5, 9.0]}]},
+        {"net": "b", "driver": "block.x.q_LUT4_Z", "port": "F", "endpoints": [
+            {"cell": "block.y.t_TRELLIS_FF_Q", "port": "CE", "delay": [0.5, 10.5]},
+            {"cell": "block.x.s_TRELLIS_FF_Q_12", "port": "DI", "delay": [2.0, 11.0]},
+            {"cell": "fold_3_0_TRELLIS_FF_Q", "port": "M", "delay": [2.0, 10.25]},
+            {"cell": "block.own_TRELLIS_FF_Q_1", "port": "M", "delay": [2.0, 10.05]}]}]}
+    got = routed_over_budget(report)
+    assert (got["endpoints"], got["failing"], got["slowest_ns"]) == (5, 5, 12.5)
+    assert got["tns_ns"] == round(2.5 + 0.5 + 1.0 + 0.25 + 0.05, 1)
+    assert got["by_block"] == {"x": 2, "harness": 1, "top": 1, "y": 1}
+    assert got["groups"][0] == ["block.x.s", 2, 12.5]
+    assert routed_over_budget(report, 12.0)["failing"] == 1
+    with pytest.raises(ValueError, match="period_ns"):
+        routed_over_budget(report, 0)
+    with pytest.raises(ValueError, match="detailed-timing-report"):
+        routed_over_budget({"fmax": {}})

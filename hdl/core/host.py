@@ -82,7 +82,8 @@ class HostPort(wiring.Component):
         The host's scratchpad port. With ``config.spad_reg`` (a registered crossbar client:
         read data two cycles after ``r_en``) a ``READ``'s response comes a cycle later and
         holds the next command for that cycle, with ``config.spad_out_reg`` too (three
-        cycles) two cycles later; every other answer is unchanged.
+        cycles) two cycles later; a statistic word's (``stat_en`` below) a cycle later too;
+        every other answer comes the cycle after the command's acceptance.
     prog_we, prog_waddr, prog_wdata; prec_we, prec_waddr, prec_wdata; prec_bad (In) :
         to the sequencer.
     start : Out(1), running : In(1), done : In(1), status : In(4), err_pc : In(16)
@@ -94,8 +95,8 @@ class HostPort(wiring.Component):
         FAST statistic words ``stat_base .. stat_base + stat_count - 1`` (two per slot): a
         ``REG`` of one raises ``stat_en`` with the slot on ``stat_slot``; the statistic memory
         answers on ``stat_rdata`` the next cycle (held until the next ``stat_en``), and the
-        response carries its low or high 64 bits. The answer still comes one cycle after
-        acceptance.
+        response carries its low or high 64 bits from a register: the answer comes two
+        cycles after acceptance (the next command waits for it).
     thr_we, thr_waddr, thr_wdata : Out
         THRESH to the sequencer (``addr`` must be a slot of a layer below ``config.layers``
         and a mode below 3).
@@ -146,10 +147,7 @@ class HostPort(wiring.Component):
         read_wait = Signal(name="read_wait")
         wait_left = Signal(range(extra + 1), name="read_wait_left")
         m.d.comb += [self.rsp.valid.eq(rsp_valid),
-                     r.data.eq(Mux(rsp_read, self.mem.r_data,
-                                   Mux(rsp_stat,
-                                       Mux(rsp_word, self.stat_rdata[64:], self.stat_rdata[:64]),
-                                       rsp_data)))]
+                     r.data.eq(Mux(rsp_read, self.mem.r_data, rsp_data))]
         with m.If(self.rsp.valid & self.rsp.ready):
             m.d.sync += rsp_valid.eq(0)
 
@@ -242,8 +240,14 @@ class HostPort(wiring.Component):
                         m.d.comb += self.thr_we.eq(1)
                 with m.Case(HostOp.REG):
                     with m.If(is_stat):
+                        # the statistic memory's word answers the next cycle; it waits a cycle
+                        # in read_wait and the response carries it from rsp_data (a register:
+                        # the block RAM's read data through the word selects into the
+                        # response was the S = 4 FPGA core's routed critical path at
+                        # 41e6f6d, 15.53 ns)
                         m.d.comb += self.stat_en.eq(1)
-                        m.d.sync += [rsp_stat.eq(1), rsp_word.eq(stat_off[0])]
+                        m.d.sync += [rsp_stat.eq(1), rsp_word.eq(stat_off[0]), rsp_valid.eq(0),
+                                     read_wait.eq(1), wait_left.eq(0)]
                     with m.Elif(reg_ok):
                         m.d.sync += rsp_data.eq(self.reg_data)
                     with m.Else():
@@ -253,6 +257,10 @@ class HostPort(wiring.Component):
         with m.If(read_wait):
             with m.If(wait_left == 0):
                 m.d.sync += [read_wait.eq(0), rsp_valid.eq(1)]
+                with m.If(rsp_stat):
+                    m.d.sync += [rsp_stat.eq(0),
+                                 rsp_data.eq(Mux(rsp_word, self.stat_rdata[64:],
+                                                 self.stat_rdata[:64]))]
             with m.Else():
                 m.d.sync += wait_left.eq(wait_left - 1)
         with m.If(waiting & self.done):

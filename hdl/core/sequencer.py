@@ -28,6 +28,11 @@ __all__ = ["Sequencer", "COUNTERS", "counters_layout_core", "UNITS", "ADAPT_STEP
 #: reads its statistic and threshold; ``ADAPT`` takes ``stat_slots + ADAPT_STEPS`` cycles.
 ADAPT_STEPS = 3
 
+#: The unit an instruction issues to (0 matmul, 1 vector, 2 optimizer, 3 collective; any other
+#: opcode 4: none).
+_UNIT_OF = {Op.MATMUL: 0, Op.VEC: 1, Op.REDUCE: 1, Op.SOFTMAX_XENT: 1, Op.OPT: 2,
+            Op.ALLREDUCE: 3, Op.SENDRECV: 3}
+
 #: Units the scoreboard tracks (index = bit of ``unit_busy``).
 UNITS = ("matmul", "vector", "optim", "coll")
 
@@ -569,18 +574,27 @@ class Sequencer(wiring.Component):
                              cp.gbase.eq((d_start[2] - d_start[0]) << lg)]
 
         # ---- FSM ------------------------------------------------------------------------------
-        unit_of = Signal(3, name="unit_of")     # 0 mm, 1 vec, 2 opt, 3 coll, 4 none
-        with m.Switch(ir.op):
-            with m.Case(Op.MATMUL):
-                m.d.comb += unit_of.eq(0)
-            with m.Case(Op.VEC, Op.REDUCE, Op.SOFTMAX_XENT):
-                m.d.comb += unit_of.eq(1)
-            with m.Case(Op.OPT):
-                m.d.comb += unit_of.eq(2)
-            with m.Case(Op.ALLREDUCE, Op.SENDRECV):
-                m.d.comb += unit_of.eq(3)
-            with m.Default():
-                m.d.comb += unit_of.eq(4)
+        # The issue's decode of ir (its unit, the ordering rules' op tests) is registered as
+        # ir is loaded (ir_load): EXEC's issue condition starts at these registers and the
+        # scoreboard's, not at ir's opcode compares (the sequencer's instruction register
+        # through the decode, the optimizer ownership and the vector command's valid into the
+        # vector unit's state and address registers was 13.0-13.6 ns routed at 41e6f6d)
+        unit_of = Signal(3, name="unit_of", init=_UNIT_OF.get(0, 4))   # ir resets to 0
+        ir_is_sx = Signal(name="ir_is_softmax")
+        ir_is_opt = Signal(name="ir_is_opt")
+        ir_opt_one_pass = Signal(name="ir_opt_one_pass")
+        ir_ar_poison = Signal(name="ir_allreduce_poison")
+
+        def ir_load(src):
+            """Load ``ir`` with the instruction word ``src`` and its issue decode."""
+            v = INSTR(src)
+            unit = Const(4, 3)
+            for op, u in _UNIT_OF.items():
+                unit = Mux(v.op == op, u, unit)
+            return [ir.eq(src), unit_of.eq(unit), ir_is_sx.eq(v.op == Op.SOFTMAX_XENT),
+                    ir_is_opt.eq(v.op == Op.OPT), ir_opt_one_pass.eq(v.args.opt.one_pass),
+                    ir_ar_poison.eq((v.op == Op.ALLREDUCE) & v.args.allreduce.poison)]
+
         unit_free = Signal(name="unit_free")
         m.d.comb += unit_free.eq(~Array(busy)[unit_of])
         banks_free = Signal(name="banks_free")
@@ -589,12 +603,11 @@ class Sequencer(wiring.Component):
         # of every earlier MATMUL (skip_in), a one-pass OPT also the snooped gradient writes
         # of every earlier MATMUL and vector instruction
         order_ok = Signal(name="order_ok")
-        m.d.comb += order_ok.eq(((ir.op != Op.SOFTMAX_XENT) | ~busy[2])
-                                & ((ir.op != Op.OPT) | ~busy[0])
-                                & ((ir.op != Op.OPT) | ~ir.args.opt.one_pass | ~busy[1])
+        m.d.comb += order_ok.eq((~ir_is_sx | ~busy[2])
+                                & (~ir_is_opt | ~busy[0])
+                                & (~ir_is_opt | ~ir_opt_one_pass | ~busy[1])
                                 # a poisoning ALLREDUCE reads the run's final flags
-                                & ((ir.op != Op.ALLREDUCE) | ~ir.args.allreduce.poison
-                                   | ~(busy[0] | busy[1])))
+                                & (~ir_ar_poison | ~(busy[0] | busy[1])))
         if self.config.optim_shared_units:
             # the optimizer and the vector unit share FP32 units: one runs at a time
             take_turns = Signal(name="units_take_turns")
@@ -607,6 +620,14 @@ class Sequencer(wiring.Component):
         can_issue = Signal(name="can_issue")
         m.d.comb += can_issue.eq(unit_free & banks_free & scale_ok)
         in_exec = Signal(name="in_exec")
+        # the units' command valids (EXEC's issue below, where unit_of < 4 implies the
+        # opcode switch's default case): from registers through the scoreboard only
+        issue_ok = Signal(name="issue_ok")
+        m.d.comb += [issue_ok.eq(in_exec & ~coll_err & can_issue),
+                     self.mm_cmd.valid.eq(issue_ok & (unit_of == 0)),
+                     self.vec_cmd.valid.eq(issue_ok & (unit_of == 1))]
+        if coll is not None:
+            m.d.comb += self.coll_cmd.valid.eq(issue_ok & (unit_of == 3))
 
         with m.If(self.running):
             m.d.sync += ctr.cycles.eq(ctr.cycles + 1)
@@ -642,7 +663,7 @@ class Sequencer(wiring.Component):
                 with m.State("READ"):     # the memory's word into prog_word (fabric)
                     m.next = "LOAD"
                 with m.State("LOAD"):     # the word into ir, the decoder's held input
-                    m.d.sync += [ir.eq(word), dec_wait.eq(0)]
+                    m.d.sync += [*ir_load(word), dec_wait.eq(0)]
                     m.d.comb += dec.load.eq(1)
                     m.next = "DECODE"
             with m.State("DECODE"):   # dec.latency cycles with its input held, then its outputs
@@ -650,7 +671,7 @@ class Sequencer(wiring.Component):
                     m.d.sync += dec_wait.eq(dec_wait + 1)
                 else:
                     m.d.comb += [s_pair.eq(Cat(dmm.mode, dmm.layer)), s_src.eq(1)]
-                    m.d.sync += ir.eq(pr.data)
+                    m.d.sync += ir_load(pr.data)
                 with m.If(dec_wait == dec.latency):
                     m.d.sync += [d_status.eq(dec.status), d_banks.eq(dec.banks),
                                  d_acc.eq(dec.acc)]
@@ -759,7 +780,6 @@ class Sequencer(wiring.Component):
                             with m.Else():
                                 with m.Switch(unit_of):
                                     with m.Case(0):
-                                        m.d.comb += self.mm_cmd.valid.eq(1)
                                         with m.If(self.mm_cmd.ready):
                                             m.d.comb += stat_load_now.eq(1)
                                             m.d.sync += [busy[0].eq(1), owned[0].eq(d_banks),
@@ -767,7 +787,6 @@ class Sequencer(wiring.Component):
                                                          mm_mode.eq(mmi.mode)]
                                             m.next = "ISSUED"
                                     with m.Case(1):
-                                        m.d.comb += self.vec_cmd.valid.eq(1)
                                         with m.If(self.vec_cmd.ready):
                                             m.d.sync += [busy[1].eq(1), owned[1].eq(d_banks)]
                                             m.next = "ISSUED"
@@ -779,7 +798,6 @@ class Sequencer(wiring.Component):
                                         m.next = "OPT"
                                     if coll is not None:
                                         with m.Case(3):
-                                            m.d.comb += self.coll_cmd.valid.eq(1)
                                             with m.If(self.coll_cmd.ready):
                                                 m.d.sync += [
                                                     busy[3].eq(1), owned[3].eq(d_banks),

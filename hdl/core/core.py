@@ -416,8 +416,10 @@ def _params(preset: str) -> dict:
     return {
         **cfg.to_dict(), "lines": cfg.lines, "line_bits": cfg.line_bits,
         "latency": 1,
-        "latency_note": "WRITE/READ/PROG/PREC/SETREG/REG answer 1 cycle after acceptance "
-                        "(one per cycle); START answers when the program stops",
+        "latency_note": "WRITE/PROG/PREC/THRESH/REG answer 1 cycle after acceptance (one "
+                        "per cycle); a REG of a statistic word 2 cycles, READ "
+                        f"{cfg.spad_latency}, SETREG when the optimizer takes it; START "
+                        "answers when the program stops",
         "host_cmd_layout": fields(host_cmd_layout(cfg)),
         "host_rsp_layout": fields(host_rsp_layout(cfg)),
         "host_ops": {k: v for k, v in vars(HostOp).items() if k.isupper() and k != "ALL"},

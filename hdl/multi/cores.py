@@ -228,9 +228,7 @@ def _params(preset: str) -> dict:
     cfg = TrainingRingConfig.preset(preset)
     return {"core": cfg.core.to_dict(), "link": cfg.link.to_dict(), "ranks": cfg.ranks,
             "latency": 1,
-            "latency_note": "every core's host port as training_core's: WRITE/READ/PROG/PREC/"
-                            "SETREG/REG answer 1 cycle after acceptance; START answers when "
-                            "the core's program stops"}
+            "latency_note": "every core's host port as training_core's (its latency_note)"}
 
 
 def _build(preset: str) -> TrainingRing:

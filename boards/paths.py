@@ -211,6 +211,14 @@ def longest_paths(netlist: dict, top: str = "top", count: int = 10, *,
     return out
 
 
+def _check_period(period_ns) -> None:
+    """``period_ns`` must be a positive number (of :func:`over_budget` and
+    :func:`routed_over_budget`)."""
+    if isinstance(period_ns, bool) or not isinstance(period_ns, (int, float)) \
+            or not period_ns > 0:
+        raise ValueError(f"period_ns must be a positive number, not {period_ns!r}")
+
+
 def over_budget(netlist: dict, top: str = "top", period_ns: float = BUDGET_NS, *,
                 _analysed=None) -> dict:
     """End points whose estimated arrival exceeds ``period_ns``: how much of a block stands
@@ -231,9 +239,7 @@ def over_budget(netlist: dict, top: str = "top", period_ns: float = BUDGET_NS, *
         sum of their lateness (the total negative slack), and the failing ones counted by the
         top-level instance they belong to (``"top"`` for the block's own signals).
     """
-    if isinstance(period_ns, bool) or not isinstance(period_ns, (int, float)) \
-            or not period_ns > 0:
-        raise ValueError(f"period_ns must be a positive number, not {period_ns!r}")
+    _check_period(period_ns)
     _, _, _, ends = _analysed or _analyse(netlist, top)
     late = [(a, dst) for a, _, dst, _ in ends if a > period_ns]
     by_block = defaultdict(int)
@@ -270,9 +276,7 @@ def routed_over_budget(report: dict, period_ns: float = BUDGET_NS, groups: int =
         end points grouped by cell name with the digits and the cell-type suffix removed,
         slowest first: ``[name, count, slowest arrival]``.
     """
-    if isinstance(period_ns, bool) or not isinstance(period_ns, (int, float)) \
-            or not period_ns > 0:
-        raise ValueError(f"period_ns must be a positive number, not {period_ns!r}")
+    _check_period(period_ns)
     if "detailed_net_timings" not in report:
         raise ValueError("the report has no detailed_net_timings: run nextpnr with "
                          "--detailed-timing-report")

@@ -804,12 +804,8 @@ class Sequencer(wiring.Component):
                                                     coll_pc.eq(pc),
                                                     self.coll_base.eq(coll_start),
                                                     self.coll_poison.eq(
-                                                        (ir.op == Op.ALLREDUCE)
-                                                        & ir.args.allreduce.poison
-                                                        & (ctr.flags != 0)),
-                                                    poison_arm.eq(
-                                                        (ir.op == Op.ALLREDUCE)
-                                                        & ir.args.allreduce.poison)]
+                                                        ir_ar_poison & (ctr.flags != 0)),
+                                                    poison_arm.eq(ir_ar_poison)]
                                                 m.next = "ISSUED"
             with m.State("ADAPT"):    # one slot per cycle (r > threshold raises its width,
                 # decided ADAPT_STEPS cycles later, above), then ADAPT_STEPS cycles to finish

@@ -117,6 +117,7 @@ def run_program(words, *, seed=0, lat=(1, 40), scale_exp=0, prec=None, gwin=Fals
         ctx.set(dut.scale_exp, scale_exp)
         result["status"] = await start_and_wait(ctx, dut)
         result["err_pc"] = ctx.get(dut.err_pc)
+        await ctx.tick().repeat(Sequencer.COUNTERS_LAG)     # the run's last increments
         result["counters"] = {n: ctx.get(dut.counters[n]) for n in
                               ("instructions", "cycles", "check_cycles", "stall_bank",
                                "stall_unit", "stall_fence", "stall_order", "overlap",
@@ -560,3 +561,23 @@ def test_fast_statistics_saved_loaded_adapted_and_reset(seed, lat):
     want2, _ = _stats_reference(seq2, result["outs2"], {}, {(0, 0): (2, 2)})
     assert result["loads2"] == want2
     assert [l[:2] for l in result["loads2"]] == [(2, 2)] * 3
+
+
+@pytest.mark.parametrize("decode_stages", [0, 2], ids=["no_decoder_stages", "decoder_stages"])
+@pytest.mark.parametrize("body", [0, 1], ids=["empty_body", "one_instruction"])
+@pytest.mark.parametrize("count", [1, 2, 5])
+def test_short_loop_bodies(count, body, decode_stages):
+    """ENDLOOP right after LOOP (or one instruction later), and consecutive loops: the
+    iteration decision and the next offset come from registers a cycle old, so the tightest
+    LOOP -> ENDLOOP and ENDLOOP -> ENDLOOP spacings are the ones to check."""
+    cfg = dataclasses.replace(CFG, decode_stages=decode_stages)
+    inner = [encode(Op.VEC, vop=2, rows=2, cols=4, a=0, b=D, d=2 * D, loop=0b101)][:body]
+    words = ([encode(Op.LOOP, count=count, stride=8), *inner, encode(Op.ENDLOOP)]
+             + [encode(Op.LOOP, count=3, stride=4), *inner, encode(Op.ENDLOOP),
+                encode(Op.HALT)])
+    assert check_program(words, S=cfg.size, lines=cfg.lines, bank_depth=D, layers=cfg.layers,
+                         dim_max=1023, prog_depth=cfg.prog_depth) == (Status.OK, 0)
+    status, pc, events, counters = run_program(words, lat=(1, 3), config=cfg)
+    assert (status, pc) == (Status.OK, 0)
+    check_run(words, events, counters)
+    assert counters["instructions"] == 2 + (count + 3) * (1 + body) + 1

@@ -242,6 +242,10 @@ class TrainingCore(wiring.Component):
             m.d.comb += [state.coll_status.eq(seq.coll_last.status),
                          state.coll_step.eq(seq.coll_last.step),
                          state.coll_flags.eq(seq.coll_last.flags)]
+        # a REG's answer samples the register file the cycle after the command is taken, and
+        # after a run the host takes a command no earlier than with START's response, the cycle
+        # after `done`: two cycles after `done`, when the counters are final
+        assert Sequencer.COUNTERS_LAG <= 2, "the host could read a counter before its total"
         values = [state] + [seq.counters[name] for name, _, _ in COUNTERS] \
             + [opt.status[name] for name, _ in STATUS_FIELDS]
         with m.Switch(host.reg_index):

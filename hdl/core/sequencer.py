@@ -127,6 +127,9 @@ class Sequencer(wiring.Component):
     gwin_nonfinite : In(1)
         A NaN / Inf was written into the window (sets ``flags`` bit 2).
     counters : Out(counters_layout_core())
+        ``COUNTERS``. ``flags`` is current; every other counter takes a cycle's events
+        ``COUNTERS_LAG`` cycles later (from registers), so a run's counts are final
+        ``COUNTERS_LAG`` cycles after its ``done`` pulse.
     thr_we, thr_waddr, thr_wdata : In
         Threshold-table write (``thr_waddr = stat_slot(layer, mode, operand)``, Q16.16);
         only while idle; the host rejects mode 3 and layers past ``config.layers``.
@@ -165,6 +168,9 @@ class Sequencer(wiring.Component):
     port ahead (from the instruction being decoded, and ``ADAPT``'s next slot), so
     no instruction takes a cycle more than with the slots in flip-flops.
     """
+
+    #: Cycles after ``done`` until the counters other than ``flags`` hold the run's totals.
+    COUNTERS_LAG = 1
 
     def __init__(self, *, config: CoreConfig):
         if not isinstance(config, CoreConfig):
@@ -387,6 +393,17 @@ class Sequencer(wiring.Component):
         loop_offset = Signal(ADDR_BITS + 16, name="loop_offset")
         loop_start = Signal(range(cfg.prog_depth), name="loop_start")
         check_span = Signal(ADDR_BITS + 16, name="check_span")
+        # ENDLOOP's decision and next values from registers: the loop registers change only
+        # at START and in EXEC (LOOP, ENDLOOP), and an ENDLOOP's EXEC comes at least a FETCH
+        # and a DECODE after that, so the values of the cycle before are the current ones (the
+        # compare and adders were ahead of the loop registers' enables and resets, the S = 4
+        # FPGA core's slowest routed group at cca0f07: 96 end points, 15.2 ns)
+        loop_more = Signal(name="loop_more")
+        loop_iter_next = Signal.like(loop_iter, name="loop_iter_next")
+        loop_offset_next = Signal.like(loop_offset, name="loop_offset_next")
+        m.d.sync += [loop_more.eq(loop_iter + 1 < loop_count),
+                     loop_iter_next.eq(loop_iter + 1),
+                     loop_offset_next.eq(loop_offset + loop_stride)]
         # decoded instruction (registered)
         d_status = Signal(4, name="d_status")
         d_banks = Signal(nb, name="d_banks")
@@ -426,6 +443,24 @@ class Sequencer(wiring.Component):
 
         m.d.sync += self.done.eq(0)
 
+        # The counters (all but the sticky ``flags``) add what the logic below sets in
+        # ``count`` a cycle later, from registers: the decode of a cycle's events (stalls,
+        # issue, busy) ends in a register instead of continuing into the carry chains and
+        # clears of 700+ counter bits (the S = 4 FPGA core's largest routed group over 10 ns,
+        # 755 end points at 14.31 ns at cca0f07). A run's last increments land the cycle after
+        # ``done`` (``COUNTERS_LAG``); the host reads a counter no earlier than that.
+        mm_adds = {"array_beats": "beats", "array_stalls": "stalls", "macs": "macs"}
+        counted = [name for name, _, _ in COUNTERS if name != "flags"]
+        count = {name: Signal(len(self.mm_counters[mm_adds[name]]) if name in mm_adds else 1,
+                              name=f"count_{name}") for name in counted}
+        count_clear = Signal(name="count_clear")
+        count_q = {name: Signal.like(s, name=f"count_{name}_q") for name, s in count.items()}
+        count_clear_q = Signal(name="count_clear_q")
+        m.d.sync += [count_clear_q.eq(count_clear),
+                     *(count_q[name].eq(count[name]) for name in counted)]
+        for name in counted:
+            m.d.sync += ctr[name].eq(Mux(count_clear_q, 0, ctr[name] + count_q[name]))
+
         # unit completions
         m.d.comb += self.mm_rsp.ready.eq(1)
         mm_fin = self.mm_rsp.valid
@@ -458,9 +493,8 @@ class Sequencer(wiring.Component):
                 m.d.sync += [busy[u].eq(0), owned[u].eq(0)]
         with m.If(mm_fin):
             c = self.mm_counters
-            m.d.sync += [ctr.array_beats.eq(ctr.array_beats + c.beats),
-                         ctr.array_stalls.eq(ctr.array_stalls + c.stalls),
-                         ctr.macs.eq(ctr.macs + c.macs)]
+            m.d.comb += [count["array_beats"].eq(c.beats), count["array_stalls"].eq(c.stalls),
+                         count["macs"].eq(c.macs)]
         with m.If(self.running):
             m.d.sync += ctr.flags.eq(ctr.flags | Cat(mm_fin & self.mm_rsp.payload.invalid,
                                                      mm_fin & self.mm_rsp.payload.overflow,
@@ -630,18 +664,18 @@ class Sequencer(wiring.Component):
             m.d.comb += self.coll_cmd.valid.eq(issue_ok & (unit_of == 3))
 
         with m.If(self.running):
-            m.d.sync += ctr.cycles.eq(ctr.cycles + 1)
+            m.d.comb += count["cycles"].eq(1)
             with m.If(checking):
-                m.d.sync += ctr.check_cycles.eq(ctr.check_cycles + 1)
+                m.d.comb += count["check_cycles"].eq(1)
             with m.Elif(all_idle):
-                m.d.sync += ctr.idle.eq(ctr.idle + 1)
+                m.d.comb += count["idle"].eq(1)
         for u, name in enumerate(UNITS):
             with m.If(busy[u]):
-                m.d.sync += ctr[f"{name}_busy"].eq(ctr[f"{name}_busy"] + 1)
+                m.d.comb += count[f"{name}_busy"].eq(1)
         with m.If(sum(b.as_unsigned() for b in busy) >= 2):
-            m.d.sync += ctr.overlap.eq(ctr.overlap + 1)
+            m.d.comb += count["overlap"].eq(1)
         with m.If(busy[3] & (busy[0] | busy[1] | busy[2])):
-            m.d.sync += ctr.coll_hidden.eq(ctr.coll_hidden + 1)
+            m.d.comb += count["coll_hidden"].eq(1)
 
         def next_pc():
             return [pc.eq(pc + 1)]
@@ -654,7 +688,8 @@ class Sequencer(wiring.Component):
                                  self.status.eq(Status.OK), self.err_pc.eq(0),
                                  self.gwin_lo.eq(cfg.lines), self.gwin_hi.eq(0),
                                  coll_err.eq(0)]
-                    m.d.sync += [ctr[name].eq(0) for name, _, _ in COUNTERS]
+                    m.d.comb += count_clear.eq(1)
+                    m.d.sync += ctr.flags.eq(0)
                     m.next = "FETCH"
             with m.State("FETCH"):
                 m.d.comb += [pr.addr.eq(pc), pr.en.eq(1)]
@@ -734,12 +769,12 @@ class Sequencer(wiring.Component):
                         m.d.sync += finish(Status.ERR_LINK, coll_pc)
                         m.next = "IDLE"
                     with m.Else():
-                        m.d.sync += ctr.stall_fence.eq(ctr.stall_fence + 1)
+                        m.d.comb += count["stall_fence"].eq(1)
                 with m.Else():
                     with m.Switch(ir.op):
                         with m.Case(Op.HALT, Op.FENCE):
                             with m.If(all_idle):
-                                m.d.sync += ctr.instructions.eq(ctr.instructions + 1)
+                                m.d.comb += count["instructions"].eq(1)
                                 with m.If(ir.op == Op.HALT):
                                     m.d.sync += finish(Status.OK, 0)
                                     m.next = "IDLE"
@@ -747,36 +782,36 @@ class Sequencer(wiring.Component):
                                     m.d.sync += next_pc()
                                     m.next = "FETCH"
                             with m.Else():
-                                m.d.sync += ctr.stall_fence.eq(ctr.stall_fence + 1)
+                                m.d.comb += count["stall_fence"].eq(1)
                         with m.Case(Op.ADAPT):
                             m.d.comb += [s_pair.eq(0), s_src.eq(2), t_slot.eq(0)]
                             with m.If(all_idle):
                                 m.d.sync += adapt_k.eq(0)
                                 m.next = "ADAPT"
                             with m.Else():
-                                m.d.sync += ctr.stall_fence.eq(ctr.stall_fence + 1)
+                                m.d.comb += count["stall_fence"].eq(1)
                         with m.Case(Op.LOOP):
                             m.d.sync += [in_loop.eq(1), loop_count.eq(ir.args.loop.count),
                                          loop_stride.eq(ir.args.loop.stride), loop_iter.eq(0),
-                                         loop_offset.eq(0), loop_start.eq(pc + 1), *next_pc(),
-                                         ctr.instructions.eq(ctr.instructions + 1)]
+                                         loop_offset.eq(0), loop_start.eq(pc + 1), *next_pc()]
+                            m.d.comb += count["instructions"].eq(1)
                             m.next = "FETCH"
                         with m.Case(Op.ENDLOOP):
-                            m.d.sync += ctr.instructions.eq(ctr.instructions + 1)
-                            with m.If(loop_iter + 1 < loop_count):
-                                m.d.sync += [loop_iter.eq(loop_iter + 1), pc.eq(loop_start),
-                                             loop_offset.eq(loop_offset + loop_stride)]
+                            m.d.comb += count["instructions"].eq(1)
+                            with m.If(loop_more):
+                                m.d.sync += [loop_iter.eq(loop_iter_next), pc.eq(loop_start),
+                                             loop_offset.eq(loop_offset_next)]
                             with m.Else():
                                 m.d.sync += [in_loop.eq(0), loop_iter.eq(0), loop_offset.eq(0),
                                              *next_pc()]
                             m.next = "FETCH"
                         with m.Default():
                             with m.If(~unit_free):
-                                m.d.sync += ctr.stall_unit.eq(ctr.stall_unit + 1)
+                                m.d.comb += count["stall_unit"].eq(1)
                             with m.Elif(~banks_free):
-                                m.d.sync += ctr.stall_bank.eq(ctr.stall_bank + 1)
+                                m.d.comb += count["stall_bank"].eq(1)
                             with m.Elif(~scale_ok):
-                                m.d.sync += ctr.stall_order.eq(ctr.stall_order + 1)
+                                m.d.comb += count["stall_order"].eq(1)
                             with m.Else():
                                 with m.Switch(unit_of):
                                     with m.Case(0):
@@ -815,7 +850,8 @@ class Sequencer(wiring.Component):
                              t_slot.eq(adapt_k + 1)]
                 m.d.sync += adapt_k.eq(adapt_k + 1)
                 with m.If(adapt_k == n_slots - 1 + ADAPT_STEPS):
-                    m.d.sync += [ctr.instructions.eq(ctr.instructions + 1), *next_pc()]
+                    m.d.comb += count["instructions"].eq(1)
+                    m.d.sync += next_pc()
                     m.next = "FETCH"
             with m.State("OPT"):      # SETREG N, then STEP; the unit stays busy until done
                 m.d.comb += self.opt_cmd.valid.eq(1)
@@ -826,6 +862,7 @@ class Sequencer(wiring.Component):
                         m.d.sync += opt_wait.eq(1)
                         m.next = "ISSUED"
             with m.State("ISSUED"):
-                m.d.sync += [ctr.instructions.eq(ctr.instructions + 1), *next_pc()]
+                m.d.comb += count["instructions"].eq(1)
+                m.d.sync += next_pc()
                 m.next = "FETCH"
         return m

@@ -82,15 +82,19 @@ class HostPort(wiring.Component):
         The host's scratchpad port. With ``config.spad_reg`` (a registered crossbar client:
         read data two cycles after ``r_en``) a ``READ``'s response comes a cycle later and
         holds the next command for that cycle, with ``config.spad_out_reg`` too (three
-        cycles) two cycles later; a statistic word's (``stat_en`` below) a cycle later too;
-        every other answer comes the cycle after the command's acceptance.
+        cycles) two cycles later; a register's and a statistic word's (``reg_index`` and
+        ``stat_en`` below) a cycle later too; every other answer comes the cycle after the
+        command's acceptance.
     prog_we, prog_waddr, prog_wdata; prec_we, prec_waddr, prec_wdata; prec_bad (In) :
         to the sequencer.
     start : Out(1), running : In(1), done : In(1), status : In(4), err_pc : In(16)
     opt_cmd : Out(stream)
         SETREG to the optimizer (only while no program runs).
     reg_index : Out(16), reg_data : In(64), reg_count : int
-        Register file read (combinational mux in the core): indices ``0 .. reg_count - 1``.
+        Register file read, indices ``0 .. reg_count - 1``: ``reg_index`` is the accepted
+        command's address from a register, ``reg_data`` the core's combinational mux of it,
+        taken into the response's register the cycle after: a ``REG`` is answered two cycles
+        after acceptance (the next command waits for it).
     stat_en : Out(1), stat_slot : Out(16), stat_rdata : In(128), stat_base, stat_count : int
         FAST statistic words ``stat_base .. stat_base + stat_count - 1`` (two per slot): a
         ``REG`` of one raises ``stat_en`` with the slot on ``stat_slot``; the statistic memory
@@ -139,6 +143,7 @@ class HostPort(wiring.Component):
         rsp_data = Signal(self._db, name="rsp_data")
         rsp_stat = Signal(name="rsp_is_stat")      # data comes from the statistic memory
         rsp_word = Signal(name="rsp_stat_word")
+        rsp_reg = Signal(name="rsp_is_reg")        # data comes from the register file
         waiting = Signal(name="waiting_run")
         # config.spad_reg (spad_out_reg): the memory port's read data comes two (three)
         # cycles after its r_en, so a READ's response waits one cycle (two) in read_wait
@@ -178,7 +183,6 @@ class HostPort(wiring.Component):
             self.mem.w_data.eq(c.data[:32 * S]),
             self.prog_waddr.eq(c.addr), self.prog_wdata.eq(c.data[:INSTR_BITS]),
             self.prec_waddr.eq(c.addr), self.prec_wdata.eq(c.data[:PREC_ENTRY.size]),
-            self.reg_index.eq(c.addr),
             self.thr_waddr.eq(c.addr), self.thr_wdata.eq(c.data[:32]),
         ]
         is_stat = Signal(name="reg_is_stat")
@@ -188,9 +192,15 @@ class HostPort(wiring.Component):
         m.d.comb += [stat_off.eq(c.addr - self.stat_base), self.stat_slot.eq(stat_off[1:])]
         reg_ok = Signal(name="reg_ok")
         m.d.comb += reg_ok.eq((c.addr < self.reg_count) | is_stat)
+        # a REG's index from a register: the command's decode and the register file's mux
+        # into the response were one path (the host's rsp_data, 59 end points at 14.31 ns in
+        # the S = 4 FPGA core at cca0f07); the response takes the mux's output a cycle later
+        reg_q = Signal(16, name="reg_index_q")
+        m.d.comb += self.reg_index.eq(reg_q)
         with m.If(take):
             m.d.sync += [rsp_valid.eq(1), r.op.eq(op), rsp_read.eq(0), rsp_stat.eq(0),
-                         rsp_data.eq(0), r.status.eq(HostStatus.OK)]
+                         rsp_reg.eq(0), rsp_data.eq(0), r.status.eq(HostStatus.OK),
+                         reg_q.eq(c.addr)]
             with m.Switch(op):
                 with m.Case(HostOp.WRITE):
                     with m.If(line_ok):
@@ -249,7 +259,8 @@ class HostPort(wiring.Component):
                         m.d.sync += [rsp_stat.eq(1), rsp_word.eq(stat_off[0]), rsp_valid.eq(0),
                                      read_wait.eq(1), wait_left.eq(0)]
                     with m.Elif(reg_ok):
-                        m.d.sync += rsp_data.eq(self.reg_data)
+                        m.d.sync += [rsp_reg.eq(1), rsp_valid.eq(0), read_wait.eq(1),
+                                     wait_left.eq(0)]
                     with m.Else():
                         m.d.sync += r.status.eq(HostStatus.BAD_ADDR)
                 with m.Default():
@@ -261,6 +272,8 @@ class HostPort(wiring.Component):
                     m.d.sync += [rsp_stat.eq(0),
                                  rsp_data.eq(Mux(rsp_word, self.stat_rdata[64:],
                                                  self.stat_rdata[:64]))]
+                with m.If(rsp_reg):
+                    m.d.sync += [rsp_reg.eq(0), rsp_data.eq(self.reg_data)]
             with m.Else():
                 m.d.sync += wait_left.eq(wait_left - 1)
         with m.If(waiting & self.done):

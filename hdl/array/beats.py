@@ -198,13 +198,21 @@ class BeatAssembler(wiring.Component):
             m.d.comb += cur_xexp.eq(Cat(*xexp[0], *xexp[1]).word_select(esel, ew))
             es = Signal(side0, name="emit_side")
             m.d.comb += es.eq(Mux(ebank, xside[1], xside[0]))
+            # row ``emit``'s line, ``addr + emit * stride``, as a running sum: no multiplier
+            # (its DSP block, away from this logic, was on the path into the descriptor
+            # FIFO's block RAM); the emitted bank's side is held while its beats leave
+            bww_line = Signal(len(dsc.addr), name="bww_row_line")   # for the next beat
+            cur_line = Signal(len(dsc.addr), name="bww_cur_line")
+            m.d.comb += cur_line.eq(Mux(emit == 0, es.addr, bww_line))
+            with m.If(issue):
+                m.d.sync += bww_line.eq(cur_line + es.stride)
             m.d.comb += [
                 issue_v.eq(Mux(ebank, xfull[1] & dfull[1], xfull[0] & dfull[0])
                            & self.desc.ready),
                 inp.bank.eq(0), inp.first.eq(emit == 0), inp.last.eq(emit == S - 1),
                 # rows of the dW tile past K are dropped (write = 0); their line is the
                 # tile's first one, so the accumulator's read stays inside the matrix
-                dsc.addr.eq(Mux(emit < es.rows, es.addr + emit * es.stride, es.addr)),
+                dsc.addr.eq(Mux(emit < es.rows, cur_line, es.addr)),
                 dsc.mask.eq(es.mask), dsc.first.eq(es.first), dsc.write.eq(emit < es.rows),
             ]
             bflag = Signal(2, name="emit_flags")

@@ -258,8 +258,11 @@ class _LineWriter(wiring.Component):
         rest = Signal(DIM_BITS + 1, name="cols_left")       # cols - c (> 0 inside a row)
         beat = Signal(S, name="beat_words")                 # line words this beat writes
         new = [Signal(32, name=f"new{k}") for k in range(S)]
-        eol = self.eol
-        m.d.comb += [step.eq(Mux(narrow, 1, L)), c_next.eq(c + step), eol.eq(c_next >= cols),
+        # eol (c + step >= cols) from a register, kept for the next c as c moves: the adder
+        # and compare were ahead of the line buffer's enables (128 end points at 12.9 ns in
+        # the S = 4 FPGA core, routed); only the register's own input has them now
+        eol = Signal(name="eol_q")
+        m.d.comb += [step.eq(Mux(narrow, 1, L)), c_next.eq(c + step), self.eol.eq(eol),
                      rest.eq(cols - c), self.w_addr.eq(line)]
         for k in range(S):
             wide_k = (lane >> lgL == k // L) & (rest > k % L)
@@ -269,9 +272,11 @@ class _LineWriter(wiring.Component):
         with m.If(self.start):
             m.d.sync += [line.eq(self.base), lane.eq(0), r.eq(0), c.eq(0), mask.eq(0),
                          rows.eq(self.rows), cols.eq(self.cols),
-                         narrow.eq(self.narrow | (L == 1)), self.fin.eq(0)]
+                         narrow.eq(self.narrow | (L == 1)), self.fin.eq(0),
+                         eol.eq(Mux(self.narrow | (L == 1), 1, L) >= self.cols)]
         with m.Elif(self.i.valid):
-            m.d.sync += [c.eq(c_next), lane.eq(lane + step)]
+            m.d.sync += [c.eq(c_next), lane.eq(lane + step),
+                         eol.eq(Mux(eol, step, c_next + step) >= cols)]
             with m.If((lane == Mux(narrow, S - 1, S - L)) | eol):
                 m.d.comb += self.w_en.eq(mask | beat)
                 m.d.sync += [mask.eq(0), lane.eq(0), line.eq(line + 1)]

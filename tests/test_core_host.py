@@ -89,3 +89,10 @@ def test_setreg_waits_for_the_optimizer_and_holds_the_port(seed):
     assert log["taken"] == [c[0] for c in cmds]
     # every PREC of the list was written once, and no offered-but-refused one
     assert log["prec_writes"] == sum(c[0] == HostOp.PREC for c in cmds)
+
+
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-1, ValueError), (1.5, TypeError),
+                                        (True, TypeError)])
+def test_stat_latency_checked(bad, error):
+    with pytest.raises(error, match="HostPort.stat_latency"):
+        HostPort(config=CFG, reg_count=4, stat_latency=bad)

@@ -508,7 +508,7 @@ def test_fast_statistics_saved_loaded_adapted_and_reset(seed, lat):
             await ctx.tick()
             ctx.set(dut.stat_ren, 0)
             ctx.set(dut.stat_raddr, (k * 7 + 3) % stat_slots(CFG))   # held without stat_ren
-            await ctx.tick()
+            await ctx.tick().repeat(Sequencer.STAT_READ_LATENCY - 1)
             got[k] = _stat_dict(ctx.get(dut.stat_rdata))
         return got
 

@@ -186,7 +186,8 @@ class TrainingCore(wiring.Component):
         host = m.submodules.host = HostPort(config=cfg, reg_count=len(REGS),
                                             stat_base=STAT_REG_BASE,
                                             stat_count=2 * stat_slots(cfg),
-                                            opt_depth=self.optim_config.depth)
+                                            opt_depth=self.optim_config.depth,
+                                            stat_latency=Sequencer.STAT_READ_LATENCY)
         seq = m.submodules.sequencer = Sequencer(config=cfg)
         mm = m.submodules.matmul = MatmulEngine(config=cfg.array)
         vec = m.submodules.vector = VectorUnit(config=cfg, grad_config=self.grad_config,

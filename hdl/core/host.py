@@ -98,18 +98,26 @@ class HostPort(wiring.Component):
     stat_en : Out(1), stat_slot : Out(16), stat_rdata : In(128), stat_base, stat_count : int
         FAST statistic words ``stat_base .. stat_base + stat_count - 1`` (two per slot): a
         ``REG`` of one raises ``stat_en`` with the slot on ``stat_slot``; the statistic memory
-        answers on ``stat_rdata`` the next cycle (held until the next ``stat_en``), and the
-        response carries its low or high 64 bits from a register: the answer comes two
-        cycles after acceptance (the next command waits for it).
+        answers on ``stat_rdata`` ``stat_latency`` cycles later (held until the next
+        ``stat_en``), and the response carries its low or high 64 bits from a register: the
+        answer comes ``stat_latency + 1`` cycles after acceptance (the next command waits for
+        it).
     thr_we, thr_waddr, thr_wdata : Out
         THRESH to the sequencer (``addr`` must be a slot of a layer below ``config.layers``
         and a mode below 3).
     opt_depth : int
         Words of the optimizer engine's range: ``SETREG N`` must be in ``1..opt_depth``.
+    stat_latency : int
+        Cycles from ``stat_en`` to the word on ``stat_rdata`` (1 or more).
     """
 
     def __init__(self, *, config: CoreConfig, reg_count: int, stat_base: int = 0,
-                 stat_count: int = 0, opt_depth: int = 65536):
+                 stat_count: int = 0, opt_depth: int = 65536, stat_latency: int = 1):
+        if not isinstance(stat_latency, int) or isinstance(stat_latency, bool):
+            raise TypeError(f"HostPort.stat_latency must be an int, not {stat_latency!r}")
+        if stat_latency < 1:
+            raise ValueError(f"HostPort.stat_latency must be >= 1, not {stat_latency}")
+        self.stat_latency = stat_latency
         self.config, self.reg_count = config, reg_count
         self.stat_base, self.stat_count = stat_base, stat_count
         self.opt_depth = opt_depth
@@ -150,7 +158,7 @@ class HostPort(wiring.Component):
         # first (and holds the next command)
         extra = cfg.spad_latency - 1
         read_wait = Signal(name="read_wait")
-        wait_left = Signal(range(extra + 1), name="read_wait_left")
+        wait_left = Signal(range(max(extra, self.stat_latency - 1) + 1), name="read_wait_left")
         m.d.comb += [self.rsp.valid.eq(rsp_valid),
                      r.data.eq(Mux(rsp_read, self.mem.r_data, rsp_data))]
         with m.If(self.rsp.valid & self.rsp.ready):
@@ -198,9 +206,13 @@ class HostPort(wiring.Component):
         reg_q = Signal(16, name="reg_index_q")
         m.d.comb += self.reg_index.eq(reg_q)
         with m.If(take):
+            # (a SETREG's address and data too, whatever the command: they reach the
+            # optimizer only with setreg_pending, which only a SETREG sets, and no command is
+            # taken while it is set; the decode and value checks stay off their enables,
+            # 48 routed end points at 12.0 ns at 4d67e27)
             m.d.sync += [rsp_valid.eq(1), r.op.eq(op), rsp_read.eq(0), rsp_stat.eq(0),
                          rsp_reg.eq(0), rsp_data.eq(0), r.status.eq(HostStatus.OK),
-                         reg_q.eq(c.addr)]
+                         reg_q.eq(c.addr), opt_a.eq(c.addr), opt_d.eq(c.data[:32])]
             with m.Switch(op):
                 with m.Case(HostOp.WRITE):
                     with m.If(line_ok):
@@ -238,8 +250,7 @@ class HostPort(wiring.Component):
                     with m.Elif(bad_value):
                         m.d.sync += r.status.eq(HostStatus.BAD_VALUE)
                     with m.Else():      # to the optimizer; answered when it takes it
-                        m.d.sync += [opt_pend.eq(1), rsp_valid.eq(0), opt_a.eq(c.addr),
-                                     opt_d.eq(c.data[:32])]
+                        m.d.sync += [opt_pend.eq(1), rsp_valid.eq(0)]
                 with m.Case(HostOp.START):
                     m.d.comb += self.start.eq(1)
                     m.d.sync += [rsp_valid.eq(0), waiting.eq(1)]
@@ -257,7 +268,7 @@ class HostPort(wiring.Component):
                         # 41e6f6d, 15.53 ns)
                         m.d.comb += self.stat_en.eq(1)
                         m.d.sync += [rsp_stat.eq(1), rsp_word.eq(stat_off[0]), rsp_valid.eq(0),
-                                     read_wait.eq(1), wait_left.eq(0)]
+                                     read_wait.eq(1), wait_left.eq(self.stat_latency - 1)]
                     with m.Elif(reg_ok):
                         m.d.sync += [rsp_reg.eq(1), rsp_valid.eq(0), read_wait.eq(1),
                                      wait_left.eq(0)]

@@ -436,10 +436,14 @@ class Sequencer(wiring.Component):
         m.d.comb += [
             dec.instr.eq(ir if piped else pr.data),
             dec.instr_next.eq(word),            # LOAD: the decoder's picks of the next word
-            dec.offset.eq(Mux(checking, 0, loop_offset)),
-            dec.span.eq(Mux(checking & in_loop, check_span, 0)),
             dec.iter0.eq(loop_iter == 0),
         ]
+        # the decoder's offset and span from registers: what they select from changes at
+        # START, in CHECK and in EXEC, each followed by a FETCH before the next DECODE, so the
+        # selection of the cycle before is the current one (the select was ahead of the
+        # decoder's range-end adders, 92 end points at 11.2 ns routed at 4d67e27)
+        m.d.sync += [dec.offset.eq(Mux(checking, 0, loop_offset)),
+                     dec.span.eq(Mux(checking & in_loop, check_span, 0))]
 
         # scoreboard
         busy = [Signal(name=f"busy_{u}") for u in UNITS]

@@ -36,6 +36,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..lib.memport import LinePort
+from ..lib.mustuse import used_if_rejected
 from ..optim.config import Reg
 from ..optim.engine import cmd_layout as opt_cmd_layout
 from .config import CoreConfig
@@ -113,10 +114,11 @@ class HostPort(wiring.Component):
 
     def __init__(self, *, config: CoreConfig, reg_count: int, stat_base: int = 0,
                  stat_count: int = 0, opt_depth: int = 65536, stat_latency: int = 1):
-        if not isinstance(stat_latency, int) or isinstance(stat_latency, bool):
-            raise TypeError(f"HostPort.stat_latency must be an int, not {stat_latency!r}")
-        if stat_latency < 1:
-            raise ValueError(f"HostPort.stat_latency must be >= 1, not {stat_latency}")
+        with used_if_rejected(self):
+            if not isinstance(stat_latency, int) or isinstance(stat_latency, bool):
+                raise TypeError(f"HostPort.stat_latency must be an int, not {stat_latency!r}")
+            if stat_latency < 1:
+                raise ValueError(f"HostPort.stat_latency must be >= 1, not {stat_latency}")
         self.stat_latency = stat_latency
         self.config, self.reg_count = config, reg_count
         self.stat_base, self.stat_count = stat_base, stat_count

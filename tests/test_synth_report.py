@@ -149,3 +149,26 @@ def test_a_run_merges_only_the_targets_it_measured(tmp_path, monkeypatch):
     assert rows()[("new", "tiny")]["LUT4"] == 10             # the measured row, added
     assert synth.main(["--report-only"]) == 0
     assert rows()[("old", "tiny")]["fmax_mhz"] == 40.0      # every stored result merged
+
+
+def test_plain_names_flattens_bracketed_escaped_names_only():
+    src = ("module top(\\a[0] , b);\n  wire [3:0] \\a ;\n  wire \\a[0] ;\n"
+           "  wire \\blk.x[2].mag ;\n  wire \\blk.y ;\n  assign \\a[0]  = b[1];\nendmodule\n")
+    out = synth.plain_names(src)
+    assert out == ("module top(\\a_0_ , b);\n  wire [3:0] \\a ;\n  wire \\a_0_ ;\n"
+                   "  wire \\blk.x_2_.mag ;\n  wire \\blk.y ;\n  assign \\a_0_  = b[1];\n"
+                   "endmodule\n")
+    assert synth.plain_names(out) == out
+
+
+@pytest.mark.parametrize("taken", ["  wire a_0_ ;\n", "  wire \\a_0_ ;\n"])
+def test_plain_names_refuses_a_clash(taken):
+    src = "module top;\n  wire \\a[0] ;\n" + taken + "endmodule\n"
+    with pytest.raises(ValueError, match="a_0_"):
+        synth.plain_names(src)
+
+
+def test_place_and_route_build_reads_plain_names():
+    platform = synth.pnr_platform()
+    assert "platform.plain_names(emit_verilog())" in platform.file_templates["{{name}}.v"]
+    assert platform.plain_names("wire \\x[1] ;\n") == "wire \\x_1_ ;\n"

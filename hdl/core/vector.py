@@ -262,8 +262,14 @@ class _LineWriter(wiring.Component):
         # and compare were ahead of the line buffer's enables (128 end points at 12.9 ns in
         # the S = 4 FPGA core, routed); only the register's own input has them now
         eol = Signal(name="eol_q")
-        m.d.comb += [step.eq(Mux(narrow, 1, L)), c_next.eq(c + step), self.eol.eq(eol),
-                     rest.eq(cols - c), self.w_addr.eq(line)]
+        narrow_in = Signal(name="narrow_in")        # ``narrow`` as ``start`` loads it
+
+        def step_of(n):
+            """Columns a beat covers: 1 narrow, else L."""
+            return Mux(n, 1, L)
+        m.d.comb += [narrow_in.eq(self.narrow | (L == 1)), step.eq(step_of(narrow)),
+                     c_next.eq(c + step), self.eol.eq(eol), rest.eq(cols - c),
+                     self.w_addr.eq(line)]
         for k in range(S):
             wide_k = (lane >> lgL == k // L) & (rest > k % L)
             m.d.comb += [beat[k].eq(Mux(narrow, lane == k, wide_k) if L > 1 else lane == k),
@@ -272,8 +278,8 @@ class _LineWriter(wiring.Component):
         with m.If(self.start):
             m.d.sync += [line.eq(self.base), lane.eq(0), r.eq(0), c.eq(0), mask.eq(0),
                          rows.eq(self.rows), cols.eq(self.cols),
-                         narrow.eq(self.narrow | (L == 1)), self.fin.eq(0),
-                         eol.eq(Mux(self.narrow | (L == 1), 1, L) >= self.cols)]
+                         narrow.eq(narrow_in), self.fin.eq(0),
+                         eol.eq(step_of(narrow_in) >= self.cols)]
         with m.Elif(self.i.valid):
             m.d.sync += [c.eq(c_next), lane.eq(lane + step),
                          eol.eq(Mux(eol, step, c_next + step) >= cols)]

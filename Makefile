@@ -123,10 +123,11 @@ mutation: setup
 # --pnr-opts '<more nextpnr options>'; each is recorded per row. The training core's FPGA build
 # is placed with nextpnr's static placer unless --pnr-opts says otherwise (boards/synth.py
 # PNR_OPTS): from the default placement it does not route.
-# It first runs tests/test_carryfix.py, whose flow tests need the tools setup-fpga installs
-# (make test skips them on a machine set up by `make setup` alone).
+# It first runs tests/test_carryfix.py and tests/test_synth_report.py, whose flow and P&R
+# platform tests need the tools setup-fpga installs (make test skips them on a machine set up
+# by `make setup` alone).
 synth: setup-fpga
-	$(PY) -m pytest -q -p no:xdist tests/test_carryfix.py
+	$(PY) -m pytest -q -p no:xdist tests/test_carryfix.py tests/test_synth_report.py
 	$(PY) -m boards.synth $(SYNTH_ARGS)
 
 # The slowest paths of every netlist `make synth` left in build/synth, by a delay estimate

@@ -247,10 +247,11 @@ def synth_resources(block: str, preset: str, work: Path) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     verilog = work / f"{block}.v"
     top = f"tessera_{block}"
+    # elaborated for the ECP5 as the P&R build is (its platform's family): the same netlist
     if block in VARIANTS:
-        verilog.write_text(to_verilog(build_block(block, preset), top))
+        verilog.write_text(to_verilog(build_block(block, preset), top, "ecp5"))
     else:
-        generate_one(block, preset, verilog)
+        generate_one(block, preset, verilog, "ecp5")
     verilog.write_text(plain_names(verilog.read_text()))
     # netlist.json: the mapped netlist, for the path estimate of boards.paths
     script = (f"read_verilog {verilog.name}; synth_ecp5 {SYNTH_SPLIT} -top {top}; "

@@ -2,7 +2,8 @@
 
 ``tessera generate --block NAME --config PRESET -o FILE.v`` writes Verilog and ``FILE.json``
 (the block's parameters for software). ``tessera generate --all -o DIR`` writes every block for
-every preset into ``DIR/<preset>/<block>.v``. ``tessera list`` names the blocks and presets.
+every preset into ``DIR/<preset>/<block>.v``; ``--target ecp5`` uses Lattice ECP5 primitives
+where a block has them (:data:`hdl.gen.TARGETS`). ``tessera list`` names the blocks and presets.
 ``tessera compile --layers 64,64,10 --batch 32 --optimizer adam --report`` compiles an MLP
 training step for the training core and prints its memory plan (:mod:`sim.host.compiler`).
 """
@@ -14,9 +15,10 @@ import sys
 from pathlib import Path
 
 from .config import PRESET_NAMES
+from .gen import TARGETS
 
 
-def generate_one(block_name: str, preset: str, out: Path) -> None:
+def generate_one(block_name: str, preset: str, out: Path, target: str = "generic") -> None:
     from .gen import to_verilog
     from .registry import get_block
 
@@ -24,8 +26,10 @@ def generate_one(block_name: str, preset: str, out: Path) -> None:
     component = block.build(preset)
     top = f"tessera_{block_name}"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(to_verilog(component, top))
+    out.write_text(to_verilog(component, top, target))
     params = {"block": block_name, "preset": preset, "top": top, **block.params(preset)}
+    if target != "generic":
+        params["target"] = target
     # modules the top instantiates several times by name (e.g. the ring's cores): a simulator
     # build keeps them as modules (sim.tb.runner: Verilator's no_inline) to compile them once
     shared = [name for name, _ in getattr(component, "verilog_modules", ())]
@@ -184,6 +188,9 @@ def main(argv=None) -> int:
     gen.add_argument("--config", default="default", choices=PRESET_NAMES, help="preset")
     gen.add_argument("--all", action="store_true", help="every block for every preset into -o DIR")
     gen.add_argument("-o", "--output", required=True, type=Path)
+    gen.add_argument("--target", default="generic", choices=TARGETS,
+                     help="generic: Amaranth logic only (simulators, any FPGA); ecp5: Lattice "
+                          "ECP5 primitives where a block has them (registered DSP blocks)")
     sub.add_parser("list", help="list blocks and presets")
     _add_compile_parser(sub)
     from sim.host import train as _train
@@ -209,13 +216,13 @@ def main(argv=None) -> int:
         for preset in PRESET_NAMES:
             for name in blocks():
                 path = args.output / preset / f"{name}.v"
-                generate_one(name, preset, path)
+                generate_one(name, preset, path, args.target)
                 print(f"wrote {path}")
         return 0
     if not args.block:
         parser.error("--block is required unless --all is given")
     try:
-        generate_one(args.block, args.config, args.output)
+        generate_one(args.block, args.config, args.output, args.target)
     except ValueError as exc:
         print(f"tessera: error: {exc}", file=sys.stderr)
         return 2

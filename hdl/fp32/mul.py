@@ -5,6 +5,7 @@ from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data
 
 from ..formats import FP32
+from ..lib.dspmul import RegisteredMul
 from ..registry import Block
 from .config import FP32Config
 from .round import (jam_sticky, round_finish, round_plan_select,
@@ -38,12 +39,13 @@ class FP32Mul(FP32CutUnit):
     ``lzc`` (classify; the significands' leading-zero counts; the exponent fields' sum) |
     ``unpack`` (normalise subnormal significands so both have bit 23 set; in parallel the
     product's LSB weight, the exponent fields' sum minus both shifts) | ``partial`` (four
-    12 x 12-bit partial products: one ECP5 DSP each; in parallel the result exponent for both
-    positions of the product's leading one, :func:`~hdl.fp32.round.round_plan_top2`) |
-    ``product``
-    (48-bit sum, leading one in bit 47 or 46) | one-bit normalize, sticky compression to 27 bits,
-    exponent and subnormal shift (:func:`~hdl.fp32.round.round_prepare`) | ``round``:
-    nearest-even increment (:func:`~hdl.fp32.round.round_finish`) and special-value select.
+    12 x 12-bit partial products: one ECP5 DSP each, holding the ``unpack`` and ``partial``
+    registers when both are cuts, :class:`~hdl.lib.dspmul.RegisteredMul`; in parallel the
+    result exponent for both positions of the product's leading one,
+    :func:`~hdl.fp32.round.round_plan_top2`) | ``product`` (48-bit sum, leading one in bit
+    47 or 46) | one-bit normalize, sticky compression to 27 bits, exponent and subnormal shift
+    (:func:`~hdl.fp32.round.round_prepare`) | ``round``: nearest-even increment
+    (:func:`~hdl.fp32.round.round_finish`) and special-value select.
 
     Parameters
     ----------
@@ -92,24 +94,38 @@ class FP32Mul(FP32CutUnit):
         lz = Signal(range(2 * 24 + 1), name="mul_lz")
         exp = Signal(signed(12), name="mul_exp")      # weight of the product's LSB
         m.d.comb += [lz.eq(s.a_lz + s.b_lz), exp.eq(s.exp_raw - lz)]
-        s = p.boundary(
-            "unpack", a_sig=shift_left(s.a_raw, s.a_lz), b_sig=shift_left(s.b_raw, s.b_lz),
-            exp=exp, sign=s.sign, nan=s.nan, inf=s.inf, zero=s.zero)
+        a_sig, b_sig = shift_left(s.a_raw, s.a_lz), shift_left(s.b_raw, s.b_lz)
+        # With both the unpack and the partial boundary registers, the partial products are
+        # RegisteredMul blocks holding both (on an ECP5 inside the DSP block: no routing to
+        # and from the multiplier in the cycle it computes); the same registers, loaded with
+        # the pipeline's enable, and the same latency.
+        in_dsp = p.is_cut("unpack") and p.is_cut("partial")
+        s = p.boundary("unpack", exp=exp, sign=s.sign, nan=s.nan, inf=s.inf, zero=s.zero,
+                       **({} if in_dsp else {"a_sig": a_sig, "b_sig": b_sig}))
         exp = s.exp
+        if not in_dsp:
+            a_sig, b_sig = s.a_sig, s.b_sig
 
         # --- partial products -------------------------------------------------------------------
         parts = {}
-        for an, asl in (("l", s.a_sig[:12]), ("h", s.a_sig[12:])):
-            for bn, bsl in (("l", s.b_sig[:12]), ("h", s.b_sig[12:])):
+        for an, asl in (("l", a_sig[:12]), ("h", a_sig[12:])):
+            for bn, bsl in (("l", b_sig[:12]), ("h", b_sig[12:])):
                 pp = Signal(24, name=f"mul_pp_{an}{bn}")
-                m.d.comb += pp.eq(asl * bsl)
+                if in_dsp:
+                    mul = m.submodules[f"pp_{an}{bn}"] = RegisteredMul(12, 12)
+                    m.d.comb += [mul.a.eq(asl), mul.b.eq(bsl), mul.ce_in.eq(p.en),
+                                 mul.ce_out.eq(p.en), pp.eq(mul.p)]
+                else:
+                    m.d.comb += pp.eq(asl * bsl)
                 parts[f"pp_{an}{bn}"] = pp
         # Exponent part of the rounding, for both positions of the product's leading one (bit
         # 47: LSB weight exp; bit 46: the product is shifted left by one, exp - 1), computed
         # here in parallel with the multipliers. `_JAM_DROP` low bits are jammed into one.
         plans = round_plan_top2(m, exp=exp + _JAM_DROP, width=_JAM_KEEP, name="mul_rnd")
         plan1, plan0 = plans.top, plans.low
-        s = p.boundary("partial", **parts, sign=s.sign, nan=s.nan, inf=s.inf, zero=s.zero,
+        s = p.boundary("partial", registered=parts if in_dsp else None,
+                       **({} if in_dsp else parts),
+                       sign=s.sign, nan=s.nan, inf=s.inf, zero=s.zero,
                        shift1=plan1.shift, base1=plan1.base, ovf1=plan1.ovf,
                        shift0=plan0.shift, base0=plan0.base, ovf0=plan0.ovf)
 

@@ -208,19 +208,31 @@ class CutPipeline:
     def latency(self) -> int:
         return 1 + sum(1 for _, cut in self._cuts if cut)
 
-    def boundary(self, step: str, **values) -> SimpleNamespace:
-        """End step ``step``; return ``values`` registered (cut) or unchanged (wire)."""
+    def is_cut(self, step: str) -> bool:
+        """Whether boundary ``step`` is a register."""
+        return dict(self._cuts)[step]
+
+    def boundary(self, step: str, *, registered: dict | None = None,
+                 **values) -> SimpleNamespace:
+        """End step ``step``; return ``values`` registered (cut) or unchanged (wire).
+
+        ``registered``: values the caller already registered at this boundary with
+        :attr:`en` (e.g. a DSP block's own product register), returned as they are; only at a
+        cut."""
         if self._next >= len(self._cuts) or self._cuts[self._next][0] != step:
             expected = self._cuts[self._next][0] if self._next < len(self._cuts) else None
             raise RuntimeError(f"{self.name}: boundary {step!r} out of order "
                                f"(expected {expected!r})")
         cut = self._cuts[self._next][1]
         self._next += 1
+        if registered and not cut:
+            raise RuntimeError(f"{self.name}: boundary {step!r} is a wire, not a register "
+                               f"for {sorted(registered)}")
         if not cut:
             return SimpleNamespace(**values)
         m = self.m
         valid = Signal(name=f"{self.name}_{step}_valid")
-        out = {}
+        out = dict(registered or {})
         with m.If(self.en):
             m.d.sync += valid.eq(self.valid)
             for key, value in values.items():

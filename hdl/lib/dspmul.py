@@ -1,0 +1,115 @@
+"""``RegisteredMul``: an unsigned product with a register before and after the multiplier,
+both inside the DSP block on an ECP5 (``MULT18X18D`` with ``REG_INPUTA/B`` and ``REG_OUTPUT``).
+
+yosys's ``synth_ecp5`` maps ``a * b`` to a ``MULT18X18D`` with every register bypassed, so a
+product between two fabric registers is a path from a register to the DSP, through the
+multiplier and back (4.78 + 3.93 + 5.32 ns routed in the S = 4 FPGA core, docs/toolchain.md).
+Built for an ECP5 (``platform.family == "ecp5"``: Amaranth's Lattice platforms and
+:func:`hdl.gen.target_platform`) this block instantiates the DSP with its registers on, which
+the pinned nextpnr-ecp5 times as register-to-register paths; elsewhere (the Amaranth
+simulator, Verilator, other FPGAs) it is the same two registers and the product in Amaranth.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import ClockSignal, Const, Instance, Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import check_int
+from .mustuse import used_if_rejected
+
+__all__ = ["RegisteredMul", "DSP_OPERAND_BITS", "targets_ecp5"]
+
+#: The widest unsigned operand one ``MULT18X18D`` multiplies (``SIGNEDA = SIGNEDB = 0``).
+DSP_OPERAND_BITS = 18
+
+
+def targets_ecp5(platform) -> bool:
+    """Whether ``platform`` builds for a Lattice ECP5 (its ``family`` attribute)."""
+    return getattr(platform, "family", None) == "ecp5"
+
+
+class RegisteredMul(wiring.Component):
+    """``p = a * b`` (unsigned) with registered operands and a registered product.
+
+    Cycle ``t`` with ``ce_in`` loads ``a`` and ``b``; cycle ``t + 1`` with ``ce_out`` loads
+    their product into ``p``. With both enables high, ``p`` is the product of the operands of
+    two cycles before (:attr:`latency`). Neither register is reset (data; a valid bit travels
+    beside them in the user's pipeline).
+
+    Parameters
+    ----------
+    a_width, b_width : int
+        Operand widths, 1 .. :data:`DSP_OPERAND_BITS` (one DSP block).
+
+    Attributes
+    ----------
+    latency : int
+        2: the operand register and the product register.
+
+    Members
+    -------
+    a : In(a_width)
+    b : In(b_width)
+    ce_in : In(1)
+        Load the operand registers.
+    ce_out : In(1)
+        Load the product register.
+    p : Out(a_width + b_width)
+        The registered product.
+    """
+
+    latency = 2
+
+    def __init__(self, a_width: int, b_width: int):
+        with used_if_rejected(self):
+            check_int("RegisteredMul", "a_width", a_width, lo=1, hi=DSP_OPERAND_BITS)
+            check_int("RegisteredMul", "b_width", b_width, lo=1, hi=DSP_OPERAND_BITS)
+        self.a_width, self.b_width = a_width, b_width
+        super().__init__({"a": In(a_width), "b": In(b_width), "ce_in": In(1), "ce_out": In(1),
+                          "p": Out(a_width + b_width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        if targets_ecp5(platform):
+            self._ecp5(m)
+            return m
+        a_q = Signal(self.a_width, name="a_q", reset_less=True)
+        b_q = Signal(self.b_width, name="b_q", reset_less=True)
+        p_q = Signal(len(self.p), name="p_q", reset_less=True)
+        with m.If(self.ce_in):
+            m.d.sync += [a_q.eq(self.a), b_q.eq(self.b)]
+        with m.If(self.ce_out):
+            m.d.sync += p_q.eq(a_q * b_q)
+        m.d.comb += self.p.eq(p_q)
+        return m
+
+    def _ecp5(self, m):
+        """``MULT18X18D``: inputs A/B registered on CLK0 with CE0, the product on CLK0 with
+        CE1, the resets tied off (RST0 low, GSR disabled), no pipeline register."""
+        n = DSP_OPERAND_BITS
+        a = Signal(n, name="dsp_a")
+        b = Signal(n, name="dsp_b")
+        prod = Signal(2 * n, name="dsp_p")
+        m.d.comb += [a.eq(self.a), b.eq(self.b), self.p.eq(prod[:len(self.p)])]
+        zero = Const(0, 1)
+        ports = {f"i_A{k}": a[k] for k in range(n)}
+        ports |= {f"i_B{k}": b[k] for k in range(n)}
+        ports |= {f"i_C{k}": zero for k in range(n)}
+        ports |= {f"o_P{k}": prod[k] for k in range(2 * n)}
+        ports |= {"i_SIGNEDA": zero, "i_SIGNEDB": zero, "i_SOURCEA": zero, "i_SOURCEB": zero,
+                  "i_CLK0": ClockSignal("sync"), "i_CLK1": zero, "i_CLK2": zero,
+                  "i_CLK3": zero, "i_CE0": self.ce_in, "i_CE1": self.ce_out,
+                  "i_CE2": zero, "i_CE3": zero,
+                  "i_RST0": zero, "i_RST1": zero, "i_RST2": zero, "i_RST3": zero}
+        m.submodules.dsp = Instance(
+            "MULT18X18D",
+            p_REG_INPUTA_CLK="CLK0", p_REG_INPUTA_CE="CE0", p_REG_INPUTA_RST="RST0",
+            p_REG_INPUTB_CLK="CLK0", p_REG_INPUTB_CE="CE0", p_REG_INPUTB_RST="RST0",
+            p_REG_INPUTC_CLK="NONE", p_REG_PIPELINE_CLK="NONE",
+            p_REG_OUTPUT_CLK="CLK0", p_REG_OUTPUT_CE="CE1", p_REG_OUTPUT_RST="RST0",
+            p_GSR="DISABLED", p_RESETMODE="SYNC", p_MULT_BYPASS="DISABLED",
+            p_SOURCEB_MODE="B_SHIFT", p_CAS_MATCH_REG="FALSE",
+            p_CLK0_DIV="ENABLED", p_CLK1_DIV="ENABLED", p_CLK2_DIV="ENABLED",
+            p_CLK3_DIV="ENABLED", p_HIGHSPEED_CLK="NONE",
+            **ports)

@@ -24,15 +24,24 @@ from hdl.lib.dspmul import DSP_OPERAND_BITS, RegisteredMul, targets_ecp5
 DEADLINE_CYCLES = 2000
 
 
-@pytest.mark.parametrize("widths", [(12, 12), (18, 18), (1, 18), (7, 3)])
-def test_product_follows_its_two_registers(widths):
+@pytest.mark.parametrize("widths,signs", [
+    ((12, 12), (False, False)), ((18, 18), (False, False)), ((1, 18), (False, False)),
+    ((7, 3), (False, False)), ((18, 18), (True, True)), ((17, 18), (False, True)),
+    ((5, 9), (True, False))])
+def test_product_follows_its_two_registers(widths, signs):
     """Random operands and enables (``ce_in``/``ce_out`` each high 60 % of cycles), every
     cycle's ``p`` against the model's product register; with both enables high the product
     of the operands :attr:`latency` cycles before."""
     wa, wb = widths
-    dut = RegisteredMul(wa, wb)
-    assert dut.latency == 2 and len(dut.p) == wa + wb
-    rng = random.Random(wa * 100 + wb)
+    dut = RegisteredMul(wa, wb, a_signed=signs[0], b_signed=signs[1])
+    assert dut.latency == 2
+    assert dut.p.shape().signed == any(signs)
+    assert len(dut.p) == wa + wb
+    rng = random.Random(wa * 100 + wb + 7 * signs[0] + 3 * signs[1])
+
+    def operand(width, is_signed):
+        v = rng.getrandbits(width)
+        return v - (1 << width) if is_signed and v >> (width - 1) else v
     cycles = 600
 
     async def bench(ctx):
@@ -40,7 +49,7 @@ def test_product_follows_its_two_registers(widths):
         history = []
         for t in range(cycles):
             assert t < DEADLINE_CYCLES
-            a, b = rng.getrandbits(wa), rng.getrandbits(wb)
+            a, b = operand(wa, signs[0]), operand(wb, signs[1])
             ce_in, ce_out = rng.random() < 0.6, rng.random() < 0.6
             if t < 8:                 # the first cycles load everything: latency visible
                 ce_in = ce_out = True
@@ -74,6 +83,11 @@ def test_bad_widths_are_refused_by_name(bad, exc, name):
         RegisteredMul(*bad)
 
 
+def test_bad_signedness_is_refused_by_name():
+    with pytest.raises(TypeError, match="b_signed"):
+        RegisteredMul(4, 4, b_signed=1)
+
+
 def test_target_names_are_checked():
     assert target_platform("generic") is None
     assert targets_ecp5(target_platform("ecp5"))
@@ -105,6 +119,11 @@ def test_ecp5_build_is_one_dsp_block_with_its_registers_on():
     assert [conns[f"B{k}"] for k in range(10)] == [f"b[{k}]" for k in range(10)]
     assert (conns["CE0"], conns["CE1"], conns["CLK0"]) == ("ce_in", "ce_out", "clk")
     assert conns["SIGNEDA"] == conns["SIGNEDB"] == conns["RST0"] == "1'h0"
+    # signed: SIGNEDA set and the operand sign-extended to the DSP's 18 bits
+    text = _instance_text(to_verilog(RegisteredMul(5, 10, a_signed=True), "top", "ecp5"))
+    conns = dict(re.findall(r"\.(\w+)\(([^()]*)\)", text))
+    assert (conns["SIGNEDA"], conns["SIGNEDB"]) == ("1'h1", "1'h0")
+    assert {conns[f"A{k}"] for k in range(4, 18)} == {"a[4]"}
 
 
 class _Registered(wiring.Component):

@@ -33,6 +33,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, Value, signed, 
 from amaranth.lib import data
 
 from ..formats import FP32
+from ..lib.dspmul import RegisteredMul
 from ..registry import Block
 from .divsqrt_config import FP32DivSqrtConfig
 from .round import round_finish, round_plan_select, round_plan_top2, round_prepare
@@ -94,6 +95,7 @@ class StallPipeline:
     def __init__(self, m, en):
         self.m = m
         self.en = en
+        self._loads = {}        # id(register) -> (register, the value it loads)
 
     def reg(self, value, name: str, shape=None) -> Signal:
         """A data register (no reset) loaded with ``value`` when the pipeline advances."""
@@ -101,7 +103,20 @@ class StallPipeline:
             shape = value.shape() if hasattr(value, "shape") else Shape.cast(value)
         sig = Signal(shape, name=name, reset_less=True)
         self.m.d.sync += sig.eq(Mux(self.en, value, sig))
+        self._loads[id(sig)] = (sig, value)
         return sig
+
+    def _load_of(self, x):
+        """The value register ``x`` of :meth:`reg` loads, cast to its shape (a constant: the
+        constant); ``None`` for anything else."""
+        if isinstance(x, int):
+            return x
+        reg, value = self._loads.get(id(x), (None, None))
+        if reg is x:
+            nxt = Signal(x.shape(), name=f"{x.name}_next")
+            self.m.d.comb += nxt.eq(value)
+            return nxt
+        return None
 
     def valid(self, prev, name: str) -> Signal:
         """A valid bit (reset to 0) that follows ``prev`` when the pipeline advances."""
@@ -120,12 +135,29 @@ class StallPipeline:
         operand is): every slice product fits one ECP5 ``MULT18X18D``, so this stage holds
         only the DSPs and their output registers. Give the DSPs registered operands (whose
         only other load is a pipeline copy): ECP5 DSPs sit in fixed rows, and the routes to and
-        from them take a large part of a 10 ns cycle.
+        from them take a large part of a 10 ns cycle. When both operands are registers of
+        :meth:`reg` (or constants), each slice product is a
+        :class:`~hdl.lib.dspmul.RegisteredMul` fed with the values those registers load: the
+        operand registers (a copy of them) and the product registers are the DSP block's own
+        on an ECP5, and no route to or from the multiplier is in the cycle it computes.
         """
+        la, lb = self._load_of(a), self._load_of(b)
+        in_dsp = la is not None and lb is not None
         out = []
         for i, (oa, va) in enumerate(_mul_slices(a)):
             for j, (ob, vb) in enumerate(_mul_slices(b)):
-                out.append((oa + ob, self.reg(va * vb, f"{name}_pp_{i}{j}")))
+                pp_name = f"{name}_pp_{i}{j}"
+                if not in_dsp:
+                    out.append((oa + ob, self.reg(va * vb, pp_name)))
+                    continue
+                va, vb = Value.cast(va), Value.cast(vb)
+                mul = self.m.submodules[pp_name] = RegisteredMul(
+                    len(va), len(vb), a_signed=va.shape().signed, b_signed=vb.shape().signed)
+                # the same slices of the values the operand registers load
+                na, nb = _mul_slices(la)[i][1], _mul_slices(lb)[j][1]
+                self.m.d.comb += [mul.a.eq(na), mul.b.eq(nb), mul.ce_in.eq(self.en),
+                                  mul.ce_out.eq(self.en)]
+                out.append((oa + ob, mul.p))
         return out
 
     def reg_plan(self, plan, name: str) -> SimpleNamespace:

@@ -128,7 +128,11 @@ class FP32Exp(FP32StreamUnit):
 
         # --- stage 1: signed fixed point -----------------------------------------------------
         valid = p.valid(valid, "s1_valid")
-        xs = p.reg(Mux(neg, -mag, mag), "s1_xs", signed(w["x_fix"][0]))
+        xs_next = Signal(signed(w["x_fix"][0]), name="s1_xs_next")
+        m.d.comb += xs_next.eq(Mux(neg, -mag, mag))
+        xs = p.reg(xs_next, "s1_xs")
+        # the first product's operand in a register of its own (on an ECP5 the DSP blocks')
+        xs_top = p.reg(xs_next >> 14, "s1_xs_top")
         special = p.reg(special, "s1_special")
         spec_val = p.reg(spec_val, "s1_special_val")
 
@@ -151,7 +155,7 @@ class FP32Exp(FP32StreamUnit):
             return total, carry(stage + 1, *carried)
 
         # --- stages 2..4: n = round(x * N / ln2) ------------------------------------------------
-        n_sum, (xs, special, spec_val) = multiply(2, xs >> 14, c.CINV, "n", (xs, special, spec_val))
+        n_sum, (xs, special, spec_val) = multiply(2, xs_top, c.CINV, "n", (xs, special, spec_val))
         valid = p.valid(valid, "s4_valid")
         n = p.reg((n_sum + (1 << 31)) >> 32, "s4_n", signed(nw))
         xs, special, spec_val = carry(4, xs, special, spec_val)

@@ -1,4 +1,4 @@
-"""``RegisteredMul``: an unsigned product with a register before and after the multiplier,
+"""``RegisteredMul``: a product with a register before and after the multiplier,
 both inside the DSP block on an ECP5 (``MULT18X18D`` with ``REG_INPUTA/B`` and ``REG_OUTPUT``).
 
 yosys's ``synth_ecp5`` maps ``a * b`` to a ``MULT18X18D`` with every register bypassed, so a
@@ -11,7 +11,7 @@ simulator, Verilator, other FPGAs) it is the same two registers and the product 
 """
 from __future__ import annotations
 
-from amaranth.hdl import ClockSignal, Const, Instance, Module, Signal
+from amaranth.hdl import ClockSignal, Const, Instance, Module, Shape, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -30,7 +30,7 @@ def targets_ecp5(platform) -> bool:
 
 
 class RegisteredMul(wiring.Component):
-    """``p = a * b`` (unsigned) with registered operands and a registered product.
+    """``p = a * b`` with registered operands and a registered product.
 
     Cycle ``t`` with ``ce_in`` loads ``a`` and ``b``; cycle ``t + 1`` with ``ce_out`` loads
     their product into ``p``. With both enables high, ``p`` is the product of the operands of
@@ -41,6 +41,9 @@ class RegisteredMul(wiring.Component):
     ----------
     a_width, b_width : int
         Operand widths, 1 .. :data:`DSP_OPERAND_BITS` (one DSP block).
+    a_signed, b_signed : bool
+        Two's complement operands (default unsigned); ``p`` has the shape of Amaranth's
+        ``a * b``.
 
     Attributes
     ----------
@@ -49,34 +52,41 @@ class RegisteredMul(wiring.Component):
 
     Members
     -------
-    a : In(a_width)
-    b : In(b_width)
+    a : In(Shape(a_width, a_signed))
+    b : In(Shape(b_width, b_signed))
     ce_in : In(1)
         Load the operand registers.
     ce_out : In(1)
         Load the product register.
-    p : Out(a_width + b_width)
+    p : Out(a_width + b_width, signed if either operand is)
         The registered product.
     """
 
     latency = 2
 
-    def __init__(self, a_width: int, b_width: int):
+    def __init__(self, a_width: int, b_width: int, *, a_signed: bool = False,
+                 b_signed: bool = False):
         with used_if_rejected(self):
             check_int("RegisteredMul", "a_width", a_width, lo=1, hi=DSP_OPERAND_BITS)
             check_int("RegisteredMul", "b_width", b_width, lo=1, hi=DSP_OPERAND_BITS)
-        self.a_width, self.b_width = a_width, b_width
-        super().__init__({"a": In(a_width), "b": In(b_width), "ce_in": In(1), "ce_out": In(1),
-                          "p": Out(a_width + b_width)})
+            for name, flag in (("a_signed", a_signed), ("b_signed", b_signed)):
+                if not isinstance(flag, bool):
+                    raise TypeError(f"RegisteredMul.{name} must be a bool, not "
+                                    f"{type(flag).__name__} {flag!r}")
+        self.a_shape = Shape(a_width, a_signed)
+        self.b_shape = Shape(b_width, b_signed)
+        p_shape = (Const(0, self.a_shape) * Const(0, self.b_shape)).shape()
+        super().__init__({"a": In(self.a_shape), "b": In(self.b_shape), "ce_in": In(1),
+                          "ce_out": In(1), "p": Out(p_shape)})
 
     def elaborate(self, platform):
         m = Module()
         if targets_ecp5(platform):
             self._ecp5(m)
             return m
-        a_q = Signal(self.a_width, name="a_q", reset_less=True)
-        b_q = Signal(self.b_width, name="b_q", reset_less=True)
-        p_q = Signal(len(self.p), name="p_q", reset_less=True)
+        a_q = Signal(self.a_shape, name="a_q", reset_less=True)
+        b_q = Signal(self.b_shape, name="b_q", reset_less=True)
+        p_q = Signal(self.p.shape(), name="p_q", reset_less=True)
         with m.If(self.ce_in):
             m.d.sync += [a_q.eq(self.a), b_q.eq(self.b)]
         with m.If(self.ce_out):
@@ -85,11 +95,12 @@ class RegisteredMul(wiring.Component):
         return m
 
     def _ecp5(self, m):
-        """``MULT18X18D``: inputs A/B registered on CLK0 with CE0, the product on CLK0 with
-        CE1, the resets tied off (RST0 low, GSR disabled), no pipeline register."""
+        """``MULT18X18D``: inputs A/B (extended to 18 bits by their signedness, SIGNEDA/B)
+        registered on CLK0 with CE0, the product on CLK0 with CE1, the resets tied off (RST0
+        low, GSR disabled), no pipeline register."""
         n = DSP_OPERAND_BITS
-        a = Signal(n, name="dsp_a")
-        b = Signal(n, name="dsp_b")
+        a = Signal(signed(n) if self.a_shape.signed else n, name="dsp_a")
+        b = Signal(signed(n) if self.b_shape.signed else n, name="dsp_b")
         prod = Signal(2 * n, name="dsp_p")
         m.d.comb += [a.eq(self.a), b.eq(self.b), self.p.eq(prod[:len(self.p)])]
         zero = Const(0, 1)
@@ -97,7 +108,9 @@ class RegisteredMul(wiring.Component):
         ports |= {f"i_B{k}": b[k] for k in range(n)}
         ports |= {f"i_C{k}": zero for k in range(n)}
         ports |= {f"o_P{k}": prod[k] for k in range(2 * n)}
-        ports |= {"i_SIGNEDA": zero, "i_SIGNEDB": zero, "i_SOURCEA": zero, "i_SOURCEB": zero,
+        ports |= {"i_SIGNEDA": Const(self.a_shape.signed, 1),
+                  "i_SIGNEDB": Const(self.b_shape.signed, 1),
+                  "i_SOURCEA": zero, "i_SOURCEB": zero,
                   "i_CLK0": ClockSignal("sync"), "i_CLK1": zero, "i_CLK2": zero,
                   "i_CLK3": zero, "i_CE0": self.ce_in, "i_CE1": self.ce_out,
                   "i_CE2": zero, "i_CE3": zero,

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 
+from ..lib.dspmul import RegisteredMul
 from ..registry import Block
 from .div import StallPipeline
 from .log import log_finish, log_front_split, log_lookups, log_register_widths
@@ -58,17 +59,39 @@ SUM_BITS = 70
 SPLIT = 17
 
 
-def _partial_products(m, en, a, b, *, name: str) -> list:
+def _split(x):
+    """``x`` (signed, at most 35 bits) as its unsigned low :data:`SPLIT` bits and its signed
+    rest."""
+    x = x.as_signed()
+    return x[:SPLIT], x[SPLIT:].as_signed()
+
+
+def _partial_products(m, en, a, b, *, name: str, loads=None) -> list:
     """The four partial products of ``a * b`` (signed; ``a`` and ``b`` at most 35 bits) split
     at bit :data:`SPLIT`, registered (loaded while ``en``): ``[lo*lo, lo*hi, hi*lo,
     hi*hi]`` with the low parts unsigned and the high parts signed, each one 18 x 18-bit
-    multiplier's product."""
-    a, b = a.as_signed(), b.as_signed()
-    a_lo, a_hi = a[:SPLIT], a[SPLIT:].as_signed()
-    b_lo, b_hi = b[:SPLIT], b[SPLIT:].as_signed()
+    multiplier's product.
+
+    ``loads = (a_next, b_next, load)``: ``a`` and ``b`` are registers that load ``a_next``
+    and ``b_next`` in the cycles ``load`` is high; each product is then a
+    :class:`~hdl.lib.dspmul.RegisteredMul` holding copies of those registers (on an ECP5
+    the DSP block's: no route to or from the multiplier in the cycle it computes)."""
+    (a_lo, a_hi), (b_lo, b_hi) = _split(a), _split(b)
+    pairs = (("ll", a_lo, b_lo), ("lh", a_lo, b_hi), ("hl", a_hi, b_lo), ("hh", a_hi, b_hi))
     out = []
-    for tag, x, y in (("ll", a_lo, b_lo), ("lh", a_lo, b_hi), ("hl", a_hi, b_lo),
-                      ("hh", a_hi, b_hi)):
+    if loads is not None:
+        a_next, b_next, load = loads
+        (na_lo, na_hi), (nb_lo, nb_hi) = _split(a_next), _split(b_next)
+        nexts = {"ll": (na_lo, nb_lo), "lh": (na_lo, nb_hi), "hl": (na_hi, nb_lo),
+                 "hh": (na_hi, nb_hi)}
+        for tag, x, y in pairs:
+            mul = m.submodules[f"{name}_part_{tag}"] = RegisteredMul(
+                len(x), len(y), a_signed=x.shape().signed, b_signed=y.shape().signed)
+            m.d.comb += [mul.a.eq(nexts[tag][0]), mul.b.eq(nexts[tag][1]),
+                         mul.ce_in.eq(load), mul.ce_out.eq(en)]
+            out.append(mul.p)
+        return out
+    for tag, x, y in pairs:
         prod = x * y
         reg = Signal(prod.shape(), name=f"{name}_part_{tag}")
         with m.If(en):
@@ -227,7 +250,11 @@ class FP32LogSerial(FP32StreamUnit):
         # the shared multiplier: operand registers, partial products, sum
         a_op = Signal(signed(w["red"][0]), name="mul_a")
         b_op = Signal(signed(w["h"][0]), name="mul_b")
-        parts = _partial_products(m, en, a_op, b_op, name="mul")
+        a_next = Signal.like(a_op, name="mul_a_next")      # what the slots below load
+        b_next = Signal.like(b_op, name="mul_b_next")
+        op_load = Signal(name="mul_operands_load")
+        parts = _partial_products(m, en, a_op, b_op, name="mul",
+                                  loads=(a_next, b_next, op_load))
         addend = Signal(signed(SUM_BITS), name="mul_addend")
         m.d.comb += addend.eq(Mux(d(4), c.H[2] << c.RF, 0) | Mux(d(6), c.H[3] << c.RF, 0)
                               | Mux(d(8), c.H[4] << c.RF, 0) | Mux(d(5), logt_t, 0))
@@ -242,23 +269,30 @@ class FP32LogSerial(FP32StreamUnit):
         big = Signal(signed(w["big"][0]), name="mul_big")      # E * LN2_lo + LOGT[j]
         ehi = Signal(signed(w["big"][0]), name="mul_e_hi")     # E * LN2_hi
         lo, hi = c.LN2 & ((1 << LN2_CUT) - 1), c.LN2 >> LN2_CUT
+        # the operands each slot loads for the next cycle (the multiplier's operand registers load them, a
+        # copy inside each DSP block on an ECP5: _partial_products)
+        operand_slots = {2: (r_t, h1[c.RF:c.RF + w["h"][0]].as_signed()),   # operands R, h1
+                         3: (e_t, lo),                                     # E, LN2_lo; h2
+                         4: (r_c, step),                                   # R, h2; big
+                         5: (e_t, hi),                                     # E, LN2_hi; h3
+                         6: (r_c, step),                                   # R, h3; E * LN2_hi
+                         8: (r_c, step)}                                   # R, w
+        m.d.comb += [a_next.eq(a_op), b_next.eq(b_op),
+                     op_load.eq(en & Cat(*[d(i) for i in operand_slots]).any())]
+        for i, (a_val, b_val) in operand_slots.items():
+            with m.If(d(i)):
+                m.d.comb += [a_next.eq(a_val), b_next.eq(b_val)]
+        with m.If(op_load):
+            m.d.sync += [a_op.eq(a_next), b_op.eq(b_next)]
         with m.If(en):
             with m.If(d(2)):
-                m.d.sync += [a_op.eq(r_t), b_op.eq(h1[c.RF:c.RF + w["h"][0]].as_signed()),
-                             r_c.eq(r_t), special_c.eq(special_t), spec_val_c.eq(spec_val_t)]
-            with m.If(d(3)):                                    # operands R, h1
-                m.d.sync += [a_op.eq(e_t), b_op.eq(lo)]
-            with m.If(d(4)):                                    # E, LN2_lo; h2
-                m.d.sync += [a_op.eq(r_c), b_op.eq(step)]
-            with m.If(d(5)):                                    # R, h2; big
-                m.d.sync += [a_op.eq(e_t), b_op.eq(hi), big.eq(total)]
-            with m.If(d(6)):                                    # E, LN2_hi; h3
-                m.d.sync += [a_op.eq(r_c), b_op.eq(step)]
-            with m.If(d(7)):                                    # R, h3; E * LN2_hi
+                m.d.sync += [r_c.eq(r_t), special_c.eq(special_t), spec_val_c.eq(spec_val_t)]
+            with m.If(d(5)):
+                m.d.sync += big.eq(total)
+            with m.If(d(7)):
                 m.d.sync += ehi.eq(total)
-            with m.If(d(8)):                                    # w
-                m.d.sync += [a_op.eq(r_c), b_op.eq(step),
-                             special_h.eq(special_c), spec_val_h.eq(spec_val_c)]
+            with m.If(d(8)):
+                m.d.sync += [special_h.eq(special_c), spec_val_h.eq(spec_val_c)]
             # d9: operands R, w; d10: P = R * w into the hand-off registers
 
         # --- hand-off registers (d10), then the back stages -------------------------------------

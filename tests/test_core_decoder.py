@@ -47,14 +47,21 @@ def run_decoder(cases, cfg=CFG):
     dut = Decoder(config=cfg)
     got = []
 
+    def outputs(ctx):
+        ranges = [{"start": ctx.get(r.start), "lines": ctx.get(r.lines),
+                   "read": ctx.get(r.read), "write": ctx.get(r.write),
+                   "banks": ctx.get(r.banks)} for r in dut.ranges]
+        return (ctx.get(dut.status), ctx.get(dut.banks), ranges, ctx.get(dut.acc))
+
     async def tb(ctx):
-        for word, offset, span, iter0 in cases:
+        for k, (word, offset, span, iter0) in enumerate(cases):
             if dut.latency:             # loaded as the sequencer loads it, then held
                 ctx.set(dut.instr_next.as_value(), word)
                 ctx.set(dut.load, 1)
                 await ctx.tick()
                 ctx.set(dut.load, 0)
-                ctx.set(dut.instr_next.as_value(), 0)
+                # the next word on instr_next meanwhile (the sequencer's prefetch)
+                ctx.set(dut.instr_next.as_value(), cases[(k + 1) % len(cases)][0])
             ctx.set(dut.instr.as_value(), word)
             ctx.set(dut.offset, offset)
             ctx.set(dut.span, span)
@@ -62,12 +69,14 @@ def run_decoder(cases, cfg=CFG):
             if dut.latency:
                 for _ in range(dut.latency):   # inputs held: the outputs are the word's
                     await ctx.tick()
+                out = outputs(ctx)
+                for _ in range(3):             # ... and stay while the word is held
+                    await ctx.tick()
+                assert outputs(ctx) == out, f"case {k}: outputs changed while the word is held"
             else:
                 await ctx.delay(1e-9)
-            ranges = [{"start": ctx.get(r.start), "lines": ctx.get(r.lines),
-                       "read": ctx.get(r.read), "write": ctx.get(r.write),
-                       "banks": ctx.get(r.banks)} for r in dut.ranges]
-            got.append((ctx.get(dut.status), ctx.get(dut.banks), ranges, ctx.get(dut.acc)))
+                out = outputs(ctx)
+            got.append(out)
 
     sim = Simulator(dut)
     if dut.latency:

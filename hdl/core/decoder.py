@@ -11,6 +11,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..lib.dspmul import RegisteredMul
 from ..multi.topk import message_words
 from .config import CoreConfig
 from .isa import ADDR_BITS, DIM_BITS, INSTR, OPT_MAX_COUNT, Acc, Op, Rop, Status, Vop
@@ -234,7 +235,16 @@ class Decoder(wiring.Component):
         else:
             field, other, rd, wr, flag, pa, pb = word_picks(ins)
         prod = [Signal(WIDE, name=f"prod_lines{i}") for i in range(3)]
-        m.d.comb += [prod[i].eq(pa[i] * pb[i]) for i in range(3)]
+        if piped:
+            # the products in stage 0 as RegisteredMul blocks: their operand registers load
+            # what ``held`` loads, their product registers are stage 0's (on an ECP5 both
+            # inside the DSP blocks, no route to or from a multiplier in the cycle it computes)
+            for i in range(3):
+                mul = m.submodules[f"prod_lines{i}"] = RegisteredMul(len(pa[i]), len(pb[i]))
+                m.d.comb += [mul.a.eq(picked[5][i]), mul.b.eq(picked[6][i]),
+                             mul.ce_in.eq(self.load), mul.ce_out.eq(1), prod[i].eq(mul.p)]
+        else:
+            m.d.comb += [prod[i].eq(pa[i] * pb[i]) for i in range(3)]
 
         def stage(sig, n, name):
             """``sig`` registered in stage ``n`` (0 or 1); itself without stages."""
@@ -264,7 +274,6 @@ class Decoder(wiring.Component):
         out += [self.ranges[i].start.eq(start[i]) for i in range(PORTS)]
         start = [self.ranges[i].start for i in range(PORTS)]
         end_np = [stage(x, 0, f"end_noprod{i}") for i, x in enumerate(end_np)]
-        prod = [stage(x, 0, f"prod_lines{i}") for i, x in enumerate(prod)]
         other_span = [stage(x, 0, f"other_span{i}") for i, x in enumerate(other_span)]
         rd0 = [stage(r, 0, f"rd{i}") for i, r in enumerate(rd)]
         wr0 = [stage(w, 0, f"wr{i}") for i, w in enumerate(wr)]

@@ -29,18 +29,18 @@ Golden model: numpy ``float32`` division (:class:`sim.model.fp32_exp.FP32Div`).
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, Value, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
 from amaranth.lib import data
 
 from ..formats import FP32
-from ..lib.dspmul import RegisteredMul
+from ..lib.dspmul import operand_slices, registered_partial_products
 from ..registry import Block
 from .divsqrt_config import FP32DivSqrtConfig
 from .round import round_finish, round_plan_select, round_plan_top2, round_prepare
 from .unit import FP32StreamUnit
 from .unpack import QNAN, special_top, special_word, unpack_fp32, unpack_fp32_staged
 
-__all__ = ["FP32DivIn", "FP32Div", "StallPipeline", "sum_products"]
+__all__ = ["FP32DivIn", "FP32Div", "StallPipeline"]
 
 
 class FP32DivIn(data.Struct):
@@ -53,34 +53,6 @@ class FP32DivIn(data.Struct):
 # ----------------------------------------------------------------------------------------------
 # Helpers shared by the divide, square root and exp units
 # ----------------------------------------------------------------------------------------------
-
-def _mul_slices(x) -> list:
-    """``[(offset, slice)]`` with ``x == sum(slice << offset)``: 17-bit unsigned low slices and a
-    top slice of at most 18 bits, signed if ``x`` is (see
-    :meth:`StallPipeline.partial_products`)."""
-    if isinstance(x, int):
-        if x < 0:
-            raise ValueError(f"constant multiplier must be non-negative, not {x}")
-        x = Const(x, unsigned(max(1, x.bit_length())))
-    x = Value.cast(x)
-    top = 18 if x.shape().signed else 17
-    out, off = [], 0
-    while len(x) - off > top:
-        out.append((off, x[off:off + 17]))
-        off += 17
-    rest = x[off:]
-    out.append((off, rest.as_signed() if x.shape().signed else rest))
-    return out
-
-
-def sum_products(pps) -> Value:
-    """The exact product from :meth:`StallPipeline.partial_products`: the shifted sum."""
-    total = None
-    for shift, pp in pps:
-        term = pp if shift == 0 else pp << shift
-        total = term if total is None else total + term
-    return total
-
 
 class StallPipeline:
     """Stage registers of a pipeline that stalls as a whole.
@@ -127,7 +99,8 @@ class StallPipeline:
 
     def partial_products(self, a, b, name: str) -> list:
         """First stage of a pipelined product ``a * b``: the partial products of DSP-sized
-        operand slices, registered (``{name}_pp_{i}{j}``). :func:`sum_products` of the returned
+        operand slices, registered (``{name}_pp_{i}{j}``).
+        :func:`~hdl.lib.dspmul.sum_products` of the returned
         ``[(shift, register)]`` is the exact product, for a later stage.
 
         ``a`` and ``b`` are Values (signed or unsigned) or non-negative Python ints. Each is cut
@@ -142,22 +115,13 @@ class StallPipeline:
         on an ECP5, and no route to or from the multiplier is in the cycle it computes.
         """
         la, lb = self._load_of(a), self._load_of(b)
-        in_dsp = la is not None and lb is not None
+        if la is not None and lb is not None:
+            return registered_partial_products(self.m, la, lb, ce_in=self.en,
+                                               ce_out=self.en, name=f"{name}_pp")
         out = []
-        for i, (oa, va) in enumerate(_mul_slices(a)):
-            for j, (ob, vb) in enumerate(_mul_slices(b)):
-                pp_name = f"{name}_pp_{i}{j}"
-                if not in_dsp:
-                    out.append((oa + ob, self.reg(va * vb, pp_name)))
-                    continue
-                va, vb = Value.cast(va), Value.cast(vb)
-                mul = self.m.submodules[pp_name] = RegisteredMul(
-                    len(va), len(vb), a_signed=va.shape().signed, b_signed=vb.shape().signed)
-                # the same slices of the values the operand registers load
-                na, nb = _mul_slices(la)[i][1], _mul_slices(lb)[j][1]
-                self.m.d.comb += [mul.a.eq(na), mul.b.eq(nb), mul.ce_in.eq(self.en),
-                                  mul.ce_out.eq(self.en)]
-                out.append((oa + ob, mul.p))
+        for i, (oa, va) in enumerate(operand_slices(a)):
+            for j, (ob, vb) in enumerate(operand_slices(b)):
+                out.append((oa + ob, self.reg(va * vb, f"{name}_pp_{i}{j}")))
         return out
 
     def reg_plan(self, plan, name: str) -> SimpleNamespace:

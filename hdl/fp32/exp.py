@@ -40,8 +40,9 @@ from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 
+from ..lib.dspmul import sum_products
 from ..registry import Block
-from .div import StallPipeline, sum_products
+from .div import StallPipeline
 from .divsqrt_config import EXP_FRAC_BITS, FP32DivSqrtConfig, exp_constants
 from .round import jam_sticky, round_finish, round_plan_select, round_plan_top2, round_prepare
 from .unit import FP32StreamUnit

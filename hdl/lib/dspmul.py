@@ -11,14 +11,16 @@ simulator, Verilator, other FPGAs) it is the same two registers and the product 
 """
 from __future__ import annotations
 
-from amaranth.hdl import ClockSignal, Const, Instance, Module, Shape, Signal, signed
+from amaranth.hdl import (ClockSignal, Const, Instance, Module, Shape, Signal, Value, signed,
+                          unsigned)
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import check_int
 from .mustuse import used_if_rejected
 
-__all__ = ["RegisteredMul", "DSP_OPERAND_BITS", "targets_ecp5"]
+__all__ = ["RegisteredMul", "DSP_OPERAND_BITS", "targets_ecp5", "operand_slices",
+           "registered_partial_products", "sum_products"]
 
 #: The widest unsigned operand one ``MULT18X18D`` multiplies (``SIGNEDA = SIGNEDB = 0``).
 DSP_OPERAND_BITS = 18
@@ -126,3 +128,50 @@ class RegisteredMul(wiring.Component):
             p_CLK0_DIV="ENABLED", p_CLK1_DIV="ENABLED", p_CLK2_DIV="ENABLED",
             p_CLK3_DIV="ENABLED", p_HIGHSPEED_CLK="NONE",
             **ports)
+
+
+def operand_slices(x) -> list:
+    """``[(offset, slice)]`` with ``x == sum(slice << offset)``: 17-bit unsigned low slices and a
+    top slice of at most 18 bits, signed if ``x`` is: every product of two slices fits one
+    ``MULT18X18D``. ``x`` is a Value or a non-negative Python int."""
+    if isinstance(x, int):
+        if x < 0:
+            raise ValueError(f"constant multiplier must be non-negative, not {x}")
+        x = Const(x, unsigned(max(1, x.bit_length())))
+    x = Value.cast(x)
+    top = 18 if x.shape().signed else 17
+    out, off = [], 0
+    while len(x) - off > top:
+        out.append((off, x[off:off + 17]))
+        off += 17
+    rest = x[off:]
+    out.append((off, rest.as_signed() if x.shape().signed else rest))
+    return out
+
+
+def registered_partial_products(m, a, b, *, ce_in, ce_out, name: str) -> list:
+    """``a * b`` as one :class:`RegisteredMul` per pair of :func:`operand_slices` (submodules
+    ``{name}_{i}{j}`` of ``m``): the operand registers load the slices of ``a`` and ``b`` when
+    ``ce_in``, the product registers load when ``ce_out``. Returns ``[(shift, product)]``,
+    whose :func:`sum_products` is the exact product of the operands loaded two enabled
+    steps before (latency :attr:`RegisteredMul.latency`)."""
+    out = []
+    for i, (oa, va) in enumerate(operand_slices(a)):
+        for j, (ob, vb) in enumerate(operand_slices(b)):
+            mul = m.submodules[f"{name}_{i}{j}"] = RegisteredMul(
+                len(va), len(vb), a_signed=va.shape().signed, b_signed=vb.shape().signed)
+            m.d.comb += [mul.a.eq(va), mul.b.eq(vb), mul.ce_in.eq(ce_in),
+                         mul.ce_out.eq(ce_out)]
+            out.append((oa + ob, mul.p))
+    return out
+
+
+def sum_products(pps) -> Value:
+    """The exact product from ``[(shift, partial product)]``
+    (:func:`registered_partial_products`, :meth:`hdl.fp32.div.StallPipeline.partial_products`):
+    the shifted sum."""
+    total = None
+    for shift, pp in pps:
+        term = pp if shift == 0 else pp << shift
+        total = term if total is None else total + term
+    return total

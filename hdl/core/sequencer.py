@@ -17,16 +17,17 @@ from ..multi.collective import cmd_layout as coll_cmd_layout
 from ..multi.collective import rsp_layout as coll_rsp_layout
 from ..multi.config import CollOp, CollStatus
 from .config import CoreConfig
+from .adapt import AdaptRule
 from .decoder import Decoder
 from ..lib.memport import BLOCK_RAM
-from .isa import (ADDR_BITS, INSTR, INSTR_BITS, PREC_ENTRY, THRESH_FRAC_BITS, THRESH_NEVER,
+from .isa import (ADDR_BITS, INSTR, INSTR_BITS, PREC_ENTRY, THRESH_NEVER,
                   VECTOR_CMD, Op, Status, stat_slots)
 
 __all__ = ["Sequencer", "COUNTERS", "counters_layout_core", "UNITS", "ADAPT_STEPS"]
 
 #: Register steps of ADAPT's rule: a slot's width is decided this many cycles after the walk
 #: reads its statistic and threshold; ``ADAPT`` takes ``stat_slots + ADAPT_STEPS`` cycles.
-ADAPT_STEPS = 3
+ADAPT_STEPS = AdaptRule.latency
 
 #: The unit an instruction issues to (0 matmul, 1 vector, 2 optimizer, 3 collective; any other
 #: opcode 4: none).
@@ -357,32 +358,15 @@ class Sequencer(wiring.Component):
 
         a_stat = Signal(st_shape, name="adapt_stat")
         m.d.comb += a_stat.eq(Mux(adapt_k[0], st_seq[1], st_seq[0]))
-        # the rule in ADAPT_STEPS register steps (from the memories' read data through the
-        # product to the compare was one of the FPGA build's slowest paths): the slot's
-        # statistic and threshold, then the two sides of the compare, then the decision as a
-        # one-hot over the slots, then each precision entry's own raise (the compare, the slot
-        # decode and a 32-entry read-modify-write in one cycle were 13.5 ns by the estimate
-        # at S = 8, into all of the table's registers)
+        # the rule in ADAPT_STEPS register steps (AdaptRule: the product and the compare
+        # were the FPGA build's slowest paths), then each precision entry's own raise (the
+        # compare, the slot decode and a 32-entry read-modify-write in one cycle were 13.5 ns
+        # by the estimate at S = 8, into all of the table's registers)
         a_walk = Signal(name="adapt_walk")           # ADAPT reads slot adapt_k this cycle
-        p1_v, p2_v = Signal(name="adapt_p1_valid"), Signal(name="adapt_p2_valid")
-        p1_k = Signal(range(n_slots), name="adapt_p1_slot")
-        p1_stat = Signal(st_shape, name="adapt_p1_stat")
-        p1_thr = Signal(32, name="adapt_p1_thr")
-        a_num = Signal(32 + THRESH_FRAC_BITS, name="adapt_num_scaled")
-        a_rhs = Signal(64, name="adapt_thr_den")
-        a_seen = Signal(name="adapt_seen")
-        a_raise = Signal(name="adapt_raise")
-        m.d.sync += [p1_v.eq(a_walk), p1_k.eq(adapt_k), p1_stat.eq(a_stat), p1_thr.eq(a_thr),
-                     p2_v.eq(p1_v), a_seen.eq(p1_stat.seen),
-                     a_num.eq(p1_stat.num << THRESH_FRAC_BITS), a_rhs.eq(p1_thr * p1_stat.den)]
-        m.d.comb += a_raise.eq(p2_v & a_seen & (a_num > a_rhs))
-        raise_oh = Signal(n_slots, name="adapt_raise_slots")    # step 3: one bit per slot
-        # the slot's one-hot decode registered beside step 2, so the compare reaches each
-        # bit through one AND (the decode after the compare: 64 end points at 12.51 ns
-        # routed at 4d67e27)
-        p2_oh = Signal(n_slots, name="adapt_p2_slot_onehot")
-        m.d.sync += p2_oh.eq(Cat(*[p1_k == j for j in range(n_slots)]))
-        m.d.sync += raise_oh.eq(Mux(a_raise, p2_oh, 0))
+        rule = m.submodules.adapt_rule = AdaptRule(config=cfg)
+        m.d.comb += [rule.valid.eq(a_walk), rule.slot.eq(adapt_k), rule.stat.eq(a_stat),
+                     rule.threshold.eq(a_thr)]
+        raise_oh = rule.raise_slots
         for i in range(n_prec):      # raise the slot's width (by 2, up to max_mantissa)
             for op, field in ((0, "width_a"), (1, "width_b")):   # slot 2 * i + op
                 w = prec[i][field]

@@ -581,3 +581,27 @@ def test_short_loop_bodies(count, body, decode_stages):
     assert (status, pc) == (Status.OK, 0)
     check_run(words, events, counters)
     assert counters["instructions"] == 2 + (count + 3) * (1 + body) + 1
+
+
+@pytest.mark.parametrize("decode_stages", [0, 2], ids=["no_decoder_stages", "decoder_stages"])
+@pytest.mark.parametrize("count,want", [(128, (Status.OK, 0)), (129, (Status.ERR_ADDR, 1))],
+                         ids=["last_line", "one_line_past"])
+def test_loop_span_at_the_scratchpad_end(count, want, decode_stages):
+    """The check pass's loop span, ``(count - 1) * stride`` (with decoder stages a
+    RegisteredMul loaded with the word at LOAD): a loop whose last iteration writes the
+    scratchpad's last line runs, one more iteration is refused before anything runs."""
+    cfg = dataclasses.replace(CFG, decode_stages=decode_stages)
+    stride = 129
+    assert (128 - 1) * stride + 1 == cfg.lines          # iteration 127 writes the last line
+    words = [encode(Op.LOOP, count=count, stride=stride),
+             encode(Op.VEC, vop=6, rows=1, cols=4, d=0, loop=0b100), encode(Op.ENDLOOP),
+             encode(Op.HALT)]
+    assert check_program(words, S=cfg.size, lines=cfg.lines, bank_depth=D, layers=cfg.layers,
+                         dim_max=1023, prog_depth=cfg.prog_depth) == want
+    status, pc, events, counters = run_program(words, lat=(1, 3), config=cfg)
+    assert (status, pc) == want
+    if want[0] == Status.OK:
+        check_run(words, events, counters)
+        assert len(events) == count
+    else:
+        assert events == [] and counters["instructions"] == 0

@@ -17,6 +17,7 @@ from ..multi.collective import cmd_layout as coll_cmd_layout
 from ..multi.collective import rsp_layout as coll_rsp_layout
 from ..multi.config import CollOp, CollStatus
 from .config import CoreConfig
+from ..lib.dspmul import RegisteredMul
 from .adapt import AdaptRule
 from .decoder import Decoder
 from ..lib.memport import BLOCK_RAM
@@ -620,6 +621,21 @@ class Sequencer(wiring.Component):
         ir_opt_one_pass = Signal(name="ir_opt_one_pass")
         ir_ar_poison = Signal(name="ir_allreduce_poison")
 
+        # The check pass's loop span, (count - 1) * stride: with decoder stages a
+        # RegisteredMul loading the word as ir does (LOAD), its product ready a DECODE cycle
+        # later, before EXEC (on an ECP5 both registers inside the DSP block: the product
+        # between ir and check_span, through the subtraction, was one multiplier between
+        # fabric registers)
+        if piped:
+            nxt = INSTR(word).args.loop
+            span_mul = m.submodules.loop_span = RegisteredMul(
+                len(nxt.count) + 1, len(nxt.stride), a_signed=True)
+            m.d.comb += [span_mul.a.eq(nxt.count - 1), span_mul.b.eq(nxt.stride),
+                         span_mul.ce_in.eq(dec.load), span_mul.ce_out.eq(1)]
+            loop_span = span_mul.p
+        else:
+            loop_span = (ir.args.loop.count - 1) * ir.args.loop.stride
+
         def ir_load(src):
             """Load ``ir`` with the instruction word ``src`` and its issue decode."""
             v = INSTR(src)
@@ -736,9 +752,7 @@ class Sequencer(wiring.Component):
                         m.d.sync += finish(Status.ERR_NO_HALT, pc)
                         m.next = "IDLE"
                     with m.Else():
-                        m.d.sync += [in_loop.eq(1), *next_pc(),
-                                     check_span.eq((ir.args.loop.count - 1)
-                                                   * ir.args.loop.stride)]
+                        m.d.sync += [in_loop.eq(1), *next_pc(), check_span.eq(loop_span)]
                         m.next = "FETCH"
                 with m.Elif(ir.op == Op.ENDLOOP):
                     with m.If(~in_loop):

@@ -342,7 +342,9 @@ def place_and_route(block: str, preset: str, work: Path, seed: int | None = None
     pnr_log.unlink(missing_ok=True)
     # nextpnr's JSON report with every net's timing end points: the routed end points later
     # than the 100 MHz target's period, beside the one critical path the log names
-    pnr_report = (work / "pnr" / "report.json").resolve()
+    # (named relative to the build directory nextpnr runs in: yowasp's nextpnr sees its own
+    # /tmp, so an absolute path under /tmp is not the file read back here)
+    pnr_report = work / "pnr" / "report.json"
     pnr_report.unlink(missing_ok=True)
     error = None
     try:
@@ -350,7 +352,7 @@ def place_and_route(block: str, preset: str, work: Path, seed: int | None = None
                        synth_opts=SYNTH_SPLIT,
                        script_after_synth=SYNTH_REST.format(top="top").replace("; ", "\n"),
                        nextpnr_opts=f"--timing-allow-fail --router {router}"
-                       + f" --report {pnr_report} --detailed-timing-report"
+                       + f" --report {pnr_report.name} --detailed-timing-report"
                        + ("" if seed is None else f" --seed {seed}")
                        + (f" {opts}" if opts else ""))
     except subprocess.CalledProcessError as exc:

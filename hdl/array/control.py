@@ -2,10 +2,12 @@
 host scratchpad accesses), pass start and overlap, the two pass slots and the counters."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..lib.delay import delay_stages
+from ..lib.dspmul import RegisteredMul, registered_partial_products, sum_products
 from .config import BWD_WEIGHT, ArrayConfig
 from .pe import width_shape
 
@@ -83,14 +85,22 @@ class PassControl(wiring.Component):
     the running pass is done, ``launch`` once generator 0 is), keeps the two pass slots (a
     beat belongs to the older pass until its beat count is reached; a pass is complete when
     that many result lines have retired) and answers a ``START`` with its flags and counters.
-    With ``config.cmd_reg`` every command is first taken into the pending register (the
-    products its checks and counts need registered on the way in, the checks finished from
-    there) and executed from there one cycle later; a ``START`` one cycle later again, after
-    its checks' status and its pass's counts are registered.
+    With ``config.cmd_reg`` every command is first taken into the pending register and
+    executed from there one cycle later; a ``START`` :attr:`CMD_CHECK_CYCLES` cycles after it
+    was taken: the products its checks and counts need are
+    :class:`~hdl.lib.dspmul.RegisteredMul` blocks loaded on the way in, the counts products of
+    those products, and the checks' status and the counts registered.
 
     Parameters
     ----------
     config : ArrayConfig
+
+    Attributes
+    ----------
+    CMD_CHECK_CYCLES : int
+        With ``config.cmd_reg``: a ``START`` taken in cycle ``t`` executes in ``t + 5`` at the
+        earliest (the first products two cycles after the take, the counts' products two
+        more, their sum registered).
 
     Members
     -------
@@ -129,6 +139,8 @@ class PassControl(wiring.Component):
         Scratchpad whose read data ``host_rdata`` must show.
     host_rdata : In(32 * S)
     """
+
+    CMD_CHECK_CYCLES = 1 + 2 * RegisteredMul.latency
 
     def __init__(self, *, config: ArrayConfig):
         self.config = config
@@ -192,7 +204,10 @@ class PassControl(wiring.Component):
         # command can first start; otherwise both are combinational on ``c``): the products
         # first, so no multiplier output reaches an adder, a compare or a pass register in the
         # cycle it is computed.
-        def validate_products(v):
+        def times(a, b, name):
+            return a * b
+
+        def validate_products(v, mul=times):
             """The status of every check but the address one (``STATUS_OK`` if they pass),
             the lines each operand spans, ``cdiv(K) * cdiv(N)``, ``M * K`` and the room
             above each operand's base, ``depth - base`` (signed: negative past the end; no
@@ -209,11 +224,13 @@ class PassControl(wiring.Component):
             with m.Else():
                 m.d.comb += pre.eq(STATUS_OK)
             lines = [Signal(wide, name=f"cmd_lines_{x}") for x in "abc"]
-            m.d.comb += [lines[0].eq(v.M * cdiv(v.K)), lines[1].eq(v.K * cdiv(v.N)),
-                         lines[2].eq(v.M * cdiv(v.N))]
+            m.d.comb += [lines[0].eq(mul(v.M, cdiv(v.K), "cmd_lines_a")),
+                         lines[1].eq(mul(v.K, cdiv(v.N), "cmd_lines_b")),
+                         lines[2].eq(mul(v.M, cdiv(v.N), "cmd_lines_c"))]
             tiles_kn = Signal(2 * db, name="cmd_tiles_kn")
             mk = Signal(2 * db, name="cmd_mk")
-            m.d.comb += [tiles_kn.eq(cdiv(v.K) * cdiv(v.N)), mk.eq(v.M * v.K)]
+            m.d.comb += [tiles_kn.eq(mul(cdiv(v.K), cdiv(v.N), "cmd_tiles_kn")),
+                         mk.eq(mul(v.M, v.K, "cmd_mk"))]
             # the third factor of the total beats: M tiles for BWD_WEIGHT (times S, below),
             # else M rows; chosen here so the total is one multiplier on registers
             rows = Signal(db + 1, name="cmd_beat_rows")
@@ -222,7 +239,8 @@ class PassControl(wiring.Component):
             m.d.comb += [r.eq(depth - b) for r, b in zip(rooms, (v.base_a, v.base_b, v.base_c))]
             return [pre, *lines, tiles_kn, mk, rows, *rooms]
 
-        def validate_rest(v, pre, la, lb, lc, tiles_kn, mk, rows, room_a, room_b, room_c):
+        def validate_rest(v, pre, la, lb, lc, tiles_kn, mk, rows, room_a, room_b, room_c,
+                          mul=times):
             """Status, total beats and MACs of the command ``v`` from its products."""
             st = Signal(3, name="cmd_status_now")
             with m.If(pre != STATUS_OK):
@@ -232,26 +250,55 @@ class PassControl(wiring.Component):
             with m.Else():
                 m.d.comb += st.eq(STATUS_OK)
             total = Signal(32, name="cmd_total_beats")
-            beats = tiles_kn * rows
+            beats = mul(tiles_kn, rows, "cmd_beats")
             m.d.comb += total.eq(Mux(v.mode == BWD_WEIGHT, beats << lg, beats))
             macs = Signal(48, name="cmd_macs")
-            m.d.comb += macs.eq(mk * v.N)
+            m.d.comb += macs.eq(mul(mk, v.N, "cmd_macs"))
             return st, total, macs
 
-        if cfg.cmd_reg:     # the products as the command enters ``pend``, the rest from ``pend``
-            products = validate_products(self.cmd.payload)
-            held = [Signal.like(x, name=x.name + "_reg") for x in products]
-            with m.If(self.cmd.valid & self.cmd.ready):
-                m.d.sync += [r.eq(x) for r, x in zip(held, products)]
-            # and a third step: the checks' status and the pass's counts registered from
-            # ``pend`` (``checked``, a cycle later) before a START is executed (the compares
-            # and the counts' multipliers were ahead of the pass start and everything it loads
-            # in one cycle: of the S = 8 FPGA build's slowest paths by the estimate)
-            checks = validate_rest(c, *held)
+        if cfg.cmd_reg:
+            # Every product in RegisteredMul blocks (on an ECP5 their operand and product
+            # registers inside the DSP blocks: between fabric registers the products were the
+            # S = 4 FPGA core's largest matmul group, about 134 routed end points at 11.7-12.2
+            # ns at bf3e26c). The first products' operand registers load as the command enters
+            # ``pend`` (its other checks' values are registered then too); their products stand
+            # two cycles after the take. The checks' status is registered from them, and the
+            # pass's counts, ``tiles_kn * rows`` and ``mk * N``, are products of those products
+            # (two more cycles, then their partial products' sum registered): a START is
+            # executed once ``pend`` has held its command CMD_CHECK_CYCLES cycles (``checked``).
+            take_now = Signal(name="cmd_take_now")
+            m.d.comb += take_now.eq(self.cmd.valid & self.cmd.ready)
+
+            def first(a, b, name):
+                a, b = Value.cast(a), Value.cast(b)
+                mul = m.submodules[name] = RegisteredMul(len(a), len(b))
+                m.d.comb += [mul.a.eq(a), mul.b.eq(b), mul.ce_in.eq(take_now),
+                             mul.ce_out.eq(1)]
+                return mul.p
+
+            def second(a, b, name):
+                return sum_products(registered_partial_products(m, a, b, ce_in=1, ce_out=1,
+                                                                name=name))
+
+            products = validate_products(self.cmd.payload, first)
+            held = []
+            for k, x in enumerate(products):
+                if k in (1, 2, 3, 4, 5):            # lines a, b, c, tiles_kn, mk: the DSPs'
+                    held.append(x)
+                    continue
+                r = Signal.like(x, name=x.name + "_reg")
+                with m.If(take_now):
+                    m.d.sync += r.eq(x)
+                held.append(r)
+            checks = validate_rest(c, *held, mul=second)
             status, cmd_total, cmd_macs = (Signal.like(x, name=x.name + "_reg") for x in checks)
             m.d.sync += [r.eq(x) for r, x in zip((status, cmd_total, cmd_macs), checks)]
             checked = Signal(name="pend_checked")
-            m.d.sync += checked.eq(pend_valid)      # pend holds its command while it is valid
+            # pend holds its command while it is valid: checked once it has been valid for
+            # CMD_CHECK_CYCLES - 1 cycles before this one (a command taken right after the
+            # last one left sees pend_valid low in between)
+            held_for = delay_stages(m, pend_valid, self.CMD_CHECK_CYCLES - 1, "pend_valid")
+            m.d.comb += checked.eq(Cat(*held_for[1:]).all())
         else:
             status, cmd_total, cmd_macs = validate_rest(c, *validate_products(c))
 

@@ -121,6 +121,10 @@ class PassControl(wiring.Component):
         The shape of the command under consideration (valid with ``launch``/``launch_rows``).
     mode, width_a, width_b, rounding : Out
         Datapath settings of the running pass (registers).
+    transpose : Out(1)
+        ``mode == BWD_WEIGHT`` as a register of its own (the quantizers' block mode: the mode
+        register's decode in front of their input handshake was the S = 4 FPGA core's routed
+        critical path at bf3e26c, 14.86 ns).
     shift : Out(range(2 * max_mantissa))
         ``width_a + width_b - 2``: subtracted from a beat's exponent sum.
     gen0_done, gen1_done : In(1)
@@ -153,7 +157,7 @@ class PassControl(wiring.Component):
             "running": Out(1),
             "start": Out(1), "launch": Out(1), "launch_rows": Out(1),
             "shape": Out(pass_shape_layout(config)),
-            "mode": Out(2), "width_a": Out(width_shape(config)),
+            "mode": Out(2), "transpose": Out(1), "width_a": Out(width_shape(config)),
             "width_b": Out(width_shape(config)), "rounding": Out(2),
             "shift": Out(range(2 * config.max_mantissa)),
             "gen0_done": In(1), "gen1_done": In(1),
@@ -423,7 +427,7 @@ class PassControl(wiring.Component):
         m.d.comb += [self.shape[k].eq(v) for k, v in shape_next.items()]
         with m.If(start):       # idle engine: the datapath settings, counters and slot a
             m.d.sync += [
-                running.eq(1), mode.eq(c.mode),
+                running.eq(1), mode.eq(c.mode), self.transpose.eq(c.mode == BWD_WEIGHT),
                 wa.eq(c.width_a), wbw.eq(c.width_b), rnd.eq(c.rounding),
                 beat_cyc.eq(((c.width_a >> 1) * (c.width_b >> 1) + (cfg.lanes - 1))
                             >> (cfg.lanes - 1).bit_length()),

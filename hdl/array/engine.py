@@ -13,7 +13,7 @@ from ..lib.streamreg import StreamRegister
 from .accum import OutputAccumulator
 from .array import SystolicArray
 from .beats import BeatAssembler
-from .config import BWD_WEIGHT, ArrayConfig
+from .config import ArrayConfig
 from .control import (MEM_A, MEM_B, MEM_C, OP_READ, OP_START, OP_STATUS, OP_WRITE,
                       STATUS_ERR_ADDR, STATUS_ERR_MODE, STATUS_ERR_ROUNDING, STATUS_ERR_SHAPE,
                       STATUS_ERR_WIDTH, STATUS_OK, PassControl, cmd_layout, counters_layout,
@@ -169,9 +169,9 @@ class MatmulEngine(wiring.Component):
         mode, running = ctl.mode, ctl.running
         m.d.comb += [
             q0.width.eq(ctl.width_a), q0.rounding.eq(ctl.rounding),
-            q0.transpose.eq(mode == BWD_WEIGHT),
+            q0.transpose.eq(ctl.transpose),
             q1.width.eq(ctl.width_b), q1.rounding.eq(ctl.rounding),
-            q1.transpose.eq(mode == BWD_WEIGHT),
+            q1.transpose.eq(ctl.transpose),
             arr.mode.eq(mode), arr.width_a.eq(ctl.width_a), arr.width_b.eq(ctl.width_b),
             aligner.clear.eq(ctl.start), wl.clear.eq(ctl.start), beats.clear.eq(ctl.start),
             beats.mode.eq(mode), beats.shift.eq(ctl.shift), beats.running.eq(running),

@@ -2,12 +2,13 @@
 host scratchpad accesses), pass start and overlap, the two pass slots and the counters."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal, Value, signed
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..lib.delay import delay_stages
-from ..lib.dspmul import RegisteredMul, registered_partial_products, sum_products
+from ..lib.dspmul import (RegisteredMul, registered_partial_products, registered_product,
+                          sum_products)
 from .config import BWD_WEIGHT, ArrayConfig
 from .pe import width_shape
 
@@ -274,11 +275,7 @@ class PassControl(wiring.Component):
             m.d.comb += take_now.eq(self.cmd.valid & self.cmd.ready)
 
             def first(a, b, name):
-                a, b = Value.cast(a), Value.cast(b)
-                mul = m.submodules[name] = RegisteredMul(len(a), len(b))
-                m.d.comb += [mul.a.eq(a), mul.b.eq(b), mul.ce_in.eq(take_now),
-                             mul.ce_out.eq(1)]
-                return mul.p
+                return registered_product(m, a, b, ce_in=take_now, ce_out=1, name=name)
 
             def second(a, b, name):
                 return sum_products(registered_partial_products(m, a, b, ce_in=1, ce_out=1,

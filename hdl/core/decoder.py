@@ -11,7 +11,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..lib.dspmul import RegisteredMul
+from ..lib.dspmul import registered_product
 from ..multi.topk import message_words
 from .config import CoreConfig
 from .isa import ADDR_BITS, DIM_BITS, INSTR, OPT_MAX_COUNT, Acc, Op, Rop, Status, Vop
@@ -239,10 +239,10 @@ class Decoder(wiring.Component):
             # the products in stage 0 as RegisteredMul blocks: their operand registers load
             # what ``held`` loads, their product registers are stage 0's (on an ECP5 both
             # inside the DSP blocks, no route to or from a multiplier in the cycle it computes)
-            for i in range(3):
-                mul = m.submodules[f"prod_lines{i}"] = RegisteredMul(len(pa[i]), len(pb[i]))
-                m.d.comb += [mul.a.eq(picked[5][i]), mul.b.eq(picked[6][i]),
-                             mul.ce_in.eq(self.load), mul.ce_out.eq(1), prod[i].eq(mul.p)]
+            m.d.comb += [prod[i].eq(registered_product(m, picked[5][i], picked[6][i],
+                                                       ce_in=self.load, ce_out=1,
+                                                       name=f"prod_lines{i}"))
+                         for i in range(3)]
         else:
             m.d.comb += [prod[i].eq(pa[i] * pb[i]) for i in range(3)]
 

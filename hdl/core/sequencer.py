@@ -17,7 +17,7 @@ from ..multi.collective import cmd_layout as coll_cmd_layout
 from ..multi.collective import rsp_layout as coll_rsp_layout
 from ..multi.config import CollOp, CollStatus
 from .config import CoreConfig
-from ..lib.dspmul import RegisteredMul
+from ..lib.dspmul import registered_product
 from .adapt import AdaptRule
 from .decoder import Decoder
 from ..lib.memport import BLOCK_RAM
@@ -628,11 +628,8 @@ class Sequencer(wiring.Component):
         # fabric registers)
         if piped:
             nxt = INSTR(word).args.loop
-            span_mul = m.submodules.loop_span = RegisteredMul(
-                len(nxt.count) + 1, len(nxt.stride), a_signed=True)
-            m.d.comb += [span_mul.a.eq(nxt.count - 1), span_mul.b.eq(nxt.stride),
-                         span_mul.ce_in.eq(dec.load), span_mul.ce_out.eq(1)]
-            loop_span = span_mul.p
+            loop_span = registered_product(m, nxt.count - 1, nxt.stride, ce_in=dec.load,
+                                           ce_out=1, name="loop_span")
         else:
             loop_span = (ir.args.loop.count - 1) * ir.args.loop.stride
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 
-from ..lib.dspmul import RegisteredMul
+from ..lib.dspmul import registered_product
 from ..registry import Block
 from .div import StallPipeline
 from .log import log_finish, log_front_split, log_lookups, log_register_widths
@@ -84,13 +84,8 @@ def _partial_products(m, en, a, b, *, name: str, loads=None) -> list:
         (na_lo, na_hi), (nb_lo, nb_hi) = _split(a_next), _split(b_next)
         nexts = {"ll": (na_lo, nb_lo), "lh": (na_lo, nb_hi), "hl": (na_hi, nb_lo),
                  "hh": (na_hi, nb_hi)}
-        for tag, x, y in pairs:
-            mul = m.submodules[f"{name}_part_{tag}"] = RegisteredMul(
-                len(x), len(y), a_signed=x.shape().signed, b_signed=y.shape().signed)
-            m.d.comb += [mul.a.eq(nexts[tag][0]), mul.b.eq(nexts[tag][1]),
-                         mul.ce_in.eq(load), mul.ce_out.eq(en)]
-            out.append(mul.p)
-        return out
+        return [registered_product(m, *nexts[tag], ce_in=load, ce_out=en,
+                                   name=f"{name}_part_{tag}") for tag, _, _ in pairs]
     for tag, x, y in pairs:
         prod = x * y
         reg = Signal(prod.shape(), name=f"{name}_part_{tag}")
@@ -269,8 +264,8 @@ class FP32LogSerial(FP32StreamUnit):
         big = Signal(signed(w["big"][0]), name="mul_big")      # E * LN2_lo + LOGT[j]
         ehi = Signal(signed(w["big"][0]), name="mul_e_hi")     # E * LN2_hi
         lo, hi = c.LN2 & ((1 << LN2_CUT) - 1), c.LN2 >> LN2_CUT
-        # the operands each slot loads for the next cycle (the multiplier's operand registers load them, a
-        # copy inside each DSP block on an ECP5: _partial_products)
+        # the operands each slot loads for the next cycle (the multiplier's operand registers
+        # load them, a copy inside each DSP block on an ECP5: _partial_products)
         operand_slots = {2: (r_t, h1[c.RF:c.RF + w["h"][0]].as_signed()),   # operands R, h1
                          3: (e_t, lo),                                     # E, LN2_lo; h2
                          4: (r_c, step),                                   # R, h2; big

@@ -5,7 +5,7 @@ from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data
 
 from ..formats import FP32
-from ..lib.dspmul import RegisteredMul
+from ..lib.dspmul import registered_product
 from ..registry import Block
 from .config import FP32Config
 from .round import (jam_sticky, round_finish, round_plan_select,
@@ -112,9 +112,8 @@ class FP32Mul(FP32CutUnit):
             for bn, bsl in (("l", b_sig[:12]), ("h", b_sig[12:])):
                 pp = Signal(24, name=f"mul_pp_{an}{bn}")
                 if in_dsp:
-                    mul = m.submodules[f"pp_{an}{bn}"] = RegisteredMul(12, 12)
-                    m.d.comb += [mul.a.eq(asl), mul.b.eq(bsl), mul.ce_in.eq(p.en),
-                                 mul.ce_out.eq(p.en), pp.eq(mul.p)]
+                    m.d.comb += pp.eq(registered_product(m, asl, bsl, ce_in=p.en,
+                                                         ce_out=p.en, name=f"pp_{an}{bn}"))
                 else:
                     m.d.comb += pp.eq(asl * bsl)
                 parts[f"pp_{an}{bn}"] = pp

@@ -20,7 +20,7 @@ from ..config import check_int
 from .mustuse import used_if_rejected
 
 __all__ = ["RegisteredMul", "DSP_OPERAND_BITS", "targets_ecp5", "operand_slices",
-           "registered_partial_products", "sum_products"]
+           "registered_product", "registered_partial_products", "sum_products"]
 
 #: The widest unsigned operand one ``MULT18X18D`` multiplies (``SIGNEDA = SIGNEDB = 0``).
 DSP_OPERAND_BITS = 18
@@ -149,21 +149,27 @@ def operand_slices(x) -> list:
     return out
 
 
+def registered_product(m, a, b, *, ce_in, ce_out, name: str) -> Value:
+    """``a * b`` through a :class:`RegisteredMul` (submodule ``name`` of ``m``) sized and signed
+    by the operands' shapes: its operand registers load ``a`` and ``b`` when ``ce_in``, its
+    product register loads when ``ce_out``; returns the product register."""
+    a, b = Value.cast(a), Value.cast(b)
+    mul = m.submodules[name] = RegisteredMul(len(a), len(b), a_signed=a.shape().signed,
+                                             b_signed=b.shape().signed)
+    m.d.comb += [mul.a.eq(a), mul.b.eq(b), mul.ce_in.eq(ce_in), mul.ce_out.eq(ce_out)]
+    return mul.p
+
+
 def registered_partial_products(m, a, b, *, ce_in, ce_out, name: str) -> list:
     """``a * b`` as one :class:`RegisteredMul` per pair of :func:`operand_slices` (submodules
     ``{name}_{i}{j}`` of ``m``): the operand registers load the slices of ``a`` and ``b`` when
     ``ce_in``, the product registers load when ``ce_out``. Returns ``[(shift, product)]``,
     whose :func:`sum_products` is the exact product of the operands loaded two enabled
     steps before (latency :attr:`RegisteredMul.latency`)."""
-    out = []
-    for i, (oa, va) in enumerate(operand_slices(a)):
-        for j, (ob, vb) in enumerate(operand_slices(b)):
-            mul = m.submodules[f"{name}_{i}{j}"] = RegisteredMul(
-                len(va), len(vb), a_signed=va.shape().signed, b_signed=vb.shape().signed)
-            m.d.comb += [mul.a.eq(va), mul.b.eq(vb), mul.ce_in.eq(ce_in),
-                         mul.ce_out.eq(ce_out)]
-            out.append((oa + ob, mul.p))
-    return out
+    return [(oa + ob, registered_product(m, va, vb, ce_in=ce_in, ce_out=ce_out,
+                                         name=f"{name}_{i}{j}"))
+            for i, (oa, va) in enumerate(operand_slices(a))
+            for j, (ob, vb) in enumerate(operand_slices(b))]
 
 
 def sum_products(pps) -> Value:

@@ -91,8 +91,79 @@ def test_setreg_waits_for_the_optimizer_and_holds_the_port(seed):
     assert log["prec_writes"] == sum(c[0] == HostOp.PREC for c in cmds)
 
 
+@pytest.mark.parametrize("name", ["stat_latency", "reg_latency"])
 @pytest.mark.parametrize("bad, error", [(0, ValueError), (-1, ValueError), (1.5, TypeError),
                                         (True, TypeError)])
-def test_stat_latency_checked(bad, error):
-    with pytest.raises(error, match="HostPort.stat_latency"):
-        HostPort(config=CFG, reg_count=4, stat_latency=bad)
+def test_latencies_checked(name, bad, error):
+    with pytest.raises(error, match=f"HostPort.{name}"):
+        HostPort(config=CFG, reg_count=4, **{name: bad})
+
+
+@pytest.mark.parametrize("reg_latency", [1, 2, 3])
+def test_reg_answers_the_register_file_as_of_the_cycle_after_acceptance(reg_latency):
+    """The register file here is a pipeline of ``reg_latency`` cycles whose registers change
+    every cycle (register ``i`` holds ``1000 * i + cycle``): a ``REG`` must answer the value of
+    the cycle after its acceptance, ``reg_latency + 1`` cycles after it, hold the next command
+    until then, and refuse an index past ``reg_count``."""
+    rng = random.Random(reg_latency)
+    reg_count = 6
+    dut = HostPort(config=CFG, reg_count=reg_count, opt_depth=OPT_DEPTH,
+                   reg_latency=reg_latency)
+
+    async def regfile(ctx):
+        # the answer in cycle c: register reg_index's value as of cycle c - (reg_latency - 1)
+        # (reg_index is a register: it changes only at edges)
+        index_at, c = {}, 0
+        while True:
+            index_at[c] = ctx.get(dut.reg_index)
+            t = c - (reg_latency - 1)
+            ctx.set(dut.reg_data, 0 if t < 0 else 1000 * index_at[t] + t)
+            await ctx.tick()
+            c += 1
+
+    async def bench(ctx):
+        c = 0                   # this cycle's number (as regfile's)
+        for _ in range(12):
+            index = rng.randrange(reg_count + 1)
+            ctx.set(dut.cmd.payload, {"op": HostOp.REG, "addr": index, "data": 0})
+            ctx.set(dut.cmd.valid, 1)
+            for _ in range(20):
+                ready = ctx.get(dut.cmd.ready)
+                await ctx.tick()
+                c += 1
+                if ready:
+                    break
+            else:
+                raise AssertionError("the command was not taken within 20 cycles")
+            taken = c - 1
+            ctx.set(dut.cmd.payload, {"op": HostOp.PREC, "addr": 1, "data": 0})
+            for wait in range(1, 20):
+                if ctx.get(dut.rsp.valid):
+                    break
+                assert not ctx.get(dut.cmd.ready), "a command was taken before the response"
+                await ctx.tick()
+                c += 1
+            else:
+                raise AssertionError("no response within 20 cycles")
+            ctx.set(dut.cmd.valid, 0)
+            assert ctx.get(dut.rsp.payload.op) == HostOp.REG
+            if index < reg_count:
+                assert ctx.get(dut.rsp.payload.status) == HostStatus.OK
+                assert wait == reg_latency + 1, f"answered {wait} cycles after acceptance"
+                assert ctx.get(dut.rsp.payload.data) == 1000 * index + taken + 1
+            else:
+                assert ctx.get(dut.rsp.payload.status) == HostStatus.BAD_ADDR
+            ctx.set(dut.rsp.ready, 1)
+            await ctx.tick()
+            c += 1
+            ctx.set(dut.rsp.ready, 0)
+            for _ in range(rng.randrange(3)):          # idle cycles between commands
+                await ctx.tick()
+                c += 1
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(regfile, background=True)
+    sim.add_testbench(bench)
+    add_deadline(sim)
+    sim.run()

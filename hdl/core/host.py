@@ -93,9 +93,11 @@ class HostPort(wiring.Component):
         SETREG to the optimizer (only while no program runs).
     reg_index : Out(16), reg_data : In(64), reg_count : int
         Register file read, indices ``0 .. reg_count - 1``: ``reg_index`` is the accepted
-        command's address from a register, ``reg_data`` the core's combinational mux of it,
-        taken into the response's register the cycle after: a ``REG`` is answered two cycles
-        after acceptance (the next command waits for it).
+        command's address from a register (from the cycle after acceptance until the next
+        command's), ``reg_data`` the core's answer ``reg_latency - 1`` cycles after that,
+        taken into the response's register: a ``REG`` is answered ``reg_latency + 1`` cycles
+        after acceptance with the register's value of the cycle after acceptance (the next
+        command waits for it).
     stat_en : Out(1), stat_slot : Out(16), stat_rdata : In(128), stat_base, stat_count : int
         FAST statistic words ``stat_base .. stat_base + stat_count - 1`` (two per slot): a
         ``REG`` of one raises ``stat_en`` with the slot on ``stat_slot``; the statistic memory
@@ -110,16 +112,21 @@ class HostPort(wiring.Component):
         Words of the optimizer engine's range: ``SETREG N`` must be in ``1..opt_depth``.
     stat_latency : int
         Cycles from ``stat_en`` to the word on ``stat_rdata`` (1 or more).
+    reg_latency : int
+        1 (default): ``reg_data`` is a combinational mux of ``reg_index``; ``L > 1``: it
+        shows the registers as of ``L - 1`` cycles before (a mux in ``L`` register steps).
     """
 
     def __init__(self, *, config: CoreConfig, reg_count: int, stat_base: int = 0,
-                 stat_count: int = 0, opt_depth: int = 65536, stat_latency: int = 1):
+                 stat_count: int = 0, opt_depth: int = 65536, stat_latency: int = 1,
+                 reg_latency: int = 1):
         with used_if_rejected(self):
-            if not isinstance(stat_latency, int) or isinstance(stat_latency, bool):
-                raise TypeError(f"HostPort.stat_latency must be an int, not {stat_latency!r}")
-            if stat_latency < 1:
-                raise ValueError(f"HostPort.stat_latency must be >= 1, not {stat_latency}")
-        self.stat_latency = stat_latency
+            for name, value in (("stat_latency", stat_latency), ("reg_latency", reg_latency)):
+                if not isinstance(value, int) or isinstance(value, bool):
+                    raise TypeError(f"HostPort.{name} must be an int, not {value!r}")
+                if value < 1:
+                    raise ValueError(f"HostPort.{name} must be >= 1, not {value}")
+        self.stat_latency, self.reg_latency = stat_latency, reg_latency
         self.config, self.reg_count = config, reg_count
         self.stat_base, self.stat_count = stat_base, stat_count
         self.opt_depth = opt_depth
@@ -160,7 +167,8 @@ class HostPort(wiring.Component):
         # first (and holds the next command)
         extra = cfg.spad_latency - 1
         read_wait = Signal(name="read_wait")
-        wait_left = Signal(range(max(extra, self.stat_latency - 1) + 1), name="read_wait_left")
+        wait_left = Signal(range(max(extra, self.stat_latency - 1, self.reg_latency - 1) + 1),
+                           name="read_wait_left")
         m.d.comb += [self.rsp.valid.eq(rsp_valid),
                      r.data.eq(Mux(rsp_read, self.mem.r_data, rsp_data))]
         with m.If(self.rsp.valid & self.rsp.ready):
@@ -273,7 +281,7 @@ class HostPort(wiring.Component):
                                      read_wait.eq(1), wait_left.eq(self.stat_latency - 1)]
                     with m.Elif(reg_ok):
                         m.d.sync += [rsp_reg.eq(1), rsp_valid.eq(0), read_wait.eq(1),
-                                     wait_left.eq(0)]
+                                     wait_left.eq(self.reg_latency - 1)]
                     with m.Else():
                         m.d.sync += r.status.eq(HostStatus.BAD_ADDR)
                 with m.Default():

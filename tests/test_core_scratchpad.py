@@ -186,7 +186,8 @@ def test_clashes_follow_the_cycle_exact_model():
     lowest-numbered client wins the bank port (a loser's read returns the winner's line), a
     bank's read data holds while nobody reads it, each client's r_data follows the bank of its
     last read (held while r_en = 0), and `conflict` rises one cycle after the first clash's
-    and stays up."""
+    and stays up; `collision` likewise after the first cycle in which a bank's winning read
+    and winning write address one line (the read returns the line as it was)."""
     rng = random.Random(11)
     clients, nb, depth, S = 5, CFG.banks, CFG.bank_depth, CFG.size
     dut = Scratchpad(config=CFG, clients=clients)
@@ -197,6 +198,7 @@ def test_clashes_follow_the_cycle_exact_model():
 
     async def tb(ctx):
         conflict = seen = 0            # the flag, and the clashes registered so far
+        collision = met = 0            # the same for same-line reads and writes
         for cycle in range(800):
             plan = []
             for p in dut.ports:
@@ -211,11 +213,12 @@ def test_clashes_follow_the_cycle_exact_model():
                     ctx.set(sig, v)
                 plan.append((ra, ren, wa, wen, wd))
             await ctx.tick()
-            clash = False
+            clash = same_line = False
             for b in range(nb):
                 readers = [q for q in plan if q[1] and q[0] // depth == b]
                 writers = [q for q in plan if q[3] and q[2] // depth == b]
                 clash |= len(readers) > 1 or len(writers) > 1
+                same_line |= bool(readers and writers) and readers[0][0] == writers[0][2]
                 if readers:                 # the first (lowest) reader wins; old contents
                     bank_out[b] = _line(mem[readers[0][0]])
                 if writers:
@@ -224,6 +227,7 @@ def test_clashes_follow_the_cycle_exact_model():
                         if (wen >> j) & 1:
                             mem[wa, j] = wd[j]
             conflict, seen = seen, seen | clash
+            collision, met = met, met | same_line
             for i, (ra, ren, *_rest) in enumerate(plan):
                 if ren:
                     sel[i] = ra // depth
@@ -231,7 +235,9 @@ def test_clashes_follow_the_cycle_exact_model():
                     errors.append((cycle, i))
             if ctx.get(dut.conflict) != conflict:
                 errors.append((cycle, "conflict"))
-        assert seen and conflict
+            if ctx.get(dut.collision) != collision:
+                errors.append((cycle, "collision"))
+        assert seen and conflict and met and collision
 
     _simulate(dut, tb)
     assert errors == []

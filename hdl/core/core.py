@@ -33,7 +33,8 @@ __all__ = ["TrainingCore", "REGS", "CLIENTS", "STATE_LAYOUT", "STAT_REG_BASE", "
 REGS = (
     ("state", "`STATE_LAYOUT`: status of the last run (4 bits), err_pc (16), running (1), "
               "conflict (1: two clients hit one bank port, or two ports that share a client "
-              "reached memory in one cycle), and the last ALLREDUCE's or "
+              "reached memory in one cycle, or a bank's line was read and written in one "
+              "cycle), and the last ALLREDUCE's or "
               "SENDRECV's response: "
               "coll_status (3, `CollStatus`), coll_step (5, the ring step of a TIMEOUT), "
               "coll_flags (2: a BFP group this core sent held a NaN / an Inf)"),
@@ -347,7 +348,7 @@ class TrainingCore(wiring.Component):
         m.d.comb += [hs.r_sel.eq(seq.running), hs.w_sel.eq(seq.running)]
         connect(m, host.mem, hs.first)
         connect(m, opt_lines.pop(OPT_CLIENT if cfg.optim_one_port else "opt_w"), hs.second)
-        m.d.comb += state.conflict.eq(spad.conflict | hs.clash | vs.clash)
+        m.d.comb += state.conflict.eq(spad.conflict | spad.collision | hs.clash | vs.clash)
         client_ports = {"host": hs.line, "mm_q0": mm.q0, "mm_q1": mm.q1, "mm_acc": mm.acc,
                         "vec_ae": vec_ae, "vec_bd": vs.line, **opt_lines}
 

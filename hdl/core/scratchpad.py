@@ -10,11 +10,14 @@ client wins and the sticky ``conflict`` output rises (tests assert it stays low)
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..lib.bram import OutRegRAM
 from ..lib.memport import LinePort
 from ..lib.mustuse import used_if_rejected
 from .config import CoreConfig
@@ -53,6 +56,16 @@ class Scratchpad(wiring.Component):
     conflict : Out(1)
         Sticky: two clients addressed the same bank port in one cycle (up from the second
         cycle after it).
+    collision : Out(1)
+        Sticky: a bank's read port and write port addressed one line in one cycle (up from
+        the second cycle after it). The read returns the line as it was in the simulators
+        and where yosys maps the bank (its collision logic), undefined data from the FPGA
+        build's banks (every client ``out_registered``: :class:`~hdl.lib.bram.OutRegRAM`,
+        on an ECP5 the block RAMs without that logic). The core reports it as a conflict.
+
+    With every client ``out_registered`` each bank is an :class:`~hdl.lib.bram.OutRegRAM`
+    (the registered read data inside the block RAM on an ECP5); otherwise a ``Memory`` and,
+    for ``out_registered`` clients, a register of its read data.
     """
 
     def __init__(self, *, config: CoreConfig, clients: int, registered: tuple = (),
@@ -76,7 +89,7 @@ class Scratchpad(wiring.Component):
         self.out_registered = tuple(sorted(set(out_registered)))
         super().__init__({
             "ports": In(LinePort(addr_bits=config.line_bits, words=config.size)).array(clients),
-            "conflict": Out(1),
+            "conflict": Out(1), "collision": Out(1),
         })
         #: the bank memories of the last elaboration (tests read them)
         self.memories = []
@@ -92,12 +105,25 @@ class Scratchpad(wiring.Component):
         S, nb, bb = cfg.size, cfg.banks, cfg.bank_bits
         self.memories = []
         rports, wports = [], []
+        # every client reading through the banks' output registers: each bank is an OutRegRAM
+        # (on an ECP5 the block RAMs' own output registers; docs/toolchain.md), its r_data
+        # the registered read data; otherwise a Memory and, for out_registered clients, a
+        # register of its read data below
+        bank_regs = len(self.out_registered) == self.clients
         for b in range(nb):
-            mem = Memory(shape=S * 32, depth=cfg.bank_depth, init=[])
-            m.submodules[f"bank{b}"] = mem
-            self.memories.append(mem)
-            rports.append(mem.read_port())
-            wports.append(mem.write_port(granularity=32))
+            if bank_regs:
+                ram = OutRegRAM(words=S, depth=cfg.bank_depth)
+                m.submodules[f"bank{b}"] = ram
+                self.memories.append(ram.memory)
+                rp = SimpleNamespace(addr=ram.r_addr, en=ram.r_en, data=ram.r_data)
+                wp = SimpleNamespace(addr=ram.w_addr, en=ram.w_en, data=ram.w_data)
+            else:
+                mem = Memory(shape=S * 32, depth=cfg.bank_depth, init=[])
+                m.submodules[f"bank{b}"] = mem
+                self.memories.append(mem)
+                rp, wp = mem.read_port(), mem.write_port(granularity=32)
+            rports.append(rp)
+            wports.append(wp)
 
         def bank_of(addr):
             return addr[bb:] if cfg.line_bits > bb else 0
@@ -125,7 +151,7 @@ class Scratchpad(wiring.Component):
                 reqs.append(p)
                 req_hits.append(hits_of(p))
 
-        conflicts = []
+        conflicts, collisions = [], []
         for b in range(nb):
             rp, wp = rports[b], wports[b]
             m.d.comb += rp.en.eq(0)         # a read port's enable defaults to 1
@@ -146,9 +172,16 @@ class Scratchpad(wiring.Component):
                 cnt = sum(h.as_unsigned() for h in hits) if len(hits) > 1 else 0
                 if len(hits) > 1:
                     conflicts.append(cnt > 1)
-        # out_registered: every bank's read data registered once, for those clients
+            # a read and a write of one line of the bank in one cycle: the simulators read the
+            # line as it was; a block RAM without yosys's collision logic (OutRegRAM on an
+            # ECP5) gives undefined data: flagged in every build (`collision`)
+            collisions.append(rp.en & (wp.en != 0) & (rp.addr == wp.addr))
+        # out_registered: every bank's read data registered once, for those clients (the
+        # OutRegRAM banks' r_data already are)
         rdata_q = []
-        if self.out_registered:
+        if bank_regs:
+            rdata_q = [rp.data for rp in rports]
+        elif self.out_registered:
             for b in range(nb):
                 q = Signal(S * 32, name=f"bank{b}_rdata_q")
                 m.d.sync += q.eq(rports[b].data)
@@ -175,4 +208,8 @@ class Scratchpad(wiring.Component):
             m.d.sync += clash.eq(Cat(*conflicts))
             with m.If(clash.any()):
                 m.d.sync += self.conflict.eq(1)
+        collide = Signal(nb, name="collide")          # registered as the clash above
+        m.d.sync += collide.eq(Cat(*collisions))
+        with m.If(collide.any()):
+            m.d.sync += self.collision.eq(1)
         return m

@@ -1,15 +1,15 @@
-"""hdl.lib.blockfifo: BlockFIFO and RegBlockFIFO (also with ``ahead``) against a Python queue
-under random writes and reads (Amaranth simulator): the same entries in order, capacity
-``depth``, an entry readable exactly ``VISIBLE`` cycles after its write, the entry after the
-head on ``n_data`` exactly when it is readable too, and reads back to back at full rate; every
-memory marked for block RAM."""
+"""hdl.lib.blockfifo: BufferedFIFO, BlockFIFO and RegBlockFIFO (also with ``ahead``) against a
+Python queue under random writes and reads (Amaranth simulator): the same entries in order,
+capacity ``depth``, an entry readable exactly ``VISIBLE`` cycles after its write, the entry
+after the head on ``n_data`` exactly when it is readable too, and reads back to back at full
+rate; every memory marked ``no_rw_check``, the block kinds' for block RAM."""
 import random
 from collections import deque
 
 import pytest
 from amaranth.back import rtlil
 
-from hdl.lib.blockfifo import BlockFIFO, RegBlockFIFO
+from hdl.lib.blockfifo import BlockFIFO, BufferedFIFO, RegBlockFIFO
 from sim.tb.amaranth_tb import run_sim
 
 
@@ -21,9 +21,9 @@ class AheadFIFO(RegBlockFIFO):
         super().__init__(width=width, depth=depth, ahead=True)
 
 
-KINDS = [BlockFIFO, RegBlockFIFO, AheadFIFO]
+KINDS = [BufferedFIFO, BlockFIFO, RegBlockFIFO, AheadFIFO]
 #: entries below ``depth`` under which each kind always takes a write
-SLACK = {BlockFIFO: 0, RegBlockFIFO: 2, AheadFIFO: 3}
+SLACK = {BufferedFIFO: 0, BlockFIFO: 0, RegBlockFIFO: 2, AheadFIFO: 3}
 
 
 @pytest.mark.parametrize("kind, depth", [
@@ -111,10 +111,11 @@ def test_back_to_back_reads_at_full_rate(kind):
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.__name__)
-def test_memory_is_marked_for_block_ram(kind):
+def test_memory_is_marked_for_block_ram_and_without_collision_logic(kind):
     dut = kind(width=8, depth=8)
     text = rtlil.convert(dut, ports=[dut.w_data, dut.w_en, dut.r_en, dut.r_data])
-    assert 'attribute \\ram_style "block"' in text
+    assert ('attribute \\ram_style "block"' in text) == (kind is not BufferedFIFO)
+    assert "attribute \\no_rw_check 1" in text
 
 
 @pytest.mark.parametrize("depth", [0, 2, 2.5, True])

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -44,6 +44,7 @@ from ..fp32.config import FP32Config
 from ..fp32.divsqrt_config import FP32DivSqrtConfig
 from ..fp32.log_config import FP32LogConfig
 from ..fp32.log_serial import LOG_SERIAL_II, LOG_SERIAL_LATENCY, FP32LogSerial
+from ..lib.blockfifo import BufferedFIFO
 from ..lib.dataflow import Dataflow, check_units, credit_fifo, unit_members, unit_ports
 from ..lib.fp32bits import is_nan, order_key
 from ..lib.mustuse import mark_used, used_if_rejected
@@ -412,7 +413,7 @@ class SoftmaxXent(wiring.Component):
         log_rdy = 1
         if self.serial_log:       # log(s) per row: s -> FIFO -> serial log -> FIFO -> OUT
             # buffered: the log's unpack starts from a register, not from a LUT RAM's read
-            m.submodules.log_in_fifo = lq = SyncFIFOBuffered(width=32, depth=K)
+            m.submodules.log_in_fifo = lq = BufferedFIFO(width=32, depth=K)
             m.submodules.log = lg = FP32LogSerial(config=self.log_config)
             m.submodules.log_fifo = lf = SyncFIFO(width=32, depth=K)
             m.d.comb += [

@@ -1,5 +1,6 @@
-"""FIFOs in block RAM (the matmul engine's): :class:`BlockFIFO`, and :class:`RegBlockFIFO`
-whose head leaves from a fabric register."""
+"""FIFOs without yosys's collision logic: :class:`BufferedFIFO`, in block RAM (the matmul
+engine's) :class:`BlockFIFO`, and :class:`RegBlockFIFO` whose head leaves from a fabric
+register."""
 from __future__ import annotations
 
 from amaranth.hdl import Elaboratable, Module, Signal
@@ -7,19 +8,39 @@ from amaranth.lib.fifo import FIFOInterface, SyncFIFOBuffered
 
 from .memport import BLOCK_RAM
 
-__all__ = ["BlockFIFO", "RegBlockFIFO"]
+#: yosys's memory attribute: the memory's read ports never read a word its write port writes
+#: in the same cycle (no collision logic is added for them).
+NO_RW_CHECK = {"no_rw_check": 1}
+
+__all__ = ["BufferedFIFO", "BlockFIFO", "RegBlockFIFO", "NO_RW_CHECK"]
 
 
-class BlockFIFO(SyncFIFOBuffered):
-    """``amaranth.lib.fifo.SyncFIFOBuffered`` whose memory is marked for block RAM
+class BufferedFIFO(SyncFIFOBuffered):
+    """``amaranth.lib.fifo.SyncFIFOBuffered`` whose memory is marked ``no_rw_check`` (a
+    synthesis hint only; the behaviour and timing are ``SyncFIFOBuffered``'s).
+
+    ``SyncFIFOBuffered`` reads its memory only while it holds an entry (``inner_level != 0``)
+    and writes it only while it has room (``inner_level != depth``), so its read and write
+    never address one entry in one cycle (equal pointers mean empty or full), and yosys's
+    collision logic for such a read (a registered copy of every write and a bypass mux on the
+    read data, docs/toolchain.md) is not needed."""
+
+    #: Cycles from an entry's write to the first cycle it can be read.
+    VISIBLE = 2
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        m.submodules.storage.attrs.update(NO_RW_CHECK)
+        return m
+
+
+class BlockFIFO(BufferedFIFO):
+    """:class:`BufferedFIFO` whose memory is marked for block RAM
     (:data:`~hdl.lib.memport.BLOCK_RAM`; its read port is synchronous, so the ECP5 maps it to
     ``DP16KD``s instead of LUT RAM, which costs about six logic-cell sites per 16 x 4 bits).
     A synthesis hint only: the behaviour and timing are ``SyncFIFOBuffered``'s (the head entry
     from a register; an entry written in cycle ``t`` can be read from cycle ``t + 2``, one
     later than ``SyncFIFO``'s)."""
-
-    #: Cycles from an entry's write to the first cycle it can be read.
-    VISIBLE = 2
 
     def elaborate(self, platform):
         m = super().elaborate(platform)

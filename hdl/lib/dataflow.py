@@ -444,15 +444,13 @@ def credit_fifo(m, name: str, *, latency: int, accept, done_valid, done_data, o,
     ``accept``: an element enters the pipeline this cycle; ``done_valid``/``done_data``: the
     pipeline output. Returns ``can_accept``.
     """
-    from amaranth.lib.fifo import SyncFIFOBuffered
-
-    from .blockfifo import RegBlockFIFO
+    from .blockfifo import BufferedFIFO, RegBlockFIFO
     width = len(Value.cast(done_data))
     depth = latency + 4
     if reg_head:
         fifo = RegBlockFIFO(width=width, depth=depth + 2)
     else:
-        fifo = SyncFIFOBuffered(width=width, depth=depth)
+        fifo = BufferedFIFO(width=width, depth=depth)
     m.submodules[name] = fifo
     # FIFO level + elements in flight, counted in one register: +1 as an element is accepted,
     # -1 as one leaves the FIFO on ``o`` (a result moving from the pipeline into the FIFO

@@ -80,7 +80,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from ..lib.blockfifo import BufferedFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..bfp.converter import Rounding, width_shape
@@ -222,7 +222,7 @@ class CollectiveEngine(wiring.Component):
         else:
             cmd_s = self.cmd
         m.submodules.add = add = FP32Add(config=self.fp32_config)
-        m.submodules.txq = txq = SyncFIFOBuffered(width=32, depth=cfg.tx_fifo_depth)
+        m.submodules.txq = txq = BufferedFIFO(width=32, depth=cfg.tx_fifo_depth)
         TK = cfg.topk
         if TK is not None:
             # the pass borrows the adder: a top-k all-reduce has no reduce-scatter add, and

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from ..lib.blockfifo import BufferedFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..config import check_int
@@ -349,7 +349,7 @@ class OptimEngine(wiring.Component):
         rd_pending = Signal(name="rd_pending")
         rd_sel = Signal(2, name="rd_sel")
         if self.data_cmds:
-            m.submodules.rfifo = rf = SyncFIFOBuffered(width=32, depth=cfg.rd_fifo_depth)
+            m.submodules.rfifo = rf = BufferedFIFO(width=32, depth=cfg.rd_fifo_depth)
             m.d.comb += [
                 rf.w_en.eq(rd_pending),
                 rf.w_data.eq(_sel_data(rdata, rd_sel)),

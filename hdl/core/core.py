@@ -33,8 +33,9 @@ __all__ = ["TrainingCore", "REGS", "CLIENTS", "STATE_LAYOUT", "STAT_REG_BASE", "
 REGS = (
     ("state", "`STATE_LAYOUT`: status of the last run (4 bits), err_pc (16), running (1), "
               "conflict (1: two clients hit one bank port, or two ports that share a client "
-              "reached memory in one cycle, or a bank's line was read and written in one "
-              "cycle), and the last ALLREDUCE's or "
+              "reached memory in one cycle, or, with OutRegRAM banks (the FPGA build without "
+              "a collective engine), a bank's line was read and written in one cycle), and "
+              "the last ALLREDUCE's or "
               "SENDRECV's response: "
               "coll_status (3, `CollStatus`), coll_step (5, the ring step of a TIMEOUT), "
               "coll_flags (2: a BFP group this core sent held a NaN / an Inf)"),
@@ -224,7 +225,8 @@ class TrainingCore(wiring.Component):
         engines = tuple(range(len(clients)))
         spad = m.submodules.scratchpad = Scratchpad(
             config=cfg, clients=len(clients), registered=engines if cfg.spad_reg else (),
-            out_registered=engines if cfg.spad_out_reg else ())
+            out_registered=engines if cfg.spad_out_reg else (),
+            ram_banks=cfg.spad_out_reg and cfg.collective is None)
         assert all(spad.read_latency(i) == cfg.spad_latency for i in engines)
         #: sub-blocks of the last elaboration (tests reach memories and state through them)
         self.blocks = {"host": host, "sequencer": seq, "matmul": mm, "vector": vec,
@@ -264,7 +266,7 @@ class TrainingCore(wiring.Component):
         # host's response was 47 routed end points at 12.64 ns in the S = 4 FPGA core)
         low = self.REG_GROUP.bit_length() - 1
         parts = []
-        for g in range(0, len(values), self.REG_GROUP):
+        for g in range(len(values))[::self.REG_GROUP]:
             part = Signal(64, name=f"reg_part{g // self.REG_GROUP}")
             with m.Switch(host.reg_index[:low]):
                 for i, v in enumerate(values[g:g + self.REG_GROUP]):
@@ -348,7 +350,13 @@ class TrainingCore(wiring.Component):
         m.d.comb += [hs.r_sel.eq(seq.running), hs.w_sel.eq(seq.running)]
         connect(m, host.mem, hs.first)
         connect(m, opt_lines.pop(OPT_CLIENT if cfg.optim_one_port else "opt_w"), hs.second)
-        m.d.comb += state.conflict.eq(spad.conflict | spad.collision | hs.clash | vs.clash)
+        # a line read and written in one cycle counts where it is undefined on the FPGA: the
+        # OutRegRAM banks (no collective engine: its word adapter reads a line while another
+        # word of it is written, harmless with yosys's collision logic on Memory banks)
+        conflict = spad.conflict | hs.clash | vs.clash
+        if spad.ram_banks:
+            conflict = conflict | spad.collision
+        m.d.comb += state.conflict.eq(conflict)
         client_ports = {"host": hs.line, "mm_q0": mm.q0, "mm_q1": mm.q1, "mm_acc": mm.acc,
                         "vec_ae": vec_ae, "vec_bd": vs.line, **opt_lines}
 

@@ -56,20 +56,20 @@ class Scratchpad(wiring.Component):
     conflict : Out(1)
         Sticky: two clients addressed the same bank port in one cycle (up from the second
         cycle after it).
+    ram_banks : bool
+        Each bank an :class:`~hdl.lib.bram.OutRegRAM` (the registered read data inside the
+        block RAM on an ECP5; needs every client ``out_registered``). Default ``False``: a
+        ``Memory`` and, for ``out_registered`` clients, a register of its read data.
     collision : Out(1)
         Sticky: a bank's read port and write port addressed one line in one cycle (up from
-        the second cycle after it). The read returns the line as it was in the simulators
-        and where yosys maps the bank (its collision logic), undefined data from the FPGA
-        build's banks (every client ``out_registered``: :class:`~hdl.lib.bram.OutRegRAM`,
-        on an ECP5 the block RAMs without that logic). The core reports it as a conflict.
-
-    With every client ``out_registered`` each bank is an :class:`~hdl.lib.bram.OutRegRAM`
-    (the registered read data inside the block RAM on an ECP5); otherwise a ``Memory`` and,
-    for ``out_registered`` clients, a register of its read data.
+        the second cycle after it; any written word). The read returns the line as it was
+        in the simulators and where yosys maps a ``Memory`` bank (its collision logic); in
+        the written words of an ``OutRegRAM`` bank on an ECP5 it is undefined. The core
+        reports it as a conflict when its banks are OutRegRAMs.
     """
 
     def __init__(self, *, config: CoreConfig, clients: int, registered: tuple = (),
-                 out_registered: tuple = ()):
+                 out_registered: tuple = (), ram_banks: bool = False):
         with used_if_rejected(self):
             if not isinstance(config, CoreConfig):
                 raise TypeError(f"Scratchpad.config must be a CoreConfig, not {config!r}")
@@ -84,9 +84,14 @@ class Scratchpad(wiring.Component):
                     if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < clients:
                         raise ValueError(f"Scratchpad.{name}: {i!r} is not a client index "
                                          f"(0 .. {clients - 1})")
+            if not isinstance(ram_banks, bool):
+                raise TypeError(f"Scratchpad.ram_banks must be a bool, not {ram_banks!r}")
+            if ram_banks and len(set(out_registered)) != clients:
+                raise ValueError("Scratchpad.ram_banks needs every client out_registered")
         self.config, self.clients = config, clients
         self.registered = tuple(sorted(set(registered)))
         self.out_registered = tuple(sorted(set(out_registered)))
+        self.ram_banks = ram_banks
         super().__init__({
             "ports": In(LinePort(addr_bits=config.line_bits, words=config.size)).array(clients),
             "conflict": Out(1), "collision": Out(1),
@@ -105,11 +110,11 @@ class Scratchpad(wiring.Component):
         S, nb, bb = cfg.size, cfg.banks, cfg.bank_bits
         self.memories = []
         rports, wports = [], []
-        # every client reading through the banks' output registers: each bank is an OutRegRAM
-        # (on an ECP5 the block RAMs' own output registers; docs/toolchain.md), its r_data
-        # the registered read data; otherwise a Memory and, for out_registered clients, a
-        # register of its read data below
-        bank_regs = len(self.out_registered) == self.clients
+        # ram_banks (every client reading through the banks' output registers): each bank is
+        # an OutRegRAM (on an ECP5 the block RAMs' own output registers; docs/toolchain.md),
+        # its r_data the registered read data; otherwise a Memory and, for out_registered
+        # clients, a register of its read data below
+        bank_regs = self.ram_banks
         for b in range(nb):
             if bank_regs:
                 ram = OutRegRAM(words=S, depth=cfg.bank_depth)

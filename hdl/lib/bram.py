@@ -72,8 +72,8 @@ class OutRegRAM(wiring.Component):
     latency : int
         2.
     memory : Memory
-        The generic build's memory (the simulators' tests read and load it; not used in
-        the ECP5 build).
+        The memory of the build without block RAM instances (the simulators' tests read and
+        load it; on an ECP5 used only beyond 2,048 lines).
 
     Members
     -------

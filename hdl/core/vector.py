@@ -585,38 +585,44 @@ class VectorUnit(wiring.Component):
         with m.FSM(name="vu"):
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
+                # The command registers follow the command's payload in every idle cycle and
+                # hold it from the accepted command on: their enable is the state, not
+                # ``cmd.valid`` (in the S = 4 FPGA core at 47febd6 that enable, behind the
+                # sequencer's issue, was 12.7 ns routed on ~130 of them). Nothing reads them
+                # while idle: every stream is empty once ``done`` has been raised.
+                op = p.op
+                v, rr, sm = p.args.vec, p.args.reduce, p.args.softmax
                 with m.If(self.cmd.valid):
-                    op = p.op
-                    v, rr, sm = p.args.vec, p.args.reduce, p.args.softmax
-                    m.d.sync += [
-                        is_vec.eq(op == Op.VEC),
-                        is_bias.eq((op == Op.REDUCE) & (rr.rop == Rop.BIAS_GRAD)),
-                        is_sumsq.eq((op == Op.REDUCE) & (rr.rop == Rop.SUMSQ)
-                                    & (ls is not None)),
-                        is_sx.eq(op == Op.SOFTMAX_XENT),
-                        bypass.eq((v.vop == Vop.COPY) | (v.vop == Vop.ZERO)),
-                        zero.eq((op == Op.VEC) & (v.vop == Vop.ZERO)),
-                        use_b.eq((v.vop == Vop.ADD) | (v.vop == Vop.RELU_GRAD)
-                                 | (v.vop == Vop.ADD_RELU)),
-                        bcast.eq(v.bcast), vop.eq(v.vop), imm.eq(v.imm),
-                        acc.eq(p.acc), gscale.eq(p.gscale), c0.eq(0),
-                        self.d_reads.eq((op == Op.REDUCE) & (rr.rop == Rop.BIAS_GRAD) & p.acc),
-                    ]
-                    # rows, cols and a share their positions in every args layout; b, d, e
-                    # differ between VEC/SOFTMAX and REDUCE.
-                    with m.Switch(op):
-                        with m.Case(Op.VEC):
-                            m.d.sync += [rows.eq(v.rows), cols.eq(v.cols), adr_a.eq(v.a),
-                                         adr_b.eq(v.b), adr_d.eq(v.d),
-                                         lines.eq((v.cols + S - 1) >> lg)]
-                        with m.Case(Op.REDUCE):
-                            m.d.sync += [rows.eq(rr.rows), cols.eq(rr.cols), adr_a.eq(rr.a),
-                                         adr_d.eq(rr.d), lines.eq((rr.cols + S - 1) >> lg)]
-                        with m.Default():
-                            m.d.sync += [rows.eq(sm.rows), cols.eq(sm.cols), adr_a.eq(sm.a),
-                                         adr_b.eq(sm.b), adr_d.eq(sm.d), adr_e.eq(sm.e),
-                                         lines.eq((sm.cols + S - 1) >> lg)]
+                    m.d.sync += self.d_reads.eq((op == Op.REDUCE) & (rr.rop == Rop.BIAS_GRAD)
+                                                & p.acc)
                     m.next = "START"
+                m.d.sync += [
+                    is_vec.eq(op == Op.VEC),
+                    is_bias.eq((op == Op.REDUCE) & (rr.rop == Rop.BIAS_GRAD)),
+                    is_sumsq.eq((op == Op.REDUCE) & (rr.rop == Rop.SUMSQ)
+                                & (ls is not None)),
+                    is_sx.eq(op == Op.SOFTMAX_XENT),
+                    bypass.eq((v.vop == Vop.COPY) | (v.vop == Vop.ZERO)),
+                    zero.eq((op == Op.VEC) & (v.vop == Vop.ZERO)),
+                    use_b.eq((v.vop == Vop.ADD) | (v.vop == Vop.RELU_GRAD)
+                             | (v.vop == Vop.ADD_RELU)),
+                    bcast.eq(v.bcast), vop.eq(v.vop), imm.eq(v.imm),
+                    acc.eq(p.acc), gscale.eq(p.gscale), c0.eq(0),
+                ]
+                # rows, cols and a share their positions in every args layout; b, d, e
+                # differ between VEC/SOFTMAX and REDUCE.
+                with m.Switch(op):
+                    with m.Case(Op.VEC):
+                        m.d.sync += [rows.eq(v.rows), cols.eq(v.cols), adr_a.eq(v.a),
+                                     adr_b.eq(v.b), adr_d.eq(v.d),
+                                     lines.eq((v.cols + S - 1) >> lg)]
+                    with m.Case(Op.REDUCE):
+                        m.d.sync += [rows.eq(rr.rows), cols.eq(rr.cols), adr_a.eq(rr.a),
+                                     adr_d.eq(rr.d), lines.eq((rr.cols + S - 1) >> lg)]
+                    with m.Default():
+                        m.d.sync += [rows.eq(sm.rows), cols.eq(sm.cols), adr_a.eq(sm.a),
+                                     adr_b.eq(sm.b), adr_d.eq(sm.d), adr_e.eq(sm.e),
+                                     lines.eq((sm.cols + S - 1) >> lg)]
             with m.State("START"):
                 m.d.comb += [self.busy.eq(1), start.eq(1)]
                 m.d.sync += bg_cmd_v.eq(is_bias)

@@ -18,7 +18,8 @@ Three stages work on three different rows at once (one element per cycle each):
   ``max(C, lanes)`` slots per row). ``zt`` is element ``y``'s ``z - mx`` (``+0 - mx`` when
   the label is not an element of the row: ``-mx``, ``+0`` for a zero ``mx``, the canonical NaN
   for a NaN), into a FIFO at the row's last slot. Row descriptors go into a FIFO for OUT.
-* **OUT** (row r): once the row's sum has arrived, reads ``e`` back from the e FIFO and streams
+* **OUT** (row r): once the row's sum has arrived (its header popped into registers, a cycle),
+  reads ``e`` back from the e FIFO and streams
   ``g`` (and the row's loss) out through a credit FIFO (backpressure never drops data).
 
 With ``serial_log`` (the FPGA build) ``log(s)`` is not an OUT operation: each row's sum also
@@ -29,7 +30,7 @@ OUT waits for with the sum; a row's first gradient comes ``LOG_SERIAL_LATENCY + 
 later, the words are the same.
 
 The EXP stage starts only when the e FIFO has room and fewer than ``rows_in_flight`` rows are
-between EXP and the end of OUT; both bounds are sized so that rows of ``C >= lanes`` classes
+between EXP and OUT's row header (so the row FIFOs of that depth never overflow); both bounds are sized so that rows of ``C >= lanes`` classes
 stream at one element per cycle.
 """
 from __future__ import annotations
@@ -114,7 +115,7 @@ class SoftmaxXent(wiring.Component):
     efifo_depth : int
         Entries of the e FIFO: ``max_classes`` plus the EXP-to-OUT delay of a row.
     rows_in_flight : int
-        Rows allowed between the start of EXP and the end of OUT.
+        Rows allowed between the start of EXP and OUT's taking of the row's header.
     log_wait : int
         Cycles a row's sum waits for its log before OUT may start the row: ``LOG_SERIAL_LATENCY
         + 2`` with ``serial_log``, else 0.
@@ -165,14 +166,15 @@ class SoftmaxXent(wiring.Component):
         self.exp_latency = self._exp_dataflow(None).t
         self.out_latency = self._out_dataflow(None)
         self.sum_latency = row_sum_latency(self.config.lanes, self.fp32_config)
-        # EXP issue (+1 memory read) -> e -> sum -> s FIFO (+1) -> OUT issue (+1 read) -> g
-        # -> credit FIFO (2 cycles: SyncFIFOBuffered). serial_log: s -> log FIFO (+2: buffered)
-        # -> log -> OUT's log FIFO (+1 beside the s FIFO's): log_wait cycles more.
+        # EXP issue (+1 memory read) -> e -> sum -> s FIFO (+1) -> OUT's row header (+1) ->
+        # OUT issue (+1 read) -> g -> credit FIFO (2 cycles: SyncFIFOBuffered). serial_log: s
+        # -> log FIFO (+2: buffered) -> log -> OUT's log FIFO (+1 beside the s FIFO's):
+        # log_wait cycles more.
         self.read_reg = int(bool(read_reg))
-        self.latency = (2 + self.exp_latency + self.sum_latency + 1 + self.out_latency + 2
+        self.latency = (2 + self.exp_latency + self.sum_latency + 2 + self.out_latency + 2
                         + 3 * self.read_reg + self.log_wait)
         # last EXP slot -> first OUT read
-        delay = 2 + self.exp_latency + self.sum_latency + 2 + self.log_wait
+        delay = 2 + self.exp_latency + self.sum_latency + 3 + self.log_wait
         self.efifo_depth = self.config.max_classes + delay + 4
         self.rows_in_flight = 4 + -(-delay // self.config.lanes)
         super().__init__({
@@ -291,7 +293,7 @@ class SoftmaxXent(wiring.Component):
         rows = Signal(range(K + 1), name="rows_in_flight")
         eres = Signal(range(D + 1), name="efifo_reserved")
         row_start = Signal(name="exp_row_start")
-        row_done = Signal(name="out_row_done")
+        row_done = Signal(name="out_row_taken")    # a row's header leaves its FIFOs
         e_take = Signal(name="exp_take")          # an e FIFO slot reserved (non-pad slot)
         o_take = Signal(name="out_take")          # an e FIFO entry read by OUT
         n_r = Signal(range(C + 1), name="exp_n")
@@ -303,6 +305,9 @@ class SoftmaxXent(wiring.Component):
         # lanes >= 2 slots, so slot 0 is never its last)
         assert lanes >= 2
         at_last = Signal(name="exp_at_last_slot")
+        # ei < n (not a pad slot), a register kept with ei the same way: slot 0 is a real
+        # element of every row (n >= 1), a step sets it to ei + 1 < n
+        e_real = Signal(name="exp_real_slot", init=1)
         can_exp = Signal(name="exp_issue")
         # eres < D and rows < K, registers kept with the counts (their compares were ahead of
         # EXP's issue, the descriptor FIFO's level and the read-ahead address: 14.5 ns
@@ -314,7 +319,7 @@ class SoftmaxXent(wiring.Component):
             last_slot.eq(b_last[rb]),
             can_exp.eq(full[rb] & eres_room & ((ei != 0) | rows_room)),
             row_start.eq(can_exp & (ei == 0)),
-            e_take.eq(can_exp & (ei < n_r)),
+            e_take.eq(can_exp & e_real),
         ]
         ev = Signal(name="exp_valid")
         e_mx = Signal(32, name="exp_max")
@@ -328,14 +333,15 @@ class SoftmaxXent(wiring.Component):
         m.d.sync += ev.eq(can_exp)
         with m.If(can_exp):
             m.d.sync += [
-                e_mx.eq(b_mx[rb]), e_pad.eq(ei >= n_r), e_first.eq(ei < lanes),
+                e_mx.eq(b_mx[rb]), e_pad.eq(~e_real), e_first.eq(ei < lanes),
                 e_final.eq(ei + lanes > last_slot), e_lane.eq(ei[:lane_bits] if lane_bits else 0),
-                e_row_first.eq(ei == 0), e_label.eq((ei == b_label[rb]) & (ei < n_r)),
+                e_row_first.eq(ei == 0), e_label.eq((ei == b_label[rb]) & e_real),
                 e_row_last.eq(at_last),
-                ei.eq(ei + 1), at_last.eq(ei + 1 == last_slot),
+                ei.eq(ei + 1), at_last.eq(ei + 1 == last_slot), e_real.eq(ei + 1 < n_r),
             ]
             with m.If(at_last):
-                m.d.sync += [ei.eq(0), at_last.eq(0), rb.eq(~rb), full[rb].eq(0)]
+                m.d.sync += [ei.eq(0), at_last.eq(0), e_real.eq(1), rb.eq(~rb),
+                             full[rb].eq(0)]
         desc_in = data.View(desc_layout, dfifo.w_data)
         m.d.comb += [
             dfifo.w_en.eq(row_start),
@@ -345,8 +351,20 @@ class SoftmaxXent(wiring.Component):
         eres_next = Signal.like(eres, name="efifo_reserved_next")
         m.d.comb += [rows_next.eq(rows + row_start - row_done),
                      eres_next.eq(eres + e_take - o_take)]
-        m.d.sync += [rows.eq(rows_next), eres.eq(eres_next),
-                     rows_room.eq(rows_next < K), eres_room.eq(eres_next < D)]
+        m.d.sync += [rows.eq(rows_next), eres.eq(eres_next)]
+
+        def room_next(count, up, down, limit, tag):
+            # count_next < limit, from the three compares of the register ``count`` (count + 1,
+            # count, count - 1) selected by the step, so no compare follows the count's adder
+            # (e_take -> adder -> compare -> efifo_room, 13.33 ns routed in the S = 4 FPGA core
+            # at 47febd6)
+            c_up, c_same, c_down = (Signal(name=f"{tag}_{k}") for k in ("up", "same", "down"))
+            m.d.comb += [c_up.eq(count + 1 < limit), c_same.eq(count < limit),
+                         c_down.eq(count < limit + 1)]        # count - 1 < limit, count >= 1
+            return Mux(up & ~down, c_up, Mux(down & ~up, c_down, c_same))
+
+        m.d.sync += [rows_room.eq(room_next(rows, row_start, row_done, K, "rows_room")),
+                     eres_room.eq(room_next(eres, e_take, o_take, D, "efifo_room"))]
 
         # z is read a cycle ahead: the port's address is the slot EXP issues next (the one
         # after ``ei`` when it issues now, else ``ei`` again), so the word is on the read data
@@ -424,32 +442,57 @@ class SoftmaxXent(wiring.Component):
             log_rdy = lf.r_rdy
 
         # ---------------------------------------------------------------- OUT
+        # The row's header (descriptor, sum, zt, log) is popped from its FIFOs into registers
+        # (``out_head_*``) when OUT has no row or at its row's last element, so ``out_accept``
+        # is a register AND the output FIFO's credit, not four FIFOs' levels and the
+        # descriptor's compare (in the S = 4 FPGA core at 47febd6 that AND and what it drives,
+        # the e FIFO's reserved count and the FIFOs' reads, were the slowest routed paths,
+        # 13.33 ns). A row whose header arrives while OUT is idle starts a cycle later.
         desc = data.View(desc_layout, dfifo.r_data)
         oj = Signal(col_bits, name="out_col")
         erp = Signal(range(D), name="efifo_rptr")
         out_accept = Signal(name="out_accept")
+        h_v = Signal(name="out_head_valid")
+        h_last = Signal(range(C), name="out_head_last")
+        h_label = Signal(16, name="out_head_label")
+        h_s = Signal(32, name="out_head_s")
+        h_zt = Signal(32, name="out_head_zt")
+        h_log = Signal(32, name="out_head_log_s") if self.serial_log else None
+        h_at_last = Signal(name="out_head_at_last")        # oj == h_last, kept with oj
+        row_end = Signal(name="out_row_end")
+        h_load = Signal(name="out_head_load")
         ov = Signal(name="out_valid")
         o_onehot = Signal(name="out_onehot")
         o_last = Signal(name="out_last")
         o_s = Signal(32, name="out_s")
         o_zt = Signal(32, name="out_zt")
         o_log = Signal(32, name="out_log_s") if self.serial_log else None
-        m.d.comb += er.addr.eq(erp)
+        m.d.comb += [
+            er.addr.eq(erp),
+            row_end.eq(out_accept & h_at_last),
+            row_done.eq(h_load),
+            h_load.eq(sfifo.r_rdy & dfifo.r_rdy & ztfifo.r_rdy & log_rdy & (~h_v | row_end)),
+            sfifo.r_en.eq(h_load), dfifo.r_en.eq(h_load), ztfifo.r_en.eq(h_load),
+        ]
+        if self.serial_log:
+            m.d.comb += lf.r_en.eq(h_load)
         m.d.sync += ov.eq(out_accept)
         with m.If(out_accept):
             m.d.comb += o_take.eq(1)
             m.d.sync += [
-                o_onehot.eq(oj == desc.label), o_last.eq(oj == desc.last),
-                o_s.eq(sfifo.r_data), o_zt.eq(ztfifo.r_data),
-                *([o_log.eq(lf.r_data)] if self.serial_log else []),
+                o_onehot.eq(oj == h_label), o_last.eq(h_at_last), o_s.eq(h_s), o_zt.eq(h_zt),
+                *([o_log.eq(h_log)] if self.serial_log else []),
                 erp.eq(Mux(erp == D - 1, 0, erp + 1)), oj.eq(oj + 1),
+                h_at_last.eq(oj + 1 == h_last),
             ]
-            with m.If(oj == desc.last):
-                m.d.comb += [row_done.eq(1), sfifo.r_en.eq(1), dfifo.r_en.eq(1),
-                             ztfifo.r_en.eq(1)]
-                if self.serial_log:
-                    m.d.comb += lf.r_en.eq(1)
-                m.d.sync += oj.eq(0)
+            with m.If(h_at_last):
+                m.d.sync += [oj.eq(0), h_v.eq(0)]
+        with m.If(h_load):
+            m.d.sync += [
+                h_v.eq(1), h_last.eq(desc.last), h_label.eq(desc.label), h_s.eq(sfifo.r_data),
+                h_zt.eq(ztfifo.r_data), h_at_last.eq(desc.last == 0),
+                *([h_log.eq(lf.r_data)] if self.serial_log else []),
+            ]
 
         e_rd = er.data
         if self.read_reg:   # the e FIFO's read data (and what goes with it) from a register
@@ -472,5 +515,5 @@ class SoftmaxXent(wiring.Component):
                                         odf.at(odf.input(o_s, "s_row"), tr), odf.at(zt, tr),
                                         odf.at(loss, tr)),
                           o=self.o)
-        m.d.comb += out_accept.eq(sfifo.r_rdy & dfifo.r_rdy & ztfifo.r_rdy & log_rdy & can)
+        m.d.comb += out_accept.eq(h_v & can)
         return m

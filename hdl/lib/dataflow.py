@@ -454,13 +454,15 @@ def credit_fifo(m, name: str, *, latency: int, accept, done_valid, done_data, o,
     m.submodules[name] = fifo
     # FIFO level + elements in flight, counted in one register: +1 as an element is accepted,
     # -1 as one leaves the FIFO on ``o`` (a result moving from the pipeline into the FIFO
-    # leaves the sum as it is), so ``can_accept`` is a compare of a register with a constant
+    # leaves the sum as it is); ``can_accept`` is a register too, the next count's compare
+    # with the constant, so the pipeline's accept starts at flip-flops
     occupancy = Signal(range(depth + 1), name=f"{name}_occupancy")
-    m.d.sync += occupancy.eq(occupancy + accept - (fifo.r_rdy & o.ready))
-    can = Signal(name=f"{name}_can_accept")
+    occupancy_next = Signal.like(occupancy, name=f"{name}_occupancy_next")
+    can = Signal(name=f"{name}_can_accept", init=1)
+    m.d.comb += occupancy_next.eq(occupancy + accept - (fifo.r_rdy & o.ready))
+    m.d.sync += [occupancy.eq(occupancy_next), can.eq(occupancy_next < depth)]
     m.d.comb += [
         fifo.w_en.eq(done_valid), fifo.w_data.eq(done_data),
         o.valid.eq(fifo.r_rdy), Value.cast(o.payload).eq(fifo.r_data), fifo.r_en.eq(o.ready),
-        can.eq(occupancy < depth),
     ]
     return can

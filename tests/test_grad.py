@@ -94,8 +94,9 @@ def test_grad_unit_all_blocks():
                                  rng=prng, idle_prob=0.2)
             while op not in received:          # op changes only with the pipeline empty
                 await ctx.tick()
-        # bias gradient: 3x3 (cols < adder loop: pauses) and 4x9
-        for rows, cols in ((3, 3), (4, 9)):
+        # bias gradient: 3x3 (cols < adder loop: pauses), 4x9, and the edges of the row and
+        # column counters: one column, one row, one element
+        for rows, cols in ((3, 3), (4, 9), (3, 1), (1, 5), (1, 1)):
             dy = rng.standard_normal((rows, cols)).astype(F32)
             await stream_put(ctx, dut.bg_cmd, {"rows": rows, "cols": cols})
             for x in dy.ravel():

@@ -573,9 +573,14 @@ class VectorUnit(wiring.Component):
         W = self.bg_chunk
         m.d.comb += [rest.eq(cols - c0), cw.eq(Mux(rest > W, W, rest))]
         bg_cmd_v = Signal(name="bg_cmd_valid")
-        for b_ in bgs:      # every lane: ceil(cw / L) columns (lanes past cw run on padding)
+        # every lane: ceil(cw / L) columns (lanes past cw run on padding), from a register
+        # that follows the chunk every cycle: the lanes take their command in the cycle after
+        # START, and the chunk does not change from START on
+        bg_cols = Signal(DIM_BITS, name="bg_cols")
+        m.d.sync += bg_cols.eq((cw + L - 1) >> lgL)
+        for b_ in bgs:
             m.d.comb += [b_.cmd.valid.eq(bg_cmd_v), b_.cmd.payload.rows.eq(rows),
-                         b_.cmd.payload.cols.eq((cw + L - 1) >> lgL)]
+                         b_.cmd.payload.cols.eq(bg_cols)]
         with m.If(bg.cmd.ready):
             m.d.sync += bg_cmd_v.eq(0)
 

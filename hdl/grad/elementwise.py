@@ -4,7 +4,7 @@ Golden model: :func:`sim.model.grad.elementwise` (bit-exact).
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -24,6 +24,13 @@ EW_OUT_LAYOUT = data.StructLayout({"r": 32})
 
 def _relu(x):
     return Mux(gt_zero(x) | is_nan(x), x, 0)
+
+
+def _or_all(values):
+    out = values[0]
+    for v in values[1:]:
+        out = out | v
+    return out
 
 
 class Elementwise(wiring.Component):
@@ -87,19 +94,24 @@ class Elementwise(wiring.Component):
         s = df.add(a, b, name="sum")
         p = df.mul(a, df.const(self.scale, "scale"), name="prod")
         t = self.latency
-        av, bv, sv, pv = (df.at(n, t) for n in (a, b, s, p))
+        # relu(a) and the ReLU derivative's a-if-b>0 taken at the input and delayed instead
+        # of a and b (the same registers), and the operation decoded into a registered
+        # one-hot select (``op`` changes only with the pipeline empty, and a result leaves
+        # t >= 1 cycles after its input): the output select into the FIFO's write data is
+        # one AND-OR level after relu(sum), not the op decode and the sign/NaN tests (13.45 ns
+        # estimated, 12.40 routed into the FIFO storage in the S = 4 FPGA core at 56dc8c9)
+        assert t >= 1
+        ra = df.input(_relu(self.i.payload.a), "relu_a")
+        rg = df.input(Mux(gt_zero(self.i.payload.b), self.i.payload.a, 0), "relu_grad")
+        sv, pv, rav, rgv = (df.at(n, t) for n in (s, p, ra, rg))
+        ops = (EW_ADD, EW_RELU, EW_RELU_GRAD, EW_SCALE, EW_ADD_RELU)
+        sel = {k: Signal(name=f"op_is_{k}") for k in ops}
+        m.d.sync += [sel[k].eq(self.op == k) for k in ops[:-1]]
+        m.d.sync += sel[EW_ADD_RELU].eq(~Cat(*(self.op == k for k in ops[:-1])).any())
         r = Signal(32, name="r")
-        with m.Switch(self.op):
-            with m.Case(EW_ADD):
-                m.d.comb += r.eq(sv)
-            with m.Case(EW_RELU):
-                m.d.comb += r.eq(_relu(av))
-            with m.Case(EW_RELU_GRAD):
-                m.d.comb += r.eq(Mux(gt_zero(bv), av, 0))
-            with m.Case(EW_SCALE):
-                m.d.comb += r.eq(pv)
-            with m.Default():
-                m.d.comb += r.eq(_relu(sv))
+        terms = ((EW_ADD, sv), (EW_RELU, rav), (EW_RELU_GRAD, rgv), (EW_SCALE, pv),
+                 (EW_ADD_RELU, _relu(sv)))
+        m.d.comb += r.eq(_or_all([Mux(sel[k], v, 0) for k, v in terms]))
         df.check_external_used()
         can = credit_fifo(m, "ofifo", latency=t, accept=accept, done_valid=df.valid_at(t),
                           done_data=r, o=self.o)

@@ -39,7 +39,8 @@ class ResultJoin(wiring.Component):
     Members
     -------
     desc : In(stream.Signature(desc_layout(config)))
-        Descriptors; ``ready`` is the FIFO's room and does not depend on ``valid``.
+        Descriptors; ``ready`` is the FIFO's room (with :attr:`write_reg`: fewer than
+        ``depth`` held, a register) and does not depend on ``valid``.
     out : In(stream.Signature(array_out_layout(config)))
         The array's output vectors.
     acc : Out(stream.Signature(acc_in_layout(config)))
@@ -51,6 +52,10 @@ class ResultJoin(wiring.Component):
 
     def __init__(self, *, config: ArrayConfig, depth: int):
         self.config, self.depth = config, depth
+        #: The descriptor is written from a register a cycle after it is taken (``S >= 4``:
+        #: the array's shortest latency, ``2S + 1``, still hides the extra cycle); ``ready``
+        #: then never lets more than ``depth`` descriptors be held.
+        self.write_reg = 2 * config.size + 1 >= RegBlockFIFO.VISIBLE + 3
         super().__init__({
             "desc": In(stream.Signature(desc_layout(config))),
             "out": In(stream.Signature(array_out_layout(config))),
@@ -75,8 +80,26 @@ class ResultJoin(wiring.Component):
         # cycle after it is readable, so its check is ready before its output vector arrives.
         assert 2 * self.config.size + 1 >= RegBlockFIFO.VISIBLE + 2
         fifo = m.submodules.desc = RegBlockFIFO(width=dl.size, depth=self.depth + 3, ahead=True)
-        m.d.comb += [fifo.w_data.eq(self.desc.payload), fifo.w_en.eq(self.desc.valid),
-                     self.desc.ready.eq(fifo.w_rdy)]
+        if self.write_reg:
+            # (S >= 4) the descriptor is written a cycle after it is taken, from a register:
+            # the beat assembler's exponent arithmetic ended at the FIFO's storage (the S = 4
+            # FPGA core's slowest routed paths at 56dc8c9, 12.75 ns, 39 end points). Its
+            # ``ready`` is then a register too: fewer than ``depth`` descriptors taken and
+            # not yet read (the FIFO holds at most those, so it always takes the write), the
+            # same as the FIFO's own room whenever it holds fewer than ``depth``.
+            held = Signal(range(self.depth + 1), name="desc_held")
+            held_next = Signal.like(held, name="desc_held_next")
+            ready = Signal(name="desc_room", init=1)
+            w_v = Signal(name="desc_write")
+            w_d = Signal(dl.size, name="desc_write_data")
+            take = self.desc.valid & ready
+            m.d.comb += [held_next.eq(held + take - fifo.r_en), self.desc.ready.eq(ready),
+                         fifo.w_data.eq(w_d), fifo.w_en.eq(w_v)]
+            m.d.sync += [held.eq(held_next), ready.eq(held_next < self.depth), w_v.eq(take),
+                         w_d.eq(self.desc.payload)]
+        else:
+            m.d.comb += [fifo.w_data.eq(self.desc.payload), fifo.w_en.eq(self.desc.valid),
+                         self.desc.ready.eq(fifo.w_rdy)]
         dh = Signal(dl, name="desc_head")
         dn = Signal(dl, name="desc_next")
         m.d.comb += [dh.eq(fifo.r_data), dn.eq(fifo.n_data)]

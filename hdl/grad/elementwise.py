@@ -94,16 +94,16 @@ class Elementwise(wiring.Component):
         s = df.add(a, b, name="sum")
         p = df.mul(a, df.const(self.scale, "scale"), name="prod")
         t = self.latency
-        # relu(a) and the ReLU derivative's a-if-b>0 taken at the input and delayed instead
-        # of a and b (the same registers), and the operation decoded into a registered
-        # one-hot select (``op`` changes only with the pipeline empty, and a result leaves
-        # t >= 1 cycles after its input): the output select into the FIFO's write data is
-        # one AND-OR level after relu(sum), not the op decode and the sign/NaN tests (13.45 ns
-        # estimated, 12.40 routed into the FIFO storage in the S = 4 FPGA core at 56dc8c9)
+        # The operation decoded into a registered one-hot select (``op`` changes only with
+        # the pipeline empty, and a result leaves t >= 1 cycles after its input), so the op
+        # decode is not ahead of the output select into the FIFO's write data (13.45 ns
+        # estimated, 12.40 routed into the FIFO storage in the S = 4 FPGA core at 56dc8c9).
+        # (Taking relu(a) and the ReLU derivative at the input instead of the output, tried at
+        # 90c4e89, moved 64 end points at 12 ns to the input side, behind the line readers'
+        # FIFOs, at 5204923: the ReLU terms stay at the output.)
         assert t >= 1
-        ra = df.input(_relu(self.i.payload.a), "relu_a")
-        rg = df.input(Mux(gt_zero(self.i.payload.b), self.i.payload.a, 0), "relu_grad")
-        sv, pv, rav, rgv = (df.at(n, t) for n in (s, p, ra, rg))
+        av, bv, sv, pv = (df.at(n, t) for n in (a, b, s, p))
+        rav, rgv = _relu(av), Mux(gt_zero(bv), av, 0)
         ops = (EW_ADD, EW_RELU, EW_RELU_GRAD, EW_SCALE, EW_ADD_RELU)
         sel = {k: Signal(name=f"op_is_{k}") for k in ops}
         m.d.sync += [sel[k].eq(self.op == k) for k in ops[:-1]]

@@ -4,6 +4,9 @@ Golden model: :func:`sim.model.grad.elementwise` (bit-exact).
 """
 from __future__ import annotations
 
+import operator
+from functools import reduce
+
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -24,13 +27,6 @@ EW_OUT_LAYOUT = data.StructLayout({"r": 32})
 
 def _relu(x):
     return Mux(gt_zero(x) | is_nan(x), x, 0)
-
-
-def _or_all(values):
-    out = values[0]
-    for v in values[1:]:
-        out = out | v
-    return out
 
 
 class Elementwise(wiring.Component):
@@ -63,7 +59,8 @@ class Elementwise(wiring.Component):
     o : Out(stream.Signature(EW_OUT_LAYOUT))
         Result ``r`` (FP32), in order; backpressure stalls ``i`` through credits.
     op : In(3)
-        Operation (constant while elements are in flight).
+        Operation (constant while elements are in flight; decoded into a register, so it is
+        read a cycle before a result leaves).
     scale : In(32)
         FP32 factor of ``SCALE``.
     """
@@ -103,15 +100,14 @@ class Elementwise(wiring.Component):
         # FIFOs, at 5204923: the ReLU terms stay at the output.)
         assert t >= 1
         av, bv, sv, pv = (df.at(n, t) for n in (a, b, s, p))
-        rav, rgv = _relu(av), Mux(gt_zero(bv), av, 0)
         ops = (EW_ADD, EW_RELU, EW_RELU_GRAD, EW_SCALE, EW_ADD_RELU)
         sel = {k: Signal(name=f"op_is_{k}") for k in ops}
         m.d.sync += [sel[k].eq(self.op == k) for k in ops[:-1]]
         m.d.sync += sel[EW_ADD_RELU].eq(~Cat(*(self.op == k for k in ops[:-1])).any())
         r = Signal(32, name="r")
-        terms = ((EW_ADD, sv), (EW_RELU, rav), (EW_RELU_GRAD, rgv), (EW_SCALE, pv),
-                 (EW_ADD_RELU, _relu(sv)))
-        m.d.comb += r.eq(_or_all([Mux(sel[k], v, 0) for k, v in terms]))
+        terms = ((EW_ADD, sv), (EW_RELU, _relu(av)), (EW_RELU_GRAD, Mux(gt_zero(bv), av, 0)),
+                 (EW_SCALE, pv), (EW_ADD_RELU, _relu(sv)))
+        m.d.comb += r.eq(reduce(operator.or_, (Mux(sel[k], v, 0) for k, v in terms)))
         df.check_external_used()
         can = credit_fifo(m, "ofifo", latency=t, accept=accept, done_valid=df.valid_at(t),
                           done_data=r, o=self.o)

@@ -2,7 +2,10 @@
 one slot per cycle with random gaps, every decision checked ``latency`` cycles later; random
 statistics and thresholds over the whole 32-bit ranges and named edge cases (the two sides
 equal, one apart, the largest values, thresholds at and above 2**17 where the product's upper
-partial products count, never, not seen)."""
+partial products count, never, not seen). The rule is given both operands' statistics as
+read and picks the slot's (``slot[0]``) after its first register: the other operand holds a
+random statistic that must not count, and unwritten statistics (``present``) and thresholds
+(``thr_present``: ``THRESH_NEVER``) are given random words that must not count either."""
 import random
 
 import pytest
@@ -51,6 +54,12 @@ def random_cases(rng, n):
     return out
 
 
+def random_stat(rng):
+    """A statistic of random words (``seen`` set), for the entries the rule must not use."""
+    return {"exp": rng.randint(-3, 3), "num": rng.getrandbits(32), "den": rng.getrandbits(32),
+            "seen": True}
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_decisions_match_the_golden_rule(seed):
     rng = random.Random(seed)
@@ -70,20 +79,36 @@ def test_decisions_match_the_golden_rule(seed):
             if give:
                 num, den, thr, seen = pending.pop(0)
                 slot = rng.randrange(n_slots)
+                op = slot & 1
                 ctx.set(dut.valid, 1)
                 ctx.set(dut.slot, slot)
-                ctx.set(dut.stat, {"exp": rng.randint(-3, 3), "num": num, "den": den,
-                                   "seen": seen})
-                ctx.set(dut.threshold, thr)
+                # the slot's operand as given, or (1 in 8) unwritten: a random word that
+                # reads as zero; the other operand random, never looked at
+                present = rng.random() >= 0.125
+                mine = {"exp": rng.randint(-3, 3), "num": num, "den": den, "seen": seen}
+                if not present:
+                    mine = random_stat(rng)
+                    num, den, seen = 0, 0, False
+                stats = [None, None]
+                stats[op], stats[1 - op] = mine, random_stat(rng)
+                ctx.set(dut.stat, stats)
+                ctx.set(dut.present, (present << op) | (rng.getrandbits(1) << (1 - op)))
+                # the threshold as read, or (1 in 8) unwritten: THRESH_NEVER
+                thr_present = thr == THRESH_NEVER or rng.random() >= 0.125
+                ctx.set(dut.thr_present, thr_present)
+                ctx.set(dut.threshold, thr if thr_present else rng.getrandbits(32))
                 state = StatState(exp=0, num=num, den=den, seen=seen)
-                want = (1 << slot) if adapt_raises(state, thr) else 0
+                want = (1 << slot) if adapt_raises(state, thr if thr_present
+                                                   else THRESH_NEVER) else 0
                 raised += bool(want)
                 expected.append((t + dut.latency, want))
             else:
                 ctx.set(dut.valid, 0)
                 ctx.set(dut.slot, rng.randrange(n_slots))      # ignored without valid
                 ctx.set(dut.threshold, 0)
-                ctx.set(dut.stat, {"num": TOP, "den": 0, "seen": 1, "exp": 0})
+                ctx.set(dut.thr_present, 1)
+                ctx.set(dut.stat, [{"num": TOP, "den": 0, "seen": 1, "exp": 0}] * 2)
+                ctx.set(dut.present, 3)
             due = {d: w for d, w in expected}
             got = ctx.get(dut.raise_slots)
             assert got == due.get(t, 0), f"cycle {t}: raise_slots {got:#x} != {due.get(t, 0):#x}"

@@ -7,7 +7,7 @@ threshold, unsigned Q16.16; :data:`hdl.core.isa.THRESH_FRAC_BITS`).
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Mux, Signal, Value
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..bfp.stat import stat_layout
@@ -15,7 +15,7 @@ from ..lib.delay import delay
 from ..lib.dspmul import RegisteredMul, registered_partial_products
 from ..lib.mustuse import check_config_type
 from .config import CoreConfig
-from .isa import THRESH_FRAC_BITS, stat_slots
+from .isa import THRESH_FRAC_BITS, THRESH_NEVER, stat_slots
 
 __all__ = ["AdaptRule"]
 
@@ -23,7 +23,10 @@ __all__ = ["AdaptRule"]
 class AdaptRule(wiring.Component):
     """The rule of ``ADAPT`` in :attr:`latency` register steps, one slot accepted per cycle.
 
-    Steps (each a register): the slot's statistic and threshold; the product
+    Steps (each a register): both operands' statistics as read, their written bits and the
+    threshold (the operand select after the register: the statistic memories' read data
+    through the written-bit and operand selects into the statistic's register was 60 end
+    points at 11.55 ns in the S = 4 FPGA core, routed, at 5204923); the product
     ``threshold * den`` in :class:`~hdl.lib.dspmul.RegisteredMul` blocks, their operand
     registers and their partial products (on an ECP5 both inside the DSP blocks: between
     fabric registers the product was 13.5 ns routed, 4.78 ns to the DSP, 3.93 in it, 5.32
@@ -46,10 +49,18 @@ class AdaptRule(wiring.Component):
     valid : In(1)
         A slot is given this cycle.
     slot : In(range(stat_slots(config)))
-    stat : In(stat_layout(...))
-        The slot's statistic (``num``, ``den``, ``seen``).
+        Bit 0 is the slot's operand: ``stat[slot[0]]`` is its statistic.
+    stat : In(ArrayLayout(stat_layout(...), 2))
+        The statistic as read for each operand of the slot's pair (``num``, ``den``, ``seen``;
+        ``exp`` is not used).
+    present : In(2)
+        Per operand: the statistic was written (saved since its last clear); a slot whose
+        bit is 0 counts as not seen, whatever ``stat`` holds.
     threshold : In(32)
-        The slot's threshold (unsigned Q16.16; ``THRESH_NEVER`` for an unwritten one).
+        The slot's threshold as read (unsigned Q16.16).
+    thr_present : In(1)
+        The threshold was written: 0 stands for ``THRESH_NEVER`` (selected after the
+        register, as the statistic's operand).
     raise_slots : Out(stat_slots(config))
         One-hot: the slot decided this cycle, if its width is to be raised; 0 otherwise (the
         AND of two registers).
@@ -64,21 +75,34 @@ class AdaptRule(wiring.Component):
         super().__init__({
             "valid": In(1),
             "slot": In(range(self.n_slots)),
-            "stat": In(stat_layout(config.array.bfp(0))),
+            "stat": In(data.ArrayLayout(stat_layout(config.array.bfp(0)), 2)),
+            "present": In(2),
             "threshold": In(32),
+            "thr_present": In(1),
             "raise_slots": Out(self.n_slots),
         })
 
     def elaborate(self, platform):
         m = Module()
         n_slots = self.n_slots
-        # step 1: the slot's statistic and threshold
+        # step 1: both operands' statistics as read, their written bits, the threshold; the
+        # slot's operand picked after the register
         p1_v = Signal(name="p1_valid")
         p1_k = Signal(range(n_slots), name="p1_slot")
-        p1_stat = Signal.like(self.stat, name="p1_stat")
+        p1_stats = Signal.like(self.stat, name="p1_stats")
+        p1_present = Signal(2, name="p1_present")
+        p1_thr_read = Signal(32, name="p1_thr_read")
+        p1_thr_present = Signal(name="p1_thr_present")
+        m.d.sync += [p1_v.eq(self.valid), p1_k.eq(self.slot), p1_stats.eq(self.stat),
+                     p1_present.eq(self.present), p1_thr_read.eq(self.threshold),
+                     p1_thr_present.eq(self.thr_present)]
         p1_thr = Signal(32, name="p1_thr")
-        m.d.sync += [p1_v.eq(self.valid), p1_k.eq(self.slot), p1_stat.eq(self.stat),
-                     p1_thr.eq(self.threshold)]
+        m.d.comb += p1_thr.eq(Mux(p1_thr_present, p1_thr_read, THRESH_NEVER))
+        op = p1_k[0]
+        p1_stat = Signal.like(self.stat[0], name="p1_stat")
+        m.d.comb += [p1_stat.eq(Mux(op, p1_stats[1], p1_stats[0])),
+                     p1_stat.seen.eq(p1_present.bit_select(op, 1) & Mux(op, p1_stats[1].seen,
+                                                                          p1_stats[0].seen))]
         # steps 2, 3: threshold * den in DSP blocks, cut at bit 17 of each operand: lo * lo
         # and hi * hi side by side, the two middle products
         pps = registered_partial_products(m, p1_thr, p1_stat.den, ce_in=1, ce_out=1,

@@ -21,7 +21,7 @@ from ..lib.dspmul import registered_product
 from .adapt import AdaptRule
 from .decoder import Decoder
 from ..lib.memport import BLOCK_RAM
-from .isa import (ADDR_BITS, INSTR, INSTR_BITS, PREC_ENTRY, THRESH_NEVER,
+from .isa import (ADDR_BITS, INSTR, INSTR_BITS, PREC_ENTRY,
                   VECTOR_CMD, Op, Status, stat_slots)
 
 __all__ = ["Sequencer", "COUNTERS", "counters_layout_core", "UNITS", "ADAPT_STEPS"]
@@ -298,10 +298,8 @@ class Sequencer(wiring.Component):
         adapt_next = Signal(range(n_slots + ADAPT_STEPS + 1), name="adapt_next_slot")
         host_pair = Signal(range(n_pairs), name="stat_host_pair")
         m.d.comb += host_pair.eq(self.stat_raddr[1:])
-        host_op = Signal(name="stat_host_op")
-        with m.If(self.stat_ren):
-            m.d.sync += host_op.eq(self.stat_raddr[0])
         st_seq = []       # per operand: the sequencer's view of slot (s_pair of last cycle, op)
+        st_raw = []       # per operand: the read port's data (AdaptRule selects after a register)
         ws_regs = []      # per operand: (its written bit as read, the written bits, cleared)
         st_host = []
         for op in range(2):
@@ -324,23 +322,28 @@ class Sequencer(wiring.Component):
             # (registered below, once s_pair's sources are known)
             ws_q = Signal(name=f"stat_rd_written{op}")
             ws_regs.append((ws_q, written, cleared))
-            wh_q = Signal(name=f"stat_host_written{op}")
+            # the host's pick of this operand and its written bit in one register: the
+            # word is then one AND-OR of the two read ports
+            wh_q = Signal(name=f"stat_host_pick{op}")
             with m.If(self.stat_ren):
-                m.d.sync += wh_q.eq(written.bit_select(host_pair, 1))
+                m.d.sync += wh_q.eq(written.bit_select(host_pair, 1)
+                                    & (self.stat_raddr[0] == op))
             v = Signal(st_shape, name=f"stat_rd{op}")
             m.d.comb += v.eq(Mux(ws_q, rs.data, zero_stat))
             st_seq.append(v)
+            st_raw.append(rs.data)
             vh = Signal(st_shape, name=f"stat_host{op}")
             m.d.comb += vh.eq(Mux(wh_q, rh.data, zero_stat))
             st_host.append(vh)
         # the host's word from a register a cycle after the memory's read data: the block
         # RAM's clock-to-out (5.83 ns in nextpnr's model) through the written-bit and operand
         # selects into the host's response was the S = 4 FPGA core's routed critical path at
-        # 4d67e27 (14.42 ns)
+        # 4d67e27 (14.42 ns); the two selects are one AND-OR now (39 end points at 11.37 ns
+        # at 5204923, routed)
         host_read = Signal(name="stat_host_read")
         m.d.sync += host_read.eq(self.stat_ren)
         with m.If(host_read):
-            m.d.sync += self.stat_rdata.eq(Mux(host_op, st_host[1], st_host[0]))
+            m.d.sync += self.stat_rdata.eq(st_host[0].as_value() | st_host[1].as_value())
 
         thr_mem = Memory(shape=32, depth=n_slots, init=[], attrs=BLOCK_RAM)
         m.submodules.thr_mem = thr_mem
@@ -358,19 +361,15 @@ class Sequencer(wiring.Component):
             m.d.sync += thr_written.bit_select(thr_wa, 1).eq(1)
         thr_wq = Signal(name="thr_rd_written")
         m.d.sync += thr_wq.eq(thr_written.bit_select(t_slot, 1))
-        a_thr = Signal(32, name="adapt_thr")
-        m.d.comb += a_thr.eq(Mux(thr_wq, thr_rp.data, THRESH_NEVER))
-
-        a_stat = Signal(st_shape, name="adapt_stat")
-        m.d.comb += a_stat.eq(Mux(adapt_k[0], st_seq[1], st_seq[0]))
         # the rule in ADAPT_STEPS register steps (AdaptRule: the product and the compare
         # were the FPGA build's slowest paths), then each precision entry's own raise (the
         # compare, the slot decode and a 32-entry read-modify-write in one cycle were 13.5 ns
         # by the estimate at S = 8, into all of the table's registers)
         a_walk = Signal(name="adapt_walk")           # ADAPT reads slot adapt_k this cycle
         rule = m.submodules.adapt_rule = AdaptRule(config=cfg)
-        m.d.comb += [rule.valid.eq(a_walk), rule.slot.eq(adapt_k), rule.stat.eq(a_stat),
-                     rule.threshold.eq(a_thr)]
+        m.d.comb += [rule.valid.eq(a_walk), rule.slot.eq(adapt_k), rule.stat.eq(Cat(*st_raw)),
+                     rule.present.eq(Cat(*(ws_q for ws_q, _, _ in ws_regs))),
+                     rule.threshold.eq(thr_rp.data), rule.thr_present.eq(thr_wq)]
         raise_oh = rule.raise_slots
         for i in range(n_prec):      # raise the slot's width (by 2, up to max_mantissa)
             for op, field in ((0, "width_a"), (1, "width_b")):   # slot 2 * i + op

@@ -255,46 +255,62 @@ class _LineWriter(wiring.Component):
         x = self.i.payload
         step = Signal(range(L + 1), name="step")
         c_next = Signal(DIM_BITS + 1, name="col_next")
-        rest = Signal(DIM_BITS + 1, name="cols_left")       # cols - c (> 0 inside a row)
-        beat = Signal(S, name="beat_words")                 # line words this beat writes
-        new = [Signal(32, name=f"new{k}") for k in range(S)]
         # eol (c + step >= cols) from a register, kept for the next c as c moves: the adder
         # and compare were ahead of the line buffer's enables (128 end points at 12.9 ns in
         # the S = 4 FPGA core, routed); only the register's own input has them now
         eol = Signal(name="eol_q")
         narrow_in = Signal(name="narrow_in")        # ``narrow`` as ``start`` loads it
+        # the line words the current beat writes, a register loaded from the next lane, column
+        # and width: the columns-left subtract and compares were ahead of the line buffers'
+        # enables (164 end points at 11.5 ns in the S = 4 FPGA core, routed, at 5204923)
+        beat = Signal(S, name="beat_words")
+        new = [Signal(32, name=f"new{k}") for k in range(S)]
+        write = Signal(name="write_line")           # this beat completes its line
+        lane_n = Signal.like(lane, name="lane_next")
+        c_n = Signal.like(c, name="col_next_beat")
+        narrow_n = Signal(name="narrow_next")
+        cols_n = Signal.like(cols, name="cols_next")
+        rest_n = Signal(DIM_BITS + 1, name="cols_left_next")    # cols - c (> 0 inside a row)
 
         def step_of(n):
             """Columns a beat covers: 1 narrow, else L."""
             return Mux(n, 1, L)
+
+        def beat_of(ln, nw, rest):
+            """Line words a beat at lane ``ln`` writes (``nw``: narrow), ``rest`` columns
+            left in its row."""
+            words = [(ln >> lgL == k // L) & (rest > k % L) for k in range(S)]
+            return Cat(*(Mux(nw, ln == k, words[k]) if L > 1 else ln == k for k in range(S)))
+
         m.d.comb += [narrow_in.eq(self.narrow | (L == 1)), step.eq(step_of(narrow)),
-                     c_next.eq(c + step), self.eol.eq(eol), rest.eq(cols - c),
-                     self.w_addr.eq(line)]
+                     c_next.eq(c + step), self.eol.eq(eol), self.w_addr.eq(line),
+                     write.eq((lane == Mux(narrow, S - 1, S - L)) | eol),
+                     lane_n.eq(lane), c_n.eq(c), narrow_n.eq(narrow), cols_n.eq(cols),
+                     rest_n.eq(cols_n - c_n)]
         for k in range(S):
-            wide_k = (lane >> lgL == k // L) & (rest > k % L)
-            m.d.comb += [beat[k].eq(Mux(narrow, lane == k, wide_k) if L > 1 else lane == k),
-                         new[k].eq(Mux(narrow, x[0], x[k % L]) if L > 1 else x[0])]
+            m.d.comb += new[k].eq(Mux(narrow, x[0], x[k % L]) if L > 1 else x[0])
         m.d.comb += self.w_data.eq(Cat(*(Mux(beat[k], new[k], buf[k]) for k in range(S))))
         with m.If(self.start):
-            m.d.sync += [line.eq(self.base), lane.eq(0), r.eq(0), c.eq(0), mask.eq(0),
-                         rows.eq(self.rows), cols.eq(self.cols),
-                         narrow.eq(narrow_in), self.fin.eq(0),
-                         eol.eq(step_of(narrow_in) >= self.cols)]
+            m.d.comb += [lane_n.eq(0), c_n.eq(0), narrow_n.eq(narrow_in), cols_n.eq(self.cols)]
+            m.d.sync += [line.eq(self.base), r.eq(0), mask.eq(0), rows.eq(self.rows),
+                         self.fin.eq(0), eol.eq(step_of(narrow_in) >= self.cols)]
         with m.Elif(self.i.valid):
-            m.d.sync += [c.eq(c_next), lane.eq(lane + step),
-                         eol.eq(Mux(eol, step, c_next + step) >= cols)]
-            with m.If((lane == Mux(narrow, S - 1, S - L)) | eol):
+            m.d.comb += [lane_n.eq(Mux(write, 0, lane + step)), c_n.eq(Mux(eol, 0, c_next))]
+            m.d.sync += eol.eq(Mux(eol, step, c_next + step) >= cols)
+            with m.If(write):
                 m.d.comb += self.w_en.eq(mask | beat)
-                m.d.sync += [mask.eq(0), lane.eq(0), line.eq(line + 1)]
+                m.d.sync += [mask.eq(0), line.eq(line + 1)]
             with m.Else():
                 m.d.sync += mask.eq(mask | beat)
                 for k in range(S):
                     with m.If(beat[k]):
                         m.d.sync += buf[k].eq(new[k])
             with m.If(eol):
-                m.d.sync += [c.eq(0), r.eq(r + 1)]
+                m.d.sync += r.eq(r + 1)
                 with m.If(r == rows - 1):
                     m.d.sync += self.fin.eq(1)
+        m.d.sync += [lane.eq(lane_n), c.eq(c_n), narrow.eq(narrow_n), cols.eq(cols_n),
+                     beat.eq(beat_of(lane_n, narrow_n, rest_n))]
         return m
 
 

@@ -1,7 +1,7 @@
 """Four nested run-time counters: the loop nest of the matmul engine's line generators."""
 from __future__ import annotations
 
-from amaranth.hdl import Mux, Signal
+from amaranth.hdl import Const, Mux, Signal, Value
 
 from .config import BWD_DATA, BWD_WEIGHT
 
@@ -133,16 +133,32 @@ class LineWalk:
     """
 
     def __init__(self, loops: NestedLoops, name: str, width: int, weights):
+        self.width = width
         self.p = [Signal(width, name=f"{name}_p{j}") for j in range(4)]
         self.weights = weights
         self.addr = self.p[3]
+        self.tracked = []
         loops.walks.append(self)
+
+    def track(self, fn, shape, name: str) -> Signal:
+        """A register holding ``fn(addr)``: loaded with ``fn`` of the value :attr:`addr` takes
+        at every restart and step, so the logic of ``fn`` is ahead of the register, not behind
+        :attr:`addr` (``fn`` gets a ``width``-bit unsigned value)."""
+        reg = Signal(shape, name=name)
+        self.tracked.append((reg, fn))
+        return reg
+
+    def _loads(self, value):
+        # the statements for a new addr: the registers tracking it take fn of its new value
+        # (value cut or extended to ``width`` bits as the assignment to addr does)
+        fitted = (Value.cast(value) + Const(0, self.width))[:self.width]
+        return [reg.eq(fn(fitted)) for reg, fn in self.tracked]
 
     def restart(self, base):
         """Sync statements: every partial sum to ``base`` (with the nest's restart)."""
-        return [p.eq(base) for p in self.p]
+        return [p.eq(base) for p in self.p] + self._loads(base)
 
     def inc(self, j):
         """Sync statements of a step that increments level ``j`` (used by the nest)."""
         nxt = self.p[j] + self.weights[j]
-        return [self.p[i].eq(nxt) for i in range(j, 4)]
+        return [self.p[i].eq(nxt) for i in range(j, 4)] + self._loads(nxt)

@@ -81,8 +81,7 @@ class TileRowGen(wiring.Component):
         # the request register at 210e109)
         rem_wts = [Signal(db + 2, name=f"g1_nrem_stride{j}") for j in range(4)]
         nrem_walk = LineWalk(g1, "g1_nrem", db + 2, rem_wts)
-        nrem1 = nrem_walk.addr.as_signed()
-        nmask1 = lanes_below(m, nrem1, S, "g1_nmask")
+        nmask1 = lanes_below(nrem_walk, S, "g1_nmask")
         # rows past the matrix are zeros; their read stays inside the matrix (its base line),
         # so an engine on a shared scratchpad never touches another matrix's lines
         base1 = Signal.like(g1r["base_b"], name="g1_base")

@@ -8,7 +8,7 @@ cycles after each row so the next row reads the updated sum. Then ``db`` streams
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -110,13 +110,16 @@ class BiasGrad(wiring.Component):
                           done_data=Cat(rp.data, out_last), o=self.db)
         m.d.sync += [out_v.eq(out_accept)]
 
-        # cols - 1, rows - 1 and a row's gap registered with the command, and ``col ==
-        # cols - 1`` / ``row == rows - 1`` as flags kept with ``col`` / ``row``: the step
-        # behind ``dy.valid`` sets them from registers instead of subtract-and-compare
-        # chains (in the S = 4 FPGA core at 47febd6 these counters were ~80 of the vector
-        # unit's routed end points over 10 ns)
-        cols_m1 = Signal(17, name="cols_m1")
-        rows_m1 = Signal(16, name="rows_m1")
+        # cols - 2, rows - 2, cols == 1 and a row's gap registered with the command, and
+        # ``col == cols - 1`` / ``row == rows - 1`` as flags kept with ``col`` / ``row``: the
+        # step behind ``dy.valid`` sets them from registers and an equality compare of the
+        # counter (``col + 1 == cols - 1`` is ``col == cols - 2``) instead of
+        # subtract-and-compare chains (in the S = 4 FPGA core at 47febd6 these counters were
+        # ~80 of the vector unit's routed end points over 10 ns; the increment before the
+        # compare was 10 LUT levels into ``row_last`` at S = 8 by the estimate)
+        cols_m2 = Signal(signed(18), name="cols_m2")
+        rows_m2 = Signal(signed(17), name="rows_m2")
+        one_col = Signal(name="one_col")            # cols == 1
         row_gap = Signal.like(gap, name="row_gap")
         col_last = Signal(name="col_last")          # col == cols - 1
         row_last = Signal(name="row_last")          # row == rows - 1
@@ -128,9 +131,9 @@ class BiasGrad(wiring.Component):
                     with m.If((cmd.rows == 0) | (cmd.cols == 0) | (cmd.cols > cfg.max_cols)):
                         m.d.sync += self.error.eq(1)
                     with m.Else():
-                        m.d.sync += [row.eq(0), col.eq(0), gap.eq(0), cols_m1.eq(cmd.cols - 1),
-                                     rows_m1.eq(cmd.rows - 1), col_last.eq(cmd.cols == 1),
-                                     row_last.eq(cmd.rows == 1),
+                        m.d.sync += [row.eq(0), col.eq(0), gap.eq(0), cols_m2.eq(cmd.cols - 2),
+                                     rows_m2.eq(cmd.rows - 2), one_col.eq(cmd.cols == 1),
+                                     col_last.eq(cmd.cols == 1), row_last.eq(cmd.rows == 1),
                                      row_gap.eq(Mux(cmd.cols < la + 2, la + 2 - cmd.cols, 0))]
                         m.next = "ACC"
             with m.State("ACC"):
@@ -140,10 +143,10 @@ class BiasGrad(wiring.Component):
                 with m.If(self.dy.valid & (gap == 0)):
                     m.d.sync += [v1.eq(1), dy1.eq(self.dy.payload), col1.eq(col),
                                  first1.eq(row == 0), col.eq(col + 1),
-                                 col_last.eq(col + 1 == cols_m1)]
+                                 col_last.eq(col == cols_m2)]
                     with m.If(col_last):
-                        m.d.sync += [col.eq(0), col_last.eq(cols_m1 == 0), row.eq(row + 1),
-                                     row_last.eq(row + 1 == rows_m1), gap.eq(row_gap)]
+                        m.d.sync += [col.eq(0), col_last.eq(one_col), row.eq(row + 1),
+                                     row_last.eq(row == rows_m2), gap.eq(row_gap)]
                         with m.If(row_last):
                             m.d.sync += drain.eq(la + 3)
                             m.next = "DRAIN"
@@ -157,7 +160,7 @@ class BiasGrad(wiring.Component):
                 with m.If(can):
                     m.d.comb += out_accept.eq(1)
                     m.d.sync += [col.eq(col + 1), out_last.eq(col_last),
-                                 col_last.eq(col + 1 == cols_m1)]
+                                 col_last.eq(col == cols_m2)]
                     with m.If(col_last):
                         m.next = "IDLE"
         return m

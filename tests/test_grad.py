@@ -288,6 +288,9 @@ def test_softmax_rows_back_to_back(units, idle, stall, serial_log, read_reg):
         rows.append((z, int(rng.integers(0, c))))
     rows.append((np.array([1.0, np.nan, 2.0], F32), 0))
     rows.append((np.array([-0.0, 0.0, np.inf], F32), 1))
+    # a negative NaN with a payload: the smallest order key, so the row's maximum is a NaN only
+    # through the row's NaN flag (QNAN)
+    rows.append((np.array([3.0, np.uint32(0xFFC0_0001).view(F32), -1.0], F32), 2))
     gscale = F32(1 / 8)
     payloads = _sx_payloads(rows)
     got = []

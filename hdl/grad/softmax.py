@@ -232,6 +232,9 @@ class SoftmaxXent(wiring.Component):
         b_n = Array(Signal(range(C + 1), name=f"bank{b}_n") for b in range(2))
         b_label = Array(Signal(16, name=f"bank{b}_label") for b in range(2))
         b_mx = Array(Signal(32, name=f"bank{b}_max") for b in range(2))
+        # the row had a NaN: its maximum reads as QNAN, selected as EXP takes the bank's
+        # maximum (not between the compare and the bank's register)
+        b_nan = Array(Signal(name=f"bank{b}_nan") for b in range(2))
         # the bank's last EXP slot, max(n, lanes) - 1, registered with n (EXP's next read
         # address depends on it)
         b_last = Array(Signal(range(max(C, lanes)), name=f"bank{b}_last_slot") for b in range(2))
@@ -249,28 +252,37 @@ class SoftmaxXent(wiring.Component):
         lj = Signal(col_bits, name="load_col")
         l_label = Signal(16, name="load_label")
         l_mx = Signal(32, name="load_max")
+        # order_key(l_mx), a register beside it: the compare starts at it (the key of x is one
+        # LUT level after the input register); with the NaN select off the bank's maximum,
+        # 10 LUT levels into bank_max at S = 8 by the estimate before
+        l_key = Signal(32, name="load_max_key")
         l_nan = Signal(name="load_any_nan")
         x = inp.payload.x
         first = lj == 0
         lab = Signal(16, name="load_label_now")
         mx_next = Signal(32, name="load_max_next")
         nan_next = Signal(name="load_nan_next")
+        x_key = Signal(32, name="load_key")
+        x_max = Signal(name="load_new_max")     # x is the row's maximum so far
         m.d.comb += [
             lab.eq(Mux(first, inp.payload.label, l_label)),
-            mx_next.eq(Mux(first | (order_key(x) > order_key(l_mx)), x, l_mx)),
+            x_key.eq(order_key(x)),
+            x_max.eq(first | (x_key > l_key)),
+            mx_next.eq(Mux(x_max, x, l_mx)),
             nan_next.eq((l_nan & ~first) | is_nan(x)),
             inp.ready.eq(~full[wb]),
             zw.addr.eq(Cat(lj, wb)), zw.data.eq(x),
         ]
         with m.If(inp.valid & inp.ready):
             m.d.comb += zw.en.eq(1)
-            m.d.sync += [l_label.eq(lab), l_mx.eq(mx_next), l_nan.eq(nan_next), lj.eq(lj + 1)]
+            m.d.sync += [l_label.eq(lab), l_mx.eq(mx_next), l_key.eq(Mux(x_max, x_key, l_key)),
+                         l_nan.eq(nan_next), lj.eq(lj + 1)]
             with m.If(inp.payload.last | (lj == C - 1)):
                 m.d.sync += [
                     lj.eq(0), wb.eq(~wb), full[wb].eq(1),
                     b_n[wb].eq(lj + 1), b_label[wb].eq(lab),
                     b_last[wb].eq(Mux(lj + 1 > lanes, lj + 1, lanes) - 1),
-                    b_mx[wb].eq(Mux(nan_next, QNAN, mx_next)),
+                    b_mx[wb].eq(mx_next), b_nan[wb].eq(nan_next),
                 ]
 
         # ---------------------------------------------------------------- EXP
@@ -333,7 +345,7 @@ class SoftmaxXent(wiring.Component):
         m.d.sync += ev.eq(can_exp)
         with m.If(can_exp):
             m.d.sync += [
-                e_mx.eq(b_mx[rb]), e_pad.eq(~e_real), e_first.eq(ei < lanes),
+                e_mx.eq(Mux(b_nan[rb], QNAN, b_mx[rb])), e_pad.eq(~e_real), e_first.eq(ei < lanes),
                 e_final.eq(ei + lanes > last_slot), e_lane.eq(ei[:lane_bits] if lane_bits else 0),
                 e_row_first.eq(ei == 0), e_label.eq((ei == b_label[rb]) & e_real),
                 e_row_last.eq(at_last),

@@ -1,7 +1,7 @@
 """Four nested run-time counters: the loop nest of the matmul engine's line generators."""
 from __future__ import annotations
 
-from amaranth.hdl import Const, Mux, Signal, Value
+from amaranth.hdl import Const, Mux, Signal, Value, signed
 
 from .config import BWD_DATA, BWD_WEIGHT
 
@@ -27,11 +27,13 @@ class NestedLoops:
     Not a component: it adds its logic to the module of the component using it.
 
     ``last[j]`` (``c[j] == limits[j] - 1``) is a register, kept with the counters: a step
-    that moves ``c[j]`` to ``c[j] + 1`` sets it to ``c[j] + 2 == limits[j]``, one that wraps
+    that moves ``c[j]`` to ``c[j] + 1`` sets it to ``c[j] == limits[j] - 2``, one that wraps
     ``c[j]`` to 0 to ``limits[j] == 1``, and :meth:`load` to the latter for the limits the
-    nest will have. So no compare with a limit lies between the counters and a step's
-    enables (or a request's ``last`` flag). The limits must hold still while the nest runs
-    (``done`` low).
+    nest will have. ``limits[j] - 2`` and ``limits[j] == 1`` are registers too, loaded by
+    :meth:`load` (an equality compare of the counter with a register, no adder and no
+    limit select before it: 10 LUT levels into ``last`` at S = 8 by the estimate before).
+    So no compare with a limit lies between the counters and a step's enables (or a
+    request's ``last`` flag). The limits must hold still while the nest runs (``done`` low).
 
     Parameters
     ----------
@@ -40,8 +42,8 @@ class NestedLoops:
         Prefix of the signal names.
     bits : int
         Counter width.
-    limits : list of 4 Values
-        Iteration counts (``>= 1``) of the four loops.
+
+    The iteration counts (``>= 1``) of the four loops are given to :meth:`load`.
 
     Attributes
     ----------
@@ -54,35 +56,40 @@ class NestedLoops:
         nest after a :meth:`load`).
     """
 
-    def __init__(self, m, name, bits, limits):
+    def __init__(self, m, name, bits):
         self.c = [Signal(bits, name=f"{name}_c{j}") for j in range(4)]
-        self.limits = limits
+        # limits[j] - 2 (-1 or less never equals a counter) and limits[j] == 1, from load
+        self.lim_m2 = [Signal(signed(bits + 2), name=f"{name}_limit_m2_{j}") for j in range(4)]
+        self.lim_one = [Signal(name=f"{name}_limit_one{j}") for j in range(4)]
         self.last = [Signal(name=f"{name}_last{j}") for j in range(4)]
         self.done = Signal(name=f"{name}_done", init=1)
         self.m = m
         self.walks = []
 
     def load(self, limits):
-        """Sync statements: all counters to 0, ``last`` for ``limits`` (the values
-        :attr:`limits` will have from the next cycle on); ``done`` unchanged. A generator
+        """Sync statements: all counters to 0, ``last`` and the limit registers for
+        ``limits`` (the iteration counts the nest runs with once launched); ``done``
+        unchanged. A generator
         loads these every cycle while :attr:`done` and clears ``done`` on its launch (which
         comes only while done: an idle engine, or this generator finished the running pass),
         so the launch reaches one register, not every counter's, walk's and shape register's
         input select (the control's launch into generator 1's walk registers was the S = 4
         FPGA core's routed critical path at 827b689, 14.99 ns, 12.81 of them routing)."""
         return ([c.eq(0) for c in self.c]
-                + [last.eq(lim == 1) for last, lim in zip(self.last, limits)])
+                + [last.eq(lim == 1) for last, lim in zip(self.last, limits)]
+                + [r.eq(lim - 2) for r, lim in zip(self.lim_m2, limits)]
+                + [r.eq(lim == 1) for r, lim in zip(self.lim_one, limits)])
 
     def step(self):
         """Add the statements of one step (innermost first) to the current control block."""
         m = self.m
-        c, last, lim = self.c, self.last, self.limits
+        c, last = self.c, self.last
 
         def wrap(j):
-            return [c[j].eq(0), last[j].eq(lim[j] == 1)]
+            return [c[j].eq(0), last[j].eq(self.lim_one[j])]
 
         def inc(j):
-            return ([c[j].eq(c[j] + 1), last[j].eq(c[j] + 2 == lim[j])]
+            return ([c[j].eq(c[j] + 1), last[j].eq(c[j] == self.lim_m2[j])]
                     + [s for w in self.walks for s in w.inc(j)])
 
         with m.If(last[3]):

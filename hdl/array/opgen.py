@@ -93,7 +93,7 @@ class OperandLineGen(wiring.Component):
         def limits(bwd, bww, s):
             return [*tile_loop_limits(bwd, bww, s), Mux(bww, S, s["dM"])]
 
-        g0 = NestedLoops(m, "g0", db + 1, limits(is_bwd, is_bww, regs))
+        g0 = NestedLoops(m, "g0", db + 1)
         m.d.comb += self.done.eq(g0.done)
         g0_kt = Signal(db + 1, name="g0_kt")
         g0_nt = Signal(db + 1, name="g0_nt")

@@ -65,7 +65,7 @@ class TileRowGen(wiring.Component):
         def limits(bwd, bww, s):
             return [*tile_loop_limits(bwd, bww, s), S]
 
-        g1 = NestedLoops(m, "g1", db + 1, limits(is_bwd, is_bww, g1r))
+        g1 = NestedLoops(m, "g1", db + 1)
         m.d.comb += self.done.eq(g1.done)
         g1_kt = Signal(db + 1, name="g1_kt")
         g1_nt = Signal(db + 1, name="g1_nt")

@@ -69,12 +69,12 @@ class NestedLoops:
     def load(self, limits):
         """Sync statements: all counters to 0, ``last`` and the limit registers for
         ``limits`` (the iteration counts the nest runs with once launched); ``done``
-        unchanged. A generator
-        loads these every cycle while :attr:`done` and clears ``done`` on its launch (which
-        comes only while done: an idle engine, or this generator finished the running pass),
-        so the launch reaches one register, not every counter's, walk's and shape register's
-        input select (the control's launch into generator 1's walk registers was the S = 4
-        FPGA core's routed critical path at 827b689, 14.99 ns, 12.81 of them routing)."""
+        unchanged. A generator loads these every cycle while :attr:`done` and clears
+        ``done`` on its launch (which comes only while done: an idle engine, or this
+        generator finished the running pass), so the launch reaches one register, not every
+        counter's, walk's and shape register's input select (the control's launch into
+        generator 1's walk registers was the S = 4 FPGA core's routed critical path at
+        827b689, 14.99 ns, 12.81 of them routing)."""
         return ([c.eq(0) for c in self.c]
                 + [last.eq(lim == 1) for last, lim in zip(self.last, limits)]
                 + [r.eq(lim - 2) for r, lim in zip(self.lim_m2, limits)]

@@ -126,7 +126,7 @@ class CoreConfig(PresetMixin):
     serial_log : bool
         The softmax's ``log(s)`` once per row on :class:`~hdl.fp32.log_serial.FP32LogSerial`
         (the FPGA build): 6 DSPs instead of the pipelined log's 26. A ``SOFTMAX_XENT`` takes
-        ``LOG_SERIAL_LATENCY + 2`` (16) cycles more; the words are the same (docs/vector.md).
+        ``LOG_SERIAL_LATENCY + 2`` (24) cycles more; the words are the same (docs/vector.md).
     optim_one_port : bool
         The optimizer's four word ports (``W, M, V, G``) reach the scratchpad through one
         crossbar client instead of four (the FPGA build; needs the core's ``optim_config.ii

@@ -4,28 +4,28 @@ one operation every :data:`LOG_SERIAL_II` cycles (for the softmax's loss, once p
 :class:`~hdl.fp32.log.FP32Log` spends a multiplier on each of its seven products (26
 ``MULT18X18D`` on the ECP5). Here the reduction's small ``24 x 12``-bit product has its own
 multiplier, the first Horner step's ``R * H[0]`` (a constant) one of its own, and one
-``29 x 34``-bit signed multiplier does the other five in seven cycles (``E * LN2`` takes
-two); the rest is the same datapath (the stage helpers of :mod:`hdl.fp32.log`). Every
-product takes two cycles: its four partial products (one ``MULT18X18D`` each) into
-registers, then their sum with an addend (carry-save, one carry chain). Cycles after the
-take (``d0``)::
+``29 x 34``-bit signed multiplier does the other five in six slots (``E * LN2`` takes
+two); the rest is the same datapath (the stage helpers of :mod:`hdl.fp32.log`). Every product
+takes three cycles from its operands: its four partial products (one ``MULT18X18D`` each) into
+registers, their sum with an addend (carry-save, one carry chain), the sum's Horner bits into a
+register (``R * H[0]``'s too). Cycles after the take (``d0``)::
 
     front   stage 0 unpack and leading-zero count, stage 1 normalising shift and table
             index j (log_front_split); INV[j] and LOGT[j] looked up from stage 1 into
             registers, a cycle before the take may use them
     d0      R = M * INV[j] - 2**RF                    (the take; LOGT[j], E beside it)
-    d1, d2  h1 = H[1] + (R * H[0] >> RF)              (its own multiplier)
-    d3..d9  operands of the shared multiplier: R, h1 | E, LN2_lo | R, h2 | E, LN2_hi |
-            R, h3 | - | R, w; each sum a cycle later: h2 (d4), A = E * LN2_lo + LOGT[j]
-            (d5), h3 (d6), E * LN2_hi (d7), w (d8), P = R * w (d10)
-    d10     P and A + (E * LN2_hi << 28) into the hand-off registers
+    d1, d2  h1 = H[1] + (R * H[0] >> RF)              (its own multiplier; registered)
+    d3..d12 operands of the shared multiplier: R, h1 (d3) | R, h2 (d6) | E, LN2_lo (d7) |
+            E, LN2_hi (d8) | R, h3 (d9) | R, w (d12); each sum two cycles later: h2 (d5),
+            h3 (d8), A = E * LN2_lo + LOGT[j] (d9), E * LN2_hi (d10), w (d11), P = R * w (d14)
+    d14     P and A + (E * LN2_hi << 28) into the hand-off registers
     back    four stages (log_finish): the sum, the rounding to FP32, the specials
 
 with ``h(k+1) = H[k] + (R * h(k) >> RF)`` (``LN2 = LN2_hi * 2**28 + LN2_lo``). ``E * LN2`` is
 cut in two because ``LN2`` (56 bits) is wider than the multiplier's port; the sum of the two
-products is the same integer. The shared multiplier is busy in ``d3 .. d9`` and the next
-operation's ``d3`` is its ``d10``: a new operation is taken at ``d7`` of the one before it,
-so one enters every seven cycles (the front holds one operation meanwhile).
+products is the same integer. The slots differ pairwise by 1 .. 6 and 9 cycles, so a new
+operation may be taken at d7, d8 or from d10 of the one before it: one enters every seven
+cycles back to back (the front holds one operation meanwhile), two are in flight at most.
 """
 from __future__ import annotations
 
@@ -40,13 +40,16 @@ from .unit import FP32StreamUnit
 
 __all__ = ["FP32LogSerial", "LOG_SERIAL_II", "LOG_SERIAL_LATENCY"]
 
-#: Cycles the shared multiplier is busy per operation (``d1 .. d7`` after the take): the
-#: initiation interval.
+#: Cycles from one take to the next, back to back: the operation in flight blocks a take in
+#: its ``d1 .. d6`` and :data:`TAKE_BLOCKED`: the initiation interval.
 LOG_SERIAL_II = 7
-#: Cycles from the take (``d0``) to the hand-off registers (``d10``): ``R * H[0]`` (2), the
-#: four Horner products and ``R * w`` two cycles apart (operands in ``d3 .. d9``), the last
-#: sum (1).
-LOG_SERIAL_STEPS = 10
+#: The one cycle after ``d(LOG_SERIAL_II)`` that blocks a take: the shared multiplier's slots
+#: (d3, d6, d7, d8, d9, d12) differ pairwise by 1 .. 6 and 9.
+TAKE_BLOCKED = 9
+#: Cycles from the take (``d0``) to the hand-off registers (``d14``): ``R * H[0]`` and its
+#: register (2), the three Horner products and ``R * w`` three cycles apart (operands in d3,
+#: d6, d9, d12), ``R * w``'s two.
+LOG_SERIAL_STEPS = 14
 #: Cycles from an accepted operand to its result (unit idle, no stall): two front stages,
 #: the table lookups' register, the take, :data:`LOG_SERIAL_STEPS`, four back stages.
 LOG_SERIAL_LATENCY = 2 + 1 + 1 + LOG_SERIAL_STEPS + 4
@@ -136,7 +139,7 @@ class FP32LogSerial(FP32StreamUnit):
     Attributes
     ----------
     latency : int
-        :data:`LOG_SERIAL_LATENCY` (18) cycles from an accepted operand to its result, with the
+        :data:`LOG_SERIAL_LATENCY` (22) cycles from an accepted operand to its result, with the
         unit idle and no stall.
     ii : int
         :data:`LOG_SERIAL_II` (7): operations back to back are accepted every ``ii`` cycles
@@ -192,30 +195,30 @@ class FP32LogSerial(FP32StreamUnit):
         with m.Elif(take):
             m.d.sync += v1.eq(0)
 
-        # --- the multiplier: partial products registered, then summed ---------------------------
-        # Every product is formed in two cycles: the four partial products of a 17-bit split
-        # (one MULT18X18D each) into registers, then their sum with an addend (a carry-save
-        # 4:2 level and one carry-propagate adder). A Horner step is then two cycles, not one
-        # (the step was the S = 4 FPGA core's routed critical path, 16.67 ns: the operand
-        # register through the product and its carry chains back into the operand), so the
-        # four steps take slots d3, d5, d7, d9 after the take (d0) and ``E * LN2`` the slots
-        # between them (d4, d6). ``R * H[0]`` (the first step, a constant) has a multiplier
-        # of its own in slots d1 and d2, so the shared one is busy 7 cycles an operation and
-        # the next may be taken at d7, as before. ``ph[i]`` is high in cycle d(i + 1) of the
-        # last operation taken; two operations overlap by at most three cycles, in different
-        # slots of each register.
+        # --- the multiplier: partial products registered, then summed, then registered ---------
+        # Every product takes three cycles after its operands are loaded: the four partial
+        # products of a 17-bit split (one MULT18X18D each) into registers, their sum with an
+        # addend (a carry-save 4:2 level and one carry-propagate adder), the sum's Horner bits
+        # into ``mul_h``. A Horner step is then three cycles, slot to slot (as two it was the
+        # S = 4 FPGA core's routed path, 12.94 ns at 9de3820: the product registers through
+        # the carry chain and the operand mux back into the DSPs' operand registers). The
+        # shared multiplier's operands are loaded in slots d3, d6, d9, d12 (the Horner steps
+        # and ``P``) and d7, d8 (``E * LN2``) after the take (d0); ``R * H[0]`` has a
+        # multiplier of its own (d1) and its sum its own register (d2). The slots differ
+        # pairwise by 1..6 or 9, so the next operation may be taken at d7, d8 or d10 on (not
+        # d9): no two operations then load the operands, or sum, in one cycle. ``ph[i]`` is
+        # high in cycle d(i + 1) of every operation in flight (at most two).
         ph = Signal(LOG_SERIAL_STEPS, name="mul_phase")
-        # the next operation may be taken unless one is in d1 .. d(ii - 1) (at d(ii) it may)
         busy = Signal(name="mul_busy")
         m.d.comb += [
-            busy.eq(ph[:LOG_SERIAL_II - 1].any()),
+            busy.eq(ph[:LOG_SERIAL_II - 1].any() | ph[TAKE_BLOCKED - 1]),
             take.eq(en & v1 & looked & ~busy),
         ]
         with m.If(en):
             m.d.sync += ph.eq(Cat(take, ph[:-1]))
 
         def d(i):
-            """High in cycle ``d(i)`` after the last take (``i >= 1``)."""
+            """High in cycle ``d(i)`` after a take (``i >= 1``)."""
             return ph[i - 1]
 
         # the tables' words for stage 1's index, registered every cycle: the lookups are off
@@ -227,7 +230,8 @@ class FP32LogSerial(FP32StreamUnit):
         logt_now = Signal.like(logt_look, name="mul_logt_looked_up")
         m.d.sync += [inv.eq(inv_now), logt_now.eq(logt_look), looked.eq(~move1)]
 
-        # the take (d0): R, E, LOGT[j] and the specials of the operation
+        # the take (d0): R, E, LOGT[j] and the specials of the operation; they hold through
+        # d7 (the next take is at d7 at the earliest), the copies below from d8 on
         r_t = Signal(signed(w["red"][0]), name="take_r")
         e_t = Signal(signed(w["e"][0]), name="take_e")
         logt_t = Signal(w["logt"][0], name="take_logt")
@@ -236,42 +240,53 @@ class FP32LogSerial(FP32StreamUnit):
         with m.If(take):
             m.d.sync += [r_t.eq(mant1 * inv - (1 << c.RF)), e_t.eq(e1), logt_t.eq(logt_now),
                          special_t.eq(special1), spec_val_t.eq(spec_val1)]
+        r_c = Signal.like(r_t, name="chain_r")                  # copies at d7: d8 .. d14
+        e_c = Signal.like(e_t, name="chain_e")
+        logt_c = Signal.like(logt_t, name="chain_logt")
+        special_c = Signal(name="chain_special")
+        spec_val_c = Signal.like(spec_val1, name="chain_special_val")
+        with m.If(en & d(7)):
+            m.d.sync += [r_c.eq(r_t), e_c.eq(e_t), logt_c.eq(logt_t),
+                         special_c.eq(special_t), spec_val_c.eq(spec_val_t)]
 
-        # R * H[0] (d1: partial products; d2: h1 = H[1] + (R * H[0] >> RF))
-        h0 = Const(c.H[0], signed(w["h"][0]))
+        # R * H[0] (d1: partial products; d2: h1 = H[1] + (R * H[0] >> RF) into its register)
+        wh = w["h"][0]
+        h0 = Const(c.H[0], signed(wh))
         h0_parts = _partial_products(m, en, r_t, h0, name="h0")
-        h1 = _product_sum(m, h0_parts, Const(c.H[1] << c.RF, signed(SUM_BITS)), name="h0")
+        h1_sum = _product_sum(m, h0_parts, Const(c.H[1] << c.RF, signed(SUM_BITS)), name="h0")
+        h1 = Signal(signed(wh), name="h0_h1")
+        with m.If(en):
+            m.d.sync += h1.eq(h1_sum[c.RF:c.RF + wh])
 
-        # the shared multiplier: operand registers, partial products, sum
+        # the shared multiplier: operand registers, partial products, sum, Horner register
         a_op = Signal(signed(w["red"][0]), name="mul_a")
-        b_op = Signal(signed(w["h"][0]), name="mul_b")
+        b_op = Signal(signed(wh), name="mul_b")
         a_next = Signal.like(a_op, name="mul_a_next")      # what the slots below load
         b_next = Signal.like(b_op, name="mul_b_next")
         op_load = Signal(name="mul_operands_load")
         parts = _partial_products(m, en, a_op, b_op, name="mul",
                                   loads=(a_next, b_next, op_load))
         addend = Signal(signed(SUM_BITS), name="mul_addend")
-        m.d.comb += addend.eq(Mux(d(4), c.H[2] << c.RF, 0) | Mux(d(6), c.H[3] << c.RF, 0)
-                              | Mux(d(8), c.H[4] << c.RF, 0) | Mux(d(5), logt_t, 0))
+        m.d.comb += addend.eq(Mux(d(5), c.H[2] << c.RF, 0) | Mux(d(8), c.H[3] << c.RF, 0)
+                              | Mux(d(11), c.H[4] << c.RF, 0) | Mux(d(9), logt_c, 0))
         total = _product_sum(m, parts, addend, name="mul")
-        step = total[c.RF:c.RF + w["h"][0]].as_signed()       # the next Horner value
+        h = Signal(signed(wh), name="mul_h")                   # the last sum's Horner bits
+        with m.If(en):
+            m.d.sync += h.eq(total[c.RF:c.RF + wh])
 
-        r_c = Signal(signed(w["red"][0]), name="chain_r")      # the chain's R (d2 .. d8)
-        special_c = Signal(name="chain_special")
-        spec_val_c = Signal.like(spec_val1, name="chain_special_val")
-        special_h = Signal(name="hand_special")                 # d8 .. the hand-off
-        spec_val_h = Signal.like(spec_val1, name="hand_special_val")
-        big = Signal(signed(w["big"][0]), name="mul_big")      # E * LN2_lo + LOGT[j]
-        ehi = Signal(signed(w["big"][0]), name="mul_e_hi")     # E * LN2_hi
+        big = Signal(signed(w["big"][0]), name="mul_big")      # E * LN2_lo + LOGT[j] (d9)
+        ehi = Signal(signed(w["big"][0]), name="mul_e_hi")     # E * LN2_hi (d10)
         lo, hi = c.LN2 & ((1 << LN2_CUT) - 1), c.LN2 >> LN2_CUT
         # the operands each slot loads for the next cycle (the multiplier's operand registers
-        # load them, a copy inside each DSP block on an ECP5: _partial_products)
-        operand_slots = {2: (r_t, h1[c.RF:c.RF + w["h"][0]].as_signed()),   # operands R, h1
-                         3: (e_t, lo),                                     # E, LN2_lo; h2
-                         4: (r_c, step),                                   # R, h2; big
-                         5: (e_t, hi),                                     # E, LN2_hi; h3
-                         6: (r_c, step),                                   # R, h3; E * LN2_hi
-                         8: (r_c, step)}                                   # R, w
+        # load them, a copy inside each DSP block on an ECP5: _partial_products); the sums
+        # come two cycles after the slot: h2 (d5), A (d9), E * LN2_hi (d10), h3 (d8), w (d11),
+        # P (d14)
+        operand_slots = {3: (r_t, h1),                         # R, h1
+                         6: (r_t, h),                          # R, h2
+                         7: (e_t, lo),                         # E, LN2_lo
+                         8: (e_c, hi),                         # E, LN2_hi
+                         9: (r_c, h),                          # R, h3
+                         12: (r_c, h)}                         # R, w
         m.d.comb += [a_next.eq(a_op), b_next.eq(b_op),
                      op_load.eq(en & Cat(*[d(i) for i in operand_slots]).any())]
         for i, (a_val, b_val) in operand_slots.items():
@@ -280,23 +295,19 @@ class FP32LogSerial(FP32StreamUnit):
         with m.If(op_load):
             m.d.sync += [a_op.eq(a_next), b_op.eq(b_next)]
         with m.If(en):
-            with m.If(d(2)):
-                m.d.sync += [r_c.eq(r_t), special_c.eq(special_t), spec_val_c.eq(spec_val_t)]
-            with m.If(d(5)):
+            with m.If(d(9)):
                 m.d.sync += big.eq(total)
-            with m.If(d(7)):
+            with m.If(d(10)):
                 m.d.sync += ehi.eq(total)
-            with m.If(d(8)):
-                m.d.sync += [special_h.eq(special_c), spec_val_h.eq(spec_val_c)]
-            # d9: operands R, w; d10: P = R * w into the hand-off registers
+            # d14: P = R * w into the hand-off registers
 
-        # --- hand-off registers (d10), then the back stages -------------------------------------
+        # --- hand-off registers (d14), then the back stages -------------------------------------
         p = StallPipeline(m, en)
-        v7 = p.valid(d(10), "s7_valid")
+        v7 = p.valid(d(LOG_SERIAL_STEPS), "s7_valid")
         prod7 = p.reg(total, "s7_prod", signed(w["prod"][0]))
         big7 = p.reg(big + (ehi << LN2_CUT), "s7_big", signed(w["big"][0]))
-        special7 = p.reg(special_h, "s7_special")
-        spec_val7 = p.reg(spec_val_h, "s7_special_val")
+        special7 = p.reg(special_c, "s7_special")
+        spec_val7 = p.reg(spec_val_c, "s7_special_val")
         out_valid, out = log_finish(m, p, v7, prod7, big7, special7, spec_val7, c, w)
         m.d.comb += [self.o.valid.eq(out_valid), self.o.payload.eq(out)]
         return m

@@ -231,7 +231,11 @@ class SoftmaxXent(wiring.Component):
         full = Array(Signal(name=f"bank{b}_full") for b in range(2))
         b_n = Array(Signal(range(C + 1), name=f"bank{b}_n") for b in range(2))
         b_label = Array(Signal(16, name=f"bank{b}_label") for b in range(2))
-        b_mx = Array(Signal(32, name=f"bank{b}_max") for b in range(2))
+        # the row's maximum as LOAD leaves it (below): the last element, the maximum before
+        # it, and which of the two is the maximum; EXP selects as it takes it
+        b_cand = Array(Signal(32, name=f"bank{b}_max_cand") for b in range(2))
+        b_prev = Array(Signal(32, name=f"bank{b}_max_prev") for b in range(2))
+        b_sel = Array(Signal(name=f"bank{b}_max_is_cand") for b in range(2))
         # the row had a NaN: its maximum reads as QNAN, selected as EXP takes the bank's
         # maximum (not between the compare and the bank's register)
         b_nan = Array(Signal(name=f"bank{b}_nan") for b in range(2))
@@ -251,38 +255,49 @@ class SoftmaxXent(wiring.Component):
         wb = Signal(name="load_bank")
         lj = Signal(col_bits, name="load_col")
         l_label = Signal(16, name="load_label")
+        # The running maximum is kept unresolved: the last element (``cand``), the maximum
+        # before it (``prev``) and the compare's result (``cand_is_max``), with both keys
+        # (order_key) in registers beside them. The maximum so far is the 2:1 select of the
+        # two, one LUT level ahead of the next compare, and the compare's result goes into one
+        # register instead of selecting 64 (the compare into the bank's maximum and the key
+        # register, 57 + 22 end points at up to 11.3 ns in the S = 4 FPGA core at 9de3820,
+        # 13.35 ns estimated at S = 8; a3a4aca had already taken the NaN select and the key
+        # of the maximum off it).
+        c_x = Signal(32, name="load_max_cand")
+        c_key = Signal(32, name="load_max_cand_key")
+        p_mx = Signal(32, name="load_max_prev")
+        p_key = Signal(32, name="load_max_prev_key")
+        c_sel = Signal(name="load_max_is_cand")
         l_mx = Signal(32, name="load_max")
-        # order_key(l_mx), a register beside it: the compare starts at it (the key of x is one
-        # LUT level after the input register); with the NaN select off the bank's maximum,
-        # 10 LUT levels into bank_max at S = 8 by the estimate before
         l_key = Signal(32, name="load_max_key")
         l_nan = Signal(name="load_any_nan")
         x = inp.payload.x
         first = lj == 0
         lab = Signal(16, name="load_label_now")
-        mx_next = Signal(32, name="load_max_next")
         nan_next = Signal(name="load_nan_next")
         x_key = Signal(32, name="load_key")
         x_max = Signal(name="load_new_max")     # x is the row's maximum so far
         m.d.comb += [
+            l_mx.eq(Mux(c_sel, c_x, p_mx)),
+            l_key.eq(Mux(c_sel, c_key, p_key)),
             lab.eq(Mux(first, inp.payload.label, l_label)),
             x_key.eq(order_key(x)),
             x_max.eq(first | (x_key > l_key)),
-            mx_next.eq(Mux(x_max, x, l_mx)),
             nan_next.eq((l_nan & ~first) | is_nan(x)),
             inp.ready.eq(~full[wb]),
             zw.addr.eq(Cat(lj, wb)), zw.data.eq(x),
         ]
         with m.If(inp.valid & inp.ready):
             m.d.comb += zw.en.eq(1)
-            m.d.sync += [l_label.eq(lab), l_mx.eq(mx_next), l_key.eq(Mux(x_max, x_key, l_key)),
-                         l_nan.eq(nan_next), lj.eq(lj + 1)]
+            m.d.sync += [l_label.eq(lab), c_x.eq(x), c_key.eq(x_key), c_sel.eq(x_max),
+                         p_mx.eq(l_mx), p_key.eq(l_key), l_nan.eq(nan_next), lj.eq(lj + 1)]
             with m.If(inp.payload.last | (lj == C - 1)):
                 m.d.sync += [
                     lj.eq(0), wb.eq(~wb), full[wb].eq(1),
                     b_n[wb].eq(lj + 1), b_label[wb].eq(lab),
                     b_last[wb].eq(Mux(lj + 1 > lanes, lj + 1, lanes) - 1),
-                    b_mx[wb].eq(mx_next), b_nan[wb].eq(nan_next),
+                    b_cand[wb].eq(x), b_prev[wb].eq(l_mx), b_sel[wb].eq(x_max),
+                    b_nan[wb].eq(nan_next),
                 ]
 
         # ---------------------------------------------------------------- EXP
@@ -345,7 +360,7 @@ class SoftmaxXent(wiring.Component):
         m.d.sync += ev.eq(can_exp)
         with m.If(can_exp):
             m.d.sync += [
-                e_mx.eq(Mux(b_nan[rb], QNAN, b_mx[rb])), e_pad.eq(~e_real), e_first.eq(ei < lanes),
+                e_mx.eq(Mux(b_nan[rb], QNAN, Mux(b_sel[rb], b_cand[rb], b_prev[rb]))), e_pad.eq(~e_real), e_first.eq(ei < lanes),
                 e_final.eq(ei + lanes > last_slot), e_lane.eq(ei[:lane_bits] if lane_bits else 0),
                 e_row_first.eq(ei == 0), e_label.eq((ei == b_label[rb]) & e_real),
                 e_row_last.eq(at_last),

@@ -28,32 +28,7 @@ def check(cfg, inputs, outputs):
 def _accept_cycles(dut, payloads):
     """Feed ``payloads`` with ``i.valid`` always high and ``o.ready`` high; return the edge
     numbers of the accepts and of the results, and the results."""
-    log = {"acc": [], "res": [], "got": []}
-
-    async def tb(ctx):
-        ctx.set(dut.o.ready, 1)
-        sent, edge = 0, 0
-        while len(log["got"]) < len(payloads):
-            ctx.set(dut.i.valid, sent < len(payloads))
-            if sent < len(payloads):
-                ctx.set(dut.i.payload.as_value(), payloads[sent])
-            _, _, iv, ir, ov, op = await ctx.tick().sample(
-                dut.i.valid, dut.i.ready, dut.o.valid, dut.o.payload.as_value())
-            if iv and ir:
-                log["acc"].append(edge)
-                sent += 1
-            if ov:
-                log["res"].append(edge)
-                log["got"].append(int(op))
-            edge += 1
-            assert edge < 40 * len(payloads) + 100
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(tb)
-    add_deadline(sim)
-    sim.run()
-    return log
+    return _spaced(dut, payloads, [0] * (len(payloads) - 1))
 
 
 def test_latency_and_initiation_interval():

@@ -312,7 +312,15 @@ class OptimEngine(wiring.Component):
         clf = Dataflow(m, clip_go, fp32_config=self.fp32_config,
                        divsqrt_config=self.divsqrt_config, prefix="clipf")
         clip_done = clf.valid_at(dp.ratio_latency)
-        clip_q, clip_lt = clip_factor(m, dp.ratio)
+        # The quotient in a register every cycle, and the factor (its compare with 1 and the
+        # select) taken from it in UPDATE_START, the cycle after CLIP_WAIT sees it: nothing
+        # reads the factor before the update's first element enters the datapath, cycles
+        # later (the quotient through the compare into the 32-bit factor register was 32 of
+        # the S = 4 FPGA core's routed end points at 11.7 ns, 339a669)
+        ratio_q = Signal(32, name="clip_ratio")
+        clip_pending = Signal(name="clip_pending")
+        m.d.sync += ratio_q.eq(dp.ratio)
+        clip_q, clip_lt = clip_factor(m, ratio_q)
         nonfinite = Signal(name="nonfinite")
         fused = Signal(name="fused")           # a one-pass STEP1 is running
         ss_got = Signal(name="sumsq_got")      # its sum of squares has arrived
@@ -510,7 +518,7 @@ class OptimEngine(wiring.Component):
                     m.next = "CLIP_WAIT"
             with m.State("CLIP_WAIT"):
                 with m.If(clip_done):
-                    m.d.sync += [clip.eq(clip_q), st.clipped.eq(clip_lt)]
+                    m.d.sync += clip_pending.eq(1)
                     m.next = "UPDATE_START"
             with m.State("SKIP"):
                 m.d.sync += [st.skip_count.eq(st.skip_count + 1), st.last_skipped.eq(1),
@@ -520,6 +528,8 @@ class OptimEngine(wiring.Component):
                 m.next = "IDLE"
             with m.State("UPDATE_START"):
                 m.d.sync += [idx.eq(0), remaining.eq(n_reg)]
+                with m.If(clip_pending):
+                    m.d.sync += [clip.eq(clip_q), st.clipped.eq(clip_lt), clip_pending.eq(0)]
                 m.next = "UPDATE"
             with m.State("UPDATE"):
                 with m.If(read_go):

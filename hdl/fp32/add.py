@@ -120,11 +120,13 @@ class FP32Add(FP32CutUnit):
         # cancels): one carry chain each, not the exponents' chains and then theirs (the
         # unpack step into ``shift`` was the S = 4 FPGA core's routed critical path, 12.97 ns
         # at 9de3820, in the softmax's row-sum tree).
-        def field1(x):              # max(efield, 1) (signed, >= 0): a zero field has no bit set
-            return Cat(x.efield[0] | ~x.efield.any(), x.efield[1:], Const(0, 1)).as_signed()
+        f_a = Signal(signed(9), name="add_a_field1")     # max(efield, 1): a zero field has
+        f_b = Signal(signed(9), name="add_b_field1")     # no bit set, so set bit 0
+        m.d.comb += [f.eq(Cat(x.efield[0] | ~x.efield.any(), x.efield[1:]))
+                     for f, x in ((f_a, a), (f_b, b))]
         d_ab = Signal(signed(11), name="add_exp_diff_ab")
         d_ba = Signal(signed(11), name="add_exp_diff_ba")
-        m.d.comb += [d_ab.eq(field1(a) - field1(b)), d_ba.eq(field1(b) - field1(a))]
+        m.d.comb += [d_ab.eq(f_a - f_b), d_ba.eq(f_b - f_a)]
         # same_sign: a sum needs only the larger exponent first (equal exponents: shift 0, either
         # order gives the same sum and the same base_pre), so the 31-bit magnitude compare goes.
         m.d.comb += swap.eq(d_ab[-1] if self.same_sign else a.mag < b.mag)

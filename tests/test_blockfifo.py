@@ -21,14 +21,22 @@ class AheadFIFO(RegBlockFIFO):
         super().__init__(width=width, depth=depth, ahead=True)
 
 
-KINDS = [BufferedFIFO, BlockFIFO, RegBlockFIFO, AheadFIFO]
+class DecoupledFIFO(RegBlockFIFO):
+    """RegBlockFIFO with ``decouple``."""
+
+    def __init__(self, *, width, depth):
+        super().__init__(width=width, depth=depth, decouple=True)
+
+
+KINDS = [BufferedFIFO, BlockFIFO, RegBlockFIFO, AheadFIFO, DecoupledFIFO]
+STAGED = (AheadFIFO, DecoupledFIFO)
 #: entries below ``depth`` under which each kind always takes a write
-SLACK = {BufferedFIFO: 0, BlockFIFO: 0, RegBlockFIFO: 2, AheadFIFO: 3}
+SLACK = {BufferedFIFO: 0, BlockFIFO: 0, RegBlockFIFO: 2, AheadFIFO: 3, DecoupledFIFO: 3}
 
 
 @pytest.mark.parametrize("kind, depth", [
     pytest.param(k, d, id=f"{k.__name__}-{d}") for k in KINDS for d in (3, 4, 5, 16)
-    if not (k is AheadFIFO and d < 4)])          # ahead needs depth >= 4 (tested below)
+    if not (k in STAGED and d < 4)])         # a second stage needs depth >= 4 (tested below)
 @pytest.mark.parametrize("seed", [1, 2])
 def test_random_traffic_matches_a_queue(kind, depth, seed):
     rng = random.Random(seed * 100 + depth)
@@ -129,3 +137,35 @@ def test_reg_block_fifo_ahead_is_checked():
         RegBlockFIFO(width=8, depth=3, ahead=True)
     with pytest.raises(TypeError, match="RegBlockFIFO ahead must be a bool"):
         RegBlockFIFO(width=8, depth=8, ahead=1)
+
+
+def test_reg_block_fifo_decouple_is_checked():
+    with pytest.raises(ValueError,
+                       match="RegBlockFIFO depth must be an integer >= 4 with decouple"):
+        RegBlockFIFO(width=8, depth=3, decouple=True)
+    with pytest.raises(TypeError, match="RegBlockFIFO decouple must be a bool"):
+        RegBlockFIFO(width=8, depth=8, decouple=1)
+    with pytest.raises(ValueError, match="RegBlockFIFO ahead and decouple are exclusive"):
+        RegBlockFIFO(width=8, depth=8, ahead=True, decouple=True)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_decouple_reads_the_block_ram_part_only_from_registers(seed):
+    """With ``decouple`` the block RAM part's read enable follows only state: set against
+    the stages' registers every cycle, whatever ``r_en`` is (without it, a read of a full
+    head refills it from the block RAM part in the same cycle)."""
+    rng = random.Random(seed)
+    dut = DecoupledFIFO(width=8, depth=8)
+
+    async def tb(ctx):
+        inner = dut._inner_for_test
+        for cycle in range(300):
+            ctx.set(dut.w_en, rng.random() < 0.6)
+            ctx.set(dut.w_data, rng.randrange(256))
+            r_en = rng.random() < 0.6
+            ctx.set(dut.r_en, r_en)
+            expect = ctx.get(inner.r_rdy) and not ctx.get(dut._next_valid_for_test)
+            assert ctx.get(inner.r_en) == expect, cycle
+            await ctx.tick()
+
+    run_sim(dut, tb)

@@ -126,6 +126,12 @@ class OutputAccumulator(wiring.Component):
         # at its first part's join; a part's meta2 entry (written at its join) when its sum
         # leaves the adder. So no cycle changes. Each holds at most the few entries of those
         # windows, far below its depth - 2 (the depth a RegBlockFIFO always takes one below).
+        # With ``decouple`` (a second register stage; the block RAM part read only into it
+        # while it is empty) the join (or write back) that reads them does not reach their
+        # block RAM parts' read ports, pointers and levels (the old-line FIFO's level, 14.23 ns,
+        # was the S = 4 FPGA core's routed critical path at dd69ac6: the join through the
+        # head's refill into the block RAM part); one more entry each keeps the block RAM
+        # part's size and the room of depth - 2.
         V = RegBlockFIFO.VISIBLE
         # the old line's read: one cycle after the line starts, from registers (below), or
         # with a port of read latency 3 in the start cycle itself, so that its data still
@@ -134,9 +140,11 @@ class OutputAccumulator(wiring.Component):
         early = 1 + cfg.mem_latency + V > EdgeConverter.LATENCY
         assert EdgeConverter.LATENCY >= (not early) + cfg.mem_latency + V
         assert adds[0].latency >= V
-        meta1 = m.submodules.meta1 = RegBlockFIFO(width=meta.size, depth=D * F)
-        meta2 = m.submodules.meta2 = RegBlockFIFO(width=meta.size, depth=D * F)
-        old = m.submodules.old = RegBlockFIFO(width=S * 32, depth=D)
+        meta1 = m.submodules.meta1 = RegBlockFIFO(width=meta.size, depth=D * F + 1,
+                                                  decouple=True)
+        meta2 = m.submodules.meta2 = RegBlockFIFO(width=meta.size, depth=D * F + 1,
+                                                  decouple=True)
+        old = m.submodules.old = RegBlockFIFO(width=S * 32, depth=D + 1, decouple=True)
 
         # ---- in-flight addresses (in order: a ring of DEPTH entries) -------------------------
         ring_addr = [Signal(range(cfg.mem_depth), name=f"inflight_{j}_addr") for j in range(D)]

@@ -65,11 +65,22 @@ class RegBlockFIFO(Elaboratable, FIFOInterface):
     block RAM part's: while the stages and the ``BlockFIFO``'s own head register are empty,
     entries on their way there fill its memory). Size it with that slack.
 
+    With ``decouple``, the second stage is there too (not as a port) but the block RAM part
+    is read only while that stage is empty (its head goes into the head register if that is
+    free, else into the second stage): the reader's ``r_en`` then reaches only the two
+    stages' loads, not the block RAM part's read enable, pointers and level (with ``ahead``
+    the stage refills in the cycle it moves to the head, so ``r_en`` reaches them). The head
+    holds and changes exactly as without ``decouple``; ``depth >= 4``, the room as with
+    ``ahead``.
+
     Parameters
     ----------
     width, depth : int
     ahead : bool
         Add the second stage and ``n_data``/``n_rdy``.
+    decouple : bool
+        Add the second stage, read the block RAM part only into an empty one (not with
+        ``ahead``).
 
     Members
     -------
@@ -80,17 +91,25 @@ class RegBlockFIFO(Elaboratable, FIFOInterface):
 
     VISIBLE = BlockFIFO.VISIBLE + 1
 
-    def __init__(self, *, width: int, depth: int, ahead: bool = False):
-        if not isinstance(ahead, bool):
+    def __init__(self, *, width: int, depth: int, ahead: bool = False,
+                 decouple: bool = False):
+        for name, value in (("ahead", ahead), ("decouple", decouple)):
+            if not isinstance(value, bool):
+                self._MustUse__silence = True
+                raise TypeError(f"RegBlockFIFO {name} must be a bool, not {value!r}")
+        if ahead and decouple:
             self._MustUse__silence = True
-            raise TypeError(f"RegBlockFIFO ahead must be a bool, not {ahead!r}")
-        low = 4 if ahead else 3
+            raise ValueError("RegBlockFIFO ahead and decouple are exclusive, not both True")
+        staged = ahead or decouple
+        low = 4 if staged else 3
         if not isinstance(depth, int) or isinstance(depth, bool) or depth < low:
             self._MustUse__silence = True        # no "never used" warning when rejected
-            raise ValueError(f"RegBlockFIFO depth must be an integer >= {low}"
-                             f"{' with ahead' if ahead else ''}, not {depth!r}")
+            mode = " with ahead" if ahead else " with decouple" if decouple else ""
+            raise ValueError(f"RegBlockFIFO depth must be an integer >= {low}{mode}, "
+                             f"not {depth!r}")
         super().__init__(width=width, depth=depth)
         self.ahead = ahead
+        self.decouple = decouple
         self.level = Signal(range(depth + 1))
         if ahead:
             self.n_data = Signal(width)
@@ -98,8 +117,8 @@ class RegBlockFIFO(Elaboratable, FIFOInterface):
 
     def elaborate(self, platform):
         m = Module()
-        inner = m.submodules.inner = BlockFIFO(width=self.width,
-                                               depth=self.depth - 1 - self.ahead)
+        staged = self.ahead or self.decouple
+        inner = m.submodules.inner = BlockFIFO(width=self.width, depth=self.depth - 1 - staged)
         full = Signal(name="head_valid")
         free = Signal(name="head_free")               # the head is empty or read now
         m.d.comb += [
@@ -108,7 +127,27 @@ class RegBlockFIFO(Elaboratable, FIFOInterface):
             self.w_rdy.eq(inner.w_rdy),
             self.r_rdy.eq(full),
         ]
-        if not self.ahead:
+        if self.decouple:
+            # the block RAM part's head moves out only into an empty second stage (``fill``,
+            # from registers): into the head if that is free now, else into the stage (whose
+            # data loads on every fill; its valid only when the head did not take it)
+            nfull = Signal(name="next_valid")
+            n_data = Signal(self.width, name="next_data")
+            fill = Signal(name="next_fill")
+            m.d.comb += [fill.eq(inner.r_rdy & ~nfull), inner.r_en.eq(fill),
+                         self.level.eq(inner.level + full + nfull)]
+            with m.If(free & nfull):
+                m.d.sync += [self.r_data.eq(n_data), full.eq(1)]
+            with m.Elif(free & fill):
+                m.d.sync += [self.r_data.eq(inner.r_data), full.eq(1)]
+            with m.Elif(self.r_en):
+                m.d.sync += full.eq(0)
+            with m.If(fill):
+                m.d.sync += n_data.eq(inner.r_data)
+            m.d.sync += nfull.eq(~free & (nfull | fill))
+            # (for tests/test_blockfifo.py: the block RAM part's read enable follows state only)
+            self._inner_for_test, self._next_valid_for_test = inner, nfull
+        elif not self.ahead:
             take = Signal(name="head_load")           # the head takes the inner head
             m.d.comb += [take.eq(inner.r_rdy & free), inner.r_en.eq(take),
                          self.level.eq(inner.level + full)]

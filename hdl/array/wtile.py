@@ -1,7 +1,10 @@
 """Weight-tile aligner: ``S`` row groups -> one shared tile exponent -> stationary rows."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+import operator
+from functools import reduce
+
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -19,17 +22,6 @@ def tile_row_layout(config: ArrayConfig) -> data.StructLayout:
         "wl": wload_layout(config), "exp": signed(config.exp_bits), "last": 1,
         "invalid": 1, "overflow": 1,
     })
-
-
-def gt_const(v, c: int):
-    """``v > c`` for an unsigned ``v`` and a constant ``c``, as AND/OR logic over ``v``'s bits
-    from the LSB up (yosys maps a ``>`` to a carry chain)."""
-    res = Const(0, 1)
-    for i in range(len(v)):
-        res = (v[i] & res) if (c >> i) & 1 else (v[i] | res)
-    if c >> len(v):
-        return Const(0, 1)
-    return res
 
 
 class TileAligner(wiring.Component):
@@ -105,19 +97,32 @@ class TileAligner(wiring.Component):
             m.d.sync += e_t.eq(Mux((count == 0) | (x > e_t), x, e_t))
 
         # the row being emitted, aligned with round-to-nearest-even. Its elements and its
-        # alignment shift ``min(E_t - E_r, mm + 1)`` are registers, loaded a cycle ahead: row 0's
-        # as the tile's last row arrives (with the tile exponent that row makes), row r + 1's
-        # as row r leaves. So the row select and the exponent subtract are not on the path
-        # into the array's weight load; the rows leave in the same cycles.
+        # alignment shift are registers, loaded a cycle ahead: row 0's as the tile's last row
+        # arrives (with the tile exponent that row makes), row r + 1's as row r leaves. So the
+        # row select and the exponent subtract are not on the path into the array's weight
+        # load; the rows leave in the same cycles.
+        # The shift ``d = E_t - E_r`` is kept one-hot (``sh[j]``: d == j; none for d > mm,
+        # which rounds every magnitude to 0), and beside each element's magnitude two tables
+        # of it that need no shift, loaded with it: ``ones[j, k]`` (bits j .. j + k - 1 all
+        # ones) and ``low[j - 1]`` (any of bits 0 .. j - 1).
+        # The rounding is then AND-OR terms of one-hot bits and registers: q = mag >> d
+        # (q[k] = mag[d + k]), half = mag[d - 1], sticky = low[d - 1], up = half & (sticky |
+        # q[0]), and q + up flips bit k when up and q's bits below k are all ones
+        # (ones[d, k]), five LUT levels by the estimate where the shift, the compares and the
+        # increment were ten (the S = 8 FPGA core's 59 end points into the array's weight
+        # register at 16.05 ns estimated)
         assert S >= 2
         cur = Signal.like(rows[0], name="cur_elems")
-        d = Signal(range(mm + 2), name="align_shift")
-        # ``align_shift > j`` for j = 0 .. mm, registered beside the shift (its thermometer
-        # code): the rounding's half and sticky bits are AND-OR terms of it and the magnitude
-        # instead of a compare behind the shift (nine LUT levels from the shift register into
-        # the array's weight load register at 125a66b, 14.7 ns, the S = 8 FPGA core's 47 end
-        # points)
-        t = Signal(mm + 1, name="align_shift_gt")
+        sh = Signal(mm + 1, name="align_shift_onehot")
+        keys = [(j, k) for k in range(1, mm) for j in range(mm - k + 1)]
+        ones = [Signal(len(keys), name=f"cur_{n}_ones") for n in range(S)]
+        low = [Signal(mm, name=f"cur_{n}_low") for n in range(S)]    # low[j - 1]: bits < j
+
+        def tables(elems):
+            """(ones, low) of every element of a row value."""
+            return ([Cat(*(elems[n].mag[j:j + k].all() for j, k in keys)) for n in range(S)],
+                    [Cat(*(elems[n].mag[:j].any() for j in range(1, mm + 1)))
+                     for n in range(S)])
 
         lo = (mm + 1).bit_length()
 
@@ -126,79 +131,86 @@ class TileAligner(wiring.Component):
             m.d.comb += diff.eq(tile_exp - row_exp)
             return diff
 
-        def gt(diff, c):
-            # diff > c for a constant 0 <= c < 2**lo: tests the bits of the difference (no
-            # second carry chain after the subtract's)
-            return ~diff[-1] & (diff[lo:-1].any() | gt_const(diff[:lo], c))
-
         def shift_of(diff):
-            # min(diff, mm + 1) for diff >= 0 (0 for diff < 0) and its thermometer code
-            return (Mux(diff[-1], 0, Mux(gt(diff, mm + 1), mm + 1, diff[:lo])),
-                    Cat(*(gt(diff, j) for j in range(mm + 1))))
+            # the shift one-hot (0 for diff < 0; no bit for a shift of mm + 1 or more, which
+            # gives 0: q, half and sticky are all 0 then): the low bits' decode, with the
+            # clamp from the high bits and the sign (no second carry chain after the
+            # subtract's)
+            neg = diff[-1]
+            small = ~neg & ~diff[lo:-1].any()
+            return Cat(*([neg | (small & (diff[:lo] == 0))]
+                         + [small & (diff[:lo] == j) for j in range(1, mm + 1)]))
 
-        nxt_elems = Signal.like(rows[0], name="next_row_elems")
-        with m.Switch(emit):
-            for r in range(1, S):
-                with m.Case(r - 1):
-                    m.d.comb += nxt_elems.eq(rows[r])
-        # the next row's shift: row 1's from the tile exponent as row 0 leaves (the tile's
-        # first cycle out, the tile exponent a register since the cycle before), rows 2 ..
-        # S - 1's from registers that take every row's shift each cycle (valid from the
-        # tile's second cycle out: the exponents do not change while it is held). The row
-        # select is not in front of the subtract (emit_row -> next row's exponent -> subtract
-        # -> shift register, 16.2 ns in the aligner alone at S = 8)
-        d_next = Signal.like(d, name="next_row_shift")
-        t_next = Signal.like(t, name="next_row_shift_gt")
-        d_1, t_1 = shift_of(diff_of(e_t, exps[1], "row_1"))
-        d_rows, t_rows = [d_1], [t_1]
-        for r in range(2, S):
-            d_r = Signal.like(d, name=f"row_{r}_shift")
-            t_r = Signal.like(t, name=f"row_{r}_shift_gt")
-            d_c, t_c = shift_of(diff_of(e_t, exps[r], f"row_{r}"))
-            m.d.sync += [d_r.eq(d_c), t_r.eq(t_c)]
-            d_rows.append(d_r)
-            t_rows.append(t_r)
-        with m.Switch(emit):
-            for r in range(1, S):
-                with m.Case(r - 1):
-                    m.d.comb += [d_next.eq(d_rows[r - 1]), t_next.eq(t_rows[r - 1])]
+        # the shifts of rows 0 and 1 are registers loaded as the tile's last row (exponent x)
+        # arrives, with the tile exponent max(E_t, x) it makes: both differences at once, and
+        # x > E_t (a third carry chain beside them) selects one, so no compare of the clamped
+        # shifts comes after the subtracts (15.43 ns into the shift register at 125a66b); rows
+        # 2 .. S - 1's from registers that take every row's shift each cycle (valid from the
+        # tile's second cycle out: the exponents do not change while it is held). No row
+        # select is in front of a subtract (emit_row -> next row's exponent -> subtract ->
+        # shift register, 16.2 ns in the aligner alone at S = 8)
         last_in = Signal(name="last_row_in")
         m.d.comb += last_in.eq(self.i.valid & self.i.ready & at_last)
         x = self.i.payload.group.exp
-        # row 0's shift with the tile exponent max(E_t, x) that the last row x makes: both
-        # differences at once, and x > E_t (a third carry chain beside them) selects one, so no
-        # compare of the clamped shifts comes after the subtracts (15.43 ns into the shift
-        # register at 125a66b)
         x_gt = Signal(name="last_row_exp_gt")
         m.d.comb += x_gt.eq(x > e_t)
-        d_kept, t_kept = shift_of(diff_of(e_t, exps[0], "kept"))
-        d_last, t_last = shift_of(diff_of(x, exps[0], "last"))
+
+        def arriving(row_exp, tag):
+            return Mux(x_gt, shift_of(diff_of(x, row_exp, f"{tag}_last")),
+                       shift_of(diff_of(e_t, row_exp, f"{tag}_kept")))
+
+        sh_1 = Signal.like(sh, name="row_1_shift_onehot")
+        with m.If(last_in):                     # (at S = 2, row 1 is the arriving row)
+            m.d.sync += sh_1.eq(arriving(x if S == 2 else exps[1], "row_1"))
+        sh_next = Signal.like(sh, name="next_row_shift_onehot")
+        sh_rows = [sh_1]
+        for r in range(2, S):
+            sh_r = Signal.like(sh, name=f"row_{r}_shift_onehot")
+            m.d.sync += sh_r.eq(shift_of(diff_of(e_t, exps[r], f"row_{r}")))
+            sh_rows.append(sh_r)
+        # the row that loads next, one-hot (``load_row``: row 0 as the tile's last row
+        # arrives, then each next row as one leaves; it turns on every load), so the elements
+        # and their tables come through one AND-OR select from registers
+        load = Signal(name="load_row_now")
+        m.d.comb += load.eq(last_in | (self.o.valid & self.o.ready & (emit != S - 1)))
+        load_oh = Signal(S, name="load_row", init=1)
+        with m.If(load):
+            m.d.sync += load_oh.eq(load_oh.rotate_left(1))
+        m.d.comb += sh_next.eq(reduce(operator.or_, (sh_rows[r - 1] & load_oh[r].replicate(mm + 1)
+                                                     for r in range(1, S))))
+        src = Signal.like(rows[0], name="load_row_elems")
+        width = len(src.as_value())
+        m.d.comb += src.as_value().eq(
+            reduce(operator.or_, (rows[r].as_value() & load_oh[r].replicate(width)
+                                  for r in range(S))))
+        src_ones, src_low = tables(src)
         with m.If(last_in):
-            m.d.sync += [cur.eq(rows[0]), d.eq(Mux(x_gt, d_last, d_kept)),
-                         t.eq(Mux(x_gt, t_last, t_kept))]
-        with m.Elif(self.o.valid & self.o.ready & (emit != S - 1)):
-            m.d.sync += [cur.eq(nxt_elems), d.eq(d_next), t.eq(t_next)]
+            m.d.sync += sh.eq(arriving(exps[0], "row_0"))
+        with m.Elif(load):
+            m.d.sync += sh.eq(sh_next)
+        with m.If(load):
+            m.d.sync += [cur.eq(src)]
+            m.d.sync += [o.eq(v) for o, v in zip(ones + low, src_ones + src_low)]
         out = self.o.payload
-        # round to nearest even of mag / 2**d: q = mag >> d, half = mag[d - 1],
-        # sticky = any of mag[0 .. d - 2], up = half & (sticky | q[0]); with t[j] = d > j,
-        # d == j + 1 is t[j] & ~t[j + 1] and j < d - 1 is t[j + 1] (d = mm + 1: half is
-        # mag[mm] = 0, so the clamp gives 0)
-        def d_is(k):                                 # d == k, 0 <= k <= mm
-            return ~t[0] if k == 0 else t[k - 1] & ~t[k]
         for n in range(S):
             mag = cur[n].mag
             q = Signal(mm, name=f"q_{n}")
             half = Signal(name=f"half_{n}")
             sticky = Signal(name=f"sticky_{n}")
-            q0 = Signal(name=f"q0_{n}")
+            up = Signal(name=f"up_{n}")
             m.d.comb += [
-                q.eq(mag >> d),
-                half.eq(Cat(*(mag[j] & d_is(j + 1) for j in range(mm))).any()),
-                sticky.eq(Cat(*(mag[j] & t[j + 1] for j in range(mm - 1))).any()),
-                q0.eq(Cat(*(mag[j] & d_is(j) for j in range(mm))).any()),
-                out.wl.w[n].mag.eq(q + (half & (sticky | q0))),
-                out.wl.w[n].sign.eq(cur[n].sign),
+                q.eq(Cat(*(Cat(*(mag[k + j] & sh[j] for j in range(mm - k))).any()
+                           for k in range(mm)))),
+                half.eq(Cat(*(mag[j] & sh[j + 1] for j in range(mm))).any()),
+                sticky.eq(Cat(*(low[n][j - 2] & sh[j] for j in range(2, mm + 1))).any()),
+                up.eq(half & (sticky | q[0])),
             ]
+            for k in range(mm):
+                carry = (up if k == 0 else
+                         up & Cat(*(ones[n][keys.index((j, k))] & sh[j]
+                                    for j in range(mm - k + 1))).any())
+                m.d.comb += out.wl.w[n].mag[k].eq(q[k] ^ carry)
+            m.d.comb += out.wl.w[n].sign.eq(cur[n].sign)
         m.d.comb += [
             self.o.valid.eq(full),
             out.wl.row.eq(emit), out.wl.bank.eq(bank), out.exp.eq(e_t),
@@ -211,6 +223,6 @@ class TileAligner(wiring.Component):
             with m.Else():
                 m.d.sync += emit.eq(emit + 1)
         with m.If(self.clear):
-            m.d.sync += [bank.eq(0), emit.eq(0)]
+            m.d.sync += [bank.eq(0), emit.eq(0), load_oh.eq(1)]
             m.d.comb += count_next.eq(0)
         return m

@@ -129,9 +129,10 @@ class TrainingCore(wiring.Component):
     link_rx_rev : In(stream.Signature(32)), only with ``config.reverse_links``
         FP32 words from the next core (rank ``r + 1``): a ``SENDRECV`` with ``rdir = 1``.
 
-    A ``REG`` is answered three cycles after the host port takes it (:class:`HostPort`
-    ``reg_latency`` 2: the register file's mux in two register steps, :attr:`REG_GROUP`
-    registers each, then the group), with the registers' values of the cycle after it.
+    A ``REG`` is answered four cycles after the host port takes it (:class:`HostPort`
+    ``reg_latency`` 3: the register file's mux in two register steps, :attr:`REG_GROUP`
+    registers each, then the group, and a register after it), with the registers' values of
+    the cycle after it.
     """
 
     #: Registers per group of the register file's first mux step (a power of two).
@@ -197,7 +198,7 @@ class TrainingCore(wiring.Component):
                                             stat_count=2 * stat_slots(cfg),
                                             opt_depth=self.optim_config.depth,
                                             stat_latency=Sequencer.STAT_READ_LATENCY,
-                                            reg_latency=2)
+                                            reg_latency=3)
         seq = m.submodules.sequencer = Sequencer(config=cfg)
         mm = m.submodules.matmul = MatmulEngine(config=cfg.array)
         vec = m.submodules.vector = VectorUnit(config=cfg, grad_config=self.grad_config,
@@ -260,7 +261,7 @@ class TrainingCore(wiring.Component):
         assert Sequencer.COUNTERS_LAG <= 2, "the host could read a counter before its total"
         values = [state] + [seq.counters[name] for name, _, _ in COUNTERS] \
             + [opt.status[name] for name, _ in STATUS_FIELDS]
-        # the mux in two steps (HostPort reg_latency = 2): groups of REG_GROUP registers each
+        # the mux in two steps (HostPort reg_latency = 3): groups of REG_GROUP registers each
         # into a register by the index's low bits, then the group by its high bits (in one
         # step, the index through a 64-bit mux of registers from across the core into the
         # host's response was 47 routed end points at 12.64 ns in the S = 4 FPGA core)
@@ -273,10 +274,13 @@ class TrainingCore(wiring.Component):
                     with m.Case(i):
                         m.d.sync += part.eq(v)
             parts.append(part)
+        # the group's select into a register too (reg_latency 3): the index's decode and the
+        # group select in front of the host's response register were its routed end points
+        # over 10 ns in every S = 4 FPGA run (82 at 11.76 ns at dd69ac6)
         with m.Switch(host.reg_index[low:]):
             for g, part in enumerate(parts):
                 with m.Case(g):
-                    m.d.comb += host.reg_data.eq(part)
+                    m.d.sync += host.reg_data.eq(part)
         # FAST statistic words: read from the sequencer's statistic memories
         m.d.comb += [seq.stat_raddr.eq(host.stat_slot), seq.stat_ren.eq(host.stat_en),
                      host.stat_rdata.eq(seq.stat_rdata)]

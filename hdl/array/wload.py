@@ -24,6 +24,9 @@ def tile_signature(config: ArrayConfig) -> wiring.Signature:
         Its bank in the array.
     exp : Out(signed(exp_bits))
         Its shared exponent.
+    exp_next : Out(signed(exp_bits))
+        The other bank's: the next tile's once its rows are loading (a tile's rows all carry
+        its exponent).
     invalid, overflow : Out(1)
         NaN / Inf flags of its rows.
     used : In(1)
@@ -31,6 +34,7 @@ def tile_signature(config: ArrayConfig) -> wiring.Signature:
     """
     return wiring.Signature({
         "ready": Out(1), "bank": Out(1), "exp": Out(signed(config.exp_bits)),
+        "exp_next": Out(signed(config.exp_bits)),
         "invalid": Out(1), "overflow": Out(1), "used": In(1),
     })
 
@@ -105,6 +109,7 @@ class WeightLoader(wiring.Component):
             t.ready.eq(ahead != 0),
             t.bank.eq(bank),
             t.exp.eq(Mux(bank, tile_exp[1], tile_exp[0])),
+            t.exp_next.eq(Mux(bank, tile_exp[0], tile_exp[1])),
             t.invalid.eq(Mux(bank, tile_inv[1], tile_inv[0])),
             t.overflow.eq(Mux(bank, tile_ovf[1], tile_ovf[0])),
         ]

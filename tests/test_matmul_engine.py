@@ -189,11 +189,15 @@ def test_engine_modes_s2(mode):
 @pytest.mark.parametrize("mode", [FWD, BWD_DATA, BWD_WEIGHT])
 def test_engine_modes_s4(mode, regs):
     """Random operands, idle cycles and backpressure, bit-exact with the model; also with the
-    FPGA build's registers (``req_reg``, ``cmd_reg``), which change no result."""
+    FPGA build's registers (``req_reg``, ``cmd_reg``), which change no result. The last pass
+    has one-cycle beats (widths 2 x 2) over several weight tiles / dW rows: beats back to
+    back across a tile change (the beat assembler's registered exponents take the next
+    tile's or row's a cycle ahead)."""
     cfg = ArrayConfig(size=4, mem_depth=32, dim_bits=5, **_regs(regs))
     cmds = [
         G.MatmulCommand(mode, 5, 3, 6, 8, 8, ROUND_NEAREST, False, 0, 8, 16),
         G.MatmulCommand(mode, 2, 9, 4, 2, 4, ROUND_STOCHASTIC, True, 4, 0, 24),
+        G.MatmulCommand(mode, 12, 7, 8, 2, 2, ROUND_NEAREST, False, 0, 8, 0),
     ]
     passes_scenario(cfg, cmds, seed=10 + mode, idle=0.2, stall=0.3)
 

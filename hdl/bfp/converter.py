@@ -538,7 +538,8 @@ class BFPConverter(wiring.Component):
         rounding = st.reg(rounding, name=f"{p}_rounding")
 
         # ---- round stage (output register): round-up decision, saturation, NaN/Inf override --
-        # integer < 2**m, so integer + up > 2**m - 1 only when integer == 2**m - 1
+        # integer < 2**m, so integer + up > 2**m - 1 only when integer == 2**m - 1; the
+        # increment is computed beside the decision and selected by it
         out = self.o.payload
         lane_mag = [Signal(mm, name=f"e{j}_mag_next") for j in range(G)]
         lane_sign = [Signal(name=f"e{j}_sign_next") for j in range(G)]
@@ -554,7 +555,8 @@ class BFPConverter(wiring.Component):
                 sticky = stickies[j]
             up_rne = wdw[rw - 1] & (sticky | integer[0])
             sum_sr = Signal(r + 1, name=f"e{j}_noise_sum")
-            m.d.comb += sum_sr.eq(fraction + noise_of[j])
+            inc = Signal(mm + 1, name=f"e{j}_inc")
+            m.d.comb += [sum_sr.eq(fraction + noise_of[j]), inc.eq(integer + 1)]
             up = Signal(name=f"e{j}_round_up")
             with m.Switch(rounding):
                 with m.Case(Rounding.NEAREST):
@@ -566,13 +568,7 @@ class BFPConverter(wiring.Component):
             at_limit = Signal(name=f"e{j}_at_limit")
             take_inc = Signal(name=f"e{j}_take_inc")
             m.d.comb += [at_limit.eq(integer == limit), take_inc.eq(up & ~at_limit)]
-            # integer + take_inc as bit flips: bit k flips when the increment is taken and the
-            # bits below it are all ones (those ANDs from the window register, beside the
-            # decision), so no carry ripples behind the decision
-            rounded = Signal(mm, name=f"e{j}_rounded")
-            m.d.comb += rounded.eq(integer[:mm] ^ Cat(*(take_inc & (integer[:k].all() if k else 1)
-                                                        for k in range(mm))))
-            m.d.comb += [lane_mag[j].eq(Mux(bad, 0, rounded)),
+            m.d.comb += [lane_mag[j].eq(Mux(bad, 0, Mux(take_inc, inc[:mm], integer))),
                          lane_sign[j].eq(signs[j] & ~bad)]
             if fine:
                 # H = the m + 2 value: integer part wdw[rw - 2:], guard wdw[rw - 3], sticky
@@ -591,7 +587,7 @@ class BFPConverter(wiring.Component):
                     top_f.eq(at_limit & wdw[rw - 1] & wdw[rw - 2]),
                     low_f.eq(Cat(wdw[rw - 2], wdw[rw - 1], integer[:2])),
                     h_f.eq(Mux(up_f & ~top_f, low_f + 1, low_f)),
-                    m_lo.eq(rounded[:2]),
+                    m_lo.eq(Mux(take_inc, inc[:2], integer[:2])),
                     diff.eq(h_f - Cat(Const(0, 2), m_lo)),
                     res.eq(Mux(diff[3], (0 - diff)[:3], diff[:3])),
                 ]

@@ -102,27 +102,26 @@ class TileAligner(wiring.Component):
         # row select and the exponent subtract are not on the path into the array's weight
         # load; the rows leave in the same cycles.
         # The shift ``d = E_t - E_r`` is kept one-hot (``sh[j]``: d == j; none for d > mm,
-        # which rounds every magnitude to 0), and beside each element's magnitude two tables
-        # of it that need no shift, loaded with it: ``ones[j, k]`` (bits j .. j + k - 1 all
-        # ones) and ``low[j - 1]`` (any of bits 0 .. j - 1).
-        # The rounding is then AND-OR terms of one-hot bits and registers: q = mag >> d
-        # (q[k] = mag[d + k]), half = mag[d - 1], sticky = low[d - 1], up = half & (sticky |
-        # q[0]), and q + up flips bit k when up and q's bits below k are all ones
-        # (ones[d, k]), five LUT levels by the estimate where the shift, the compares and the
-        # increment were ten (the S = 8 FPGA core's 59 end points into the array's weight
-        # register at 16.05 ns estimated)
+        # which rounds every magnitude to 0) and as its thermometer code (``gt[j]``: d > j),
+        # and beside each element's magnitude a table of it that needs no shift, loaded with
+        # it: ``ones[j, k]`` (bits j .. j + k - 1 all ones). The rounding is then AND-OR terms
+        # of registers: q = mag >> d (q[k] = mag[d + k]), half = mag[d - 1], sticky = any
+        # mag[j] with d > j + 1, up = half & (sticky | q[0]), and q + up flips bit k when up
+        # and q's bits below k are all ones (ones[d, k]), five LUT levels by the estimate
+        # where the shift, the compares and the increment were ten (the S = 8 FPGA core's 59
+        # end points into the array's weight register at 16.05 ns estimated). (A table of
+        # "any bit below j" for the sticky bit, tried first, was mapped as a ripple of ORs
+        # behind the row select: 13.55 ns estimated in the S = 8 core.)
         assert S >= 2
         cur = Signal.like(rows[0], name="cur_elems")
-        sh = Signal(mm + 1, name="align_shift_onehot")
+        # sh[:mm + 1] one-hot, sh[mm + 1:] the thermometer code (d > j for j < mm)
+        sh = Signal(2 * mm + 1, name="align_shift_codes")
         keys = [(j, k) for k in range(1, mm) for j in range(mm - k + 1)]
         ones = [Signal(len(keys), name=f"cur_{n}_ones") for n in range(S)]
-        low = [Signal(mm, name=f"cur_{n}_low") for n in range(S)]    # low[j - 1]: bits < j
 
         def tables(elems):
-            """(ones, low) of every element of a row value."""
-            return ([Cat(*(elems[n].mag[j:j + k].all() for j, k in keys)) for n in range(S)],
-                    [Cat(*(elems[n].mag[:j].any() for j in range(1, mm + 1)))
-                     for n in range(S)])
+            """``ones`` of every element of a row value."""
+            return [Cat(*(elems[n].mag[j:j + k].all() for j, k in keys)) for n in range(S)]
 
         lo = (mm + 1).bit_length()
 
@@ -133,13 +132,15 @@ class TileAligner(wiring.Component):
 
         def shift_of(diff):
             # the shift one-hot (0 for diff < 0; no bit for a shift of mm + 1 or more, which
-            # gives 0: q, half and sticky are all 0 then): the low bits' decode, with the
-            # clamp from the high bits and the sign (no second carry chain after the
-            # subtract's)
+            # gives 0: q, half and sticky are all 0 then) and its thermometer code: the low
+            # bits' decode and compares, with the clamp from the high bits and the sign (no
+            # second carry chain after the subtract's)
             neg = diff[-1]
-            small = ~neg & ~diff[lo:-1].any()
+            high = diff[lo:-1].any()
+            small = ~neg & ~high
             return Cat(*([neg | (small & (diff[:lo] == 0))]
-                         + [small & (diff[:lo] == j) for j in range(1, mm + 1)]))
+                         + [small & (diff[:lo] == j) for j in range(1, mm + 1)]
+                         + [~neg & (high | (diff[:lo] > j)) for j in range(mm)]))
 
         # the shifts of rows 0 and 1 are registers loaded as the tile's last row (exponent x)
         # arrives, with the tile exponent max(E_t, x) it makes: both differences at once, and
@@ -176,22 +177,23 @@ class TileAligner(wiring.Component):
         load_oh = Signal(S, name="load_row", init=1)
         with m.If(load):
             m.d.sync += load_oh.eq(load_oh.rotate_left(1))
-        m.d.comb += sh_next.eq(reduce(operator.or_, (sh_rows[r - 1] & load_oh[r].replicate(mm + 1)
+        m.d.comb += sh_next.eq(reduce(operator.or_, (sh_rows[r - 1] & load_oh[r].replicate(len(sh))
                                                      for r in range(1, S))))
         src = Signal.like(rows[0], name="load_row_elems")
         width = len(src.as_value())
         m.d.comb += src.as_value().eq(
             reduce(operator.or_, (rows[r].as_value() & load_oh[r].replicate(width)
                                   for r in range(S))))
-        src_ones, src_low = tables(src)
+        src_ones = tables(src)
         with m.If(last_in):
             m.d.sync += sh.eq(arriving(exps[0], "row_0"))
         with m.Elif(load):
             m.d.sync += sh.eq(sh_next)
         with m.If(load):
             m.d.sync += [cur.eq(src)]
-            m.d.sync += [o.eq(v) for o, v in zip(ones + low, src_ones + src_low)]
+            m.d.sync += [o.eq(v) for o, v in zip(ones, src_ones)]
         out = self.o.payload
+        sh_is, sh_gt = sh[:mm + 1], sh[mm + 1:]
         for n in range(S):
             mag = cur[n].mag
             q = Signal(mm, name=f"q_{n}")
@@ -199,15 +201,15 @@ class TileAligner(wiring.Component):
             sticky = Signal(name=f"sticky_{n}")
             up = Signal(name=f"up_{n}")
             m.d.comb += [
-                q.eq(Cat(*(Cat(*(mag[k + j] & sh[j] for j in range(mm - k))).any()
+                q.eq(Cat(*(Cat(*(mag[k + j] & sh_is[j] for j in range(mm - k))).any()
                            for k in range(mm)))),
-                half.eq(Cat(*(mag[j] & sh[j + 1] for j in range(mm))).any()),
-                sticky.eq(Cat(*(low[n][j - 2] & sh[j] for j in range(2, mm + 1))).any()),
+                half.eq(Cat(*(mag[j] & sh_is[j + 1] for j in range(mm))).any()),
+                sticky.eq(Cat(*(mag[j] & sh_gt[j + 1] for j in range(mm - 1))).any()),
                 up.eq(half & (sticky | q[0])),
             ]
             for k in range(mm):
                 carry = (up if k == 0 else
-                         up & Cat(*(ones[n][keys.index((j, k))] & sh[j]
+                         up & Cat(*(ones[n][keys.index((j, k))] & sh_is[j]
                                     for j in range(mm - k + 1))).any())
                 m.d.comb += out.wl.w[n].mag[k].eq(q[k] ^ carry)
             m.d.comb += out.wl.w[n].sign.eq(cur[n].sign)

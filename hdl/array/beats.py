@@ -232,7 +232,7 @@ class BeatAssembler(wiring.Component):
             m.d.comb += [
                 issue_v.eq(Mux(ebank, xfull[1] & dfull[1], xfull[0] & dfull[0])
                            & self.desc.ready),
-                inp.bank.eq(0), inp.first.eq(emit == 0), inp.last.eq(emit == S - 1),
+                inp.bank.eq(0), inp.first.eq(emit == 0), inp.last.eq(last_row),
                 # rows of the dW tile past K are dropped (write = 0); their line is the
                 # tile's first one, so the accumulator's read stays inside the matrix
                 dsc.addr.eq(Mux(emit < es.rows, cur_line, es.addr)),
@@ -254,7 +254,7 @@ class BeatAssembler(wiring.Component):
                     dsc.exp[j].eq(xexp_sh + Mux(ebank, dexp[1][j], dexp[0][j])),
                 ]
             with m.If(issue):
-                with m.If(emit == S - 1):
+                with m.If(last_row):
                     m.d.sync += [emit.eq(0), ebank.eq(~ebank)]
                     for b in range(2):
                         with m.If(ebank == b):

@@ -122,8 +122,8 @@ class OutputAccumulator(wiring.Component):
         # VISIBLE = 3 cycles after its write; the block RAM's slow read data reaches only that
         # register, not the old-word select and the adders' inputs), each read no earlier: a
         # part's meta1 entry (written as it enters the edge converters) at its join,
-        # EdgeConverter.LATENCY later; the old line (written two cycles after the line starts)
-        # at its first part's join; a part's meta2 entry (written at its join) when its sum
+        # EdgeConverter.LATENCY later; the old line's part k (written k + 2 cycles after the
+        # line starts) at part k's join; a part's meta2 entry (written at its join) when its sum
         # leaves the adder. So no cycle changes. Each holds at most the few entries of those
         # windows, far below its depth - 2 (the depth a RegBlockFIFO always takes one below).
         # With ``decouple`` (a second register stage; the block RAM part read only into it
@@ -144,7 +144,11 @@ class OutputAccumulator(wiring.Component):
                                                   decouple=True)
         meta2 = m.submodules.meta2 = RegBlockFIFO(width=meta.size, depth=D * F + 1,
                                                   decouple=True)
-        old = m.submodules.old = RegBlockFIFO(width=S * 32, depth=D + 1, decouple=True)
+        # the old line, one entry per part (P words; its parts written on consecutive cycles,
+        # below): the adders' old operand is the head register itself, with no F:1 part
+        # select between it and their unpack step (that select, from ``join_part``, began the
+        # S = 8 FPGA core's estimated accumulator paths, 15.6 ns)
+        old = m.submodules.old = RegBlockFIFO(width=P * 32, depth=D * F + 1, decouple=True)
 
         # ---- in-flight addresses (in order: a ring of DEPTH entries) -------------------------
         ring_addr = [Signal(range(cfg.mem_depth), name=f"inflight_{j}_addr") for j in range(D)]
@@ -216,8 +220,24 @@ class OutputAccumulator(wiring.Component):
         # head's part, with no ``first`` select behind the part select (the S = 4 FPGA core's
         # routed critical path at 125a66b, 13.77 ns: meta1's ``first`` through the select
         # into the adder's unpack step)
-        m.d.comb += [old.w_en.eq(read_pending),
-                     old.w_data.eq(Mux(read_first, 0, self.rd_data))]
+        old_line = Signal(S * 32, name="old_line")
+        m.d.comb += old_line.eq(Mux(read_first, 0, self.rd_data))
+        if F == 1:
+            m.d.comb += [old.w_en.eq(read_pending), old.w_data.eq(old_line)]
+        else:
+            # part 0 is written as the line's data arrives, parts 1 .. F - 1 on the next
+            # F - 1 cycles from a register shifted by a part per cycle. Reads arrive at most
+            # one per F cycles (a line holds ``i`` for its F parts), so the shift is done
+            # before the next line's data. Part k reaches the FIFO's head k cycles after part
+            # 0, and its join is no earlier than that: no line waits for it.
+            rest = Signal((F - 1) * P * 32, name="old_rest")
+            rest_parts = Signal(range(F), name="old_rest_parts")
+            with m.If(read_pending):
+                m.d.sync += [rest.eq(old_line[P * 32:]), rest_parts.eq(F - 1)]
+            with m.Elif(rest_parts != 0):
+                m.d.sync += [rest.eq(rest >> (P * 32)), rest_parts.eq(rest_parts - 1)]
+            m.d.comb += [old.w_en.eq(read_pending | (rest_parts != 0)),
+                         old.w_data.eq(Mux(read_pending, old_line[:P * 32], rest[:P * 32]))]
         # The line starting now enters the ring a cycle later, from registers (``new_*``):
         # ``start`` (behind the producer's valid and the check) then loads these few, not
         # every entry's address and valid and the tail (the S = 4 FPGA core's 16 + 148 end
@@ -249,28 +269,16 @@ class OutputAccumulator(wiring.Component):
         m.d.comb += join.eq(Cat(*[e.o.valid for e in edges]).all() & old.r_rdy & meta1.r_rdy
                             & meta2.w_rdy)
         # the joins take the parts in order, 0 .. F - 1 for every line (meta1's entries are
-        # written in that order), so the part of the join is a counter of this block's own
-        # instead of meta1's head field: the old-word select's F:1 mux is driven by a register
-        # the placer can keep by the adders (meta1_head.part, beside the FIFO's block RAM,
-        # reached the select across the die: 5.35 ns of the S = 4 FPGA core's routed critical
-        # path at e56ba78, 15.40 ns)
-        join_part = Signal(range(F), name="join_part")
-        join_last = Signal(name="join_last")
-        m.d.comb += join_last.eq(join_part == F - 1)
-        if F > 1:
-            with m.If(join):
-                m.d.sync += join_part.eq(Mux(join_last, 0, join_part + 1))
+        # written in that order, and the old line's parts): each join reads one entry of each
         for lane in range(P):
-            old_word = of_part((old.r_data.word_select(k * P + lane, 32) for k in range(F)),
-                               join_part)
             m.d.comb += [
                 edges[lane].o.ready.eq(1),
                 adds[lane].i.valid.eq(join),
-                adds[lane].i.payload.a.eq(old_word),
+                adds[lane].i.payload.a.eq(old.r_data.word_select(lane, 32)),
                 adds[lane].i.payload.b.eq(edges[lane].o.payload),
                 adds[lane].i.payload.sub.eq(0),
             ]
-        m.d.comb += [old.r_en.eq(join & join_last), meta1.r_en.eq(join),
+        m.d.comb += [old.r_en.eq(join), meta1.r_en.eq(join),
                      meta2.w_en.eq(join), meta2.w_data.eq(meta1.r_data)]
 
         # ---- write back: each part's lanes (the P sums repeated across the line) ------------

@@ -1,5 +1,6 @@
 """Fast tier of the shared helpers in :mod:`hdl.lib`: ``LaneSum`` (lanes as an int or from a
-config), the FP32 bit-pattern tests, ``StreamRegister`` and ``StreamSkid``, and that ``hdl.lib`` imports no block
+config), the FP32 bit-pattern tests, ``StreamRegister`` and ``StreamSkid``, the rotated lane memories with
+:class:`~hdl.lib.rotate.ColumnRows`, and that ``hdl.lib`` imports no block
 package."""
 import subprocess
 import sys
@@ -210,3 +211,78 @@ def test_units_outside_a_datapath_are_checked():
     ew = Elementwise(units=("add", "mul"))
     assert isinstance(ew.signature.members["unit_mul0"].signature, UnitPort)
     Fragment.get(ew, None)                             # both ports taken by its operations
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_rotated_block_memories_column_rows(n):
+    """Rows written into both banks of :func:`rotated_block_memories`, then columns read as a
+    column counter steps (wrapping) and restarts at random, with the read rows from
+    :class:`ColumnRows` registers: every read, rotated back, is the column of the numpy
+    block, and equals the read with the rows from logic (``r_rows=None``). A row register
+    stepped the wrong way, or not restarted with the counter, reads another row."""
+    from amaranth.hdl import Cat
+    from hdl.lib.rotate import ColumnRows, rotate_lanes, rotated_block_memories
+    W = 8
+    m = Module()
+    w_lanes = [Signal(W, name=f"w{k}") for k in range(n)]
+    w_row, w_bank, w_en = Signal(range(n)), Signal(), Signal()
+    col, bank = Signal(range(n)), Signal()
+    step, restart = Signal(), Signal()
+    rows = ColumnRows(n, "rows")
+    outs = []
+    for tag, r_rows in (("reg", rows), ("logic", None)):
+        ports, read = rotated_block_memories(m, name=f"{tag}_lane", width=W, w_lanes=w_lanes,
+                                             w_row=w_row, w_bank=w_bank, r_col=col,
+                                             r_bank=bank, r_rows=r_rows)
+        m.d.comb += [p.en.eq(w_en) for p in ports]
+        out = Signal(n * W, name=f"{tag}_col")
+        m.d.comb += out.eq(rotate_lanes([read.word_select(k, W) for k in range(n)], col,
+                                        left=False))
+        outs.append(out)
+    with m.If(restart):
+        m.d.sync += [col.eq(0)] + rows.restart()
+    with m.Elif(step):
+        m.d.sync += [col.eq(col + 1)] + rows.step()
+    rng = np.random.default_rng(n)
+    block = rng.integers(0, 1 << W, (2, n, n))
+    checked = []
+
+    async def bench(ctx):
+        for b in range(2):
+            for r in range(n):
+                ctx.set(w_en, 1)
+                ctx.set(w_bank, b)
+                ctx.set(w_row, r)
+                for k in range(n):
+                    ctx.set(w_lanes[k], int(block[b, r, k]))
+                await ctx.tick()
+        ctx.set(w_en, 0)
+        c = 0
+        for _ in range(12 * n):
+            b = int(rng.integers(2))
+            ctx.set(bank, b)
+            got_reg, got_logic = ctx.get(outs[0]), ctx.get(outs[1])
+            want = sum(int(block[b, j, c]) << (W * j) for j in range(n))
+            assert got_reg == want and got_logic == want, (c, b)
+            checked.append(c)
+            act = rng.random()
+            ctx.set(restart, act < 0.15)
+            ctx.set(step, act >= 0.15 and act < 0.85)
+            await ctx.tick()
+            c = 0 if act < 0.15 else (c + 1) % n if act < 0.85 else c
+        assert set(checked) == set(range(n))
+
+    run_sim(m, bench, max_cycles=1000)
+
+
+def test_column_rows_rejects():
+    from hdl.lib.rotate import ColumnRows, rotated_block_memories
+    with pytest.raises(ValueError, match=r"ColumnRows n must be a power of two, not 3"):
+        ColumnRows(3, "r")
+    with pytest.raises(ValueError, match=r"r_rows must have 4 rows \(one per lane\), not 2"):
+        m = Module()
+        m._MustUse__silence = True
+        rotated_block_memories(m, name="x", width=4,
+                               w_lanes=[Signal(4) for _ in range(4)], w_row=Signal(2),
+                               w_bank=Signal(), r_col=Signal(2), r_bank=Signal(),
+                               r_rows=ColumnRows(2, "r"))

@@ -6,7 +6,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..lib.rotate import rotate_lanes, rotated_block_memories
+from ..lib.rotate import ColumnRows, rotate_lanes, rotated_block_memories
 from .array import beat_layout
 from .config import BWD_DATA, BWD_WEIGHT, FWD, ArrayConfig
 from .opgen import operand_side_layout
@@ -129,6 +129,7 @@ class BeatAssembler(wiring.Component):
         dbank = Signal(name="dblk_bank")
         ebank = Signal(name="emit_bank")
         emit = Signal(range(S), name="bww_beat")
+        emit_rows = ColumnRows(S, "bww_beat_row")      # the lane memories' rows of ``emit``
         issue_v = Signal(name="issue_valid")
         m.d.comb += issue.eq(self.beat.valid & self.beat.ready)
         tile = self.tile
@@ -189,7 +190,7 @@ class BeatAssembler(wiring.Component):
                 blk_mem[tag] = rotated_block_memories(
                     m, name=f"{tag}blk_lane", width=el,
                     w_lanes=[src.payload.group.elems[e].as_value() for e in range(S)],
-                    w_row=cnt_, w_bank=bank_, r_col=emit, r_bank=ebank)
+                    w_row=cnt_, w_bank=bank_, r_col=emit, r_bank=ebank, r_rows=emit_rows)
             m.d.comb += [x_room.eq(~Mux(xbank, xfull[1], xfull[0])),
                          d_room.eq(~Mux(dbank, dfull[1], dfull[0])),
                          x.ready.eq(x_room), y.ready.eq(d_room)]
@@ -254,6 +255,7 @@ class BeatAssembler(wiring.Component):
                     dsc.exp[j].eq(xexp_sh + Mux(ebank, dexp[1][j], dexp[0][j])),
                 ]
             with m.If(issue):
+                m.d.sync += emit_rows.step()        # emit + 1 mod S (S a power of two)
                 with m.If(last_row):
                     m.d.sync += [emit.eq(0), ebank.eq(~ebank)]
                     for b in range(2):
@@ -265,6 +267,6 @@ class BeatAssembler(wiring.Component):
                      self.desc.valid.eq(issue), self.desc.payload.eq(dsc)]
         with m.If(self.clear):
             m.d.sync += [emit.eq(0), xcnt.eq(0), dcnt.eq(0), xbank.eq(0), dbank.eq(0),
-                         ebank.eq(0)]
+                         ebank.eq(0)] + emit_rows.restart()
             m.d.sync += [f.eq(0) for f in xfull + dfull]
         return m

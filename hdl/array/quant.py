@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..bfp.stat import QuantStat, stat_layout
 from ..formats import bfp_group_layout
-from ..lib.rotate import rotated_block_memories
+from ..lib.rotate import ColumnRows, rotated_block_memories
 from ..lib.streamreg import StreamSkid
 from .config import ArrayConfig
 from .pe import width_shape
@@ -182,10 +182,11 @@ class LineQuantizer(wiring.Component):
         m.d.comb += [fill_ok.eq(~Mux(fill_bank, blk_full[1], blk_full[0])),
                      send_full.eq(Mux(send_bank, blk_full[1], blk_full[0]))]
         lanes_rd = Signal(S * 32, name="block_lanes_read")    # lane k: row (k - col) mod S
+        col_rows = ColumnRows(S, "block_col_row")               # those rows, as registers
         lane_wps, rd = rotated_block_memories(
             m, name="block_lane", width=32,
             w_lanes=[head.data.word_select(k, 32) for k in range(S)], w_row=fill,
-            w_bank=fill_bank, r_col=col, r_bank=send_bank)
+            w_bank=fill_bank, r_col=col, r_bank=send_bank, r_rows=col_rows)
         m.d.comb += lanes_rd.eq(rd)
         col_bits = max(1, (S - 1).bit_length())
         side_fifo = m.submodules.side_fifo = SyncFIFO(width=sb + col_bits, depth=self.SIDE_FIFO)
@@ -227,6 +228,7 @@ class LineQuantizer(wiring.Component):
                 with m.Else():
                     m.d.sync += fill.eq(fill + 1)
             with m.If(cin_go):
+                m.d.sync += col_rows.step()         # col + 1 mod S (S a power of two)
                 with m.If(col == S - 1):
                     m.d.sync += [col.eq(0), send_bank.eq(~send_bank)]
                     for b in range(2):

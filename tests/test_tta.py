@@ -139,3 +139,20 @@ def test_merge_previous_keeps_missing_rows_marked():
     assert rows["2"]["vs_fixed8"] is None and rows["fast"]["vs_fixed8"] == 0.25
     with pytest.raises(ValueError, match="spec or seeds"):
         merge_previous(summary, {**previous, "seeds": [0]}, ("8",))
+
+
+def test_fmax_is_the_slowest_engine_not_a_core(tmp_path, monkeypatch):
+    """The sweep's time uses the lowest routed Fmax among the engines of synth.json: a slower
+    whole-core row (an S = 4 core, a ring node) is another core's figure and is left out, and
+    rows without an Fmax do not count."""
+    import json
+
+    import sim.bench.tta as tta
+    rows = [{"block": "optim_engine", "preset": "default", "fmax_mhz": 83.0},
+            {"block": "fp32_log", "preset": "default", "fmax_mhz": 62.5},
+            {"block": "training_core_fpga", "preset": "tiny", "fmax_mhz": 50.0},
+            {"block": "training_ring_node_fpga", "preset": "tiny", "fmax_mhz": 40.0},
+            {"block": "training_core_fpga", "preset": "default", "fmax_mhz": None}]
+    (tmp_path / "synth.json").write_text(json.dumps({"results": rows}))
+    monkeypatch.setattr(tta, "DOCS_BENCH", tmp_path)
+    assert tta.fmax_mhz() == (62.5, "fp32_log (default)")

@@ -44,7 +44,7 @@ class Decoder(wiring.Component):
     registers), the starts with the loop offset, each range's end but the
     product, and the field and shape checks, (1) the ends (one adder), bank masks and the
     address check (compares on the scratchpad's address bits, with flags for a summand past
-    it), each pair of ranges' end inequalities, (2) bank conflicts, overlaps and the status. The inputs must then be held for
+    it), (2) bank conflicts, overlaps and the status. The inputs must then be held for
     :attr:`latency` cycles; the outputs are those of the held word from then until the inputs
     change (the sequencer decodes its registered instruction, docs/core.md; ``ranges[i].start``
     follows the inputs one cycle after they change, the others two).
@@ -332,18 +332,18 @@ class Decoder(wiring.Component):
                        for i in range(PORTS)]
         end_c = [e[:nb_lines] for e in end]
         # For each pair of ranges, stage 2's "loop ranges" choice (both loop flags and a
-        # non-zero span) and the inequality of the two ends it chooses between are registered
-        # here, from stage 1's ends, so stage 2 selects a finished compare instead of
-        # comparing selected ends (flag -> select -> 13-bit compare -> overlap -> d_status was
-        # the S = 4 FPGA core's routed critical path at b10d6b2, 12.37 ns)
-        pair_both, pair_ne = {}, {}
+        # non-zero span) is a register of its own, from stage-0 registers. The two ends it
+        # chooses between differ exactly when the whole ends do (both first-iteration ends
+        # are the whole ends less the same span, modulo 2**nb_lines), so stage 2 compares
+        # the registered ends with no select in front (flag -> select -> 13-bit compare ->
+        # overlap -> d_status was the S = 4 FPGA core's routed critical path at b10d6b2,
+        # 12.37 ns; registering the compares here instead put stage 1's two adders in front
+        # of them: 15.03 ns routed at d35a271)
+        pair_both = {}
         for i in range(PORTS):
             for j in range(i + 1, PORTS):
                 both = stage(flag0[i] & flag0[j] & span_nz0, 1, f"ov_both{i}{j}")
-                fe_ne = stage(first_end_c[i] != first_end_c[j], 1, f"ov_first_end_ne{i}{j}")
-                e_ne = stage(end_c[i] != end_c[j], 1, f"ov_end_ne{i}{j}")
                 pair_both[i, j] = pair_both[j, i] = both
-                pair_ne[i, j] = pair_ne[j, i] = Mux(both, fe_ne, e_ne)
         first_end = [stage(v, 1, f"first_end{i}") for i, v in enumerate(first_end_c)]
         end = [stage(v, 1, f"end{i}") for i, v in enumerate(end_c)]
         rd = [stage(r, 1, f"rd{i}") for i, r in enumerate(rd0)]
@@ -390,7 +390,8 @@ class Decoder(wiring.Component):
                 # (si != sj from the starts' stage-0 registers, registered in stage 1: the
                 # 12-bit compare is not in series with the stage-2 logic)
                 ne = stage(si != sj, 1, f"ov_start_ne{i}{j}")
-                hit = lt_ij[-1] & lt_ji[-1] & (ne | pair_ne[i, j] | sendrecv)   # r1 != s1
+                # r1 != s1 is end[i] != end[j] (above)
+                hit = lt_ij[-1] & lt_ji[-1] & (ne | (end[i] != end[j]) | sendrecv)
                 overlap.append(ro & wo & hit)
 
         # ---- field and shape checks ----------------------------------------------------------

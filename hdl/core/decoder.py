@@ -328,9 +328,6 @@ class Decoder(wiring.Component):
         # < 2**nb_lines.
         nb_lines = cfg.lines.bit_length()
         # one past the first iteration's lines (a loop's ranges are checked per iteration)
-        first_end_c = [(end[i][:nb_lines] - Mux(flag0[i], self.span, 0)[:nb_lines])[:nb_lines]
-                       for i in range(PORTS)]
-        end_c = [e[:nb_lines] for e in end]
         # For each pair of ranges, stage 2's "loop ranges" choice (both loop flags and a
         # non-zero span) is a register of its own, from stage-0 registers. The two ends it
         # chooses between differ exactly when the whole ends do (both first-iteration ends
@@ -344,8 +341,9 @@ class Decoder(wiring.Component):
             for j in range(i + 1, PORTS):
                 both = stage(flag0[i] & flag0[j] & span_nz0, 1, f"ov_both{i}{j}")
                 pair_both[i, j] = pair_both[j, i] = both
-        first_end = [stage(v, 1, f"first_end{i}") for i, v in enumerate(first_end_c)]
-        end = [stage(v, 1, f"end{i}") for i, v in enumerate(end_c)]
+        first_end = [stage((end[i][:nb_lines] - Mux(flag0[i], self.span, 0)[:nb_lines])
+                           [:nb_lines], 1, f"first_end{i}") for i in range(PORTS)]
+        end = [stage(e[:nb_lines], 1, f"end{i}") for i, e in enumerate(end)]
         rd = [stage(r, 1, f"rd{i}") for i, r in enumerate(rd0)]
         wr = [stage(w, 1, f"wr{i}") for i, w in enumerate(wr0)]
         for i in range(PORTS):

@@ -41,7 +41,9 @@ class ArrayConfig(PresetMixin):
         Width of the ``M``, ``K``, ``N`` command fields (largest dimension ``2**dim_bits - 1``).
     req_reg : bool
         A register slice (:class:`hdl.lib.streamreg.StreamRegister`) between each line
-        generator and its quantizer (the FPGA build): a line request (its address, a
+        generator and its quantizer, behind a skid buffer
+        (:class:`~hdl.lib.streamreg.StreamSkid`: the generator steps on a registered
+        ``ready``; no cycle changes) (the FPGA build): a line request (its address, a
         register of the generator's :class:`~hdl.array.loops.LineWalk`, behind the zero
         row's mux; its lane mask from the remaining-count compares) is registered before it
         reaches the scratchpad, instead of going on through the bank crossbar and into the

@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from ..bfp.stat import stat_layout
 from ..lib.memport import LinePort
-from ..lib.streamreg import StreamRegister
+from ..lib.streamreg import StreamRegister, StreamSkid
 from .accum import OutputAccumulator
 from .array import SystolicArray
 from .beats import BeatAssembler
@@ -178,10 +178,18 @@ class MatmulEngine(wiring.Component):
         ]
         if pm is not None:
             m.d.comb += [pm.mode.eq(mode), pm.running.eq(running)]
-        for gen, launch, done in ((g0, ctl.launch, ctl.gen0_done),
-                                  (g1, ctl.launch_rows, ctl.gen1_done)):
+        # (``req_reg``: a skid buffer and a register slice on each request stream, below)
+        skids = [None, None]
+        if cfg.req_reg:
+            skids = [StreamSkid(gen.req.payload.shape()) for gen in (g0, g1)]
+        for i, (gen, launch, done) in enumerate(((g0, ctl.launch, ctl.gen0_done),
+                                                 (g1, ctl.launch_rows, ctl.gen1_done))):
             m.d.comb += [gen.running.eq(running), gen.launch.eq(launch),
-                         gen.shape.eq(ctl.shape), done.eq(gen.done)]
+                         gen.shape.eq(ctl.shape)]
+            # a generator is done for the control when its last request has left the skid
+            # buffer too (the buffer is empty: its ``i.ready``): the same cycle as without
+            # the buffer (below)
+            m.d.comb += done.eq(gen.done & (skids[i].i.ready if skids[i] is not None else 1))
         m.d.comb += [ctl.issue.eq(beats.issue), ctl.beat_invalid.eq(beats.beat_invalid),
                      ctl.beat_overflow.eq(beats.beat_overflow), ctl.retire.eq(acc.retire)]
 
@@ -189,14 +197,25 @@ class MatmulEngine(wiring.Component):
         for i, q in enumerate((q0, q1)):
             m.d.comb += [q.stat_load.eq(self.stat_load), q.stat_in.eq(self.stat_in[i]),
                          self.stat[i].eq(q.stat)]
-        # (``req_reg``: a register slice on each request stream; a generator is then "done"
-        # with its last request possibly still in the slice: the overlap rule only needs the
-        # requests' order, which the slice keeps, and a pass ends on retired lines)
+        # (``req_reg``: a skid buffer, then a register slice, on each request stream. The
+        # skid buffer's registered ``ready`` steps the generator, so the quantizer's room and
+        # the slice's ready no longer reach the generator's step and the enables of its
+        # counters and walks (12.72 ns routed into the walk registers of the S = 4 FPGA core
+        # at d35a271). A generator offers a request in every cycle from its launch to its
+        # last (``valid`` is ``running & ~done``, no ready in it), so the buffer hands the
+        # slice the same requests in the same cycles as the generator itself would: the
+        # buffer's output is valid from the launch to the last request and moves on the same
+        # readies. A generator is then "done" with its last request possibly still in the
+        # slice: the overlap rule only needs the requests' order, which both keep, and a pass
+        # ends on retired lines)
         for i, (gen, q) in enumerate(((g0, q0), (g1, q1))):
             if cfg.req_reg:
+                skid = m.submodules[f"req_skid{i}"] = skids[i]
                 slice_ = m.submodules[f"req_reg{i}"] = StreamRegister(gen.req.payload.shape())
+                self.blocks[f"req_skid{i}"] = skid
                 self.blocks[f"req_reg{i}"] = slice_
-                connect(m, gen.req, slice_.i)
+                connect(m, gen.req, skid.i)
+                connect(m, skid.o, slice_.i)
                 connect(m, slice_.o, q.req)
             else:
                 connect(m, gen.req, q.req)

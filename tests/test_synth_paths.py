@@ -1,7 +1,7 @@
 """boards/paths.py: the path estimate on hand-built netlists (no yosys needed)."""
 import pytest
 
-from boards.paths import CELL_DELAY_NS, NET_NS, longest_paths, over_budget
+from boards.paths import CELL_DELAY_NS, MULT_NS, NET_NS, longest_paths, over_budget
 
 FF, LUT, CCU = CELL_DELAY_NS["TRELLIS_FF"], CELL_DELAY_NS["LUT4"], CELL_DELAY_NS["CCU2C"]
 
@@ -67,6 +67,62 @@ def test_one_path_per_family_and_count():
     paths = longest_paths(_netlist(cells), count=5)
     assert len(paths) == 2
     assert longest_paths(_netlist(cells), count=1)[0]["levels"] == 1
+
+
+def _mult(a, p, **regs):
+    """A MULT18X18D from bit ``a`` to bit ``p``; ``regs``: REG_<name>_CLK parameters."""
+    c = _cell("MULT18X18D", A0=("input", a), CLK0=("input", 1), P0=("output", p))
+    c["parameters"] = {f"REG_{k}_CLK": v for k, v in regs.items()}
+    return c
+
+
+def test_a_multiplier_is_combinational_only_without_registers():
+    """A MULT18X18D with no register (the parameters absent or NONE) lies on the path; with
+    input and output registers (RegisteredMul) it ends one path at its operands and starts
+    the next at its product: clock to P, not the multiply, in front of the next LUT."""
+    mul = CELL_DELAY_NS["MULT18X18D"]
+    for regs in ({}, {"INPUTA": "NONE", "INPUTB": "NONE", "PIPELINE": "NONE",
+                      "OUTPUT": "NONE"}):
+        cells = {"r0": _ff(d=2, q=10), "m_MULT18X18D_P0": _mult(10, 11, **regs),
+                 "x_LUT4_Z": _lut(11, 12), "r1": _ff(d=12, q=13)}
+        (path,) = longest_paths(_netlist(cells), count=5)
+        assert path["delay_ns"] == pytest.approx(
+            FF["clk"] + 3 * NET_NS + mul["comb"] + LUT["comb"] + FF["setup"], abs=0.01)
+    cells = {"r0": _ff(d=2, q=10), "w_LUT4_Z": _lut(10, 20),
+             "m_MULT18X18D_P0": _mult(20, 11, INPUTA="CLK0", INPUTB="CLK0", OUTPUT="CLK0"),
+             "x_LUT4_Z": _lut(11, 12), "r1": _ff(d=12, q=13)}
+    paths = longest_paths(_netlist(cells), count=5)
+    by_end = {p["end"]: p["delay_ns"] for p in paths}
+    assert by_end["r1.DI"] == pytest.approx(
+        MULT_NS["clk_out"] + 2 * NET_NS + LUT["comb"] + FF["setup"], abs=0.01)
+    assert by_end["m_MULT18X18D_P0.A0"] == pytest.approx(
+        FF["clk"] + 2 * NET_NS + LUT["comb"] + MULT_NS["setup_in"], abs=0.01)
+    # an output register alone: the multiply is in front of it (its operands' setup)
+    cells["m_MULT18X18D_P0"] = _mult(20, 11, OUTPUT="CLK0")
+    by_end = {p["end"]: p["delay_ns"] for p in longest_paths(_netlist(cells), count=5)}
+    assert by_end["m_MULT18X18D_P0.A0"] == pytest.approx(
+        FF["clk"] + 2 * NET_NS + LUT["comb"] + MULT_NS["setup_out"], abs=0.01)
+
+
+def test_block_ram_read_data_by_its_output_register():
+    """A DP16KD's read data starts 5.6 ns after the clock without its output register
+    (REGMODE NOREG, the default) and 0.95 ns with it (OUTREG), per read port (A: DOA, B:
+    DOB); an unread port's mode does not count."""
+    def bram(out_bit, side, **modes):
+        c = _cell("DP16KD", CLKB=("input", 1), ADB0=("input", 2),
+                  **{f"DO{side}0": ("output", out_bit)}, DOA1=("output", 99))
+        c["parameters"] = {f"REGMODE_{k}": v for k, v in modes.items()}
+        return c
+    ram = CELL_DELAY_NS["DP16KD"]
+    for modes, side, clk in (({}, "B", ram["clk"]), ({"B": "OUTREG"}, "B", ram["clk_outreg"]),
+                             ({"A": "NOREG", "B": "OUTREG"}, "B", ram["clk_outreg"]),
+                             ({"A": "OUTREG"}, "B", ram["clk"])):
+        cells = {"m_DP16KD": bram(10, side, **modes), "x_LUT4_Z": _lut(10, 11),
+                 "r1": _ff(d=11, q=12)}
+        (path,) = [p for p in longest_paths(_netlist(cells), count=5) if p["end"] == "r1.DI"]
+        assert path["delay_ns"] == pytest.approx(
+            clk + 2 * NET_NS + LUT["comb"] + FF["setup"], abs=0.01), modes
+    assert ram["clk"] > 5 > 1 > ram["clk_outreg"]
 
 
 def test_bad_arguments_are_named():

@@ -4,7 +4,8 @@
 yosys ``synth_ecp5`` wrote for nextpnr and lists the slowest paths by an **estimate**, not a
 timing sign-off: every cell gets a fixed delay per arc (table :data:`CELL_DELAY_NS`, rounded
 from the ECP5 -6 figures nextpnr uses) and every net between two cells a fixed routing delay
-(:data:`NET_NS`; a carry chain's ``COUT -> CIN`` is dedicated and free). Its use is to name the
+(:data:`NET_NS`; a carry chain's ``COUT -> CIN`` and a slice's LUTs into its wide-function
+multiplexers, ``PFUMX`` and ``L6MUX21``, are dedicated and free). Its use is to name the
 path behind nextpnr's post-placement estimate when nextpnr cannot be asked (its ``--quiet`` log
 prints no critical path before routing, and routing a 94 %-full part takes hours): yosys names
 each cell after the net it drives, so the cells of a path spell out the Amaranth signals it
@@ -71,6 +72,12 @@ MULT_NS = {"clk_out": 0.75, "clk_pipe": 1.35, "clk_in": 3.9,
 #: The clock period the over-budget counts are taken at (ns): issue 10's 100 MHz target for the
 #: training core's FPGA build.
 BUDGET_NS = 10.0
+#: Connections inside a slice, with no routing (no :data:`NET_NS`): a LUT4's output into a
+#: PFUMX's data input (the two LUTs of a slice and their F5 mux) and a PFUMX's into an
+#: L6MUX21's (the F5 muxes of a PFU and their F6 mux); only their selects come through the
+#: routing. ``(sink type, driver type, sink port)``.
+_IN_SLICE = {("PFUMX", "LUT4", "ALUT"), ("PFUMX", "LUT4", "BLUT"),
+             ("L6MUX21", "PFUMX", "D0"), ("L6MUX21", "PFUMX", "D1")}
 #: Cells with no path through them that matter here (I/O buffers, global reset).
 _IGNORED = {"TRELLIS_IO", "SGSR", "$scopeinfo", "DCCA", "VHI", "VLO"}
 
@@ -193,6 +200,8 @@ def _analyse(netlist: dict, top: str):
     def hop(src, sport, dst, dport):
         if cells[dst]["type"] == "CCU2C" and dport == "CIN" and sport == "COUT":
             return CELL_DELAY_NS["CCU2C"]["carry"] - CELL_DELAY_NS["CCU2C"]["comb"]
+        if (cells[dst]["type"], cells[src]["type"], dport) in _IN_SLICE:
+            return 0.0
         return NET_NS
 
     for node in order:

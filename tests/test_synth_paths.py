@@ -69,6 +69,28 @@ def test_one_path_per_family_and_count():
     assert longest_paths(_netlist(cells), count=1)[0]["levels"] == 1
 
 
+def test_a_slices_wide_function_muxes_take_no_routing():
+    """LUT4 -> PFUMX (ALUT/BLUT) -> L6MUX21 (D0/D1) are connections inside a slice: no net
+    delay on them; a PFUMX's select (C0) comes through the routing."""
+    mux, l6 = CELL_DELAY_NS["PFUMX"], CELL_DELAY_NS["L6MUX21"]
+    cells = {"r0": _ff(d=2, q=10), "a_LUT4_Z": _lut(10, 11),
+             "f5_PFUMX_Z": _cell("PFUMX", ALUT=("input", 11), BLUT=("input", 11),
+                                 C0=("input", 2), Z=("output", 12)),
+             "f6_L6MUX21_Z": _cell("L6MUX21", D0=("input", 12), D1=("input", 12),
+                                   SD=("input", 2), Z=("output", 13)),
+             "r1": _ff(d=13, q=14)}
+    (path,) = longest_paths(_netlist(cells), count=5)
+    assert path["delay_ns"] == pytest.approx(
+        FF["clk"] + NET_NS + LUT["comb"] + mux["comb"] + l6["comb"] + NET_NS + FF["setup"],
+        abs=0.01)
+    # the select through the routing: r0 -> PFUMX.C0 is a net
+    cells["f5_PFUMX_Z"]["connections"]["C0"] = [10]
+    cells["a_LUT4_Z"]["connections"]["A"] = [2]
+    (path,) = longest_paths(_netlist(cells), count=5)
+    assert path["delay_ns"] == pytest.approx(
+        FF["clk"] + NET_NS + mux["comb"] + l6["comb"] + NET_NS + FF["setup"], abs=0.01)
+
+
 def _mult(a, p, **regs):
     """A MULT18X18D from bit ``a`` to bit ``p``; ``regs``: REG_<name>_CLK parameters."""
     c = _cell("MULT18X18D", A0=("input", a), CLK0=("input", 1), P0=("output", p))

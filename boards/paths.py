@@ -433,7 +433,8 @@ def report(count: int = 5) -> list[dict]:
     lines = ["# Slowest paths by estimate (ECP5, after synth_ecp5)", "",
              "Regenerate with `make synth-paths` after `make synth` (boards/paths.py). "
              "An estimate, not a timing sign-off: a fixed delay per cell arc and "
-             f"{NET_NS} ns per net (carry chains free), so it ranks paths and names the "
+             f"{NET_NS} ns per net (carry chains and a slice's LUT -> PFUMX -> L6MUX21 hops "
+             "free), so it ranks paths and names the "
              "signals they cross; where the block was also routed, *routed / estimate* "
              "shows how far the estimate is from nextpnr's routed period. "
              f"*Over {BUDGET_NS:g} ns*: the end points (flip-flop and RAM input bits) whose "

@@ -178,25 +178,6 @@ class MatmulEngine(wiring.Component):
         ]
         if pm is not None:
             m.d.comb += [pm.mode.eq(mode), pm.running.eq(running)]
-        # (``req_reg``: a skid buffer and a register slice on each request stream, below)
-        skids = [None, None]
-        if cfg.req_reg:
-            skids = [StreamSkid(gen.req.payload.shape()) for gen in (g0, g1)]
-        for i, (gen, launch, done) in enumerate(((g0, ctl.launch, ctl.gen0_done),
-                                                 (g1, ctl.launch_rows, ctl.gen1_done))):
-            m.d.comb += [gen.running.eq(running), gen.launch.eq(launch),
-                         gen.shape.eq(ctl.shape)]
-            # a generator is done for the control when its last request has left the skid
-            # buffer too (the buffer is empty: its ``i.ready``): the same cycle as without
-            # the buffer (below)
-            m.d.comb += done.eq(gen.done & (skids[i].i.ready if skids[i] is not None else 1))
-        m.d.comb += [ctl.issue.eq(beats.issue), ctl.beat_invalid.eq(beats.beat_invalid),
-                     ctl.beat_overflow.eq(beats.beat_overflow), ctl.retire.eq(acc.retire)]
-
-        # ---- datapath: line requests -> groups -> beats -> array -> results ------------------
-        for i, q in enumerate((q0, q1)):
-            m.d.comb += [q.stat_load.eq(self.stat_load), q.stat_in.eq(self.stat_in[i]),
-                         self.stat[i].eq(q.stat)]
         # (``req_reg``: a skid buffer, then a register slice, on each request stream. The
         # skid buffer's registered ``ready`` steps the generator, so the quantizer's room and
         # the slice's ready no longer reach the generator's step and the enables of its
@@ -208,17 +189,34 @@ class MatmulEngine(wiring.Component):
         # readies. A generator is then "done" with its last request possibly still in the
         # slice: the overlap rule only needs the requests' order, which both keep, and a pass
         # ends on retired lines)
+        skids = [None, None]
         for i, (gen, q) in enumerate(((g0, q0), (g1, q1))):
             if cfg.req_reg:
-                skid = m.submodules[f"req_skid{i}"] = skids[i]
+                skid = m.submodules[f"req_skid{i}"] = StreamSkid(gen.req.payload.shape())
                 slice_ = m.submodules[f"req_reg{i}"] = StreamRegister(gen.req.payload.shape())
                 self.blocks[f"req_skid{i}"] = skid
                 self.blocks[f"req_reg{i}"] = slice_
                 connect(m, gen.req, skid.i)
                 connect(m, skid.o, slice_.i)
                 connect(m, slice_.o, q.req)
+                skids[i] = skid
             else:
                 connect(m, gen.req, q.req)
+        for i, (gen, launch, done) in enumerate(((g0, ctl.launch, ctl.gen0_done),
+                                                 (g1, ctl.launch_rows, ctl.gen1_done))):
+            m.d.comb += [gen.running.eq(running), gen.launch.eq(launch),
+                         gen.shape.eq(ctl.shape)]
+            # a generator is done for the control when its last request has left the skid
+            # buffer too (the buffer is empty: its ``i.ready``): the same cycle as without
+            # the buffer (above)
+            m.d.comb += done.eq(gen.done & (skids[i].i.ready if skids[i] is not None else 1))
+        m.d.comb += [ctl.issue.eq(beats.issue), ctl.beat_invalid.eq(beats.beat_invalid),
+                     ctl.beat_overflow.eq(beats.beat_overflow), ctl.retire.eq(acc.retire)]
+
+        # ---- datapath: line requests -> groups -> beats -> array -> results ------------------
+        for i, q in enumerate((q0, q1)):
+            m.d.comb += [q.stat_load.eq(self.stat_load), q.stat_in.eq(self.stat_in[i]),
+                         self.stat[i].eq(q.stat)]
         connect(m, q0.o, beats.x)
         connect(m, q1.o, beats.y)
         connect(m, beats.rows, aligner.i)

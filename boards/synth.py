@@ -151,15 +151,18 @@ def fpga_optim_config():
 
 
 def _fpga_optim(preset: str):
+    """The optimizer engine as the FPGA builds configure it: ``ii`` of
+    :func:`fpga_optim_config` and the FPGA builds' FP32 and divide / square-root units
+    (:func:`hdl.core.config.fpga_fp32_config`, :func:`hdl.core.config.fpga_divsqrt_config`:
+    the multipliers' and the divider's leading-zero counts registered before their shifts)."""
     import dataclasses
 
-    from hdl.fp32.config import FP32Config
-    from hdl.fp32.divsqrt_config import FP32DivSqrtConfig
+    from hdl.core.config import fpga_divsqrt_config, fpga_fp32_config
     from hdl.optim.config import OptimConfig
     from hdl.optim.standalone import OptimEngineWithMemories
     return OptimEngineWithMemories(
         config=dataclasses.replace(OptimConfig.preset(preset), ii=fpga_optim_config().ii),
-        fp32_config=FP32Config.preset(preset), divsqrt_config=FP32DivSqrtConfig.preset(preset))
+        fp32_config=fpga_fp32_config(), divsqrt_config=fpga_divsqrt_config())
 
 
 def _fpga_core(preset: str):

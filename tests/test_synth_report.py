@@ -177,3 +177,17 @@ def test_place_and_route_build_reads_plain_names():
     platform = synth.pnr_platform()
     assert "platform.plain_names(emit_verilog())" in platform.file_templates["{{name}}.v"]
     assert platform.plain_names("wire \\x[1] ;\n") == "wire \\x_1_ ;\n"
+
+
+def test_fpga_optim_row_is_the_cores_engine():
+    """The ``optim_engine_fpga`` row builds the optimizer engine with the FPGA core's configs
+    (:func:`hdl.core.config.fpga_core_kwargs`: ``ii``, the FP32 units' and the divide /
+    square-root units'), so its Fmax is the engine the core contains, not the default units'."""
+    from boards.synth import VARIANTS
+    from hdl.core.config import fpga_core_kwargs
+    eng = VARIANTS["optim_engine_fpga"]("default")
+    eng._MustUse__silence = True          # built only for its configs (never elaborated)
+    kw = fpga_core_kwargs()
+    assert eng.config.ii == kw["optim_config"].ii
+    assert eng.fp32_config == kw["fp32_config"]
+    assert eng.divsqrt_config == kw["divsqrt_config"]

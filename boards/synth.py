@@ -120,6 +120,11 @@ TARGETS = [
     ("optim_engine", "default"),
     # The same engine as the FPGA builds use it: FP32 units shared (CoreConfig.FPGA_OPTIM_II).
     ("optim_engine_fpga", "default"),
+    # The training core's matmul engine as its FPGA build has it (CoreConfig.fpga().array:
+    # role ports, the timing registers, two accumulator lanes), alone: S = 4 and S = 8. Beside
+    # the whole core's rows, what the engine reaches without the rest of the chip around it.
+    ("matmul_engine_fpga", "tiny"),
+    ("matmul_engine_fpga", "default"),
     # The whole training core (issue 10): S = 4 (tiny) and S = 8 (default), scratchpad banks,
     # program memory and every engine included.
     ("training_core", "tiny"),
@@ -140,7 +145,9 @@ TARGETS = [
 #: placement neither router finishes (docs/core.md, "FPGA").
 PNR_OPTS = {("training_core_fpga", "tiny"): "--placer static",
             ("training_core_fpga", "default"): "--placer static",
-            ("training_ring_node_fpga", "tiny"): "--placer static"}
+            ("training_ring_node_fpga", "tiny"): "--placer static",
+            ("matmul_engine_fpga", "tiny"): "--placer static",
+            ("matmul_engine_fpga", "default"): "--placer static"}
 
 
 def fpga_optim_config():
@@ -163,6 +170,15 @@ def _fpga_optim(preset: str):
     return OptimEngineWithMemories(
         config=dataclasses.replace(OptimConfig.preset(preset), ii=fpga_optim_config().ii),
         fp32_config=fpga_fp32_config(), divsqrt_config=fpga_divsqrt_config())
+
+
+def _fpga_matmul(preset: str):
+    """The matmul engine of the training core's FPGA build: ``MatmulEngine`` with
+    ``CoreConfig.preset(preset).fpga().array``, as :class:`hdl.core.core.TrainingCore` builds
+    it (its line ports reach the harness instead of the scratchpad)."""
+    from hdl.array.engine import MatmulEngine
+    from hdl.core.config import CoreConfig
+    return MatmulEngine(config=CoreConfig.preset(preset).fpga().array)
 
 
 def _fpga_core(preset: str):
@@ -193,7 +209,8 @@ def _fpga_ring_node(preset: str):
 
 #: Targets that are builds of a registered block with other parameters, not blocks of their own
 #: (``tessera generate`` does not know them): ``name -> build(preset)``.
-VARIANTS = {"optim_engine_fpga": _fpga_optim, "training_core_fpga": _fpga_core,
+VARIANTS = {"optim_engine_fpga": _fpga_optim, "matmul_engine_fpga": _fpga_matmul,
+            "training_core_fpga": _fpga_core,
             "training_ring_fpga": _fpga_ring, "training_ring_node_fpga": _fpga_ring_node}
 
 

@@ -178,7 +178,7 @@ class FMACSteps(FormalWrapper):
         inner = mark_used(self.dut).elaborate(platform)
         lanes = self.config.lanes
         names = ["psum"] + [f"lane_{k}_{x}" for k in range(lanes)
-                            for x in ("ca", "cb", "ij", "i", "j", "en")]
+                            for x in ("ca", "cb", "ij_onehot", "i", "j")]
         self.internal = internal_signals(inner, names)
         m.submodules.dut = inner
         m.d.comb += Assume(~ResetSignal("sync"))
@@ -225,14 +225,17 @@ class FMACSteps(FormalWrapper):
                          term.eq(Mux(en, Mux(rneg, -mag, mag), 0))]
             terms.append(term)
             with m.If(act):
-                m.d.comb += Assert(sig[f"lane_{k}_en"] == en, f"lane {k} enabled iff p < na*nb")
+                # the lane's shift register is one-hot i + j when enabled, zero when not
+                m.d.comb += Assert(sig[f"lane_{k}_ij_onehot"].any() == en,
+                                   f"lane {k} enabled iff p < na*nb")
                 with m.If(en):
                     m.d.comb += [
                         Assert(sig[f"lane_{k}_i"] == i, f"lane {k}: i = p // nb"),
                         Assert(sig[f"lane_{k}_j"] == j, f"lane {k}: j = p % nb"),
                         Assert(sig[f"lane_{k}_ca"] == ca, f"lane {k}: chunk a_i"),
                         Assert(sig[f"lane_{k}_cb"] == cb, f"lane {k}: chunk b_j"),
-                        Assert(sig[f"lane_{k}_ij"] == i + j, f"lane {k}: shift i + j"),
+                        Assert(sig[f"lane_{k}_ij_onehot"] == (1 << (i + j)),
+                               f"lane {k}: shift i + j"),
                     ]
         after = Signal(prod, name="ref_psum_after")
         m.d.comb += [after.eq(sum(terms, rpsum)),
@@ -276,14 +279,15 @@ class FMACSteps(FormalWrapper):
 def mutate_chunk_table(il_text: str) -> str:
     """A broken fMAC: lane 0's chunk product ``3 * 3`` (positive) gives 8 instead of 9.
 
-    Edits the one ``assign \\lane_0_sprod [4:0] 5'01001`` of the RTLIL (the table entry); raises
-    ``ValueError`` when the DUT's RTLIL no longer has exactly one (the mutation must not rot).
+    Edits the one ``assign \\lane_0_uprod [3:0] 4'1001`` of the RTLIL (the entry of the
+    unsigned chunk-product table; the sign is applied after it); raises ``ValueError`` when the
+    DUT's RTLIL no longer has exactly one (the mutation must not rot).
     """
-    old = "assign \\lane_0_sprod [4:0] 5'01001"
+    old = "assign \\lane_0_uprod [3:0] 4'1001"
     if il_text.count(old) != 1:
         raise ValueError(f"mutate_chunk_table: expected one {old!r} in the RTLIL, "
                          f"found {il_text.count(old)}")
-    return il_text.replace(old, "assign \\lane_0_sprod [4:0] 5'01000")
+    return il_text.replace(old, "assign \\lane_0_uprod [3:0] 4'1000")
 
 
 def _proof(name, lanes, depth, *, one_product=False, value=True, widths=None,

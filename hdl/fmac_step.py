@@ -12,7 +12,7 @@ each.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -254,9 +254,15 @@ class FMACDatapath(wiring.Component):
     (``latency = 1`` after the last step). Back-to-back products overlap as in
     :class:`hdl.fmac.FMACCore`: the next ``go`` may come in the ``finish`` cycle.
 
-    Each lane's signed product is a 6-input table of sign, enable and the two chunks (no
-    negation carry chain). Number format: operands sign/magnitude integers, ``product`` an
-    exact two's complement integer.
+    A product's sign is the same for all its steps, so a step adds each lane's *unsigned*
+    ``2b x 2b`` chunk product, shifted, as its one's complement when the product is negative,
+    and the count of such lanes into the sum's carry-in: ``psum + sum(term ^ -neg) + neg *
+    lanes``, the two's complement ``psum - sum(term)`` in one carry chain. The chunk product is
+    a 4-input table of the lane's registered chunks, the shift an AND-OR by a one-hot register
+    (cleared when the lane is not enabled), so a step is two LUT levels before the sum's carry
+    chain (the signed 6-input product table and a binary shift select were five: the S = 8
+    FPGA core's largest group of estimated paths, 26 end points in each of the 64 PEs). Number
+    format: operands sign/magnitude integers, ``product`` an exact two's complement integer.
 
     Parameters
     ----------
@@ -318,34 +324,36 @@ class FMACDatapath(wiring.Component):
         r_neg = Signal(name="r_neg")
         r_tag = Signal(self.tag_bits, name="r_tag")
         psum = Signal(prod_shape, name="psum")
+        nsh = 2 * maxc - 1                          # shifts 2 * (i + j), i + j < nsh
+        pw = prod_shape.width
         lane_ca = [Signal(2, name=f"lane_{k}_ca") for k in range(lanes)]
         lane_cb = [Signal(2, name=f"lane_{k}_cb") for k in range(lanes)]
-        lane_sh = [Signal(range(2 * maxc - 1), name=f"lane_{k}_ij") for k in range(lanes)]
-        lane_en = [Signal(name=f"lane_{k}_en") for k in range(lanes)]
+        # one-hot i + j (all zero when the lane is not enabled: its term is then 0)
+        lane_sh = [Signal(nsh, name=f"lane_{k}_ij_onehot") for k in range(lanes)]
 
-        # ---- this step: signed chunk products, shifted, summed -------------------------------
+        # ---- this step: unsigned chunk products, shifted, complemented if negative, summed ---
+        ones = Mux(r_neg, Const(-1, pw), Const(0, pw))
         terms = []
         for k in range(lanes):
-            sp = Signal(signed(5), name=f"lane_{k}_sprod")   # (-1)^neg * ca * cb, or 0
-            with m.Switch(Cat(lane_ca[k], lane_cb[k], r_neg, lane_en[k])):
-                for key in range(64):
-                    x, y, neg, en = key & 3, (key >> 2) & 3, (key >> 4) & 1, key >> 5
-                    v = (-(x * y) if neg else x * y) if en else 0
-                    if v:
+            # ca * cb, a table of the four chunk bits (a `*` of two 2-bit values would be
+            # mapped to a MULT18X18D by yosys)
+            up = Signal(4, name=f"lane_{k}_uprod")
+            with m.Switch(Cat(lane_ca[k], lane_cb[k])):
+                for key in range(16):
+                    if (key & 3) * (key >> 2):
                         with m.Case(key):
-                            m.d.comb += sp.eq(v)
+                            m.d.comb += up.eq((key & 3) * (key >> 2))
                 with m.Default():
-                    m.d.comb += sp.eq(0)
-            term = Signal(prod_shape, name=f"lane_{k}_term")
-            with m.Switch(lane_sh[k]):
-                for ij in range(2 * maxc - 1):
-                    with m.Case(ij):
-                        m.d.comb += term.eq(sp << (2 * ij))
-                with m.Default():
-                    m.d.comb += term.eq(0)
-            terms.append(term)
+                    m.d.comb += up.eq(0)
+            term = Signal(pw, name=f"lane_{k}_term")      # up << 2 * (i + j), or 0
+            m.d.comb += term.eq(Cat(*[
+                Cat(*[up[b - 2 * ij] & lane_sh[k][ij] for ij in range(nsh)
+                      if 0 <= b - 2 * ij < 4]).any() for b in range(pw)]))
+            terms.append(term ^ ones)
+        # the negative lanes' +1s: the carry-in (one lane) or a small constant
+        corr = r_neg if lanes == 1 else Mux(r_neg, lanes, 0)
         step_sum = Signal(prod_shape, name="step_sum")
-        m.d.comb += step_sum.eq(sum(terms, psum))
+        m.d.comb += step_sum.eq(sum(terms, psum) + corr)
 
         m.d.sync += self.done.eq(0)
         with m.If(cmd.finish):
@@ -361,7 +369,8 @@ class FMACDatapath(wiring.Component):
             for k in range(lanes):
                 m.d.sync += [lane_ca[k].eq(chunk(src_a, cmd.sel_i[k])),
                              lane_cb[k].eq(chunk(src_b, cmd.sel_j[k])),
-                             lane_sh[k].eq(cmd.sel_sh[k]), lane_en[k].eq(cmd.sel_en[k])]
+                             lane_sh[k].eq(Cat(*[cmd.sel_en[k] & (cmd.sel_sh[k] == ij)
+                                                 for ij in range(nsh)]))]
         with m.If(cmd.go):
             m.d.sync += [psum.eq(0), r_amag.eq(self.a_mag), r_bmag.eq(self.b_mag),
                          r_neg.eq(self.a_sign ^ self.b_sign), r_tag.eq(self.tag)]

@@ -256,8 +256,9 @@ class FMACDatapath(wiring.Component):
 
     A product's sign is the same for all its steps, so a step adds each lane's *unsigned*
     ``2b x 2b`` chunk product, shifted, as its one's complement when the product is negative,
-    and the count of such lanes into the sum's carry-in: ``psum + sum(term ^ -neg) + neg *
-    lanes``, the two's complement ``psum - sum(term)`` in one carry chain. The chunk product is
+    plus the lane count: ``psum + sum(term ^ -neg) + neg * lanes``, the two's complement
+    ``psum - sum(term)`` (with one lane, one carry chain, ``neg`` on its carry-in; with more, a
+    multi-operand sum with that small constant). The chunk product is
     a 4-input table of the lane's registered chunks, the shift an AND-OR by a one-hot register
     (cleared when the lane is not enabled), so a step is two LUT levels before the sum's carry
     chain (the signed 6-input product table and a binary shift select were five: the S = 8

@@ -158,10 +158,11 @@ class OutputAccumulator(wiring.Component):
         p = self.i.payload
         # a line enters the edge converters one part per cycle (part 0 .. F - 1) while it
         # stays on ``i``; it is checked (in-flight, room) at part 0 and taken at part F - 1
+        # (``part == 0`` and ``part == F - 1`` in registers of their own beside ``part``: the
+        # check's gate and ``accept`` start at a flip-flop, not at a compare of ``part``)
         part = Signal(range(F), name="in_part")
-        first_part = Signal(name="in_first_part")
-        last_part = Signal(name="in_last_part")
-        m.d.comb += [first_part.eq(part == 0), last_part.eq(part == F - 1)]
+        first_part = Signal(name="in_first_part", init=1)
+        last_part = Signal(name="in_last_part", init=int(F == 1))
         in_ok = Signal(name="in_ok")
         feed = Signal(name="feed")              # a part enters the edge converters
         start = Signal(name="line_start")       # ... the line's first
@@ -170,7 +171,7 @@ class OutputAccumulator(wiring.Component):
         # (computed for this line), ``wait`` (it writes a line still in flight)
         known = Signal(name="check_known")
         wait = Signal(name="check_wait")
-        room = Signal(name="ring_room")        # count + the new entry < D (below)
+        room = Signal(name="ring_room", init=1)    # count + the new entry < D (below)
         m.d.comb += [
             in_ok.eq(~first_part | (room & known & ~wait)),
             self.hazard.eq(self.i.valid & first_part & known & wait),
@@ -190,7 +191,8 @@ class OutputAccumulator(wiring.Component):
         m.d.comb += accept.eq(self.i.valid & self.i.ready)
         if F > 1:
             with m.If(feed):
-                m.d.sync += part.eq(Mux(last_part, 0, part + 1))
+                m.d.sync += [part.eq(Mux(last_part, 0, part + 1)), first_part.eq(last_part),
+                             last_part.eq(part == F - 2)]
 
         def of_part(items, index):
             """``items[index]`` (one item per part; the only item when F = 1)."""
@@ -353,11 +355,19 @@ class OutputAccumulator(wiring.Component):
         m.d.sync += [known.eq(Mux(accept, nx.valid, hd.valid)),
                      wait.eq(Mux(accept, wait_next, wait_head))]
         # ``count`` counts the ring's lines (the new entry's a cycle after its start); room
-        # for one more is count + new_valid < D, two compares of registers
-        with m.If(new_valid & ~retire):
+        # for one more is count + new_valid < D, a register: next cycle's count (this one's,
+        # one up or down) plus next cycle's new entry (``start``) below D, as compares of
+        # ``count`` with constants selected by the three (so ``in_ok`` starts at flip-flops)
+        up = new_valid & ~retire
+        down = retire & ~new_valid
+        with m.If(up):
             m.d.sync += count.eq(count + 1)
-        with m.Elif(retire & ~new_valid):
+        with m.Elif(down):
             m.d.sync += count.eq(count - 1)
-        m.d.comb += [room.eq(Mux(new_valid, count < D - 1, count < D)),
-                     self.busy.eq((count != 0) | new_valid)]
+
+        def next_below(k):                  # next cycle's count < k
+            return Mux(up, count < k - 1, Mux(down, count < k + 1, count < k))
+
+        m.d.sync += room.eq(Mux(start, next_below(D - 1), next_below(D)))
+        m.d.comb += self.busy.eq((count != 0) | new_valid)
         return m

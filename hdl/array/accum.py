@@ -181,18 +181,17 @@ class OutputAccumulator(wiring.Component):
         ]
         if F > 1:
             # the last part is never the first: the check does not gate it, so ``accept``
-            # (the select of the next check, below; the descriptor FIFO's read) comes from
-            # ``part`` and ``i.valid`` alone, not through ``in_ok`` from the check's registers
-            # (the S = 8 matmul engine's routed critical path at 9fbddb2, 11.83 ns, ran
-            # in_part -> in_ok -> accept -> the check's select into check_wait)
+            # (the select of the next check, below; the descriptor FIFO's read) comes from the
+            # last-part register and ``i.valid`` alone, not through ``in_ok`` from the check's
+            # registers (the S = 8 matmul engine's routed critical path at 9fbddb2, 11.83 ns,
+            # ran in_part -> in_ok -> accept -> the check's select into check_wait)
             m.d.comb += self.i.ready.eq(last_part)
-        else:
-            m.d.comb += self.i.ready.eq(in_ok)
-        m.d.comb += accept.eq(self.i.valid & self.i.ready)
-        if F > 1:
             with m.If(feed):
                 m.d.sync += [part.eq(Mux(last_part, 0, part + 1)), first_part.eq(last_part),
                              last_part.eq(part == F - 2)]
+        else:
+            m.d.comb += self.i.ready.eq(in_ok)
+        m.d.comb += accept.eq(self.i.valid & self.i.ready)
 
         def of_part(items, index):
             """``items[index]`` (one item per part; the only item when F = 1)."""

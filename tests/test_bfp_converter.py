@@ -547,9 +547,10 @@ def test_invalid_bfp_config_names_parameter(field, value, exc):
         BFPConfig(**{field: value})
 
 
-@pytest.mark.parametrize("cfg", [BFPConfig(group_size=17, noise_bits=5, lfsr_seed=0xBEEF),
-                                 BFPConfig(group_size=1, max_mantissa=6)],
-                         ids=["G17_three_tree_levels", "G1_no_tree"])
+@pytest.mark.parametrize("cfg", [
+    pytest.param(BFPConfig(group_size=17, noise_bits=5, lfsr_seed=0xBEEF),
+                 id="G17_three_tree_levels", marks=pytest.mark.long),
+    pytest.param(BFPConfig(group_size=1, max_mantissa=6), id="G1_no_tree")])
 def test_tree_depths_other_than_the_presets(cfg):
     """G = 17: three levels of the 4-way maximum tree (one more front stage; runs of 4 with a
     leftover of 1 at two levels); G = 1: no tree at all. Bit-exact under idle/backpressure

@@ -175,6 +175,7 @@ def test_fpga_shaped_core_step_bit_exact_in_rtl():
     assert got["state"].conflict == 0
 
 
+@pytest.mark.long
 def test_bench_core_fpga_point_and_table():
     """``make bench-core-fpga``'s measurement (``sim.bench.core_fpga.step_point``) on a small
     MLP at S = 4: both builds bit-exact with the golden model (checked inside), the FPGA build's

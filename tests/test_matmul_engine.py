@@ -185,7 +185,8 @@ def test_engine_modes_s2(mode):
     passes_scenario(cfg, cmds, seed=mode)
 
 
-@pytest.mark.parametrize("regs", [False, True], ids=["plain", "fpga_regs"])
+@pytest.mark.parametrize("regs", [pytest.param(False, id="plain", marks=pytest.mark.long),
+                                  pytest.param(True, id="fpga_regs")])
 @pytest.mark.parametrize("mode", [FWD, BWD_DATA, BWD_WEIGHT])
 def test_engine_modes_s4(mode, regs):
     """Random operands, idle cycles and backpressure, bit-exact with the model; also with the
@@ -202,8 +203,11 @@ def test_engine_modes_s4(mode, regs):
     passes_scenario(cfg, cmds, seed=10 + mode, idle=0.2, stall=0.3)
 
 
-@pytest.mark.parametrize("regs, latency", [(False, 1), (True, 1), (True, 2), (True, 3)],
-                         ids=["plain", "fpga_regs", "fpga_regs_latency2", "fpga_regs_latency3"])
+@pytest.mark.parametrize("regs, latency", [
+    pytest.param(False, 1, id="plain"),
+    pytest.param(True, 1, id="fpga_regs", marks=pytest.mark.long),
+    pytest.param(True, 2, id="fpga_regs_latency2", marks=pytest.mark.long),
+    pytest.param(True, 3, id="fpga_regs_latency3")])
 def test_role_ports_one_address_space(regs, latency):
     """The training core's port arrangement (``role_ports``: the two quantizers' reads and
     the accumulator's read-modify-write on one scratchpad, the host's WRITE/READ through the
@@ -222,8 +226,11 @@ def test_role_ports_one_address_space(regs, latency):
     passes_scenario(cfg, cmds, seed=41, idle=0.2, stall=0.3)
 
 
-@pytest.mark.parametrize("regs", [False, True, "latency2", "latency3"],
-                         ids=["plain", "fpga_regs", "fpga_regs_latency2", "fpga_regs_latency3"])
+@pytest.mark.parametrize("regs", [
+    pytest.param(False, id="plain"),
+    pytest.param(True, id="fpga_regs", marks=pytest.mark.long),
+    pytest.param("latency2", id="fpga_regs_latency2", marks=pytest.mark.long),
+    pytest.param("latency3", id="fpga_regs_latency3")])
 @pytest.mark.parametrize("mode", [FWD, BWD_DATA, BWD_WEIGHT])
 def test_pass_cycles_documented_s2(mode, regs):
     """The fast tier's twin of the cocotb tier's ``pass_cycles_documented``: square passes of
@@ -253,7 +260,7 @@ def test_pass_cycles_documented_s2(mode, regs):
         assert counters["cycles"] == want, (cmd, counters, want)
 
 
-@pytest.mark.parametrize("acc_lanes", [1, 2])
+@pytest.mark.parametrize("acc_lanes", [pytest.param(1, marks=pytest.mark.long), 2])
 def test_pass_cycles_shared_accumulator(acc_lanes):
     """An accumulator of fewer lanes than S (``acc_lanes``; the FPGA build has 2) takes a
     result line in ``F = S / acc_lanes`` cycles: square passes at S = 4 take exactly

@@ -18,8 +18,8 @@ LONG_FIRST = (
     "tests/test_grad_cocotb.py::test_grad_unit_cocotb[elementwise_random]",
     "tests/test_fuzz_engines_cocotb.py::test_engine_fuzz[matmul_engine-3-250]",
     "tests/test_collective_cocotb.py::test_collective_ring_cocotb[tiny-n4]",
-    "tests/test_training_ring_cocotb.py::test_training_ring_fpga_build_dataparallel",
     # make test-long
+    "tests/test_training_ring_cocotb.py::test_training_ring_fpga_build_dataparallel",
     "tests/test_training_ring.py::test_sendrecv_then_stopped_links_give_err_link",
     "tests/test_core_cocotb.py::test_training_core[s8_adam_micro2]",
     "tests/test_matmul_engine_cocotb.py::test_matmul_engine_default_s8",

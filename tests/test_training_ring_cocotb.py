@@ -12,7 +12,7 @@ reverse link closing the ring carries a block) and a poisoning ALLREDUCE right a
 vector write of a NaN into the gradient window. ``make test-long`` runs
 the same on two cores without reverse links (preset ``tiny``: the two-stage pipeline sends
 its gradients on the forward ring, whose next core is also the previous one) and the
-data-parallel steps on four cores."""
+data-parallel steps on four cores, and the FPGA build's two-core ring (preset ``tiny-fpga``)."""
 import pytest
 
 from sim.tb.runner import run_cocotb
@@ -74,11 +74,16 @@ def test_training_ring_poison_right_after_a_vector_write():
                name="training_ring_poison", testcase="poison_right_after_a_vector_write")
 
 
+@pytest.mark.long
 def test_training_ring_fpga_build_dataparallel():
     """The ring as ``make synth`` builds it for the FPGA (preset ``tiny-fpga``: two S = 4
     cores of the FPGA build, whose collective engines read the scratchpad as registered
     clients, their read word registered once more: four cycles after a read): data-parallel steps with FP32, BFP-4 and top-k
-    links under random link backpressure, bit-exact with the golden model."""
+    links under random link backpressure, bit-exact with the golden model. ``make
+    test-long`` (a build of its own, about 2.5 minutes on a fresh clone): ``make test`` runs
+    the same steps on the three-core ring above, the FPGA core in the Amaranth simulator
+    (tests/test_core_fpga.py) and the collective engine at the FPGA build's port latency 4
+    (tests/test_collective.py ``test_registered_memory_port[4-True]``)."""
     run_cocotb("training_ring", "tiny-fpga", "sim.tb.training_ring",
                name="training_ring_fpga_dataparallel", testcase="dataparallel_steps",
                extra_env=DATAPARALLEL)

@@ -128,7 +128,8 @@ def test_bad_commands_change_nothing(cmd_reg):
     assert all(g[0]["cycles"] == 0 for g in run.responses[:-1])
 
 
-@pytest.mark.parametrize("mem_latency,regs", [(2, False), pytest.param(3, True, marks=pytest.mark.long),
+@pytest.mark.parametrize("mem_latency,regs", [(2, False),
+                                              pytest.param(3, True, marks=pytest.mark.long),
                                               (4, True)])
 def test_registered_memory_port(mem_latency, regs):
     """The engines' memory ports as registered scratchpad clients (``mem_latency`` 2, 3 and 4,

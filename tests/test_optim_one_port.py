@@ -62,7 +62,8 @@ def _lines(mems):
 
 
 @pytest.mark.parametrize("n, latency", [(13, 1), (64, 1), (13, 2),
-                                        pytest.param(64, 2, marks=pytest.mark.long), (13, 3), (64, 3)])
+                                        pytest.param(64, 2, marks=pytest.mark.long),
+                                        (13, 3), (64, 3)])
 def test_one_port_engine_steps_bit_exact(n, latency):
     """Four Adam steps over ``n`` words (one-pass, two-pass with clipping, one-pass again,
     then one skipped by an outside flag): W, M, V equal the golden model's after each, the

@@ -216,7 +216,9 @@ def _ring_images(seed, N, depth, *, base, length, rbase):
 
 
 @pytest.mark.parametrize("N,width,stall,mem_latency", [(2, 32, 0.0, 1), (3, 16, 0.4, 1),
-                                                      pytest.param(4, 8, 0.3, 1, marks=pytest.mark.long), (3, 16, 0.3, 3),
+                                                      pytest.param(4, 8, 0.3, 1,
+                                                                   marks=pytest.mark.long),
+                                                      (3, 16, 0.3, 3),
                                                       (2, 16, 0.3, 4)])
 def test_topk_allreduce_rounds_equal_the_model(N, width, stall, mem_latency):
     """Three top-k all-reduces in a row on the ring (the residual of each round feeds the

@@ -118,7 +118,8 @@ mutation: setup
 	$(PY) -m sim.verify.mutation $(MUTATION_ARGS)
 
 # SYNTH_ARGS adds options, e.g. --only training_core_fpga:tiny --router router2 (router2
-# routes congested designs that nextpnr's default router1 does not finish), --seed N,
+# routes congested designs that nextpnr's default router1 does not finish), --seed N or
+# --seeds 1,2,3 (one place and route per seed, the row the median and the spread),
 # --target-mhz F (the clock constraint of place and route, default 125) and
 # --pnr-opts '<more nextpnr options>'; each is recorded per row. The training core's FPGA build
 # is placed with nextpnr's static placer unless --pnr-opts says otherwise (boards/synth.py

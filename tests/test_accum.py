@@ -47,15 +47,17 @@ def _model(lines, S: int, depth: int, mem0: np.ndarray) -> np.ndarray:
     return mem
 
 
-def _run(acc_lanes: int, mem_latency: int, idle: float, ahead: str, n: int = 300):
-    """``n`` random lines over 5 addresses through an accumulator with ``S = 4``; ``ahead``:
+def _run(acc_lanes: int, mem_latency: int, idle: float, ahead: str, n: int = 300,
+         magnitude: bool = False):
+    """``n`` random lines over 5 addresses through an accumulator with ``S = 4`` (its values
+    as magnitude and sign with ``magnitude``: ``ArrayConfig.out_magnitude``); ``ahead``:
     ``"off"`` (``head`` from ``i`` alone, ``next`` unknown), ``"on"`` (both, always),
     ``"some"`` (both, each ``valid`` low at random). Returns the lines, the scratchpad, the model's and
     the monitor's record: retire and hazard counts, and the cycles at which each line started
     (its read issued a cycle later) and retired."""
     S = 4
     cfg = ArrayConfig(size=S, mem_depth=16, acc_lanes=acc_lanes, mem_latency=mem_latency,
-                      role_ports=mem_latency >= 2)
+                      role_ports=mem_latency >= 2, out_magnitude=magnitude)
     dut = OutputAccumulator(config=cfg)
     rng = random.Random(acc_lanes * 10 + mem_latency + int(idle * 10))
     lines = _lines(rng, S, n, 5)
@@ -111,7 +113,8 @@ def _run(acc_lanes: int, mem_latency: int, idle: float, ahead: str, n: int = 300
             tell(ctx, "head", ln, True)
             tell(ctx, "next", nxt, ahead == "on" or (ahead == "some" and prng.random() < .7))
             ctx.set(dut.i.valid, 1)
-            ctx.set(dut.i.payload, ln)
+            ctx.set(dut.i.payload, {**ln, "value": [
+                {"mag": abs(v), "sign": int(v < 0)} for v in ln["value"]]} if magnitude else ln)
             await ctx.tick().until(dut.i.ready)
             ctx.set(dut.i.valid, 0)
         tell(ctx, "head", None, False)
@@ -127,18 +130,20 @@ def _run(acc_lanes: int, mem_latency: int, idle: float, ahead: str, n: int = 300
     return cfg, lines, mem, want, seen
 
 
-@pytest.mark.parametrize("acc_lanes, mem_latency, idle, ahead", [
-    (0, 1, 0.0, "on"), (0, 1, 0.4, "on"), (2, 1, 0.0, "on"), (2, 2, 0.3, "some"),
-    (1, 2, 0.0, "on"), (0, 1, 0.0, "off"), (0, 2, 0.3, "some"), (2, 1, 0.2, "off"),
-    (2, 3, 0.3, "some"), (0, 3, 0.0, "on")])
-def test_accumulator_repeated_lines_in_order(acc_lanes, mem_latency, idle, ahead):
+@pytest.mark.parametrize("acc_lanes, mem_latency, idle, ahead, magnitude", [
+    (0, 1, 0.0, "on", False), (0, 1, 0.4, "on", False), (2, 1, 0.0, "on", False),
+    (2, 2, 0.3, "some", False), (1, 2, 0.0, "on", False), (0, 1, 0.0, "off", False),
+    (0, 2, 0.3, "some", False), (2, 1, 0.2, "off", False), (2, 3, 0.3, "some", False),
+    (0, 3, 0.0, "on", False), (2, 3, 0.3, "some", True), (0, 1, 0.2, "on", True)])
+def test_accumulator_repeated_lines_in_order(acc_lanes, mem_latency, idle, ahead, magnitude):
     """300 lines over 5 addresses (most lines find their address still in flight, many the
     line just before), with ``acc_lanes`` edge converters (one line per cycle, or per
-    ``S / acc_lanes`` cycles), a read latency of 1, 2 or 3, and the next line told ahead or not:
+    ``S / acc_lanes`` cycles), a read latency of 1, 2 or 3, the values as two's complement or
+    as magnitude and sign (the FPGA build's ``out_magnitude``), and the next line told ahead or not:
     the scratchpad ends equal to adding the lines one by one in arrival order; one ``retire``
     per line; ``hazard`` is raised (the check waits). A check that missed the line started
     in the cycle before would read its old value before that line's sum is written."""
-    _, lines, mem, want, seen = _run(acc_lanes, mem_latency, idle, ahead)
+    _, lines, mem, want, seen = _run(acc_lanes, mem_latency, idle, ahead, magnitude=magnitude)
     assert seen["retire"] == len(lines)
     assert seen["hazard"] > 0
     assert np.array_equal(mem.view(np.uint32), want.view(np.uint32))

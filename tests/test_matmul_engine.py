@@ -123,9 +123,10 @@ def run_engine(cfg, body, *, deadline_cycles=400_000):
 
 
 def _regs(on: bool) -> dict:
-    """The FPGA build's engine options (``CoreConfig.fpga()``: its registers and two
-    accumulator lanes), all on or all off."""
-    return {"req_reg": on, "cmd_reg": on, "out_skid": on, "acc_lanes": 2 if on else 0}
+    """The FPGA build's engine options (``CoreConfig.fpga()``: its registers, the results
+    as magnitude and sign, two accumulator lanes), all on or all off."""
+    return {"req_reg": on, "cmd_reg": on, "out_skid": on, "out_magnitude": on,
+            "acc_lanes": 2 if on else 0}
 
 
 def passes_scenario(cfg, cmds, seed, *, idle=0.0, stall=0.0):

@@ -2,11 +2,11 @@
 scratchpad (read-modify-write of one line per cycle)."""
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..edge_converter import EdgeConfig, EdgeConverter
+from ..edge_converter import EdgeConfig, EdgeConverter, edge_value_shape
 from ..fp32.add import FP32Add
 from ..lib.blockfifo import RegBlockFIFO
 from .config import ArrayConfig
@@ -15,12 +15,13 @@ __all__ = ["acc_in_layout", "line_ahead_signature", "OutputAccumulator"]
 
 
 def acc_in_layout(config: ArrayConfig) -> data.StructLayout:
-    """One result line: exact chains ``value[l]`` with exponents ``exp[l]`` (value
+    """One result line: exact chains ``value[l]`` (two's complement, or magnitude and sign
+    with ``config.out_magnitude``) with exponents ``exp[l]`` (value
     ``value * 2**exp``), the target line ``addr``, lanes to write ``mask``, ``first`` (add to
     ``+0.0`` instead of the stored word) and ``write`` (0: drop the line, e.g. padding rows)."""
     S = config.size
     return data.StructLayout({
-        "value": data.ArrayLayout(signed(config.acc_bits), S),
+        "value": data.ArrayLayout(edge_value_shape(config.acc_bits, config.out_magnitude), S),
         "exp": data.ArrayLayout(signed(config.edge_exp_bits), S),
         "addr": range(config.mem_depth), "mask": S, "first": 1, "write": 1,
     })
@@ -108,7 +109,8 @@ class OutputAccumulator(wiring.Component):
         S, D = cfg.size, self.DEPTH
         P = cfg.acc_lanes or S            # edge converter + adder lanes
         F = S // P                        # parts of a line, one per cycle
-        edges = [EdgeConverter(config=self.edge_config) for _ in range(P)]
+        edges = [EdgeConverter(config=self.edge_config, magnitude=cfg.out_magnitude)
+                 for _ in range(P)]
         adds = [FP32Add() for _ in range(P)]
         for lane in range(P):
             m.submodules[f"edge_{lane}"] = edges[lane]
@@ -210,7 +212,7 @@ class OutputAccumulator(wiring.Component):
                                              rd_first.eq(p.first)]
         m.d.comb += [self.rd_addr.eq(rd_addr), self.rd_en.eq(rd_en)]
         for lane in range(P):
-            value = of_part((p.value[k * P + lane] for k in range(F)), part)
+            value = of_part((Value.cast(p.value[k * P + lane]) for k in range(F)), part)
             exp = of_part((p.exp[k * P + lane] for k in range(F)), part)
             m.d.comb += [
                 edges[lane].i.valid.eq(self.i.valid & in_ok),

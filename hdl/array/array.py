@@ -6,6 +6,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
+from ..edge_converter import edge_value_shape, to_magnitude
 from ..fmac import FMACCore
 from ..fmac_step import FMACSchedule
 from ..registry import Block
@@ -44,8 +45,10 @@ def wload_layout(config: ArrayConfig) -> data.StructLayout:
 
 
 def array_out_layout(config: ArrayConfig) -> data.StructLayout:
-    """One ``out`` vector: ``value[l]`` (exact two's complement ``acc_bits`` integers)."""
-    return data.StructLayout({"value": data.ArrayLayout(signed(config.acc_bits), config.size)})
+    """One ``out`` vector: ``value[l]`` (exact ``acc_bits`` integers: two's complement, or
+    with ``config.out_magnitude`` magnitude and sign, :func:`hdl.edge_converter.edge_value_shape`)."""
+    shape = edge_value_shape(config.acc_bits, config.out_magnitude)
+    return data.StructLayout({"value": data.ArrayLayout(shape, config.size)})
 
 
 class SystolicArray(wiring.Component):
@@ -421,7 +424,10 @@ class SystolicArray(wiring.Component):
         m.d.comb += [
             push.eq(done_d1 & finals[0].valid),
             fifo.w_en.eq(push),
-            fifo.w_data.eq(Cat(*[f.value for f in finals])),
+            # (out_magnitude: each chain's magnitude and sign, negated here on the FIFO's
+            # write side, which starts at the de-skew registers)
+            fifo.w_data.eq(Cat(*[to_magnitude(f.value) if cfg.out_magnitude else f.value
+                                 for f in finals])),
             self.out.valid.eq(fifo.r_rdy),
             self.out.payload.eq(fifo.r_data),
             fifo.r_en.eq(self.out.ready),

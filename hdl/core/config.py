@@ -95,7 +95,9 @@ class CoreConfig(PresetMixin):
         engine's line generators, a multiply, and the bank crossbar; every pass one cycle more)
         and :attr:`~hdl.array.config.ArrayConfig.cmd_reg` (a command validated into a register
         before its pass starts, its checks' status and counts registered in a second step;
-        every ``MATMUL`` one cycle more, two on an idle engine).
+        every ``MATMUL`` one cycle more, two on an idle engine), and with them the quantizers'
+        output skid buffers (``out_skid``) and the array's results stored as magnitude and
+        sign (``out_magnitude``; no cycle changes).
     coll_regs : bool
         The collective engine's timing registers (the FPGA build; with ``ranks >= 2``):
         :attr:`hdl.multi.config.CollectiveConfig.cmd_reg` (its command through a register
@@ -293,6 +295,7 @@ class CoreConfig(PresetMixin):
                            lfsr_seed=self.lfsr_seed, mem_depth=self.lines,
                            dim_bits=self.dim_bits, req_reg=self.matmul_regs,
                            cmd_reg=self.matmul_regs, out_skid=self.matmul_regs, role_ports=True,
+                           out_magnitude=self.matmul_regs,
                            acc_lanes=self.acc_lanes, mem_latency=self.spad_latency)
 
     @property

@@ -18,9 +18,22 @@ are :class:`~hdl.fp32.add.FP32Add` with ``same_sign`` (no leading-zero count or 
 shift; the same words).
 
 Hardware: one accumulation adder (``lanes > La``: a lane's next add is issued after its
-previous result is back) and one adder per tree level. Nothing stalls: a row's sum appears a
-fixed :func:`row_sum_latency` cycles after its last slot, and rows may follow each other
-without a gap. Not a component: :func:`row_sum` adds the logic to the caller's module.
+previous result is back), one adder per tree level below the last two, and one adder for the
+last two levels together (``lanes >= 8``; with fewer lanes one adder per level). Nothing
+stalls: a row's sum appears a fixed :func:`row_sum_latency` cycles after its last slot, and
+rows may follow each other without a gap. Not a component: :func:`row_sum` adds the logic to
+the caller's module.
+
+The shared adder of the last two levels takes, per row, ``A`` (the first half's pair), ``B``
+(the second half's) and ``C = A + B``. ``B`` and ``C`` are issued the cycle their operands
+are ready, as on adders of their own, so the sum keeps its cycle: with ``t_B`` the cycle
+``B``'s pair is complete, ``C`` issues at ``t_B + La``; rows' ``t_B`` are at least ``lanes``
+cycles apart (a row's finals come after the row before's), more than ``La``, so no ``B`` or
+``C`` meets another. ``A`` (complete at ``t_A <= t_B - lanes / 2``) waits in a register and
+is issued in the first cycle after that no ``B`` or ``C`` takes: the ``B``/``C`` cycles come
+in runs of at most two (``t_B + La + 1`` can be the next row's ``t_B`` when ``La = lanes -
+1``; ``t_B + 1`` is ``t_B + La`` only when ``La = 1``; both cannot hold), so ``A`` is issued
+by ``t_A + 3 < t_B`` and its result is back before ``B``'s.
 """
 from __future__ import annotations
 
@@ -108,7 +121,8 @@ def row_sum(m, *, valid, x, first, final, lane, lanes: int, fp32_config: FP32Con
     # --- pipelined pairwise tree over the lanes' finals, in arrival order ---------------------
     v, val = Signal(name=f"{prefix}_final_valid"), Signal(32, name=f"{prefix}_final")
     m.d.comb += [v.eq(acc.o.valid & final_tag), val.eq(acc_r)]
-    for lvl in range(levels):
+    shared = levels >= 3                # the last two levels on one adder (module docstring)
+    for lvl in range(levels - 2 if shared else levels):
         m.submodules[f"{prefix}_tree_add_{lvl}"] = add = FP32Add(config=fp32_config, same_sign=True)
         hold = Signal(32, name=f"{prefix}_tree_{lvl}_hold", reset_less=True)
         half = Signal(name=f"{prefix}_tree_{lvl}_half")
@@ -124,4 +138,57 @@ def row_sum(m, *, valid, x, first, final, lane, lanes: int, fp32_config: FP32Con
         nv, nval = Signal(name=f"{prefix}_tree_{lvl}_valid"), Signal(32, name=f"{prefix}_tree_{lvl}_r")
         m.d.comb += [nv.eq(add.o.valid), nval.eq(result(add.o.payload))]
         v, val = nv, nval
+    if shared:
+        v, val = _last_two_levels(m, v, val, la=la, fp32_config=fp32_config,
+                                  prefix=f"{prefix}_tree_{levels - 2}")
     return v, val
+
+
+def _last_two_levels(m, v, val, *, la: int, fp32_config: FP32Config, prefix: str):
+    """The tree's last two levels on one adder: the stream ``(v, val)`` of a row's four
+    values ``q0 .. q3`` in, ``(q0 + q1) + (q2 + q3)`` out, at the cycles two adders would give
+    (module docstring). Returns ``(sum_valid, sum)``."""
+    from ..fp32.add import FP32Add
+
+    m.submodules[f"{prefix}_add"] = add = FP32Add(config=fp32_config, same_sign=True)
+    hold = Signal(32, name=f"{prefix}_hold", reset_less=True)
+    half = Signal(name=f"{prefix}_half")            # q1 or q3 arrives: a pair is complete
+    second = Signal(name=f"{prefix}_second")        # the next pair is the row's second (B)
+    a_pend = Signal(name=f"{prefix}_a_pending")     # A waits for a free cycle
+    a_ops = Signal(64, name=f"{prefix}_a_operands", reset_less=True)
+    a_sum = Signal(32, name=f"{prefix}_a_sum", reset_less=True)     # A's result, for C
+    r = Signal(32, name=f"{prefix}_r")
+    m.d.comb += r.eq(result(add.o.payload))
+    pair = v & half
+    # each issue's kind, to its result: 1 A, 2 B, 3 C (0 none)
+    kind = Signal(2, name=f"{prefix}_issue")
+    tags = [kind]
+    for d in range(la):
+        t = Signal(2, name=f"{prefix}_tag_{d + 1}")
+        m.d.sync += t.eq(tags[-1])
+        tags.append(t)
+    done = tags[la]
+    issue_c = add.o.valid & (done == 2)             # B's result back: C = A + B now
+    issue_b = pair & second
+    m.d.comb += [add.o.ready.eq(1), add.i.valid.eq(kind != 0)]
+    with m.If(issue_c):
+        m.d.comb += [kind.eq(3), operands(add.i.payload).eq(Cat(a_sum, r, Const(0, 1)))]
+    with m.Elif(issue_b):
+        m.d.comb += [kind.eq(2), operands(add.i.payload).eq(Cat(hold, val, Const(0, 1)))]
+    with m.Elif(a_pend):
+        m.d.comb += [kind.eq(1), operands(add.i.payload).eq(Cat(a_ops, Const(0, 1)))]
+    with m.If(v):
+        m.d.sync += half.eq(~half)
+        with m.If(~half):
+            m.d.sync += hold.eq(val)
+    with m.If(pair):
+        m.d.sync += second.eq(~second)
+    with m.If(pair & ~second):
+        m.d.sync += [a_pend.eq(1), a_ops.eq(Cat(hold, val))]
+    with m.Elif(kind == 1):
+        m.d.sync += a_pend.eq(0)
+    with m.If(add.o.valid & (done == 1)):
+        m.d.sync += a_sum.eq(r)
+    sv, s = Signal(name=f"{prefix}_valid"), Signal(32, name=f"{prefix}_sum")
+    m.d.comb += [sv.eq(add.o.valid & (done == 3)), s.eq(r)]
+    return sv, s

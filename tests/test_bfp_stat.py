@@ -331,3 +331,72 @@ def test_exponent_offsets_around_renormalisation(seed):
                 cases.add("renorm")
     assert cases >= {"flush_acc", "flush_grp", "win", "tie", "lose", "renorm"}
     check(TINY, [words], stat_bits=bits, seed=seed)
+
+
+@pytest.mark.parametrize("seed, stat_bits", [(51, 16), (52, 32)])
+def test_load_reg_is_a_register_in_front(seed, stat_bits):
+    """``QuantStat(load_reg=True)`` (the matmul engine's FPGA build) is the same unit with a
+    register in front of ``stat_load`` and ``stat_in``: run in lock step with a
+    ``load_reg=False`` unit fed through such registers, with random loads (back to back
+    included) while groups stream under random idle cycles and backpressure, both give the same
+    outputs, ``ready`` and statistic in every cycle. A load that reached the sums a cycle early
+    or late, or a statistic term left over from the cycle before, differs."""
+    from amaranth.hdl import Signal
+
+    from hdl.bfp.stat import stat_layout
+
+    rng = np.random.default_rng(seed)
+    prng = random.Random(seed)
+    words = words_for(rng, TINY, 200, [2, 4, 6, 8],
+                      [bfp.ROUND_NEAREST, bfp.ROUND_STOCHASTIC], gaussian=True)
+    new = QuantStat(config=TINY, stat_bits=stat_bits, load_reg=True)
+    old = QuantStat(config=TINY, stat_bits=stat_bits)
+    top = Module()
+    top.domains.sync = ClockDomain("sync")
+    top.submodules.new, top.submodules.old = new, old
+    load_q = Signal(name="load_q")
+    in_q = Signal(stat_layout(TINY, stat_bits), name="stat_in_q")
+    top.d.sync += [load_q.eq(new.stat_load), in_q.eq(new.stat_in)]
+    top.d.comb += [old.stat_load.eq(load_q), old.stat_in.eq(in_q),
+                   old.i.valid.eq(new.i.valid), old.i.payload.eq(new.i.payload),
+                   old.o.ready.eq(new.o.ready)]
+    seen = {"loads": 0, "outs": 0, "renorm": 0}
+
+    async def tb(ctx):
+        sent = 0
+        for cycle in range(3_000):
+            v = sent < len(words) and prng.random() >= 0.2
+            ctx.set(new.i.valid, v)
+            if v:
+                ctx.set(new.i.payload.as_value(), words[sent])
+            ctx.set(new.o.ready, prng.random() >= 0.2)
+            load = prng.random() < (0.5 if cycle % 200 < 4 else 0.04)
+            if load:
+                ld = {"exp": int(rng.integers(-8, 8)),
+                      "num": int(rng.integers(0, 1 << (stat_bits - 2))),
+                      "den": int(rng.integers(1, 1 << (stat_bits - 1))),
+                      "seen": int(rng.integers(2))}
+                ctx.set(new.stat_in, new.stat_in.shape().const(ld))
+            ctx.set(new.stat_load, load)
+            _, _, *got = await ctx.tick().sample(
+                new.i.ready, new.o.valid, new.o.payload.as_value(), new.stat.as_value(),
+                old.i.ready, old.o.valid, old.o.payload.as_value(), old.stat.as_value())
+            assert got[:4] == got[4:], f"cycle {cycle}"
+            if v and got[0]:
+                sent += 1
+            seen["loads"] += load
+            seen["outs"] += got[1]
+            seen["renorm"] += StatState.of(ctx.get(new.stat)).num >= 1 << (stat_bits - 2)
+            if sent == len(words) and cycle > 2_000:
+                break
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6)
+    sim.add_testbench(tb)
+    sim.run()
+    assert seen["loads"] > 50 and seen["outs"] > 150
+
+
+def test_load_reg_rejects_a_non_bool():
+    with pytest.raises(TypeError, match=r"QuantStat\.load_reg.*1"):
+        QuantStat(config=TINY, load_reg=1)

@@ -101,16 +101,19 @@ class LineQuantizer(wiring.Component):
         cfg = self.config
         S = cfg.size
         sb = self.side_bits
-        # cmd_reg (the FPGA build): the load and its statistic from registers of the
-        # converter's own (QuantStat's ``load_reg``; the sequencer's registers drove the
-        # statistic's load select and adders across the die: 5.28 ns of the S = 4 FPGA core's
-        # routed critical path at 51c75b2, 14.13 ns), whose load register no longer reaches
-        # the statistic's shifters either. The load then lands a cycle later, still long
-        # before the pass's first group reaches the converter: with ``cmd_reg`` the pass
-        # itself starts two cycles after the command
-        conv = m.submodules.converter = QuantStat(config=cfg.bfp(self.index), rotate=True,
-                                                  load_reg=cfg.cmd_reg)
-        m.d.comb += [conv.stat_load.eq(self.stat_load), conv.stat_in.eq(self.stat_in),
+        conv = m.submodules.converter = QuantStat(config=cfg.bfp(self.index), rotate=True)
+        stat_load, stat_in = self.stat_load, self.stat_in
+        if cfg.cmd_reg:
+            # the FPGA build: the load and its statistic from registers of this quantizer's
+            # own, placed by its converter (the sequencer's registers drove the statistic's
+            # load select and adders across the die: 5.28 ns of the S = 4 FPGA core's routed
+            # critical path at 51c75b2, 14.13 ns). The load then lands a cycle later, still
+            # long before the pass's first group reaches the converter: with ``cmd_reg`` the
+            # pass itself starts two cycles after the command
+            stat_load = Signal(name="stat_load_q")
+            stat_in = Signal(stat_layout(cfg.bfp(self.index)), name="stat_in_q")
+            m.d.sync += [stat_load.eq(self.stat_load), stat_in.eq(self.stat_in)]
+        m.d.comb += [conv.stat_load.eq(stat_load), conv.stat_in.eq(stat_in),
                      self.stat.eq(conv.stat)]
 
         # ---- read with credits into the line FIFO -------------------------------------------

@@ -55,16 +55,6 @@ class QuantStat(wiring.Component):
     rotate : bool
         The converter's ``rotate`` option and its ``rot`` input (default ``False``; the sums
         do not depend on the element order).
-    load_reg : bool
-        ``stat_load`` and ``stat_in`` pass a register of this unit first (the matmul engine's
-        FPGA build, ``ArrayConfig.cmd_reg``, whose quantizers registered them before this
-        unit): a load lands a cycle after it is offered. Knowing it a cycle ahead, the unit
-        makes the load's effect on the sums part of its registers: the second-level shift
-        selects are loaded as zeros and ``stat_in``'s ``num``/``den`` into a register of
-        their own (zeros without a load), so the load register does not reach the
-        accumulator's shifters and adders (3.13 ns of routing from it began the S = 8 FPGA
-        engine's routed critical path into ``acc_renorm``, 12.17 ns, at 7691968, seed 1).
-        Default ``False``: the load acts in the cycle it is offered.
 
     Attributes
     ----------
@@ -85,17 +75,13 @@ class QuantStat(wiring.Component):
 
     stat_latency = 3
 
-    def __init__(self, *, config: BFPConfig, stat_bits: int = STAT_BITS, rotate: bool = False,
-                 load_reg: bool = False):
+    def __init__(self, *, config: BFPConfig, stat_bits: int = STAT_BITS, rotate: bool = False):
         check_config_type(self, config, BFPConfig)
         with used_if_rejected(self):
             check_stat_bits("QuantStat", stat_bits, config)
-            if not isinstance(load_reg, bool):
-                raise TypeError(f"QuantStat.load_reg must be a bool, not {load_reg!r}")
         self.config = config
         self.stat_bits = stat_bits
         self.rotate = bool(rotate)
-        self.load_reg = load_reg
         self.latency = converter_latency(config)
         super().__init__({
             **converter_members(config),
@@ -138,17 +124,7 @@ class QuantStat(wiring.Component):
         # two stages: the sums (``sum_*``), then the shift by mm - m (``stage_*``), so the
         # sum of G magnitudes and the shift are not one path. A load drops the group in the
         # first stage (it was delivered before the load cycle).
-        load, stat_in = self.stat_load, self.stat_in
-        if self.load_reg:
-            # the load and its statistic a cycle later; the shift selects and the statistic's
-            # sum terms take the load's effect as they are registered (below)
-            load = Signal(name="stat_load_q")
-            stat_in = Signal.like(self.stat_in, name="stat_in_q")
-            in_num = Signal(B, name="stat_in_num_q")        # stat_in.num on a load, else 0
-            in_den = Signal(B, name="stat_in_den_q")
-            m.d.sync += [load.eq(self.stat_load), stat_in.eq(self.stat_in),
-                         in_num.eq(Mux(self.stat_load, self.stat_in.num, 0)),
-                         in_den.eq(Mux(self.stat_load, self.stat_in.den, 0))]
+        load = self.stat_load
         p_valid = Signal(name="sum_valid")
         p_exp = Signal(signed(cfg.exp_bits), name="sum_exp")
         p_d = Signal.like(d_grp, name="sum_d")
@@ -247,7 +223,7 @@ class QuantStat(wiring.Component):
         grp = tuple(Signal.like(v, name=f"cmp_grp_{k}_q", init=i)
                     for k, (v, i) in enumerate(zip(grp_now, (0, 0, 0, 1, 0, 1))))
         m.d.sync += [r.eq(v) for r, v in zip(grp, grp_now)]
-        cands = {"load": compare(g_exp, stat_in.exp, "load"),
+        cands = {"load": compare(g_exp, self.stat_in.exp, "load"),
                  "hold": compare(g_exp, raw_exp, "hold"),
                  "hold1": compare(g_exp, raw_exp_up, "hold1"),
                  "grp": grp}
@@ -257,7 +233,7 @@ class QuantStat(wiring.Component):
         take_grp = Signal(name="acc_takes_group_exp")               # the new raw exp is s_exp
         m.d.comb += take_grp.eq(grp_pos & ~(d_one & ovf))
         seen_next = Signal(name="acc_seen_next")
-        m.d.comb += seen_next.eq(Mux(load, stat_in.seen, seen | s_valid))
+        m.d.comb += seen_next.eq(Mux(load, self.stat_in.seen, seen | s_valid))
 
         def pick(c):
             # the raw exponent of the next cycle: loaded; s_exp (the staged group wins); st.exp
@@ -283,15 +259,13 @@ class QuantStat(wiring.Component):
         g_lo0 = Signal(lo_n, name="grp_shift_lo")
         g_lo1 = Signal(lo_n, name="grp_shift_lo_ovf")
         one_hi = Const(1, hi_n)
-        # (load_reg: zeros when the next cycle loads; the shifts then need no load select)
-        lo_next = (lambda v: Mux(self.stat_load, 0, v)) if self.load_reg else (lambda v: v)
         m.d.sync += [
             a_hi.eq(Mux(~seen_next, 0, Mux(pos_next, d_hi, one_hi))),
-            a_lo0.eq(lo_next(Mux(pos_next, d_lo, 0b01))),
-            a_lo1.eq(lo_next(Mux(pos_next, d_lo, 0b10))),
+            a_lo0.eq(Mux(pos_next, d_lo, 0b01)),
+            a_lo1.eq(Mux(pos_next, d_lo, 0b10)),
             g_hi.eq(Mux(pos_next, one_hi, n_hi)),
-            g_lo0.eq(lo_next(Mux(pos_next, 0b01, n_lo))),
-            g_lo1.eq(lo_next(Mux(pos_next, 0b01, n_lo << 1))),
+            g_lo0.eq(Mux(pos_next, 0b01, n_lo)),
+            g_lo1.eq(Mux(pos_next, 0b01, n_lo << 1)),
         ]
 
         def shift(x, hi, lo0, lo1, tag, extra=None):
@@ -300,24 +274,21 @@ class QuantStat(wiring.Component):
             y = Signal(len(x), name=f"{tag}_shift_hi")
             lo = Signal(lo_n, name=f"{tag}_shift_lo_sel")
             z = Signal(B, name=f"{tag}_aligned")
-            m.d.comb += lo.eq(Mux(ovf, lo1, lo0) if self.load_reg
-                              else Mux(load, 0, Mux(ovf, lo1, lo0)))
+            m.d.comb += lo.eq(Mux(load, 0, Mux(ovf, lo1, lo0)))
             for i in range(len(x)):
                 terms = [x[i + rdx * h] & hi[h] for h in range(hi_n) if i + rdx * h < len(x)]
                 m.d.comb += y[i].eq(Cat(*terms).any())
             for i in range(B):
                 terms = [y[i + v] & lo[v] for v in range(lo_n) if i + v < len(x)]
                 if extra is not None:
-                    terms.append(extra[i] if self.load_reg else extra[i] & load)
+                    terms.append(extra[i] & load)
                 m.d.comb += z[i].eq(Cat(*terms).any())
             return z
 
         a_num = shift(raw_num, a_hi, a_lo0, a_lo1, "acc_num")
         a_den = shift(raw_den, a_hi, a_lo0, a_lo1, "acc_den")
-        g_num = shift(s_d, g_hi, g_lo0, g_lo1, "grp_num",
-                      extra=in_num if self.load_reg else stat_in.num)
-        g_den = shift(s_n, g_hi, g_lo0, g_lo1, "grp_den",
-                      extra=in_den if self.load_reg else stat_in.den)
+        g_num = shift(s_d, g_hi, g_lo0, g_lo1, "grp_num", extra=self.stat_in.num)
+        g_den = shift(s_n, g_hi, g_lo0, g_lo1, "grp_den", extra=self.stat_in.den)
         s_num = Signal(B + 1, name="acc_num_sum")       # stat_in on a load
         s_den = Signal(B + 1, name="acc_den_sum")
         m.d.comb += [s_num.eq(a_num + g_num), s_den.eq(a_den + g_den)]
@@ -326,8 +297,8 @@ class QuantStat(wiring.Component):
             # (a loaded stat_in has B bits: ovf = 0)
             m.d.sync += [raw_num.eq(s_num), raw_den.eq(s_den), ovf.eq(s_num[B] | s_den[B])]
         with m.If(load):
-            m.d.sync += [raw_exp.eq(stat_in.exp), raw_exp_up.eq(stat_in.exp + 1),
-                         seen.eq(stat_in.seen)]
+            m.d.sync += [raw_exp.eq(self.stat_in.exp), raw_exp_up.eq(self.stat_in.exp + 1),
+                         seen.eq(self.stat_in.seen)]
         with m.Elif(s_valid):
             new_exp = Signal(signed(e_bits), name="acc_exp_raw_next")
             m.d.comb += new_exp.eq(Mux(up, s_exp, st.exp))

@@ -190,8 +190,8 @@ class EdgeConverter(wiring.Component):
         if self.magnitude:
             neg, abs_value = value.sign, value.mag
         else:
-            neg = value < 0
-            abs_value = Mux(neg, -value, value)[:w]
+            signed_mag = to_magnitude(value)
+            neg, abs_value = signed_mag[w], signed_mag[:w]
         sign = reg(1, "sign", neg)
         mag = reg(1, "mag", Cat(Const(0, pad), abs_value), unsigned(width))
         exp = reg(1, "exp", payload.exp)

@@ -13,6 +13,7 @@ import pytest
 from hdl.array.accum import OutputAccumulator
 from hdl.array.config import ArrayConfig
 from sim.model.array import edge_fp32
+from sim.model.edge import magnitude_fields
 from sim.tb.amaranth_tb import run_sim, stream_put
 
 F32 = np.float32
@@ -113,8 +114,8 @@ def _run(acc_lanes: int, mem_latency: int, idle: float, ahead: str, n: int = 300
             tell(ctx, "head", ln, True)
             tell(ctx, "next", nxt, ahead == "on" or (ahead == "some" and prng.random() < .7))
             ctx.set(dut.i.valid, 1)
-            ctx.set(dut.i.payload, {**ln, "value": [
-                {"mag": abs(v), "sign": int(v < 0)} for v in ln["value"]]} if magnitude else ln)
+            ctx.set(dut.i.payload, {**ln, "value": [magnitude_fields(v) for v in ln["value"]]}
+                    if magnitude else ln)
             await ctx.tick().until(dut.i.ready)
             ctx.set(dut.i.valid, 0)
         tell(ctx, "head", None, False)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from hdl.edge_converter import EdgeConfig, EdgeConverter, edge_input_layout
-from sim.model.edge import (edge_to_fp32, edge_to_fp32_array, is_tie, named_edge_cases,
+from sim.model.edge import (edge_to_fp32, edge_to_fp32_array, is_tie, magnitude_fields,
+                            named_edge_cases,
                             numpy_reference, random_vectors, reference_applies)
 from sim.tb.amaranth_tb import run_sim, stream_get, stream_put
 
@@ -15,7 +16,7 @@ def _pack(cfg, value, exp, magnitude=False):
     """i payload bits, packed with the published layout (``magnitude``: the value as its
     magnitude and sign)."""
     lay = edge_input_layout(cfg, magnitude)
-    v = {"mag": abs(value), "sign": int(value < 0)} if magnitude else value
+    v = magnitude_fields(value) if magnitude else value
     return lay.const({"value": v, "exp": exp}).as_value().value
 
 

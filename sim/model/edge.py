@@ -11,8 +11,14 @@ import numpy as np
 
 from sim.model.fp32_round import round_to_fp32
 
-__all__ = ["edge_to_fp32", "edge_to_fp32_array", "check_edge_input", "numpy_reference",
+__all__ = ["edge_to_fp32", "magnitude_fields", "edge_to_fp32_array", "check_edge_input", "numpy_reference",
            "reference_applies", "named_edge_cases", "random_vectors", "is_tie"]
+
+
+def magnitude_fields(value: int) -> dict:
+    """``value`` in the converter's magnitude form (``hdl.edge_converter.edge_value_shape`` with
+    ``magnitude``): ``{"mag": |value|, "sign": 1 if negative}``, for a layout's ``const``."""
+    return {"mag": abs(value), "sign": int(value < 0)}
 
 
 def check_edge_input(value: int, exp: int, config) -> None:

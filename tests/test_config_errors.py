@@ -61,6 +61,7 @@ ROWS = [
     (ArrayConfig, "cmd_reg", None, T, "ArrayConfig.cmd_reg"),
     (ArrayConfig, "out_skid", "yes", T, "ArrayConfig.out_skid"),
     (ArrayConfig, "out_magnitude", 1, T, "ArrayConfig.out_magnitude"),
+    (ArrayConfig, "shared_converter", 1, T, "ArrayConfig.shared_converter"),
     (ArrayConfig, "role_ports", 0, T, "ArrayConfig.role_ports"),
     (ArrayConfig, "acc_lanes", 3, V, "ArrayConfig.acc_lanes"),
     (ArrayConfig, "acc_lanes", 1.0, T, "ArrayConfig.acc_lanes"),

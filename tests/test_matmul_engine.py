@@ -122,11 +122,14 @@ def run_engine(cfg, body, *, deadline_cycles=400_000):
     return box["result"]
 
 
-def _regs(on: bool) -> dict:
+def _regs(on: bool, *, shared: bool | None = None) -> dict:
     """The FPGA build's engine options (``CoreConfig.fpga()``: its registers, the results
-    as magnitude and sign, two accumulator lanes), all on or all off."""
-    return {"req_reg": on, "cmd_reg": on, "out_skid": on, "out_magnitude": on,
-            "acc_lanes": 2 if on else 0}
+    as magnitude and sign, two accumulator lanes, one converter for both operand paths), all
+    on or all off; ``shared=False``: all on but each path with its own converter (and the
+    output skid buffer, ``out_skid``, the FPGA build's before ``shared_converter``)."""
+    shared = on if shared is None else shared
+    return {"req_reg": on, "cmd_reg": on, "out_skid": on and not shared, "out_magnitude": on,
+            "shared_converter": shared, "acc_lanes": 2 if on else 0}
 
 
 def passes_scenario(cfg, cmds, seed, *, idle=0.0, stall=0.0):
@@ -242,12 +245,13 @@ def test_pass_cycles_documented_s2(mode, regs):
     request registers; the command register comes before the pass starts), no bubble: a slice
     that halved the request rate would add a cycle per line. With ports of read latency 2
     (``mem_latency``, on the core's port arrangement) one more, and at 3 one more again, no
-    bubble either."""
+    bubble either. (Each operand path with its own converter: the shared one is
+    ``test_pass_cycles_shared_converter``.)"""
     S = 2
     lat = {"latency2": 2, "latency3": 3}.get(regs, 1)
     # (the core's arrangement is one memory: A, B and C then at disjoint lines)
     cfg = ArrayConfig(size=S, mem_depth=32 * (4 if lat >= 2 else 1), dim_bits=5,
-                      role_ports=lat >= 2, mem_latency=lat, **_regs(bool(regs)))
+                      role_ports=lat >= 2, mem_latency=lat, **_regs(bool(regs), shared=False))
     D = 4 * S
     bases = (0, 32, 64) if lat >= 2 else (0, 0, 0)
     cmds = [G.MatmulCommand(mode, D, D, D, w, w, ROUND_NEAREST, False, *bases) for w in (2, 4)]
@@ -259,6 +263,38 @@ def test_pass_cycles_documented_s2(mode, regs):
         want = cycles_doc.matmul_pass_cycles(S, beats, B, cfg.req_reg,
                                              S // (cfg.acc_lanes or S), cfg.mem_latency)
         assert counters["cycles"] == want, (cmd, counters, want)
+
+
+@pytest.mark.parametrize("mode", [FWD, BWD_DATA, BWD_WEIGHT])
+def test_pass_cycles_shared_converter(mode):
+    """The FPGA build's one converter for both operand paths (``shared_converter``) on the
+    square passes of ``test_pass_cycles_documented_s2`` (latency 3, as the core has it): its
+    input register and output FIFO make every pass 2 cycles longer than
+    ``sim.tb.cycles.matmul_pass_cycles`` says for own converters, and at most 4 while beats
+    take 4 cycles (the two paths' groups never queue long for the converter); at 1-cycle beats
+    the converter's group per cycle bounds the pass: each group beyond one per beat costs at
+    most a cycle (``BWD_WEIGHT`` streams both operands, a group each per beat). Results
+    bit-exact with the model."""
+    S, lat = 2, 3
+    cfg = ArrayConfig(size=S, mem_depth=128, dim_bits=5, role_ports=True, mem_latency=lat,
+                      **_regs(True))
+    D = 4 * S
+    cmds = [G.MatmulCommand(mode, D, D, D, w, w, ROUND_NEAREST, False, 0, 32, 64)
+            for w in (2, 4)]
+    got = passes_scenario(cfg, cmds, seed=30 + mode)
+    beats = G.pass_beats(mode, D, D, D, S)
+    # groups through the converter: one per beat for the streamed operand; a weight tile's
+    # S groups per tile (FWD, BWD_DATA) or the other operand's group per beat (BWD_WEIGHT)
+    groups = 2 * beats if mode == BWD_WEIGHT else beats + (D // S) ** 2 * S
+    for (status, _, _, counters, _), cmd in zip(got, cmds):
+        assert status == G.OK
+        B = cycles_doc.beat_cycles(cmd.width_a, cmd.width_b, cfg.lanes)
+        own = cycles_doc.matmul_pass_cycles(S, beats, B, cfg.req_reg,
+                                            S // (cfg.acc_lanes or S), cfg.mem_latency)
+        extra = max(0, groups - beats * B)
+        assert own + 2 <= counters["cycles"] <= own + 4 + extra, (cmd, counters, own, extra)
+        if B == 1:
+            assert counters["cycles"] >= groups, "the converter gives a group per cycle"
 
 
 @pytest.mark.parametrize("acc_lanes", [pytest.param(1, marks=pytest.mark.long), 2])

@@ -80,6 +80,13 @@ class ArrayConfig(PresetMixin):
         the S = 8 FPGA engine's edge magnitudes were over 10 ns at every placement seed in
         the thirtieth session). Results and cycles are the same; the array's ``out`` and the
         accumulator's ``i`` carry ``value`` in that form.
+    shared_converter : bool
+        One FP32 -> BFP converter for both operand paths
+        (:class:`~hdl.array.convpair.SharedConverter`; the FPGA build): each path keeps its
+        line reads, block memories, LFSR and FAST statistic, and its groups are the same words
+        in the same order; the converter takes one group per cycle for both, so a pass whose
+        paths both stream a group per cycle (2-bit widths) takes longer (docs/array.md).
+        Replaces ``out_skid`` (each path's output is a FIFO).
     acc_lanes : int
         Edge converters and FP32 adders of the output accumulator (0: ``S``, one result line
         per cycle). Fewer (a power of two dividing ``S``; the FPGA build) handle a line in
@@ -110,6 +117,7 @@ class ArrayConfig(PresetMixin):
     out_skid: bool = False
     role_ports: bool = False
     out_magnitude: bool = False
+    shared_converter: bool = False
     acc_lanes: int = 0
     mem_latency: int = 1
 
@@ -133,7 +141,8 @@ class ArrayConfig(PresetMixin):
             raise ValueError(f"ArrayConfig.mem_depth must be a power of two, "
                              f"not {self.mem_depth!r}")
         check_int("ArrayConfig", "dim_bits", self.dim_bits, lo=2, hi=16)
-        for name in ("req_reg", "cmd_reg", "out_skid", "role_ports", "out_magnitude"):
+        for name in ("req_reg", "cmd_reg", "out_skid", "role_ports", "out_magnitude",
+                     "shared_converter"):
             check_bool("ArrayConfig", name, getattr(self, name))
         check_lanes("ArrayConfig", "acc_lanes", self.acc_lanes, self.size)
         check_int("ArrayConfig", "mem_latency", self.mem_latency, choices=(1, 2, 3))

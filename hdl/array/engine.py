@@ -20,6 +20,7 @@ from .control import (MEM_A, MEM_B, MEM_C, OP_READ, OP_START, OP_STATUS, OP_WRIT
                       line_bits, rsp_layout)
 from .opgen import OperandLineGen, operand_side_layout
 from .ports import PortMux
+from .convpair import SharedConverter
 from .quant import LineQuantizer
 from .results import ResultJoin
 from .rowgen import TileRowGen
@@ -145,6 +146,10 @@ class MatmulEngine(wiring.Component):
         q0 = m.submodules.quant0 = LineQuantizer(
             config=cfg, index=0, side_bits=operand_side_layout(cfg).size)
         q1 = m.submodules.quant1 = LineQuantizer(config=cfg, index=1, side_bits=1)
+        conv = None
+        if cfg.shared_converter:
+            conv = m.submodules.converter = SharedConverter(
+                config=cfg, side_bits=(operand_side_layout(cfg).size, 1))
         aligner = m.submodules.aligner = TileAligner(config=cfg, side_bits=1)
         wl = m.submodules.wload = WeightLoader(config=cfg)
         beats = m.submodules.beats = BeatAssembler(config=cfg)
@@ -158,7 +163,8 @@ class MatmulEngine(wiring.Component):
         #: sub-blocks of the last elaboration (for simulation-time introspection in tests)
         self.blocks = {"control": ctl, "gen0": g0, "gen1": g1, "quant0": q0, "quant1": q1,
                        "aligner": aligner, "wload": wl, "beats": beats, "array": arr,
-                       "results": res, "accum": acc, **({"ports": pm} if pm else {})}
+                       "results": res, "accum": acc, **({"ports": pm} if pm else {}),
+                       **({"converter": conv} if conv is not None else {})}
 
         # ---- host side ----------------------------------------------------------------------
         connect(m, flipped(self.cmd), ctl.cmd)
@@ -214,11 +220,20 @@ class MatmulEngine(wiring.Component):
                      ctl.beat_overflow.eq(beats.beat_overflow), ctl.retire.eq(acc.retire)]
 
         # ---- datapath: line requests -> groups -> beats -> array -> results ------------------
-        for i, q in enumerate((q0, q1)):
-            m.d.comb += [q.stat_load.eq(self.stat_load), q.stat_in.eq(self.stat_in[i]),
-                         self.stat[i].eq(q.stat)]
-        connect(m, q0.o, beats.x)
-        connect(m, q1.o, beats.y)
+        if conv is None:
+            for i, q in enumerate((q0, q1)):
+                m.d.comb += [q.stat_load.eq(self.stat_load), q.stat_in.eq(self.stat_in[i]),
+                             self.stat[i].eq(q.stat)]
+            connect(m, q0.o, beats.x)
+            connect(m, q1.o, beats.y)
+        else:
+            m.d.comb += conv.stat_load.eq(self.stat_load)
+            for i in range(2):
+                m.d.comb += [conv.stat_in[i].eq(self.stat_in[i]), self.stat[i].eq(conv.stat[i])]
+            connect(m, q0.c, conv.i0)
+            connect(m, q1.c, conv.i1)
+            connect(m, conv.o0, beats.x)
+            connect(m, conv.o1, beats.y)
         connect(m, beats.rows, aligner.i)
         connect(m, aligner.o, wl.i)
         connect(m, wl.wload, arr.wload)

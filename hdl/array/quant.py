@@ -7,6 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
+from ..bfp.converter import fp32_stream_layout
 from ..bfp.stat import QuantStat, stat_layout
 from ..formats import bfp_group_layout
 from ..lib.rotate import ColumnRows, rotated_block_memories
@@ -14,7 +15,7 @@ from ..lib.streamreg import StreamSkid
 from .config import ArrayConfig
 from .pe import width_shape
 
-__all__ = ["line_req_layout", "group_out_layout", "LineQuantizer"]
+__all__ = ["line_req_layout", "group_out_layout", "conv_req_layout", "LineQuantizer"]
 
 
 def line_req_layout(config: ArrayConfig, side_bits: int) -> data.StructLayout:
@@ -32,6 +33,16 @@ def group_out_layout(config: ArrayConfig, index: int, side_bits: int) -> data.St
     return data.StructLayout({
         "group": bfp_group_layout(config.bfp(index)),
         "invalid": 1, "overflow": 1,
+        "side": unsigned(side_bits), "col": range(config.size),
+    })
+
+
+def conv_req_layout(config: ArrayConfig, side_bits: int) -> data.StructLayout:
+    """A converter request (``shared_converter``): ``conv`` (the converter's input payload:
+    ``S`` FP32 words in the order read, ``width``, ``rounding``), the request's ``side`` and
+    ``col`` (the block column; the words are rotated by it, :class:`BFPConverter`'s ``rot``)."""
+    return data.StructLayout({
+        "conv": fp32_stream_layout(config.bfp(0)),
         "side": unsigned(side_bits), "col": range(config.size),
     })
 
@@ -69,6 +80,10 @@ class LineQuantizer(wiring.Component):
         Lines or groups in flight.
     stat_load : In(1), stat_in : In(stat_layout), stat : Out(stat_layout)
         The converter's statistic (:class:`hdl.bfp.stat.QuantStat`).
+    c : Out(stream.Signature(conv_req_layout))
+        Only with ``config.shared_converter``, which replaces ``o``, the converter and its
+        statistic: the converter requests, for :class:`hdl.array.convpair.SharedConverter`
+        (the groups in the same order; the converter the two paths share).
     """
 
     #: Line FIFO entries: a line holds its claim (``room``) from its read to the cycle it
@@ -85,22 +100,26 @@ class LineQuantizer(wiring.Component):
         self.index = index
         self.side_bits = side_bits
         self.line_fifo = max(self.LINE_FIFO, config.mem_latency + 2)
+        if config.shared_converter:
+            out = {"c": Out(stream.Signature(conv_req_layout(config, side_bits)))}
+        else:
+            out = {"o": Out(stream.Signature(group_out_layout(config, index, side_bits))),
+                   "stat_load": In(1), "stat_in": In(stat_layout(config.bfp(index))),
+                   "stat": Out(stat_layout(config.bfp(index)))}
         super().__init__({
             "req": In(stream.Signature(line_req_layout(config, side_bits))),
-            "o": Out(stream.Signature(group_out_layout(config, index, side_bits))),
             "rd_addr": Out(range(config.mem_depth)), "rd_en": Out(1),
             "rd_data": In(config.size * 32),
             "width": In(width_shape(config)), "rounding": In(2), "transpose": In(1),
             "busy": Out(1),
-            "stat_load": In(1), "stat_in": In(stat_layout(config.bfp(index))),
-            "stat": Out(stat_layout(config.bfp(index))),
+            **out,
         })
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
-        S = cfg.size
-        sb = self.side_bits
+        if cfg.shared_converter:
+            return self._elaborate_lines(m, None)
         conv = m.submodules.converter = QuantStat(config=cfg.bfp(self.index), rotate=True)
         stat_load, stat_in = self.stat_load, self.stat_in
         if cfg.cmd_reg:
@@ -115,6 +134,14 @@ class LineQuantizer(wiring.Component):
             m.d.sync += [stat_load.eq(self.stat_load), stat_in.eq(self.stat_in)]
         m.d.comb += [conv.stat_load.eq(stat_load), conv.stat_in.eq(stat_in),
                      self.stat.eq(conv.stat)]
+        return self._elaborate_lines(m, conv)
+
+    def _elaborate_lines(self, m, conv):
+        """The line reads, the block memories and, with ``conv`` (a :class:`QuantStat`), the
+        converter's input, side FIFO and output; without it, the requests on ``c``."""
+        cfg = self.config
+        S = cfg.size
+        sb = self.side_bits
 
         # ---- read with credits into the line FIFO -------------------------------------------
         line = data.StructLayout({"data": S * 32, "side": unsigned(sb)})
@@ -189,29 +216,41 @@ class LineQuantizer(wiring.Component):
             w_bank=fill_bank, r_col=col, r_bank=send_bank, r_rows=col_rows)
         m.d.comb += lanes_rd.eq(rd)
         col_bits = max(1, (S - 1).bit_length())
-        side_fifo = m.submodules.side_fifo = SyncFIFO(width=sb + col_bits, depth=self.SIDE_FIFO)
-
         cin_data = Signal(S * 32, name="conv_in_data")
         cin_side = Signal(sb, name="conv_in_side")
         cin_col = Signal(range(S), name="conv_in_col")
         cin_valid = Signal(name="conv_in_valid")
         cin_go = Signal(name="conv_in_go")
-        m.d.comb += [
-            conv.i.valid.eq(cin_valid & side_fifo.w_rdy),
-            conv.i.payload.data.eq(cin_data),
-            conv.i.payload.width.eq(self.width),
-            conv.i.payload.rounding.eq(self.rounding),
-            cin_go.eq(conv.i.valid & conv.i.ready),
-            side_fifo.w_en.eq(cin_go),
-            side_fifo.w_data.eq(Cat(cin_side, cin_col)),
-        ]
+        if conv is None:
+            # the shared converter's request: its credits stand for the side FIFO's room
+            c = self.c.payload
+            m.d.comb += [
+                self.c.valid.eq(cin_valid), c.conv.data.eq(cin_data),
+                c.conv.width.eq(self.width), c.conv.rounding.eq(self.rounding),
+                c.side.eq(cin_side), c.col.eq(cin_col),
+                cin_go.eq(self.c.valid & self.c.ready),
+            ]
+        else:
+            side_fifo = m.submodules.side_fifo = SyncFIFO(width=sb + col_bits,
+                                                          depth=self.SIDE_FIFO)
+            m.d.comb += [
+                conv.i.valid.eq(cin_valid & side_fifo.w_rdy),
+                conv.i.payload.data.eq(cin_data),
+                conv.i.payload.width.eq(self.width),
+                conv.i.payload.rounding.eq(self.rounding),
+                cin_go.eq(conv.i.valid & conv.i.ready),
+                side_fifo.w_en.eq(cin_go),
+                side_fifo.w_data.eq(Cat(cin_side, cin_col)),
+            ]
         with m.If(~self.transpose):
             m.d.comb += [cin_valid.eq(lf.r_rdy), cin_data.eq(head.data), cin_side.eq(head.side),
                          cin_col.eq(0), lf.r_en.eq(cin_go)]
         with m.Else():
             # column col's element r is in lane (r + col) mod S: the converter takes the lanes
             # as read and rotates the rounded group back (conv.rot), far fewer bits than S words
-            m.d.comb += [cin_data.eq(lanes_rd), conv.rot.eq(col)]
+            m.d.comb += cin_data.eq(lanes_rd)
+            if conv is not None:
+                m.d.comb += conv.rot.eq(col)
             m.d.comb += [cin_valid.eq(send_full),
                          cin_side.eq(Mux(send_bank, blk_side[1], blk_side[0])),
                          cin_col.eq(col), lf.r_en.eq(fill_ok & lf.r_rdy)]
@@ -237,6 +276,11 @@ class LineQuantizer(wiring.Component):
                 with m.Else():
                     m.d.sync += col.eq(col + 1)
 
+        in_lines = in_flight | lf.r_rdy | (fill != 0) | blk_full[0] | blk_full[1]
+        if conv is None:
+            m.d.comb += self.busy.eq(in_lines)
+            return m
+
         # ---- converter output + sideband ----------------------------------------------------
         # (``out_skid``: through a skid buffer, so the consumer's ``ready`` ends at its register
         # instead of running on into the converter's pipeline enable and the side FIFO)
@@ -256,6 +300,5 @@ class LineQuantizer(wiring.Component):
             out.payload.col.eq(side_fifo.r_data[sb:]),
             side_fifo.r_en.eq(out.valid & out.ready),
         ]
-        m.d.comb += self.busy.eq(in_flight | lf.r_rdy | (fill != 0) | blk_full[0] | blk_full[1]
-                                 | side_fifo.r_rdy | skid_busy)
+        m.d.comb += self.busy.eq(in_lines | side_fifo.r_rdy | skid_busy)
         return m

@@ -296,6 +296,7 @@ class CoreConfig(PresetMixin):
                            dim_bits=self.dim_bits, req_reg=self.matmul_regs,
                            cmd_reg=self.matmul_regs, out_skid=self.matmul_regs, role_ports=True,
                            out_magnitude=self.matmul_regs,
+                           shared_converter=self.matmul_regs,
                            acc_lanes=self.acc_lanes, mem_latency=self.spad_latency)
 
     @property

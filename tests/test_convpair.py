@@ -199,8 +199,9 @@ def test_a_held_output_does_not_block_the_other_path():
 
 
 def test_held_path_issues_exactly_its_credits():
-    """While path 0's output is held, exactly ``FIFO_DEPTH`` of its requests are taken (the
-    FIFO's entries): one more would overflow it, one fewer would waste an entry."""
+    """While path 0's output is held, exactly ``FIFO_DEPTH + 1`` of its requests are taken
+    (the FIFO's entries and the output register): one more would overflow the FIFO, one fewer
+    would waste an entry."""
     rng = np.random.default_rng(6)
     reqs = random_requests(rng, CFG, SharedConverter.FIFO_DEPTH + 5, [2], [0], special_prob=0)
     tb = TB(seed=6)
@@ -228,7 +229,7 @@ def test_held_path_issues_exactly_its_credits():
 
     delivered = []
     run_sim(dut, bench, max_cycles=5_000)
-    assert len(taken) == SharedConverter.FIFO_DEPTH
+    assert len(taken) == SharedConverter.FIFO_DEPTH + 1
     assert sum(delivered) == len(taken)
 
 
@@ -236,7 +237,8 @@ def test_held_path_issues_exactly_its_credits():
 def test_a_group_per_cycle(paths):
     """Requests offered every cycle and outputs always read: one path alone gets a group per
     cycle, both together alternate (round robin) at a group per two cycles each; the last
-    group leaves ``latency + 1`` cycles after the last request (``SharedConverter.latency``)."""
+    group leaves ``latency + 2`` cycles after the last request (``SharedConverter.latency``,
+    then the FIFO and the output register)."""
     n = 24
     rng = np.random.default_rng(7)
     reqs = random_requests(rng, CFG, n, [2], [0], special_prob=0)
@@ -275,7 +277,7 @@ def test_a_group_per_cycle(paths):
     assert [c for c, _ in ins] == list(range(total)), "a request every cycle"
     if len(paths) == 2:
         assert [k for _, k in ins] == [j % 2 for j in range(total)], "round robin"
-    assert log["out"][-1][0] - ins[-1][0] == dut.latency + 1
+    assert log["out"][-1][0] - ins[-1][0] == dut.latency + 2
 
 
 def test_config_type():

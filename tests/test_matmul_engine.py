@@ -269,9 +269,9 @@ def test_pass_cycles_documented_s2(mode, regs):
 def test_pass_cycles_shared_converter(mode):
     """The FPGA build's one converter for both operand paths (``shared_converter``) on the
     square passes of ``test_pass_cycles_documented_s2`` (latency 3, as the core has it): its
-    input register and output FIFO make every pass 2 cycles longer than
-    ``sim.tb.cycles.matmul_pass_cycles`` says for own converters, and at most 4 while beats
-    take 4 cycles (the two paths' groups never queue long for the converter); at 1-cycle beats
+    input register, output FIFO and output register make every pass at least 3 cycles longer
+    than ``sim.tb.cycles.matmul_pass_cycles`` says for own converters, and at most 5 while
+    beats take 4 cycles (the two paths' groups never queue long for the converter); at 1-cycle beats
     the converter's group per cycle bounds the pass: each group beyond one per beat costs at
     most a cycle (``BWD_WEIGHT`` streams both operands, a group each per beat). Results
     bit-exact with the model."""
@@ -292,7 +292,7 @@ def test_pass_cycles_shared_converter(mode):
         own = cycles_doc.matmul_pass_cycles(S, beats, B, cfg.req_reg,
                                             S // (cfg.acc_lanes or S), cfg.mem_latency)
         extra = max(0, groups - beats * B)
-        assert own + 2 <= counters["cycles"] <= own + 4 + extra, (cmd, counters, own, extra)
+        assert own + 3 <= counters["cycles"] <= own + 5 + extra, (cmd, counters, own, extra)
         if B == 1:
             assert counters["cycles"] >= groups, "the converter gives a group per cycle"
 

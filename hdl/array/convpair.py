@@ -10,6 +10,7 @@ from amaranth.lib.wiring import In, Out
 from ..bfp.converter import BFPConverter, converter_latency
 from ..bfp.faststat import FastStat, stat_layout
 from ..bfp.lfsr import BFPNoise
+from ..lib.streamreg import StreamRegister
 from .config import ArrayConfig
 from .quant import conv_req_layout, group_out_layout
 
@@ -29,8 +30,9 @@ class SharedConverter(wiring.Component):
 
     Timing: one request per cycle in all (round robin when both paths offer one), into an input
     register (the 2:1 payload select ends there), then the converter (``latency`` cycles),
-    then the path's output FIFO (``FIFO_DEPTH`` entries, LUT RAM; its head is ``o_k`` a cycle
-    after the write). The converter never stalls: a path issues only while it holds a credit,
+    then the path's output FIFO (``FIFO_DEPTH`` entries, LUT RAM) and a register
+    (:class:`~hdl.lib.streamreg.StreamRegister`: ``o_k`` leaves flip-flops), so a group is on
+    ``o_k`` two cycles after its write at the earliest. The converter never stalls: a path issues only while it holds a credit,
     a FIFO entry not yet claimed by a group in flight (``FIFO_DEPTH`` credits, one back per
     group read from ``o_k``), so one path's consumer holding its output never blocks the other
     path (both paths' groups meet in the beat assembler: a converter that stalled on one
@@ -49,7 +51,7 @@ class SharedConverter(wiring.Component):
     ----------
     latency : int
         Cycles from a request's transfer on ``i_k`` to its group's write into the output FIFO
-        (1 + the converter's); the group is on ``o_k`` one cycle later at the earliest.
+        (1 + the converter's); the group is on ``o_k`` two cycles later at the earliest.
     stat_latency : int
         Cycles from a group's write into its FIFO to its effect on ``stat`` (3).
 
@@ -63,12 +65,13 @@ class SharedConverter(wiring.Component):
         Each path's statistic (as :class:`~hdl.bfp.stat.QuantStat`'s; one ``stat_load`` for
         both, registered first with ``config.cmd_reg``).
     busy : Out(2)
-        Bit ``k``: a group of path ``k`` is in flight or in its FIFO.
+        Bit ``k``: a group of path ``k`` is in flight, in its FIFO or in its output register.
     """
 
     #: Output FIFO entries per path (and credits): at least the loop from a request's issue
-    #: to its credit's return (1 + latency + 1 + 1 + 1 cycles) for a group per cycle on one
-    #: path; 16 is one LUT RAM's depth on the ECP5.
+    #: to its credit's return (``latency`` + 3 cycles: the write, the read into the output
+    #: register, the credit register) for a group per cycle on one path; 16 is one LUT RAM's
+    #: depth on the ECP5.
     FIFO_DEPTH = 16
     stat_latency = FastStat.stat_latency
 
@@ -171,11 +174,18 @@ class SharedConverter(wiring.Component):
                 entry.overflow.eq(conv.o.payload.flags.overflow),
                 entry.side.eq(o_side[:self.side_bits[k]]), entry.col.eq(o_col),
                 fifo.w_en.eq(conv.o.valid & (o_path == k)), fifo.w_data.eq(entry),
-                outs[k].valid.eq(fifo.r_rdy), outs[k].payload.eq(fifo.r_data),
-                fifo.r_en.eq(outs[k].ready),
             ]
+            # the FIFO's head (a LUT RAM read) into a register before the beat assembler and
+            # the tile aligner (read straight, it was the S = 8 engine's routed critical
+            # path: 13.42 ns from the FIFO's read pointer into the aligner's shift codes)
+            reg = m.submodules[f"out_reg{k}"] = StreamRegister(layout)
+            m.d.comb += [
+                reg.i.valid.eq(fifo.r_rdy), reg.i.payload.eq(fifo.r_data),
+                fifo.r_en.eq(reg.i.ready),
+            ]
+            wiring.connect(m, reg.o, wiring.flipped(outs[k]))
             room_next = Signal.like(room[k], name=f"credits{k}_next")
             m.d.comb += room_next.eq(room[k] - grant[k] + (fifo.r_en & fifo.r_rdy))
             m.d.sync += [room[k].eq(room_next), has_room[k].eq(room_next != 0)]
-            m.d.comb += self.busy[k].eq(room[k] != D)
+            m.d.comb += self.busy[k].eq((room[k] != D) | reg.o.valid)
         return m

@@ -245,8 +245,9 @@ def test_fpga_optim_row_is_the_cores_engine():
 @pytest.mark.parametrize("preset, size", [("tiny", 4), ("default", 8)])
 def test_fpga_matmul_row_is_the_cores_engine(preset, size):
     """The ``matmul_engine_fpga`` rows build the matmul engine with the FPGA core's array
-    config (``CoreConfig.fpga().array``: role ports, the request and command registers, the
-    output skid, two accumulator lanes, the scratchpad's read latency 3)."""
+    config (``CoreConfig.fpga().array``: role ports, the request and command registers, one
+    converter for both operand paths (no output skid), the results as magnitude and sign, two
+    accumulator lanes, the scratchpad's read latency 3)."""
     from boards.synth import TARGETS, VARIANTS
     from hdl.core.config import CoreConfig
     assert ("matmul_engine_fpga", preset) in TARGETS
@@ -255,5 +256,6 @@ def test_fpga_matmul_row_is_the_cores_engine(preset, size):
     cfg = CoreConfig.preset(preset).fpga()
     assert eng.config == cfg.array
     a = eng.config
-    assert (a.size, a.role_ports, a.req_reg, a.cmd_reg, a.out_skid, a.acc_lanes,
-            a.mem_latency) == (size, True, True, True, True, 2, 3)
+    assert (a.size, a.role_ports, a.req_reg, a.cmd_reg, a.shared_converter, a.out_skid,
+            a.out_magnitude, a.acc_lanes, a.mem_latency) == (size, True, True, True, True, False,
+                                                             True, 2, 3)

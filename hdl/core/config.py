@@ -95,9 +95,11 @@ class CoreConfig(PresetMixin):
         engine's line generators, a multiply, and the bank crossbar; every pass one cycle more)
         and :attr:`~hdl.array.config.ArrayConfig.cmd_reg` (a command validated into a register
         before its pass starts, its checks' status and counts registered in a second step;
-        every ``MATMUL`` one cycle more, two on an idle engine), and with them the quantizers'
-        output skid buffers (``out_skid``) and the array's results stored as magnitude and
-        sign (``out_magnitude``; no cycle changes).
+        every ``MATMUL`` one cycle more, two on an idle engine), and with them the array's
+        results stored as magnitude and sign (``out_magnitude``; no cycle changes) and one BFP
+        converter for both operand paths (``shared_converter``, thirty-second session; it
+        replaces the quantizers' output skid buffers, ``out_skid``: every pass 3-5 cycles
+        more, a 2-bit pass about a cycle more per group beyond one per beat).
     coll_regs : bool
         The collective engine's timing registers (the FPGA build; with ``ranks >= 2``):
         :attr:`hdl.multi.config.CollectiveConfig.cmd_reg` (its command through a register
@@ -185,7 +187,10 @@ class CoreConfig(PresetMixin):
     #: and its scratchpad clients registered requests (:attr:`spad_reg`; one more) and
     #: the banks registered read data (:attr:`spad_out_reg`; one more),
     #: the matmul engine its request and command registers (:attr:`matmul_regs`; two more
-    #: cycles per ``MATMUL``, three on an idle engine), the collective engine its command
+    #: cycles per ``MATMUL``, three on an idle engine; with them its results as magnitude and
+    #: sign and one BFP converter for both operand paths, ``ArrayConfig.out_magnitude`` and
+    #: ``shared_converter``: 3-5 cycles more per pass, more at 2-bit widths), the collective
+    #: engine its command
     #: registers (:attr:`coll_regs`; three more cycles per collective), two accumulator lanes
     #: (:attr:`acc_lanes`), and the vector
     #: unit's lanes share the softmax's FP32 units (:attr:`vector_shared_units`), and the
@@ -294,7 +299,7 @@ class CoreConfig(PresetMixin):
                            exp_bits=self.exp_bits, noise_bits=self.noise_bits,
                            lfsr_seed=self.lfsr_seed, mem_depth=self.lines,
                            dim_bits=self.dim_bits, req_reg=self.matmul_regs,
-                           cmd_reg=self.matmul_regs, out_skid=self.matmul_regs, role_ports=True,
+                           cmd_reg=self.matmul_regs, out_skid=False, role_ports=True,
                            out_magnitude=self.matmul_regs,
                            shared_converter=self.matmul_regs,
                            acc_lanes=self.acc_lanes, mem_latency=self.spad_latency)

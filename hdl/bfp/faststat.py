@@ -15,7 +15,7 @@ from ..config import STAT_BITS, BFPConfig, check_stat_bits
 from ..lib.mustuse import check_config_type, used_if_rejected
 from .converter import bfp_stream_layout, residual_layout
 
-__all__ = ["STAT_BITS", "stat_layout", "FastStat"]
+__all__ = ["STAT_BITS", "stat_layout", "stat_members", "FastStat"]
 
 
 def stat_layout(config: BFPConfig, stat_bits: int = STAT_BITS) -> data.StructLayout:
@@ -24,6 +24,13 @@ def stat_layout(config: BFPConfig, stat_bits: int = STAT_BITS) -> data.StructLay
     value of ``num`` is ``num * 2**(exp - max_mantissa + 1)``."""
     return data.StructLayout({"num": stat_bits, "den": stat_bits,
                               "exp": signed(config.exp_bits + 1), "seen": 1})
+
+
+def stat_members(config: BFPConfig, stat_bits: int = STAT_BITS) -> dict:
+    """The statistic's signature members (``stat_load``, ``stat_in``, ``stat``), also those of
+    the converters built around :class:`FastStat`."""
+    return {"stat_load": In(1), "stat_in": In(stat_layout(config, stat_bits)),
+            "stat": Out(stat_layout(config, stat_bits))}
 
 
 class FastStat(wiring.Component):
@@ -84,9 +91,7 @@ class FastStat(wiring.Component):
             "valid": In(1),
             "group": In(bfp_stream_layout(config)),
             "residual": In(residual_layout(config)),
-            "stat_load": In(1),
-            "stat_in": In(stat_layout(config, stat_bits)),
-            "stat": Out(stat_layout(config, stat_bits)),
+            **stat_members(config, stat_bits),
         })
 
     def elaborate(self, platform):

@@ -15,7 +15,7 @@ from ..lib.mustuse import check_config_type, used_if_rejected
 from ..registry import Block
 from .converter import (BFPConverter, bfp_stream_layout, converter_latency,
                         converter_members, fp32_stream_layout, layout_fields)
-from .faststat import FastStat, stat_layout
+from .faststat import FastStat, stat_layout, stat_members
 
 __all__ = ["STAT_BITS", "stat_layout", "QuantStat"]
 
@@ -73,9 +73,7 @@ class QuantStat(wiring.Component):
         super().__init__({
             **converter_members(config),
             **({"rot": In(range(config.group_size))} if self.rotate else {}),
-            "stat_load": In(1),
-            "stat_in": In(stat_layout(config, stat_bits)),
-            "stat": Out(stat_layout(config, stat_bits)),
+            **stat_members(config, stat_bits),
         })
 
     def elaborate(self, platform):

@@ -7,10 +7,11 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from ..bfp.converter import BFPConverter, converter_latency
+from ..bfp.converter import BFPConverter, converter_latency, layout_fields
 from ..bfp.faststat import FastStat, stat_layout
 from ..bfp.lfsr import BFPNoise
 from ..lib.streamreg import StreamRegister
+from ..registry import Block
 from .config import ArrayConfig
 from .quant import conv_req_layout, group_out_layout
 
@@ -195,3 +196,33 @@ class SharedConverter(wiring.Component):
             m.d.sync += [room[k].eq(room_next), has_room[k].eq(room_next != 0)]
             m.d.comb += self.busy[k].eq((room[k] != D) | reg.o.valid)
         return m
+
+
+def _side_bits(cfg: ArrayConfig) -> tuple[int, int]:
+    """The matmul engine's side widths: the streamed operand's result line and flags
+    (:func:`hdl.array.opgen.operand_side_layout`), the weights' one bit."""
+    from .opgen import operand_side_layout
+    return (operand_side_layout(cfg).size, 1)
+
+
+def _build(preset: str) -> SharedConverter:
+    cfg = ArrayConfig.preset(preset)
+    return SharedConverter(config=cfg, side_bits=_side_bits(cfg))
+
+
+def _params(preset: str) -> dict:
+    cfg = ArrayConfig.preset(preset)
+    sides = _side_bits(cfg)
+    return {
+        "size": cfg.size, "max_mantissa": cfg.max_mantissa, "lfsr_seed": cfg.lfsr_seed,
+        "side_bits": list(sides),
+        "latency": 1 + converter_latency(cfg.bfp(0)),
+        "fifo_depth": SharedConverter.FIFO_DEPTH,
+        "stat_latency": SharedConverter.stat_latency,
+        "i_fields": [layout_fields(conv_req_layout(cfg, sb)) for sb in sides],
+        "o_fields": [layout_fields(group_out_layout(cfg, k, sb)) for k, sb in enumerate(sides)],
+        "stat_fields": layout_fields(stat_layout(cfg.bfp(0))),
+    }
+
+
+TESSERA_BLOCKS = [Block("shared_converter", build=_build, params=_params)]

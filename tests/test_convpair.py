@@ -29,8 +29,6 @@ class TB:
         self.dut = SharedConverter(config=config, side_bits=SIDE_BITS)
         self.rng = random.Random(seed)
         self.got = [[], []]
-        self.sent = [0, 0]
-        self.cycle = 0
         self.loaded = 0         # the last batch whose statistic load was sent
 
     def request(self, k, values, width, rounding, col, side):
@@ -109,7 +107,6 @@ class TB:
                     self.drive(ctx, ins[k], self.request(k, *req))
                     await ctx.tick().until(ins[k].ready)
                     ctx.set(ins[k].valid, 0)
-                    self.sent[k] += 1
 
         async def monitor(ctx, k):
             p = outs[k].payload
@@ -130,17 +127,12 @@ class TB:
                 stats[k].append(StatState.of(ctx.get(dut.stat[k])))
                 done[k][b] = True
 
-        async def clock(ctx):
-            while not all(all(d) for d in done):
-                await ctx.tick()
-                self.cycle += 1
-
         def on_path(fn, k):
             async def bench(ctx):
                 await fn(ctx, k)
             return bench
 
-        run_sim(dut, *(on_path(fn, k) for fn in (driver, monitor) for k in range(2)), clock,
+        run_sim(dut, *(on_path(fn, k) for fn in (driver, monitor) for k in range(2)),
                 max_cycles=max_cycles)
         return self.got, stats
 

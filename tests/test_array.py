@@ -283,3 +283,59 @@ def test_width_change_with_a_beat_while_the_cores_run():
 
     run_sim(dut, tb, collector, max_cycles=2000)
     assert got == want
+
+
+@pytest.mark.parametrize("wa, wb, bank", [(2, 2, 0), (4, 4, 1)])
+def test_weight_load_waits_for_the_beat_accepted_the_cycle_before(wa, wb, bank):
+    """Edge case: a weight load into a bank is offered in the cycle right after a beat on that
+    bank was accepted while no other beat used it (the bank's count goes up a cycle after the
+    accept, and ``wload.ready`` must already count it). The load waits until the beat has
+    left the array, so the beat is the product of the old weights and the next beat of the
+    new ones. Rows are loaded last row first: the beat reaches the last row last."""
+    S = 4
+    cfg = ArrayConfig(size=S)
+    rng = np.random.default_rng(wa + 7)
+    m = (1 << min(wa, wb)) - 1
+    # every weight changes sign and every element of the first beat is nonzero: any product
+    # of a new weight with it changes the output
+    w_old, w_new = rng.integers(1, m + 1, (S, S)), -rng.integers(1, m + 1, (S, S))
+    h1, h2 = rng.integers(1, m + 1, S) * rng.choice([-1, 1], S), rng.integers(-m, m + 1, S)
+    zero = np.zeros(S, int)
+    want = (expected(cfg, FWD, [(w_old, [(h1, zero, True, True)])])
+            + expected(cfg, FWD, [(w_new, [(h2, zero, True, True)])]))
+    dut = SystolicArray(config=cfg)
+    got = []
+
+    async def load(ctx, w, rows):
+        for r in rows:
+            ctx.set(dut.wload.payload, {"w": _elems(w[r]), "row": r, "bank": bank})
+            ctx.set(dut.wload.valid, 1)
+            await ctx.tick().until(dut.wload.ready)
+        ctx.set(dut.wload.valid, 0)
+
+    async def beat(ctx, h):
+        ctx.set(dut.inp.payload, {"h": _elems(h), "v": _elems(zero), "bank": bank,
+                                  "first": 1, "last": 1})
+        ctx.set(dut.inp.valid, 1)
+        await ctx.tick().until(dut.inp.ready)
+        ctx.set(dut.inp.valid, 0)
+
+    async def tb(ctx):
+        ctx.set(dut.mode, FWD)
+        ctx.set(dut.width_a, wa)
+        ctx.set(dut.width_b, wb)
+        await load(ctx, w_old, range(S))
+        for _ in range(S + 2):                   # the settings settle, the loads land
+            await ctx.tick()
+        await beat(ctx, h1)                      # accepted in the cycle before this one
+        await load(ctx, w_new, reversed(range(S)))
+        await beat(ctx, h2)
+
+    async def collector(ctx):
+        ctx.set(dut.out.ready, 1)
+        for _ in want:
+            payload, = await ctx.tick().sample(dut.out.payload).until(dut.out.valid)
+            got.append([int(payload.value[i]) for i in range(S)])
+
+    run_sim(dut, tb, collector, max_cycles=2000)
+    assert got == want

@@ -356,8 +356,15 @@ class SystolicArray(wiring.Component):
         # (the count's compare through the ready into the tile aligner was 14.7 ns estimated
         # in the S = 8 FPGA core)
         bank_free = [Signal(name=f"bank_{b}_free", init=1) for b in range(2)]
+        # a beat's count for its bank goes up a cycle after its ``accept`` (``bank_b_inc_q``, a
+        # register: ``accept`` comes from the beat source's ``valid``, and through it the
+        # source's logic reached the counts' adders, 11.11 ns routed in the S = 8 engine at
+        # 354f1af); the loader's ready takes the registered increment as a use, so it is
+        # what it was with the count up at once (``count == 0`` and no increment pending)
+        inc_q = [Signal(name=f"bank_{b}_inc_q") for b in range(2)]
         wl = self.wload.payload
-        m.d.comb += self.wload.ready.eq(Mux(wl.bank, bank_free[1], bank_free[0]))
+        m.d.comb += self.wload.ready.eq(Mux(wl.bank, bank_free[1] & ~inc_q[1],
+                                            bank_free[0] & ~inc_q[0]))
         wl_go = Signal(name="wl_go")
         m.d.comb += wl_go.eq(self.wload.valid & self.wload.ready)
         # The accepted row is written into the PEs one cycle later from registers (a row
@@ -380,8 +387,9 @@ class SystolicArray(wiring.Component):
         for b in range(2):
             inc = Signal(name=f"bank_{b}_inc")
             dec = Signal(name=f"bank_{b}_dec")
+            m.d.sync += inc_q[b].eq(accept & uses_w & (p.bank == b))
             m.d.comb += [
-                inc.eq(accept & uses_w & (p.bank == b)),
+                inc.eq(inc_q[b]),
                 dec.eq(start & uses_w & last_use.valid & (last_use.bank == b)),
             ]
             with m.If(inc & ~dec):

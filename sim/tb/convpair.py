@@ -64,6 +64,39 @@ class TB:
         for model in self.models:
             model.clear()
 
+    async def load(self, states):
+        """``stat_load`` with each path's ``stat_in`` (a :class:`StatState`), both paths idle;
+        ``stat_in`` goes back to zeros after it."""
+        lay = stat_layout(CFG.bfp(0))
+        for k, st in enumerate(states):
+            getattr(self.dut, f"stat_in__{k}").value = lay.const(
+                {"num": st.num, "den": st.den, "exp": st.exp, "seen": int(st.seen)}).as_bits()
+            self.models[k].load(st)
+        self.dut.stat_load.value = 1
+        await RisingEdge(self.dut.clk)
+        self.dut.stat_load.value = 0
+        self.dut.stat_in__0.value = 0
+        self.dut.stat_in__1.value = 0
+
+    def random_state(self, vals):
+        """A statistic to load before the groups ``vals``: ``num``/``den`` anywhere in their
+        ``STAT_BITS``, its exponent within 20 of the groups' largest (further below, the first
+        such group would shift the loaded sums out whole, and the load would not show in the
+        result); or, one time in three, sums within 2**10 of the top at the groups' largest
+        exponent, so the first groups overflow them (the renormalisation, which cleared sums
+        reach only after millions of groups)."""
+        bits = PARAMS["stat_fields"]["num"][1]
+        a = np.abs(np.asarray(vals, np.float32))
+        e_max = int(np.floor(np.log2(a[np.isfinite(a) & (a != 0)])).max())
+        if self.rng.random() < 1 / 3:
+            near = [(1 << bits) - int(self.rng.integers(1, 1 << 10)) for _ in range(2)]
+            return StatState(exp=e_max, num=near[0], den=near[1], seen=True)
+        top = int(self.rng.integers(bits - 12 if self.rng.random() < 0.5 else 1, bits + 1))
+        return StatState(exp=e_max + int(self.rng.integers(-20, 21)),
+                         num=int(self.rng.integers(0, 1 << top)),
+                         den=int(self.rng.integers(0, 1 << top)),
+                         seen=bool(self.rng.random() < 0.8))
+
     def request(self, k, values, width, rounding, col, side):
         """Path ``k``'s request (its words rotated by ``col``, as a block column arrives) and
         the output the model expects for it."""
@@ -85,8 +118,12 @@ class TB:
                 | side << field(olay, "side")[0] | col << field(olay, "col")[0])
         return req, want
 
-    def tensor(self, k, n, widths, special_prob=0.02):
-        vals = bfp.random_fp32_groups(self.rng, n, CFG.size, special_prob=special_prob)
+    def values(self, n, special_prob=0.02):
+        return bfp.random_fp32_groups(self.rng, n, CFG.size, special_prob=special_prob)
+
+    def tensor(self, k, n, widths, special_prob=0.02, vals=None):
+        if vals is None:
+            vals = self.values(n, special_prob)
         return [self.request(k, v, int(self.rng.choice(widths)),
                              int(self.rng.choice(bfp.ROUNDING_MODES)),
                              int(self.rng.integers(CFG.size)),
@@ -146,3 +183,22 @@ async def held_output(dut):
     assert got0 == [w for _, w in t0]
     for s in sends:
         await s
+
+
+@cocotb.test()
+async def loaded_statistics(dut):
+    """Each tensor after a ``stat_load`` of a random statistic per path (``seen`` or not,
+    ``num``/``den`` up to the top bit, some just below it, so groups renormalise the sums;
+    every other tensor's exponents near -60, so the statistic's exponent goes negative):
+    both statistics bit-exact with the models that loaded the same values."""
+    tb = TB(dut, seed=33)
+    await tb.start()
+    for r in range(16):
+        if r % 2:       # every exponent of the tensor near -60: the statistic's goes negative
+            vals = [(tb.rng.standard_normal((40, CFG.size)) * 2.0 ** -60).astype(np.float32)
+                    for _ in range(2)]
+        else:
+            vals = [tb.values(40), tb.values(40)]
+        await tb.load([tb.random_state(v) for v in vals])
+        await tb.run([tb.tensor(k, len(v), CFG.widths, vals=v) for k, v in enumerate(vals)],
+                     "loaded")

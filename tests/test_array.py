@@ -157,6 +157,18 @@ def run_array(cfg, mode, width_a, width_b, tiles, *, seed=0, idle=0.0, stall=0.0
     return results
 
 
+def _collector(dut, n, got):
+    """A testbench taking ``n`` output vectors into ``got``, always ready."""
+    S = dut.config.size
+
+    async def collector(ctx):
+        ctx.set(dut.out.ready, 1)
+        for _ in range(n):
+            payload, = await ctx.tick().sample(dut.out.payload).until(dut.out.valid)
+            got.append([int(payload.value[i]) for i in range(S)])
+    return collector
+
+
 @pytest.mark.parametrize("mode", [FWD, BWD_DATA, BWD_WEIGHT])
 @pytest.mark.parametrize("S, wa, wb", [(2, 2, 2), (2, 8, 4), (4, 4, 6), (4, 8, 8)])
 def test_array_matches_model(mode, S, wa, wb):
@@ -275,13 +287,7 @@ def test_width_change_with_a_beat_while_the_cores_run():
             await ctx.tick().until(dut.inp.ready)
         ctx.set(dut.inp.valid, 0)
 
-    async def collector(ctx):
-        ctx.set(dut.out.ready, 1)
-        for _ in want:
-            payload, = await ctx.tick().sample(dut.out.payload).until(dut.out.valid)
-            got.append([int(payload.value[i]) for i in range(S)])
-
-    run_sim(dut, tb, collector, max_cycles=2000)
+    run_sim(dut, tb, _collector(dut, len(want), got), max_cycles=2000)
     assert got == want
 
 
@@ -331,11 +337,5 @@ def test_weight_load_waits_for_the_beat_accepted_the_cycle_before(wa, wb, bank):
         await load(ctx, w_new, reversed(range(S)))
         await beat(ctx, h2)
 
-    async def collector(ctx):
-        ctx.set(dut.out.ready, 1)
-        for _ in want:
-            payload, = await ctx.tick().sample(dut.out.payload).until(dut.out.valid)
-            got.append([int(payload.value[i]) for i in range(S)])
-
-    run_sim(dut, tb, collector, max_cycles=2000)
+    run_sim(dut, tb, _collector(dut, len(want), got), max_cycles=2000)
     assert got == want

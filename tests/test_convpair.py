@@ -18,11 +18,18 @@ CFG = ArrayConfig(size=4, mem_depth=16, dim_bits=5)
 SIDE_BITS = (3, 1)
 
 
+def _path_load(loads, b, k):
+    """Path ``k``'s statistic loaded before batch ``b``: ``loads[b]`` (both paths) or
+    ``loads[b][k]`` (a pair), zeros if none."""
+    ld = loads.get(b, StatState())
+    return ld[k] if isinstance(ld, tuple) else ld
+
+
 class TB:
     """Driver per input path, monitor per output path, the golden model per path and the
     scoreboard. ``batches[k]``: path ``k``'s requests as ``(values, width, rounding, col,
-    side)`` tuples, in batches; ``stat_load`` (zeros, or ``loads[b]``) is pulsed between
-    batches while both paths are idle."""
+    side)`` tuples, in batches; ``stat_load`` (zeros, ``loads[b]``, or ``loads[b][k]`` per
+    path) is pulsed between batches while both paths are idle."""
 
     def __init__(self, config=CFG, *, seed=0):
         self.cfg = config
@@ -60,7 +67,7 @@ class TB:
             gmask = (1 << self.dut.o0.payload.group.shape().size) - 1
             for b, batch in enumerate(batches[k]):
                 if b:
-                    model.load(loads.get(b, StatState()))
+                    model.load(_path_load(loads, b, k))
                 for values, width, rounding, col, side in batch:
                     out = model.accept(bfp.pack_fp32_group(values, bcfg, width, rounding))
                     f = bfp.unpack_bfp_group(out, bcfg)
@@ -87,7 +94,7 @@ class TB:
                         await ctx.tick()
                     if k == 0:
                         for j in range(2):
-                            ld = loads.get(b, StatState())
+                            ld = _path_load(loads, b, j)
                             ctx.set(dut.stat_in[j], dut.stat_in[j].shape().const(
                                 {"exp": ld.exp, "num": ld.num, "den": ld.den,
                                  "seen": int(ld.seen)}))
@@ -160,7 +167,7 @@ def test_both_paths_bit_exact(cmd_reg):
     """Random groups (many exponents, NaN/Inf, subnormals) on both paths at their own widths
     (path 0 at 2/4, path 1 at 4/6/8), every rounding mode (stochastic: each path's own LFSR),
     random block columns, random idle cycles and backpressure on all four streams, two batches
-    with a statistic load between them: every group, flag, side and column and both
+    with a statistic load between them (a different one per path): every group, flag, side and column and both
     statistics bit-exact with each path's own model."""
     cfg = ArrayConfig(size=4, mem_depth=16, dim_bits=5, cmd_reg=cmd_reg)
     rng = np.random.default_rng(3)
@@ -170,7 +177,14 @@ def test_both_paths_bit_exact(cmd_reg):
     for k in range(2):       # side values within the path's field
         batches[k] = [[(v, w, r, c, s & ((1 << SIDE_BITS[k]) - 1)) for v, w, r, c, s in b]
                       for b in batches[k]]
-    saved = StatState(exp=3, num=1000, den=50_000, seen=True)
+    # a statistic per path, at the largest exponent of the path's second batch (so its
+    # groups add to the loaded sums instead of shifting them out)
+    def e_max(batch):
+        a = np.abs(np.array([v for v, *_ in batch], np.float32))
+        return int(np.floor(np.log2(a[np.isfinite(a) & (a != 0)])).max())
+
+    saved = tuple(StatState(exp=e_max(batches[k][1]), num=1000 + 7 * k, den=50_000 - 11 * k,
+                            seen=True) for k in range(2))
     _, stats = check(TB(cfg, seed=int(cmd_reg)), batches, loads={1: saved})
     assert all(s.seen and s.den > 0 for s in stats[0])     # the statistic really moved
 

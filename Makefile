@@ -132,7 +132,11 @@ synth: setup-fpga
 	$(PY) -m boards.synth $(SYNTH_ARGS)
 
 # The slowest paths of every netlist `make synth` left in build/synth, by a delay estimate
-# (docs/bench/paths.{json,md}; seconds, no place and route).
+# (docs/bench/paths.{json,md}; seconds, no place and route). One netlist by hand:
+# `.venv/bin/python -m boards.paths build/synth/<block>-<preset>/netlist.json --top
+# tessera_<block> [--into REGEX]` (--into: the estimated path into each end signal whose cell
+# name matches, e.g. a group a routed row names as late; nextpnr's report gives routed
+# arrivals only at end points).
 synth-paths:
 	$(PY) -m boards.paths --report
 

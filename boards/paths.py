@@ -227,9 +227,10 @@ def _analyse(netlist: dict, top: str):
     return cells, arrival, parent, ends
 
 
-def longest_paths(netlist: dict, top: str = "top", count: int = 10, *,
+def longest_paths(netlist: dict, top: str = "top", count: int = 10, *, into: str | None = None,
                   _analysed=None) -> list[dict]:
-    """The ``count`` longest paths of distinct families (start signal, end block).
+    """The ``count`` longest paths of distinct families (start signal, end block), or with
+    ``into`` the longest path into each end signal whose cell name matches it.
 
     Parameters
     ----------
@@ -239,6 +240,10 @@ def longest_paths(netlist: dict, top: str = "top", count: int = 10, *,
         Name of the top module in it.
     count : int
         How many paths.
+    into : str, optional
+        A regular expression (``re.search``) on the end points' cell names: only those end
+        points, one path per end signal (the bits of a register are one), so a signal that
+        routed place and route names as late shows what feeds it.
 
     Returns
     -------
@@ -248,9 +253,15 @@ def longest_paths(netlist: dict, top: str = "top", count: int = 10, *,
     """
     if count < 1:
         raise ValueError(f"count must be >= 1, not {count}")
+    try:
+        pattern = re.compile(into) if into is not None else None
+    except (re.error, TypeError) as e:
+        raise ValueError(f"into must be a regular expression, not {into!r} ({e})") from None
     cells, arrival, parent, ends = _analysed or _analyse(netlist, top)
     out, seen = [], set()
     for a, src, dst, dport in ends:
+        if pattern is not None and not pattern.search(dst):
+            continue
         chain, n = [], src
         while n is not None:
             chain.append((n, cells[n]["type"], round(arrival[n], 2)))
@@ -258,7 +269,8 @@ def longest_paths(netlist: dict, top: str = "top", count: int = 10, *,
         chain.reverse()
         # one path per family: the same start signal into the same block (a bus's bits, a
         # memory's data bits, a register file's entries are one path each)
-        key = (_short(chain[0][0]), ".".join(_short(dst).split(".")[:3]))
+        key = (_short(dst) if pattern is not None else
+               (_short(chain[0][0]), ".".join(_short(dst).split(".")[:3])))
         if key in seen:
             continue
         seen.add(key)
@@ -493,6 +505,9 @@ def main(argv=None) -> int:
     p.add_argument("--top", default="top")
     p.add_argument("--count", type=int, default=10)
     p.add_argument("--json", type=Path, help="write the paths here")
+    p.add_argument("--into", metavar="REGEX",
+                   help="only end points whose cell name matches REGEX, one path per end "
+                        "signal (e.g. 'array.cmd__go' for a late group of a routed row)")
     args = p.parse_args(argv)
     if args.report:
         for r in report():
@@ -501,7 +516,11 @@ def main(argv=None) -> int:
         return 0
     if args.netlist is None:
         p.error("give a netlist, or --report")
-    paths = longest_paths(json.loads(args.netlist.read_text()), args.top, args.count)
+    try:
+        paths = longest_paths(json.loads(args.netlist.read_text()), args.top, args.count,
+                              into=args.into)
+    except ValueError as e:
+        p.error(str(e))
     for i, path in enumerate(paths):
         print(f"[{i}] {path['delay_ns']:.1f} ns estimated, {path['levels']} LUT/MUX levels, "
               f"{len(path['cells'])} cells -> {path['end']}")

@@ -147,6 +147,23 @@ def test_block_ram_read_data_by_its_output_register():
     assert ram["clk"] > 5 > 1 > ram["clk_outreg"]
 
 
+def test_into_gives_the_longest_path_into_each_matching_end_signal():
+    """``into``: only the matching end points, one path per end signal (its bits are one),
+    however short beside the design's longest."""
+    cells = {"r0": _ff(d=2, q=10), "a_LUT4_Z": _lut(10, 11), "b_LUT4_Z": _lut(11, 12),
+             "slow_TRELLIS_FF_Q": _ff(d=12, q=13),
+             "late_TRELLIS_FF_Q_0": _ff(d=10, q=20), "late_TRELLIS_FF_Q_1": _ff(d=11, q=21),
+             "other_TRELLIS_FF_Q": _ff(d=11, q=22)}
+    (path,) = longest_paths(_netlist(cells), count=5, into=r"^late_")
+    assert path["end"] == "late_TRELLIS_FF_Q_1.DI"          # the slower bit, through a LUT
+    assert [c for c, _, _ in path["cells"]] == ["r0", "a_LUT4_Z"]
+    assert [p["end"] for p in longest_paths(_netlist(cells), count=5, into="other|slow")] \
+        == ["slow_TRELLIS_FF_Q.DI", "other_TRELLIS_FF_Q.DI"]
+    assert longest_paths(_netlist(cells), count=5, into="nothing") == []
+    with pytest.raises(ValueError, match="into must be a regular expression"):
+        longest_paths(_netlist(cells), into="(")
+
+
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="count"):
         longest_paths(_netlist({}), count=0)
